@@ -1,0 +1,151 @@
+// Package driver defines meshlet's task-driver interface, modelled on Nomad's
+// DriverPlugin, and the plumbing that serves it over hashicorp/go-plugin
+// (gRPC) so external driver binaries load through the same interface as the
+// built-in ones. Built-in drivers live in subpackages (exec, rawexec).
+package driver
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Sentinel errors. Wrap them with %w; test with errors.Is.
+var (
+	// ErrTaskNotFound is returned for an unknown task ID.
+	ErrTaskNotFound = errors.New("task not found")
+	// ErrTaskExists is returned when starting a task ID that is already running.
+	ErrTaskExists = errors.New("task already exists")
+	// ErrHandleVersion is returned by RecoverTask for a handle it cannot decode.
+	ErrHandleVersion = errors.New("unsupported task handle version")
+	// ErrNotSupported is returned for an operation a driver does not offer.
+	ErrNotSupported = errors.New("operation not supported by driver")
+)
+
+// Driver is the interface every task driver implements, in process or as a
+// plugin. All methods must be safe for concurrent use.
+type Driver interface {
+	// Name is the driver's name as used in jobspecs ("exec", "raw_exec").
+	Name() string
+	// Fingerprint reports whether the driver can run on this node.
+	Fingerprint(ctx context.Context) (*Fingerprint, error)
+	// StartTask starts a task and returns its handle. The handle's State is
+	// written last, once the task is fully started, so that RecoverTask can
+	// rebuild the task from it after an agent restart.
+	StartTask(cfg *TaskConfig) (*TaskHandle, error)
+	// RecoverTask re-attaches to a task started by an earlier agent process.
+	// A task already known is not an error.
+	RecoverTask(h *TaskHandle) error
+	// WaitTask returns a channel that yields the task's exit once.
+	WaitTask(ctx context.Context, taskID string) (<-chan *ExitResult, error)
+	// StopTask sends signal (default SIGTERM), waits up to timeout, then kills.
+	// Stopping a task that already exited is success.
+	StopTask(taskID string, timeout time.Duration, signal string) error
+	// DestroyTask releases everything the driver holds for the task; with
+	// force it kills a still-running task first.
+	DestroyTask(taskID string, force bool) error
+	// InspectTask returns the task's current status.
+	InspectTask(taskID string) (*TaskStatus, error)
+	// TaskStats returns a point-in-time resource usage sample.
+	TaskStats(ctx context.Context, taskID string) (*TaskResourceUsage, error)
+	// SignalTask delivers a signal (by name, e.g. "SIGHUP") to the task.
+	SignalTask(taskID string, signal string) error
+	// ExecTask runs a command in the task's context (same namespace, env and
+	// working directory) and returns its output.
+	ExecTask(taskID string, cmd []string, timeout time.Duration) (*ExecResult, error)
+}
+
+// TaskConfig is everything a driver needs to start a task.
+type TaskConfig struct {
+	// ID is unique per task instance: "<alloc-id>/<task>/<random>".
+	ID      string
+	AllocID string
+	Name    string // task name
+	JobName string
+	// Config is the task's driver config (e.g. command, args), interpolated.
+	Config map[string]any
+	Env    map[string]string
+	User   string
+	// TaskDir is the task's directory; AllocDir the shared alloc/ directory.
+	TaskDir  string
+	AllocDir string
+	// StdoutPath and StderrPath are the log files (or FIFOs) the driver
+	// writes the task's output to; rotation is the caller's job
+	// (see driver/logging).
+	StdoutPath string
+	StderrPath string
+	// NetNSPath, when set, is the network namespace the task runs in.
+	NetNSPath string
+	Resources *Resources
+}
+
+// Resources limits a task (cgroups where the driver supports them).
+type Resources struct {
+	CPUShares   int64 // MHz, as Nomad
+	MemoryMB    int64
+	MemoryMaxMB int64
+}
+
+// TaskHandle is the versioned, persisted recovery record of a running task.
+type TaskHandle struct {
+	Version int
+	Config  *TaskConfig
+	State   string // TaskStateRunning, ...
+	// DriverState is the driver's own encoded recovery payload.
+	DriverState []byte
+}
+
+// Task states reported by drivers.
+const (
+	TaskStateUnknown = "unknown"
+	TaskStateRunning = "running"
+	TaskStateExited  = "exited"
+)
+
+// Fingerprint is a driver's health on this node.
+type Fingerprint struct {
+	Detected          bool
+	Healthy           bool
+	HealthDescription string
+	Attributes        map[string]string
+}
+
+// ExitResult is how a task ended.
+type ExitResult struct {
+	ExitCode  int
+	Signal    int
+	OOMKilled bool
+	Err       error
+}
+
+// Successful reports a clean zero exit.
+func (r *ExitResult) Successful() bool {
+	return r.ExitCode == 0 && r.Signal == 0 && r.Err == nil
+}
+
+// TaskStatus is the result of InspectTask.
+type TaskStatus struct {
+	ID          string
+	Name        string
+	State       string
+	StartedAt   time.Time
+	CompletedAt time.Time
+	ExitResult  *ExitResult
+	PID         int
+}
+
+// TaskResourceUsage is a usage sample.
+type TaskResourceUsage struct {
+	Timestamp   time.Time
+	CPUTotalNS  uint64
+	MemoryRSS   uint64
+	MemoryUsage uint64
+	PIDs        []int
+}
+
+// ExecResult is the outcome of ExecTask.
+type ExecResult struct {
+	ExitCode int
+	Stdout   []byte
+	Stderr   []byte
+}

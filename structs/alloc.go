@@ -1,0 +1,170 @@
+package structs
+
+import "time"
+
+// Allocation desired and client statuses, as in Nomad.
+const (
+	AllocDesiredStatusRun  = "run"
+	AllocDesiredStatusStop = "stop"
+
+	AllocClientStatusPending  = "pending"
+	AllocClientStatusRunning  = "running"
+	AllocClientStatusComplete = "complete"
+	AllocClientStatusFailed   = "failed"
+	AllocClientStatusLost     = "lost"
+)
+
+// Allocation is one placed instance of a task group.
+type Allocation struct {
+	ID                 string                `json:"ID"`
+	Namespace          string                `json:"Namespace"`
+	EvalID             string                `json:"EvalID"`
+	Name               string                `json:"Name"` // "<job>.<group>[<index>]"
+	NodeID             string                `json:"NodeID"`
+	NodeName           string                `json:"NodeName"`
+	JobID              string                `json:"JobID"`
+	Job                *Job                  `json:"Job,omitempty"`
+	TaskGroup          string                `json:"TaskGroup"`
+	AllocatedResources *AllocatedResources   `json:"AllocatedResources,omitempty"`
+	DesiredStatus      string                `json:"DesiredStatus"`
+	DesiredDescription string                `json:"DesiredDescription,omitempty"`
+	ClientStatus       string                `json:"ClientStatus"`
+	ClientDescription  string                `json:"ClientDescription,omitempty"`
+	TaskStates         map[string]*TaskState `json:"TaskStates,omitempty"`
+	NetworkStatus      *AllocNetworkStatus   `json:"NetworkStatus,omitempty"`
+	PreviousAllocation string                `json:"PreviousAllocation,omitempty"`
+	NextAllocation     string                `json:"NextAllocation,omitempty"`
+	CreateIndex        uint64                `json:"CreateIndex"`
+	ModifyIndex        uint64                `json:"ModifyIndex"`
+	AllocModifyIndex   uint64                `json:"AllocModifyIndex"`
+	CreateTime         int64                 `json:"CreateTime"`
+	ModifyTime         int64                 `json:"ModifyTime"`
+}
+
+// Index returns the allocation's index within its group, parsed from Name.
+func (a *Allocation) Index() int {
+	l, r := -1, -1
+	for i := len(a.Name) - 1; i >= 0; i-- {
+		switch a.Name[i] {
+		case ']':
+			r = i
+		case '[':
+			l = i
+		}
+		if l >= 0 {
+			break
+		}
+	}
+	if l < 0 || r <= l+1 {
+		return 0
+	}
+	n := 0
+	for _, c := range a.Name[l+1 : r] {
+		if c < '0' || c > '9' {
+			return 0
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n
+}
+
+// TerminalStatus reports whether the allocation will not run again.
+func (a *Allocation) TerminalStatus() bool {
+	switch a.ClientStatus {
+	case AllocClientStatusComplete, AllocClientStatusFailed, AllocClientStatusLost:
+		return true
+	}
+	return false
+}
+
+// AllocatedResources records what the scheduler assigned.
+type AllocatedResources struct {
+	Shared AllocatedSharedResources `json:"Shared"`
+}
+
+// AllocatedSharedResources holds the group-level network and ports.
+type AllocatedSharedResources struct {
+	Networks []*NetworkResource `json:"Networks,omitempty"`
+	Ports    []PortMapping      `json:"Ports,omitempty"`
+}
+
+// Task states.
+const (
+	TaskStatePending = "pending"
+	TaskStateRunning = "running"
+	TaskStateDead    = "dead"
+)
+
+// Task event types, as in Nomad.
+const (
+	TaskReceived      = "Received"
+	TaskSetup         = "Task Setup"
+	TaskSetupFailure  = "Setup Failure"
+	TaskStarted       = "Started"
+	TaskTerminated    = "Terminated"
+	TaskRestarting    = "Restarting"
+	TaskNotRestarting = "Not Restarting"
+	TaskKilling       = "Killing"
+	TaskKilled        = "Killed"
+	TaskDriverFailure = "Driver Failure"
+	TaskSiblingFailed = "Sibling Task Failed"
+	TaskLeaderDead    = "Leader Task Dead"
+	TaskRestartSignal = "Restart Signaled"
+	TaskSignaling     = "Signaling"
+	TaskDriverMessage = "Driver"
+)
+
+// TaskState is a task's current state with its recent events.
+type TaskState struct {
+	State       string       `json:"State"`
+	Failed      bool         `json:"Failed"`
+	Restarts    uint64       `json:"Restarts"`
+	LastRestart time.Time    `json:"LastRestart"`
+	StartedAt   time.Time    `json:"StartedAt"`
+	FinishedAt  time.Time    `json:"FinishedAt"`
+	Events      []*TaskEvent `json:"Events"`
+}
+
+// TaskEvent is one entry in a task's history.
+type TaskEvent struct {
+	Type           string            `json:"Type"`
+	Time           int64             `json:"Time"` // unix nanoseconds
+	DisplayMessage string            `json:"DisplayMessage"`
+	Details        map[string]string `json:"Details,omitempty"`
+	Message        string            `json:"Message,omitempty"`
+	FailsTask      bool              `json:"FailsTask,omitempty"`
+	RestartReason  string            `json:"RestartReason,omitempty"`
+	SetupError     string            `json:"SetupError,omitempty"`
+	DriverError    string            `json:"DriverError,omitempty"`
+	ExitCode       int               `json:"ExitCode"`
+	Signal         int               `json:"Signal"`
+	KillTimeout    time.Duration     `json:"KillTimeout,omitempty"`
+	KillError      string            `json:"KillError,omitempty"`
+	StartDelay     int64             `json:"StartDelay,omitempty"`
+}
+
+// Node is a client node.
+type Node struct {
+	ID          string                 `json:"ID"`
+	Name        string                 `json:"Name"`
+	Datacenter  string                 `json:"Datacenter"`
+	Status      string                 `json:"Status"`
+	Attributes  map[string]string      `json:"Attributes,omitempty"`
+	Meta        map[string]string      `json:"Meta,omitempty"`
+	Drivers     map[string]*DriverInfo `json:"Drivers,omitempty"`
+	HTTPAddr    string                 `json:"HTTPAddr,omitempty"`
+	CreateIndex uint64                 `json:"CreateIndex"`
+	ModifyIndex uint64                 `json:"ModifyIndex"`
+}
+
+// NodeStatusReady is the status of a live node.
+const NodeStatusReady = "ready"
+
+// DriverInfo is a driver's fingerprint on a node.
+type DriverInfo struct {
+	Detected          bool              `json:"Detected"`
+	Healthy           bool              `json:"Healthy"`
+	HealthDescription string            `json:"HealthDescription,omitempty"`
+	Attributes        map[string]string `json:"Attributes,omitempty"`
+	UpdateTime        time.Time         `json:"UpdateTime"`
+}

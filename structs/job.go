@@ -1,0 +1,166 @@
+package structs
+
+import "time"
+
+// Job types and statuses, as in Nomad.
+const (
+	JobTypeService = "service"
+	JobTypeBatch   = "batch"
+
+	JobStatusPending = "pending"
+	JobStatusRunning = "running"
+	JobStatusDead    = "dead"
+)
+
+// Job is a registered jobspec.
+type Job struct {
+	Region         string            `json:"Region,omitempty"`
+	Namespace      string            `json:"Namespace,omitempty"`
+	ID             string            `json:"ID"`
+	Name           string            `json:"Name"`
+	Type           string            `json:"Type"`
+	Priority       int               `json:"Priority,omitempty"`
+	Datacenters    []string          `json:"Datacenters,omitempty"`
+	Constraints    []*Constraint     `json:"Constraints,omitempty"`
+	TaskGroups     []*TaskGroup      `json:"TaskGroups"`
+	Update         *UpdateStrategy   `json:"Update,omitempty"`
+	Meta           map[string]string `json:"Meta,omitempty"`
+	Stop           bool              `json:"Stop"`
+	Status         string            `json:"Status,omitempty"`
+	Version        uint64            `json:"Version"`
+	SubmitTime     int64             `json:"SubmitTime,omitempty"`
+	CreateIndex    uint64            `json:"CreateIndex"`
+	ModifyIndex    uint64            `json:"ModifyIndex"`
+	JobModifyIndex uint64            `json:"JobModifyIndex"`
+}
+
+// LookupTaskGroup returns the group with the given name, or nil.
+func (j *Job) LookupTaskGroup(name string) *TaskGroup {
+	for _, tg := range j.TaskGroups {
+		if tg.Name == name {
+			return tg
+		}
+	}
+	return nil
+}
+
+// TaskGroup is a set of tasks placed together in one allocation.
+type TaskGroup struct {
+	Name          string             `json:"Name"`
+	Count         int                `json:"Count"`
+	Constraints   []*Constraint      `json:"Constraints,omitempty"`
+	Tasks         []*Task            `json:"Tasks"`
+	RestartPolicy *RestartPolicy     `json:"RestartPolicy,omitempty"`
+	Update        *UpdateStrategy    `json:"Update,omitempty"`
+	Networks      []*NetworkResource `json:"Networks,omitempty"`
+	Meta          map[string]string  `json:"Meta,omitempty"`
+	Services      []*Service         `json:"Services,omitempty"`
+	ShutdownDelay *time.Duration     `json:"ShutdownDelay,omitempty"`
+}
+
+// LookupTask returns the task with the given name, or nil.
+func (tg *TaskGroup) LookupTask(name string) *Task {
+	for _, t := range tg.Tasks {
+		if t.Name == name {
+			return t
+		}
+	}
+	return nil
+}
+
+// Task is one process run by a driver.
+type Task struct {
+	Name          string            `json:"Name"`
+	Driver        string            `json:"Driver"`
+	User          string            `json:"User,omitempty"`
+	Lifecycle     *TaskLifecycle    `json:"Lifecycle,omitempty"`
+	Config        map[string]any    `json:"Config,omitempty"`
+	Constraints   []*Constraint     `json:"Constraints,omitempty"`
+	Env           map[string]string `json:"Env,omitempty"`
+	Services      []*Service        `json:"Services,omitempty"`
+	Resources     *Resources        `json:"Resources,omitempty"`
+	RestartPolicy *RestartPolicy    `json:"RestartPolicy,omitempty"`
+	Meta          map[string]string `json:"Meta,omitempty"`
+	KillTimeout   *time.Duration    `json:"KillTimeout,omitempty"`
+	LogConfig     *LogConfig        `json:"LogConfig,omitempty"`
+	Templates     []*Template       `json:"Templates,omitempty"`
+	Leader        bool              `json:"Leader,omitempty"`
+	ShutdownDelay time.Duration     `json:"ShutdownDelay,omitempty"`
+	KillSignal    string            `json:"KillSignal,omitempty"`
+	// Kind marks tasks meshlet injected, e.g. "connect-proxy:<service>",
+	// exactly as Nomad does for its sidecars.
+	Kind string `json:"Kind,omitempty"`
+}
+
+// Lifecycle hooks.
+const (
+	TaskLifecycleHookPrestart  = "prestart"
+	TaskLifecycleHookPoststart = "poststart"
+	TaskLifecycleHookPoststop  = "poststop"
+)
+
+// TaskLifecycle says when a task runs relative to the main tasks.
+type TaskLifecycle struct {
+	Hook    string `json:"Hook"`
+	Sidecar bool   `json:"Sidecar"`
+}
+
+// Resources requested by a task. CPU is in MHz, memory in MB.
+type Resources struct {
+	CPU         *int `json:"CPU,omitempty"`
+	Cores       *int `json:"Cores,omitempty"`
+	MemoryMB    *int `json:"MemoryMB,omitempty"`
+	MemoryMaxMB *int `json:"MemoryMaxMB,omitempty"`
+	DiskMB      *int `json:"DiskMB,omitempty"`
+}
+
+// Restart policy modes.
+const (
+	RestartPolicyModeFail  = "fail"
+	RestartPolicyModeDelay = "delay"
+)
+
+// RestartPolicy says how a failed task is restarted in place.
+type RestartPolicy struct {
+	Interval *time.Duration `json:"Interval,omitempty"`
+	Attempts *int           `json:"Attempts,omitempty"`
+	Delay    *time.Duration `json:"Delay,omitempty"`
+	Mode     *string        `json:"Mode,omitempty"`
+}
+
+// LogConfig bounds a task's rotated log files.
+type LogConfig struct {
+	MaxFiles      *int  `json:"MaxFiles,omitempty"`
+	MaxFileSizeMB *int  `json:"MaxFileSizeMB,omitempty"`
+	Disabled      *bool `json:"Disabled,omitempty"`
+}
+
+// Constraint restricts placement.
+type Constraint struct {
+	LTarget string `json:"LTarget"`
+	RTarget string `json:"RTarget"`
+	Operand string `json:"Operand"`
+}
+
+// UpdateStrategy is parsed and stored; meshlet replaces allocations
+// all at once for now.
+type UpdateStrategy struct {
+	Stagger          *time.Duration `json:"Stagger,omitempty"`
+	MaxParallel      *int           `json:"MaxParallel,omitempty"`
+	HealthCheck      *string        `json:"HealthCheck,omitempty"`
+	MinHealthyTime   *time.Duration `json:"MinHealthyTime,omitempty"`
+	HealthyDeadline  *time.Duration `json:"HealthyDeadline,omitempty"`
+	ProgressDeadline *time.Duration `json:"ProgressDeadline,omitempty"`
+	Canary           *int           `json:"Canary,omitempty"`
+	AutoRevert       *bool          `json:"AutoRevert,omitempty"`
+}
+
+// Template is parsed so that jobspecs using it validate; rendering is not
+// supported yet.
+type Template struct {
+	SourcePath   *string `json:"SourcePath,omitempty"`
+	DestPath     *string `json:"DestPath,omitempty"`
+	EmbeddedTmpl *string `json:"EmbeddedTmpl,omitempty"`
+	ChangeMode   *string `json:"ChangeMode,omitempty"`
+	Envvars      *bool   `json:"Envvars,omitempty"`
+}
