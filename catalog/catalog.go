@@ -1,0 +1,300 @@
+// Package catalog is the control plane's service catalog: every service
+// instance of a running allocation, and every connect sidecar as a proxy
+// instance, in Consul's shapes and naming (a sidecar of service "web" with
+// ID "_nomad-task-<alloc>-group-web-web-9090" is registered as
+// "web-sidecar-proxy" with that ID plus "-sidecar-proxy").
+//
+// The catalog is in memory; the client re-registers its allocations on
+// start. Readers get copies. Subscribers are called synchronously, in
+// registration order, after every change, with the names of the services
+// the change touched; they must not block (hand off to a goroutine).
+// The control plane reads the catalog and never reaches into the client.
+package catalog
+
+import (
+	"errors"
+	"sort"
+	"sync"
+)
+
+// Service kinds, as Consul names them.
+const (
+	KindTypical      = ""
+	KindConnectProxy = "connect-proxy"
+)
+
+// ErrNotFound is returned for an unknown service ID.
+var ErrNotFound = errors.New("service instance not found")
+
+// ServiceInstance is one registered service instance.
+type ServiceInstance struct {
+	ID      string
+	Name    string
+	Kind    string
+	Address string
+	Port    int
+	Tags    []string
+	Meta    map[string]string
+	// AllocID and NodeID tie the instance to the allocation that runs it.
+	AllocID    string
+	NodeID     string
+	Datacenter string
+	// Healthy is false while an instance should receive no traffic.
+	Healthy bool
+	// Proxy is set for Kind == KindConnectProxy.
+	Proxy *Proxy
+	// Connect is true for an app service with a sidecar or native connect.
+	Connect bool
+	// ModifyIndex increases with every change to the catalog.
+	ModifyIndex uint64
+}
+
+// Proxy is a connect-proxy instance's configuration.
+type Proxy struct {
+	DestinationServiceName string
+	DestinationServiceID   string
+	LocalServiceAddress    string
+	LocalServicePort       int
+	Upstreams              []Upstream
+	// Config is the free-form proxy { config {} } map (protocol, escape hatches).
+	Config map[string]any
+	Expose []ExposePath
+}
+
+// Upstream is one upstream of a proxy.
+type Upstream struct {
+	DestinationName  string
+	Datacenter       string
+	LocalBindAddress string
+	LocalBindPort    int
+	Config           map[string]any
+}
+
+// ExposePath is an HTTP path exposed through the proxy's listener.
+type ExposePath struct {
+	Path          string
+	Protocol      string
+	LocalPathPort int
+	ListenerPort  int
+}
+
+// Change tells subscribers what a catalog write touched.
+type Change struct {
+	// Index is the catalog's index after the change.
+	Index uint64
+	// Services are the service names (app and proxy names) touched.
+	Services []string
+	// ProxyIDs are the proxy instances added, changed or removed.
+	ProxyIDs []string
+}
+
+// Catalog is a concurrency-safe in-memory catalog.
+type Catalog struct {
+	mu        sync.RWMutex
+	index     uint64
+	instances map[string]*ServiceInstance
+	subs      map[int]func(Change)
+	nextSub   int
+}
+
+// New returns an empty catalog.
+func New() *Catalog {
+	return &Catalog{instances: map[string]*ServiceInstance{}, subs: map[int]func(Change){}}
+}
+
+// Register adds or replaces an instance (by ID).
+func (c *Catalog) Register(inst ServiceInstance) {
+	c.mu.Lock()
+	c.index++
+	inst.ModifyIndex = c.index
+	ch := Change{Index: c.index}
+	if old, ok := c.instances[inst.ID]; ok && old.Name != inst.Name {
+		ch.Services = append(ch.Services, old.Name)
+	}
+	cp := copyInstance(&inst)
+	c.instances[inst.ID] = cp
+	ch.Services = append(ch.Services, touched(cp)...)
+	if cp.Kind == KindConnectProxy {
+		ch.ProxyIDs = append(ch.ProxyIDs, cp.ID)
+	}
+	subs := c.subscribers()
+	c.mu.Unlock()
+	notify(subs, ch)
+}
+
+// Deregister removes an instance by ID.
+func (c *Catalog) Deregister(id string) error {
+	c.mu.Lock()
+	inst, ok := c.instances[id]
+	if !ok {
+		c.mu.Unlock()
+		return ErrNotFound
+	}
+	delete(c.instances, id)
+	c.index++
+	ch := Change{Index: c.index, Services: touched(inst)}
+	if inst.Kind == KindConnectProxy {
+		ch.ProxyIDs = []string{inst.ID}
+	}
+	subs := c.subscribers()
+	c.mu.Unlock()
+	notify(subs, ch)
+	return nil
+}
+
+// DeregisterAlloc removes every instance of an allocation.
+func (c *Catalog) DeregisterAlloc(allocID string) {
+	for _, inst := range c.byAlloc(allocID) {
+		_ = c.Deregister(inst.ID)
+	}
+}
+
+func (c *Catalog) byAlloc(allocID string) []ServiceInstance {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var out []ServiceInstance
+	for _, inst := range c.instances {
+		if inst.AllocID == allocID {
+			out = append(out, *inst)
+		}
+	}
+	return out
+}
+
+// Get returns a copy of the instance with the given ID.
+func (c *Catalog) Get(id string) (ServiceInstance, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	inst, ok := c.instances[id]
+	if !ok {
+		return ServiceInstance{}, false
+	}
+	return *copyInstance(inst), true
+}
+
+// Service returns the instances registered under name, sorted by ID.
+func (c *Catalog) Service(name string) []ServiceInstance {
+	return c.filter(func(i *ServiceInstance) bool { return i.Name == name })
+}
+
+// ConnectProxies returns the proxy instances whose destination is service,
+// sorted by ID: the endpoints of that service in the mesh.
+func (c *Catalog) ConnectProxies(service string) []ServiceInstance {
+	return c.filter(func(i *ServiceInstance) bool {
+		return i.Kind == KindConnectProxy && i.Proxy != nil && i.Proxy.DestinationServiceName == service
+	})
+}
+
+// Proxies returns every proxy instance, sorted by ID.
+func (c *Catalog) Proxies() []ServiceInstance {
+	return c.filter(func(i *ServiceInstance) bool { return i.Kind == KindConnectProxy })
+}
+
+// Services returns every service name with the union of its tags.
+func (c *Catalog) Services() map[string][]string {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	out := map[string][]string{}
+	for _, inst := range c.instances {
+		tags := out[inst.Name]
+		for _, t := range inst.Tags {
+			if !contains(tags, t) {
+				tags = append(tags, t)
+			}
+		}
+		if tags == nil {
+			tags = []string{}
+		}
+		sort.Strings(tags)
+		out[inst.Name] = tags
+	}
+	return out
+}
+
+// Index is the catalog's current modify index.
+func (c *Catalog) Index() uint64 {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.index
+}
+
+// Subscribe calls fn after every change until the returned cancel is called.
+func (c *Catalog) Subscribe(fn func(Change)) (cancel func()) {
+	c.mu.Lock()
+	id := c.nextSub
+	c.nextSub++
+	c.subs[id] = fn
+	c.mu.Unlock()
+	return func() {
+		c.mu.Lock()
+		delete(c.subs, id)
+		c.mu.Unlock()
+	}
+}
+
+func (c *Catalog) filter(keep func(*ServiceInstance) bool) []ServiceInstance {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var out []ServiceInstance
+	for _, inst := range c.instances {
+		if keep(inst) {
+			out = append(out, *copyInstance(inst))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+func (c *Catalog) subscribers() []func(Change) {
+	ids := make([]int, 0, len(c.subs))
+	for id := range c.subs {
+		ids = append(ids, id)
+	}
+	sort.Ints(ids)
+	out := make([]func(Change), 0, len(ids))
+	for _, id := range ids {
+		out = append(out, c.subs[id])
+	}
+	return out
+}
+
+func notify(subs []func(Change), ch Change) {
+	for _, fn := range subs {
+		fn(ch)
+	}
+}
+
+func touched(inst *ServiceInstance) []string {
+	out := []string{inst.Name}
+	if inst.Proxy != nil && inst.Proxy.DestinationServiceName != "" && inst.Proxy.DestinationServiceName != inst.Name {
+		out = append(out, inst.Proxy.DestinationServiceName)
+	}
+	return out
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func copyInstance(in *ServiceInstance) *ServiceInstance {
+	out := *in
+	out.Tags = append([]string(nil), in.Tags...)
+	if in.Meta != nil {
+		out.Meta = make(map[string]string, len(in.Meta))
+		for k, v := range in.Meta {
+			out.Meta[k] = v
+		}
+	}
+	if in.Proxy != nil {
+		p := *in.Proxy
+		p.Upstreams = append([]Upstream(nil), in.Proxy.Upstreams...)
+		p.Expose = append([]ExposePath(nil), in.Proxy.Expose...)
+		out.Proxy = &p
+	}
+	return &out
+}

@@ -1,0 +1,58 @@
+package catalog
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+)
+
+func TestRegisterDeregisterNotifies(t *testing.T) {
+	c := New()
+	var got []Change
+	cancel := c.Subscribe(func(ch Change) { got = append(got, ch) })
+	c.Register(ServiceInstance{ID: "db-1", Name: "db", AllocID: "a1", Port: 8080, Healthy: true})
+	c.Register(ServiceInstance{ID: "db-1-sidecar-proxy", Name: "db-sidecar-proxy", Kind: KindConnectProxy, AllocID: "a1",
+		Proxy: &Proxy{DestinationServiceName: "db", DestinationServiceID: "db-1"}, Healthy: true})
+	if n := len(c.ConnectProxies("db")); n != 1 {
+		t.Fatalf("ConnectProxies(db) = %d instances, want 1", n)
+	}
+	c.DeregisterAlloc("a1")
+	if n := len(c.Service("db")); n != 0 {
+		t.Fatalf("after DeregisterAlloc, Service(db) = %d instances, want 0", n)
+	}
+	if len(got) != 4 {
+		t.Fatalf("got %d changes, want 4", len(got))
+	}
+	if !reflect.DeepEqual(got[1].Services, []string{"db-sidecar-proxy", "db"}) || !reflect.DeepEqual(got[1].ProxyIDs, []string{"db-1-sidecar-proxy"}) {
+		t.Fatalf("proxy change = %+v", got[1])
+	}
+	for i := 1; i < len(got); i++ {
+		if got[i].Index <= got[i-1].Index {
+			t.Fatalf("indexes not increasing: %+v", got)
+		}
+	}
+	cancel()
+	c.Register(ServiceInstance{ID: "x", Name: "x"})
+	if len(got) != 4 {
+		t.Fatal("cancelled subscriber still called")
+	}
+	if err := c.Deregister("nope"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Deregister(unknown) = %v, want ErrNotFound", err)
+	}
+}
+
+func TestReadersGetCopies(t *testing.T) {
+	c := New()
+	c.Register(ServiceInstance{ID: "p", Name: "web-sidecar-proxy", Kind: KindConnectProxy, Tags: []string{"a"},
+		Proxy: &Proxy{DestinationServiceName: "web", Upstreams: []Upstream{{DestinationName: "db", LocalBindPort: 9191}}}})
+	got, _ := c.Get("p")
+	got.Tags[0] = "mutated"
+	got.Proxy.Upstreams[0].LocalBindPort = 1
+	again, _ := c.Get("p")
+	if again.Tags[0] != "a" || again.Proxy.Upstreams[0].LocalBindPort != 9191 {
+		t.Fatalf("catalog state was mutated through a returned copy: %+v", again)
+	}
+	if svcs := c.Services(); !reflect.DeepEqual(svcs["web-sidecar-proxy"], []string{"a"}) {
+		t.Fatalf("Services() = %v", svcs)
+	}
+}
