@@ -1,0 +1,68 @@
+package demoapp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+)
+
+func runTCPClient(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("tcp-client", stderr)
+	addr := fs.String("addr", "127.0.0.1:9191", "address to connect to")
+	msg := fs.String("message", "hello world", "message to send")
+	timeout := fs.Duration("timeout", 3*time.Second, "overall deadline")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	d := net.Dialer{Timeout: *timeout}
+	c, err := d.DialContext(ctx, "tcp", *addr)
+	if err != nil {
+		return fmt.Errorf("failed to connect to %s: %w", *addr, err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(*timeout))
+	if _, err := io.WriteString(c, *msg); err != nil {
+		return fmt.Errorf("failed to send: %w", err)
+	}
+	buf := make([]byte, len(*msg))
+	if _, err := io.ReadFull(c, buf); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return fmt.Errorf("connection closed before a reply: %w", err)
+		}
+		return fmt.Errorf("failed to read reply: %w", err)
+	}
+	fmt.Fprintln(stdout, string(buf))
+	return nil
+}
+
+func runGet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("get", stderr)
+	timeout := fs.Duration("timeout", 5*time.Second, "request timeout")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return errors.New("usage: meshlet demo-app get [-timeout D] URL")
+	}
+	client := &http.Client{Timeout: *timeout}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fs.Arg(0), nil)
+	if err != nil {
+		return fmt.Errorf("failed to build request: %w", err)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("failed to GET %s: %w", fs.Arg(0), err)
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(stdout, resp.Body); err != nil {
+		return fmt.Errorf("failed to read body: %w", err)
+	}
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("GET %s: %s", fs.Arg(0), resp.Status)
+	}
+	return nil
+}

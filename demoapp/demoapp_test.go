@@ -1,0 +1,89 @@
+package demoapp
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestDashboardReadsCounterThroughUpstream(t *testing.T) {
+	counting := httptest.NewServer(&counter{hostname: "alloc-1"})
+	defer counting.Close()
+	dash := httptest.NewServer(&dashboard{url: counting.URL, client: counting.Client()})
+	defer dash.Close()
+
+	_, first := get(t, dash.URL+"/api")
+	code, second := get(t, dash.URL+"/")
+	if code != http.StatusOK || !strings.Contains(first, `"count":1`) || !strings.Contains(second, "Count: 2") {
+		t.Fatalf("dashboard answers = %q then %d %q", first, code, second)
+	}
+	counting.Close()
+	if code, body := get(t, dash.URL+"/"); code != http.StatusBadGateway || !strings.Contains(body, "failed to reach counting service") {
+		t.Fatalf("with counting down: %d %q", code, body)
+	}
+}
+
+func TestHelloMergesUpstream(t *testing.T) {
+	b := httptest.NewServer(&hello{id: "b-1", path: "/hello_b"})
+	defer b.Close()
+	a := httptest.NewServer(&hello{id: "a", path: "/hello_a", upstream: b.URL + "/hello_b", client: b.Client()})
+	defer a.Close()
+	if code, body := get(t, a.URL+"/"); code != 200 || body != "a <- b-1\n" {
+		t.Fatalf("merged answer = %d %q", code, body)
+	}
+	b.Close()
+	if code, _ := get(t, a.URL+"/"); code != http.StatusInternalServerError {
+		t.Fatalf("upstream down: status %d, want 500", code)
+	}
+}
+
+func TestEchoAndTCPClient(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- runEcho(ctx, []string{"-listen", addr}, io.Discard, io.Discard) }()
+	defer func() { cancel(); <-done }()
+
+	var out bytes.Buffer
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		out.Reset()
+		err = runTCPClient(context.Background(), []string{"-addr", addr, "-message", "hello world"}, &out, io.Discard)
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil || out.String() != "hello world\n" {
+		t.Fatalf("tcp-client = %q, %v", out.String(), err)
+	}
+}
+
+func TestMainUnknownApp(t *testing.T) {
+	var stderr bytes.Buffer
+	if code := Main([]string{"nope"}, io.Discard, &stderr); code != 1 || !strings.Contains(stderr.String(), `unknown demo app "nope"`) {
+		t.Fatalf("Main(nope) = %d, %q", code, stderr.String())
+	}
+}
