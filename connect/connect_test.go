@@ -1,0 +1,140 @@
+package connect
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/meshlet/meshlet/catalog"
+	"github.com/meshlet/meshlet/structs"
+)
+
+func dashboardJob() *structs.Job {
+	return &structs.Job{ID: "countdash", Name: "countdash", TaskGroups: []*structs.TaskGroup{{
+		Name:     "dashboard",
+		Networks: []*structs.NetworkResource{{Mode: "bridge", ReservedPorts: []structs.Port{{Label: "http", Value: 9002, To: 9002}}}},
+		Services: []*structs.Service{{
+			Name: "count-dashboard", PortLabel: "http",
+			Connect: &structs.ConsulConnect{SidecarService: &structs.ConsulSidecarService{
+				Proxy: &structs.ConsulProxy{Upstreams: []*structs.ConsulUpstream{{DestinationName: "count-api", LocalBindPort: 8080}}},
+			}},
+		}},
+		Tasks: []*structs.Task{{Name: "dashboard", Driver: "raw_exec"}},
+	}}}
+}
+
+func TestInjectAddsSidecarTaskAndPort(t *testing.T) {
+	job := dashboardJob()
+	if err := Inject(job); err != nil {
+		t.Fatal(err)
+	}
+	tg := job.TaskGroups[0]
+	if len(tg.Tasks) != 2 || tg.Tasks[0].Name != "connect-proxy-count-dashboard" {
+		t.Fatalf("tasks = %v", taskNames(tg))
+	}
+	px := tg.Tasks[0]
+	if px.Lifecycle == nil || px.Lifecycle.Hook != "prestart" || !px.Lifecycle.Sidecar {
+		t.Errorf("lifecycle = %+v", px.Lifecycle)
+	}
+	if *px.Resources.CPU != 250 || *px.Resources.MemoryMB != 128 || px.ShutdownDelay != 5*time.Second {
+		t.Errorf("defaults not Nomad's: %+v delay %s", px.Resources, px.ShutdownDelay)
+	}
+	if svc, ok := IsProxyTask(px); !ok || svc != "count-dashboard" {
+		t.Errorf("IsProxyTask = %q, %v", svc, ok)
+	}
+	want := []structs.Port{{Label: "connect-proxy-count-dashboard", To: -1}}
+	if !reflect.DeepEqual(tg.Networks[0].DynamicPorts, want) {
+		t.Errorf("dynamic ports = %+v", tg.Networks[0].DynamicPorts)
+	}
+	args := px.Config["args"].([]any)
+	if args[3] != "_nomad-task-${NOMAD_ALLOC_ID}-group-dashboard-count-dashboard-http-sidecar-proxy" {
+		t.Errorf("proxy id arg = %v", args[3])
+	}
+	if err := Inject(job); err != nil || len(tg.Tasks) != 2 || len(tg.Networks[0].DynamicPorts) != 1 {
+		t.Fatalf("Inject not idempotent: %v, tasks %v", err, taskNames(tg))
+	}
+}
+
+func TestInjectMergesSidecarTask(t *testing.T) {
+	job := dashboardJob()
+	mem, delay := 300, 2*time.Second
+	job.TaskGroups[0].Services[0].Connect.SidecarTask = &structs.SidecarTask{
+		Env: map[string]string{"X": "1"}, Resources: &structs.Resources{MemoryMB: &mem}, ShutdownDelay: &delay,
+		Config: map[string]any{"command": "/usr/local/bin/envoy-wrapper"},
+	}
+	if err := Inject(job); err != nil {
+		t.Fatal(err)
+	}
+	px := job.TaskGroups[0].Tasks[0]
+	if *px.Resources.MemoryMB != 300 || *px.Resources.CPU != 250 || px.ShutdownDelay != delay || px.Env["X"] != "1" {
+		t.Errorf("merge: resources %+v delay %s env %v", px.Resources, px.ShutdownDelay, px.Env)
+	}
+	if px.Config["command"] != "/usr/local/bin/envoy-wrapper" || px.Config["args"] == nil {
+		t.Errorf("config merge = %v", px.Config)
+	}
+}
+
+func TestInjectRejectsHostNetwork(t *testing.T) {
+	job := dashboardJob()
+	job.TaskGroups[0].Networks[0].Mode = "host"
+	if err := Inject(job); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("Inject(host mode) = %v, want ErrInvalid", err)
+	}
+}
+
+func TestRegistrations(t *testing.T) {
+	job := dashboardJob()
+	if err := Inject(job); err != nil {
+		t.Fatal(err)
+	}
+	alloc := &structs.Allocation{ID: "a1", Job: job, TaskGroup: "dashboard", AllocatedResources: &structs.AllocatedResources{
+		Shared: structs.AllocatedSharedResources{Ports: []structs.PortMapping{
+			{Label: "http", Value: 9002, To: 9002}, {Label: "connect-proxy-count-dashboard", Value: 21000, To: 21000},
+		}},
+	}}
+	got, err := Registrations(Placement{Alloc: alloc, Address: "172.26.64.5", NodeID: "n1", Datacenter: "dc1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 {
+		t.Fatalf("got %d instances, want 2", len(got))
+	}
+	app, px := got[0], got[1]
+	if app.ID != "_nomad-task-a1-group-dashboard-count-dashboard-http" || app.Port != 9002 || app.Address != "172.26.64.5" || !app.Connect {
+		t.Errorf("app = %+v", app)
+	}
+	if px.ID != app.ID+"-sidecar-proxy" || px.Name != "count-dashboard-sidecar-proxy" || px.Kind != catalog.KindConnectProxy || px.Port != 21000 {
+		t.Errorf("proxy = %+v", px)
+	}
+	wantProxy := &catalog.Proxy{DestinationServiceName: "count-dashboard", DestinationServiceID: app.ID,
+		LocalServiceAddress: "127.0.0.1", LocalServicePort: 9002,
+		Upstreams: []catalog.Upstream{{DestinationName: "count-api", LocalBindAddress: "127.0.0.1", LocalBindPort: 8080}}}
+	if !reflect.DeepEqual(px.Proxy, wantProxy) {
+		t.Errorf("proxy config = %+v, want %+v", px.Proxy, wantProxy)
+	}
+	alloc.AllocatedResources = nil
+	if _, err := Registrations(Placement{Alloc: alloc}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("unassigned port label: err = %v, want ErrInvalid", err)
+	}
+}
+
+func TestUpstreamEnv(t *testing.T) {
+	got := UpstreamEnv(dashboardJob().TaskGroups[0])
+	want := map[string]string{
+		"NOMAD_UPSTREAM_ADDR_count_api": "127.0.0.1:8080",
+		"NOMAD_UPSTREAM_IP_count_api":   "127.0.0.1",
+		"NOMAD_UPSTREAM_PORT_count_api": "8080",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("UpstreamEnv = %v", got)
+	}
+}
+
+func taskNames(tg *structs.TaskGroup) []string {
+	var out []string
+	for _, t := range tg.Tasks {
+		out = append(out, t.Name)
+	}
+	return out
+}

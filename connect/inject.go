@@ -1,0 +1,151 @@
+package connect
+
+import (
+	"fmt"
+	"maps"
+	"strings"
+
+	"github.com/meshlet/meshlet/structs"
+)
+
+// Inject adds, for every service with a sidecar_service, the sidecar's
+// public-listener port to the group network and a prestart sidecar task
+// `connect-proxy-<service>` merged with any sidecar_task override. The
+// task runs `meshlet connect sidecar`, which picks Envoy or the built-in
+// proxy on the node. Inject is idempotent.
+func Inject(job *structs.Job) error {
+	for _, tg := range job.TaskGroups {
+		services := ConnectServices(tg)
+		if len(services) == 0 {
+			continue
+		}
+		if err := checkNetwork(tg); err != nil {
+			return err
+		}
+		for i, s := range services {
+			label := sidecarPortLabel(s)
+			ensureDynamicPort(tg.Networks[0], label)
+			if tg.LookupTask(ProxyTaskName(s.Name)) != nil {
+				continue
+			}
+			t := proxyTask(tg.Name, s, i)
+			mergeSidecarTask(t, s.Connect.SidecarTask)
+			tg.Tasks = append([]*structs.Task{t}, tg.Tasks...)
+		}
+	}
+	return nil
+}
+
+func checkNetwork(tg *structs.TaskGroup) error {
+	if len(tg.Networks) != 1 {
+		return fmt.Errorf("%w: group %q: connect sidecars need exactly one network block, found %d", ErrInvalid, tg.Name, len(tg.Networks))
+	}
+	mode := tg.Networks[0].Mode
+	if mode != structs.NetworkModeBridge && !strings.HasPrefix(mode, structs.NetworkModeCNIPrefix) {
+		return fmt.Errorf("%w: group %q: connect sidecars need network mode \"bridge\" or \"cni/<name>\", not %q", ErrInvalid, tg.Name, mode)
+	}
+	return nil
+}
+
+func sidecarPortLabel(s *structs.Service) string {
+	if p := s.Connect.SidecarService.Port; p != "" {
+		return p
+	}
+	return ProxyPortLabel(s.Name)
+}
+
+func ensureDynamicPort(n *structs.NetworkResource, label string) {
+	for _, p := range append(n.ReservedPorts, n.DynamicPorts...) {
+		if p.Label == label {
+			return
+		}
+	}
+	n.DynamicPorts = append(n.DynamicPorts, structs.Port{Label: label, To: -1})
+}
+
+func proxyTask(group string, s *structs.Service, index int) *structs.Task {
+	cpu, mem := DefaultProxyCPU, DefaultProxyMemoryMB
+	files, size := 2, 2
+	delay := DefaultShutdownDelay
+	id := ProxyID(ServiceID("${NOMAD_ALLOC_ID}", group, s.Name, s.PortLabel))
+	return &structs.Task{
+		Name:      ProxyTaskName(s.Name),
+		Kind:      KindPrefix + s.Name,
+		Driver:    "raw_exec",
+		Lifecycle: &structs.TaskLifecycle{Hook: structs.TaskLifecycleHookPrestart, Sidecar: true},
+		Config: map[string]any{
+			"command": "${attr.meshlet.binary}",
+			"args": []any{
+				"connect", "sidecar",
+				"-proxy-id", id,
+				"-service", s.Name,
+				"-grpc-addr", "unix://${NOMAD_ALLOC_DIR}/tmp/" + SocketName,
+				"-admin-bind", fmt.Sprintf("127.0.0.2:%d", AdminBasePort+index),
+				"-mode", "${attr.meshlet.sidecar}",
+				"-envoy-binary", "${attr.meshlet.envoy_binary}",
+				"-bootstrap-path", "${NOMAD_SECRETS_DIR}/envoy_bootstrap.json",
+			},
+		},
+		Resources:     &structs.Resources{CPU: &cpu, MemoryMB: &mem},
+		LogConfig:     &structs.LogConfig{MaxFiles: &files, MaxFileSizeMB: &size},
+		ShutdownDelay: delay,
+	}
+}
+
+// mergeSidecarTask applies a sidecar_task override: set fields replace the
+// defaults; config, env and meta maps are merged key by key.
+func mergeSidecarTask(t *structs.Task, o *structs.SidecarTask) {
+	if o == nil {
+		return
+	}
+	if o.Name != "" {
+		t.Name = o.Name
+	}
+	if o.Driver != "" {
+		t.Driver = o.Driver
+	}
+	if o.User != "" {
+		t.User = o.User
+	}
+	if len(o.Config) > 0 {
+		if t.Driver != "raw_exec" && o.Driver != "" {
+			t.Config = map[string]any{}
+		}
+		maps.Copy(t.Config, o.Config)
+	}
+	t.Env = mergeStrings(t.Env, o.Env)
+	t.Meta = mergeStrings(t.Meta, o.Meta)
+	if r := o.Resources; r != nil {
+		if r.CPU != nil {
+			t.Resources.CPU = r.CPU
+		}
+		if r.MemoryMB != nil {
+			t.Resources.MemoryMB = r.MemoryMB
+		}
+		if r.MemoryMaxMB != nil {
+			t.Resources.MemoryMaxMB = r.MemoryMaxMB
+		}
+	}
+	if o.LogConfig != nil {
+		t.LogConfig = o.LogConfig
+	}
+	if o.KillTimeout != nil {
+		t.KillTimeout = o.KillTimeout
+	}
+	if o.ShutdownDelay != nil {
+		t.ShutdownDelay = *o.ShutdownDelay
+	}
+	if o.KillSignal != "" {
+		t.KillSignal = o.KillSignal
+	}
+}
+
+func mergeStrings(base, over map[string]string) map[string]string {
+	if len(over) == 0 {
+		return base
+	}
+	out := make(map[string]string, len(base)+len(over))
+	maps.Copy(out, base)
+	maps.Copy(out, over)
+	return out
+}

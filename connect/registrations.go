@@ -1,0 +1,132 @@
+package connect
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/meshlet/meshlet/catalog"
+	"github.com/meshlet/meshlet/structs"
+)
+
+// Placement is what the client knows about a running allocation that the
+// catalog needs.
+type Placement struct {
+	Alloc *structs.Allocation
+	// Address is where the allocation's services are reachable: the
+	// allocation's bridge address, or 127.0.0.1 in host mode (a single node
+	// never advertises the host's other interfaces).
+	Address    string
+	NodeID     string
+	Datacenter string
+}
+
+// Registrations returns the catalog instances of an allocation's group
+// services: each service, and for each sidecar_service its proxy.
+func Registrations(p Placement) ([]catalog.ServiceInstance, error) {
+	a := p.Alloc
+	if a.Job == nil {
+		return nil, fmt.Errorf("%w: allocation %s has no job", ErrInvalid, a.ID)
+	}
+	tg := a.Job.LookupTaskGroup(a.TaskGroup)
+	if tg == nil {
+		return nil, fmt.Errorf("%w: allocation %s: group %q not in job", ErrInvalid, a.ID, a.TaskGroup)
+	}
+	bridge := len(tg.Networks) == 1 && tg.Networks[0].Mode != structs.NetworkModeHost && tg.Networks[0].Mode != ""
+	var out []catalog.ServiceInstance
+	for _, s := range tg.Services {
+		port, err := resolvePort(a, s.PortLabel, bridge)
+		if err != nil {
+			return nil, fmt.Errorf("service %q: %w", s.Name, err)
+		}
+		id := ServiceID(a.ID, tg.Name, s.Name, s.PortLabel)
+		out = append(out, catalog.ServiceInstance{
+			ID: id, Name: s.Name, Address: p.Address, Port: port, Tags: s.Tags, Meta: s.Meta,
+			AllocID: a.ID, NodeID: p.NodeID, Datacenter: p.Datacenter, Healthy: true,
+			Connect: s.Connect.HasSidecar() || (s.Connect != nil && s.Connect.Native),
+		})
+		if !s.Connect.HasSidecar() {
+			continue
+		}
+		proxy, err := proxyInstance(p, s, id, port)
+		if err != nil {
+			return nil, fmt.Errorf("service %q sidecar: %w", s.Name, err)
+		}
+		out = append(out, proxy)
+	}
+	return out, nil
+}
+
+func proxyInstance(p Placement, s *structs.Service, serviceID string, servicePort int) (catalog.ServiceInstance, error) {
+	ss := s.Connect.SidecarService
+	port, err := resolvePort(p.Alloc, sidecarPortLabel(s), true)
+	if err != nil {
+		return catalog.ServiceInstance{}, err
+	}
+	px := &catalog.Proxy{
+		DestinationServiceName: s.Name,
+		DestinationServiceID:   serviceID,
+		LocalServiceAddress:    "127.0.0.1",
+		LocalServicePort:       servicePort,
+	}
+	if cp := ss.Proxy; cp != nil {
+		if cp.LocalServiceAddress != "" {
+			px.LocalServiceAddress = cp.LocalServiceAddress
+		}
+		if cp.LocalServicePort != 0 {
+			px.LocalServicePort = cp.LocalServicePort
+		}
+		px.Config = cp.Config
+		for _, u := range cp.Upstreams {
+			px.Upstreams = append(px.Upstreams, catalog.Upstream{
+				DestinationName: u.DestinationName, Datacenter: u.Datacenter,
+				LocalBindAddress: orDefault(u.LocalBindAddress, "127.0.0.1"), LocalBindPort: u.LocalBindPort, Config: u.Config,
+			})
+		}
+		if cp.Expose != nil {
+			for _, e := range cp.Expose.Paths {
+				lp, err := resolvePort(p.Alloc, e.ListenerPort, true)
+				if err != nil {
+					return catalog.ServiceInstance{}, fmt.Errorf("expose path %q: %w", e.Path, err)
+				}
+				px.Expose = append(px.Expose, catalog.ExposePath{Path: e.Path, Protocol: e.Protocol, LocalPathPort: e.LocalPathPort, ListenerPort: lp})
+			}
+		}
+	}
+	return catalog.ServiceInstance{
+		ID: ProxyID(serviceID), Name: ProxyServiceName(s.Name), Kind: catalog.KindConnectProxy,
+		Address: p.Address, Port: port, Tags: ss.Tags, Meta: ss.Meta,
+		AllocID: p.Alloc.ID, NodeID: p.NodeID, Datacenter: p.Datacenter, Healthy: true, Proxy: px,
+	}, nil
+}
+
+// resolvePort turns a service port (a label or a number) into the port the
+// service is reachable on at its registered address: inside the namespace
+// for bridge mode (a bare number means the port inside), the host port
+// otherwise.
+func resolvePort(a *structs.Allocation, label string, inside bool) (int, error) {
+	if label == "" {
+		return 0, nil
+	}
+	if a.AllocatedResources != nil {
+		for _, pm := range a.AllocatedResources.Shared.Ports {
+			if pm.Label != label {
+				continue
+			}
+			if inside && pm.To > 0 {
+				return pm.To, nil
+			}
+			return pm.Value, nil
+		}
+	}
+	if n, err := strconv.Atoi(label); err == nil && n > 0 && n <= 65535 {
+		return n, nil
+	}
+	return 0, fmt.Errorf("%w: port %q is neither a port label of the group nor a number", ErrInvalid, label)
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
