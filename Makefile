@@ -8,7 +8,7 @@ PLUGINS_MOD := github.com/containernetworking/plugins
 # Test timeouts are safety nets against hangs, not performance targets.
 TEST_TIMEOUT ?= 15m
 
-.PHONY: all build cni deps test test-unit lint demo demo-stop bench clean help
+.PHONY: all build cni deps test test-unit check-provision lint demo demo-stop bench clean help
 
 all: build cni ## Build meshlet and the CNI plugins (default)
 
@@ -27,12 +27,19 @@ cni: ## Build the standard CNI plugins pinned in go.mod into bin/cni
 		$(GO) build -o $(CNI_BIN)/ $(PLUGINS_MOD)/plugins/$$p || exit 1; \
 	done
 
-test: deps all ## Run every test tier (privileged tiers run as root, skip otherwise)
+test: deps all check-provision ## Run every test tier (privileged tiers run as root, skip otherwise)
 	MESHLET_BIN=$(CURDIR)/$(BIN)/meshlet MESHLET_CNI_PATH=$(CURDIR)/$(CNI_BIN) \
 		$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 test-unit: ## Unit tests only (no root needed)
 	MESHLET_SKIP_PRIVILEGED=1 $(GO) test -count=1 -short ./...
+
+check-provision: ## Check the Vagrantfile and provisioning script without a hypervisor
+	@if command -v shellcheck >/dev/null; then shellcheck scripts/*.sh; else echo "check-provision: shellcheck not installed, skipped"; fi
+	@if command -v ruby >/dev/null; then ruby -c Vagrantfile >/dev/null; else echo "check-provision: ruby not installed, skipped"; fi
+	@if command -v vagrant >/dev/null; then vagrant validate >/dev/null; fi
+	@DRY_RUN=1 scripts/provision.sh vm >/dev/null
+	@echo "check-provision: Vagrantfile and scripts/provision.sh OK"
 
 lint: ## gofmt, go vet and staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
