@@ -1,0 +1,281 @@
+// Package framework runs the real meshlet agent for end-to-end tests: it
+// builds (or finds) the binary and the CNI plugins, starts `meshlet agent`
+// with a private data dir, free loopback ports and its own bridge network,
+// drives it through the CLI and the official Nomad API client, and tears
+// everything down (jobs purged, agent stopped) in t.Cleanup.
+//
+// Tests that use it need root (network namespaces, CNI, iptables) and skip
+// with a clear message otherwise.
+package framework
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	nomadapi "github.com/hashicorp/nomad/api"
+
+	"github.com/meshlet/meshlet/internal/testutil"
+)
+
+var (
+	buildOnce sync.Once
+	buildErr  error
+	binPath   string
+	cniPath   string
+	netSeq    atomic.Int32
+)
+
+// repoRoot is the repository's top directory.
+func repoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// binaries returns the meshlet binary and CNI plugin dir: MESHLET_BIN and
+// MESHLET_CNI_PATH (set by `make test`), or built once into a temp dir.
+func binaries(t testing.TB) (string, string) {
+	buildOnce.Do(func() {
+		binPath, cniPath = os.Getenv("MESHLET_BIN"), os.Getenv("MESHLET_CNI_PATH")
+		if binPath != "" && cniPath != "" {
+			return
+		}
+		dir, err := os.MkdirTemp("", "meshlet-e2e-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath, cniPath = filepath.Join(dir, "meshlet"), filepath.Join(dir, "cni")
+		cmd := exec.Command("make", "-C", repoRoot(), "build", "cni", "BIN="+dir)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("failed to build meshlet: %w\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath, cniPath
+}
+
+// Agent is a running meshlet agent under test.
+type Agent struct {
+	t           testing.TB
+	Bin         string
+	DataDir     string
+	HTTPAddr    string // http://127.0.0.1:port
+	ConnectAddr string // Consul-shaped API, http://127.0.0.1:port
+	GRPCAddr    string
+	Bridge      string
+	Subnet      string
+	cmd         *exec.Cmd
+	log         *bytes.Buffer
+	logMu       sync.Mutex
+	done        chan struct{}
+}
+
+// Options tune an agent.
+type Options struct {
+	// DefaultDeny sets the intentions default policy to deny.
+	DefaultDeny bool
+}
+
+// NewAgent starts an agent for t; it is stopped (and its jobs purged) in
+// t.Cleanup.
+func NewAgent(t testing.TB, opts Options) *Agent {
+	t.Helper()
+	testutil.RequireRoot(t)
+	bin, cni := binaries(t)
+	n := netSeq.Add(1)
+	a := &Agent{
+		t: t, Bin: bin, DataDir: t.TempDir(),
+		Bridge: fmt.Sprintf("mle2e%d%d", os.Getpid()%1000, n),
+		// A private subnet per agent, used only inside namespaces meshlet creates.
+		Subnet: fmt.Sprintf("10.%d.%d.0/24", 200+os.Getpid()%50, n),
+		log:    &bytes.Buffer{}, done: make(chan struct{}),
+	}
+	ports := freePorts(t, 3)
+	a.HTTPAddr = fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+	a.ConnectAddr = fmt.Sprintf("http://127.0.0.1:%d", ports[1])
+	a.GRPCAddr = fmt.Sprintf("127.0.0.1:%d", ports[2])
+	cfg := a.config(ports, cni, opts)
+	cfgPath := filepath.Join(a.DataDir, "agent.hcl")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a.start(cfgPath)
+	t.Cleanup(a.cleanup)
+	a.waitReady()
+	return a
+}
+
+func (a *Agent) config(ports []int, cni string, opts Options) string {
+	policy := "allow"
+	if opts.DefaultDeny {
+		policy = "deny"
+	}
+	return fmt.Sprintf(`
+data_dir  = %q
+bind_addr = "127.0.0.1"
+log_level = "debug"
+sidecar   = "builtin"
+ports {
+  http         = %d
+  connect_http = %d
+  grpc         = %d
+}
+connect {
+  default_intention_policy = %q
+}
+client {
+  cni_path              = %q
+  bridge_network_name   = %q
+  bridge_network_subnet = %q
+}
+`, filepath.Join(a.DataDir, "data"), ports[0], ports[1], ports[2], policy, cni, a.Bridge, a.Subnet)
+}
+
+func (a *Agent) start(cfgPath string) {
+	a.cmd = exec.Command(a.Bin, "agent", "-config", cfgPath)
+	a.cmd.Stdout = (*lockedWriter)(a)
+	a.cmd.Stderr = (*lockedWriter)(a)
+	if err := a.cmd.Start(); err != nil {
+		a.t.Fatalf("failed to start agent: %v", err)
+	}
+	go func() { _ = a.cmd.Wait(); close(a.done) }()
+}
+
+type lockedWriter Agent
+
+func (w *lockedWriter) Write(p []byte) (int, error) {
+	w.logMu.Lock()
+	defer w.logMu.Unlock()
+	return w.log.Write(p)
+}
+
+// Log returns what the agent printed so far.
+func (a *Agent) Log() string {
+	a.logMu.Lock()
+	defer a.logMu.Unlock()
+	return a.log.String()
+}
+
+func (a *Agent) waitReady() {
+	a.t.Helper()
+	c := a.Nomad()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		nodes, _, err := c.Nodes().List(nil)
+		if err == nil && len(nodes) > 0 && nodes[0].Status == "ready" {
+			return
+		}
+		select {
+		case <-a.done:
+			a.t.Fatalf("agent exited during start:\n%s", a.Log())
+		default:
+		}
+		if time.Now().After(deadline) {
+			a.t.Fatalf("agent not ready after 30s (last error: %v):\n%s", err, a.Log())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// Nomad returns an official Nomad API client for the agent.
+func (a *Agent) Nomad() *nomadapi.Client {
+	c, err := nomadapi.NewClient(&nomadapi.Config{Address: a.HTTPAddr})
+	if err != nil {
+		a.t.Fatalf("nomad api client: %v", err)
+	}
+	return c
+}
+
+// CLIResult is a finished CLI invocation.
+type CLIResult struct {
+	Stdout, Stderr string
+	Code           int
+}
+
+// CLI runs the meshlet CLI against the agent.
+func (a *Agent) CLI(args ...string) CLIResult {
+	return a.CLIStdin(nil, args...)
+}
+
+// CLIStdin runs the CLI with stdin.
+func (a *Agent) CLIStdin(stdin []byte, args ...string) CLIResult {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, a.Bin, args...)
+	cmd.Env = append(os.Environ(), "MESHLET_ADDR="+a.HTTPAddr, "MESHLET_CONNECT_ADDR="+a.ConnectAddr)
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if err != nil {
+		code = -1
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		}
+	}
+	return CLIResult{Stdout: out.String(), Stderr: errb.String(), Code: code}
+}
+
+// MustCLI runs the CLI and fails the test on a non-zero exit.
+func (a *Agent) MustCLI(args ...string) string {
+	a.t.Helper()
+	r := a.CLI(args...)
+	if r.Code != 0 {
+		a.t.Fatalf("meshlet %s: exit %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), r.Code, r.Stdout, r.Stderr)
+	}
+	return r.Stdout
+}
+
+func (a *Agent) cleanup() {
+	if a.t.Failed() {
+		a.t.Logf("agent log:\n%s", a.Log())
+	}
+	if jobs, _, err := a.Nomad().Jobs().List(nil); err == nil {
+		for _, j := range jobs {
+			_ = a.CLI("job", "stop", "-purge", j.ID)
+		}
+	}
+	if a.cmd.Process != nil {
+		_ = a.cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-a.done:
+		case <-time.After(15 * time.Second):
+			_ = a.cmd.Process.Kill()
+			<-a.done
+		}
+	}
+}
+
+func freePorts(t testing.TB, n int) []int {
+	t.Helper()
+	var ls []net.Listener
+	var out []int
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+		out = append(out, l.Addr().(*net.TCPAddr).Port)
+	}
+	for _, l := range ls {
+		l.Close()
+	}
+	return out
+}
