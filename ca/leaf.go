@@ -1,0 +1,286 @@
+package ca
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// leafEntry is one service's cached leaf and its renewal goroutine.
+type leafEntry struct {
+	service string
+	issue   chan struct{} // a one-slot semaphore serializing first issuance
+	kick    chan struct{} // buffered(1): renew now
+	stop    chan struct{} // closed by ForgetLeaf
+
+	// Guarded by Manager.mu.
+	leaf     *Leaf
+	rootID   string
+	issuedAt time.Time
+	renewAt  time.Time
+	started  bool
+}
+
+// signed is a freshly signed leaf before it is cached.
+type signed struct {
+	leaf     Leaf
+	rootID   string
+	issuedAt time.Time
+}
+
+// renewalTime is the point in [60%, 90%) of a leaf's life, chosen by r in
+// [0, 1), at which it is renewed. It is computed from the issue time, not
+// the backdated NotBefore.
+func renewalTime(issuedAt, expires time.Time, r float64) time.Time {
+	if r < 0 || r >= 1 {
+		r = 0
+	}
+	life := expires.Sub(issuedAt)
+	return issuedAt.Add(time.Duration(float64(life) * (0.6 + 0.3*r)))
+}
+
+// Leaf returns service's leaf certificate, issuing it on the first call.
+// The leaf is then renewed in the background (at a random point in
+// [60%, 90%] of its life, at once when the roots change) and subscribers
+// hear EventLeafRenewed; callers that hold a leaf should re-fetch it then.
+// The returned value is a copy.
+func (m *Manager) Leaf(ctx context.Context, service string) (*Leaf, error) {
+	if !ValidServiceName(service) {
+		return nil, fmt.Errorf("%w: %q", ErrInvalidService, service)
+	}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil, ErrClosed
+	}
+	e := m.leaves[service]
+	if e == nil {
+		e = &leafEntry{service: service, issue: make(chan struct{}, 1), kick: make(chan struct{}, 1), stop: make(chan struct{})}
+		m.leaves[service] = e
+	}
+	l := m.usableLocked(e)
+	m.mu.Unlock()
+	if l != nil {
+		return l, nil
+	}
+
+	select {
+	case e.issue <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("failed to issue leaf for %s: %w", service, ctx.Err())
+	}
+	defer func() { <-e.issue }()
+	m.mu.RLock()
+	l = m.usableLocked(e)
+	m.mu.RUnlock()
+	if l != nil {
+		return l, nil
+	}
+	if err := m.signAndStore(ctx, e); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	if !e.started && !m.closed {
+		e.started = true
+		m.wg.Add(1)
+		go m.renewLoop(e)
+	}
+	l = m.usableLocked(e)
+	m.mu.Unlock()
+	m.afterStore(service)
+	if l == nil {
+		return nil, fmt.Errorf("failed to issue leaf for %s: issued certificate already expired", service)
+	}
+	return l, nil
+}
+
+// ForgetLeaf drops service's cached leaf and stops renewing it (its
+// service is gone); a later Leaf call issues a new one.
+func (m *Manager) ForgetLeaf(service string) {
+	m.mu.Lock()
+	e := m.leaves[service]
+	if e != nil {
+		delete(m.leaves, service)
+		close(e.stop)
+	}
+	m.mu.Unlock()
+	if e != nil {
+		m.maybePrune()
+	}
+}
+
+func (m *Manager) usableLocked(e *leafEntry) *Leaf {
+	if e.leaf == nil || !m.now().Before(e.leaf.ValidBefore) {
+		return nil
+	}
+	cp := *e.leaf
+	return &cp
+}
+
+// signAndStore signs a leaf and caches it in e, retrying when the signing
+// root was dropped meanwhile.
+func (m *Manager) signAndStore(ctx context.Context, e *leafEntry) error {
+	for attempt := 0; ; attempt++ {
+		s, err := m.sign(ctx, e.service)
+		if err != nil {
+			return err
+		}
+		err = m.store(e, s)
+		if err == nil || !errors.Is(err, errStaleRoot) || attempt == 2 {
+			return err
+		}
+	}
+}
+
+func (m *Manager) store(e *leafEntry, s *signed) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.rootLocked(s.rootID) == nil {
+		return fmt.Errorf("failed to store leaf for %s: %w", e.service, errStaleRoot)
+	}
+	m.index++
+	s.leaf.ModifyIndex = m.index
+	e.leaf, e.rootID, e.issuedAt = &s.leaf, s.rootID, s.issuedAt
+	e.renewAt = renewalTime(s.issuedAt, s.leaf.ValidBefore, m.randFloat())
+	return nil
+}
+
+func (m *Manager) afterStore(service string) {
+	m.emit(Event{Kind: EventLeafRenewed, Service: service})
+	m.maybePrune()
+}
+
+// sign waits for the rate limiter and signs a leaf with the active root.
+func (m *Manager) sign(ctx context.Context, service string) (*signed, error) {
+	if err := m.limiter.Wait(ctx); err != nil {
+		return nil, fmt.Errorf("failed to issue leaf for %s: %w", service, err)
+	}
+	m.mu.RLock()
+	root := m.activeLocked()
+	rootCert, rootKey, rootID, cross := root.cert, root.key, root.ID, root.crossCert
+	m.mu.RUnlock()
+
+	now := m.now()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("failed to generate leaf key: %w", err)
+	}
+	serial, err := randomSerial()
+	if err != nil {
+		return nil, err
+	}
+	uri, err := url.Parse(m.SpiffeID(service))
+	if err != nil {
+		return nil, fmt.Errorf("failed to build SPIFFE ID: %w", err)
+	}
+	notAfter := now.Add(m.cfg.LeafTTL)
+	if rootCert.NotAfter.Before(notAfter) {
+		notAfter = rootCert.NotAfter
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: service},
+		URIs:         []*url.URL{uri},
+		NotBefore:    now.Add(-clockSkew),
+		NotAfter:     notAfter,
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyAgreement,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	if lower := strings.ToLower(service); dnsLabelRE.MatchString(lower) {
+		tmpl.DNSNames = []string{lower + ".svc.default." + m.trustDomain}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, rootCert, &key.PublicKey, rootKey)
+	if err != nil {
+		return nil, fmt.Errorf("failed to sign leaf for %s: %w", service, err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, fmt.Errorf("failed to parse leaf for %s: %w", service, err)
+	}
+	keyPEM, err := encodeKey(key)
+	if err != nil {
+		return nil, err
+	}
+	chain := encodeCert(cert)
+	if cross != nil {
+		chain += encodeCert(cross)
+	}
+	m.metrics.issued.Inc()
+	return &signed{
+		rootID:   rootID,
+		issuedAt: now,
+		leaf: Leaf{
+			Service:       service,
+			SpiffeID:      uri.String(),
+			SerialNumber:  colonHex(serial.Bytes()),
+			CertPEM:       chain,
+			PrivateKeyPEM: keyPEM,
+			ValidAfter:    cert.NotBefore.UTC(),
+			ValidBefore:   cert.NotAfter.UTC(),
+		},
+	}, nil
+}
+
+// untilRenewal is how long e's leaf may live before renewal: zero when it
+// is missing, signed by a root that is no longer active, or due.
+func (m *Manager) untilRenewal(e *leafEntry) time.Duration {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	active := m.activeLocked()
+	if e.leaf == nil || active == nil || e.rootID != active.ID {
+		return 0
+	}
+	return e.renewAt.Sub(m.now())
+}
+
+// renewLoop renews e's leaf until Close or ForgetLeaf.
+func (m *Manager) renewLoop(e *leafEntry) {
+	defer m.wg.Done()
+	backoff := time.Second
+	for {
+		if wait := m.untilRenewal(e); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-m.ctx.Done():
+				t.Stop()
+				return
+			case <-e.stop:
+				t.Stop()
+				return
+			case <-e.kick:
+				t.Stop()
+			case <-t.C:
+			}
+		}
+		select {
+		case <-e.kick: // this renewal serves a pending kick too
+		default:
+		}
+		err := m.signAndStore(m.ctx, e)
+		if err == nil {
+			backoff = time.Second
+			m.afterStore(e.service)
+			continue
+		}
+		if m.ctx.Err() != nil {
+			return
+		}
+		m.logger.Error("failed to renew leaf certificate", "service", e.service, "error", err)
+		select {
+		case <-m.ctx.Done():
+			return
+		case <-e.stop:
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Minute)
+	}
+}

@@ -1,0 +1,197 @@
+package consulapi
+
+import (
+	"net/http"
+
+	consul "github.com/hashicorp/consul/api"
+
+	"github.com/meshlet/meshlet/catalog"
+)
+
+func (s *Server) catalogWait(r *http.Request) error {
+	return block(r, s.d.Catalog.Index, func(fn func()) func() {
+		return s.d.Catalog.Subscribe(func(catalog.Change) { fn() })
+	})
+}
+
+// GET /v1/catalog/services: service name → tags.
+func (s *Server) catalogServices(w http.ResponseWriter, r *http.Request) {
+	if err := s.catalogWait(r); err != nil {
+		s.failFor(w, r, err)
+		return
+	}
+	index := s.d.Catalog.Index()
+	s.writeJSON(w, index, s.d.Catalog.Services())
+}
+
+// GET /v1/catalog/service/{name}[?tag=]: the instances of a service.
+func (s *Server) catalogService(w http.ResponseWriter, r *http.Request) {
+	if err := s.catalogWait(r); err != nil {
+		s.failFor(w, r, err)
+		return
+	}
+	index := s.d.Catalog.Index()
+	out := []consul.CatalogService{}
+	for _, inst := range filterTags(s.d.Catalog.Service(r.PathValue("name")), r.URL.Query()["tag"]) {
+		out = append(out, consul.CatalogService{
+			ID:                       inst.NodeID,
+			Node:                     s.d.NodeName,
+			Address:                  s.d.NodeAddress,
+			Datacenter:               s.d.Datacenter,
+			TaggedAddresses:          map[string]string{"lan": s.d.NodeAddress},
+			NodeMeta:                 map[string]string{},
+			ServiceID:                inst.ID,
+			ServiceName:              inst.Name,
+			ServiceAddress:           inst.Address,
+			ServiceTags:              nonNil(inst.Tags),
+			ServiceMeta:              nonNilMap(inst.Meta),
+			ServicePort:              inst.Port,
+			ServiceWeights:           consul.Weights{Passing: 1, Warning: 1},
+			ServiceProxy:             proxyConfig(inst.Proxy),
+			CreateIndex:              inst.ModifyIndex,
+			ModifyIndex:              inst.ModifyIndex,
+			ServiceEnableTagOverride: false,
+		})
+	}
+	s.writeJSON(w, index, out)
+}
+
+// GET /v1/health/service/{name}[?passing&tag=]: the instances of a service
+// with their checks.
+func (s *Server) healthService(w http.ResponseWriter, r *http.Request) {
+	s.health(w, r, s.d.Catalog.Service)
+}
+
+// GET /v1/health/connect/{name}[?passing&tag=]: the connect-capable
+// endpoints of a service, i.e. the sidecar proxies whose destination it is.
+// (Native connect services are not distinguished in the catalog and are
+// not listed.)
+func (s *Server) healthConnect(w http.ResponseWriter, r *http.Request) {
+	s.health(w, r, s.d.Catalog.ConnectProxies)
+}
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request, list func(string) []catalog.ServiceInstance) {
+	if err := s.catalogWait(r); err != nil {
+		s.failFor(w, r, err)
+		return
+	}
+	index := s.d.Catalog.Index()
+	_, passingOnly := r.URL.Query()[consul.HealthPassing]
+	out := []consul.ServiceEntry{}
+	for _, inst := range filterTags(list(r.PathValue("name")), r.URL.Query()["tag"]) {
+		if passingOnly && !inst.Healthy {
+			continue
+		}
+		out = append(out, s.serviceEntry(inst))
+	}
+	s.writeJSON(w, index, out)
+}
+
+func (s *Server) serviceEntry(inst catalog.ServiceInstance) consul.ServiceEntry {
+	status, output := consul.HealthPassing, "instance is healthy"
+	if !inst.Healthy {
+		status, output = consul.HealthCritical, "instance is not healthy"
+	}
+	return consul.ServiceEntry{
+		Node: &consul.Node{
+			ID:              inst.NodeID,
+			Node:            s.d.NodeName,
+			Address:         s.d.NodeAddress,
+			Datacenter:      s.d.Datacenter,
+			TaggedAddresses: map[string]string{"lan": s.d.NodeAddress},
+			Meta:            map[string]string{},
+		},
+		Service: &consul.AgentService{
+			Kind:        consul.ServiceKind(inst.Kind),
+			ID:          inst.ID,
+			Service:     inst.Name,
+			Tags:        nonNil(inst.Tags),
+			Meta:        nonNilMap(inst.Meta),
+			Port:        inst.Port,
+			Address:     inst.Address,
+			Weights:     consul.AgentWeights{Passing: 1, Warning: 1},
+			CreateIndex: inst.ModifyIndex,
+			ModifyIndex: inst.ModifyIndex,
+			Proxy:       proxyConfig(inst.Proxy),
+			Datacenter:  s.d.Datacenter,
+		},
+		Checks: consul.HealthChecks{
+			{Node: s.d.NodeName, CheckID: "serfHealth", Name: "Serf Health Status", Status: consul.HealthPassing, Output: "Agent alive and reachable", Type: "", ServiceTags: []string{}},
+			{
+				Node: s.d.NodeName, CheckID: "service:" + inst.ID, Name: "Service '" + inst.Name + "' check",
+				Status: status, Output: output, ServiceID: inst.ID, ServiceName: inst.Name, ServiceTags: nonNil(inst.Tags),
+				Type: "meshlet", CreateIndex: inst.ModifyIndex, ModifyIndex: inst.ModifyIndex,
+			},
+		},
+	}
+}
+
+func proxyConfig(p *catalog.Proxy) *consul.AgentServiceConnectProxyConfig {
+	if p == nil {
+		return nil
+	}
+	out := &consul.AgentServiceConnectProxyConfig{
+		DestinationServiceName: p.DestinationServiceName,
+		DestinationServiceID:   p.DestinationServiceID,
+		LocalServiceAddress:    p.LocalServiceAddress,
+		LocalServicePort:       p.LocalServicePort,
+		Config:                 p.Config,
+	}
+	for _, u := range p.Upstreams {
+		out.Upstreams = append(out.Upstreams, consul.Upstream{
+			DestinationType:  consul.UpstreamDestTypeService,
+			DestinationName:  u.DestinationName,
+			Datacenter:       u.Datacenter,
+			LocalBindAddress: u.LocalBindAddress,
+			LocalBindPort:    u.LocalBindPort,
+			Config:           u.Config,
+		})
+	}
+	for _, e := range p.Expose {
+		out.Expose.Paths = append(out.Expose.Paths, consul.ExposePath{
+			ListenerPort: e.ListenerPort, Path: e.Path, LocalPathPort: e.LocalPathPort, Protocol: e.Protocol,
+		})
+	}
+	return out
+}
+
+// filterTags keeps the instances that carry every tag in tags.
+func filterTags(in []catalog.ServiceInstance, tags []string) []catalog.ServiceInstance {
+	if len(tags) == 0 {
+		return in
+	}
+	var out []catalog.ServiceInstance
+	for _, inst := range in {
+		if hasAll(inst.Tags, tags) {
+			out = append(out, inst)
+		}
+	}
+	return out
+}
+
+func hasAll(have, want []string) bool {
+	set := make(map[string]bool, len(have))
+	for _, t := range have {
+		set[t] = true
+	}
+	for _, t := range want {
+		if !set[t] {
+			return false
+		}
+	}
+	return true
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+func nonNilMap(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}

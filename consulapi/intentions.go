@@ -1,0 +1,242 @@
+package consulapi
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+
+	"github.com/meshlet/meshlet/intention"
+)
+
+// intentionBody is an intention as Consul clients send it. Fields meshlet
+// does not support are decoded so that a request using them is rejected
+// instead of silently losing them.
+type intentionBody struct {
+	ID                   string
+	Description          string
+	SourceNS             string
+	SourceName           string
+	DestinationNS        string
+	DestinationName      string
+	SourceType           string
+	Action               string
+	SourcePartition      string
+	DestinationPartition string
+	SourcePeer           string
+	SourceSamenessGroup  string
+	Permissions          []json.RawMessage
+	Meta                 map[string]string
+}
+
+func (b intentionBody) toIntention() (intention.Intention, error) {
+	switch {
+	case len(b.Permissions) > 0:
+		return intention.Intention{}, badRequest("L7 permissions are not supported; use Action")
+	case len(b.Meta) > 0:
+		return intention.Intention{}, badRequest("intention Meta is not supported")
+	case b.SourcePeer != "" || b.SourceSamenessGroup != "":
+		return intention.Intention{}, badRequest("peers and sameness groups are not supported")
+	case !defaultPartition(b.SourcePartition) || !defaultPartition(b.DestinationPartition):
+		return intention.Intention{}, badRequest("only the default partition is supported")
+	}
+	return intention.Intention{
+		ID: b.ID, Description: b.Description, SourceType: b.SourceType, Action: b.Action,
+		SourceNS: b.SourceNS, SourceName: b.SourceName, DestinationNS: b.DestinationNS, DestinationName: b.DestinationName,
+	}, nil
+}
+
+func defaultPartition(p string) bool { return p == "" || p == "default" }
+
+// parseName splits "[partition/][ns/]name" as consul/api sends it.
+func parseName(param, v string) (ns, name string, err error) {
+	parts := strings.Split(v, "/")
+	switch {
+	case v == "":
+		return "", "", badRequest("query parameter %q is required", param)
+	case len(parts) == 1:
+		return "", parts[0], nil
+	case len(parts) == 2:
+		return parts[0], parts[1], nil
+	case len(parts) == 3 && defaultPartition(parts[0]):
+		return parts[1], parts[2], nil
+	}
+	return "", "", badRequest("invalid %s %q: want [partition/][namespace/]name with the default partition", param, v)
+}
+
+// exactPair reads ?source=&destination=.
+func exactPair(r *http.Request) (srcNS, src, dstNS, dst string, err error) {
+	q := r.URL.Query()
+	if srcNS, src, err = parseName("source", q.Get("source")); err != nil {
+		return
+	}
+	dstNS, dst, err = parseName("destination", q.Get("destination"))
+	return
+}
+
+func (s *Server) intentionsWait(r *http.Request) error {
+	return block(r, s.d.Intentions.Index, s.d.Intentions.Subscribe)
+}
+
+// GET /v1/connect/intentions
+func (s *Server) intentionList(w http.ResponseWriter, r *http.Request) {
+	if err := s.intentionsWait(r); err != nil {
+		s.failFor(w, r, err)
+		return
+	}
+	index := s.d.Intentions.Index()
+	s.writeJSON(w, index, s.d.Intentions.List())
+}
+
+// POST /v1/connect/intentions (legacy create): {"ID": ...}.
+func (s *Server) intentionCreate(w http.ResponseWriter, r *http.Request) {
+	var body intentionBody
+	if err := decodeBody(r, &body); err != nil {
+		s.failFor(w, r, err)
+		return
+	}
+	if body.ID != "" {
+		s.failFor(w, r, badRequest("ID must be empty when creating an intention"))
+		return
+	}
+	in, err := body.toIntention()
+	if err == nil {
+		in, err = s.d.Intentions.Upsert(in, false)
+	}
+	if err != nil {
+		s.failFor(w, r, err)
+		return
+	}
+	s.writeJSON(w, in.ModifyIndex, struct{ ID string }{in.ID})
+}
+
+// GET /v1/connect/intentions/exact?source=&destination=
+func (s *Server) intentionGetExact(w http.ResponseWriter, r *http.Request) {
+	_, src, _, dst, err := exactPair(r)
+	if err != nil {
+		s.failFor(w, r, err)
+		return
+	}
+	index := s.d.Intentions.Index()
+	in, err := s.d.Intentions.Get(src, dst)
+	if err != nil {
+		s.failFor(w, r, err)
+		return
+	}
+	s.writeJSON(w, index, in)
+}
+
+// PUT /v1/connect/intentions/exact?source=&destination= (upsert): true.
+func (s *Server) intentionPutExact(w http.ResponseWriter, r *http.Request) {
+	srcNS, src, dstNS, dst, err := exactPair(r)
+	if err != nil {
+		s.failFor(w, r, err)
+		return
+	}
+	var body intentionBody
+	if err := decodeBody(r, &body); err != nil {
+		s.failFor(w, r, err)
+		return
+	}
+	if (body.SourceName != "" && body.SourceName != src) || (body.DestinationName != "" && body.DestinationName != dst) {
+		s.failFor(w, r, badRequest("body names %s => %s differ from the query's %s => %s", body.SourceName, body.DestinationName, src, dst))
+		return
+	}
+	in, err := body.toIntention()
+	if err != nil {
+		s.failFor(w, r, err)
+		return
+	}
+	in.SourceName, in.DestinationName = src, dst
+	if srcNS != "" {
+		in.SourceNS = srcNS
+	}
+	if dstNS != "" {
+		in.DestinationNS = dstNS
+	}
+	saved, err := s.d.Intentions.Upsert(in, true)
+	if err != nil {
+		s.failFor(w, r, err)
+		return
+	}
+	s.writeJSON(w, saved.ModifyIndex, true)
+}
+
+// DELETE /v1/connect/intentions/exact?source=&destination=
+func (s *Server) intentionDeleteExact(w http.ResponseWriter, r *http.Request) {
+	_, src, _, dst, err := exactPair(r)
+	if err == nil {
+		err = s.d.Intentions.Delete(src, dst)
+	}
+	if err != nil {
+		s.failFor(w, r, err)
+		return
+	}
+	s.writeJSON(w, s.d.Intentions.Index(), true)
+}
+
+// GET /v1/connect/intentions/check?source=&destination=: {"Allowed": bool}.
+func (s *Server) intentionCheck(w http.ResponseWriter, r *http.Request) {
+	_, src, _, dst, err := exactPair(r)
+	if err == nil {
+		if st := r.URL.Query().Get("source-type"); st != "" && st != intention.SourceTypeConsul {
+			err = badRequest("source-type %q is not supported", st)
+		}
+	}
+	if err != nil {
+		s.failFor(w, r, err)
+		return
+	}
+	index := s.d.Intentions.Index()
+	allowed, _ := s.d.Intentions.Check(src, dst)
+	s.writeJSON(w, index, struct{ Allowed bool }{allowed})
+}
+
+// GET /v1/connect/intentions/match?by=source|destination&name=...: name →
+// intentions in evaluation order.
+func (s *Server) intentionMatch(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	by := q.Get("by")
+	if by != "source" && by != "destination" {
+		s.failFor(w, r, badRequest("query parameter \"by\" must be \"source\" or \"destination\", not %q", by))
+		return
+	}
+	if len(q["name"]) == 0 {
+		s.failFor(w, r, badRequest("query parameter \"name\" is required"))
+		return
+	}
+	if err := s.intentionsWait(r); err != nil {
+		s.failFor(w, r, err)
+		return
+	}
+	index := s.d.Intentions.Index()
+	out := map[string][]intention.Intention{}
+	for _, raw := range q["name"] {
+		_, name, err := parseName("name", raw)
+		if err != nil {
+			s.failFor(w, r, err)
+			return
+		}
+		out[raw] = s.d.Intentions.Match(by, name)
+	}
+	s.writeJSON(w, index, out)
+}
+
+// GET /v1/connect/intentions/{id}
+func (s *Server) intentionGetID(w http.ResponseWriter, r *http.Request) {
+	index := s.d.Intentions.Index()
+	in, err := s.d.Intentions.GetByID(r.PathValue("id"))
+	if err != nil {
+		s.failFor(w, r, err)
+		return
+	}
+	s.writeJSON(w, index, in)
+}
+
+// DELETE /v1/connect/intentions/{id}
+func (s *Server) intentionDeleteID(w http.ResponseWriter, r *http.Request) {
+	if err := s.d.Intentions.DeleteByID(r.PathValue("id")); err != nil {
+		s.failFor(w, r, err)
+		return
+	}
+	s.writeJSON(w, s.d.Intentions.Index(), true)
+}

@@ -1,0 +1,214 @@
+// Package consulapi serves the subset of Consul's HTTP API that connect
+// tooling needs (catalog, health/connect, intentions, CA roots and leaves,
+// agent authorize), in the exact JSON shapes github.com/hashicorp/consul/api
+// decodes. The agent serves it on 127.0.0.1:8500. It owns HTTP concerns
+// only: routing, encoding, status codes, X-Consul-Index and blocking
+// queries (?index=&wait=); state lives in catalog, ca and intention.
+//
+// Errors: bad JSON or an invalid intention is a 400 with a one-line
+// message and changes nothing; unknown objects are 404; an existing
+// intention on create is 409.
+//
+// Concurrency: a Server is safe for concurrent use; blocking queries
+// subscribe to the store they watch for the duration of the request.
+package consulapi
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/meshlet/meshlet/authz"
+	"github.com/meshlet/meshlet/ca"
+	"github.com/meshlet/meshlet/catalog"
+	"github.com/meshlet/meshlet/intention"
+)
+
+// Blocking query limits (Consul's).
+const (
+	defaultWait = 5 * time.Minute
+	maxWait     = 10 * time.Minute
+	maxBody     = 1 << 20
+)
+
+// Deps is what the API serves.
+type Deps struct {
+	Catalog    *catalog.Catalog
+	CA         *ca.Manager
+	Intentions *intention.Store
+	Authz      *authz.Service
+	Datacenter string // default "dc1"
+	NodeName   string // default "meshlet"
+	// NodeAddress is the node's address in catalog and health answers
+	// (default 127.0.0.1).
+	NodeAddress string
+}
+
+// Server is the Consul-shaped HTTP API.
+type Server struct {
+	d      Deps
+	logger hclog.Logger
+	mux    *http.ServeMux
+}
+
+// NewServer builds the routes.
+func NewServer(d Deps, logger hclog.Logger) *Server {
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	if d.Datacenter == "" {
+		d.Datacenter = ca.DefaultDatacenter
+	}
+	if d.NodeName == "" {
+		d.NodeName = "meshlet"
+	}
+	if d.NodeAddress == "" {
+		d.NodeAddress = "127.0.0.1"
+	}
+	s := &Server{d: d, logger: logger.Named("consulapi"), mux: http.NewServeMux()}
+	s.routes()
+	return s
+}
+
+// Handler returns the API's handler.
+func (s *Server) Handler() http.Handler { return s.mux }
+
+func (s *Server) routes() {
+	h := map[string]http.HandlerFunc{
+		"GET /v1/catalog/services":             s.catalogServices,
+		"GET /v1/catalog/service/{name}":       s.catalogService,
+		"GET /v1/health/service/{name}":        s.healthService,
+		"GET /v1/health/connect/{name}":        s.healthConnect,
+		"GET /v1/connect/intentions":           s.intentionList,
+		"POST /v1/connect/intentions":          s.intentionCreate,
+		"GET /v1/connect/intentions/exact":     s.intentionGetExact,
+		"PUT /v1/connect/intentions/exact":     s.intentionPutExact,
+		"DELETE /v1/connect/intentions/exact":  s.intentionDeleteExact,
+		"GET /v1/connect/intentions/check":     s.intentionCheck,
+		"GET /v1/connect/intentions/match":     s.intentionMatch,
+		"GET /v1/connect/intentions/{id}":      s.intentionGetID,
+		"DELETE /v1/connect/intentions/{id}":   s.intentionDeleteID,
+		"GET /v1/connect/ca/roots":             s.caRoots,
+		"GET /v1/agent/connect/ca/roots":       s.caRoots,
+		"GET /v1/agent/connect/ca/leaf/{name}": s.caLeaf,
+		"POST /v1/agent/connect/authorize":     s.authorize,
+		"PUT /v1/agent/connect/authorize":      s.authorize,
+	}
+	for pattern, fn := range h {
+		s.mux.HandleFunc(pattern, fn)
+	}
+}
+
+// writeJSON answers 200 with v and the index headers.
+func (s *Server) writeJSON(w http.ResponseWriter, index uint64, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		s.logger.Error("failed to encode response", "error", err)
+		http.Error(w, "failed to encode response", http.StatusInternalServerError)
+		return
+	}
+	setIndex(w, index)
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(append(b, '\n'))
+}
+
+func setIndex(w http.ResponseWriter, index uint64) {
+	w.Header().Set("X-Consul-Index", strconv.FormatUint(max(index, 1), 10))
+	w.Header().Set("X-Consul-KnownLeader", "true")
+	w.Header().Set("X-Consul-LastContact", "0")
+}
+
+// fail answers code with a one-line plain-text message.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, code int, err error) {
+	msg := strings.ReplaceAll(err.Error(), "\n", " ")
+	if code >= 500 {
+		s.logger.Error("request failed", "method", r.Method, "path", r.URL.Path, "error", msg)
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(code)
+	_, _ = fmt.Fprintln(w, msg)
+}
+
+// failFor maps store errors to status codes.
+func (s *Server) failFor(w http.ResponseWriter, r *http.Request, err error) {
+	code := http.StatusInternalServerError
+	switch {
+	case errors.Is(err, intention.ErrInvalid), errors.Is(err, errBadRequest),
+		errors.Is(err, ca.ErrInvalidService), errors.Is(err, authz.ErrInvalidRequest):
+		code = http.StatusBadRequest
+	case errors.Is(err, intention.ErrNotFound):
+		code = http.StatusNotFound
+	case errors.Is(err, intention.ErrExists):
+		code = http.StatusConflict
+	}
+	s.fail(w, r, code, err)
+}
+
+var errBadRequest = errors.New("bad request")
+
+func badRequest(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", errBadRequest, fmt.Sprintf(format, args...))
+}
+
+// decodeBody decodes a JSON body of at most maxBody bytes into v.
+func decodeBody(r *http.Request, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, maxBody))
+	if err := dec.Decode(v); err != nil {
+		return badRequest("failed to decode request body: %v", err)
+	}
+	if dec.More() {
+		return badRequest("failed to decode request body: trailing data")
+	}
+	return nil
+}
+
+// block implements Consul's blocking queries: with ?index=N it waits until
+// current() > N, the ?wait= duration (default 5m, at most 10m) passes or
+// the client goes away. subscribe registers a change callback.
+func block(r *http.Request, current func() uint64, subscribe func(func()) (cancel func())) error {
+	q := r.URL.Query()
+	raw := q.Get("index")
+	if raw == "" {
+		return nil
+	}
+	minIndex, err := strconv.ParseUint(raw, 10, 64)
+	if err != nil {
+		return badRequest("invalid index %q", raw)
+	}
+	wait := defaultWait
+	if w := q.Get("wait"); w != "" {
+		if wait, err = time.ParseDuration(w); err != nil || wait < 0 {
+			return badRequest("invalid wait %q", w)
+		}
+		wait = min(wait, maxWait)
+	}
+	if current() > minIndex {
+		return nil
+	}
+	changed := make(chan struct{}, 1)
+	cancel := subscribe(func() {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	})
+	defer cancel()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for current() <= minIndex {
+		select {
+		case <-changed:
+		case <-timer.C:
+			return nil
+		case <-r.Context().Done():
+			return nil
+		}
+	}
+	return nil
+}

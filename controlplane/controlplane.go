@@ -1,0 +1,198 @@
+// Package controlplane composes meshlet's embedded service-mesh control
+// plane: the CA, the intentions store, the ext_authz service, the xDS
+// server (gRPC on 127.0.0.1:8502 and one unix socket per allocation) and the
+// Consul-shaped HTTP API (127.0.0.1:8500). It reads the catalog, which the
+// client fills, and never reaches into the client. Start and Stop are not
+// safe to call concurrently; everything else is.
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/meshlet/meshlet/authz"
+	"github.com/meshlet/meshlet/ca"
+	"github.com/meshlet/meshlet/catalog"
+	"github.com/meshlet/meshlet/consulapi"
+	"github.com/meshlet/meshlet/intention"
+	"github.com/meshlet/meshlet/xds"
+)
+
+// Config configures the control plane.
+type Config struct {
+	// DataDir holds the CA's and the intentions' persisted state.
+	DataDir    string
+	Datacenter string
+	NodeName   string
+	// DefaultAllow is the intentions default policy (allow in dev mode).
+	DefaultAllow bool
+	LeafTTL      time.Duration
+	// GRPCAddr is the xDS/ext_authz TCP listener ("127.0.0.1:8502"; port 0 picks one).
+	GRPCAddr string
+	// HTTPAddr is the Consul-shaped API listener ("127.0.0.1:8500"; port 0 picks one).
+	HTTPAddr   string
+	Logger     hclog.Logger
+	Registerer prometheus.Registerer
+}
+
+// ControlPlane is the running control plane.
+type ControlPlane struct {
+	cfg        Config
+	log        hclog.Logger
+	Catalog    *catalog.Catalog
+	CA         *ca.Manager
+	Intentions *intention.Store
+	Authz      *authz.Service
+	XDS        *xds.Server
+
+	httpSrv  *http.Server
+	grpcAddr net.Addr
+	httpAddr net.Addr
+
+	mu      sync.Mutex
+	sockets map[string]net.Listener // by alloc ID
+	wg      sync.WaitGroup
+}
+
+// New builds the control plane over cat. Nothing listens until Start.
+func New(cfg Config, cat *catalog.Catalog) (*ControlPlane, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.Datacenter == "" {
+		cfg.Datacenter = "dc1"
+	}
+	log := cfg.Logger.Named("controlplane")
+	caDir, ixDir := "", ""
+	if cfg.DataDir != "" {
+		caDir, ixDir = filepath.Join(cfg.DataDir, "ca"), filepath.Join(cfg.DataDir, "intentions")
+	}
+	caMgr, err := ca.New(ca.Config{Dir: caDir, Datacenter: cfg.Datacenter, LeafTTL: cfg.LeafTTL}, cfg.Logger, cfg.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("failed to start CA: %w", err)
+	}
+	ix, err := intention.New(ixDir, cfg.DefaultAllow, cfg.Logger)
+	if err != nil {
+		_ = caMgr.Close()
+		return nil, fmt.Errorf("failed to open intentions: %w", err)
+	}
+	az := authz.New(caMgr, ix, cfg.Logger, cfg.Registerer)
+	xs, err := xds.NewServer(xds.Config{
+		Catalog: cat, Certs: caMgr, Datacenter: cfg.Datacenter,
+		Logger: cfg.Logger, Registerer: cfg.Registerer,
+	})
+	if err != nil {
+		_ = caMgr.Close()
+		return nil, fmt.Errorf("failed to build xDS server: %w", err)
+	}
+	az.Register(xs.GRPC())
+	return &ControlPlane{
+		cfg: cfg, log: log, Catalog: cat, CA: caMgr, Intentions: ix, Authz: az, XDS: xs,
+		sockets: map[string]net.Listener{},
+	}, nil
+}
+
+// Start opens the gRPC and HTTP listeners.
+func (c *ControlPlane) Start() error {
+	gl, err := net.Listen("tcp", c.cfg.GRPCAddr)
+	if err != nil {
+		return fmt.Errorf("failed to listen for gRPC on %s: %w", c.cfg.GRPCAddr, err)
+	}
+	hl, err := net.Listen("tcp", c.cfg.HTTPAddr)
+	if err != nil {
+		gl.Close()
+		return fmt.Errorf("failed to listen for the connect API on %s: %w", c.cfg.HTTPAddr, err)
+	}
+	c.grpcAddr, c.httpAddr = gl.Addr(), hl.Addr()
+	api := consulapi.NewServer(consulapi.Deps{
+		Catalog: c.Catalog, CA: c.CA, Intentions: c.Intentions, Authz: c.Authz,
+		Datacenter: c.cfg.Datacenter, NodeName: c.cfg.NodeName,
+	}, c.cfg.Logger)
+	c.httpSrv = &http.Server{Handler: api.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	c.serve("grpc", func() error { return c.XDS.Serve(gl) })
+	c.serve("http", func() error { return c.httpSrv.Serve(hl) })
+	c.log.Info("control plane started", "grpc_addr", gl.Addr().String(), "http_addr", hl.Addr().String(),
+		"trust_domain", c.CA.TrustDomain())
+	return nil
+}
+
+func (c *ControlPlane) serve(what string, fn func() error) {
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		if err := fn(); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+			c.log.Error("listener stopped", "listener", what, "error", err)
+		}
+	}()
+}
+
+// GRPCAddr is the xDS/ext_authz listener's address.
+func (c *ControlPlane) GRPCAddr() string { return addrString(c.grpcAddr) }
+
+// HTTPAddr is the Consul-shaped API's address.
+func (c *ControlPlane) HTTPAddr() string { return addrString(c.httpAddr) }
+
+func addrString(a net.Addr) string {
+	if a == nil {
+		return ""
+	}
+	return a.String()
+}
+
+// ServeAllocSocket serves xDS and ext_authz on a unix socket at path (inside
+// an allocation's directory) until RemoveAllocSocket. Idempotent per alloc.
+func (c *ControlPlane) ServeAllocSocket(allocID, path string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.sockets[allocID]; ok {
+		return nil
+	}
+	l, err := c.XDS.ListenUnix(path)
+	if err != nil {
+		return fmt.Errorf("failed to serve control plane socket %s: %w", path, err)
+	}
+	c.sockets[allocID] = l
+	c.serve("unix", func() error { return c.XDS.Serve(l) })
+	return nil
+}
+
+// RemoveAllocSocket stops serving an allocation's socket and removes it.
+func (c *ControlPlane) RemoveAllocSocket(allocID string) {
+	c.mu.Lock()
+	l, ok := c.sockets[allocID]
+	delete(c.sockets, allocID)
+	c.mu.Unlock()
+	if ok {
+		path := l.Addr().String()
+		_ = l.Close()
+		_ = os.Remove(path)
+	}
+}
+
+// Stop shuts everything down.
+func (c *ControlPlane) Stop() {
+	if c.httpSrv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = c.httpSrv.Shutdown(ctx)
+		cancel()
+	}
+	c.XDS.Stop()
+	c.mu.Lock()
+	for id, l := range c.sockets {
+		_ = l.Close()
+		delete(c.sockets, id)
+	}
+	c.mu.Unlock()
+	c.wg.Wait()
+	_ = c.CA.Close()
+}

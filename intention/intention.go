@@ -1,0 +1,154 @@
+// Package intention is the intentions store: which service may connect to
+// which, with Consul's precedence (exact→exact 9 > *→exact 8 > exact→* 6 >
+// *→* 5; first match wins; no match → the default policy). Partial
+// wildcards ("web*") are invalid. The store is persisted atomically (temp
+// file + rename) as JSON in its directory, or kept in memory.
+//
+// Concurrency: a Store is safe for concurrent use; reads take a read lock
+// over a list kept sorted in evaluation order. Subscribers are called
+// synchronously after every change, without locks held, and must not block.
+package intention
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Sentinel errors; test with errors.Is.
+var (
+	// ErrExists: an intention for the (source, destination) pair exists.
+	ErrExists = errors.New("intention already exists")
+	// ErrNotFound: no such intention.
+	ErrNotFound = errors.New("intention not found")
+	// ErrInvalid: the intention was rejected; nothing was changed.
+	ErrInvalid = errors.New("invalid intention")
+)
+
+// Actions, namespaces and source types.
+const (
+	ActionAllow      = "allow"
+	ActionDeny       = "deny"
+	Wildcard         = "*"
+	DefaultNamespace = "default"
+	SourceTypeConsul = "consul"
+)
+
+// Intention allows or denies connections from a source service to a
+// destination service. Its JSON shape is Consul's.
+type Intention struct {
+	ID              string
+	Description     string `json:",omitempty"`
+	SourceNS        string
+	SourceName      string
+	DestinationNS   string
+	DestinationName string
+	SourceType      string
+	Action          string
+	Precedence      int
+	CreatedAt       time.Time
+	UpdatedAt       time.Time
+	CreateIndex     uint64
+	ModifyIndex     uint64
+}
+
+// String renders "src => dst (action)".
+func (ix Intention) String() string {
+	return fmt.Sprintf("%s => %s (%s)", ix.SourceName, ix.DestinationName, ix.Action)
+}
+
+// nameRE accepts Consul-style service names.
+var nameRE = regexp.MustCompile(`^[a-zA-Z0-9]([a-zA-Z0-9._-]{0,251}[a-zA-Z0-9])?$`)
+
+// validName reports whether name is "*" or a service name (no partial
+// wildcard).
+func validName(name string) bool {
+	return name == Wildcard || nameRE.MatchString(name)
+}
+
+// normalize fills defaults and validates in; the returned intention has its
+// precedence computed.
+func normalize(in Intention) (Intention, error) {
+	if in.SourceNS == "" {
+		in.SourceNS = DefaultNamespace
+	}
+	if in.DestinationNS == "" {
+		in.DestinationNS = DefaultNamespace
+	}
+	if in.SourceType == "" {
+		in.SourceType = SourceTypeConsul
+	}
+	in.Action = strings.ToLower(in.Action)
+	switch {
+	case in.SourceName == "" || in.DestinationName == "":
+		return in, fmt.Errorf("%w: source and destination names are required", ErrInvalid)
+	case !validName(in.SourceName):
+		return in, fmt.Errorf("%w: source name %q must be \"*\" or a service name (no partial wildcards)", ErrInvalid, in.SourceName)
+	case !validName(in.DestinationName):
+		return in, fmt.Errorf("%w: destination name %q must be \"*\" or a service name (no partial wildcards)", ErrInvalid, in.DestinationName)
+	case in.SourceNS != DefaultNamespace || in.DestinationNS != DefaultNamespace:
+		return in, fmt.Errorf("%w: only the %q namespace is supported", ErrInvalid, DefaultNamespace)
+	case in.SourceType != SourceTypeConsul:
+		return in, fmt.Errorf("%w: source type %q is not supported (want %q)", ErrInvalid, in.SourceType, SourceTypeConsul)
+	case in.Action != ActionAllow && in.Action != ActionDeny:
+		return in, fmt.Errorf("%w: action %q must be %q or %q", ErrInvalid, in.Action, ActionAllow, ActionDeny)
+	case len(in.Description) > 512:
+		return in, fmt.Errorf("%w: description longer than 512 bytes", ErrInvalid)
+	}
+	in.Precedence = precedence(in)
+	return in, nil
+}
+
+// precedence computes Consul's value: the number of exact parts of the
+// destination sets a maximum (9, 6, 3 for 2, 1, 0 exact parts, namespace
+// included), and each missing exact source part subtracts one.
+func precedence(ix Intention) int {
+	var top int
+	switch countExact(ix.DestinationNS, ix.DestinationName) {
+	case 2:
+		top = 9
+	case 1:
+		top = 6
+	default:
+		top = 3
+	}
+	return top - (2 - countExact(ix.SourceNS, ix.SourceName))
+}
+
+func countExact(ns, name string) int {
+	switch {
+	case ns == Wildcard:
+		return 0
+	case name == Wildcard:
+		return 1
+	default:
+		return 2
+	}
+}
+
+// less orders intentions for evaluation: higher precedence first, then by
+// (source NS, source, destination NS, destination) as Consul does.
+func less(a, b *Intention) bool {
+	if a.Precedence != b.Precedence {
+		return a.Precedence > b.Precedence
+	}
+	if a.SourceNS != b.SourceNS {
+		return a.SourceNS < b.SourceNS
+	}
+	if a.SourceName != b.SourceName {
+		return a.SourceName < b.SourceName
+	}
+	if a.DestinationNS != b.DestinationNS {
+		return a.DestinationNS < b.DestinationNS
+	}
+	return a.DestinationName < b.DestinationName
+}
+
+func sortIntentions(list []*Intention) {
+	sort.Slice(list, func(i, j int) bool { return less(list[i], list[j]) })
+}
+
+func matches(pattern, name string) bool { return pattern == Wildcard || pattern == name }
