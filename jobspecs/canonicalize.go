@@ -1,0 +1,190 @@
+package jobspecs
+
+import (
+	"time"
+
+	"github.com/meshlet/meshlet/structs"
+)
+
+// Defaults Canonicalize fills, as in Nomad.
+const (
+	DefaultRegion              = "global"
+	DefaultNamespace           = "default"
+	DefaultDatacenter          = "*"
+	DefaultPriority            = 50
+	DefaultKillTimeout         = 5 * time.Second
+	DefaultLogMaxFiles         = 10
+	DefaultLogMaxFileSize      = 10 // MB
+	DefaultCPU                 = 100
+	DefaultMemoryMB            = 300
+	DefaultAddressMode         = "auto"
+	DefaultLocalServiceAddress = "127.0.0.1"
+)
+
+// defaultRestart returns Nomad's restart policy for a job type.
+func defaultRestart(jobType string) structs.RestartPolicy {
+	attempts, interval := 2, 30*time.Minute
+	if jobType == structs.JobTypeBatch {
+		attempts, interval = 3, 24*time.Hour
+	}
+	return structs.RestartPolicy{Attempts: &attempts, Interval: &interval, Delay: ptr(15 * time.Second), Mode: ptr(structs.RestartPolicyModeFail)}
+}
+
+// Canonicalize fills Nomad's defaults in place: job type, region,
+// namespace, datacenters, ID/Name, priority; group count and restart policy
+// (by job type; tasks inherit the group's), job update settings into groups;
+// network mode; service address mode, name and proxy local address; task
+// kill timeout, log limits and resources. It only fills what is unset, so it
+// is idempotent. A group count of 0 becomes 1, as an unset count does.
+func Canonicalize(job *structs.Job) {
+	if job == nil {
+		return
+	}
+	if job.ID == "" {
+		job.ID = job.Name
+	}
+	if job.Name == "" {
+		job.Name = job.ID
+	}
+	setDefault(&job.Type, structs.JobTypeService)
+	setDefault(&job.Region, DefaultRegion)
+	setDefault(&job.Namespace, DefaultNamespace)
+	if len(job.Datacenters) == 0 {
+		job.Datacenters = []string{DefaultDatacenter}
+	}
+	if job.Priority == 0 {
+		job.Priority = DefaultPriority
+	}
+	canonicalizeConstraints(job.Constraints)
+	for _, tg := range job.TaskGroups {
+		if tg != nil {
+			canonicalizeGroup(job, tg)
+		}
+	}
+}
+
+func canonicalizeGroup(job *structs.Job, tg *structs.TaskGroup) {
+	if tg.Count == 0 {
+		tg.Count = 1
+	}
+	canonicalizeConstraints(tg.Constraints)
+	def := defaultRestart(job.Type)
+	if tg.RestartPolicy == nil {
+		tg.RestartPolicy = &structs.RestartPolicy{}
+	}
+	mergeRestart(tg.RestartPolicy, &def)
+	if job.Update != nil {
+		if tg.Update == nil {
+			tg.Update = &structs.UpdateStrategy{}
+		}
+		mergeUpdate(tg.Update, job.Update)
+	}
+	for _, n := range tg.Networks {
+		if n != nil {
+			setDefault(&n.Mode, structs.NetworkModeHost)
+		}
+	}
+	for _, s := range tg.Services {
+		canonicalizeService(s, job.Name+"-"+tg.Name)
+	}
+	for _, t := range tg.Tasks {
+		if t != nil {
+			canonicalizeTask(t, tg, job.Name+"-"+tg.Name+"-"+t.Name)
+		}
+	}
+}
+
+func canonicalizeTask(t *structs.Task, tg *structs.TaskGroup, serviceName string) {
+	canonicalizeConstraints(t.Constraints)
+	if t.KillTimeout == nil {
+		t.KillTimeout = ptr(DefaultKillTimeout)
+	}
+	if t.LogConfig == nil {
+		t.LogConfig = &structs.LogConfig{}
+	}
+	fillPtr(&t.LogConfig.MaxFiles, DefaultLogMaxFiles)
+	fillPtr(&t.LogConfig.MaxFileSizeMB, DefaultLogMaxFileSize)
+	fillPtr(&t.LogConfig.Disabled, false)
+	if t.RestartPolicy == nil {
+		t.RestartPolicy = &structs.RestartPolicy{}
+	}
+	mergeRestart(t.RestartPolicy, tg.RestartPolicy)
+	if t.Resources == nil {
+		t.Resources = &structs.Resources{}
+	}
+	if t.Resources.Cores == nil || *t.Resources.Cores == 0 {
+		fillPtr(&t.Resources.CPU, DefaultCPU)
+	}
+	fillPtr(&t.Resources.MemoryMB, DefaultMemoryMB)
+	for _, s := range t.Services {
+		canonicalizeService(s, serviceName)
+	}
+}
+
+func canonicalizeService(s *structs.Service, defaultName string) {
+	if s == nil {
+		return
+	}
+	setDefault(&s.Name, defaultName)
+	setDefault(&s.AddressMode, DefaultAddressMode)
+	if s.Connect == nil || s.Connect.SidecarService == nil {
+		return
+	}
+	if s.Connect.SidecarService.Proxy == nil {
+		s.Connect.SidecarService.Proxy = &structs.ConsulProxy{}
+	}
+	setDefault(&s.Connect.SidecarService.Proxy.LocalServiceAddress, DefaultLocalServiceAddress)
+}
+
+// canonicalizeConstraints defaults an empty operator to "=".
+func canonicalizeConstraints(cs []*structs.Constraint) {
+	for _, c := range cs {
+		if c != nil {
+			setDefault(&c.Operand, "=")
+		}
+	}
+}
+
+func mergeRestart(dst, src *structs.RestartPolicy) {
+	if src == nil {
+		return
+	}
+	fillFrom(&dst.Attempts, src.Attempts)
+	fillFrom(&dst.Interval, src.Interval)
+	fillFrom(&dst.Delay, src.Delay)
+	fillFrom(&dst.Mode, src.Mode)
+}
+
+func mergeUpdate(dst, src *structs.UpdateStrategy) {
+	fillFrom(&dst.Stagger, src.Stagger)
+	fillFrom(&dst.MaxParallel, src.MaxParallel)
+	fillFrom(&dst.HealthCheck, src.HealthCheck)
+	fillFrom(&dst.MinHealthyTime, src.MinHealthyTime)
+	fillFrom(&dst.HealthyDeadline, src.HealthyDeadline)
+	fillFrom(&dst.ProgressDeadline, src.ProgressDeadline)
+	fillFrom(&dst.Canary, src.Canary)
+	fillFrom(&dst.AutoRevert, src.AutoRevert)
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func setDefault(dst *string, v string) {
+	if *dst == "" {
+		*dst = v
+	}
+}
+
+func fillPtr[T any](dst **T, v T) {
+	if *dst == nil {
+		*dst = &v
+	}
+}
+
+// fillFrom copies *src into a fresh pointer when dst is unset, so that the
+// two never alias.
+func fillFrom[T any](dst **T, src *T) {
+	if *dst == nil && src != nil {
+		v := *src
+		*dst = &v
+	}
+}

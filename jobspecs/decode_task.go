@@ -1,0 +1,117 @@
+package jobspecs
+
+import (
+	"github.com/hashicorp/hcl/v2/hclsyntax"
+
+	"github.com/meshlet/meshlet/structs"
+)
+
+var taskSpec = spec{
+	attrs:  []string{"driver", "user", "kill_timeout", "kill_signal", "shutdown_delay", "leader", "kind"},
+	blocks: []string{"resources", "restart", "constraint", "template", "logs", "lifecycle", "service"},
+	maps:   []string{"config", "env", "meta"},
+	unsupported: []string{"artifact", "vault", "volume_mount", "dispatch_payload", "scaling", "csi_plugin",
+		"identity", "affinity", "spread", "consul", "action", "schedule", "update"},
+}
+
+func (d *decoder) decodeTask(b *hclsyntax.Block, p path) *structs.Task {
+	d.rec(p, b.DefRange())
+	t := &structs.Task{Name: b.Labels[0]}
+	c := d.content(b.Body, taskSpec)
+	d.setStr(c, p, "driver", &t.Driver)
+	d.setStr(c, p, "user", &t.User)
+	d.setDurPtr(c, p, "kill_timeout", &t.KillTimeout)
+	d.setStr(c, p, "kill_signal", &t.KillSignal)
+	d.setDur(c, p, "shutdown_delay", &t.ShutdownDelay)
+	d.setBool(c, p, "leader", &t.Leader)
+	d.setStr(c, p, "kind", &t.Kind)
+	t.Config = d.freeform(c, p, "config")
+	t.Env = d.strMap(c, p, "env")
+	t.Meta = d.strMap(c, p, "meta")
+	t.Resources = d.decodeResources(c, p)
+	t.LogConfig = d.decodeLogs(c, p)
+	t.Constraints = d.constraints(c, p)
+	if rb := d.one(c, "restart"); rb != nil {
+		t.RestartPolicy = d.decodeRestart(rb, p.sub("restart"))
+	}
+	if lb := d.one(c, "lifecycle"); lb != nil && d.labels(lb) {
+		lp := p.sub("lifecycle")
+		d.rec(lp, lb.DefRange())
+		lc := d.content(lb.Body, spec{attrs: []string{"hook", "sidecar"}})
+		t.Lifecycle = &structs.TaskLifecycle{}
+		d.setStr(lc, lp, "hook", &t.Lifecycle.Hook)
+		d.setBool(lc, lp, "sidecar", &t.Lifecycle.Sidecar)
+	}
+	for _, tb := range c.blocks["template"] {
+		if d.labels(tb) {
+			t.Templates = append(t.Templates, d.decodeTemplate(tb, p.item("template", len(t.Templates), "")))
+		}
+	}
+	t.Services = d.services(c, p)
+	return t
+}
+
+func (d *decoder) decodeResources(c content, p path) *structs.Resources {
+	b := d.one(c, "resources")
+	if b == nil || !d.labels(b) {
+		return nil
+	}
+	p = p.sub("resources")
+	d.rec(p, b.DefRange())
+	rc := d.content(b.Body, spec{
+		attrs:       []string{"cpu", "cores", "memory", "memory_max", "disk"},
+		unsupported: []string{"device", "network", "numa", "iops", "secrets"},
+	})
+	r := &structs.Resources{}
+	d.setIntPtr(rc, p, "cpu", &r.CPU)
+	d.setIntPtr(rc, p, "cores", &r.Cores)
+	d.setIntPtr(rc, p, "memory", &r.MemoryMB)
+	d.setIntPtr(rc, p, "memory_max", &r.MemoryMaxMB)
+	d.setIntPtr(rc, p, "disk", &r.DiskMB)
+	return r
+}
+
+func (d *decoder) decodeLogs(c content, p path) *structs.LogConfig {
+	b := d.one(c, "logs")
+	if b == nil || !d.labels(b) {
+		return nil
+	}
+	p = p.sub("logs")
+	d.rec(p, b.DefRange())
+	lc := d.content(b.Body, spec{attrs: []string{"max_files", "max_file_size", "disabled"}})
+	l := &structs.LogConfig{}
+	d.setIntPtr(lc, p, "max_files", &l.MaxFiles)
+	d.setIntPtr(lc, p, "max_file_size", &l.MaxFileSizeMB)
+	d.setBoolPtr(lc, p, "disabled", &l.Disabled)
+	return l
+}
+
+func (d *decoder) decodeTemplate(b *hclsyntax.Block, p path) *structs.Template {
+	d.rec(p, b.DefRange())
+	c := d.content(b.Body, spec{
+		attrs: []string{"source", "destination", "data", "change_mode", "env", "change_signal", "splay",
+			"perms", "uid", "gid", "left_delimiter", "right_delimiter", "error_on_missing_key"},
+		blocks: []string{"wait", "change_script"},
+	})
+	// Blocks nested in a template are parsed for errors only: the whole
+	// template is reported as unsupported by validation.
+	for _, name := range []string{"wait", "change_script"} {
+		if nb := d.one(c, name); nb != nil {
+			d.freeformBody(nb.Body)
+		}
+	}
+	for _, name := range []string{"change_signal", "splay", "perms", "uid", "gid", "left_delimiter",
+		"right_delimiter", "error_on_missing_key"} {
+		if a := c.attrs[name]; a != nil {
+			_, hds := d.eval(a.Expr)
+			d.addHCL("", hds)
+		}
+	}
+	t := &structs.Template{}
+	d.setStrPtr(c, p, "source", &t.SourcePath)
+	d.setStrPtr(c, p, "destination", &t.DestPath)
+	d.setStrPtr(c, p, "data", &t.EmbeddedTmpl)
+	d.setStrPtr(c, p, "change_mode", &t.ChangeMode)
+	d.setBoolPtr(c, p, "env", &t.Envvars)
+	return t
+}

@@ -1,0 +1,14 @@
+job "web" {
+  group "web" {
+    restart {
+      interval = "3 minutes"
+      delay    = 15
+      mode     = "sometimes"
+    }
+
+    task "web" {
+      driver       = "raw_exec"
+      kill_timeout = "5x"
+    }
+  }
+}

@@ -1,0 +1,5 @@
+job "web" {
+  group "web" {
+    count = = 2
+  }
+}

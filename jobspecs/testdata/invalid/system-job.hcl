@@ -1,0 +1,9 @@
+job "node-exporter" {
+  type = "system"
+
+  group "exporter" {
+    task "exporter" {
+      driver = "raw_exec"
+    }
+  }
+}

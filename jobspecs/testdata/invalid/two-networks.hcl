@@ -1,0 +1,15 @@
+job "web" {
+  group "web" {
+    network {
+      mode = "bridge"
+    }
+
+    network {
+      mode = "overlay"
+    }
+
+    task "web" {
+      driver = "raw_exec"
+    }
+  }
+}

@@ -1,0 +1,5 @@
+job "web" {
+  group "web" {
+    task "web" {
+      driver = "raw_exec"
+    }

@@ -1,0 +1,245 @@
+package jobspecs
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/meshlet/meshlet/structs"
+)
+
+// ErrInvalidJob is wrapped by Validate's error.
+var ErrInvalidJob = errors.New("invalid job")
+
+// reporter receives one validation finding. at names the value (or the
+// block) the finding is about.
+type reporter func(sev Severity, at path, summary, detail string)
+
+// Validate checks a job that did not come from HCL (JSON via the HTTP API)
+// with the same rules as Parse. Problems carry a path instead of a position
+// (`group "api": task "web": Missing driver; ...`). The error wraps
+// ErrInvalidJob and lists every problem, one per line; warnings are
+// returned separately. Validate neither needs nor applies Canonicalize:
+// unset values that Canonicalize would fill are accepted.
+func Validate(job *structs.Job) (warnings []string, err error) {
+	if job == nil {
+		return nil, fmt.Errorf("%w:\nmissing job", ErrInvalidJob)
+	}
+	var problems []string
+	checkJob(job, func(sev Severity, at path, summary, detail string) {
+		line := joinHuman(at.human, summary)
+		if detail != "" {
+			line += "; " + detail
+		}
+		line = oneLine(line)
+		if sev == SeverityWarning {
+			warnings = append(warnings, line)
+		} else {
+			problems = append(problems, line)
+		}
+	})
+	if len(problems) > 0 {
+		return warnings, fmt.Errorf("%w:\n%s", ErrInvalidJob, strings.Join(problems, "\n"))
+	}
+	return warnings, nil
+}
+
+// checkJob runs every rule over a job. It never mutates the job.
+func checkJob(job *structs.Job, report reporter) {
+	p := jobPath
+	if job.ID == "" && job.Name == "" {
+		report(SeverityError, p.attr("id"), "Missing job name", `A job needs a name: job "name" { ... }.`)
+	}
+	if strings.ContainsAny(job.ID, " \t\n\x00") {
+		report(SeverityError, p.attr("id"), "Invalid job ID", fmt.Sprintf("Job ID %q must not contain spaces or control characters.", job.ID))
+	}
+	switch job.Type {
+	case "", structs.JobTypeService, structs.JobTypeBatch:
+	case "system", "sysbatch":
+		report(SeverityError, p.attr("type"), "Unsupported job type",
+			fmt.Sprintf("Job type %q is not supported by meshlet yet; use \"service\" or \"batch\".", job.Type))
+	default:
+		report(SeverityError, p.attr("type"), "Invalid job type",
+			fmt.Sprintf("Job type %q is not valid; use \"service\" or \"batch\".", job.Type))
+	}
+	if job.Priority != 0 && (job.Priority < 1 || job.Priority > 100) {
+		report(SeverityError, p.attr("priority"), "Invalid priority", fmt.Sprintf("Priority %d is out of range 1-100.", job.Priority))
+	}
+	checkConstraints(job.Constraints, p, report)
+	if len(job.TaskGroups) == 0 {
+		report(SeverityError, p, "Missing group", `A job needs at least one group "name" { ... } block.`)
+	}
+	seen := map[string]bool{}
+	for i, tg := range job.TaskGroups {
+		if tg == nil {
+			report(SeverityError, p.item("group", i, ""), "Missing group", "The group is null.")
+			continue
+		}
+		gp := p.item("group", i, tg.Name)
+		switch {
+		case tg.Name == "":
+			report(SeverityError, gp, "Missing group name", "Every group needs a name.")
+		case seen[tg.Name]:
+			report(SeverityError, gp, "Duplicate group name",
+				fmt.Sprintf("Group name %q is used more than once; group names must be unique within a job.", tg.Name))
+		}
+		seen[tg.Name] = true
+		checkGroup(tg, gp, report)
+	}
+}
+
+func checkGroup(tg *structs.TaskGroup, p path, report reporter) {
+	if tg.Count < 0 {
+		report(SeverityError, p.attr("count"), "Invalid count", fmt.Sprintf("Count %d must not be negative.", tg.Count))
+	}
+	checkConstraints(tg.Constraints, p, report)
+	checkRestart(tg.RestartPolicy, p.sub("restart"), report)
+	labels := checkNetworks(tg, p, report)
+	if len(tg.Tasks) == 0 {
+		report(SeverityError, p, "Missing task",
+			fmt.Sprintf("Group %q has no task; every group needs at least one task block.", tg.Name))
+	}
+	seen := map[string]bool{}
+	for i, t := range tg.Tasks {
+		if t == nil {
+			report(SeverityError, p.item("task", i, ""), "Missing task", "The task is null.")
+			continue
+		}
+		tp := p.item("task", i, t.Name)
+		switch {
+		case t.Name == "":
+			report(SeverityError, tp, "Missing task name", "Every task needs a name.")
+		case seen[t.Name]:
+			report(SeverityError, tp, "Duplicate task name",
+				fmt.Sprintf("Task name %q is used more than once in group %q; task names must be unique within a group.", t.Name, tg.Name))
+		}
+		seen[t.Name] = true
+		checkTask(t, tp, report)
+		for j, s := range t.Services {
+			sp := tp.item("service", j, serviceName(s))
+			if s != nil && s.Connect != nil {
+				report(SeverityError, sp.sub("connect"), "Connect on a task service",
+					"connect is only allowed in group-level service blocks; move the service into the group.")
+			}
+			checkService(s, sp, tg, labels, report)
+		}
+	}
+	for i, s := range tg.Services {
+		checkService(s, p.item("service", i, serviceName(s)), tg, labels, report)
+	}
+	checkConnectNetwork(tg, p, report)
+	checkUpstreamPorts(tg, p, report)
+}
+
+func serviceName(s *structs.Service) string {
+	if s == nil {
+		return ""
+	}
+	return s.Name
+}
+
+func checkTask(t *structs.Task, p path, report reporter) {
+	switch t.Driver {
+	case "":
+		report(SeverityError, p.attr("driver"), "Missing driver",
+			fmt.Sprintf("Task %q needs a driver, e.g. driver = \"raw_exec\".", t.Name))
+	case "exec", "raw_exec":
+	default:
+		report(SeverityWarning, p.attr("driver"), fmt.Sprintf("Driver %q is not built into meshlet", t.Driver),
+			fmt.Sprintf("meshlet ships the exec and raw_exec drivers; placement fails with \"driver %s not available on node\" unless a %s driver plugin is installed.", t.Driver, t.Driver))
+	}
+	if l := t.Lifecycle; l != nil {
+		switch l.Hook {
+		case structs.TaskLifecycleHookPrestart, structs.TaskLifecycleHookPoststart, structs.TaskLifecycleHookPoststop:
+		default:
+			report(SeverityError, p.sub("lifecycle").attr("hook"), "Invalid lifecycle hook",
+				fmt.Sprintf("Hook %q is not valid; use \"prestart\", \"poststart\" or \"poststop\".", l.Hook))
+		}
+	}
+	checkRestart(t.RestartPolicy, p.sub("restart"), report)
+	checkConstraints(t.Constraints, p, report)
+	checkResources(t.Resources, p.sub("resources"), report)
+	checkLogs(t.LogConfig, p.sub("logs"), report)
+	for i := range t.Templates {
+		report(SeverityWarning, p.item("template", i, ""), unsupportedMsg("template"), "")
+	}
+}
+
+func checkRestart(rp *structs.RestartPolicy, p path, report reporter) {
+	if rp == nil {
+		return
+	}
+	if rp.Mode != nil && *rp.Mode != structs.RestartPolicyModeFail && *rp.Mode != structs.RestartPolicyModeDelay {
+		report(SeverityError, p.attr("mode"), "Invalid restart mode",
+			fmt.Sprintf("Restart mode %q is not valid; use \"fail\" or \"delay\".", *rp.Mode))
+	}
+	if rp.Attempts != nil && *rp.Attempts < 0 {
+		report(SeverityError, p.attr("attempts"), "Invalid restart attempts", fmt.Sprintf("Attempts %d must not be negative.", *rp.Attempts))
+	}
+	if rp.Delay != nil && *rp.Delay < 0 {
+		report(SeverityError, p.attr("delay"), "Invalid restart delay", fmt.Sprintf("Delay %s must not be negative.", *rp.Delay))
+	}
+	if rp.Interval != nil && *rp.Interval < 0 {
+		report(SeverityError, p.attr("interval"), "Invalid restart interval", fmt.Sprintf("Interval %s must not be negative.", *rp.Interval))
+	}
+}
+
+func checkResources(r *structs.Resources, p path, report reporter) {
+	if r == nil {
+		return
+	}
+	if r.CPU != nil && *r.CPU < 1 && (r.Cores == nil || *r.Cores == 0) {
+		report(SeverityError, p.attr("cpu"), "Invalid cpu", fmt.Sprintf("cpu %d MHz must be at least 1.", *r.CPU))
+	}
+	if r.Cores != nil && *r.Cores != 0 && r.CPU != nil && *r.CPU != 0 {
+		report(SeverityError, p.attr("cores"), "Conflicting cpu and cores", "Set either cpu (MHz) or cores, not both.")
+	}
+	if r.Cores != nil && *r.Cores < 0 {
+		report(SeverityError, p.attr("cores"), "Invalid cores", fmt.Sprintf("cores %d must not be negative.", *r.Cores))
+	}
+	if r.MemoryMB != nil && *r.MemoryMB < 10 {
+		report(SeverityError, p.attr("memory"), "Invalid memory", fmt.Sprintf("memory %d MB must be at least 10.", *r.MemoryMB))
+	}
+	if r.MemoryMaxMB != nil && *r.MemoryMaxMB != 0 && r.MemoryMB != nil && *r.MemoryMaxMB < *r.MemoryMB {
+		report(SeverityError, p.attr("memory_max"), "Invalid memory_max",
+			fmt.Sprintf("memory_max %d MB must be at least memory (%d MB).", *r.MemoryMaxMB, *r.MemoryMB))
+	}
+	if r.DiskMB != nil && *r.DiskMB < 0 {
+		report(SeverityError, p.attr("disk"), "Invalid disk", fmt.Sprintf("disk %d MB must not be negative.", *r.DiskMB))
+	}
+}
+
+func checkLogs(l *structs.LogConfig, p path, report reporter) {
+	if l == nil {
+		return
+	}
+	if l.MaxFiles != nil && *l.MaxFiles < 1 {
+		report(SeverityError, p.attr("max_files"), "Invalid max_files", fmt.Sprintf("max_files %d must be at least 1.", *l.MaxFiles))
+	}
+	if l.MaxFileSizeMB != nil && *l.MaxFileSizeMB < 1 {
+		report(SeverityError, p.attr("max_file_size"), "Invalid max_file_size",
+			fmt.Sprintf("max_file_size %d MB must be at least 1.", *l.MaxFileSizeMB))
+	}
+}
+
+var constraintOperators = []string{"=", "==", "is", "!=", "not", ">", ">=", "<", "<=", "distinct_hosts",
+	"distinct_property", "regexp", "set_contains", "set_contains_all", "set_contains_any", "version",
+	"semver", "is_set", "is_not_set"}
+
+func checkConstraints(cs []*structs.Constraint, p path, report reporter) {
+	for i, c := range cs {
+		if c == nil {
+			continue
+		}
+		cp := p.item("constraint", i, "")
+		if !slices.Contains(constraintOperators, c.Operand) {
+			report(SeverityError, cp.attr("operator"), "Invalid constraint operator",
+				fmt.Sprintf("Operator %q is not valid; use one of %s.", c.Operand, strings.Join(constraintOperators, ", ")))
+		}
+		if c.LTarget == "" && c.Operand != "distinct_hosts" {
+			report(SeverityError, cp.attr("attribute"), "Missing constraint attribute",
+				fmt.Sprintf("Operator %q needs an attribute, e.g. attribute = \"${attr.kernel.name}\".", c.Operand))
+		}
+	}
+}

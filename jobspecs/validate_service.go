@@ -1,0 +1,267 @@
+package jobspecs
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/meshlet/meshlet/structs"
+)
+
+// connectNameRE is RFC 1123's DNS label, lowercase, as Nomad requires for
+// connect service names.
+var connectNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// checkNetworks validates the group's network blocks and returns its port
+// labels.
+func checkNetworks(tg *structs.TaskGroup, p path, report reporter) []string {
+	if len(tg.Networks) > 1 {
+		report(SeverityError, p.item("network", 1, ""), "Too many network blocks",
+			fmt.Sprintf("Group %q has %d network blocks; a group may have at most one.", tg.Name, len(tg.Networks)))
+	}
+	var labels []string
+	for i, n := range tg.Networks {
+		if n == nil {
+			continue
+		}
+		np := p.item("network", i, "")
+		if !validNetworkMode(n.Mode) {
+			report(SeverityError, np.attr("mode"), "Invalid network mode",
+				fmt.Sprintf("Network mode %q is not valid; use \"host\", \"bridge\", \"none\" or \"cni/<name>\".", n.Mode))
+		}
+		kinds := []struct {
+			kind  string
+			ports []structs.Port
+		}{{"reserved_port", n.ReservedPorts}, {"dynamic_port", n.DynamicPorts}}
+		for _, k := range kinds {
+			for j, port := range k.ports {
+				pp := np.item(k.kind, j, port.Label)
+				checkPort(port, pp, report)
+				if port.Label != "" && slices.Contains(labels, port.Label) {
+					report(SeverityError, pp, "Duplicate port label",
+						fmt.Sprintf("Port label %q is used more than once in group %q; port labels must be unique within a group.", port.Label, tg.Name))
+				}
+				labels = append(labels, port.Label)
+			}
+		}
+	}
+	return labels
+}
+
+func validNetworkMode(mode string) bool {
+	switch mode {
+	case "", structs.NetworkModeHost, structs.NetworkModeBridge, structs.NetworkModeNone:
+		return true
+	}
+	return strings.HasPrefix(mode, structs.NetworkModeCNIPrefix) && len(mode) > len(structs.NetworkModeCNIPrefix)
+}
+
+func checkPort(port structs.Port, p path, report reporter) {
+	if port.Label == "" {
+		report(SeverityError, p, "Missing port label", `Every port needs a label: port "http" { ... }.`)
+	}
+	if port.Value < 0 || port.Value > 65535 {
+		report(SeverityError, p.attr("static"), "Invalid port",
+			fmt.Sprintf("Port %q: static %d is out of range 0-65535.", port.Label, port.Value))
+	}
+	if port.To < -1 || port.To > 65535 {
+		report(SeverityError, p.attr("to"), "Invalid port",
+			fmt.Sprintf("Port %q: to %d is out of range 0-65535 (-1 means the same as the host port).", port.Label, port.To))
+	}
+}
+
+// portRef reports whether ref is a port number or one of labels.
+func portRef(ref string, labels []string) bool {
+	if n, err := strconv.Atoi(ref); err == nil {
+		return n >= 1 && n <= 65535
+	}
+	return slices.Contains(labels, ref) || strings.Contains(ref, "${")
+}
+
+func checkService(s *structs.Service, p path, tg *structs.TaskGroup, labels []string, report reporter) {
+	if s == nil {
+		report(SeverityError, p, "Missing service", "The service is null.")
+		return
+	}
+	if s.PortLabel != "" && !portRef(s.PortLabel, labels) {
+		report(SeverityError, p.attr("port"), "Unknown service port", fmt.Sprintf(
+			"Service %q port %q is neither a port label of group %q (%s) nor a port number 1-65535.",
+			s.Name, s.PortLabel, tg.Name, labelList(labels)))
+	}
+	switch s.AddressMode {
+	case "", "auto", "host", "driver", "alloc":
+	default:
+		report(SeverityError, p.attr("address_mode"), "Invalid address_mode",
+			fmt.Sprintf("address_mode %q is not valid; use \"auto\", \"host\", \"driver\" or \"alloc\".", s.AddressMode))
+	}
+	switch s.Provider {
+	case "", "consul", "nomad":
+	default:
+		report(SeverityError, p.attr("provider"), "Invalid provider",
+			fmt.Sprintf("provider %q is not valid; use \"consul\" or \"nomad\".", s.Provider))
+	}
+	for i := range s.Checks {
+		checkCheck(&s.Checks[i], p.item("check", i, s.Checks[i].Name), s, labels, report)
+	}
+	if s.Connect != nil {
+		checkConnect(s, p, report)
+	}
+}
+
+func labelList(labels []string) string {
+	if len(labels) == 0 {
+		return "it has no port labels"
+	}
+	return "labels: " + strings.Join(labels, ", ")
+}
+
+func checkCheck(c *structs.ServiceCheck, p path, s *structs.Service, labels []string, report reporter) {
+	switch c.Type {
+	case "http", "tcp", "grpc", "script":
+	default:
+		report(SeverityError, p.attr("type"), "Invalid check type",
+			fmt.Sprintf("Check type %q is not valid; use \"http\", \"tcp\", \"grpc\" or \"script\".", c.Type))
+	}
+	if c.Type == "http" && c.Path == "" {
+		report(SeverityError, p.attr("path"), "Missing check path", "An http check needs a path, e.g. path = \"/health\".")
+	}
+	if c.Type == "script" && c.Command == "" {
+		report(SeverityError, p.attr("command"), "Missing check command", "A script check needs a command.")
+	}
+	if c.Interval < time.Second {
+		report(SeverityError, p.attr("interval"), "Invalid check interval",
+			fmt.Sprintf("Check interval %s must be at least 1s.", c.Interval))
+	}
+	if c.Timeout < time.Second {
+		report(SeverityError, p.attr("timeout"), "Invalid check timeout",
+			fmt.Sprintf("Check timeout %s must be at least 1s.", c.Timeout))
+	}
+	if c.PortLabel != "" && !portRef(c.PortLabel, labels) {
+		report(SeverityError, p.attr("port"), "Unknown check port",
+			fmt.Sprintf("Check port %q is neither a port label of the group (%s) nor a port number 1-65535.", c.PortLabel, labelList(labels)))
+	}
+	switch c.AddressMode {
+	case "", "host", "driver", "alloc":
+	default:
+		report(SeverityError, p.attr("address_mode"), "Invalid address_mode",
+			fmt.Sprintf("Check address_mode %q is not valid; use \"host\", \"driver\" or \"alloc\".", c.AddressMode))
+	}
+	if c.Expose {
+		if c.Type != "http" && c.Type != "grpc" {
+			report(SeverityError, p.attr("expose"), "Invalid exposed check",
+				fmt.Sprintf("expose = true works with http and grpc checks only, not %q.", c.Type))
+		}
+		if !s.Connect.HasSidecar() {
+			report(SeverityError, p.attr("expose"), "Invalid exposed check",
+				fmt.Sprintf("expose = true needs a connect sidecar_service on service %q.", s.Name))
+		}
+	}
+}
+
+func checkConnect(s *structs.Service, sp path, report reporter) {
+	c, p := s.Connect, sp.sub("connect")
+	// An empty name is filled by Canonicalize ("<job>-<group>").
+	if s.Name != "" && !connectNameRE.MatchString(s.Name) {
+		report(SeverityError, sp.attr("name"), "Invalid connect service name", fmt.Sprintf(
+			"Connect service name %q must be lowercase RFC 1123: a-z, 0-9 and dashes, at most 63 characters, starting and ending with a letter or digit.", s.Name))
+	}
+	if c.Native {
+		report(SeverityWarning, p.attr("native"), "connect native is not supported by meshlet yet", "")
+	}
+	if c.Gateway != nil {
+		report(SeverityWarning, p.sub("gateway"), "connect gateway is not supported by meshlet yet", "")
+	}
+	if ss := c.SidecarService; ss != nil && ss.Proxy != nil {
+		pp := p.sub("sidecar_service").sub("proxy")
+		for i, u := range ss.Proxy.Upstreams {
+			if u == nil {
+				continue
+			}
+			up := pp.item("upstream", i, u.DestinationName)
+			name := upstreamName(u, i)
+			if u.DestinationName == "" {
+				report(SeverityError, up.attr("destination_name"), "Missing upstream destination_name",
+					"Every upstreams block needs destination_name.")
+			}
+			if u.LocalBindPort < 1 || u.LocalBindPort > 65535 {
+				report(SeverityError, up.attr("local_bind_port"), "Invalid local_bind_port",
+					fmt.Sprintf("Upstream %s: local_bind_port %d is out of range 1-65535.", name, u.LocalBindPort))
+			}
+		}
+		if ss.Proxy.Expose != nil {
+			for i, xp := range ss.Proxy.Expose.Paths {
+				if xp != nil && (xp.LocalPathPort < 1 || xp.LocalPathPort > 65535) {
+					report(SeverityError, pp.sub("expose").item("path", i, "").attr("local_path_port"), "Invalid local_path_port",
+						fmt.Sprintf("Expose path %q: local_path_port %d is out of range 1-65535.", xp.Path, xp.LocalPathPort))
+				}
+			}
+		}
+	}
+}
+
+// checkConnectNetwork requires exactly one bridge or cni/* network in a
+// group with a connect sidecar.
+func checkConnectNetwork(tg *structs.TaskGroup, p path, report reporter) {
+	for i, s := range tg.Services {
+		if s == nil || !s.Connect.HasSidecar() {
+			continue
+		}
+		found := "no network block"
+		if len(tg.Networks) == 1 && tg.Networks[0] != nil {
+			mode := tg.Networks[0].Mode
+			if mode == structs.NetworkModeBridge || (strings.HasPrefix(mode, structs.NetworkModeCNIPrefix) && validNetworkMode(mode)) {
+				return
+			}
+			found = fmt.Sprintf("network mode %q", cmpOr(mode, structs.NetworkModeHost))
+		} else if len(tg.Networks) > 1 {
+			found = fmt.Sprintf("%d network blocks", len(tg.Networks))
+		}
+		report(SeverityError, p.item("service", i, s.Name).sub("connect"), "Connect requires bridge networking", fmt.Sprintf(
+			"Service %q has a connect sidecar, so group %q needs exactly one network block with mode \"bridge\" or \"cni/<name>\"; found %s.",
+			s.Name, tg.Name, found))
+		return
+	}
+}
+
+// upstreamName quotes an upstream's destination, or names it by position.
+func upstreamName(u *structs.ConsulUpstream, i int) string {
+	if u.DestinationName == "" {
+		return fmt.Sprintf("#%d", i+1)
+	}
+	return fmt.Sprintf("%q", u.DestinationName)
+}
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// checkUpstreamPorts requires local_bind_port to be unique in the group
+// across all services' upstreams.
+func checkUpstreamPorts(tg *structs.TaskGroup, p path, report reporter) {
+	type owner struct{ upstream, service string }
+	seen := map[int]owner{}
+	for i, s := range tg.Services {
+		if s == nil || !s.Connect.HasSidecar() || s.Connect.SidecarService.Proxy == nil {
+			continue
+		}
+		pp := p.item("service", i, s.Name).sub("connect").sub("sidecar_service").sub("proxy")
+		for j, u := range s.Connect.SidecarService.Proxy.Upstreams {
+			if u == nil || u.LocalBindPort == 0 {
+				continue
+			}
+			if prev, dup := seen[u.LocalBindPort]; dup {
+				report(SeverityError, pp.item("upstream", j, u.DestinationName).attr("local_bind_port"), "Duplicate local_bind_port", fmt.Sprintf(
+					"local_bind_port %d of upstream %s (service %q) is already used by upstream %s (service %q) in group %q; each upstream needs its own port.",
+					u.LocalBindPort, upstreamName(u, j), s.Name, prev.upstream, prev.service, tg.Name))
+				continue
+			}
+			seen[u.LocalBindPort] = owner{upstreamName(u, j), s.Name}
+		}
+	}
+}

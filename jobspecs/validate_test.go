@@ -1,0 +1,312 @@
+package jobspecs
+
+import (
+	"encoding/json"
+	"errors"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/meshlet/meshlet/structs"
+)
+
+// parseGroup parses body inside group "g" of job "j"; the body starts on
+// line 3.
+func parseGroup(t *testing.T, body string) Diagnostics {
+	t.Helper()
+	src := "job \"j\" {\n  group \"g\" {\n" + body + "\n  }\n}\n"
+	job, diags := Parse("t.hcl", []byte(src), nil)
+	if job == nil {
+		t.Fatalf("no job built: %v", diags)
+	}
+	return diags
+}
+
+const okTask = `task "t" { driver = "exec" }`
+
+// bridge is a group body prefix with a bridge network (lines 3-5).
+const bridge = "network {\n  mode = \"bridge\"\n}\n"
+
+func TestValidationRules(t *testing.T) {
+	tests := []struct {
+		name, body string
+		want       []string
+	}{
+		{"count negative", "count = -1\n" + okTask,
+			[]string{"t.hcl:3:9: error: Invalid count; Count -1 must not be negative."}},
+		{"no task", "count = 1",
+			[]string{`t.hcl:2:3: error: Missing task; Group "g" has no task; every group needs at least one task block.`}},
+		{"duplicate task", okTask + "\n" + okTask,
+			[]string{`t.hcl:4:1: error: Duplicate task name; Task name "t" is used more than once in group "g"; task names must be unique within a group.`}},
+		{"missing driver", `task "t" {}`,
+			[]string{`t.hcl:3:1: error: Missing driver; Task "t" needs a driver, e.g. driver = "raw_exec".`}},
+		{"docker driver warns", `task "t" { driver = "docker" }`,
+			[]string{`t.hcl:3:21: warning: Driver "docker" is not built into meshlet; meshlet ships the exec and raw_exec drivers; placement fails with "driver docker not available on node" unless a docker driver plugin is installed.`}},
+		{"lifecycle hook", "task \"t\" {\n  driver = \"exec\"\n  lifecycle { hook = \"prerun\" }\n}",
+			[]string{`t.hcl:5:22: error: Invalid lifecycle hook; Hook "prerun" is not valid; use "prestart", "poststart" or "poststop".`}},
+		{"restart", "restart {\n  mode = \"never\"\n  attempts = -1\n}\n" + okTask, []string{
+			`t.hcl:4:10: error: Invalid restart mode; Restart mode "never" is not valid; use "fail" or "delay".`,
+			`t.hcl:5:14: error: Invalid restart attempts; Attempts -1 must not be negative.`,
+		}},
+		{"two networks", bridge + "network {}\n" + okTask,
+			[]string{`t.hcl:6:1: error: Too many network blocks; Group "g" has 2 network blocks; a group may have at most one.`}},
+		{"network mode", "network { mode = \"cni/\" }\n" + okTask,
+			[]string{`t.hcl:3:18: error: Invalid network mode; Network mode "cni/" is not valid; use "host", "bridge", "none" or "cni/<name>".`}},
+		{"ports", "network {\n  port \"a\" { static = 70000 }\n  port \"b\" { to = 65536 }\n  port \"a\" { to = -1 }\n}\n" + okTask, []string{
+			`t.hcl:4:23: error: Invalid port; Port "a": static 70000 is out of range 0-65535.`,
+			`t.hcl:5:19: error: Invalid port; Port "b": to 65536 is out of range 0-65535 (-1 means the same as the host port).`,
+			`t.hcl:6:3: error: Duplicate port label; Port label "a" is used more than once in group "g"; port labels must be unique within a group.`,
+		}},
+		{"connect needs bridge", "network { mode = \"host\" }\nservice {\n  name = \"s\"\n  connect {\n    sidecar_service {}\n  }\n}\n" + okTask,
+			[]string{`t.hcl:6:3: error: Connect requires bridge networking; Service "s" has a connect sidecar, so group "g" needs exactly one network block with mode "bridge" or "cni/<name>"; found network mode "host".`}},
+		{"connect with cni is fine", "network { mode = \"cni/mesh\" }\nservice {\n  name = \"s\"\n  connect {\n    sidecar_service {}\n  }\n}\n" + okTask, nil},
+		{"connect name", bridge + "service {\n  name = \"web.api\"\n  connect {\n    sidecar_service {}\n  }\n}\n" + okTask,
+			[]string{`t.hcl:7:10: error: Invalid connect service name; Connect service name "web.api" must be lowercase RFC 1123: a-z, 0-9 and dashes, at most 63 characters, starting and ending with a letter or digit.`}},
+		{"connect name too long", bridge + "service {\n  name = \"" + strings.Repeat("a", 64) + "\"\n  connect {\n    sidecar_service {}\n  }\n}\n" + okTask,
+			[]string{`t.hcl:7:10: error: Invalid connect service name; Connect service name "` + strings.Repeat("a", 64) + `" must be lowercase RFC 1123: a-z, 0-9 and dashes, at most 63 characters, starting and ending with a letter or digit.`}},
+		{"upstreams", bridge + `service {
+  name = "s"
+  connect {
+    sidecar_service {
+      proxy {
+        upstreams { local_bind_port = 1000 }
+        upstreams {
+          destination_name = "b"
+          local_bind_port = 0
+        }
+      }
+    }
+  }
+}
+service {
+  name = "s2"
+  connect {
+    sidecar_service {
+      proxy {
+        upstreams {
+          destination_name = "c"
+          local_bind_port  = 1000
+        }
+      }
+    }
+  }
+}
+` + okTask, []string{
+			`t.hcl:11:9: error: Missing upstream destination_name; Every upstreams block needs destination_name.`,
+			`t.hcl:14:29: error: Invalid local_bind_port; Upstream "b": local_bind_port 0 is out of range 1-65535.`,
+			`t.hcl:27:30: error: Duplicate local_bind_port; local_bind_port 1000 of upstream "c" (service "s2") is already used by upstream #1 (service "s") in group "g"; each upstream needs its own port.`,
+		}},
+		{"service port", "network {\n  port \"http\" {}\n}\nservice {\n  name = \"a\"\n  port = \"htp\"\n}\nservice {\n  name = \"b\"\n  port = 70000\n}\nservice {\n  name = \"c\"\n  port = 8080\n}\n" + okTask, []string{
+			`t.hcl:8:10: error: Unknown service port; Service "a" port "htp" is neither a port label of group "g" (labels: http) nor a port number 1-65535.`,
+			`t.hcl:12:10: error: Unknown service port; Service "b" port "70000" is neither a port label of group "g" (labels: http) nor a port number 1-65535.`,
+		}},
+		{"checks", `service {
+  name = "s"
+  address_mode = "nat"
+  check {
+    type = "http"
+    interval = "0s"
+    timeout = "1s"
+  }
+  check {
+    type = "script"
+    interval = "5s"
+    timeout = "100ms"
+  }
+  check {
+    type = "tcp"
+    port = "nope"
+    expose = true
+    interval = "5s"
+    timeout = "1s"
+  }
+  check {
+    type = "udp"
+    address_mode = "auto"
+    interval = "5s"
+    timeout = "1s"
+  }
+}
+` + okTask, []string{
+			`t.hcl:5:18: error: Invalid address_mode; address_mode "nat" is not valid; use "auto", "host", "driver" or "alloc".`,
+			`t.hcl:6:3: error: Missing check path; An http check needs a path, e.g. path = "/health".`,
+			`t.hcl:8:16: error: Invalid check interval; Check interval 0s must be at least 1s.`,
+			`t.hcl:11:3: error: Missing check command; A script check needs a command.`,
+			`t.hcl:14:15: error: Invalid check timeout; Check timeout 100ms must be at least 1s.`,
+			`t.hcl:18:12: error: Unknown check port; Check port "nope" is neither a port label of the group (it has no port labels) nor a port number 1-65535.`,
+			`t.hcl:19:14: error: Invalid exposed check; expose = true works with http and grpc checks only, not "tcp".`,
+			`t.hcl:19:14: error: Invalid exposed check; expose = true needs a connect sidecar_service on service "s".`,
+			`t.hcl:24:12: error: Invalid check type; Check type "udp" is not valid; use "http", "tcp", "grpc" or "script".`,
+			`t.hcl:25:20: error: Invalid address_mode; Check address_mode "auto" is not valid; use "host", "driver" or "alloc".`,
+		}},
+		{"native and gateway warn", "service {\n  name = \"n\"\n  connect { native = true }\n}\nservice {\n  name = \"gw\"\n  connect {\n    gateway {\n      ingress {}\n    }\n  }\n}\n" + okTask, []string{
+			`t.hcl:5:22: warning: connect native is not supported by meshlet yet`,
+			`t.hcl:10:5: warning: connect gateway is not supported by meshlet yet`,
+		}},
+		{"task service with connect", bridge + "task \"t\" {\n  driver = \"exec\"\n  service {\n    name = \"s\"\n    connect {\n    sidecar_service {}\n  }\n  }\n}",
+			[]string{`t.hcl:10:5: error: Connect on a task service; connect is only allowed in group-level service blocks; move the service into the group.`}},
+		{"template warns", "task \"t\" {\n  driver = \"exec\"\n  template {\n    data = \"x\"\n    destination = \"local/x\"\n  }\n}",
+			[]string{`t.hcl:5:3: warning: template is not supported by meshlet yet; ignored`}},
+		{"constraint operator", "constraint {\n  attribute = \"${attr.x}\"\n  operator = \"~\"\n  value = \"1\"\n}\nconstraint {\n  operator = \">\"\n}\n" + okTask, []string{
+			`t.hcl:5:14: error: Invalid constraint operator; Operator "~" is not valid; use one of =, ==, is, !=, not, >, >=, <, <=, distinct_hosts, distinct_property, regexp, set_contains, set_contains_all, set_contains_any, version, semver, is_set, is_not_set.`,
+			`t.hcl:8:1: error: Missing constraint attribute; Operator ">" needs an attribute, e.g. attribute = "${attr.kernel.name}".`,
+		}},
+		{"resources and logs", "task \"t\" {\n  driver = \"exec\"\n  resources {\n    cpu = 100\n    cores = 1\n    memory = 5\n  }\n  logs { max_files = 0 }\n}", []string{
+			`t.hcl:7:13: error: Conflicting cpu and cores; Set either cpu (MHz) or cores, not both.`,
+			`t.hcl:8:14: error: Invalid memory; memory 5 MB must be at least 10.`,
+			`t.hcl:10:22: error: Invalid max_files; max_files 0 must be at least 1.`,
+		}},
+		{"count zero warns", "count = 0\n" + okTask,
+			[]string{`t.hcl:3:9: warning: count = 0 is not supported by meshlet yet; the group runs 1 allocation; meshlet's job model has no way to tell an explicit count of 0 from an unset one.`}},
+		{"unsupported block parsed", "ephemeral_disk {\n  size = var.nope\n}\n" + okTask, []string{
+			`t.hcl:3:1: warning: ephemeral_disk is not supported by meshlet yet; ignored`,
+			`t.hcl:4:13: error: Unsupported attribute; This object does not have an attribute named "nope".`,
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			assertDiags(t, parseGroup(t, tc.body), tc.want)
+		})
+	}
+}
+
+func TestJobLevelRules(t *testing.T) {
+	tests := []struct {
+		name, src string
+		want      []string
+	}{
+		{"sysbatch", "job \"j\" {\n  type = \"sysbatch\"\n  group \"g\" { " + "\n    " + okTask + "\n  }\n}",
+			[]string{`t.hcl:2:10: error: Unsupported job type; Job type "sysbatch" is not supported by meshlet yet; use "service" or "batch".`}},
+		{"bad type", "job \"j\" {\n  type = \"cron\"\n  group \"g\" { " + "\n    " + okTask + "\n  }\n}",
+			[]string{`t.hcl:2:10: error: Invalid job type; Job type "cron" is not valid; use "service" or "batch".`}},
+		{"priority", "job \"j\" {\n  priority = 0\n  group \"g\" { " + "\n    " + okTask + "\n  }\n}", nil},
+		{"duplicate group", "job \"j\" {\n  group \"g\" {\n    " + okTask + "\n  }\n  group \"g\" {\n    " + okTask + "\n  }\n}",
+			[]string{`t.hcl:5:3: error: Duplicate group name; Group name "g" is used more than once; group names must be unique within a job.`}},
+		{"empty name", "job \"\" {\n  group \"g\" { " + "\n    " + okTask + "\n  }\n}",
+			[]string{`t.hcl:1:5: error: Missing job name; A job needs a name: job "name" { ... }.`}},
+		{"name with space", "job \"a b\" {\n  group \"g\" { " + "\n    " + okTask + "\n  }\n}",
+			[]string{`t.hcl:1:5: error: Invalid job ID; Job ID "a b" must not contain spaces or control characters.`}},
+		{"everything reported", "job \"j\" {\n  type = \"system\"\n  priority = 101\n  group \"g\" {\n    task \"t\" {}\n  }\n  group \"h\" {}\n}", []string{
+			`t.hcl:2:10: error: Unsupported job type; Job type "system" is not supported by meshlet yet; use "service" or "batch".`,
+			`t.hcl:3:14: error: Invalid priority; Priority 101 is out of range 1-100.`,
+			`t.hcl:5:5: error: Missing driver; Task "t" needs a driver, e.g. driver = "raw_exec".`,
+			`t.hcl:7:3: error: Missing task; Group "h" has no task; every group needs at least one task block.`,
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, diags := Parse("t.hcl", []byte(tc.src), nil)
+			assertDiags(t, diags, tc.want)
+		})
+	}
+}
+
+// TestValidateJSON checks jobs as the HTTP API receives them: no positions,
+// a path in each line, ErrInvalidJob.
+func TestValidateJSON(t *testing.T) {
+	tests := []struct {
+		name         string
+		json         string
+		wantErr      []string
+		wantWarnings []string
+	}{
+		{"valid", `{"ID":"x","Name":"x","Type":"service","TaskGroups":[{"Name":"g","Count":1,
+			"Tasks":[{"Name":"t","Driver":"raw_exec","Config":{"command":"/bin/true"}}]}]}`, nil, nil},
+		{"many problems", `{"ID":"x","Name":"x","Type":"system","TaskGroups":[
+			{"Name":"g","Count":-2,"Networks":[{"Mode":"host","ReservedPorts":[{"Label":"http","Value":70000}]}],
+			 "Services":[{"Name":"Web","PortLabel":"http","Connect":{"SidecarService":{"Proxy":{"Upstreams":[
+			   {"DestinationName":"a","LocalBindPort":8080},{"DestinationName":"b","LocalBindPort":8080}]}}}}],
+			 "Tasks":[{"Name":"t","Driver":"docker","Templates":[{"DestPath":"x"}]},{"Name":"t"}]},
+			{"Name":"g","Tasks":[]}]}`,
+			[]string{
+				`Unsupported job type; Job type "system" is not supported by meshlet yet; use "service" or "batch".`,
+				`group "g": Invalid count; Count -2 must not be negative.`,
+				`group "g": network[0]: reserved_port "http": Invalid port; Port "http": static 70000 is out of range 0-65535.`,
+				`group "g": task "t": Duplicate task name; Task name "t" is used more than once in group "g"; task names must be unique within a group.`,
+				`group "g": task "t": Missing driver; Task "t" needs a driver, e.g. driver = "raw_exec".`,
+				`group "g": service "Web": Invalid connect service name; Connect service name "Web" must be lowercase RFC 1123: a-z, 0-9 and dashes, at most 63 characters, starting and ending with a letter or digit.`,
+				`group "g": service "Web": connect: Connect requires bridge networking; Service "Web" has a connect sidecar, so group "g" needs exactly one network block with mode "bridge" or "cni/<name>"; found network mode "host".`,
+				`group "g": service "Web": connect: sidecar_service: proxy: upstream "b": Duplicate local_bind_port; local_bind_port 8080 of upstream "b" (service "Web") is already used by upstream "a" (service "Web") in group "g"; each upstream needs its own port.`,
+				`group "g": Duplicate group name; Group name "g" is used more than once; group names must be unique within a job.`,
+				`group "g": Missing task; Group "g" has no task; every group needs at least one task block.`,
+			},
+			[]string{
+				`group "g": task "t": Driver "docker" is not built into meshlet; meshlet ships the exec and raw_exec drivers; placement fails with "driver docker not available on node" unless a docker driver plugin is installed.`,
+				`group "g": task "t": template[0]: template is not supported by meshlet yet; ignored`,
+			}},
+		{"nulls", `{"ID":"x","TaskGroups":[null,{"Name":"g","Tasks":[null],"Services":[null]}]}`, []string{
+			`group[0]: Missing group; The group is null.`,
+			`group "g": task[0]: Missing task; The task is null.`,
+			`group "g": service[0]: Missing service; The service is null.`,
+		}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var job structs.Job
+			if err := json.Unmarshal([]byte(tc.json), &job); err != nil {
+				t.Fatal(err)
+			}
+			warnings, err := Validate(&job)
+			if !reflect.DeepEqual(warnings, tc.wantWarnings) {
+				t.Errorf("warnings:\n got %q\nwant %q", warnings, tc.wantWarnings)
+			}
+			if tc.wantErr == nil {
+				if err != nil {
+					t.Fatalf("unexpected error: %v", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrInvalidJob) {
+				t.Fatalf("error %v does not wrap ErrInvalidJob", err)
+			}
+			lines := strings.Split(err.Error(), "\n")
+			if lines[0] != "invalid job:" || !reflect.DeepEqual(lines[1:], tc.wantErr) {
+				t.Errorf("error lines:\n got %q\nwant %q", lines, append([]string{"invalid job:"}, tc.wantErr...))
+			}
+		})
+	}
+	if _, err := Validate(nil); !errors.Is(err, ErrInvalidJob) {
+		t.Errorf("Validate(nil) = %v", err)
+	}
+}
+
+// TestValidateAgreesWithParse: a parsed job re-validated through JSON (as
+// the API would receive it) gives the same errors, without positions.
+func TestValidateAgreesWithParse(t *testing.T) {
+	src := "job \"j\" {\n  group \"g\" {\n    network { mode = \"host\" }\n    service {\n      name = \"s\"\n      connect {\n    sidecar_service {}\n  }\n    }\n    task \"t\" {}\n  }\n}\n"
+	job, diags := Parse("t.hcl", []byte(src), nil)
+	if job == nil {
+		t.Fatal(diags)
+	}
+	b, err := json.Marshal(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fromJSON structs.Job
+	if err := json.Unmarshal(b, &fromJSON); err != nil {
+		t.Fatal(err)
+	}
+	_, verr := Validate(&fromJSON)
+	if verr == nil {
+		t.Fatal("Validate found nothing")
+	}
+	// Parse sorts by position, Validate reports in rule order: compare the
+	// sets of findings.
+	var fromParse, fromValidate []string
+	for _, d := range diags.Errs() {
+		fromParse = append(fromParse, d.Summary)
+	}
+	for _, line := range strings.Split(verr.Error(), "\n")[1:] {
+		for _, d := range diags.Errs() {
+			if strings.Contains(line, ": "+d.Summary+"; "+d.Detail) {
+				fromValidate = append(fromValidate, d.Summary)
+			}
+		}
+	}
+	slices.Sort(fromParse)
+	slices.Sort(fromValidate)
+	if len(fromParse) != 2 || !slices.Equal(fromParse, fromValidate) {
+		t.Errorf("Parse and Validate disagree:\n%s\n%v", diags.Error(), verr)
+	}
+}

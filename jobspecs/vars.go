@@ -1,0 +1,234 @@
+package jobspecs
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/ext/typeexpr"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
+	"github.com/zclconf/go-cty/cty"
+	"github.com/zclconf/go-cty/cty/convert"
+	"github.com/zclconf/go-cty/cty/function"
+	"github.com/zclconf/go-cty/cty/function/stdlib"
+)
+
+// functions are the HCL functions a jobspec may call at parse time.
+var functions = map[string]function.Function{
+	"coalesce":   stdlib.CoalesceFunc,
+	"concat":     stdlib.ConcatFunc,
+	"format":     stdlib.FormatFunc,
+	"join":       stdlib.JoinFunc,
+	"jsonencode": stdlib.JSONEncodeFunc,
+	"lower":      stdlib.LowerFunc,
+	"max":        stdlib.MaxFunc,
+	"merge":      stdlib.MergeFunc,
+	"min":        stdlib.MinFunc,
+	"replace":    stdlib.ReplaceFunc,
+	"split":      stdlib.SplitFunc,
+	"tonumber":   stdlib.MakeToFunc(cty.Number),
+	"tostring":   stdlib.MakeToFunc(cty.String),
+	"trimspace":  stdlib.TrimSpaceFunc,
+	"upper":      stdlib.UpperFunc,
+}
+
+// declaredVar is one `variable "x" {}` block.
+type declaredVar struct {
+	typ   cty.Type
+	value cty.Value // cty.NilVal when unset
+	block *hclsyntax.Block
+}
+
+// buildContext evaluates variable, variables and locals blocks into the
+// evaluation context that the job block is decoded with.
+func (d *decoder) buildContext(c content, filename string, overrides map[string]string) {
+	d.ctx = &hcl.EvalContext{Functions: functions, Variables: map[string]cty.Value{
+		"var": cty.EmptyObjectVal, "local": cty.EmptyObjectVal,
+	}}
+	declared := map[string]*declaredVar{}
+	for _, b := range c.blocks["variable"] {
+		d.declareVariable(b, declared)
+	}
+	for _, b := range c.blocks["variables"] {
+		if !d.labels(b) {
+			continue
+		}
+		for _, a := range sortedAttrs(b.Body) {
+			d.declare(declared, a.Name, a.NameRange, &declaredVar{typ: cty.DynamicPseudoType, value: d.constant(a.Expr)})
+		}
+		for _, nb := range b.Body.Blocks {
+			d.add(SeverityError, nb.TypeRange, "Unexpected block in variables", "variables takes name = default arguments only.")
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(overrides)) {
+		v := declared[name]
+		if v == nil {
+			d.diags = append(d.diags, Diagnostic{Severity: SeverityError, Filename: filename,
+				Summary: "Undefined variable " + name,
+				Detail:  fmt.Sprintf("A value was given for variable %q with -var, but the jobspec declares no such variable.", name)})
+			continue
+		}
+		v.value = d.override(name, overrides[name], v, filename)
+	}
+	vals := map[string]cty.Value{}
+	for name, v := range declared {
+		if v.value == cty.NilVal {
+			rng := hcl.Range{Filename: filename}
+			if v.block != nil {
+				rng = v.block.DefRange()
+			}
+			d.add(SeverityError, rng, "Missing value for variable "+name,
+				fmt.Sprintf("Set a default in the variable block or pass -var %s=VALUE.", name))
+			v.value = cty.DynamicVal
+		}
+		vals[name] = v.value
+	}
+	d.ctx.Variables["var"] = cty.ObjectVal(vals)
+	d.evalLocals(c.blocks["locals"])
+}
+
+func (d *decoder) declare(declared map[string]*declaredVar, name string, rng hcl.Range, v *declaredVar) {
+	if !hclsyntax.ValidIdentifier(name) {
+		d.add(SeverityError, rng, "Invalid variable name", fmt.Sprintf("%q is not a valid identifier.", name))
+		return
+	}
+	if _, dup := declared[name]; dup {
+		d.add(SeverityError, rng, "Duplicate variable "+name, fmt.Sprintf("Variable %q is declared more than once.", name))
+		return
+	}
+	declared[name] = v
+}
+
+func (d *decoder) declareVariable(b *hclsyntax.Block, declared map[string]*declaredVar) {
+	if !d.labels(b, "name") {
+		return
+	}
+	c := d.content(b.Body, spec{attrs: []string{"type", "default", "description"}, unsupported: []string{"validation", "sensitive"}})
+	v := &declaredVar{typ: cty.DynamicPseudoType, block: b}
+	if a := c.attrs["type"]; a != nil {
+		t, hds := typeexpr.TypeConstraint(a.Expr)
+		d.addHCL("", hds)
+		if !hds.HasErrors() {
+			v.typ = t
+		}
+	}
+	if a := c.attrs["default"]; a != nil {
+		if def := d.constant(a.Expr); def != cty.NilVal {
+			cv, err := convert.Convert(def, v.typ)
+			if err != nil {
+				d.add(SeverityError, a.Expr.Range(), "Invalid default value for variable "+b.Labels[0],
+					fmt.Sprintf("The default does not match the variable's type: %v.", err))
+			} else {
+				v.value = cv
+			}
+		}
+	}
+	d.declare(declared, b.Labels[0], b.LabelRanges[0], v)
+}
+
+// constant evaluates an expression that may not reference anything.
+func (d *decoder) constant(expr hclsyntax.Expression) cty.Value {
+	v, hds := expr.Value(&hcl.EvalContext{Functions: functions})
+	d.addHCL("", hds)
+	if hds.HasErrors() {
+		return cty.NilVal
+	}
+	return v
+}
+
+// override turns a -var string into a value of the variable's type; values
+// of non-string types are read as HCL expressions (-var 'ports=[1,2]').
+func (d *decoder) override(name, raw string, v *declaredVar, filename string) cty.Value {
+	val := cty.StringVal(raw)
+	if v.typ != cty.String && v.typ != cty.DynamicPseudoType {
+		expr, hds := hclsyntax.ParseExpression([]byte(raw), "-var "+name, hcl.InitialPos)
+		if !hds.HasErrors() {
+			var evalDiags hcl.Diagnostics
+			val, evalDiags = expr.Value(nil)
+			hds = append(hds, evalDiags...)
+		}
+		if hds.HasErrors() {
+			val = cty.StringVal(raw)
+		}
+	}
+	cv, err := convert.Convert(val, v.typ)
+	if err != nil {
+		d.diags = append(d.diags, Diagnostic{Severity: SeverityError, Filename: filename,
+			Summary: "Invalid value for variable " + name,
+			Detail:  fmt.Sprintf("-var %s=%q does not match the variable's type: %v.", name, raw, err)})
+		return cty.DynamicVal
+	}
+	return cv
+}
+
+// evalLocals evaluates locals in dependency order: each pass evaluates the
+// locals whose local.* references are all known; what remains after a pass
+// without progress is evaluated anyway so that its errors are reported.
+func (d *decoder) evalLocals(blocks []*hclsyntax.Block) {
+	var pending []*hclsyntax.Attribute
+	names := map[string]bool{}
+	for _, b := range blocks {
+		if !d.labels(b) {
+			continue
+		}
+		for _, nb := range b.Body.Blocks {
+			d.add(SeverityError, nb.TypeRange, "Unexpected block in locals", "locals takes name = value arguments only.")
+		}
+		for _, a := range sortedAttrs(b.Body) {
+			if names[a.Name] {
+				d.add(SeverityError, a.NameRange, "Duplicate local "+a.Name, fmt.Sprintf("Local %q is defined more than once.", a.Name))
+				continue
+			}
+			names[a.Name] = true
+			pending = append(pending, a)
+		}
+	}
+	locals := map[string]cty.Value{}
+	for len(pending) > 0 {
+		var next []*hclsyntax.Attribute
+		for _, a := range pending {
+			if !localsReady(a.Expr, locals, names) {
+				next = append(next, a)
+				continue
+			}
+			locals[a.Name] = d.evalLocal(a)
+			d.ctx.Variables["local"] = cty.ObjectVal(locals)
+		}
+		if len(next) == len(pending) {
+			for _, a := range next {
+				d.add(SeverityError, a.Expr.Range(), "Circular local reference",
+					fmt.Sprintf("Local %q depends on itself, directly or through other locals.", a.Name))
+			}
+			return
+		}
+		pending = next
+	}
+}
+
+func (d *decoder) evalLocal(a *hclsyntax.Attribute) cty.Value {
+	v, hds := d.eval(a.Expr)
+	d.addHCL("", hds)
+	if hds.HasErrors() {
+		return cty.DynamicVal
+	}
+	return v
+}
+
+// localsReady reports whether every local.<name> that expr references and
+// that is defined has been evaluated already.
+func localsReady(expr hclsyntax.Expression, done map[string]cty.Value, defined map[string]bool) bool {
+	for _, tr := range expr.Variables() {
+		if tr.RootName() != "local" || len(tr) < 2 {
+			continue
+		}
+		attr, ok := tr[1].(hcl.TraverseAttr)
+		if !ok || !defined[attr.Name] {
+			continue
+		}
+		if _, ok := done[attr.Name]; !ok {
+			return false
+		}
+	}
+	return true
+}
