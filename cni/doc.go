@@ -1,0 +1,36 @@
+// Package cni owns meshlet's per-allocation network namespaces: it creates a
+// network namespace per allocation (bind-mounted at <NetNSDir>/<alloc-id>),
+// attaches it to a CNI network with libcni and the standard plugins
+// (loopback, bridge + host-local, firewall, portmap), and undoes all of it on
+// teardown, on a failed setup and in garbage collection.
+//
+// Modes (the group's network.mode):
+//
+//   - "host": nothing to do; Setup returns nil, nil.
+//   - "none": nothing to do either; Setup returns nil, nil and the tasks share
+//     the host's network namespace. meshlet does not (yet) isolate "none"
+//     allocations in an empty namespace.
+//   - "bridge": the built-in conflist generated from Config (see
+//     BuildConfList), the interface inside is eth0.
+//   - "cni/<name>": the conflist <ConfigDir>/<name>.conflist, or the conflist
+//     in ConfigDir whose "name" is <name>.
+//
+// The CNI container ID is the allocation ID. CNI_ARGS carry
+// IgnoreUnknown=true and Nomad's keys (NOMAD_REGION, NOMAD_NAMESPACE,
+// NOMAD_JOB_ID, NOMAD_GROUP_NAME, NOMAD_ALLOC_ID), so third-party plugins
+// written for Nomad work unchanged.
+//
+// State on disk, all under Config.StateDir: "ipam/<network>/" (host-local
+// leases of the built-in network), "cache/" (libcni's cached results and
+// configs, used for DEL and CHECK after an agent restart) and "netns/<id>"
+// (a record for each namespace this package created: the marker GC trusts).
+//
+// Concurrency: a Manager is safe for concurrent use. Every public method
+// that touches namespaces, CNI plugins, leases or iptables (Setup, Restore,
+// Teardown, GC) holds one package-level mutex for its whole duration, because
+// iptables and the shared CNI chains are host-global and several Managers
+// may live in one process. The rule: lock in public methods, never in
+// private ones; private methods whose names end in "Locked" or that are
+// called only from public methods assume the lock is held. New, NetNSPath and
+// ModeOf take no lock.
+package cni

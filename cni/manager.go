@@ -1,0 +1,323 @@
+package cni
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	cniutils "github.com/containernetworking/cni/pkg/utils"
+	"github.com/meshlet/meshlet/structs"
+)
+
+// mu serializes every Setup, Restore, Teardown and GC in the process:
+// iptables and the plugins' shared chains are host-global. Public methods
+// lock it; private methods never do.
+var mu sync.Mutex
+
+// addAttempts is how many times Setup tries CNI ADD.
+const addAttempts = 3
+
+// ModeOf returns the network mode of the allocation's group: the mode of
+// its first network, "host" if it has none.
+func ModeOf(alloc *structs.Allocation) string {
+	if nw := groupNetwork(alloc); nw != nil && nw.Mode != "" {
+		return nw.Mode
+	}
+	return structs.NetworkModeHost
+}
+
+func groupNetwork(alloc *structs.Allocation) *structs.NetworkResource {
+	if alloc == nil || alloc.Job == nil {
+		return nil
+	}
+	tg := alloc.Job.LookupTaskGroup(alloc.TaskGroup)
+	if tg == nil || len(tg.Networks) == 0 {
+		return nil
+	}
+	return tg.Networks[0]
+}
+
+// plan is what Setup and Restore need for one allocation.
+type plan struct {
+	list *libcni.NetworkConfigList
+	rt   *libcni.RuntimeConf
+}
+
+// prepare resolves the allocation's network and checks, without changing
+// anything, that it can be set up. A nil plan means nothing to do.
+func (m *Manager) prepare(alloc *structs.Allocation) (*plan, error) {
+	if alloc == nil {
+		return nil, newError(ErrInvalidAllocation, "allocation is nil", nil)
+	}
+	mode := ModeOf(alloc)
+	if mode == structs.NetworkModeHost || mode == structs.NetworkModeNone {
+		return nil, nil
+	}
+	if cniutils.ValidateContainerID(alloc.ID) != nil {
+		return nil, newError(ErrInvalidAllocation, fmt.Sprintf("allocation ID %q cannot name a namespace (want letters, digits, '-', '_', '.')", alloc.ID), nil)
+	}
+	list, err := m.networkFor(mode)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkPlugins(list, m.cfg.PluginDir); err != nil {
+		return nil, err
+	}
+	if list == m.builtin {
+		if _, err := m.lookPath("iptables"); err != nil {
+			return nil, iptablesMissingError(err)
+		}
+	}
+	rt, err := m.runtimeConf(alloc)
+	if err != nil {
+		return nil, err
+	}
+	return &plan{list: list, rt: rt}, nil
+}
+
+// networkFor returns the conflist of a bridge or cni/<name> mode.
+func (m *Manager) networkFor(mode string) (*libcni.NetworkConfigList, error) {
+	switch {
+	case mode == structs.NetworkModeBridge:
+		return m.builtin, nil
+	case strings.HasPrefix(mode, structs.NetworkModeCNIPrefix):
+		return loadNamedConfList(m.cfg.ConfigDir, strings.TrimPrefix(mode, structs.NetworkModeCNIPrefix))
+	}
+	return nil, newError(ErrUnsupportedMode, fmt.Sprintf("network mode %q is not supported: use host, none, bridge or cni/<name>", mode), nil)
+}
+
+// Setup creates the allocation's namespace and attaches it to the
+// network of its group's mode. For "host" and "none" it does nothing and
+// returns nil, nil. If the namespace already exists (an agent restarted
+// mid-setup) it behaves like Restore. On failure nothing is left behind
+// and the error says what to fix.
+func (m *Manager) Setup(ctx context.Context, alloc *structs.Allocation) (*structs.AllocNetworkStatus, error) {
+	p, err := m.prepare(alloc)
+	if err != nil || p == nil {
+		return nil, wrapSetup(alloc, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if netNSExists(m.NetNSPath(alloc.ID)) {
+		return m.restoreLocked(ctx, alloc, p)
+	}
+	status, err := m.setupLocked(ctx, alloc, p)
+	return status, wrapSetup(alloc, err)
+}
+
+func wrapSetup(alloc *structs.Allocation, err error) error {
+	if err == nil {
+		return nil
+	}
+	if alloc == nil {
+		return fmt.Errorf("failed to set up allocation network: %w", err)
+	}
+	return fmt.Errorf("failed to set up network for allocation %s: %w", alloc.ID, err)
+}
+
+// setupLocked creates the namespace and runs ADD; on failure it undoes
+// everything.
+func (m *Manager) setupLocked(ctx context.Context, alloc *structs.Allocation, p *plan) (*structs.AllocNetworkStatus, error) {
+	if err := m.ensureSharedDir(); err != nil {
+		return nil, classify(err, p.list.Name, m.cfg.Subnet)
+	}
+	if err := m.writeRecord(alloc.ID, p.list.Name); err != nil {
+		return nil, err
+	}
+	if err := createNetNS(m.NetNSPath(alloc.ID)); err != nil {
+		_ = m.removeRecord(alloc.ID)
+		return nil, classify(err, p.list.Name, m.cfg.Subnet)
+	}
+	res, err := m.addWithRetry(ctx, alloc.ID, p)
+	var status *structs.AllocNetworkStatus
+	if err == nil {
+		status, err = statusOf(res, groupNetwork(alloc))
+	}
+	if err != nil {
+		if uerr := m.teardownLocked(context.WithoutCancel(ctx), alloc.ID, &attachment{list: p.list, rt: p.rt}); uerr != nil {
+			return nil, fmt.Errorf("%w (and cleaning up failed: %v)", err, uerr)
+		}
+		return nil, err
+	}
+	m.logger.Debug("allocation network set up", "alloc_id", alloc.ID, "network", p.list.Name, "address", status.Address)
+	return status, nil
+}
+
+// addWithRetry runs ADD up to addAttempts times, cleaning partial state
+// between attempts, and returns the first error.
+func (m *Manager) addWithRetry(ctx context.Context, allocID string, p *plan) (types.Result, error) {
+	var first error
+	for attempt := 1; attempt <= addAttempts; attempt++ {
+		if attempt > 1 {
+			m.undoAdd(context.WithoutCancel(ctx), allocID, p)
+			select {
+			case <-ctx.Done():
+				return nil, first
+			case <-time.After(m.retryDelay(attempt)):
+			}
+		}
+		res, err := m.cni.AddNetworkList(ctx, p.list, p.rt)
+		if err == nil {
+			return res, nil
+		}
+		err = classify(err, p.list.Name, m.cfg.Subnet)
+		if first == nil {
+			first = err
+		}
+		if permanent(err) || ctx.Err() != nil || attempt == addAttempts {
+			break
+		}
+		m.logger.Warn("CNI ADD failed; retrying", "alloc_id", allocID, "attempt", attempt, "error", err)
+	}
+	return nil, first
+}
+
+// undoAdd removes a partial ADD but keeps the namespace for the next try.
+func (m *Manager) undoAdd(ctx context.Context, allocID string, p *plan) {
+	ips := m.leaseIPs(allocID)
+	networks, cached, err := m.delNetworks(ctx, allocID, &attachment{list: p.list, rt: p.rt})
+	if err != nil {
+		m.logger.Debug("CNI DEL between ADD attempts failed", "alloc_id", allocID, "error", err)
+	}
+	if err := m.sweepIptables(map[string]bool{allocID: true}, networks, toSet(append(ips, cached...))); err != nil {
+		m.logger.Debug("iptables cleanup between ADD attempts failed", "alloc_id", allocID, "error", err)
+	}
+	_ = m.releaseLeases(func(id string) bool { return id == allocID })
+	_ = m.removeCache(allocID)
+}
+
+// statusOf extracts the IPv4 address of eth0 from an ADD result.
+func statusOf(res types.Result, nw *structs.NetworkResource) (*structs.AllocNetworkStatus, error) {
+	cur, err := current.NewResultFromResult(res)
+	if err != nil {
+		return nil, fmt.Errorf("failed to parse CNI result: %w", err)
+	}
+	for _, ip := range cur.IPs {
+		if ip.Address.IP.To4() == nil {
+			continue
+		}
+		if ip.Interface != nil && *ip.Interface >= 0 && *ip.Interface < len(cur.Interfaces) {
+			iface := cur.Interfaces[*ip.Interface]
+			if iface.Name != ifName || iface.Sandbox == "" {
+				continue
+			}
+		}
+		status := &structs.AllocNetworkStatus{InterfaceName: ifName, Address: ip.Address.IP.String()}
+		if nw != nil && nw.DNS != nil {
+			dns := *nw.DNS
+			status.DNS = &dns
+		}
+		return status, nil
+	}
+	return nil, newError(ErrPluginFailed, fmt.Sprintf("CNI result has no IPv4 address on %s", ifName), nil)
+}
+
+// leaseIPs returns the built-in network's addresses leased to allocID.
+func (m *Manager) leaseIPs(allocID string) []string {
+	all, _ := m.leases()
+	var ips []string
+	for _, l := range all {
+		if l.id == allocID {
+			ips = append(ips, l.ip)
+		}
+	}
+	return ips
+}
+
+func toSet(ss []string) map[string]bool {
+	set := make(map[string]bool, len(ss))
+	for _, s := range ss {
+		set[s] = true
+	}
+	return set
+}
+
+// Teardown runs CNI DEL (with the config and arguments cached at ADD),
+// then removes the namespace. If DEL fails, the iptables rules and chains
+// tagged with the allocation ID are removed directly; the lease is always
+// released. Tearing down an allocation with nothing set up returns nil.
+func (m *Manager) Teardown(ctx context.Context, alloc *structs.Allocation) error {
+	if alloc == nil || alloc.ID == "" || cniutils.ValidateContainerID(alloc.ID) != nil {
+		return nil // nothing this package could have created
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !m.hasState(alloc.ID) {
+		return nil
+	}
+	if err := m.teardownLocked(ctx, alloc.ID, m.fallbackFor(alloc)); err != nil {
+		return fmt.Errorf("failed to tear down network of allocation %s: %w", alloc.ID, err)
+	}
+	return nil
+}
+
+// fallbackFor returns what DEL uses when nothing is cached: the current
+// config of the allocation's mode, or nil.
+func (m *Manager) fallbackFor(alloc *structs.Allocation) *attachment {
+	mode := ModeOf(alloc)
+	if mode == structs.NetworkModeHost || mode == structs.NetworkModeNone {
+		return nil
+	}
+	list, err := m.networkFor(mode)
+	if err != nil {
+		return nil
+	}
+	rt, err := m.runtimeConf(alloc)
+	if err != nil {
+		return nil
+	}
+	return &attachment{list: list, rt: rt}
+}
+
+// hasState reports whether anything of allocID is on disk: a CNI cache
+// entry, a namespace record or file, or a lease.
+func (m *Manager) hasState(allocID string) bool {
+	if atts, _ := m.cni.GetCachedAttachments(allocID); len(atts) > 0 {
+		return true
+	}
+	if _, err := os.Lstat(m.recordPath(allocID)); err == nil {
+		return true
+	}
+	if _, err := os.Lstat(m.NetNSPath(allocID)); err == nil {
+		return true
+	}
+	return len(m.leaseIPs(allocID)) > 0
+}
+
+// teardownLocked removes everything of allocID: CNI DEL, iptables
+// leftovers, leases, cache, namespace and record.
+func (m *Manager) teardownLocked(ctx context.Context, allocID string, fallback *attachment) error {
+	ips := m.leaseIPs(allocID)
+	networks, cached, delErr := m.delNetworks(ctx, allocID, fallback)
+	networks = append(networks, m.cfg.NetworkName)
+	var errs []error
+	err := m.sweepIptables(map[string]bool{allocID: true}, networks, toSet(append(ips, cached...)))
+	if err != nil && (delErr != nil || !errors.Is(err, ErrIptablesMissing)) {
+		errs = append(errs, err)
+	}
+	errs = append(errs,
+		m.releaseLeases(func(id string) bool { return id == allocID }),
+		deleteLinks(m.NetNSPath(allocID)),
+		removeNetNS(m.NetNSPath(allocID)),
+		m.removeCache(allocID),
+		m.removeRecord(allocID),
+	)
+	if err := errors.Join(errs...); err != nil {
+		if delErr != nil {
+			return fmt.Errorf("%w (after CNI DEL failed: %v)", err, delErr)
+		}
+		return err
+	}
+	if delErr != nil {
+		m.logger.Warn("CNI DEL failed; removed the allocation's iptables rules, lease and namespace directly",
+			"alloc_id", allocID, "error", delErr)
+	}
+	return nil
+}

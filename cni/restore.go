@@ -1,0 +1,88 @@
+package cni
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/meshlet/meshlet/structs"
+)
+
+// Restore re-adopts an allocation's network after an agent restart. If
+// its namespace still exists it is reused (tasks may be running in it) and
+// checked with CNI CHECK against the cached ADD; if the check fails the
+// network inside the same namespace is rebuilt once (DEL, then ADD). If
+// the namespace is gone (e.g. after a reboot) leftovers are removed and
+// the network is set up afresh. "host" and "none" return nil, nil.
+func (m *Manager) Restore(ctx context.Context, alloc *structs.Allocation) (*structs.AllocNetworkStatus, error) {
+	p, err := m.prepare(alloc)
+	if err != nil || p == nil {
+		return nil, wrapRestore(alloc, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return m.restoreLocked(ctx, alloc, p)
+}
+
+func wrapRestore(alloc *structs.Allocation, err error) error {
+	if err == nil {
+		return nil
+	}
+	if alloc == nil {
+		return fmt.Errorf("failed to restore allocation network: %w", err)
+	}
+	return fmt.Errorf("failed to restore network of allocation %s: %w", alloc.ID, err)
+}
+
+func (m *Manager) restoreLocked(ctx context.Context, alloc *structs.Allocation, p *plan) (*structs.AllocNetworkStatus, error) {
+	if !netNSExists(m.NetNSPath(alloc.ID)) {
+		m.logger.Info("allocation namespace is gone; setting its network up again", "alloc_id", alloc.ID)
+		if err := m.teardownLocked(ctx, alloc.ID, &attachment{list: p.list, rt: p.rt}); err != nil {
+			return nil, wrapRestore(alloc, err)
+		}
+		status, err := m.setupLocked(ctx, alloc, p)
+		return status, wrapRestore(alloc, err)
+	}
+	if err := m.writeRecord(alloc.ID, p.list.Name); err != nil {
+		return nil, wrapRestore(alloc, err)
+	}
+	status, err := m.checkCached(ctx, alloc)
+	if err == nil {
+		m.logger.Debug("allocation network restored", "alloc_id", alloc.ID, "address", status.Address)
+		return status, nil
+	}
+	m.logger.Warn("allocation network failed its check; rebuilding it once", "alloc_id", alloc.ID, "error", err)
+	m.undoAdd(ctx, alloc.ID, p)
+	res, err := m.cni.AddNetworkList(ctx, p.list, p.rt)
+	if err == nil {
+		status, err = statusOf(res, groupNetwork(alloc))
+	}
+	if err != nil {
+		// Keep the namespace (tasks may live in it); Teardown removes it.
+		m.undoAdd(context.WithoutCancel(ctx), alloc.ID, p)
+		return nil, wrapRestore(alloc, classify(err, p.list.Name, m.cfg.Subnet))
+	}
+	return status, nil
+}
+
+// errNotCached: there is no cached ADD to check.
+var errNotCached = errors.New("no cached CNI result for the allocation")
+
+// checkCached runs CNI CHECK with the config and result cached at ADD and
+// returns the status recorded then.
+func (m *Manager) checkCached(ctx context.Context, alloc *structs.Allocation) (*structs.AllocNetworkStatus, error) {
+	for _, a := range m.cachedAttachments(alloc.ID) {
+		if a.rt.IfName != ifName {
+			continue
+		}
+		res, err := m.cni.GetNetworkListCachedResult(a.list, a.rt)
+		if err != nil || res == nil {
+			return nil, errNotCached
+		}
+		if err := m.cni.CheckNetworkList(ctx, a.list, a.rt); err != nil {
+			return nil, fmt.Errorf("failed to check CNI network %q: %w", a.list.Name, err)
+		}
+		return statusOf(res, groupNetwork(alloc))
+	}
+	return nil, errNotCached
+}
