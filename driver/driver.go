@@ -7,6 +7,7 @@ package driver
 import (
 	"context"
 	"errors"
+	"io"
 	"time"
 )
 
@@ -69,14 +70,43 @@ type TaskConfig struct {
 	// TaskDir is the task's directory; AllocDir the shared alloc/ directory.
 	TaskDir  string
 	AllocDir string
-	// StdoutPath and StderrPath are the log files (or FIFOs) the driver
-	// writes the task's output to; rotation is the caller's job
-	// (see driver/logging).
+	// StdoutPath and StderrPath are the base names of the task's rotated
+	// log files, conventionally "<alloc>/alloc/logs/<task>.stdout": the
+	// built-in drivers' executor writes "<base>.0", "<base>.1", ... (see
+	// driver/logging, whose Reader serves them). Empty means
+	// "<AllocDir>/logs/<Name>.stdout|stderr".
 	StdoutPath string
 	StderrPath string
 	// NetNSPath, when set, is the network namespace the task runs in.
 	NetNSPath string
 	Resources *Resources
+	// LogMaxFiles and LogMaxFileSizeMB bound the rotated log files
+	// "<StdoutPath>.0", ".1", ... (Nomad's naming). Zero means the default
+	// (DefaultLogMaxFiles, DefaultLogMaxFileSizeMB).
+	LogMaxFiles      int
+	LogMaxFileSizeMB int
+}
+
+// Log rotation defaults, as Nomad's log block.
+const (
+	DefaultLogMaxFiles      = 10
+	DefaultLogMaxFileSizeMB = 10
+)
+
+// StreamingExecer is implemented by drivers that can stream an exec session
+// (meshlet alloc exec). Cancelling ctx kills the command.
+type StreamingExecer interface {
+	ExecTaskStreaming(ctx context.Context, taskID string, opts *ExecOptions) (exitCode int, err error)
+}
+
+// ExecOptions describes a streamed exec session. Stdin may be nil (no
+// input); Stdout and Stderr may be nil (output discarded). TTY is not
+// supported by the built-in drivers.
+type ExecOptions struct {
+	Command        []string
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	TTY            bool
 }
 
 // Resources limits a task (cgroups where the driver supports them).

@@ -1,0 +1,151 @@
+package executor
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/meshlet/meshlet/driver/internal/cgroups"
+)
+
+// Spec is what the driver asks the executor to run. It travels as a 0600
+// JSON file that the executor deletes once read (it holds the task's env).
+type Spec struct {
+	TaskID string `json:"task_id"`
+	// Command is an absolute path; the driver resolved it.
+	Command string            `json:"command"`
+	Args    []string          `json:"args,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
+	Dir     string            `json:"dir"`
+	User    string            `json:"user,omitempty"`
+	// NetNSPath, when set, is the network namespace to start the task in.
+	NetNSPath string `json:"netns_path,omitempty"`
+	// StdoutPath and StderrPath are rotation bases: files are "<base>.<n>".
+	StdoutPath     string `json:"stdout_path"`
+	StderrPath     string `json:"stderr_path"`
+	LogMaxFiles    int    `json:"log_max_files"`
+	LogMaxFileSize int64  `json:"log_max_file_size"` // bytes
+	// Cgroup, when set, puts the task into a new cgroup with limits.
+	Cgroup *CgroupSpec `json:"cgroup,omitempty"`
+	// ExitFile is where the task's ExitStatus is written, atomically.
+	ExitFile string `json:"exit_file"`
+}
+
+// CgroupSpec names the task's cgroup: "<hierarchy>/<Parent>/<Name>".
+type CgroupSpec struct {
+	Parent string         `json:"parent"`
+	Name   string         `json:"name"`
+	Limits cgroups.Limits `json:"limits"`
+}
+
+// Started is the one message the executor writes to its status pipe: the
+// task's identity once it runs, or why it could not start.
+type Started struct {
+	PID       int    `json:"pid,omitempty"`
+	StartTime uint64 `json:"start_time,omitempty"` // /proc/<pid>/stat ticks
+	// Cgroup is the task's group, for stats and recovery.
+	Cgroup *cgroups.Group `json:"cgroup,omitempty"`
+	Error  string         `json:"error,omitempty"`
+}
+
+// ExitStatus is how the task ended, as recorded in the exit file.
+type ExitStatus struct {
+	ExitCode  int       `json:"exit_code"`
+	Signal    int       `json:"signal,omitempty"`
+	OOMKilled bool      `json:"oom_killed,omitempty"`
+	ExitedAt  time.Time `json:"exited_at"`
+	Error     string    `json:"error,omitempty"`
+}
+
+// Validate checks the fields the executor cannot do without.
+func (s *Spec) Validate() error {
+	switch {
+	case s.TaskID == "":
+		return errors.New("invalid spec: task_id is required")
+	case !filepath.IsAbs(s.Command):
+		return fmt.Errorf("invalid spec: command %q is not an absolute path", s.Command)
+	case s.Dir == "":
+		return errors.New("invalid spec: dir is required")
+	case s.StdoutPath == "" || s.StderrPath == "":
+		return errors.New("invalid spec: stdout_path and stderr_path are required")
+	case s.LogMaxFiles < 1 || s.LogMaxFileSize < 1:
+		return errors.New("invalid spec: log_max_files and log_max_file_size must be positive")
+	case s.ExitFile == "":
+		return errors.New("invalid spec: exit_file is required")
+	}
+	return nil
+}
+
+// WriteSpec writes spec to path with mode 0600.
+func WriteSpec(path string, spec *Spec) error {
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return fmt.Errorf("failed to encode executor spec: %w", err)
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		return fmt.Errorf("failed to write executor spec: %w", err)
+	}
+	return nil
+}
+
+// readSpec reads, validates and deletes the spec file.
+func readSpec(path string) (*Spec, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("failed to read executor spec: %w", err)
+	}
+	_ = os.Remove(path)
+	var s Spec
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("failed to decode executor spec: %w", err)
+	}
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// ReadExitStatus reads the exit file. A missing file wraps os.ErrNotExist.
+func ReadExitStatus(path string) (*ExitStatus, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("failed to read exit status: %w", err)
+	}
+	var st ExitStatus
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, fmt.Errorf("failed to decode exit status %s: %w", path, err)
+	}
+	return &st, nil
+}
+
+// writeExitStatus replaces path atomically (temp file, fsync, rename), so a
+// reader sees either no file or the whole record.
+func writeExitStatus(path string, st *ExitStatus) error {
+	b, err := json.Marshal(st)
+	if err != nil {
+		return fmt.Errorf("failed to encode exit status: %w", err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".exit-*")
+	if err != nil {
+		return fmt.Errorf("failed to create exit status: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return fmt.Errorf("failed to write exit status: %w", err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("failed to sync exit status: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("failed to close exit status: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("failed to rename exit status: %w", err)
+	}
+	return nil
+}

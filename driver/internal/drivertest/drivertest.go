@@ -1,0 +1,123 @@
+// Package drivertest holds helpers for the task drivers' tests: building
+// task configs in throwaway directories, waiting for exits and reading the
+// task's rotated logs. It is imported by tests only.
+package drivertest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/meshlet/meshlet/driver"
+	"github.com/meshlet/meshlet/driver/executor"
+	"github.com/meshlet/meshlet/driver/internal/launch"
+	"github.com/meshlet/meshlet/driver/logging"
+	"github.com/meshlet/meshlet/internal/testutil"
+)
+
+// Timeout is the hang guard for waits in driver tests.
+const Timeout = 30 * time.Second
+
+// DispatchExecutor makes a test binary double as the executor: call it
+// first in TestMain. The drivers re-exec os.Executable() with "executor".
+func DispatchExecutor() {
+	if len(os.Args) > 1 && os.Args[1] == "executor" {
+		os.Exit(executor.Main(os.Args[2:]))
+	}
+}
+
+var seq atomic.Int64
+
+// TaskConfig returns a config for a task named name running argv, with its
+// own task and alloc directories; logs go to "<alloc>/logs/<name>.std*".
+func TaskConfig(t testing.TB, name string, argv ...string) *driver.TaskConfig {
+	t.Helper()
+	root := t.TempDir()
+	cfg := &driver.TaskConfig{
+		ID:       fmt.Sprintf("alloc-%d/%s/%d", os.Getpid(), name, seq.Add(1)),
+		AllocID:  fmt.Sprintf("alloc-%d", os.Getpid()),
+		Name:     name,
+		JobName:  "test",
+		Config:   map[string]any{"command": argv[0]},
+		Env:      map[string]string{"PATH": launch.DefaultPath},
+		TaskDir:  filepath.Join(root, name),
+		AllocDir: filepath.Join(root, "alloc"),
+	}
+	cfg.StdoutPath = filepath.Join(cfg.AllocDir, "logs", name+".stdout")
+	cfg.StderrPath = filepath.Join(cfg.AllocDir, "logs", name+".stderr")
+	if len(argv) > 1 {
+		args := make([]any, 0, len(argv)-1)
+		for _, a := range argv[1:] {
+			args = append(args, a)
+		}
+		cfg.Config["args"] = args
+	}
+	for _, dir := range []string{cfg.TaskDir, cfg.AllocDir} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return cfg
+}
+
+// Start starts cfg on d and destroys the task (forcefully) at cleanup.
+func Start(t testing.TB, d driver.Driver, cfg *driver.TaskConfig) *driver.TaskHandle {
+	t.Helper()
+	h, err := d.StartTask(cfg)
+	if err != nil {
+		t.Fatalf("StartTask: %v", err)
+	}
+	t.Cleanup(func() { _ = d.DestroyTask(cfg.ID, true) })
+	return h
+}
+
+// Wait waits for the task's exit.
+func Wait(t testing.TB, d driver.Driver, id string) *driver.ExitResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	defer cancel()
+	ch, err := d.WaitTask(ctx, id)
+	if err != nil {
+		t.Fatalf("WaitTask: %v", err)
+	}
+	res := <-ch
+	if res == nil {
+		t.Fatalf("task %s did not exit within %s", id, Timeout)
+	}
+	return res
+}
+
+// Log returns everything the task wrote to stream, across rotated files.
+func Log(t testing.TB, cfg *driver.TaskConfig, stream string) string {
+	t.Helper()
+	r, err := logging.NewReader(filepath.Join(cfg.AllocDir, "logs"), cfg.Name, stream, logging.OriginStart, 0, false)
+	if err != nil {
+		t.Fatalf("open %s log: %v", stream, err)
+	}
+	defer r.Close()
+	b, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatalf("read %s log: %v", stream, err)
+	}
+	return string(b)
+}
+
+// WaitLog waits until the task's stdout contains want.
+func WaitLog(t testing.TB, cfg *driver.TaskConfig, want string) {
+	t.Helper()
+	testutil.WaitFor(t, Timeout, fmt.Sprintf("%q in the task's stdout", want), func() bool {
+		r, err := logging.NewReader(filepath.Join(cfg.AllocDir, "logs"), cfg.Name, "stdout", logging.OriginStart, 0, false)
+		if err != nil {
+			return false
+		}
+		defer r.Close()
+		b, _ := io.ReadAll(r)
+		return strings.Contains(string(b), want)
+	})
+}

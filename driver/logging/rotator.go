@@ -1,0 +1,188 @@
+// Package logging owns task log files: the size-bounded rotating writer the
+// executor writes a task's stdout/stderr into, and the reader the agent uses
+// to serve `alloc logs` across rotated files, optionally following new output.
+//
+// Files follow Nomad's naming: "<dir>/<task>.<stream>.<index>", index counting
+// up from 0; at most MaxFiles of them are kept, the oldest removed first.
+//
+// Concurrency: a Rotator is safe for concurrent use (one mutex guards the
+// current file). A Reader is used by one goroutine at a time; Close may be
+// called concurrently with Read and unblocks a following Read.
+package logging
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// ErrClosed is returned by writes to a closed Rotator.
+var ErrClosed = errors.New("log file closed")
+
+// Rotator is an io.WriteCloser that writes to "<base>.<n>" and moves on to
+// "<base>.<n+1>" once the current file reaches maxSize bytes, deleting files
+// so that at most maxFiles remain.
+type Rotator struct {
+	base     string
+	maxFiles int
+	maxSize  int64
+
+	mu     sync.Mutex
+	f      *os.File
+	idx    int
+	size   int64
+	closed bool
+}
+
+// NewRotator opens a rotating writer on base (e.g. "<dir>/web.stdout"). It
+// continues the highest-numbered existing file, so a restarted writer appends
+// rather than overwriting. The directory is created if needed.
+func NewRotator(base string, maxFiles int, maxSize int64) (*Rotator, error) {
+	if maxFiles < 1 {
+		return nil, fmt.Errorf("failed to open log %s: max files must be at least 1, got %d", base, maxFiles)
+	}
+	if maxSize < 1 {
+		return nil, fmt.Errorf("failed to open log %s: max file size must be positive, got %d", base, maxSize)
+	}
+	if err := os.MkdirAll(filepath.Dir(base), 0o755); err != nil {
+		return nil, fmt.Errorf("failed to create log directory: %w", err)
+	}
+	r := &Rotator{base: base, maxFiles: maxFiles, maxSize: maxSize}
+	idxs, err := listIndexes(base)
+	if err != nil {
+		return nil, err
+	}
+	if len(idxs) > 0 {
+		r.idx = idxs[len(idxs)-1]
+	}
+	if err := r.open(); err != nil {
+		return nil, err
+	}
+	if r.size >= r.maxSize {
+		if err := r.rotate(); err != nil {
+			r.f.Close()
+			return nil, err
+		}
+	}
+	r.purge()
+	return r, nil
+}
+
+// Write writes p, splitting it across files at the size boundary.
+func (r *Rotator) Write(p []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return 0, ErrClosed
+	}
+	written := 0
+	for len(p) > 0 {
+		if r.size >= r.maxSize {
+			if err := r.rotate(); err != nil {
+				return written, err
+			}
+		}
+		chunk := p
+		if room := r.maxSize - r.size; int64(len(chunk)) > room {
+			chunk = chunk[:room]
+		}
+		n, err := r.f.Write(chunk)
+		written += n
+		r.size += int64(n)
+		if err != nil {
+			return written, fmt.Errorf("failed to write log %s: %w", r.f.Name(), err)
+		}
+		p = p[n:]
+	}
+	return written, nil
+}
+
+// Close closes the current file. Further writes fail with ErrClosed.
+func (r *Rotator) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil
+	}
+	r.closed = true
+	return r.f.Close()
+}
+
+// open opens (appending) the file for r.idx. Caller holds mu or owns r.
+func (r *Rotator) open() error {
+	name := fileName(r.base, r.idx)
+	f, err := os.OpenFile(name, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("failed to open log %s: %w", name, err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("failed to stat log %s: %w", name, err)
+	}
+	r.f, r.size = f, st.Size()
+	return nil
+}
+
+// rotate moves on to the next index and removes files beyond maxFiles.
+func (r *Rotator) rotate() error {
+	if err := r.f.Close(); err != nil {
+		return fmt.Errorf("failed to close log %s: %w", r.f.Name(), err)
+	}
+	r.idx++
+	if err := r.open(); err != nil {
+		return err
+	}
+	r.purge()
+	return nil
+}
+
+// purge removes every file older than the newest maxFiles. Removal errors
+// are ignored: a file that cannot be removed is retried on the next rotation.
+func (r *Rotator) purge() {
+	idxs, err := listIndexes(r.base)
+	if err != nil {
+		return
+	}
+	for _, i := range idxs {
+		if i <= r.idx-r.maxFiles {
+			_ = os.Remove(fileName(r.base, i))
+		}
+	}
+}
+
+func fileName(base string, idx int) string {
+	return base + "." + strconv.Itoa(idx)
+}
+
+// listIndexes returns the indexes of the existing "<base>.<n>" files, sorted
+// ascending.
+func listIndexes(base string) ([]int, error) {
+	entries, err := os.ReadDir(filepath.Dir(base))
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("failed to list log directory: %w", err)
+	}
+	prefix := filepath.Base(base) + "."
+	var idxs []int
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasPrefix(name, prefix) || e.IsDir() {
+			continue
+		}
+		n, err := strconv.Atoi(name[len(prefix):])
+		if err != nil || n < 0 {
+			continue
+		}
+		idxs = append(idxs, n)
+	}
+	sort.Ints(idxs)
+	return idxs, nil
+}
