@@ -1,0 +1,181 @@
+package xds
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	extauthz "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/ext_authz/v3"
+	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tcpproxy "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// Filter names, as Envoy registers them.
+const (
+	extAuthzFilter = "envoy.filters.network.ext_authz"
+	tcpProxyFilter = "envoy.filters.network.tcp_proxy"
+	hcmFilter      = "envoy.filters.network.http_connection_manager"
+	routerFilter   = "envoy.filters.http.router"
+
+	publicBindAddr = "0.0.0.0"
+)
+
+// PublicListenerName is the name of a proxy's inbound listener.
+func PublicListenerName(port int) string {
+	return "public_listener:" + net.JoinHostPort(publicBindAddr, strconv.Itoa(port))
+}
+
+// UpstreamListenerName is the name of a proxy's listener for an upstream.
+func UpstreamListenerName(dest, bindAddr string, port int) string {
+	return dest + ":" + net.JoinHostPort(bindAddr, strconv.Itoa(port))
+}
+
+func networkFilter(name string, cfg proto.Message) (*listener.Filter, error) {
+	a, err := anyOf(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &listener.Filter{Name: name, ConfigType: &listener.Filter_TypedConfig{TypedConfig: a}}, nil
+}
+
+func tcpProxy(statPrefix, clusterName string) (*listener.Filter, error) {
+	return networkFilter(tcpProxyFilter, &tcpproxy.TcpProxy{
+		StatPrefix:       statPrefix,
+		ClusterSpecifier: &tcpproxy.TcpProxy_Cluster{Cluster: clusterName},
+	})
+}
+
+// httpManager is an HTTP connection manager with an inline route config
+// sending every request to clusterName; the router is the last (and only)
+// HTTP filter, which Envoy and gRPC-Go both require.
+func httpManager(statPrefix, routeName, clusterName string, domains []string) (*hcm.HttpConnectionManager, error) {
+	r, err := anyOf(&routerv3.Router{})
+	if err != nil {
+		return nil, err
+	}
+	return &hcm.HttpConnectionManager{
+		StatPrefix: statPrefix,
+		CodecType:  hcm.HttpConnectionManager_AUTO,
+		RouteSpecifier: &hcm.HttpConnectionManager_RouteConfig{RouteConfig: &route.RouteConfiguration{
+			Name: routeName,
+			VirtualHosts: []*route.VirtualHost{{
+				Name:    routeName,
+				Domains: domains,
+				Routes: []*route.Route{{
+					Match: &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
+					Action: &route.Route_Route{Route: &route.RouteAction{
+						ClusterSpecifier: &route.RouteAction_Cluster{Cluster: clusterName},
+					}},
+				}},
+			}},
+		}},
+		HttpFilters: []*hcm.HttpFilter{{Name: routerFilter, ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: r}}},
+	}, nil
+}
+
+// publicListener accepts mTLS from other sidecars on 0.0.0.0:port, asks the
+// agent (ext_authz, fail closed) whether the peer may connect, then proxies
+// to local_app.
+func publicListener(port int, service string, prot protocol) (*listener.Listener, error) {
+	authz, err := networkFilter(extAuthzFilter, &extauthz.ExtAuthz{
+		StatPrefix:             "connect_authz",
+		GrpcService:            &core.GrpcService{TargetSpecifier: &core.GrpcService_EnvoyGrpc_{EnvoyGrpc: &core.GrpcService_EnvoyGrpc{ClusterName: LocalAgentCluster}}},
+		FailureModeAllow:       false,
+		IncludePeerCertificate: true,
+		TransportApiVersion:    core.ApiVersion_V3,
+	})
+	if err != nil {
+		return nil, err
+	}
+	var last *listener.Filter
+	if prot.isHTTP() {
+		m, err := httpManager("public_listener_http", "public_listener", LocalAppCluster, []string{"*"})
+		if err != nil {
+			return nil, err
+		}
+		last, err = networkFilter(hcmFilter, m)
+		if err != nil {
+			return nil, err
+		}
+	} else if last, err = tcpProxy("public_listener_tcp", LocalAppCluster); err != nil {
+		return nil, err
+	}
+	sock, err := tlsSocket(&tlsv3.DownstreamTlsContext{
+		RequireClientCertificate: wrapperspb.Bool(true),
+		CommonTlsContext: &tlsv3.CommonTlsContext{
+			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{sdsConfig(LeafSecretName(service))},
+			ValidationContextType:          &tlsv3.CommonTlsContext_ValidationContextSdsSecretConfig{ValidationContextSdsSecretConfig: sdsConfig(RootsSecret)},
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &listener.Listener{
+		Name:             PublicListenerName(port),
+		Address:          socketAddress(publicBindAddr, port),
+		TrafficDirection: core.TrafficDirection_INBOUND,
+		FilterChains: []*listener.FilterChain{{
+			Filters:         []*listener.Filter{authz, last},
+			TransportSocket: sock,
+		}},
+	}, nil
+}
+
+// upstreamListener binds the local side of an upstream and proxies to the
+// destination's EDS cluster.
+func upstreamListener(dest, bindAddr string, port int, clusterName string, prot protocol) (*listener.Listener, error) {
+	statPrefix := "upstream." + dest
+	var f *listener.Filter
+	var err error
+	if prot.isHTTP() {
+		m, merr := httpManager(statPrefix, dest, clusterName, []string{"*"})
+		if merr != nil {
+			return nil, merr
+		}
+		f, err = networkFilter(hcmFilter, m)
+	} else {
+		f, err = tcpProxy(statPrefix, clusterName)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &listener.Listener{
+		Name:             UpstreamListenerName(dest, bindAddr, port),
+		Address:          socketAddress(bindAddr, port),
+		TrafficDirection: core.TrafficDirection_OUTBOUND,
+		FilterChains:     []*listener.FilterChain{{Filters: []*listener.Filter{f}}},
+	}, nil
+}
+
+// proxylessListener is what gRPC-Go's xDS resolver asks for when dialing
+// xds:///<service>: an api_listener whose route sends everything for the
+// virtual host <service> to the cluster <service>.
+func proxylessListener(service string) (*listener.Listener, error) {
+	m, err := httpManager("proxyless."+service, service, service, []string{service})
+	if err != nil {
+		return nil, err
+	}
+	a, err := anyOf(m)
+	if err != nil {
+		return nil, err
+	}
+	return &listener.Listener{Name: service, ApiListener: &listener.ApiListener{ApiListener: a}}, nil
+}
+
+// validBind checks a listener address and port before they reach Envoy.
+func validBind(addr string, port int) error {
+	if net.ParseIP(addr) == nil {
+		return fmt.Errorf("%w: bind address %q is not an IP address", ErrInvalidProxyConfig, addr)
+	}
+	if port < 1 || port > 65535 {
+		return fmt.Errorf("%w: port %d out of range 1-65535", ErrInvalidProxyConfig, port)
+	}
+	return nil
+}

@@ -1,0 +1,170 @@
+package xds
+
+import (
+	"errors"
+	"fmt"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/meshlet/meshlet/catalog"
+)
+
+// Sentinel errors.
+var (
+	// ErrNoRoots: the CA has no trusted root yet.
+	ErrNoRoots = errors.New("CA has no roots")
+	// ErrNoLeaf: the CA returned no usable leaf for a service.
+	ErrNoLeaf = errors.New("CA returned no leaf certificate")
+	// ErrInconsistent: a proxy's resources reference something not served.
+	ErrInconsistent = errors.New("inconsistent xDS resources")
+	// ErrRejected: the proxy rejected (NACKed) a configuration.
+	ErrRejected = errors.New("proxy rejected the configuration")
+)
+
+// claKey names one shared ClusterLoadAssignment of mesh endpoints.
+type claKey struct{ service, dc string }
+
+// proxyResources is everything built for one connect-proxy instance.
+type proxyResources struct {
+	service   string // identity: the destination (app) service
+	listeners []*listener.Listener
+	clusters  []*cluster.Cluster
+	upstreams []claKey
+}
+
+// builder holds what resource names depend on.
+type builder struct {
+	dc          string
+	trustDomain string
+}
+
+// proxy builds a connect proxy's listeners and clusters. Errors wrap
+// ErrInvalidProxyConfig and say which field is wrong.
+func (b builder) proxy(inst catalog.ServiceInstance) (*proxyResources, error) {
+	p := inst.Proxy
+	if p == nil || p.DestinationServiceName == "" {
+		return nil, fmt.Errorf("%w: proxy %q has no destination service", ErrInvalidProxyConfig, inst.ID)
+	}
+	if err := validBind(publicBindAddr, inst.Port); err != nil {
+		return nil, fmt.Errorf("public listener: %w", err)
+	}
+	localAddr := p.LocalServiceAddress
+	if localAddr == "" {
+		localAddr = "127.0.0.1"
+	}
+	if err := validBind(localAddr, p.LocalServicePort); err != nil {
+		return nil, fmt.Errorf("local service: %w", err)
+	}
+	prot, err := parseProtocol(p.Config)
+	if err != nil {
+		return nil, err
+	}
+	timeout, err := parseTimeoutMS(p.Config, cfgLocalConnectTimeout, defaultConnectTimeout)
+	if err != nil {
+		return nil, err
+	}
+	local, err := localAppCluster(localAddr, p.LocalServicePort, timeout, prot)
+	if err != nil {
+		return nil, err
+	}
+	out := &proxyResources{service: p.DestinationServiceName, clusters: []*cluster.Cluster{local}}
+	public, err := b.publicListener(inst, prot)
+	if err != nil {
+		return nil, err
+	}
+	out.listeners = append(out.listeners, public)
+	if err := b.upstreams(p, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// publicListener is the generated inbound listener, or the escape hatch.
+func (b builder) publicListener(inst catalog.ServiceInstance, prot protocol) (*listener.Listener, error) {
+	raw, err := parseString(inst.Proxy.Config, cfgPublicListenerJSON)
+	if err != nil {
+		return nil, err
+	}
+	if raw == "" {
+		return publicListener(inst.Port, inst.Proxy.DestinationServiceName, prot)
+	}
+	l := &listener.Listener{}
+	if err := protojson.Unmarshal([]byte(raw), l); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrInvalidProxyConfig, cfgPublicListenerJSON, err)
+	}
+	if l.Name == "" {
+		l.Name = PublicListenerName(inst.Port)
+	}
+	if err := validateDeep(l); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrInvalidProxyConfig, cfgPublicListenerJSON, err)
+	}
+	return l, nil
+}
+
+// upstreams adds one listener per upstream and one cluster per destination.
+func (b builder) upstreams(p *catalog.Proxy, out *proxyResources) error {
+	clusters := map[string]*cluster.Cluster{}
+	listeners := map[string]bool{out.listeners[0].GetName(): true}
+	for i, up := range p.Upstreams {
+		if up.DestinationName == "" {
+			return fmt.Errorf("%w: upstream %d has no destination_name", ErrInvalidProxyConfig, i)
+		}
+		bind := up.LocalBindAddress
+		if bind == "" {
+			bind = "127.0.0.1"
+		}
+		if err := validBind(bind, up.LocalBindPort); err != nil {
+			return fmt.Errorf("upstream %q: %w", up.DestinationName, err)
+		}
+		prot, err := parseProtocol(up.Config)
+		if err != nil {
+			return fmt.Errorf("upstream %q: %w", up.DestinationName, err)
+		}
+		timeout, err := parseTimeoutMS(up.Config, cfgConnectTimeout, defaultConnectTimeout)
+		if err != nil {
+			return fmt.Errorf("upstream %q: %w", up.DestinationName, err)
+		}
+		dc := up.Datacenter
+		if dc == "" {
+			dc = b.dc
+		}
+		name := ClusterName(up.DestinationName, dc, b.trustDomain)
+		c, err := upstreamCluster(name, p.DestinationServiceName, SpiffeID(b.trustDomain, dc, up.DestinationName), timeout, prot)
+		if err != nil {
+			return err
+		}
+		if prev, ok := clusters[name]; ok {
+			if !proto.Equal(prev, c) {
+				return fmt.Errorf("%w: upstreams to %q disagree on protocol or connect_timeout_ms", ErrInvalidProxyConfig, up.DestinationName)
+			}
+		} else {
+			clusters[name] = c
+			out.clusters = append(out.clusters, c)
+			out.upstreams = append(out.upstreams, claKey{service: up.DestinationName, dc: dc})
+		}
+		l, err := upstreamListener(up.DestinationName, bind, up.LocalBindPort, name, prot)
+		if err != nil {
+			return err
+		}
+		if listeners[l.Name] {
+			return fmt.Errorf("%w: two listeners named %q (local_bind_port must be unique)", ErrInvalidProxyConfig, l.Name)
+		}
+		listeners[l.Name] = true
+		out.listeners = append(out.listeners, l)
+	}
+	return nil
+}
+
+// proxylessResources are the shared resources a gRPC-Go client needs for
+// xds:///<service>: listener, cluster and endpoints, all named <service>.
+func proxylessResources(service, dc string, plain []catalog.ServiceInstance) (*listener.Listener, *cluster.Cluster, *endpoint.ClusterLoadAssignment, error) {
+	l, err := proxylessListener(service)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return l, edsCluster(service, defaultConnectTimeout), loadAssignment(service, dc, plain), nil
+}

@@ -1,0 +1,231 @@
+package xds
+
+import (
+	"google.golang.org/protobuf/proto"
+
+	"github.com/meshlet/meshlet/catalog"
+)
+
+// groupThreshold: above this many services, endpoints are read from one
+// scan of the catalog instead of one query per service.
+const groupThreshold = 8
+
+func msgs[T proto.Message](in []T) []proto.Message {
+	out := make([]proto.Message, len(in))
+	for i, m := range in {
+		out[i] = m
+	}
+	return out
+}
+
+// planEndpoints rebuilds the shared load assignments of the services the
+// change touched and of the upstreams staged proxies need.
+func (s *Server) planEndpoints(ch changes, staged map[string]*proxyResources, p *plan) {
+	keys := map[claKey]bool{}
+	for _, res := range staged {
+		for _, k := range res.upstreams {
+			keys[k] = true
+		}
+	}
+	for k := range s.rec.claRefs {
+		if _, ok := ch.services[k.service]; ok {
+			keys[k] = true
+		}
+	}
+	if len(keys) == 0 {
+		return
+	}
+	var bySvc map[string][]catalog.ServiceInstance
+	if len(keys) > groupThreshold {
+		bySvc = map[string][]catalog.ServiceInstance{}
+		for _, inst := range s.cfg.Catalog.Proxies() {
+			if inst.Proxy != nil {
+				bySvc[inst.Proxy.DestinationServiceName] = append(bySvc[inst.Proxy.DestinationServiceName], inst)
+			}
+		}
+	}
+	for k := range keys {
+		insts, ok := bySvc[k.service]
+		if !ok && bySvc == nil {
+			insts = s.cfg.Catalog.ConnectProxies(k.service)
+		}
+		var inDC []catalog.ServiceInstance
+		for _, inst := range insts {
+			if inst.Datacenter == k.dc || (inst.Datacenter == "" && k.dc == s.b.dc) {
+				inDC = append(inDC, inst)
+			}
+		}
+		name := ClusterName(k.service, k.dc, s.b.trustDomain)
+		p.set(endpointType, op{name: name, msg: loadAssignment(name, k.dc, inDC)})
+		s.rec.clas[k] = true
+	}
+}
+
+// commitProxy publishes a checked proxy and moves its references.
+func (s *Server) commitProxy(id string, res *proxyResources, p *plan) {
+	old := s.rec.proxies[id]
+	st := &proxyState{service: res.service, upstreams: res.upstreams}
+	keep := map[string]bool{}
+	for _, l := range res.listeners {
+		p.set(listenerType, op{node: id, name: l.GetName(), msg: l})
+		st.listeners = append(st.listeners, l.GetName())
+		keep[l.GetName()] = true
+	}
+	for _, c := range res.clusters {
+		p.set(clusterType, op{node: id, name: c.GetName(), msg: c})
+		st.clusters = append(st.clusters, c.GetName())
+		keep[c.GetName()] = true
+	}
+	if old != nil {
+		for _, n := range old.listeners {
+			if !keep[n] {
+				p.listeners = append(p.listeners, op{node: id, name: n})
+			}
+		}
+		for _, n := range old.clusters {
+			if !keep[n] {
+				p.clusterDels = append(p.clusterDels, op{node: id, name: n})
+			}
+		}
+		s.release(id, old)
+	}
+	for _, k := range res.upstreams {
+		addRef(s.rec.claRefs, k, id)
+	}
+	addRef(s.rec.leafRefs, res.service, id)
+	s.rec.proxies[id] = st
+}
+
+// removeProxy withdraws a proxy's listeners, then its clusters.
+func (s *Server) removeProxy(id string, p *plan) {
+	old := s.rec.proxies[id]
+	if old == nil {
+		return
+	}
+	for _, n := range old.listeners {
+		p.listeners = append(p.listeners, op{node: id, name: n})
+	}
+	for _, n := range old.clusters {
+		p.clusterDels = append(p.clusterDels, op{node: id, name: n})
+	}
+	s.release(id, old)
+	delete(s.rec.proxies, id)
+	s.log.Debug("proxy resources removed", "proxy_id", id)
+}
+
+func (s *Server) release(id string, st *proxyState) {
+	for _, k := range st.upstreams {
+		dropRef(s.rec.claRefs, k, id)
+	}
+	dropRef(s.rec.leafRefs, st.service, id)
+}
+
+func addRef[K comparable](m map[K]map[string]struct{}, k K, id string) {
+	if m[k] == nil {
+		m[k] = map[string]struct{}{}
+	}
+	m[k][id] = struct{}{}
+}
+
+func dropRef[K comparable](m map[K]map[string]struct{}, k K, id string) {
+	delete(m[k], id)
+	if len(m[k]) == 0 {
+		delete(m, k)
+	}
+}
+
+// planProxyless keeps the shared listener/cluster/endpoints named <svc>
+// for every touched service that has plain (non-proxy) instances.
+func (s *Server) planProxyless(ch changes, p *plan) {
+	exists := func(typeURL, name string) bool {
+		return p.planned[typeURL+"\x00"+name] || s.cache.has(typeURL, "", name)
+	}
+	for svc := range ch.services {
+		var plain []catalog.ServiceInstance
+		for _, inst := range s.cfg.Catalog.Service(svc) {
+			if inst.Kind == catalog.KindTypical {
+				plain = append(plain, inst)
+			}
+		}
+		if len(plain) == 0 {
+			if s.rec.proxyless[svc] {
+				p.listeners = append(p.listeners, op{name: svc})
+				p.clusterDels = append(p.clusterDels, op{name: svc})
+				p.endpointDels = append(p.endpointDels, op{name: svc})
+				delete(s.rec.proxyless, svc)
+			}
+			continue
+		}
+		l, c, cla, err := proxylessResources(svc, s.b.dc, plain)
+		if err == nil {
+			p.set(endpointType, op{name: svc, msg: cla})
+			err = checkConsistent([]proto.Message{l}, []proto.Message{c}, exists)
+		}
+		if err != nil {
+			s.log.Error("failed to build proxyless resources", "service", svc, "error", err)
+			continue
+		}
+		p.set(clusterType, op{name: svc, msg: c})
+		p.set(listenerType, op{name: svc, msg: l})
+		s.rec.proxyless[svc] = true
+	}
+}
+
+// planGC drops shared endpoints and leaves no proxy references any more.
+func (s *Server) planGC(p *plan) {
+	gone := map[string]bool{}
+	for k := range s.rec.clas {
+		if len(s.rec.claRefs[k]) == 0 {
+			name := ClusterName(k.service, k.dc, s.b.trustDomain)
+			gone[name] = true
+			p.endpointDels = append(p.endpointDels, op{name: name})
+			delete(s.rec.clas, k)
+		}
+	}
+	p.endpoints = without(p.endpoints, gone)
+	gone = map[string]bool{}
+	for svc := range s.rec.leaves {
+		if len(s.rec.leafRefs[svc]) == 0 {
+			gone[LeafSecretName(svc)] = true
+			p.secretDels = append(p.secretDels, op{name: LeafSecretName(svc)})
+			delete(s.rec.leaves, svc)
+		}
+	}
+	p.secrets = without(p.secrets, gone)
+}
+
+func without(ops []op, gone map[string]bool) []op {
+	if len(gone) == 0 {
+		return ops
+	}
+	out := ops[:0]
+	for _, o := range ops {
+		if o.node != "" || !gone[o.name] {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// apply publishes a plan: secrets and endpoints before the clusters that
+// use them, clusters before listeners; removals in the reverse order.
+func (s *Server) apply(p *plan) {
+	steps := []struct {
+		typeURL string
+		ops     []op
+	}{
+		{secretType, p.secrets}, {endpointType, p.endpoints}, {clusterType, p.clusters}, {listenerType, p.listeners},
+		{clusterType, p.clusterDels}, {endpointType, p.endpointDels}, {secretType, p.secretDels},
+	}
+	for _, st := range steps {
+		if len(st.ops) == 0 {
+			continue
+		}
+		if err := s.cache.publish(st.typeURL, st.ops); err != nil {
+			s.log.Error("failed to publish resources", "type", typeLabel(st.typeURL), "error", err)
+		}
+	}
+	for _, t := range []string{listenerType, clusterType, endpointType, secretType} {
+		s.m.resources.WithLabelValues(typeLabel(t)).Set(float64(s.cache.count(t)))
+	}
+}
