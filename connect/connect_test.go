@@ -138,3 +138,23 @@ func taskNames(tg *structs.TaskGroup) []string {
 	}
 	return out
 }
+
+func TestResolveSidecarMode(t *testing.T) {
+	tests := []struct {
+		configured, envoy, want string
+		err                     error
+	}{
+		{"auto", "/usr/bin/envoy", SidecarEnvoy, nil},
+		{"", "", SidecarBuiltin, nil},
+		{"builtin", "/usr/bin/envoy", SidecarBuiltin, nil},
+		{"envoy", "/usr/bin/envoy", SidecarEnvoy, nil},
+		{"envoy", "", "", ErrNoEnvoy},
+		{"istio", "", "", ErrInvalid},
+	}
+	for _, tt := range tests {
+		got, err := ResolveSidecarMode(tt.configured, tt.envoy)
+		if got != tt.want || !errors.Is(err, tt.err) || (tt.err == nil) != (err == nil) {
+			t.Errorf("ResolveSidecarMode(%q, %q) = %q, %v; want %q, %v", tt.configured, tt.envoy, got, err, tt.want, tt.err)
+		}
+	}
+}

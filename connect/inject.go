@@ -149,3 +149,12 @@ func mergeStrings(base, over map[string]string) map[string]string {
 	maps.Copy(out, over)
 	return out
 }
+
+// Mutator injects sidecars at job registration (a server.JobMutator).
+type Mutator struct{}
+
+// Name implements server.JobMutator.
+func (Mutator) Name() string { return "connect" }
+
+// Mutate implements server.JobMutator.
+func (Mutator) Mutate(job *structs.Job) ([]string, error) { return nil, Inject(job) }

@@ -1,0 +1,180 @@
+// Package connecthook holds the alloc-runner hooks that join an allocation
+// to the mesh, after its network namespace exists:
+//
+//   - the sidecar hook serves the control plane's unix socket inside the
+//     allocation directory (a namespace cannot reach the host's loopback),
+//     adds NOMAD_UPSTREAM_* to every task's environment, and, where the node
+//     runs Envoy, writes each sidecar's bootstrap to its secrets directory;
+//   - the services hook registers the allocation's services and sidecar
+//     proxies in the catalog at the allocation's address, and deregisters
+//     them before tasks are killed and when the allocation stops.
+//
+// Hooks run one at a time per allocation (see allocrunner.AllocHook).
+package connecthook
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/meshlet/meshlet/catalog"
+	"github.com/meshlet/meshlet/client"
+	"github.com/meshlet/meshlet/client/allocrunner"
+	"github.com/meshlet/meshlet/connect"
+	"github.com/meshlet/meshlet/envoy"
+	"github.com/meshlet/meshlet/structs"
+)
+
+// SocketServer serves the control plane on per-allocation unix sockets;
+// *controlplane.ControlPlane implements it.
+type SocketServer interface {
+	ServeAllocSocket(allocID, path string) error
+	RemoveAllocSocket(allocID string)
+}
+
+// Deps are what the hooks need from the agent.
+type Deps struct {
+	Sockets    SocketServer
+	Catalog    *catalog.Catalog
+	NodeID     string
+	Datacenter string
+	// SidecarMode is the agent's `sidecar` setting; EnvoyBinary the envoy
+	// found on the node ("" if none).
+	SidecarMode string
+	EnvoyBinary string
+}
+
+// Factory returns the hooks for an allocation: sidecar, then services.
+func Factory(d Deps) client.HookFactory {
+	return func(*structs.Allocation) []allocrunner.AllocHook {
+		return []allocrunner.AllocHook{&SidecarHook{d: d}, &ServicesHook{d: d}}
+	}
+}
+
+func group(a *structs.Allocation) *structs.TaskGroup {
+	if a.Job == nil {
+		return nil
+	}
+	return a.Job.LookupTaskGroup(a.TaskGroup)
+}
+
+// SidecarHook prepares what sidecars need before any task starts.
+type SidecarHook struct{ d Deps }
+
+// Name implements allocrunner.AllocHook.
+func (h *SidecarHook) Name() string { return "sidecar" }
+
+// Prerun implements allocrunner.AllocHook.
+func (h *SidecarHook) Prerun(ctx context.Context, hc *allocrunner.AllocHookContext) error {
+	tg := group(hc.Alloc)
+	if tg == nil || len(connect.ConnectServices(tg)) == 0 {
+		return nil
+	}
+	if hc.Env == nil {
+		hc.Env = map[string]string{}
+	}
+	for k, v := range connect.UpstreamEnv(tg) {
+		hc.Env[k] = v
+	}
+	sock := connect.SocketPath(hc.AllocDir.SharedDir)
+	if err := h.d.Sockets.ServeAllocSocket(hc.Alloc.ID, sock); err != nil {
+		return fmt.Errorf("failed to place the control plane socket in the allocation: %w", err)
+	}
+	mode, err := connect.ResolveSidecarMode(h.d.SidecarMode, h.d.EnvoyBinary)
+	if err != nil {
+		return fmt.Errorf("failed to choose the sidecar proxy: %w", err)
+	}
+	hc.Logger.Info("sidecar proxies prepared", "alloc_id", hc.Alloc.ID, "mode", mode, "socket", sock)
+	if mode != connect.SidecarEnvoy {
+		return nil
+	}
+	return h.writeBootstraps(hc, tg, sock)
+}
+
+// writeBootstraps writes secrets/envoy_bootstrap.json for every sidecar;
+// escape-hatch JSON that does not parse fails the allocation here, with a
+// message that names the service and the key.
+func (h *SidecarHook) writeBootstraps(hc *allocrunner.AllocHookContext, tg *structs.TaskGroup, sock string) error {
+	for i, s := range connect.ConnectServices(tg) {
+		var pc map[string]any
+		if p := s.Connect.SidecarService.Proxy; p != nil {
+			pc = p.Config
+		}
+		js, err := envoy.JSON(envoy.BootstrapConfig{
+			ProxyID:     connect.ProxyID(connect.ServiceID(hc.Alloc.ID, tg.Name, s.Name, s.PortLabel)),
+			Cluster:     s.Name,
+			AdminBind:   fmt.Sprintf("127.0.0.2:%d", connect.AdminBasePort+i),
+			GRPCAddr:    "unix://" + sock,
+			Datacenter:  h.d.Datacenter,
+			ProxyConfig: pc,
+		})
+		if err != nil {
+			return fmt.Errorf("service %q sidecar: %w", s.Name, err)
+		}
+		dir := hc.AllocDir.TaskDir(connect.ProxyTaskName(s.Name)).SecretsDir
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return fmt.Errorf("failed to create %s: %w", dir, err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "envoy_bootstrap.json"), js, 0o600); err != nil {
+			return fmt.Errorf("failed to write envoy bootstrap: %w", err)
+		}
+	}
+	return nil
+}
+
+// Postrun implements allocrunner.AllocHook.
+func (h *SidecarHook) Postrun(ctx context.Context, hc *allocrunner.AllocHookContext) error {
+	h.d.Sockets.RemoveAllocSocket(hc.Alloc.ID)
+	return nil
+}
+
+// Destroy implements allocrunner.AllocHook.
+func (h *SidecarHook) Destroy(ctx context.Context, hc *allocrunner.AllocHookContext) error {
+	return h.Postrun(ctx, hc)
+}
+
+// ServicesHook keeps the allocation's catalog registrations.
+type ServicesHook struct{ d Deps }
+
+// Name implements allocrunner.AllocHook.
+func (h *ServicesHook) Name() string { return "services" }
+
+// Prerun implements allocrunner.AllocHook.
+func (h *ServicesHook) Prerun(ctx context.Context, hc *allocrunner.AllocHookContext) error {
+	tg := group(hc.Alloc)
+	if tg == nil || len(tg.Services) == 0 {
+		return nil
+	}
+	addr := "127.0.0.1"
+	if hc.NetworkStatus != nil && hc.NetworkStatus.Address != "" {
+		addr = hc.NetworkStatus.Address
+	}
+	insts, err := connect.Registrations(connect.Placement{Alloc: hc.Alloc, Address: addr, NodeID: h.d.NodeID, Datacenter: h.d.Datacenter})
+	if err != nil {
+		return fmt.Errorf("failed to register services: %w", err)
+	}
+	for _, inst := range insts {
+		h.d.Catalog.Register(inst)
+		hc.Logger.Debug("service registered", "alloc_id", hc.Alloc.ID, "service", inst.Name, "service_id", inst.ID,
+			"address", inst.Address, "port", inst.Port)
+	}
+	return nil
+}
+
+// PreKill implements allocrunner.PreKillHook: deregister first, so peers
+// stop sending traffic while tasks drain.
+func (h *ServicesHook) PreKill(ctx context.Context, hc *allocrunner.AllocHookContext) {
+	h.d.Catalog.DeregisterAlloc(hc.Alloc.ID)
+}
+
+// Postrun implements allocrunner.AllocHook.
+func (h *ServicesHook) Postrun(ctx context.Context, hc *allocrunner.AllocHookContext) error {
+	h.d.Catalog.DeregisterAlloc(hc.Alloc.ID)
+	return nil
+}
+
+// Destroy implements allocrunner.AllocHook.
+func (h *ServicesHook) Destroy(ctx context.Context, hc *allocrunner.AllocHookContext) error {
+	return h.Postrun(ctx, hc)
+}

@@ -1,0 +1,207 @@
+package command
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+
+	consulapi "github.com/hashicorp/consul/api"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/meshlet/meshlet/connect"
+	"github.com/meshlet/meshlet/envoy"
+	"github.com/meshlet/meshlet/sidecar"
+)
+
+const defaultGRPCAddr = "127.0.0.1:8502"
+
+func init() {
+	register(
+		&command{
+			name: "connect envoy", args: "[options] [-- ENVOY ARGS]",
+			synopsis: "Generate an Envoy bootstrap for a sidecar and run Envoy with it",
+			help: `Builds the Envoy v3 bootstrap for a connect sidecar, like
+'consul connect envoy': node ID and cluster, admin listener, a static
+local_agent cluster reaching meshlet's gRPC server (a pipe for unix://
+addresses), delta ADS, stats tags and the proxy's escape hatches. With
+-bootstrap it prints the JSON; otherwise it execs envoy with it (handed over
+in memory, never written to disk) and any arguments after --.
+
+The proxy is found with -proxy-id, or with -sidecar-for SERVICE-ID (the
+proxy whose destination service ID that is) through the connect API.`,
+			example: "$ meshlet connect envoy -sidecar-for _nomad-task-8c3a...-group-web-web-8080 -bootstrap\n" +
+				"$ meshlet connect envoy -proxy-id web-sidecar-proxy -grpc-addr unix:///alloc/tmp/meshlet_grpc.sock -- -l debug",
+			run: runConnectEnvoy,
+		},
+		&command{
+			name: "connect proxy", args: "[options]",
+			synopsis: "Run meshlet's built-in sidecar proxy",
+			help: `Runs the built-in proxy for a connect sidecar in the foreground. It speaks
+ADS (delta by default) to meshlet's xDS server and serves what Envoy would:
+mTLS public listener with ext_authz, upstream listeners, round-robin
+clusters, and an admin listener with /ready, /stats, /clusters and
+/config_dump in Envoy's formats.`,
+			example: "$ meshlet connect proxy -sidecar-for _nomad-task-8c3a...-group-web-web-8080\n" +
+				"$ meshlet connect proxy -proxy-id web-sidecar-proxy -service web -grpc-addr unix:///alloc/tmp/meshlet_grpc.sock",
+			run: runConnectProxy,
+		},
+		&command{
+			name: "connect sidecar", args: "[options]", hidden: true,
+			synopsis: "Internal: the injected connect-proxy task (Envoy or the built-in proxy)",
+			help: `The command meshlet's injected connect-proxy-<service> task runs. It picks
+the data plane like the client does (agent config sidecar = auto|envoy|builtin
+and the envoy binary found on the node): Envoy with the bootstrap the client
+wrote to the task's secrets/envoy_bootstrap.json, or the built-in proxy.`,
+			example: "$ meshlet connect sidecar -proxy-id ID -service web -grpc-addr unix:///alloc/tmp/meshlet_grpc.sock -mode auto",
+			run:     runConnectSidecar,
+		},
+	)
+}
+
+// proxyTarget is a resolved sidecar: its ID, service and proxy config.
+type proxyTarget struct {
+	ID, Service string
+	Config      map[string]any
+}
+
+// resolveProxy finds the proxy by -proxy-id or -sidecar-for through the
+// Consul-shaped API.
+func resolveProxy(addr, proxyID, sidecarFor string) (*proxyTarget, error) {
+	if proxyID == "" && sidecarFor == "" {
+		return nil, errors.New("one of -proxy-id or -sidecar-for is required")
+	}
+	client, err := consulapi.NewClient(&consulapi.Config{Address: strings.TrimPrefix(strings.TrimPrefix(addr, "http://"), "https://")})
+	if err != nil {
+		return nil, fmt.Errorf("failed to create connect API client: %w", err)
+	}
+	names, _, err := client.Catalog().Services(nil)
+	if err != nil {
+		return nil, fmt.Errorf("failed to list services at %s (is the agent running? set MESHLET_CONNECT_ADDR): %w", addr, err)
+	}
+	for name := range names {
+		if !strings.HasSuffix(name, "-sidecar-proxy") {
+			continue
+		}
+		entries, _, err := client.Catalog().Service(name, "", nil)
+		if err != nil {
+			return nil, fmt.Errorf("failed to read service %s: %w", name, err)
+		}
+		for _, e := range entries {
+			p := e.ServiceProxy
+			if p == nil || (proxyID != "" && e.ServiceID != proxyID) || (sidecarFor != "" && p.DestinationServiceID != sidecarFor) {
+				continue
+			}
+			return &proxyTarget{ID: e.ServiceID, Service: p.DestinationServiceName, Config: p.Config}, nil
+		}
+	}
+	if proxyID != "" {
+		return nil, fmt.Errorf("no sidecar proxy with ID %q is registered", proxyID)
+	}
+	return nil, fmt.Errorf("no sidecar proxy is registered for service ID %q", sidecarFor)
+}
+
+func grpcAddrFlag(fs *flag.FlagSet) *string {
+	def := os.Getenv("MESHLET_GRPC_ADDR")
+	if def == "" {
+		def = defaultGRPCAddr
+	}
+	return fs.String("grpc-addr", def, "meshlet's gRPC `ADDR`: host:port or unix:///path (env MESHLET_GRPC_ADDR)")
+}
+
+func runConnectEnvoy(e *env, c *command, args []string) int {
+	fs := newFlags(c)
+	proxyID := fs.String("proxy-id", "", "the sidecar proxy's service `ID` (Envoy node ID)")
+	sidecarFor := fs.String("sidecar-for", "", "find the proxy whose destination is this service `ID`")
+	bootstrap := fs.Bool("bootstrap", false, "print the bootstrap JSON instead of running Envoy")
+	adminBind := fs.String("admin-bind", "localhost:19000", "`ADDR` of Envoy's admin listener")
+	grpcAddr := grpcAddrFlag(fs)
+	binary := fs.String("envoy-binary", "", "`PATH` of the envoy binary (default: envoy in PATH)")
+	token := fs.String("token", "", "ACL `TOKEN` sent as x-consul-token")
+	connectAddr := connectAddressFlag(fs)
+	if code, ok := e.parse(c, fs, args); !ok {
+		return code
+	}
+	target, err := resolveProxy(*connectAddr, *proxyID, *sidecarFor)
+	if err != nil {
+		return e.errorf("%v", err)
+	}
+	js, err := envoy.JSON(envoy.BootstrapConfig{
+		ProxyID: target.ID, Cluster: target.Service, AdminBind: *adminBind, GRPCAddr: *grpcAddr,
+		Token: *token, ProxyConfig: target.Config,
+	})
+	if err != nil {
+		return e.errorf("%v", err)
+	}
+	if *bootstrap {
+		fmt.Fprintln(e.stdout, string(js))
+		return exitOK
+	}
+	bin, err := envoy.FindBinary(*binary)
+	if err != nil {
+		return e.errorf("%v (try 'meshlet connect proxy' for the built-in proxy)", err)
+	}
+	return e.errorf("%v", envoy.Exec(bin, js, fs.Args()))
+}
+
+func runConnectProxy(e *env, c *command, args []string) int {
+	fs := newFlags(c)
+	proxyID := fs.String("proxy-id", "", "the sidecar proxy's service `ID` (xDS node ID)")
+	sidecarFor := fs.String("sidecar-for", "", "find the proxy whose destination is this service `ID`")
+	service := fs.String("service", "", "the destination service `NAME` (with -proxy-id, skips the catalog look-up)")
+	adminBind := fs.String("admin-bind", sidecar.DefaultAdminBind, "`ADDR` of the admin listener")
+	grpcAddr := grpcAddrFlag(fs)
+	sotw := fs.Bool("sotw", false, "speak state-of-the-world xDS instead of delta")
+	logLevel := fs.String("log-level", "info", "`LEVEL`: trace, debug, info, warn or error")
+	connectAddr := connectAddressFlag(fs)
+	if code, ok := e.parse(c, fs, args); !ok {
+		return code
+	}
+	id, svc := *proxyID, *service
+	if id == "" || svc == "" {
+		target, err := resolveProxy(*connectAddr, id, *sidecarFor)
+		if err != nil {
+			return e.errorf("%v", err)
+		}
+		id, svc = target.ID, target.Service
+	}
+	return e.runBuiltinProxy(id, svc, *grpcAddr, *adminBind, !*sotw, *logLevel)
+}
+
+func (e *env) runBuiltinProxy(id, service, grpcAddr, adminBind string, delta bool, level string) int {
+	logger := hclog.New(&hclog.LoggerOptions{Name: "meshlet", Level: hclog.LevelFromString(level), Output: e.stderr})
+	fmt.Fprintf(e.stdout, "==> meshlet built-in proxy for %s (%s): xDS %s, admin %s\n", service, id, grpcAddr, adminBind)
+	err := sidecar.Run(e.ctx, sidecar.Config{ProxyID: id, Cluster: service, XDSAddr: grpcAddr, AdminBind: adminBind, Delta: delta, Logger: logger})
+	if err != nil {
+		return e.errorf("built-in proxy: %v", err)
+	}
+	return exitOK
+}
+
+func runConnectSidecar(e *env, c *command, args []string) int {
+	fs := newFlags(c)
+	proxyID := fs.String("proxy-id", "", "the sidecar proxy's service `ID`")
+	service := fs.String("service", "", "the destination service `NAME`")
+	grpcAddr := fs.String("grpc-addr", "", "meshlet's gRPC `ADDR` (unix:///path inside the allocation)")
+	adminBind := fs.String("admin-bind", sidecar.DefaultAdminBind, "`ADDR` of the admin listener")
+	mode := fs.String("mode", connect.SidecarAuto, "`MODE`: auto, envoy or builtin")
+	binary := fs.String("envoy-binary", "", "`PATH` of the envoy binary found on the node")
+	bootstrapPath := fs.String("bootstrap-path", "", "`PATH` of the Envoy bootstrap the client wrote")
+	if code, ok := e.parse(c, fs, args); !ok {
+		return code
+	}
+	if *proxyID == "" || *grpcAddr == "" {
+		return e.usageError(c, "-proxy-id and -grpc-addr are required")
+	}
+	resolved, err := connect.ResolveSidecarMode(*mode, *binary)
+	if err != nil {
+		return e.errorf("%v", err)
+	}
+	if resolved == connect.SidecarEnvoy {
+		fmt.Fprintf(e.stdout, "==> sidecar for %s: Envoy (%s)\n", *service, *binary)
+		argv := append([]string{*binary}, connect.EnvoyArgs(*bootstrapPath)...)
+		return e.errorf("failed to exec envoy: %v", execve(*binary, argv))
+	}
+	return e.runBuiltinProxy(*proxyID, *service, *grpcAddr, *adminBind, true, "info")
+}

@@ -1,0 +1,46 @@
+package connect
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sidecar modes (agent config `sidecar`).
+const (
+	SidecarAuto    = "auto"
+	SidecarEnvoy   = "envoy"
+	SidecarBuiltin = "builtin"
+)
+
+// ErrNoEnvoy is returned when mode "envoy" is asked for on a node without
+// an envoy binary.
+var ErrNoEnvoy = errors.New("sidecar mode \"envoy\" needs an envoy binary on the node")
+
+// ResolveSidecarMode decides which data plane a sidecar runs, given the
+// agent's configured mode and the envoy binary found on the node ("" if
+// none): Envoy where it is installed (or required), the built-in proxy
+// otherwise. The client's sidecar hook and `meshlet connect sidecar` both
+// decide through this function, so they always agree.
+func ResolveSidecarMode(configured, envoyBinary string) (string, error) {
+	switch configured {
+	case "", SidecarAuto:
+		if envoyBinary != "" {
+			return SidecarEnvoy, nil
+		}
+		return SidecarBuiltin, nil
+	case SidecarEnvoy:
+		if envoyBinary == "" {
+			return "", ErrNoEnvoy
+		}
+		return SidecarEnvoy, nil
+	case SidecarBuiltin:
+		return SidecarBuiltin, nil
+	}
+	return "", fmt.Errorf("%w: unknown sidecar mode %q (want auto, envoy or builtin)", ErrInvalid, configured)
+}
+
+// EnvoyArgs are the arguments the sidecar task gives Envoy, as Nomad's
+// default sidecar task does.
+func EnvoyArgs(bootstrapPath string) []string {
+	return []string{"-c", bootstrapPath, "-l", "info", "--concurrency", "1", "--disable-hot-restart"}
+}
