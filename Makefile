@@ -19,7 +19,7 @@ deps: ## Install what the build and tests need (Go modules, iptables, iproute2)
 	@scripts/provision.sh deps
 
 build: ## Build bin/meshlet
-	$(GO) build -o $(BIN)/meshlet .
+	$(GO) build -ldflags "-X github.com/meshlet/meshlet/command.GitCommit=$$(git rev-parse --short HEAD 2>/dev/null)" -o $(BIN)/meshlet .
 
 cni: ## Build the standard CNI plugins pinned in go.mod into bin/cni
 	@mkdir -p $(CNI_BIN)

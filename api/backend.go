@@ -3,6 +3,12 @@
 // client and meshlet's own CLI work against it. It owns HTTP concerns only
 // (routing, encoding, status codes, blocking queries); everything else is
 // behind Backend, which the agent implements.
+//
+// Concurrency: a Server is safe for concurrent use; handlers run on
+// net/http's goroutines and share only the Backend and a small
+// mutex-guarded evaluation memo. Long-lived requests (blocking queries, log
+// follows, exec sessions) end when the client leaves or Server.Close is
+// called. Package apitest holds an in-memory Backend for tests.
 package api
 
 import (

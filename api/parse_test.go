@@ -1,0 +1,72 @@
+package api_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/meshlet/meshlet/api"
+	"github.com/meshlet/meshlet/api/apitest"
+)
+
+const varJobHCL = `
+variable "count" {
+  type    = number
+  default = 1
+}
+variable "cmd" {
+  type    = string
+  default = "/bin/true"
+}
+job "vars" {
+  group "g" {
+    count = var.count
+    task "t" {
+      driver = "raw_exec"
+      config {
+        command = var.cmd
+      }
+    }
+  }
+}
+`
+
+func TestParseEndpoint(t *testing.T) {
+	srv := newTestServer(t, apitest.NewBackend())
+	body := func(hcl, vars string) string {
+		raw, _ := json.Marshal(api.JobsParseRequest{JobHCL: hcl, Variables: vars, Canonicalize: true})
+		return string(raw)
+	}
+	tests := []struct {
+		name       string
+		body       string
+		wantStatus int
+		want       []string
+	}{
+		{"defaults", body(varJobHCL, ""), 200, []string{`"ID":"vars"`, `"Count":1`, `"command":"/bin/true"`}},
+		{"variables file", body(varJobHCL, "count = 3\ncmd = \"/bin/echo\"\n"), 200, []string{`"Count":3`, `"command":"/bin/echo"`}},
+		{"undeclared variable", body(varJobHCL, "nope = 1\n"), 400, []string{"Undefined variable nope"}},
+		{"bad variables", body(varJobHCL, "count = \n"), 400, []string{"invalid Variables"}},
+		{"non-constant variable", body(varJobHCL, "count = var.x\n"), 400, []string{`variable "count" must be a constant`}},
+		{"syntax error", body("job \"x\" {\n  group \"g\" {\n", ""), 400, []string{"job.hcl:", ": error: "}},
+		{"unknown attribute", body("job \"x\" {\n  bogus = 1\n  group \"g\" {\n    task \"t\" {\n      driver = \"raw_exec\"\n    }\n  }\n}\n", ""), 400, []string{`job.hcl:2:3: error: Unsupported argument`}},
+		{"empty", body("  ", ""), 400, []string{"JobHCL is empty"}},
+		{"not json", "JobHCL=x", 400, []string{"failed to decode request body"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, got := do(t, "PUT", srv.URL+"/v1/jobs/parse", tc.body)
+			if resp.StatusCode != tc.wantStatus {
+				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tc.wantStatus, got)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(got, w) {
+					t.Fatalf("body %q lacks %q", got, w)
+				}
+			}
+			if resp.StatusCode != 200 && strings.Count(strings.TrimSpace(got), "\n") != 0 {
+				t.Fatalf("error is not one line: %q", got)
+			}
+		})
+	}
+}

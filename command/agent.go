@@ -1,0 +1,122 @@
+package command
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/meshlet/meshlet/agent"
+)
+
+func init() {
+	register(&command{
+		name: "agent", args: "[options]", synopsis: "Run the meshlet agent (server, client and mesh control plane)",
+		help: `Runs the agent in the foreground until SIGINT or SIGTERM. On shutdown the
+agent stops its API and runners but leaves tasks running, like Nomad: the
+next agent on the same data dir recovers them.
+
+One of -dev, -config or -data-dir is required. -dev uses a temporary data
+dir (unless -data-dir) and debug logs. Flags override the config file.
+Logs go to stderr.`,
+		example: "$ sudo meshlet agent -dev\n$ sudo meshlet agent -config /etc/meshlet/agent.hcl -log-level info",
+		run:     runAgent,
+	})
+}
+
+type agentFlags struct {
+	dev      bool
+	dataDir  string
+	config   string
+	bind     string
+	logLevel string
+}
+
+func runAgent(e *env, c *command, args []string) int {
+	fs := newFlags(c)
+	var f agentFlags
+	fs.BoolVar(&f.dev, "dev", false, "dev mode: temporary data dir, debug logs, everything on 127.0.0.1")
+	fs.StringVar(&f.dataDir, "data-dir", "", "`DIR` for state, allocations and CNI leases")
+	fs.StringVar(&f.config, "config", "", "HCL agent configuration `FILE`")
+	fs.StringVar(&f.bind, "bind", "", "`ADDR` every listener binds (default 127.0.0.1)")
+	fs.StringVar(&f.logLevel, "log-level", "", "`LEVEL`: trace, debug, info, warn or error")
+	if code, ok := e.parse(c, fs, args); !ok {
+		return code
+	}
+	if fs.NArg() != 0 {
+		return e.usageError(c, "agent takes no arguments")
+	}
+	if !f.dev && f.config == "" && f.dataDir == "" {
+		return e.usageError(c, "specify -dev, -config FILE or -data-dir DIR")
+	}
+	cfg, err := agentConfig(fs, f)
+	if err != nil {
+		return e.errorf("%v", err)
+	}
+	level := hclog.LevelFromString(cfg.LogLevel)
+	if level == hclog.NoLevel {
+		return e.errorf("invalid log level %q: want trace, debug, info, warn or error", cfg.LogLevel)
+	}
+	logger := hclog.New(&hclog.LoggerOptions{Name: "meshlet", Level: level, Output: e.stderr})
+	a, err := agent.New(cfg, logger)
+	if err != nil {
+		return e.errorf("invalid agent configuration: %v", err)
+	}
+	if err := a.Start(); err != nil {
+		return e.errorf("failed to start agent: %v", err)
+	}
+	writeBanner(e.stdout, a)
+	<-e.ctx.Done()
+	fmt.Fprintln(e.stdout, "==> Caught signal, shutting down (tasks keep running)")
+	if err := a.Shutdown(); err != nil {
+		return e.errorf("failed to shut down agent cleanly: %v", err)
+	}
+	fmt.Fprintln(e.stdout, "==> Agent stopped")
+	return exitOK
+}
+
+// agentConfig builds the configuration: the file (or dev or default
+// settings), then the flags that were set explicitly.
+func agentConfig(fs *flag.FlagSet, f agentFlags) (*agent.Config, error) {
+	var cfg *agent.Config
+	switch {
+	case f.config != "":
+		c, err := agent.LoadConfigFile(f.config)
+		if err != nil {
+			return nil, fmt.Errorf("failed to load agent config: %w", err)
+		}
+		cfg = c
+	case f.dev:
+		cfg = agent.DevConfig()
+	default:
+		cfg = agent.DefaultConfig()
+	}
+	fs.Visit(func(fl *flag.Flag) {
+		switch fl.Name {
+		case "dev":
+			cfg.Dev = f.dev
+		case "data-dir":
+			cfg.DataDir = f.dataDir
+		case "bind":
+			cfg.BindAddr = f.bind
+		case "log-level":
+			cfg.LogLevel = strings.ToLower(f.logLevel)
+		}
+	})
+	return cfg, nil
+}
+
+func writeBanner(w io.Writer, a *agent.Agent) {
+	cfg := a.Config()
+	fmt.Fprintf(w, "==> meshlet agent started (%s)\n\n", VersionString())
+	writeKV(w, [][2]string{
+		{"  HTTP API", "http://" + a.HTTPAddr()},
+		{"  Data Dir", cfg.DataDir},
+		{"  Datacenter", cfg.Datacenter},
+		{"  Region", cfg.Region},
+		{"  Dev Mode", fmt.Sprint(cfg.Dev)},
+		{"  Log Level", cfg.LogLevel},
+	})
+	fmt.Fprintf(w, "\n==> Set MESHLET_ADDR=http://%s to use the CLI against this agent\n", a.HTTPAddr())
+}

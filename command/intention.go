@@ -1,0 +1,215 @@
+package command
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+
+	consulapi "github.com/hashicorp/consul/api"
+)
+
+// exitCheckDenied and exitCheckError are `intention check`'s codes, as in
+// Consul (0 means allowed).
+const (
+	exitCheckDenied = 1
+	exitCheckError  = 2
+)
+
+func init() {
+	register(
+		&command{
+			name: "intention create", args: "[options] SRC DST", synopsis: "Allow or deny traffic from SRC to DST",
+			help: `Creates an intention that allows (default) or denies connections from service
+SRC to service DST. Either may be "*" (all services). Fails if the intention
+exists, unless -replace.`,
+			example: "$ meshlet intention create -deny web db\n$ meshlet intention create -allow -replace web db",
+			run:     runIntentionCreate,
+		},
+		&command{
+			name: "intention delete", args: "[options] SRC DST", synopsis: "Delete the intention from SRC to DST",
+			help:    "Deletes the intention from SRC to DST; the default policy applies again.",
+			example: "$ meshlet intention delete web db",
+			run:     runIntentionDelete,
+		},
+		&command{
+			name: "intention list", args: "[options]", synopsis: "List intentions",
+			help:    "Lists every intention with its action and precedence.",
+			example: "$ meshlet intention list",
+			run:     runIntentionList,
+		},
+		&command{
+			name: "intention check", args: "[options] SRC DST", synopsis: "Check whether SRC may connect to DST",
+			help: `Prints "Allowed" or "Denied" for a connection from SRC to DST under the
+current intentions and default policy. Exit code 0 when allowed, 1 when
+denied, 2 on any error (as in Consul).`,
+			example: "$ meshlet intention check web db",
+			run:     runIntentionCheck,
+		},
+	)
+}
+
+func consulClient(addr string) (*consulapi.Client, error) {
+	c, err := consulapi.NewClient(&consulapi.Config{Address: normalizeAddr(addr)})
+	if err != nil {
+		return nil, fmt.Errorf("failed to create connect API client for %s: %w", addr, err)
+	}
+	return c, nil
+}
+
+// intentionCall is a parsed intention command: client, address, SRC, DST.
+type intentionCall struct {
+	client   *consulapi.Client
+	addr     string
+	src, dst string
+}
+
+// intentionArgs parses the common flags and SRC DST.
+func (e *env) intentionArgs(c *command, args []string, extra func(fs *flag.FlagSet)) (*intentionCall, int, bool) {
+	fs := newFlags(c)
+	addr := connectAddressFlag(fs)
+	if extra != nil {
+		extra(fs)
+	}
+	if code, ok := e.parse(c, fs, args); !ok {
+		return nil, code, false
+	}
+	if fs.NArg() != 2 {
+		return nil, e.usageError(c, "expected two arguments: SRC DST"), false
+	}
+	client, err := consulClient(*addr)
+	if err != nil {
+		return nil, e.errorf("%v", err), false
+	}
+	return &intentionCall{client: client, addr: *addr, src: fs.Arg(0), dst: fs.Arg(1)}, 0, true
+}
+
+func runIntentionCreate(e *env, c *command, args []string) int {
+	var allow, deny, replace *bool
+	ic, code, ok := e.intentionArgs(c, args, func(fs *flag.FlagSet) {
+		allow = fs.Bool("allow", false, "allow the connections (the default)")
+		deny = fs.Bool("deny", false, "deny the connections")
+		replace = fs.Bool("replace", false, "replace an existing intention")
+	})
+	if !ok {
+		return code
+	}
+	if *allow && *deny {
+		return e.usageError(c, "-allow and -deny are mutually exclusive")
+	}
+	action := consulapi.IntentionActionAllow
+	if *deny {
+		action = consulapi.IntentionActionDeny
+	}
+	existing, _, err := ic.client.Connect().IntentionGetExact(ic.src, ic.dst, nil)
+	if err != nil {
+		return e.errorf("failed to look up intention %s => %s: %s", ic.src, ic.dst, describeConsul(err, ic.addr))
+	}
+	if existing != nil && !*replace {
+		return e.errorf("intention %s => %s already exists; use -replace", ic.src, ic.dst)
+	}
+	ixn := &consulapi.Intention{SourceName: ic.src, DestinationName: ic.dst, Action: action}
+	if _, err := ic.client.Connect().IntentionUpsert(ixn, nil); err != nil {
+		return e.errorf("failed to create intention %s => %s: %s", ic.src, ic.dst, describeConsul(err, ic.addr))
+	}
+	verb := "Created"
+	if existing != nil {
+		verb = "Replaced"
+	}
+	fmt.Fprintf(e.stdout, "%s: %s => %s (%s)\n", verb, ic.src, ic.dst, action)
+	return exitOK
+}
+
+func runIntentionDelete(e *env, c *command, args []string) int {
+	ic, code, ok := e.intentionArgs(c, args, nil)
+	if !ok {
+		return code
+	}
+	existing, _, err := ic.client.Connect().IntentionGetExact(ic.src, ic.dst, nil)
+	if err != nil {
+		return e.errorf("failed to look up intention %s => %s: %s", ic.src, ic.dst, describeConsul(err, ic.addr))
+	}
+	if existing == nil {
+		return e.errorf("intention %s => %s not found", ic.src, ic.dst)
+	}
+	if _, err := ic.client.Connect().IntentionDeleteExact(ic.src, ic.dst, nil); err != nil {
+		return e.errorf("failed to delete intention %s => %s: %s", ic.src, ic.dst, describeConsul(err, ic.addr))
+	}
+	fmt.Fprintln(e.stdout, "Intention deleted.")
+	return exitOK
+}
+
+func runIntentionList(e *env, c *command, args []string) int {
+	fs := newFlags(c)
+	addr := connectAddressFlag(fs)
+	if code, ok := e.parse(c, fs, args); !ok {
+		return code
+	}
+	if fs.NArg() != 0 {
+		return e.usageError(c, "intention list takes no arguments")
+	}
+	client, err := consulClient(*addr)
+	if err != nil {
+		return e.errorf("%v", err)
+	}
+	ixns, _, err := client.Connect().Intentions(nil)
+	if err != nil {
+		return e.errorf("failed to list intentions: %s", describeConsul(err, *addr))
+	}
+	if len(ixns) == 0 {
+		fmt.Fprintln(e.stdout, "No intentions found.")
+		return exitOK
+	}
+	rows := []string{row("Source", "Action", "Destination", "Precedence")}
+	for _, ixn := range ixns {
+		rows = append(rows, row(ixn.SourceName, ixn.Action, ixn.DestinationName, ixn.Precedence))
+	}
+	writeTable(e.stdout, rows)
+	return exitOK
+}
+
+func runIntentionCheck(e *env, c *command, args []string) int {
+	fs := newFlags(c)
+	addr := connectAddressFlag(fs)
+	if code, ok := e.parse(c, fs, args); !ok {
+		if code == exitOK {
+			return exitOK
+		}
+		return exitCheckError
+	}
+	if fs.NArg() != 2 {
+		e.usageError(c, "expected two arguments: SRC DST")
+		return exitCheckError
+	}
+	client, err := consulClient(*addr)
+	if err != nil {
+		e.errorf("%v", err)
+		return exitCheckError
+	}
+	allowed, _, err := client.Connect().IntentionCheck(&consulapi.IntentionCheck{
+		Source: fs.Arg(0), Destination: fs.Arg(1), SourceType: consulapi.IntentionSourceConsul,
+	}, nil)
+	if err != nil {
+		e.errorf("failed to check intention %s => %s: %s", fs.Arg(0), fs.Arg(1), describeConsul(err, *addr))
+		return exitCheckError
+	}
+	if !allowed {
+		fmt.Fprintln(e.stdout, "Denied")
+		return exitCheckDenied
+	}
+	fmt.Fprintln(e.stdout, "Allowed")
+	return exitOK
+}
+
+// describeConsul renders a consul/api error on one line, with a hint when
+// the connect API is unreachable.
+func describeConsul(err error, addr string) string {
+	var se consulapi.StatusError
+	switch {
+	case errors.As(err, &se):
+		return fmt.Sprintf("%s (HTTP %d)", oneLine(se.Body), se.Code)
+	case unreachable(err):
+		return fmt.Sprintf("cannot reach the connect API at %s (is the agent running? set MESHLET_CONNECT_ADDR or -connect-address): %s",
+			addr, rootCause(err))
+	}
+	return oneLine(err.Error())
+}

@@ -1,0 +1,177 @@
+package command
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	nomadapi "github.com/hashicorp/nomad/api"
+)
+
+const (
+	defaultAddr        = "http://127.0.0.1:4646"
+	defaultConnectAddr = "http://127.0.0.1:8500"
+	shortID            = 8
+)
+
+// addressFlag adds -address (default MESHLET_ADDR, else 127.0.0.1:4646).
+func addressFlag(fs *flag.FlagSet) *string {
+	def := os.Getenv("MESHLET_ADDR")
+	if def == "" {
+		def = defaultAddr
+	}
+	return fs.String("address", def, "`URL` of the meshlet agent's HTTP API (env MESHLET_ADDR)")
+}
+
+// connectAddressFlag adds -connect-address (default MESHLET_CONNECT_ADDR).
+func connectAddressFlag(fs *flag.FlagSet) *string {
+	def := os.Getenv("MESHLET_CONNECT_ADDR")
+	if def == "" {
+		def = defaultConnectAddr
+	}
+	return fs.String("connect-address", def, "`URL` of the agent's Consul-compatible connect API (env MESHLET_CONNECT_ADDR)")
+}
+
+// normalizeAddr adds http:// to a bare host:port.
+func normalizeAddr(addr string) string {
+	if !strings.Contains(addr, "://") {
+		return "http://" + addr
+	}
+	return addr
+}
+
+// nomadClient returns the official Nomad API client for addr.
+func nomadClient(addr string) (*nomadapi.Client, error) {
+	c, err := nomadapi.NewClient(&nomadapi.Config{Address: normalizeAddr(addr)})
+	if err != nil {
+		return nil, fmt.Errorf("failed to create API client for %s: %w", addr, err)
+	}
+	return c, nil
+}
+
+// describe renders an API error as one readable line: the server's message
+// instead of the client's "Unexpected response code" wrapping, and a hint
+// when the agent cannot be reached.
+func describe(err error, addr string) string {
+	var ure nomadapi.UnexpectedResponseError
+	if errors.As(err, &ure) && ure.HasBody() {
+		return fmt.Sprintf("%s (HTTP %d)", oneLine(strings.TrimSpace(ure.Body())), ure.StatusCode())
+	}
+	if unreachable(err) {
+		return fmt.Sprintf("cannot reach the meshlet agent at %s (is it running? set MESHLET_ADDR or -address): %s",
+			addr, rootCause(err))
+	}
+	return oneLine(err.Error())
+}
+
+// unreachable reports a transport failure (connection refused, DNS...).
+func unreachable(err error) bool {
+	var opErr *net.OpError
+	var urlErr *url.Error
+	return errors.As(err, &opErr) || errors.As(err, &urlErr)
+}
+
+// rootCause returns the innermost error's text.
+func rootCause(err error) string {
+	for {
+		next := errors.Unwrap(err)
+		if next == nil {
+			return err.Error()
+		}
+		err = next
+	}
+}
+
+// isNotFound reports whether err is an HTTP 404 from the agent.
+func isNotFound(err error) bool {
+	var ure nomadapi.UnexpectedResponseError
+	return errors.As(err, &ure) && ure.StatusCode() == 404
+}
+
+// writeTable prints tab-separated rows aligned in columns.
+func writeTable(w io.Writer, rows []string) {
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	for _, r := range rows {
+		fmt.Fprintln(tw, r)
+	}
+	_ = tw.Flush()
+}
+
+// row joins cells with tabs for writeTable.
+func row(cells ...any) string {
+	parts := make([]string, len(cells))
+	for i, c := range cells {
+		parts[i] = fmt.Sprint(c)
+	}
+	return strings.Join(parts, "\t")
+}
+
+// writeKV prints "Key = value" lines with aligned '='.
+func writeKV(w io.Writer, pairs [][2]string) {
+	width := 0
+	for _, p := range pairs {
+		width = max(width, len(p[0]))
+	}
+	for _, p := range pairs {
+		fmt.Fprintf(w, "%-*s = %s\n", width, p[0], p[1])
+	}
+}
+
+// short returns an ID's first 8 characters.
+func short(id string) string {
+	if len(id) > shortID {
+		return id[:shortID]
+	}
+	return id
+}
+
+// ago renders a unix-nanosecond time relative to now ("5m ago").
+func ago(unixNano int64, now time.Time) string {
+	if unixNano == 0 {
+		return "N/A"
+	}
+	d := now.Sub(time.Unix(0, unixNano))
+	switch {
+	case d < 0:
+		return "just now"
+	case d < time.Minute:
+		return fmt.Sprintf("%ds ago", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%ds ago", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 24*time.Hour:
+		return fmt.Sprintf("%dh%dm ago", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%dd%dh ago", int(d.Hours())/24, int(d.Hours())%24)
+}
+
+// timestamp renders a unix-nanosecond time like Nomad's CLI.
+func timestamp(unixNano int64) string {
+	if unixNano == 0 {
+		return "N/A"
+	}
+	return time.Unix(0, unixNano).Format(time.RFC3339)
+}
+
+// orNone returns s, or "<none>" when empty.
+func orNone(s string) string {
+	if s == "" {
+		return "<none>"
+	}
+	return s
+}
+
+// deref returns *p or the zero value.
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
