@@ -1,0 +1,294 @@
+// Package agent composes meshlet's roles into one process: the server role
+// (state store, scheduler, job admission), the client role (drivers, CNI
+// networking, alloc runners) and the HTTP API, plus the service catalog the
+// control plane reads. In dev mode both roles run in one process but talk
+// only through server.Server's client-facing methods (client.ServerConn).
+//
+// Concurrency: Start and Shutdown must not run concurrently with each other;
+// every other method is safe for concurrent use once Start returned.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/meshlet/meshlet/api"
+	"github.com/meshlet/meshlet/catalog"
+	"github.com/meshlet/meshlet/client"
+	"github.com/meshlet/meshlet/client/allocrunner"
+	"github.com/meshlet/meshlet/jobspecs"
+	"github.com/meshlet/meshlet/scheduler"
+	"github.com/meshlet/meshlet/server"
+	"github.com/meshlet/meshlet/state"
+	"github.com/meshlet/meshlet/structs"
+)
+
+// Version is meshlet's version, reported as the meshlet.version attribute.
+const Version = "0.1.0"
+
+// shutdownTimeout bounds the HTTP server's graceful shutdown.
+const shutdownTimeout = 10 * time.Second
+
+// Agent is a running meshlet agent.
+type Agent struct {
+	cfg    *Config
+	logger hclog.Logger
+
+	catalog *catalog.Catalog
+	store   state.Store
+	server  *server.Server
+	client  *client.Client
+	backend *Backend
+	// cleanups run in reverse order at Shutdown (driver plugins...).
+	cleanups []func()
+
+	httpSrv  *http.Server
+	httpLn   net.Listener
+	httpDone chan struct{}
+
+	mu         sync.Mutex
+	started    bool
+	tempData   bool
+	extraHooks []client.HookFactory
+	mutators   []server.JobMutator
+}
+
+// New validates cfg and returns an agent; nothing runs until Start.
+func New(cfg *Config, logger hclog.Logger) (*Agent, error) {
+	if cfg == nil {
+		cfg = DevConfig()
+	}
+	cp := *cfg
+	if err := cp.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	return &Agent{cfg: &cp, logger: logger.Named("agent"), catalog: catalog.New()}, nil
+}
+
+// AddJobMutator adds a server-side job mutator (e.g. sidecar injection);
+// call before Start.
+func (a *Agent) AddJobMutator(m server.JobMutator) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.mutators = append(a.mutators, m)
+}
+
+// AddAllocHooks adds alloc hooks that run after the network hook (e.g.
+// sidecar, services); call before Start.
+func (a *Agent) AddAllocHooks(f client.HookFactory) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.extraHooks = append(a.extraHooks, f)
+}
+
+// Config returns the agent's configuration (with DataDir resolved after
+// Start).
+func (a *Agent) Config() Config { return *a.cfg }
+
+// Catalog is the service catalog the control plane reads.
+func (a *Agent) Catalog() *catalog.Catalog { return a.catalog }
+
+// Backend is the api.Backend the HTTP API serves.
+func (a *Agent) Backend() api.Backend {
+	if a.backend == nil {
+		return nil
+	}
+	return a.backend
+}
+
+// Server is the server role (nil before Start).
+func (a *Agent) Server() *server.Server { return a.server }
+
+// Client is the client role (nil before Start).
+func (a *Agent) Client() *client.Client { return a.client }
+
+// HTTPAddr is the HTTP API's actual address ("127.0.0.1:4646").
+func (a *Agent) HTTPAddr() string {
+	if a.httpLn == nil {
+		return ""
+	}
+	return a.httpLn.Addr().String()
+}
+
+// Start opens the state, starts the server role, then the client role
+// (which recovers the tasks of a previous agent), then the HTTP API. On
+// error everything started so far is stopped again.
+func (a *Agent) Start() (err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.started {
+		return errors.New("agent already started")
+	}
+	defer func() {
+		if err != nil {
+			a.stop()
+		}
+	}()
+	if err := a.prepareDataDir(); err != nil {
+		return err
+	}
+	if err := a.startServer(); err != nil {
+		return err
+	}
+	if err := a.startClient(); err != nil {
+		return err
+	}
+	a.backend = &Backend{server: a.server, client: a.client}
+	if err := a.startHTTP(); err != nil {
+		return err
+	}
+	a.started = true
+	a.logger.Info("agent started", "http_addr", a.HTTPAddr(), "data_dir", a.cfg.DataDir, "node_id", a.client.Node().ID)
+	return nil
+}
+
+func (a *Agent) prepareDataDir() error {
+	if a.cfg.DataDir == "" {
+		dir, err := os.MkdirTemp("", "meshlet-dev-")
+		if err != nil {
+			return fmt.Errorf("failed to create dev data dir: %w", err)
+		}
+		a.cfg.DataDir, a.tempData = dir, true
+	}
+	abs, err := filepath.Abs(a.cfg.DataDir)
+	if err != nil {
+		return fmt.Errorf("failed to resolve data dir: %w", err)
+	}
+	a.cfg.DataDir = abs
+	if err := os.MkdirAll(abs, 0o755); err != nil {
+		return fmt.Errorf("failed to create data dir: %w", err)
+	}
+	return nil
+}
+
+func (a *Agent) startServer() error {
+	st, err := state.OpenBolt(filepath.Join(a.cfg.DataDir, "server", "state.db"))
+	if err != nil {
+		return err
+	}
+	a.store = st
+	sched, err := scheduler.New(scheduler.Config{MinDynamicPort: a.cfg.Client.MinDynamicPort,
+		MaxDynamicPort: a.cfg.Client.MaxDynamicPort}, a.logger.Named("scheduler"))
+	if err != nil {
+		return err
+	}
+	srv, err := server.New(server.Config{Store: st, Scheduler: sched, Mutators: a.mutators,
+		Admission: server.AdmissionFuncs{CanonicalizeFunc: jobspecs.Canonicalize, ValidateFunc: jobspecs.Validate},
+		Logger:    a.logger.Named("server")})
+	if err != nil {
+		return err
+	}
+	a.server = srv
+	return nil
+}
+
+func (a *Agent) startClient() error {
+	drivers, cleanup, err := a.loadDrivers()
+	if err != nil {
+		return err
+	}
+	if cleanup != nil {
+		a.cleanups = append(a.cleanups, cleanup)
+	}
+	networker, why := a.newNetworker()
+	hooks := a.extraHooks
+	cl, err := client.New(client.Config{
+		DataDir: a.cfg.DataDir, NodeName: a.cfg.NodeName, Datacenter: a.cfg.Datacenter, NodeMeta: a.cfg.Client.Meta,
+		Drivers: drivers, Networker: networker, NetworkUnavailable: why, Server: a.server,
+		Version: Version, BinaryPath: a.cfg.BinaryPath, Logger: a.logger.Named("client"),
+		Hooks: func(alloc *structs.Allocation) []allocrunner.AllocHook {
+			var out []allocrunner.AllocHook
+			for _, f := range hooks {
+				out = append(out, f(alloc)...)
+			}
+			return out
+		},
+	})
+	if err != nil {
+		return err
+	}
+	a.client = cl
+	return cl.Start()
+}
+
+func (a *Agent) startHTTP() error {
+	addr := net.JoinHostPort(a.cfg.BindAddr, strconv.Itoa(a.cfg.Ports.HTTP))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("failed to listen on %s: %w", addr, err)
+	}
+	a.httpLn = ln
+	node := a.client.Node()
+	h := api.NewServer(a.backend, a.logger, api.WithAgentInfo(api.AgentInfo{NodeName: node.Name, Region: a.cfg.Region,
+		Datacenter: a.cfg.Datacenter, Version: Version})).Handler()
+	a.httpSrv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	a.httpDone = make(chan struct{})
+	go func() {
+		defer close(a.httpDone)
+		if err := a.httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			a.logger.Error("HTTP server stopped", "error", err)
+		}
+	}()
+	return nil
+}
+
+// Shutdown stops the HTTP API and the runners WITHOUT killing tasks: they
+// keep running and the next agent on the same data dir recovers them.
+// Stopping allocations is a job stop, not a shutdown.
+func (a *Agent) Shutdown() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.started {
+		return nil
+	}
+	a.started = false
+	return a.stop()
+}
+
+// stop tears down whatever Start created, in reverse order.
+func (a *Agent) stop() error {
+	var errs []error
+	if a.httpSrv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		if err := a.httpSrv.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("failed to stop HTTP server: %w", err))
+			_ = a.httpSrv.Close()
+		}
+		cancel()
+		<-a.httpDone
+		a.httpSrv = nil
+	} else if a.httpLn != nil {
+		_ = a.httpLn.Close()
+	}
+	if a.client != nil {
+		if err := a.client.Shutdown(); err != nil {
+			errs = append(errs, err)
+		}
+		a.client = nil
+	}
+	for i := len(a.cleanups) - 1; i >= 0; i-- {
+		a.cleanups[i]()
+	}
+	a.cleanups = nil
+	if a.store != nil {
+		if err := a.store.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("failed to close state store: %w", err))
+		}
+		a.store = nil
+	}
+	a.logger.Info("agent stopped")
+	return errors.Join(errs...)
+}

@@ -1,0 +1,269 @@
+package agent
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/gohcl"
+	"github.com/hashicorp/hcl/v2/hclparse"
+)
+
+// Default ports, as Nomad's and Consul's.
+const (
+	DefaultHTTPPort        = 4646
+	DefaultConnectHTTPPort = 8500
+	DefaultGRPCPort        = 8502
+)
+
+// Sidecar proxy choices.
+const (
+	SidecarAuto    = "auto"
+	SidecarEnvoy   = "envoy"
+	SidecarBuiltin = "builtin"
+)
+
+// Config is the agent's configuration.
+type Config struct {
+	// DataDir holds server/state.db, client/state.db, alloc/ and cni/.
+	// Empty in dev mode: a temporary directory is created at Start.
+	DataDir string
+	// BindAddr is the address every listener binds; default 127.0.0.1.
+	BindAddr string
+	// Ports: 0 picks a free port (tests use 0).
+	Ports      Ports
+	Datacenter string
+	Region     string
+	NodeName   string
+	// PluginDir holds external task driver plugins.
+	PluginDir string
+	Client    ClientConfig
+	LogLevel  string
+	Dev       bool
+	// Sidecar is "auto", "envoy" or "builtin".
+	Sidecar     string
+	EnvoyBinary string
+	// ExecutorCmd overrides the drivers' executor command (tests re-exec
+	// their own binary); nil = [os.Executable(), "executor"].
+	ExecutorCmd []string
+	// BinaryPath overrides the meshlet.binary node attribute; empty = the
+	// running executable.
+	BinaryPath string
+}
+
+// Ports are the agent's listener ports.
+type Ports struct {
+	HTTP        int
+	ConnectHTTP int
+	GRPC        int
+}
+
+// ClientConfig configures the client role.
+type ClientConfig struct {
+	CNIPath             string
+	CNIConfigDir        string
+	BridgeNetworkSubnet string
+	BridgeNetworkName   string
+	MinDynamicPort      int
+	MaxDynamicPort      int
+	// Options: "driver.raw_exec.enable", "driver.exec.enable" ("true"/"false").
+	Options map[string]string
+	Meta    map[string]string
+}
+
+// DefaultConfig returns the defaults every configuration starts from.
+func DefaultConfig() *Config {
+	return &Config{
+		BindAddr:   "127.0.0.1",
+		Ports:      Ports{HTTP: DefaultHTTPPort, ConnectHTTP: DefaultConnectHTTPPort, GRPC: DefaultGRPCPort},
+		Datacenter: "dc1",
+		Region:     "global",
+		LogLevel:   "info",
+		Sidecar:    SidecarAuto,
+		Client: ClientConfig{
+			CNIPath:             defaultCNIPath(),
+			CNIConfigDir:        "/opt/cni/config",
+			BridgeNetworkSubnet: "172.26.64.0/20",
+			BridgeNetworkName:   "meshlet",
+			MinDynamicPort:      20000,
+			MaxDynamicPort:      32000,
+			Options:             map[string]string{},
+		},
+	}
+}
+
+// DevConfig returns a dev-mode configuration: everything on 127.0.0.1, a
+// temporary data dir (unless DataDir is set before Start), raw_exec on.
+func DevConfig() *Config {
+	c := DefaultConfig()
+	c.Dev = true
+	c.LogLevel = "debug"
+	return c
+}
+
+// defaultCNIPath is <dir of the meshlet binary>/cni when it exists (make
+// puts the plugins in bin/cni next to bin/meshlet), else /opt/cni/bin.
+func defaultCNIPath() string {
+	if exe, err := os.Executable(); err == nil {
+		dir := filepath.Join(filepath.Dir(exe), "cni")
+		if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
+			return dir
+		}
+	}
+	return "/opt/cni/bin"
+}
+
+// Validate checks the configuration.
+func (c *Config) Validate() error {
+	var problems []string
+	if net.ParseIP(c.BindAddr) == nil {
+		problems = append(problems, fmt.Sprintf("bind_addr %q is not an IP address", c.BindAddr))
+	}
+	for name, p := range map[string]int{"http": c.Ports.HTTP, "connect_http": c.Ports.ConnectHTTP, "grpc": c.Ports.GRPC} {
+		if p < 0 || p > 65535 {
+			problems = append(problems, fmt.Sprintf("ports.%s %d is out of range 0-65535", name, p))
+		}
+	}
+	if c.Client.MinDynamicPort < 1 || c.Client.MaxDynamicPort > 65535 || c.Client.MinDynamicPort > c.Client.MaxDynamicPort {
+		problems = append(problems, fmt.Sprintf("dynamic port range %d-%d is invalid", c.Client.MinDynamicPort, c.Client.MaxDynamicPort))
+	}
+	if _, _, err := net.ParseCIDR(c.Client.BridgeNetworkSubnet); err != nil {
+		problems = append(problems, fmt.Sprintf("bridge_network_subnet %q is not a CIDR", c.Client.BridgeNetworkSubnet))
+	}
+	switch c.Sidecar {
+	case SidecarAuto, SidecarEnvoy, SidecarBuiltin:
+	default:
+		problems = append(problems, fmt.Sprintf("sidecar %q must be auto, envoy or builtin", c.Sidecar))
+	}
+	if !c.Dev && c.DataDir == "" {
+		problems = append(problems, "data_dir is required outside dev mode")
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("invalid agent configuration: %s", strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// fileConfig is the HCL shape of an agent config file; pointers tell
+// "unset" (keep the default) from zero.
+type fileConfig struct {
+	DataDir     *string     `hcl:"data_dir"`
+	BindAddr    *string     `hcl:"bind_addr"`
+	Ports       *filePorts  `hcl:"ports,block"`
+	Datacenter  *string     `hcl:"datacenter"`
+	Region      *string     `hcl:"region"`
+	NodeName    *string     `hcl:"node_name"`
+	PluginDir   *string     `hcl:"plugin_dir"`
+	Client      *fileClient `hcl:"client,block"`
+	LogLevel    *string     `hcl:"log_level"`
+	Dev         *bool       `hcl:"dev"`
+	Sidecar     *string     `hcl:"sidecar"`
+	EnvoyBinary *string     `hcl:"envoy_binary"`
+}
+
+type filePorts struct {
+	HTTP        *int `hcl:"http"`
+	ConnectHTTP *int `hcl:"connect_http"`
+	GRPC        *int `hcl:"grpc"`
+}
+
+type fileClient struct {
+	CNIPath             *string           `hcl:"cni_path"`
+	CNIConfigDir        *string           `hcl:"cni_config_dir"`
+	BridgeNetworkSubnet *string           `hcl:"bridge_network_subnet"`
+	BridgeNetworkName   *string           `hcl:"bridge_network_name"`
+	MinDynamicPort      *int              `hcl:"min_dynamic_port"`
+	MaxDynamicPort      *int              `hcl:"max_dynamic_port"`
+	Options             map[string]string `hcl:"options,optional"`
+	Meta                map[string]string `hcl:"meta,optional"`
+}
+
+// LoadConfigFile reads an HCL agent configuration over the defaults.
+// Unknown keys and bad values are errors with file:line:col.
+func LoadConfigFile(path string) (*Config, error) {
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("failed to read agent config: %w", err)
+	}
+	return ParseConfig(path, src)
+}
+
+// ParseConfig parses HCL agent configuration src (filename names it in
+// diagnostics) over the defaults.
+func ParseConfig(filename string, src []byte) (*Config, error) {
+	f, diags := hclparse.NewParser().ParseHCL(src, filename)
+	if diags.HasErrors() {
+		return nil, diagError(diags)
+	}
+	var fc fileConfig
+	if diags := gohcl.DecodeBody(f.Body, nil, &fc); diags.HasErrors() {
+		return nil, diagError(diags)
+	}
+	c := DefaultConfig()
+	set(&c.DataDir, fc.DataDir)
+	set(&c.BindAddr, fc.BindAddr)
+	set(&c.Datacenter, fc.Datacenter)
+	set(&c.Region, fc.Region)
+	set(&c.NodeName, fc.NodeName)
+	set(&c.PluginDir, fc.PluginDir)
+	set(&c.LogLevel, fc.LogLevel)
+	set(&c.Dev, fc.Dev)
+	set(&c.Sidecar, fc.Sidecar)
+	set(&c.EnvoyBinary, fc.EnvoyBinary)
+	if p := fc.Ports; p != nil {
+		set(&c.Ports.HTTP, p.HTTP)
+		set(&c.Ports.ConnectHTTP, p.ConnectHTTP)
+		set(&c.Ports.GRPC, p.GRPC)
+	}
+	if cl := fc.Client; cl != nil {
+		set(&c.Client.CNIPath, cl.CNIPath)
+		set(&c.Client.CNIConfigDir, cl.CNIConfigDir)
+		set(&c.Client.BridgeNetworkSubnet, cl.BridgeNetworkSubnet)
+		set(&c.Client.BridgeNetworkName, cl.BridgeNetworkName)
+		set(&c.Client.MinDynamicPort, cl.MinDynamicPort)
+		set(&c.Client.MaxDynamicPort, cl.MaxDynamicPort)
+		for k, v := range cl.Options {
+			c.Client.Options[k] = v
+		}
+		c.Client.Meta = cl.Meta
+	}
+	if c.DataDir != "" {
+		abs, err := filepath.Abs(c.DataDir)
+		if err != nil {
+			return nil, fmt.Errorf("failed to resolve data_dir: %w", err)
+		}
+		c.DataDir = abs
+	}
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", filename, err)
+	}
+	return c, nil
+}
+
+func set[T any](dst *T, src *T) {
+	if src != nil {
+		*dst = *src
+	}
+}
+
+// diagError renders HCL diagnostics as "file:line:col: summary; detail".
+func diagError(diags hcl.Diagnostics) error {
+	var lines []string
+	for _, d := range diags {
+		if d.Severity != hcl.DiagError {
+			continue
+		}
+		line := d.Summary
+		if d.Detail != "" {
+			line += "; " + d.Detail
+		}
+		if d.Subject != nil {
+			line = fmt.Sprintf("%s:%d:%d: %s", d.Subject.Filename, d.Subject.Start.Line, d.Subject.Start.Column, line)
+		}
+		lines = append(lines, line)
+	}
+	return fmt.Errorf("invalid agent configuration: %s", strings.Join(lines, "; "))
+}

@@ -1,0 +1,106 @@
+package agent
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestParseConfig(t *testing.T) {
+	tests := []struct {
+		name    string
+		src     string
+		wantErr string
+		check   func(t *testing.T, c *Config)
+	}{
+		{name: "defaults", src: `data_dir = "/var/lib/meshlet"`, check: func(t *testing.T, c *Config) {
+			if c.BindAddr != "127.0.0.1" || c.Ports.HTTP != 4646 || c.Ports.ConnectHTTP != 8500 || c.Ports.GRPC != 8502 ||
+				c.Datacenter != "dc1" || c.Region != "global" || c.Sidecar != "auto" || c.Client.MinDynamicPort != 20000 ||
+				c.Client.MaxDynamicPort != 32000 || c.Client.BridgeNetworkSubnet != "172.26.64.0/20" || c.DataDir != "/var/lib/meshlet" {
+				t.Errorf("defaults = %+v", c)
+			}
+		}},
+		{name: "everything", src: `
+data_dir   = "/srv/m"
+bind_addr  = "127.0.0.2"
+datacenter = "eu1"
+region     = "eu"
+node_name  = "box"
+plugin_dir = "/srv/plugins"
+log_level  = "warn"
+sidecar    = "builtin"
+envoy_binary = "/usr/bin/envoy"
+ports {
+  http = 0
+  grpc = 9502
+}
+client {
+  cni_path = "/opt/cni/bin"
+  cni_config_dir = "/etc/cni"
+  bridge_network_subnet = "10.10.0.0/16"
+  bridge_network_name = "mesh0"
+  min_dynamic_port = 30000
+  max_dynamic_port = 30100
+  options = { "driver.exec.enable" = "false" }
+  meta = { rack = "r1" }
+}`, check: func(t *testing.T, c *Config) {
+			if c.Ports.HTTP != 0 || c.Ports.GRPC != 9502 || c.Ports.ConnectHTTP != 8500 || c.BindAddr != "127.0.0.2" ||
+				c.Datacenter != "eu1" || c.NodeName != "box" || c.Sidecar != "builtin" || c.Client.CNIPath != "/opt/cni/bin" ||
+				c.Client.MinDynamicPort != 30000 || c.Client.Options["driver.exec.enable"] != "false" || c.Client.Meta["rack"] != "r1" ||
+				c.PluginDir != "/srv/plugins" || c.EnvoyBinary != "/usr/bin/envoy" || c.Client.BridgeNetworkName != "mesh0" {
+				t.Errorf("config = %+v", c)
+			}
+		}},
+		{name: "unknown key has a position", src: "data_dir = \"/x\"\nbogus = 1\n",
+			wantErr: "agent.hcl:2:1: Unsupported argument"},
+		{name: "unknown block key", src: "data_dir = \"/x\"\nclient {\n  cni_pth = \"/x\"\n}\n",
+			wantErr: "agent.hcl:3:3: Unsupported argument"},
+		{name: "syntax error", src: "ports {\n", wantErr: "agent.hcl:1:"},
+		{name: "wrong type", src: "data_dir = \"/x\"\nports { http = \"abc\" }\n", wantErr: "agent.hcl:2:17: Unsuitable value type"},
+		{name: "bad range", src: "data_dir = \"/x\"\nclient {\n min_dynamic_port = 40000\n max_dynamic_port = 30000\n}\n",
+			wantErr: "dynamic port range 40000-30000 is invalid"},
+		{name: "bad sidecar", src: "data_dir = \"/x\"\nsidecar = \"nginx\"\n", wantErr: `sidecar "nginx" must be auto, envoy or builtin`},
+		{name: "data dir required", src: "region = \"x\"\n", wantErr: "data_dir is required outside dev mode"},
+		{name: "dev needs no data dir", src: "dev = true\n", check: func(t *testing.T, c *Config) {
+			if !c.Dev || c.DataDir != "" {
+				t.Errorf("config = %+v", c)
+			}
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := ParseConfig("agent.hcl", []byte(tc.src))
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+				}
+				if strings.Contains(err.Error(), "\n") {
+					t.Errorf("error is not one line: %q", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.check(t, c)
+		})
+	}
+}
+
+func TestLoadConfigFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agent.hcl")
+	if err := os.WriteFile(path, []byte("data_dir = \"rel\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := LoadConfigFile(path)
+	if err != nil || !filepath.IsAbs(c.DataDir) {
+		t.Fatalf("config %+v, %v", c, err)
+	}
+	if _, err := LoadConfigFile(filepath.Join(t.TempDir(), "missing.hcl")); err == nil {
+		t.Fatal("missing file accepted")
+	}
+	if _, err := New(&Config{BindAddr: "nope"}, nil); err == nil || !strings.Contains(err.Error(), `bind_addr "nope"`) {
+		t.Fatalf("New accepted a bad config: %v", err)
+	}
+}

@@ -1,0 +1,133 @@
+package allocrunner
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/meshlet/meshlet/client/allocdir"
+	clientstate "github.com/meshlet/meshlet/client/state"
+	"github.com/meshlet/meshlet/client/taskenv"
+	"github.com/meshlet/meshlet/structs"
+)
+
+// AllocHookContext is what hooks share for one allocation. Hooks run one at
+// a time, so they may read and write it without locking.
+type AllocHookContext struct {
+	// Alloc is the allocation as last received from the server; read only.
+	Alloc    *structs.Allocation
+	Node     *structs.Node
+	AllocDir *allocdir.AllocDir
+	// Restored is true when the allocation was found in the client state
+	// after an agent restart: hooks re-attach to what exists instead of
+	// creating it.
+	Restored bool
+	// NetNSPath and NetworkStatus are set by the network hook.
+	NetNSPath     string
+	NetworkStatus *structs.AllocNetworkStatus
+	// Env adds variables to every task's environment (e.g. the sidecar hook's
+	// NOMAD_UPSTREAM_ADDR_<name>).
+	Env    map[string]string
+	Logger hclog.Logger
+}
+
+// AllocHook is one step of an allocation's setup. The alloc runner calls
+// Prerun on every hook in order (network → sidecar → services) before any
+// task starts, Postrun in reverse order once every task is dead (also to
+// roll back after a failed Prerun: only hooks whose Prerun succeeded), and
+// Destroy in reverse order when the allocation is garbage collected. On an
+// agent shutdown none is called: what they set up stays for the next agent.
+// Postrun and Destroy must be idempotent.
+type AllocHook interface {
+	Name() string
+	Prerun(ctx context.Context, hc *AllocHookContext) error
+	Postrun(ctx context.Context, hc *AllocHookContext) error
+	Destroy(ctx context.Context, hc *AllocHookContext) error
+}
+
+// PreKillHook is implemented by hooks that act before tasks are killed on a
+// stop (e.g. deregister services, so traffic drains during shutdown_delay).
+type PreKillHook interface {
+	PreKill(ctx context.Context, hc *AllocHookContext)
+}
+
+// Networker sets up per-allocation network namespaces; *cni.Manager
+// implements it.
+type Networker interface {
+	Setup(ctx context.Context, alloc *structs.Allocation) (*structs.AllocNetworkStatus, error)
+	Restore(ctx context.Context, alloc *structs.Allocation) (*structs.AllocNetworkStatus, error)
+	Teardown(ctx context.Context, alloc *structs.Allocation) error
+	NetNSPath(allocID string) string
+}
+
+// NetworkHook creates (or, after an agent restart, restores) the
+// allocation's network namespace for bridge and cni/* modes and tears it
+// down in Postrun. Host and none modes need nothing.
+type NetworkHook struct {
+	net Networker
+	// unavailable explains why net is nil (e.g. CNI plugins missing).
+	unavailable string
+	state       clientstate.Store
+}
+
+// NewNetworkHook returns the network hook. net may be nil when bridge
+// networking is not available; unavailable then says why, and allocations
+// that need it fail with that message.
+func NewNetworkHook(net Networker, unavailable string, state clientstate.Store) *NetworkHook {
+	return &NetworkHook{net: net, unavailable: unavailable, state: state}
+}
+
+// Name implements AllocHook.
+func (h *NetworkHook) Name() string { return "network" }
+
+func needsNamespace(alloc *structs.Allocation) bool {
+	mode := taskenv.Mode(alloc)
+	return mode == structs.NetworkModeBridge || strings.HasPrefix(mode, structs.NetworkModeCNIPrefix)
+}
+
+// Prerun implements AllocHook.
+func (h *NetworkHook) Prerun(ctx context.Context, hc *AllocHookContext) error {
+	if !needsNamespace(hc.Alloc) {
+		return nil
+	}
+	mode := taskenv.Mode(hc.Alloc)
+	if h.net == nil {
+		return fmt.Errorf("failed to set up network: network mode %q needs CNI networking, which is not available on this node: %s", mode, h.unavailable)
+	}
+	var st *structs.AllocNetworkStatus
+	var err error
+	if hc.Restored {
+		st, err = h.net.Restore(ctx, hc.Alloc)
+	} else {
+		st, err = h.net.Setup(ctx, hc.Alloc)
+	}
+	if err != nil {
+		return fmt.Errorf("network mode %q: %w", mode, err)
+	}
+	hc.NetNSPath = h.net.NetNSPath(hc.Alloc.ID)
+	hc.NetworkStatus = st
+	if h.state != nil {
+		if err := h.state.PutNetworkStatus(hc.Alloc.ID, st); err != nil {
+			return fmt.Errorf("failed to persist network status: %w", err)
+		}
+	}
+	return nil
+}
+
+// Postrun implements AllocHook.
+func (h *NetworkHook) Postrun(ctx context.Context, hc *AllocHookContext) error {
+	if h.net == nil || !needsNamespace(hc.Alloc) {
+		return nil
+	}
+	if err := h.net.Teardown(ctx, hc.Alloc); err != nil {
+		return fmt.Errorf("failed to tear down network: %w", err)
+	}
+	return nil
+}
+
+// Destroy implements AllocHook; the namespace went in Postrun.
+func (h *NetworkHook) Destroy(ctx context.Context, hc *AllocHookContext) error {
+	return h.Postrun(ctx, hc)
+}

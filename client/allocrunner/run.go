@@ -1,0 +1,144 @@
+package allocrunner
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/meshlet/meshlet/client/taskenv"
+	"github.com/meshlet/meshlet/client/taskrunner"
+	"github.com/meshlet/meshlet/structs"
+)
+
+// hookTimeout bounds each hook call: a hang guard.
+const hookTimeout = 5 * time.Minute
+
+// Run drives the allocation until every task is dead (or the runner is shut
+// down). Call it once, in its own goroutine.
+func (ar *AllocRunner) Run() {
+	defer close(ar.waitCh)
+	defer ar.publish()
+	alloc := ar.Alloc()
+	if ar.cfg.Restored && ar.allDead() {
+		return // finished before the agent restarted
+	}
+	if alloc.DesiredStatus == structs.AllocDesiredStatusStop && !ar.cfg.Restored {
+		ar.markAllDead(nil, false)
+		return
+	}
+	ar.publish()
+	if prev := alloc.PreviousAllocation; prev != "" && !ar.cfg.Restored && ar.cfg.PrevAlloc != nil {
+		ar.cfg.PrevAlloc(ar.ctxUntilKilled(), prev)
+	}
+	if ar.stopped() {
+		ar.markAllDead(nil, false)
+		return
+	}
+	ran, err := ar.prerun()
+	if err != nil {
+		ar.logger.Error("allocation setup failed; rolling back", "error", err)
+		ar.mu.Lock()
+		ar.setupErr = err.Error()
+		ar.mu.Unlock()
+		ar.markAllDead(taskrunner.SetupFailureEvent(err), true)
+		ar.postrun(ran)
+		return
+	}
+	ar.setTaskEnv()
+	if !ar.runTasks() {
+		return // agent shutdown: leave everything running
+	}
+	ar.postrun(len(ar.cfg.Hooks))
+}
+
+// ctxUntilKilled is cancelled by Kill or Shutdown.
+func (ar *AllocRunner) ctxUntilKilled() context.Context {
+	ctx, cancel := context.WithCancel(ar.ctx)
+	go func() {
+		select {
+		case <-ar.killCh:
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
+	return ctx
+}
+
+func (ar *AllocRunner) stopped() bool {
+	select {
+	case <-ar.killCh:
+		return true
+	case <-ar.shutdownCh:
+		return true
+	default:
+		return false
+	}
+}
+
+// prerun builds the alloc dir and runs every hook's Prerun in order. It
+// returns how many hooks succeeded (they are the ones to roll back).
+func (ar *AllocRunner) prerun() (int, error) {
+	if err := ar.cfg.AllocDir.Build(ar.TaskNames()); err != nil {
+		return 0, fmt.Errorf("failed to build alloc dir: %w", err)
+	}
+	for i, h := range ar.cfg.Hooks {
+		ctx, cancel := context.WithTimeout(ar.ctx, hookTimeout)
+		err := h.Prerun(ctx, ar.hc)
+		cancel()
+		if err != nil {
+			return i, err
+		}
+		if h.Name() == "network" {
+			ar.mu.Lock()
+			ar.netStatus = ar.hc.NetworkStatus
+			ar.mu.Unlock()
+		}
+	}
+	return len(ar.cfg.Hooks), nil
+}
+
+// postrun runs Postrun on the first n hooks, in reverse order.
+func (ar *AllocRunner) postrun(n int) {
+	for i := n - 1; i >= 0; i-- {
+		h := ar.cfg.Hooks[i]
+		ctx, cancel := context.WithTimeout(context.Background(), hookTimeout)
+		if err := h.Postrun(ctx, ar.hc); err != nil {
+			ar.logger.Error("hook postrun failed", "hook", h.Name(), "error", err)
+		}
+		cancel()
+	}
+}
+
+// setTaskEnv gives every task runner its environment and namespace.
+func (ar *AllocRunner) setTaskEnv() {
+	alloc := ar.Alloc()
+	for _, name := range ar.TaskNames() {
+		tr := ar.TaskRunner(name)
+		td := ar.cfg.AllocDir.TaskDir(name)
+		env := taskenv.NewBuilder(ar.cfg.Node, alloc, tr.Task()).
+			SetDirs(ar.cfg.AllocDir.SharedDir, td.LocalDir, td.SecretsDir).
+			SetNetworkStatus(ar.hc.NetworkStatus).SetExtra(ar.hc.Env).Build()
+		tr.SetEnv(env, ar.hc.NetNSPath)
+	}
+}
+
+func (ar *AllocRunner) allDead() bool {
+	for _, name := range ar.TaskNames() {
+		if !ar.TaskRunner(name).IsDead() {
+			return false
+		}
+	}
+	return true
+}
+
+// markAllDead marks every task that never ran dead.
+func (ar *AllocRunner) markAllDead(ev *structs.TaskEvent, failed bool) {
+	for _, name := range ar.TaskNames() {
+		var e *structs.TaskEvent
+		if ev != nil {
+			cp := *ev
+			e = &cp
+		}
+		ar.TaskRunner(name).MarkDead(e, failed)
+	}
+}

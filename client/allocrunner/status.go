@@ -1,0 +1,77 @@
+package allocrunner
+
+import (
+	"time"
+
+	"github.com/meshlet/meshlet/structs"
+)
+
+// taskStateChanged is the task runners' OnStateChange callback.
+func (ar *AllocRunner) taskStateChanged(string) {
+	select {
+	case ar.updateCh <- struct{}{}:
+	default:
+	}
+	ar.publish()
+}
+
+// ClientView returns a copy of the allocation with the client's view:
+// ClientStatus, ClientDescription, TaskStates and NetworkStatus.
+func (ar *AllocRunner) ClientView() *structs.Allocation {
+	ar.mu.Lock()
+	cp := *ar.alloc
+	tasks := make(map[string]*structs.TaskState, len(ar.tasks))
+	for name, tr := range ar.tasks {
+		tasks[name] = tr.State()
+	}
+	setupErr, net := ar.setupErr, ar.netStatus
+	ar.mu.Unlock()
+	cp.TaskStates = tasks
+	cp.NetworkStatus = net
+	cp.ClientStatus, cp.ClientDescription = clientStatus(tasks, setupErr)
+	cp.ModifyTime = time.Now().UnixNano()
+	return &cp
+}
+
+// publish sends the client view to OnUpdate.
+func (ar *AllocRunner) publish() {
+	view := ar.ClientView()
+	ar.mu.Lock()
+	if view.ClientStatus != ar.lastStatus {
+		ar.logger.Info("allocation status changed", "from", ar.lastStatus, "to", view.ClientStatus)
+		ar.lastStatus = view.ClientStatus
+	}
+	ar.mu.Unlock()
+	if ar.cfg.OnUpdate != nil {
+		ar.cfg.OnUpdate(view)
+	}
+}
+
+// clientStatus derives the allocation's status from its tasks, as Nomad:
+// failed setup → failed; any task running → running; any pending →
+// pending; any failed → failed; else complete.
+func clientStatus(tasks map[string]*structs.TaskState, setupErr string) (string, string) {
+	if setupErr != "" {
+		return structs.AllocClientStatusFailed, setupErr
+	}
+	var pending, running, failed int
+	for _, s := range tasks {
+		switch {
+		case s.State == structs.TaskStateRunning:
+			running++
+		case s.State == structs.TaskStatePending:
+			pending++
+		case s.Failed:
+			failed++
+		}
+	}
+	switch {
+	case running > 0:
+		return structs.AllocClientStatusRunning, "Tasks are running"
+	case pending > 0:
+		return structs.AllocClientStatusPending, "No tasks have started"
+	case failed > 0:
+		return structs.AllocClientStatusFailed, "Failed tasks"
+	}
+	return structs.AllocClientStatusComplete, "All tasks have completed"
+}

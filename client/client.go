@@ -1,0 +1,268 @@
+// Package client is meshlet's client role: it fingerprints the node
+// (drivers, attributes), registers it with the server, watches the server
+// for the node's allocations and runs an alloc runner per allocation,
+// reporting their status back. On start it first restores the allocations
+// found in its local state (client/state), so tasks that kept running while
+// the agent was down are recovered rather than started again, and it
+// garbage-collects network namespaces of allocations that are gone.
+//
+// The client reaches the server only through ServerConn, so a network can
+// later sit between the two roles.
+//
+// Concurrency: one goroutine watches the server and reconciles runners,
+// one sends status updates; the mutex guards the runner map and the
+// pending updates. Runners run in their own goroutines.
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+
+	"github.com/google/uuid"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/meshlet/meshlet/client/allocdir"
+	"github.com/meshlet/meshlet/client/allocrunner"
+	clientstate "github.com/meshlet/meshlet/client/state"
+	"github.com/meshlet/meshlet/driver"
+	"github.com/meshlet/meshlet/structs"
+)
+
+// Sentinel errors.
+var (
+	ErrAllocNotFound  = errors.New("allocation not found on this node")
+	ErrTaskNotFound   = errors.New("task not found in allocation")
+	ErrTaskNotRunning = errors.New("task is not running")
+)
+
+// ServerConn is the client's narrow view of the server role.
+type ServerConn interface {
+	RegisterNode(ctx context.Context, node *structs.Node) error
+	// NodeAllocs blocks until the server's index passes minIndex and returns
+	// the node's allocations with the index they reflect.
+	NodeAllocs(ctx context.Context, nodeID string, minIndex uint64) ([]*structs.Allocation, uint64, error)
+	UpdateAllocs(ctx context.Context, updates []*structs.Allocation) error
+}
+
+// Networker is the network hook's Networker plus garbage collection;
+// *cni.Manager implements it.
+type Networker interface {
+	allocrunner.Networker
+	GC(ctx context.Context, live map[string]bool) error
+}
+
+// HookFactory returns the hooks that run after the network hook for an
+// allocation (sidecar, services — added by the connect integration).
+type HookFactory func(alloc *structs.Allocation) []allocrunner.AllocHook
+
+// Config configures a Client.
+type Config struct {
+	// DataDir holds client/state.db and alloc/<id>/.
+	DataDir    string
+	NodeName   string
+	Datacenter string
+	NodeMeta   map[string]string
+	// Drivers are the task drivers of this node.
+	Drivers []driver.Driver
+	// Networker may be nil; NetworkUnavailable then says why bridge
+	// networking cannot be used.
+	Networker          Networker
+	NetworkUnavailable string
+	Hooks              HookFactory
+	Server             ServerConn
+	// Version and BinaryPath become the meshlet.version and meshlet.binary
+	// node attributes (BinaryPath defaults to the running executable).
+	Version    string
+	BinaryPath string
+	HTTPAddr   string
+	Logger     hclog.Logger
+}
+
+// Client is the client role.
+type Client struct {
+	cfg     Config
+	logger  hclog.Logger
+	db      *clientstate.DB
+	node    *structs.Node
+	drivers map[string]driver.Driver
+
+	mu       sync.Mutex
+	runners  map[string]*allocrunner.AllocRunner
+	seen     map[string]uint64 // alloc ID → last AllocModifyIndex acted on
+	pending  map[string]*structs.Allocation
+	updateCh chan struct{}
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// New opens the client state, loads or creates the node ID and
+// fingerprints the node. Nothing runs until Start.
+func New(cfg Config) (*Client, error) {
+	if cfg.Server == nil || cfg.DataDir == "" {
+		return nil, fmt.Errorf("failed to create client: server connection and data dir are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	db, err := clientstate.Open(filepath.Join(cfg.DataDir, "client", "state.db"))
+	if err != nil {
+		return nil, err
+	}
+	nodeID, err := db.NodeID()
+	if err == nil && nodeID == "" {
+		nodeID = uuid.NewString()
+		err = db.PutNodeID(nodeID)
+	}
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("failed to load node ID: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &Client{cfg: cfg, logger: cfg.Logger, db: db, drivers: map[string]driver.Driver{},
+		runners: map[string]*allocrunner.AllocRunner{}, seen: map[string]uint64{}, pending: map[string]*structs.Allocation{},
+		updateCh: make(chan struct{}, 1), ctx: ctx, cancel: cancel}
+	for _, d := range cfg.Drivers {
+		c.drivers[d.Name()] = d
+	}
+	c.node = c.fingerprint(ctx, nodeID)
+	c.logger = c.logger.With("node_id", nodeID)
+	return c, nil
+}
+
+// Node returns a copy of the fingerprinted node.
+func (c *Client) Node() *structs.Node {
+	cp := *c.node
+	return &cp
+}
+
+// Start restores allocations from the client state, garbage-collects dead
+// allocations' networks, registers the node and starts watching the server.
+func (c *Client) Start() error {
+	live, err := c.restore()
+	if err != nil {
+		return err
+	}
+	if c.cfg.Networker != nil {
+		if err := c.cfg.Networker.GC(c.ctx, live); err != nil {
+			c.logger.Warn("failed to garbage-collect allocation networks", "error", err)
+		}
+	}
+	if err := c.cfg.Server.RegisterNode(c.ctx, c.Node()); err != nil {
+		return fmt.Errorf("failed to register node: %w", err)
+	}
+	c.logger.Info("node registered", "node_name", c.node.Name, "drivers", len(c.drivers))
+	c.wg.Add(2)
+	go c.watch()
+	go c.sendUpdates()
+	return nil
+}
+
+// Shutdown detaches from every allocation (tasks keep running for the next
+// agent), sends the last status updates and closes the client state.
+func (c *Client) Shutdown() error {
+	c.cancel()
+	c.mu.Lock()
+	runners := make([]*allocrunner.AllocRunner, 0, len(c.runners))
+	for _, ar := range c.runners {
+		runners = append(runners, ar)
+	}
+	c.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, ar := range runners {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ar.Shutdown()
+		}()
+	}
+	wg.Wait()
+	c.wg.Wait()
+	c.flush(context.Background())
+	return c.db.Close()
+}
+
+// restore starts a runner for every allocation in the client state and
+// returns the IDs of those that are still live.
+func (c *Client) restore() (map[string]bool, error) {
+	allocs, err := c.db.Allocs()
+	if err != nil {
+		return nil, fmt.Errorf("failed to read client state: %w", err)
+	}
+	live := map[string]bool{}
+	for _, a := range allocs {
+		tasks, err := c.db.TaskStates(a.ID)
+		if err != nil {
+			return nil, fmt.Errorf("failed to read task states of %s: %w", a.ID, err)
+		}
+		ar, err := c.newRunner(a, true, tasks)
+		if err != nil {
+			c.logger.Error("failed to restore allocation", "alloc_id", a.ID, "error", err)
+			continue
+		}
+		if !terminal(ar.ClientView()) {
+			live[a.ID] = true
+		}
+		c.mu.Lock()
+		c.runners[a.ID] = ar
+		c.seen[a.ID] = a.AllocModifyIndex
+		c.mu.Unlock()
+		c.logger.Info("restoring allocation", "alloc_id", a.ID, "live", live[a.ID])
+		go ar.Run()
+	}
+	return live, nil
+}
+
+func terminal(a *structs.Allocation) bool {
+	return a.TerminalStatus()
+}
+
+func (c *Client) newRunner(a *structs.Allocation, restored bool, tasks map[string]*clientstate.LocalTaskState) (*allocrunner.AllocRunner, error) {
+	hooks := []allocrunner.AllocHook{allocrunner.NewNetworkHook(c.networker(), c.cfg.NetworkUnavailable, c.db)}
+	if c.cfg.Hooks != nil {
+		hooks = append(hooks, c.cfg.Hooks(a)...)
+	}
+	return allocrunner.New(allocrunner.Config{
+		Alloc: a, Node: c.Node(), AllocDir: c.allocDir(a.ID), Driver: c.driver, State: c.db, Hooks: hooks,
+		Restored: restored, RestoredTasks: tasks, OnUpdate: c.queueUpdate, PrevAlloc: c.waitPrev,
+		Logger: c.cfg.Logger.Named("alloc_runner"),
+	})
+}
+
+// networker returns the configured Networker as the hook's interface,
+// keeping a nil interface nil.
+func (c *Client) networker() allocrunner.Networker {
+	if c.cfg.Networker == nil {
+		return nil
+	}
+	return c.cfg.Networker
+}
+
+func (c *Client) driver(name string) (driver.Driver, error) {
+	if d, ok := c.drivers[name]; ok {
+		return d, nil
+	}
+	return nil, fmt.Errorf("driver %s not available on node %s", name, c.node.Name)
+}
+
+func (c *Client) allocDir(id string) *allocdir.AllocDir {
+	return allocdir.New(filepath.Join(c.cfg.DataDir, "alloc"), id)
+}
+
+// waitPrev blocks until the previous allocation's runner finished.
+func (c *Client) waitPrev(ctx context.Context, id string) {
+	c.mu.Lock()
+	ar := c.runners[id]
+	c.mu.Unlock()
+	if ar == nil {
+		return
+	}
+	select {
+	case <-ar.WaitCh():
+	case <-ctx.Done():
+	}
+}

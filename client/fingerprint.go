@@ -1,0 +1,87 @@
+package client
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/meshlet/meshlet/structs"
+)
+
+// fingerprintTimeout bounds each driver's Fingerprint: a hang guard.
+const fingerprintTimeout = 30 * time.Second
+
+// fingerprint builds the node: attributes, and each driver's health.
+func (c *Client) fingerprint(ctx context.Context, nodeID string) *structs.Node {
+	host, _ := os.Hostname()
+	name := c.cfg.NodeName
+	if name == "" {
+		name = host
+	}
+	dc := c.cfg.Datacenter
+	if dc == "" {
+		dc = "dc1"
+	}
+	attrs := map[string]string{
+		"kernel.name":               runtime.GOOS,
+		"cpu.arch":                  runtime.GOARCH,
+		"cpu.numcores":              strconv.Itoa(runtime.NumCPU()),
+		"unique.hostname":           host,
+		"unique.network.ip-address": "127.0.0.1",
+		"meshlet.version":           c.cfg.Version,
+		"meshlet.binary":            binaryPath(c.cfg.BinaryPath),
+		"nomad.version":             "1.9.0",
+		"os.name":                   runtime.GOOS,
+	}
+	var uts unix.Utsname
+	if unix.Uname(&uts) == nil {
+		attrs["kernel.version"] = unix.ByteSliceToString(uts.Release[:])
+	}
+	node := &structs.Node{ID: nodeID, Name: name, Datacenter: dc, Status: structs.NodeStatusReady,
+		Attributes: attrs, Meta: c.cfg.NodeMeta, Drivers: map[string]*structs.DriverInfo{}, HTTPAddr: c.cfg.HTTPAddr}
+	for dname, d := range c.drivers {
+		fctx, cancel := context.WithTimeout(ctx, fingerprintTimeout)
+		fp, err := d.Fingerprint(fctx)
+		cancel()
+		info := &structs.DriverInfo{UpdateTime: time.Now()}
+		switch {
+		case err != nil:
+			info.HealthDescription = "fingerprint failed: " + err.Error()
+		default:
+			info.Detected, info.Healthy, info.HealthDescription, info.Attributes = fp.Detected, fp.Healthy, fp.HealthDescription, fp.Attributes
+		}
+		if info.Detected {
+			attrs["driver."+dname] = "1"
+		}
+		for k, v := range info.Attributes {
+			attrs["driver."+dname+"."+k] = v
+		}
+		node.Drivers[dname] = info
+		c.logger.Debug("fingerprinted driver", "driver", dname, "detected", info.Detected, "healthy", info.Healthy,
+			"health", info.HealthDescription)
+	}
+	return node
+}
+
+// binaryPath resolves the meshlet binary's absolute path.
+func binaryPath(override string) string {
+	p := override
+	if p == "" {
+		var err error
+		if p, err = os.Executable(); err != nil {
+			return ""
+		}
+	}
+	if abs, err := filepath.Abs(p); err == nil {
+		p = abs
+	}
+	if real, err := filepath.EvalSymlinks(p); err == nil {
+		p = real
+	}
+	return p
+}

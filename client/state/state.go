@@ -1,0 +1,229 @@
+// Package state owns the client role's local, persistent state in
+// <data_dir>/client/state.db (bbolt), kept apart from the server's state as
+// Nomad does: the node ID, every allocation the client runs, each task's
+// driver handle (for recovery after an agent restart) and last TaskState,
+// and each allocation's network status.
+//
+// All methods are safe for concurrent use; each is one bbolt transaction.
+package state
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/meshlet/meshlet/driver"
+	"github.com/meshlet/meshlet/structs"
+)
+
+// ErrNotFound is returned for an unknown allocation.
+var ErrNotFound = errors.New("not found")
+
+// LocalTaskState is what the client persists for a task.
+type LocalTaskState struct {
+	// Handle is the driver's recovery record while the task runs; nil
+	// otherwise.
+	Handle *driver.TaskHandle `json:"Handle,omitempty"`
+	State  *structs.TaskState `json:"State,omitempty"`
+}
+
+// Store is the client state the runners need; DB implements it.
+type Store interface {
+	PutAlloc(a *structs.Allocation) error
+	PutTaskState(allocID, task string, s *LocalTaskState) error
+	TaskStates(allocID string) (map[string]*LocalTaskState, error)
+	PutNetworkStatus(allocID string, s *structs.AllocNetworkStatus) error
+	NetworkStatus(allocID string) (*structs.AllocNetworkStatus, error)
+}
+
+var (
+	bucketAllocs = []byte("allocs")
+	bucketMeta   = []byte("meta")
+	keyNodeID    = []byte("node_id")
+	keyAlloc     = []byte("alloc")
+	keyNetwork   = []byte("network")
+	taskPrefix   = "task/"
+)
+
+// DB is the bbolt-backed client state.
+type DB struct {
+	db *bolt.DB
+}
+
+var _ Store = (*DB)(nil)
+
+// Open opens (creating if needed) the client state at path.
+func Open(path string) (*DB, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("failed to create client state dir: %w", err)
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("failed to open client state %s: %w", path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bucketAllocs, bucketMeta} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("failed to initialise client state: %w", err)
+	}
+	return &DB{db: db}, nil
+}
+
+// Close closes the database.
+func (d *DB) Close() error { return d.db.Close() }
+
+// NodeID returns the persisted node ID, "" if none yet.
+func (d *DB) NodeID() (string, error) {
+	var id string
+	err := d.db.View(func(tx *bolt.Tx) error {
+		id = string(tx.Bucket(bucketMeta).Get(keyNodeID))
+		return nil
+	})
+	return id, err
+}
+
+// PutNodeID persists the node ID.
+func (d *DB) PutNodeID(id string) error {
+	return d.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Put(keyNodeID, []byte(id)) })
+}
+
+func putJSON(b *bolt.Bucket, key []byte, v any) error {
+	buf, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("failed to encode %s: %w", key, err)
+	}
+	return b.Put(key, buf)
+}
+
+// allocBucket returns the allocation's bucket, creating it when create.
+func allocBucket(tx *bolt.Tx, id string, create bool) (*bolt.Bucket, error) {
+	root := tx.Bucket(bucketAllocs)
+	if create {
+		return root.CreateBucketIfNotExists([]byte(id))
+	}
+	if b := root.Bucket([]byte(id)); b != nil {
+		return b, nil
+	}
+	return nil, fmt.Errorf("allocation %s: %w", id, ErrNotFound)
+}
+
+// PutAlloc stores (or replaces) an allocation.
+func (d *DB) PutAlloc(a *structs.Allocation) error {
+	return d.db.Update(func(tx *bolt.Tx) error {
+		b, err := allocBucket(tx, a.ID, true)
+		if err != nil {
+			return err
+		}
+		return putJSON(b, keyAlloc, a)
+	})
+}
+
+// Allocs returns every stored allocation.
+func (d *DB) Allocs() ([]*structs.Allocation, error) {
+	var out []*structs.Allocation
+	err := d.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketAllocs).ForEachBucket(func(k []byte) error {
+			raw := tx.Bucket(bucketAllocs).Bucket(k).Get(keyAlloc)
+			if raw == nil {
+				return nil
+			}
+			a := new(structs.Allocation)
+			if err := json.Unmarshal(raw, a); err != nil {
+				return fmt.Errorf("failed to decode allocation %s: %w", k, err)
+			}
+			out = append(out, a)
+			return nil
+		})
+	})
+	return out, err
+}
+
+// DeleteAlloc removes an allocation and everything stored under it.
+func (d *DB) DeleteAlloc(id string) error {
+	return d.db.Update(func(tx *bolt.Tx) error {
+		err := tx.Bucket(bucketAllocs).DeleteBucket([]byte(id))
+		if errors.Is(err, berrors.ErrBucketNotFound) {
+			return nil
+		}
+		return err
+	})
+}
+
+// PutTaskState stores a task's local state.
+func (d *DB) PutTaskState(allocID, task string, s *LocalTaskState) error {
+	return d.db.Update(func(tx *bolt.Tx) error {
+		b, err := allocBucket(tx, allocID, true)
+		if err != nil {
+			return err
+		}
+		return putJSON(b, []byte(taskPrefix+task), s)
+	})
+}
+
+// TaskStates returns the stored state of every task of an allocation.
+func (d *DB) TaskStates(allocID string) (map[string]*LocalTaskState, error) {
+	out := map[string]*LocalTaskState{}
+	err := d.db.View(func(tx *bolt.Tx) error {
+		b, err := allocBucket(tx, allocID, false)
+		if err != nil {
+			return nil // nothing stored yet
+		}
+		return b.ForEach(func(k, v []byte) error {
+			if len(k) <= len(taskPrefix) || string(k[:len(taskPrefix)]) != taskPrefix || v == nil {
+				return nil
+			}
+			s := new(LocalTaskState)
+			if err := json.Unmarshal(v, s); err != nil {
+				return fmt.Errorf("failed to decode task state %s: %w", k, err)
+			}
+			out[string(k[len(taskPrefix):])] = s
+			return nil
+		})
+	})
+	return out, err
+}
+
+// PutNetworkStatus stores an allocation's network status (nil clears it).
+func (d *DB) PutNetworkStatus(allocID string, s *structs.AllocNetworkStatus) error {
+	return d.db.Update(func(tx *bolt.Tx) error {
+		b, err := allocBucket(tx, allocID, true)
+		if err != nil {
+			return err
+		}
+		if s == nil {
+			return b.Delete(keyNetwork)
+		}
+		return putJSON(b, keyNetwork, s)
+	})
+}
+
+// NetworkStatus returns an allocation's stored network status, nil if none.
+func (d *DB) NetworkStatus(allocID string) (*structs.AllocNetworkStatus, error) {
+	var out *structs.AllocNetworkStatus
+	err := d.db.View(func(tx *bolt.Tx) error {
+		b, err := allocBucket(tx, allocID, false)
+		if err != nil {
+			return nil
+		}
+		raw := b.Get(keyNetwork)
+		if raw == nil {
+			return nil
+		}
+		out = new(structs.AllocNetworkStatus)
+		return json.Unmarshal(raw, out)
+	})
+	return out, err
+}

@@ -1,0 +1,79 @@
+package state
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/meshlet/meshlet/driver"
+	"github.com/meshlet/meshlet/structs"
+)
+
+func TestClientStateRoundTripAndReopen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "client", "state.db")
+	db, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, err := db.NodeID(); err != nil || id != "" {
+		t.Fatalf("fresh node id = %q, %v", id, err)
+	}
+	steps := []struct {
+		name string
+		fn   func() error
+	}{
+		{"node id", func() error { return db.PutNodeID("node-1") }},
+		{"alloc", func() error { return db.PutAlloc(&structs.Allocation{ID: "a1", Name: "j.g[0]"}) }},
+		{"alloc 2", func() error { return db.PutAlloc(&structs.Allocation{ID: "a2"}) }},
+		{"task", func() error {
+			return db.PutTaskState("a1", "web", &LocalTaskState{
+				Handle: &driver.TaskHandle{Version: 1, Config: &driver.TaskConfig{ID: "a1/web/x", Config: map[string]any{"command": "/bin/sh"}}, DriverState: []byte(`{"pid":42}`)},
+				State:  &structs.TaskState{State: structs.TaskStateRunning, Restarts: 2}})
+		}},
+		{"network", func() error {
+			return db.PutNetworkStatus("a1", &structs.AllocNetworkStatus{InterfaceName: "eth0", Address: "172.26.64.2"})
+		}},
+	}
+	for _, s := range steps {
+		if err := s.fn(); err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err = Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if id, _ := db.NodeID(); id != "node-1" {
+		t.Fatalf("node id after reopen = %q", id)
+	}
+	allocs, err := db.Allocs()
+	if err != nil || len(allocs) != 2 || allocs[0].Name != "j.g[0]" {
+		t.Fatalf("allocs = %v, %v", allocs, err)
+	}
+	ts, err := db.TaskStates("a1")
+	if err != nil || ts["web"] == nil || ts["web"].Handle.Config.ID != "a1/web/x" || string(ts["web"].Handle.DriverState) != `{"pid":42}` || ts["web"].State.Restarts != 2 {
+		t.Fatalf("task states = %+v, %v", ts, err)
+	}
+	ns, err := db.NetworkStatus("a1")
+	if err != nil || ns.Address != "172.26.64.2" {
+		t.Fatalf("network = %+v, %v", ns, err)
+	}
+	if ns, _ := db.NetworkStatus("a2"); ns != nil {
+		t.Fatal("a2 has a network status")
+	}
+	if err := db.DeleteAlloc("a1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.DeleteAlloc("a1"); err != nil {
+		t.Fatalf("second delete: %v", err)
+	}
+	if ts, _ := db.TaskStates("a1"); len(ts) != 0 {
+		t.Fatal("task states survived DeleteAlloc")
+	}
+	if allocs, _ := db.Allocs(); len(allocs) != 1 {
+		t.Fatalf("allocs after delete = %d", len(allocs))
+	}
+}

@@ -1,0 +1,111 @@
+package taskrunner
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/meshlet/meshlet/driver"
+	"github.com/meshlet/meshlet/structs"
+)
+
+// maxEvents is how many events a TaskState keeps, as Nomad.
+const maxEvents = 10
+
+// TaskWaitingShutdownDelay is emitted before a task's shutdown_delay.
+const TaskWaitingShutdownDelay = "Waiting for shutdown delay"
+
+// NewEvent returns an event of type typ stamped now, with Nomad's display
+// message for the simple types.
+func NewEvent(typ string) *structs.TaskEvent {
+	ev := &structs.TaskEvent{Type: typ, Time: time.Now().UnixNano()}
+	switch typ {
+	case structs.TaskReceived:
+		ev.DisplayMessage = "Task received by client"
+	case structs.TaskSetup:
+		ev.DisplayMessage = "Building Task Directory"
+	case structs.TaskStarted:
+		ev.DisplayMessage = "Task started by client"
+	case structs.TaskKilled:
+		ev.DisplayMessage = "Task successfully killed"
+	}
+	return ev
+}
+
+func terminatedEvent(res *driver.ExitResult) *structs.TaskEvent {
+	ev := NewEvent(structs.TaskTerminated)
+	ev.ExitCode, ev.Signal = res.ExitCode, res.Signal
+	ev.DisplayMessage = fmt.Sprintf("Exit Code: %d", res.ExitCode)
+	if res.Signal != 0 {
+		ev.DisplayMessage += fmt.Sprintf(", Signal: %d", res.Signal)
+	}
+	switch {
+	case res.OOMKilled:
+		ev.Message = "OOM Killed"
+	case res.Err != nil:
+		ev.Message = res.Err.Error()
+	}
+	if ev.Message != "" {
+		ev.DisplayMessage += fmt.Sprintf(", Exit Message: %q", ev.Message)
+	}
+	return ev
+}
+
+func driverFailureEvent(err error) *structs.TaskEvent {
+	ev := NewEvent(structs.TaskDriverFailure)
+	ev.DriverError = err.Error()
+	ev.DisplayMessage = err.Error()
+	return ev
+}
+
+func restartingEvent(d Decision) *structs.TaskEvent {
+	ev := NewEvent(structs.TaskRestarting)
+	ev.StartDelay = int64(d.Delay)
+	ev.RestartReason = d.Reason
+	ev.DisplayMessage = fmt.Sprintf("Task restarting in %v", d.Delay.Round(time.Millisecond))
+	if d.Reason != "" {
+		ev.DisplayMessage = d.Reason + " - " + ev.DisplayMessage
+	}
+	return ev
+}
+
+func notRestartingEvent(d Decision) *structs.TaskEvent {
+	ev := NewEvent(structs.TaskNotRestarting)
+	ev.FailsTask = d.Failed
+	ev.RestartReason = d.Reason
+	ev.DisplayMessage = d.Reason
+	return ev
+}
+
+// KillingEvent is the event a kill starts with.
+func KillingEvent(timeout time.Duration) *structs.TaskEvent {
+	ev := NewEvent(structs.TaskKilling)
+	ev.KillTimeout = timeout
+	ev.DisplayMessage = fmt.Sprintf("Sent interrupt. Waiting %v before force killing", timeout)
+	return ev
+}
+
+// SiblingFailedEvent says why a task is killed or never started.
+func SiblingFailedEvent(sibling string) *structs.TaskEvent {
+	ev := NewEvent(structs.TaskSiblingFailed)
+	ev.DisplayMessage = fmt.Sprintf("Task's sibling %q failed", sibling)
+	return ev
+}
+
+// SetupFailureEvent reports an allocation setup error on a task.
+func SetupFailureEvent(err error) *structs.TaskEvent {
+	ev := NewEvent(structs.TaskSetupFailure)
+	ev.SetupError = err.Error()
+	ev.FailsTask = true
+	ev.DisplayMessage = err.Error()
+	return ev
+}
+
+func copyState(s *structs.TaskState) *structs.TaskState {
+	cp := *s
+	cp.Events = make([]*structs.TaskEvent, len(s.Events))
+	for i, e := range s.Events {
+		ec := *e
+		cp.Events[i] = &ec
+	}
+	return &cp
+}

@@ -1,0 +1,82 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/meshlet/meshlet/client/allocrunner"
+	"github.com/meshlet/meshlet/driver"
+	"github.com/meshlet/meshlet/driver/logging"
+)
+
+// execTimeout bounds a non-streaming exec (drivers without StreamingExecer).
+const execTimeout = 5 * time.Minute
+
+// ExecTask runs opts.Command in the task's context (namespace, env, dir):
+// streamed when the driver supports it, else collected and written out.
+// It returns the command's exit code.
+func (c *Client) ExecTask(ctx context.Context, allocID, task string, opts *driver.ExecOptions) (int, error) {
+	ar := c.runner(allocID)
+	if ar == nil {
+		return 0, fmt.Errorf("failed to exec in %s: %w", allocID, ErrAllocNotFound)
+	}
+	tr := ar.TaskRunner(task)
+	if tr == nil {
+		return 0, fmt.Errorf("failed to exec in %s: %q: %w (tasks: %v)", allocID, task, ErrTaskNotFound, ar.TaskNames())
+	}
+	id := tr.TaskID()
+	if id == "" {
+		return 0, fmt.Errorf("failed to exec in task %q: %w", task, ErrTaskNotRunning)
+	}
+	if len(opts.Command) == 0 {
+		return 0, fmt.Errorf("failed to exec in task %q: empty command", task)
+	}
+	if se, ok := tr.Driver().(driver.StreamingExecer); ok {
+		code, err := se.ExecTaskStreaming(ctx, id, opts)
+		if err != nil {
+			return code, fmt.Errorf("failed to exec in task %q: %w", task, err)
+		}
+		return code, nil
+	}
+	res, err := tr.Driver().ExecTask(id, opts.Command, execTimeout)
+	if err != nil {
+		return 0, fmt.Errorf("failed to exec in task %q: %w", task, err)
+	}
+	for _, o := range []struct {
+		w io.Writer
+		b []byte
+	}{{opts.Stdout, res.Stdout}, {opts.Stderr, res.Stderr}} {
+		if o.w != nil {
+			if _, err := io.Copy(o.w, bytes.NewReader(o.b)); err != nil {
+				return res.ExitCode, fmt.Errorf("failed to write exec output: %w", err)
+			}
+		}
+	}
+	return res.ExitCode, nil
+}
+
+// TaskLogs opens a task's log stream across rotated files; with follow it
+// keeps streaming until the reader is closed or ctx ends.
+func (c *Client) TaskLogs(ctx context.Context, allocID, task, stream, origin string, offset int64, follow bool) (io.ReadCloser, error) {
+	ar := c.runner(allocID)
+	if ar == nil {
+		return nil, fmt.Errorf("failed to read logs of %s: %w", allocID, ErrAllocNotFound)
+	}
+	if ar.TaskRunner(task) == nil {
+		return nil, fmt.Errorf("failed to read logs of %s: %q: %w (tasks: %v)", allocID, task, ErrTaskNotFound, ar.TaskNames())
+	}
+	rc, err := logging.NewReaderContext(ctx, c.allocDir(allocID).LogDir, task, stream, origin, offset, follow)
+	if err != nil {
+		return nil, fmt.Errorf("failed to read logs of task %q: %w", task, err)
+	}
+	return rc, nil
+}
+
+func (c *Client) runner(allocID string) *allocrunner.AllocRunner {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.runners[allocID]
+}

@@ -1,0 +1,135 @@
+package scheduler
+
+import (
+	"fmt"
+	"path"
+	"regexp"
+	"strings"
+
+	"github.com/meshlet/meshlet/structs"
+)
+
+// feasible returns "" when node can run the group, else the reason it cannot.
+func feasible(job *structs.Job, tg *structs.TaskGroup, n *structs.Node) string {
+	if n.Status != "" && n.Status != structs.NodeStatusReady {
+		return fmt.Sprintf("node %s is %s", n.Name, n.Status)
+	}
+	if !datacenterMatch(job.Datacenters, n.Datacenter) {
+		return fmt.Sprintf("node %s is in datacenter %q, job wants %v", n.Name, n.Datacenter, job.Datacenters)
+	}
+	for _, t := range tg.Tasks {
+		info := n.Drivers[t.Driver]
+		switch {
+		case info == nil || !info.Detected:
+			return fmt.Sprintf("driver %s not available on node %s", t.Driver, n.Name)
+		case !info.Healthy:
+			msg := fmt.Sprintf("driver %s unhealthy on node %s", t.Driver, n.Name)
+			if info.HealthDescription != "" {
+				msg += ": " + info.HealthDescription
+			}
+			return msg
+		}
+	}
+	var cons []*structs.Constraint
+	cons = append(cons, job.Constraints...)
+	cons = append(cons, tg.Constraints...)
+	for _, t := range tg.Tasks {
+		cons = append(cons, t.Constraints...)
+	}
+	for _, c := range cons {
+		if r := checkConstraint(c, n); r != "" {
+			return r
+		}
+	}
+	return ""
+}
+
+func datacenterMatch(want []string, dc string) bool {
+	if len(want) == 0 {
+		return true
+	}
+	for _, w := range want {
+		if ok, _ := path.Match(w, dc); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// resolveTarget expands "${attr.x}", "${meta.x}", "${node.unique.id}",
+// "${node.unique.name}", "${node.datacenter}"; anything else is literal.
+func resolveTarget(target string, n *structs.Node) (string, bool) {
+	if !strings.HasPrefix(target, "${") || !strings.HasSuffix(target, "}") {
+		return target, true
+	}
+	key := target[2 : len(target)-1]
+	switch {
+	case strings.HasPrefix(key, "attr."):
+		v, ok := n.Attributes[strings.TrimPrefix(key, "attr.")]
+		return v, ok
+	case strings.HasPrefix(key, "meta."):
+		v, ok := n.Meta[strings.TrimPrefix(key, "meta.")]
+		return v, ok
+	case key == "node.unique.id":
+		return n.ID, true
+	case key == "node.unique.name":
+		return n.Name, true
+	case key == "node.datacenter":
+		return n.Datacenter, true
+	}
+	return "", false
+}
+
+// checkConstraint supports Nomad's common operators; others fail placement
+// with a reason naming the operator.
+func checkConstraint(c *structs.Constraint, n *structs.Node) string {
+	l, lok := resolveTarget(c.LTarget, n)
+	r, _ := resolveTarget(c.RTarget, n)
+	ok := false
+	switch c.Operand {
+	case "", "=", "==", "is":
+		ok = lok && l == r
+	case "!=", "not":
+		ok = !lok || l != r
+	case "is_set":
+		ok = lok
+	case "is_not_set":
+		ok = !lok
+	case "regexp":
+		re, err := regexp.Compile(r)
+		if err != nil {
+			return fmt.Sprintf("constraint %s regexp %q is invalid: %v", c.LTarget, r, err)
+		}
+		ok = lok && re.MatchString(l)
+	case "set_contains", "set_contains_all":
+		ok = lok && setContains(l, r)
+	case "distinct_hosts":
+		ok = true // single allocation per node is not enforced yet
+	default:
+		return fmt.Sprintf("constraint operator %q is not supported by meshlet yet", c.Operand)
+	}
+	if !ok {
+		return fmt.Sprintf("constraint %s %s %s not satisfied on node %s", c.LTarget, opName(c.Operand), c.RTarget, n.Name)
+	}
+	return ""
+}
+
+func opName(op string) string {
+	if op == "" {
+		return "="
+	}
+	return op
+}
+
+func setContains(have, want string) bool {
+	set := map[string]bool{}
+	for _, s := range strings.Split(have, ",") {
+		set[strings.TrimSpace(s)] = true
+	}
+	for _, s := range strings.Split(want, ",") {
+		if !set[strings.TrimSpace(s)] {
+			return false
+		}
+	}
+	return true
+}

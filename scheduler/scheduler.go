@@ -1,0 +1,279 @@
+// Package scheduler decides placement: given a job, the allocations that
+// exist and the nodes, it computes a Plan (allocations to place, to stop and
+// to update in place) and explains every placement it could not make.
+//
+// The scheduler is pure: it reads its inputs, never mutates them, and does
+// no I/O, so the server persists the plan it returns. A Generic scheduler is
+// safe for concurrent use; the server still serializes Process calls so that
+// two plans never hand out the same port.
+package scheduler
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/meshlet/meshlet/structs"
+)
+
+// Descriptions set on allocations the plan stops, as Nomad words them.
+const (
+	DescJobStopped   = "alloc not needed since job has been stopped"
+	DescJobUpdated   = "alloc is being updated due to job update"
+	DescCountReduced = "alloc not needed due to job update"
+	DescGroupRemoved = "alloc not needed as task group was removed"
+)
+
+// Scheduler computes placement plans.
+type Scheduler interface {
+	// Process plans job against allocs (every allocation the caller knows
+	// of: the job's own and other jobs' on the same nodes, used for port
+	// conflicts) and nodes.
+	Process(job *structs.Job, allocs []*structs.Allocation, nodes []*structs.Node) (*Plan, error)
+}
+
+// Plan is the outcome of one scheduler run.
+type Plan struct {
+	// Place are new allocations (desired run, client pending).
+	Place []*structs.Allocation
+	// Stop are copies of existing allocations with desired status stop.
+	Stop []*structs.Allocation
+	// Update are copies of existing allocations whose group did not change
+	// but whose job did (e.g. a count change): their Job is replaced in place.
+	Update []*structs.Allocation
+	// Failures explains the placements that could not be made, per group.
+	Failures []*Failure
+}
+
+// Failure explains why a group's allocations could not be placed.
+type Failure struct {
+	Group string
+	// Count is how many allocations of the group were not placed.
+	Count          int
+	NodesEvaluated int
+	// Filtered maps a reason ("driver docker not available on node n1") to
+	// the number of nodes it excluded.
+	Filtered map[string]int
+	// Exhausted maps a resource reason (ports) to the number of nodes.
+	Exhausted map[string]int
+}
+
+// Reasons returns every reason of the failure, sorted.
+func (f *Failure) Reasons() []string {
+	var out []string
+	for r := range f.Filtered {
+		out = append(out, r)
+	}
+	for r := range f.Exhausted {
+		out = append(out, r)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Config tunes the Generic scheduler.
+type Config struct {
+	// MinDynamicPort and MaxDynamicPort bound dynamic ports (inclusive);
+	// defaults 20000 and 32000.
+	MinDynamicPort int
+	MaxDynamicPort int
+	// AdvertiseIP is the host IP written on port mappings; default
+	// 127.0.0.1 (a single node advertises loopback only).
+	AdvertiseIP string
+	// Rand picks the start of the dynamic port scan; nil = math/rand/v2.
+	Rand func(n int) int
+	// Now stamps allocations; nil = time.Now.
+	Now func() time.Time
+}
+
+// Generic is meshlet's service/batch scheduler.
+type Generic struct {
+	cfg    Config
+	logger hclog.Logger
+}
+
+var _ Scheduler = (*Generic)(nil)
+
+// New returns a Generic scheduler; zero Config fields take their defaults.
+func New(cfg Config, logger hclog.Logger) (*Generic, error) {
+	if cfg.MinDynamicPort == 0 {
+		cfg.MinDynamicPort = 20000
+	}
+	if cfg.MaxDynamicPort == 0 {
+		cfg.MaxDynamicPort = 32000
+	}
+	if cfg.MinDynamicPort < 1 || cfg.MaxDynamicPort > 65535 || cfg.MinDynamicPort > cfg.MaxDynamicPort {
+		return nil, fmt.Errorf("invalid dynamic port range %d-%d", cfg.MinDynamicPort, cfg.MaxDynamicPort)
+	}
+	if cfg.AdvertiseIP == "" {
+		cfg.AdvertiseIP = "127.0.0.1"
+	}
+	if cfg.Rand == nil {
+		cfg.Rand = rand.IntN
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	return &Generic{cfg: cfg, logger: logger}, nil
+}
+
+// Process implements Scheduler.
+func (g *Generic) Process(job *structs.Job, allocs []*structs.Allocation, nodes []*structs.Node) (*Plan, error) {
+	if job == nil {
+		return nil, fmt.Errorf("failed to schedule: no job")
+	}
+	plan := &Plan{}
+	var mine []*structs.Allocation
+	for _, a := range allocs {
+		if a.JobID == job.ID && a.DesiredStatus != structs.AllocDesiredStatusStop {
+			mine = append(mine, a)
+		}
+	}
+	if job.Stop {
+		for _, a := range mine {
+			plan.Stop = append(plan.Stop, stopCopy(a, DescJobStopped))
+		}
+		return plan, nil
+	}
+	pl := newPlacer(g, job, allocs, nodes)
+	byGroup := map[string][]*structs.Allocation{}
+	for _, a := range mine {
+		if job.LookupTaskGroup(a.TaskGroup) == nil {
+			plan.Stop = append(plan.Stop, stopCopy(a, DescGroupRemoved))
+			pl.release(a)
+			continue
+		}
+		byGroup[a.TaskGroup] = append(byGroup[a.TaskGroup], a)
+	}
+	for _, tg := range job.TaskGroups {
+		g.reconcileGroup(plan, pl, job, tg, byGroup[tg.Name])
+	}
+	g.logger.Debug("computed plan", "job_id", job.ID, "place", len(plan.Place), "stop", len(plan.Stop),
+		"update", len(plan.Update), "failed_groups", len(plan.Failures))
+	return plan, nil
+}
+
+// reconcileGroup keeps, replaces, updates or stops the group's allocations
+// slot by slot (one slot per index below Count) and places the missing ones.
+func (g *Generic) reconcileGroup(plan *Plan, pl *placer, job *structs.Job, tg *structs.TaskGroup, existing []*structs.Allocation) {
+	sort.Slice(existing, func(i, j int) bool { return existing[i].CreateIndex < existing[j].CreateIndex })
+	slots := map[int]*structs.Allocation{}
+	for _, a := range existing {
+		idx := a.Index()
+		if idx >= tg.Count || slots[idx] != nil {
+			plan.Stop = append(plan.Stop, stopCopy(a, DescCountReduced))
+			pl.release(a)
+			continue
+		}
+		slots[idx] = a
+	}
+	// Replacements release their predecessors' ports before anything is placed.
+	type want struct {
+		index int
+		prev  *structs.Allocation
+	}
+	var wants []want
+	for idx := 0; idx < tg.Count; idx++ {
+		a := slots[idx]
+		switch {
+		case a == nil:
+			wants = append(wants, want{index: idx})
+		case a.Job == nil || groupChanged(a.Job, job, tg.Name):
+			wants = append(wants, want{index: idx, prev: a})
+			pl.release(a)
+		case a.Job.Version != job.Version || a.Job.JobModifyIndex != job.JobModifyIndex:
+			cp := *a
+			cp.Job = job
+			plan.Update = append(plan.Update, &cp)
+		}
+	}
+	var failure *Failure
+	for _, w := range wants {
+		alloc, reasons := pl.place(tg, w.index)
+		if alloc == nil {
+			if failure == nil {
+				failure = &Failure{Group: tg.Name, NodesEvaluated: len(pl.nodes), Filtered: map[string]int{}, Exhausted: map[string]int{}}
+			}
+			failure.Count++
+			mergeReasons(failure, reasons)
+			continue
+		}
+		if w.prev != nil {
+			alloc.PreviousAllocation = w.prev.ID
+			stop := stopCopy(w.prev, DescJobUpdated)
+			stop.NextAllocation = alloc.ID
+			plan.Stop = append(plan.Stop, stop)
+		}
+		plan.Place = append(plan.Place, alloc)
+	}
+	if failure != nil {
+		plan.Failures = append(plan.Failures, failure)
+	}
+}
+
+// mergeReasons records the per-node reasons of the first failed placement;
+// later failures of the same group only add to Count (Nomad coalesces them).
+func mergeReasons(f *Failure, r *reasons) {
+	if f.Count > 1 {
+		return
+	}
+	for _, s := range r.filtered {
+		f.Filtered[s]++
+	}
+	for _, s := range r.exhausted {
+		f.Exhausted[s]++
+	}
+}
+
+func (g *Generic) newAlloc(job *structs.Job, tg *structs.TaskGroup, index int, node *structs.Node, res *structs.AllocatedResources) *structs.Allocation {
+	now := g.cfg.Now().UnixNano()
+	return &structs.Allocation{
+		ID:                 uuid.NewString(),
+		Namespace:          job.Namespace,
+		Name:               fmt.Sprintf("%s.%s[%d]", job.ID, tg.Name, index),
+		NodeID:             node.ID,
+		NodeName:           node.Name,
+		JobID:              job.ID,
+		Job:                job,
+		TaskGroup:          tg.Name,
+		AllocatedResources: res,
+		DesiredStatus:      structs.AllocDesiredStatusRun,
+		ClientStatus:       structs.AllocClientStatusPending,
+		CreateTime:         now,
+		ModifyTime:         now,
+	}
+}
+
+func stopCopy(a *structs.Allocation, desc string) *structs.Allocation {
+	cp := *a
+	cp.DesiredStatus = structs.AllocDesiredStatusStop
+	cp.DesiredDescription = desc
+	return &cp
+}
+
+// groupChanged reports whether the group's spec (ignoring its count) or the
+// job-level settings that reach tasks differ between two job versions.
+func groupChanged(old, cur *structs.Job, group string) bool {
+	ot, ct := old.LookupTaskGroup(group), cur.LookupTaskGroup(group)
+	if ot == nil || ct == nil {
+		return true
+	}
+	o, c := *ot, *ct
+	o.Count, c.Count = 0, 0
+	return !jsonEqual(&o, &c) || !jsonEqual(old.Meta, cur.Meta) ||
+		old.Region != cur.Region || old.Namespace != cur.Namespace
+}
+
+func jsonEqual(a, b any) bool {
+	x, err1 := json.Marshal(a)
+	y, err2 := json.Marshal(b)
+	return err1 == nil && err2 == nil && string(x) == string(y)
+}

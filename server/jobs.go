@@ -1,0 +1,264 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/meshlet/meshlet/state"
+	"github.com/meshlet/meshlet/structs"
+)
+
+// RegisterResult is the outcome of RegisterJob.
+type RegisterResult struct {
+	EvalID          string
+	EvalCreateIndex uint64
+	JobModifyIndex  uint64
+	Warnings        []string
+}
+
+// RegisterJob admits job (canonicalize → validate → mutators), stores it as
+// a new version when its spec changed, and schedules it. An invalid job
+// returns an error wrapping ErrInvalid and stores nothing. The caller's job
+// is not modified.
+func (s *Server) RegisterJob(ctx context.Context, job *structs.Job) (*RegisterResult, error) {
+	if job == nil {
+		return nil, invalid(errors.New("missing job"))
+	}
+	cp, err := copyJob(job)
+	if err != nil {
+		return nil, invalid(err)
+	}
+	s.admission.Canonicalize(cp)
+	warnings, err := s.admission.Validate(cp)
+	if err != nil {
+		return nil, invalid(err)
+	}
+	if cp.ID == "" {
+		return nil, invalid(errors.New("job ID is required"))
+	}
+	for _, m := range s.mutators {
+		w, err := m.Mutate(cp)
+		if err != nil {
+			return nil, invalid(fmt.Errorf("%s: %w", m.Name(), err))
+		}
+		warnings = append(warnings, w...)
+	}
+
+	s.planMu.Lock()
+	defer s.planMu.Unlock()
+	cp.Stop = false
+	cp.Status = ""
+	cp.SubmitTime = s.now().UnixNano()
+	old, err := s.store.Job(cp.ID)
+	switch {
+	case errors.Is(err, state.ErrNotFound):
+		cp.Version = 0
+	case err != nil:
+		return nil, fmt.Errorf("failed to read job %s: %w", cp.ID, err)
+	case specEqual(old, cp):
+		cp.Version = old.Version
+	default:
+		cp.Version = old.Version + 1
+	}
+	stored := old
+	if old == nil || !specEqual(old, cp) {
+		if _, err := s.store.UpsertJob(cp); err != nil {
+			return nil, fmt.Errorf("failed to store job %s: %w", cp.ID, err)
+		}
+		if stored, err = s.store.Job(cp.ID); err != nil {
+			return nil, fmt.Errorf("failed to read job %s: %w", cp.ID, err)
+		}
+	}
+	eval, err := s.evaluate(stored, TriggerJobRegister)
+	if err != nil {
+		return nil, err
+	}
+	s.logger.Info("registered job", "job_id", stored.ID, "version", stored.Version, "eval_id", eval.ID)
+	return &RegisterResult{EvalID: eval.ID, EvalCreateIndex: s.store.Index(), JobModifyIndex: stored.JobModifyIndex,
+		Warnings: warnings}, nil
+}
+
+// StopJob marks the job stopped (a new version) and stops its allocations.
+// With purge the job and its history are removed at once; its allocations
+// are removed once their client reports them terminal.
+func (s *Server) StopJob(ctx context.Context, id string, purge bool) (string, error) {
+	s.planMu.Lock()
+	defer s.planMu.Unlock()
+	job, err := s.store.Job(id)
+	if err != nil {
+		return "", fmt.Errorf("failed to find job %q: %w", id, err)
+	}
+	if !job.Stop && !purge {
+		job.Stop = true
+		job.Version++
+		job.SubmitTime = s.now().UnixNano()
+		if _, err := s.store.UpsertJob(job); err != nil {
+			return "", fmt.Errorf("failed to store job %s: %w", id, err)
+		}
+		if job, err = s.store.Job(id); err != nil {
+			return "", fmt.Errorf("failed to read job %s: %w", id, err)
+		}
+	}
+	job.Stop = true
+	eval, err := s.evaluate(job, TriggerJobDeregister)
+	if err != nil {
+		return "", err
+	}
+	if purge {
+		if _, err := s.store.DeleteJob(id); err != nil {
+			return "", fmt.Errorf("failed to purge job %s: %w", id, err)
+		}
+		if err := s.gcAllocs(); err != nil {
+			return "", err
+		}
+	}
+	s.logger.Info("stopped job", "job_id", id, "purge", purge, "eval_id", eval.ID)
+	return eval.ID, nil
+}
+
+// Job returns a job with its status derived from its allocations.
+func (s *Server) Job(ctx context.Context, id string) (*structs.Job, error) {
+	job, err := s.store.Job(id)
+	if err != nil {
+		return nil, fmt.Errorf("failed to find job %q: %w", id, err)
+	}
+	allocs, err := s.store.AllocsByJob(id)
+	if err != nil {
+		return nil, fmt.Errorf("failed to list allocations: %w", err)
+	}
+	job.Status = JobStatus(job, allocs)
+	return job, nil
+}
+
+// Jobs returns every job sorted by ID, with derived statuses.
+func (s *Server) Jobs(ctx context.Context) ([]*structs.Job, error) {
+	jobs, err := s.store.Jobs()
+	if err != nil {
+		return nil, fmt.Errorf("failed to list jobs: %w", err)
+	}
+	allocs, err := s.store.Allocs()
+	if err != nil {
+		return nil, fmt.Errorf("failed to list allocations: %w", err)
+	}
+	byJob := map[string][]*structs.Allocation{}
+	for _, a := range allocs {
+		byJob[a.JobID] = append(byJob[a.JobID], a)
+	}
+	for _, j := range jobs {
+		j.Status = JobStatus(j, byJob[j.ID])
+	}
+	return jobs, nil
+}
+
+// JobVersions returns the job's versions, newest first.
+func (s *Server) JobVersions(ctx context.Context, id string) ([]*structs.Job, error) {
+	vs, err := s.store.JobVersions(id)
+	if err != nil {
+		return nil, fmt.Errorf("failed to find job %q: %w", id, err)
+	}
+	return vs, nil
+}
+
+// JobAllocs returns the job's allocations sorted by group and index.
+func (s *Server) JobAllocs(ctx context.Context, id string) ([]*structs.Allocation, error) {
+	if _, err := s.store.Job(id); err != nil {
+		allocs, lerr := s.store.AllocsByJob(id)
+		if lerr != nil || len(allocs) == 0 {
+			return nil, fmt.Errorf("failed to find job %q: %w", id, err)
+		}
+	}
+	allocs, err := s.store.AllocsByJob(id)
+	if err != nil {
+		return nil, fmt.Errorf("failed to list allocations: %w", err)
+	}
+	SortAllocs(allocs)
+	return allocs, nil
+}
+
+// JobEvals returns the job's evaluations, newest first.
+func (s *Server) JobEvals(ctx context.Context, id string) ([]*state.Evaluation, error) {
+	return s.store.EvalsByJob(id)
+}
+
+// Eval returns an evaluation by ID.
+func (s *Server) Eval(ctx context.Context, id string) (*state.Evaluation, error) {
+	e, err := s.store.Eval(id)
+	if err != nil {
+		return nil, fmt.Errorf("failed to find evaluation %q: %w", id, err)
+	}
+	return e, nil
+}
+
+// JobStatus derives a job's status: running while any allocation runs,
+// pending while allocations are pending or placement is outstanding, dead
+// once it is stopped (or a finished batch job) and nothing runs.
+func JobStatus(job *structs.Job, allocs []*structs.Allocation) string {
+	running, live, done := false, false, 0
+	for _, a := range allocs {
+		switch {
+		case a.ClientStatus == structs.AllocClientStatusRunning:
+			running = true
+		case !a.TerminalStatus():
+			live = true
+		case a.DesiredStatus == structs.AllocDesiredStatusRun:
+			done++
+		}
+	}
+	switch {
+	case running:
+		return structs.JobStatusRunning
+	case live:
+		return structs.JobStatusPending
+	case job.Stop:
+		return structs.JobStatusDead
+	case job.Type == structs.JobTypeBatch && done > 0:
+		return structs.JobStatusDead
+	case done > 0:
+		return structs.JobStatusDead
+	}
+	return structs.JobStatusPending
+}
+
+// SortAllocs orders allocations by job, group and index, then ID.
+func SortAllocs(allocs []*structs.Allocation) {
+	sort.SliceStable(allocs, func(i, j int) bool {
+		a, b := allocs[i], allocs[j]
+		switch {
+		case a.JobID != b.JobID:
+			return a.JobID < b.JobID
+		case a.TaskGroup != b.TaskGroup:
+			return a.TaskGroup < b.TaskGroup
+		case a.Index() != b.Index():
+			return a.Index() < b.Index()
+		case a.CreateIndex != b.CreateIndex:
+			return a.CreateIndex < b.CreateIndex
+		}
+		return a.ID < b.ID
+	})
+}
+
+func copyJob(job *structs.Job) (*structs.Job, error) {
+	buf, err := json.Marshal(job)
+	if err != nil {
+		return nil, fmt.Errorf("failed to encode job: %w", err)
+	}
+	out := new(structs.Job)
+	if err := json.Unmarshal(buf, out); err != nil {
+		return nil, fmt.Errorf("failed to decode job: %w", err)
+	}
+	return out, nil
+}
+
+// specEqual compares two jobs ignoring the fields the server manages.
+func specEqual(a, b *structs.Job) bool {
+	norm := func(j *structs.Job) string {
+		cp := *j
+		cp.Version, cp.CreateIndex, cp.ModifyIndex, cp.JobModifyIndex, cp.SubmitTime, cp.Status = 0, 0, 0, 0, 0, ""
+		buf, _ := json.Marshal(&cp)
+		return string(buf)
+	}
+	return norm(a) == norm(b)
+}

@@ -1,0 +1,193 @@
+package sidecar
+
+import (
+	"context"
+	"crypto/tls"
+	"io"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"sync/atomic"
+)
+
+const copyBufferSize = 32 << 10
+
+var copyBuffers = sync.Pool{New: func() any { b := make([]byte, copyBufferSize); return &b }}
+
+// tcpStats are the tcp_proxy filter's counters, tcp.<stat_prefix>.*.
+type tcpStats struct {
+	cxTotal, noCluster, connectFail *atomic.Uint64
+}
+
+func newTCPStats(r *statsRegistry, prefix string) *tcpStats {
+	p := "tcp." + prefix + "."
+	return &tcpStats{
+		cxTotal:     r.counter(p + "downstream_cx_total"),
+		noCluster:   r.counter(p + "downstream_cx_no_route"),
+		connectFail: r.counter(p + "upstream_connect_fail"),
+	}
+}
+
+// handle runs one downstream connection through the listener's filter
+// chain: TLS handshake, ext_authz, then tcp_proxy or the HTTP connection
+// manager. Nothing is read from the client before authorization passes.
+func (l *listener) handle(c net.Conn) {
+	handedOff := false
+	l.stats.cxTotal.Add(1)
+	l.stats.cxActive.Add(1)
+	st := l.joinState(c)
+	finish := func() {
+		c.Close()
+		if st != nil {
+			st.conns.remove(c)
+		}
+		l.stats.cxActive.Add(-1)
+		l.stats.cxDestroy.Add(1)
+		l.p.releaseConn()
+	}
+	defer func() {
+		if !handedOff {
+			finish()
+		}
+	}()
+	if st == nil {
+		return
+	}
+	chain := st.cfg.chain
+	var down net.Conn = c
+	if st.tlsConf != nil {
+		tc := tls.Server(c, st.tlsConf)
+		ctx, cancel := context.WithTimeout(l.ctx, handshakeTimeout)
+		err := tc.HandshakeContext(ctx)
+		cancel()
+		if err != nil {
+			l.stats.sslError.Add(1)
+			l.log.Debug("downstream TLS handshake failed", "remote", c.RemoteAddr().String(), "error", err)
+			return
+		}
+		l.stats.sslHandshake.Add(1)
+		down = tc
+	}
+	if chain.authz != nil {
+		ourURI := ""
+		if chain.tls != nil {
+			ourURI = l.p.secrets.leafURI(chain.tls.cert)
+		}
+		if !l.p.authz.authorize(l.ctx, chain.authz, st.authzStats, down, ourURI) {
+			return
+		}
+	}
+	if chain.tcp != nil {
+		l.p.proxyTCP(l.ctx, chain.tcp, st.tcpStats, down)
+		return
+	}
+	handedOff = l.serveHTTP(&httpConn{Conn: down, state: st, onClose: finish})
+}
+
+// joinState registers c with the listener's current state, retrying if the
+// state is being replaced; nil means the listener is shutting down.
+func (l *listener) joinState(c net.Conn) *listenerState {
+	for {
+		st := l.state.Load()
+		if st.conns.add(c) {
+			return st
+		}
+		if l.state.Load() == st {
+			return nil // drained and not replaced: the listener is closing
+		}
+	}
+}
+
+// proxyTCP connects down to an endpoint of the tcp_proxy's cluster and
+// copies bytes both ways until both sides are done.
+func (p *Proxy) proxyTCP(ctx context.Context, t *tcpProxyConfig, st *tcpStats, down net.Conn) {
+	st.cxTotal.Add(1)
+	name := pickWeighted(t.clusters)
+	c := p.clusters.get(name)
+	if c == nil {
+		st.noCluster.Add(1)
+		p.log.Debug("tcp_proxy: cluster not found", "cluster", name)
+		return
+	}
+	up, _, done, err := c.dial(ctx)
+	if err != nil {
+		st.connectFail.Add(1)
+		p.log.Debug("tcp_proxy: failed to connect upstream", "cluster", name, "error", err)
+		return
+	}
+	defer done()
+	stop := context.AfterFunc(ctx, func() { up.Close(); down.Close() })
+	defer stop()
+	tx, rx := pipe(down, up)
+	c.stats.txBytes.Add(uint64(tx))
+	c.stats.rxBytes.Add(uint64(rx))
+	up.Close()
+}
+
+// pipe copies a->b and b->a concurrently (one extra goroutine), propagating
+// half-closes, and returns the byte counts. It closes neither side on a
+// clean finish; an error in one direction closes both so the other stops.
+func pipe(a, b net.Conn) (aToB, bToA int64) {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		aToB = copyHalf(b, a)
+	}()
+	bToA = copyHalf(a, b)
+	wg.Wait()
+	return aToB, bToA
+}
+
+func copyHalf(dst, src net.Conn) int64 {
+	n, err := copyConn(dst, src)
+	if err != nil {
+		dst.Close()
+		src.Close()
+		return n
+	}
+	if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+		if cw.CloseWrite() == nil {
+			return n
+		}
+	}
+	dst.Close()
+	return n
+}
+
+// copyConn copies with the kernel's splice path when both ends are plain
+// TCP, and with a pooled buffer otherwise.
+func copyConn(dst, src net.Conn) (int64, error) {
+	if d, ok := dst.(*net.TCPConn); ok {
+		if s, ok := src.(*net.TCPConn); ok {
+			return d.ReadFrom(s)
+		}
+	}
+	bp := copyBuffers.Get().(*[]byte)
+	defer copyBuffers.Put(bp)
+	// Hide ReadFrom/WriteTo so io.CopyBuffer uses our buffer instead of
+	// allocating one in net's generic fallback.
+	return io.CopyBuffer(writerOnly{dst}, readerOnly{src}, *bp)
+}
+
+type writerOnly struct{ io.Writer }
+type readerOnly struct{ io.Reader }
+
+// pickWeighted chooses a cluster by weight (the only one, usually).
+func pickWeighted(cs []weightedCluster) string {
+	if len(cs) == 1 {
+		return cs[0].name
+	}
+	var total uint64
+	for _, c := range cs {
+		total += uint64(c.weight)
+	}
+	n := rand.Uint64N(total)
+	for _, c := range cs {
+		if n < uint64(c.weight) {
+			return c.name
+		}
+		n -= uint64(c.weight)
+	}
+	return cs[len(cs)-1].name
+}

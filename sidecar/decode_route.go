@@ -1,0 +1,270 @@
+package sidecar
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"regexp"
+	"strings"
+	"time"
+
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+)
+
+// defaultRouteTimeout is Envoy's default route timeout.
+const defaultRouteTimeout = 15 * time.Second
+
+// routeConfig is a decoded RouteConfiguration.
+type routeConfig struct {
+	name   string
+	vhosts []*virtualHost
+}
+
+type virtualHost struct {
+	name    string
+	domains []string
+	routes  []*route
+}
+
+// pathKind is how a route matches the request path.
+type pathKind int
+
+const (
+	pathPrefix pathKind = iota
+	pathExact
+	pathRegex
+	pathSeparatedPrefix
+)
+
+type route struct {
+	kind          pathKind
+	path          string
+	re            *regexp.Regexp
+	caseSensitive bool
+	headers       []headerMatcher
+	clusters      []weightedCluster
+	prefixRewrite string
+	timeout       time.Duration // 0: none
+}
+
+type headerMatcher struct {
+	name    string
+	present *bool
+	m       *stringMatcher
+	invert  bool
+}
+
+func (rc *routeConfig) clusterNames() []string {
+	var out []string
+	for _, vh := range rc.vhosts {
+		for _, r := range vh.routes {
+			for _, c := range r.clusters {
+				out = append(out, c.name)
+			}
+		}
+	}
+	return out
+}
+
+func decodeRouteConfig(rc *routev3.RouteConfiguration) (*routeConfig, error) {
+	out := &routeConfig{name: rc.GetName()}
+	for i, vh := range rc.GetVirtualHosts() {
+		if len(vh.GetDomains()) == 0 {
+			return nil, fmt.Errorf("virtual_hosts[%d] %q: domains is empty", i, vh.GetName())
+		}
+		v := &virtualHost{name: vh.GetName(), domains: vh.GetDomains()}
+		for j, r := range vh.GetRoutes() {
+			dr, err := decodeRoute(r)
+			if err != nil {
+				return nil, fmt.Errorf("virtual_hosts[%d] %q: routes[%d]: %w", i, vh.GetName(), j, err)
+			}
+			v.routes = append(v.routes, dr)
+		}
+		out.vhosts = append(out.vhosts, v)
+	}
+	return out, nil
+}
+
+func decodeRoute(r *routev3.Route) (*route, error) {
+	ra, ok := r.GetAction().(*routev3.Route_Route)
+	if !ok {
+		return nil, fmt.Errorf("action %T is not supported (only route)", r.GetAction())
+	}
+	out := &route{caseSensitive: true, timeout: defaultRouteTimeout}
+	m := r.GetMatch()
+	if cs := m.GetCaseSensitive(); cs != nil {
+		out.caseSensitive = cs.GetValue()
+	}
+	switch p := m.GetPathSpecifier().(type) {
+	case *routev3.RouteMatch_Prefix:
+		out.kind, out.path = pathPrefix, p.Prefix
+	case *routev3.RouteMatch_Path:
+		out.kind, out.path = pathExact, p.Path
+	case *routev3.RouteMatch_PathSeparatedPrefix:
+		out.kind, out.path = pathSeparatedPrefix, p.PathSeparatedPrefix
+	case *routev3.RouteMatch_SafeRegex:
+		re, err := compileRegex(p.SafeRegex.GetRegex())
+		if err != nil {
+			return nil, err
+		}
+		out.kind, out.re = pathRegex, re
+	default:
+		return nil, fmt.Errorf("path match %T is not supported", p)
+	}
+	if len(m.GetQueryParameters()) > 0 || m.GetGrpc() != nil || m.GetRuntimeFraction() != nil {
+		return nil, errors.New("query_parameters, grpc and runtime_fraction matches are not supported")
+	}
+	for i, h := range m.GetHeaders() {
+		hm, err := decodeHeaderMatcher(h)
+		if err != nil {
+			return nil, fmt.Errorf("headers[%d]: %w", i, err)
+		}
+		out.headers = append(out.headers, hm)
+	}
+	action := ra.Route
+	switch cs := action.GetClusterSpecifier().(type) {
+	case *routev3.RouteAction_Cluster:
+		if cs.Cluster == "" {
+			return nil, errors.New("route.cluster is empty")
+		}
+		out.clusters = []weightedCluster{{name: cs.Cluster, weight: 1}}
+	case *routev3.RouteAction_WeightedClusters:
+		for _, c := range cs.WeightedClusters.GetClusters() {
+			if c.GetName() == "" {
+				return nil, errors.New("weighted cluster has no name")
+			}
+			if w := c.GetWeight().GetValue(); w > 0 {
+				out.clusters = append(out.clusters, weightedCluster{name: c.GetName(), weight: w})
+			}
+		}
+		if len(out.clusters) == 0 {
+			return nil, errors.New("weighted_clusters has no cluster with a positive weight")
+		}
+	default:
+		return nil, fmt.Errorf("cluster specifier %T is not supported", cs)
+	}
+	out.prefixRewrite = action.GetPrefixRewrite()
+	if t := action.GetTimeout(); t != nil {
+		if err := t.CheckValid(); err != nil || t.AsDuration() < 0 {
+			return nil, errors.New("route.timeout is invalid")
+		}
+		out.timeout = t.AsDuration()
+	}
+	return out, nil
+}
+
+func decodeHeaderMatcher(h *routev3.HeaderMatcher) (headerMatcher, error) {
+	out := headerMatcher{name: http.CanonicalHeaderKey(h.GetName()), invert: h.GetInvertMatch()}
+	if h.GetName() == "" {
+		return out, errors.New("header name is empty")
+	}
+	var sm stringMatcher
+	switch s := h.GetHeaderMatchSpecifier().(type) {
+	case nil:
+		t := true
+		out.present = &t
+		return out, nil
+	case *routev3.HeaderMatcher_PresentMatch:
+		out.present = &s.PresentMatch
+		return out, nil
+	case *routev3.HeaderMatcher_StringMatch:
+		var err error
+		if sm, err = decodeStringMatcher(s.StringMatch); err != nil {
+			return out, err
+		}
+	default:
+		return out, fmt.Errorf("header match %T is not supported (use string_match or present_match)", s)
+	}
+	out.m = &sm
+	return out, nil
+}
+
+// matches reports whether the request's path and headers select r.
+func (r *route) matches(path string, h http.Header) bool {
+	p, want := path, r.path
+	if !r.caseSensitive {
+		p, want = strings.ToLower(p), strings.ToLower(want)
+	}
+	switch r.kind {
+	case pathPrefix:
+		if !strings.HasPrefix(p, want) {
+			return false
+		}
+	case pathExact:
+		if p != want {
+			return false
+		}
+	case pathSeparatedPrefix:
+		if p != want && !strings.HasPrefix(p, want+"/") {
+			return false
+		}
+	case pathRegex:
+		if !r.re.MatchString(path) {
+			return false
+		}
+	}
+	for _, hm := range r.headers {
+		if !hm.matches(h) {
+			return false
+		}
+	}
+	return true
+}
+
+func (hm headerMatcher) matches(h http.Header) bool {
+	vals, ok := h[hm.name]
+	var res bool
+	switch {
+	case hm.present != nil:
+		res = ok == *hm.present
+	case !ok:
+		return false // a missing header never matches a value matcher
+	default:
+		res = hm.m.match(strings.Join(vals, ","))
+	}
+	return res != hm.invert
+}
+
+// selectVirtualHost picks the virtual host for a Host header: an exact
+// domain (as given, then without the port), then the longest "*.suffix",
+// the longest "prefix*", then "*", matched without the port.
+func (rc *routeConfig) selectVirtualHost(host string) *virtualHost {
+	host = strings.ToLower(host)
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		if vh := rc.matchDomain(host, true); vh != nil {
+			return vh
+		}
+		host = h
+	}
+	return rc.matchDomain(host, false)
+}
+
+func (rc *routeConfig) matchDomain(host string, exactOnly bool) *virtualHost {
+	var best *virtualHost
+	bestRank, bestLen := 0, -1
+	for _, vh := range rc.vhosts {
+		for _, d := range vh.domains {
+			d = strings.ToLower(d)
+			rank, n := 0, len(d)
+			switch {
+			case d == host:
+				return vh
+			case exactOnly:
+				continue
+			case d == "*":
+				rank = 1
+			case strings.HasPrefix(d, "*") && strings.HasSuffix(host, d[1:]) && len(host) > len(d)-1:
+				rank = 3
+			case strings.HasSuffix(d, "*") && strings.HasPrefix(host, d[:len(d)-1]) && len(host) > len(d)-1:
+				rank = 2
+			default:
+				continue
+			}
+			if rank > bestRank || (rank == bestRank && n > bestLen) {
+				best, bestRank, bestLen = vh, rank, n
+			}
+		}
+	}
+	return best
+}

@@ -1,0 +1,29 @@
+// Package sidecar is meshlet's built-in data plane: a connect sidecar proxy
+// that speaks ADS (delta by default, state-of-the-world as an option) to the
+// control plane and implements the Envoy v3 resources meshlet's xDS server
+// emits, so a host without an Envoy binary still gets a mesh.
+//
+// What it owns:
+//   - the ADS client (ads*.go): subscriptions, ACK/NACK, reconnects with a
+//     jittered backoff capped at 5s, and fail-static serving of the last good
+//     configuration while the control plane is away;
+//   - decoding and validation of Listener, Cluster, ClusterLoadAssignment,
+//     RouteConfiguration and Secret resources into an internal model
+//     (decode_*.go). A response is applied only if every resource in it is
+//     valid; otherwise it is NACKed and nothing changes;
+//   - the runtime: listeners (TLS termination with client certificates,
+//     the ext_authz network filter, tcp_proxy and the HTTP connection
+//     manager), clusters (round robin with failover, upstream TLS that
+//     verifies both the chain and the SPIFFE ID) and the Envoy-compatible
+//     admin endpoints (/ready, /stats, /clusters, /config_dump, /listeners).
+//
+// Concurrency rules: one goroutine (the ADS loop) owns the resource store and
+// is the only writer of runtime configuration. The data path never takes a
+// lock held by that goroutine: listeners, clusters, secrets and routes are
+// published through atomic pointers to immutable values, so a connection reads
+// the configuration current at accept time (secrets at handshake time) and
+// keeps it. The store's mutex is taken by the ADS loop for writes and by the
+// admin server for reads. Counters are atomics. Each accepted connection has
+// at most two goroutines (one per copy direction) and the number of open
+// downstream connections is bounded.
+package sidecar

@@ -1,0 +1,347 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// ErrAlreadyStarted is returned by a second Start.
+var ErrAlreadyStarted = errors.New("proxy already started")
+
+// Proxy is one running sidecar. Create it with New, then Start; Close stops
+// it. All methods are safe for concurrent use.
+type Proxy struct {
+	cfg  Config
+	log  hclog.Logger
+	node *corev3.Node
+
+	stats          *statsRegistry
+	connectedGauge *atomic.Int64
+	reconnects     *atomic.Uint64
+
+	store     *store
+	secrets   *secretStore
+	routes    routeStore
+	clusters  *clusterManager
+	listeners *listenerManager
+	authz     *authorizer
+	conn      *grpc.ClientConn
+	connSem   chan struct{}
+	connWG    sync.WaitGroup // downstream connection goroutines
+	ready     atomic.Bool
+
+	mu       sync.Mutex
+	started  bool
+	closed   bool
+	cancel   context.CancelFunc
+	adsDone  chan struct{}
+	adminLn  net.Listener
+	adminSrv *http.Server
+}
+
+// New validates cfg and prepares a proxy. It opens no socket and does not
+// contact the control plane; Start does.
+func New(cfg Config) (*Proxy, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	target, _ := grpcTarget(cfg.XDSAddr)
+	conn, err := grpc.NewClient(target,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: backoffBase, Multiplier: 1.6, Jitter: 0.2, MaxDelay: backoffMax},
+			MinConnectTimeout: 5 * time.Second,
+		}),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("failed to create the control plane client: %w", err)
+	}
+	log := cfg.Logger.Named("sidecar").With("proxy_id", cfg.ProxyID)
+	p := &Proxy{
+		cfg:     cfg,
+		log:     log,
+		node:    &corev3.Node{Id: cfg.ProxyID, Cluster: cfg.Cluster, UserAgentName: "meshlet-sidecar"},
+		stats:   newStatsRegistry(),
+		store:   newStore(),
+		secrets: &secretStore{},
+		conn:    conn,
+		connSem: make(chan struct{}, maxDownstreamConns),
+	}
+	p.connectedGauge = p.stats.gauge("control_plane.connected_state")
+	p.reconnects = p.stats.counter("control_plane.reconnects")
+	p.clusters = &clusterManager{reg: p.stats, secrets: p.secrets}
+	p.listeners = newListenerManager(p)
+	p.authz = newAuthorizer(authv3.NewAuthorizationClient(conn), cfg.Token, log.Named("authz"))
+	return p, nil
+}
+
+// Start binds the admin listener and starts the ADS client. ctx bounds the
+// control plane session; Close must still be called to stop the listeners.
+func (p *Proxy) Start(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.started || p.closed {
+		return ErrAlreadyStarted
+	}
+	ln, err := net.Listen("tcp", p.cfg.AdminBind)
+	if err != nil {
+		return fmt.Errorf("failed to bind the admin listener %s: %w", p.cfg.AdminBind, err)
+	}
+	p.started = true
+	p.adminLn = ln
+	p.adminSrv = &http.Server{Handler: p.adminMux(), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = p.adminSrv.Serve(ln) }()
+
+	adsCtx, cancel := context.WithCancel(ctx)
+	p.cancel = cancel
+	p.adsDone = make(chan struct{})
+	ads := &adsClient{p: p, log: p.log.Named("xds"), client: discoverygrpc.NewAggregatedDiscoveryServiceClient(p.conn)}
+	go func() {
+		defer close(p.adsDone)
+		ads.run(adsCtx)
+	}()
+	p.log.Info("sidecar started", "xds_addr", p.cfg.XDSAddr, "admin_addr", ln.Addr().String(), "delta", p.cfg.Delta)
+	return nil
+}
+
+// Ready reports whether the initial configuration has been applied (every
+// listener of the first LDS/CDS responses is serving). It stays true.
+func (p *Proxy) Ready() bool { return p.ready.Load() }
+
+// AdminAddr returns the admin listener's bound address ("" before Start).
+func (p *Proxy) AdminAddr() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.adminLn == nil {
+		return ""
+	}
+	return p.adminLn.Addr().String()
+}
+
+// Close stops the ADS client, stops accepting, drains open connections (up
+// to the drain timeout) and releases everything. It is idempotent.
+func (p *Proxy) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	cancel, adsDone, adminSrv := p.cancel, p.adsDone, p.adminSrv
+	p.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-adsDone
+	}
+	p.listeners.closeAll()
+	p.connWG.Wait() // every connection was closed by the drain
+	for _, c := range p.clusters.all() {
+		c.transport.CloseIdleConnections()
+	}
+	var errs []error
+	if adminSrv != nil {
+		if err := adminSrv.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("failed to close the admin server: %w", err))
+		}
+	}
+	if err := p.conn.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("failed to close the control plane connection: %w", err))
+	}
+	p.log.Info("sidecar stopped")
+	return errors.Join(errs...)
+}
+
+// Run runs a proxy until ctx is done, then drains and stops it.
+func Run(ctx context.Context, cfg Config) error {
+	p, err := New(cfg)
+	if err != nil {
+		return err
+	}
+	if err := p.Start(ctx); err != nil {
+		_ = p.Close()
+		return err
+	}
+	<-ctx.Done()
+	return p.Close()
+}
+
+func (p *Proxy) acquireConn() bool {
+	select {
+	case p.connSem <- struct{}{}:
+		p.connWG.Add(1)
+		return true
+	default:
+		return false
+	}
+}
+
+func (p *Proxy) releaseConn() {
+	<-p.connSem
+	p.connWG.Done()
+}
+
+// applyUpdate validates a response and, if all of it is valid, applies it.
+// It runs on the ADS loop only.
+func (p *Proxy) applyUpdate(u *update, subscribed map[string]bool) error {
+	k := kindOf(u.typeURL)
+	if k == nil {
+		return fmt.Errorf("resource type %s is not supported", u.typeURL)
+	}
+	prefix := "control_plane." + k.short + "."
+	p.stats.counter(prefix + "update_attempt").Add(1)
+	next, err := p.store.prepare(u, subscribed)
+	if err == nil && u.typeURL == typeListener {
+		err = p.listeners.prepare(next)
+	}
+	if err != nil {
+		p.stats.counter(prefix + "update_rejected").Add(1)
+		return err
+	}
+	p.store.commit(u.typeURL, u.version, next)
+	p.reconcile()
+	p.stats.counter(prefix + "update_success").Add(1)
+	return nil
+}
+
+// reconcile brings the runtime in line with the store: secrets, routes,
+// clusters, then listeners (which warm on the other three).
+func (p *Proxy) reconcile() {
+	sds := p.store.get(typeSecret)
+	secrets := make(map[string]*secret, len(sds))
+	for n, e := range sds {
+		secrets[n] = e.cfg.(*secret)
+	}
+	p.secrets.replace(secrets)
+	rds := p.store.get(typeRoute)
+	routes := make(map[string]*routeConfig, len(rds))
+	for n, e := range rds {
+		routes[n] = e.cfg.(*routeConfig)
+	}
+	p.routes.replace(routes)
+	warmingClusters := p.clusters.reconcile(p.store.get(typeCluster), p.store.get(typeEndpoint))
+	warmingListeners := p.listeners.reconcile(p.store.get(typeListener), p.listenerWarm)
+	p.stats.gauge("cluster_manager.warming_clusters").Store(int64(warmingClusters))
+	p.stats.gauge("cluster_manager.active_clusters").Store(int64(len(p.clusters.all())))
+	p.stats.gauge("listener_manager.total_listeners_warming").Store(int64(warmingListeners))
+	p.stats.gauge("listener_manager.total_listeners_active").Store(int64(len(p.listeners.active())))
+	if p.ready.Load() {
+		return
+	}
+	_, lds := p.store.accepted(typeListener)
+	_, cds := p.store.accepted(typeCluster)
+	if lds && cds && warmingListeners == 0 {
+		p.ready.Store(true)
+		p.log.Info("initial configuration applied; ready")
+	}
+}
+
+// listenerWarm reports whether everything a listener references is known.
+func (p *Proxy) listenerWarm(cfg *listenerConfig) bool {
+	for _, n := range cfg.secretNames() {
+		if p.secrets.get(n) == nil {
+			return false
+		}
+	}
+	names := cfg.clusterNames()
+	if h := cfg.chain.http; h != nil && h.rdsName != "" {
+		rc := p.routes.get(h.rdsName)
+		if rc == nil {
+			return false
+		}
+		names = append(names, rc.clusterNames()...)
+	}
+	for _, n := range names {
+		if p.clusters.get(n) == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// wantedNames returns the EDS, RDS and SDS names referenced by the accepted
+// configuration and by what is still serving (an active listener whose
+// update is warming keeps its secrets).
+func (p *Proxy) wantedNames() map[string]map[string]bool {
+	eds, rds, sds := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	addCluster := func(c *clusterConfig) {
+		if c.eds {
+			eds[c.edsName] = true
+		}
+		for _, n := range c.secretNames() {
+			sds[n] = true
+		}
+	}
+	addListener := func(l *listenerConfig) {
+		for _, n := range l.secretNames() {
+			sds[n] = true
+		}
+		if h := l.chain.http; h != nil && h.rdsName != "" {
+			rds[h.rdsName] = true
+		}
+	}
+	for _, e := range p.store.get(typeCluster) {
+		addCluster(e.cfg.(*clusterConfig))
+	}
+	for _, c := range p.clusters.all() {
+		if st := c.state.Load(); st != nil {
+			addCluster(st.cfg)
+		}
+	}
+	for _, e := range p.store.get(typeListener) {
+		addListener(e.cfg.(*listenerConfig))
+	}
+	for _, e := range p.listeners.active() {
+		addListener(e.cfg.(*listenerConfig))
+	}
+	return map[string]map[string]bool{typeEndpoint: eds, typeRoute: rds, typeSecret: sds}
+}
+
+// buildListenerState prepares what connections of a listener config need.
+func (p *Proxy) buildListenerState(cfg *listenerConfig) *listenerState {
+	st := &listenerState{cfg: cfg}
+	ch := cfg.chain
+	if ch.tls != nil {
+		st.tlsConf = p.secrets.serverTLSConfig(ch.tls)
+	}
+	if ch.authz != nil {
+		st.authzStats = newAuthzStats(p.stats, ch.authz.statPrefix)
+	}
+	if ch.tcp != nil {
+		st.tcpStats = newTCPStats(p.stats, ch.tcp.statPrefix)
+	}
+	if ch.http != nil {
+		st.httpStats = newHTTPStats(p.stats, ch.http.statPrefix)
+	}
+	return st
+}
+
+// routeStore publishes the current RDS route configurations.
+type routeStore struct {
+	m atomic.Pointer[map[string]*routeConfig]
+}
+
+func (r *routeStore) get(name string) *routeConfig {
+	m := r.m.Load()
+	if m == nil {
+		return nil
+	}
+	return (*m)[name]
+}
+
+func (r *routeStore) replace(m map[string]*routeConfig) { r.m.Store(&m) }

@@ -1,0 +1,111 @@
+// Package state owns the server role's persistent state: jobs (with their
+// versions), allocations, nodes and evaluations, behind the small Store
+// interface, plus a bbolt implementation (BoltStore) kept in
+// <data_dir>/server/state.db.
+//
+// Every write commits in one transaction and advances a single, monotonically
+// increasing modify index; readers may block until the index passes a value
+// (WaitIndex) to implement blocking queries. Reads return fresh copies that
+// callers may keep and mutate. All methods are safe for concurrent use: writes
+// are serialized by the backend, reads run concurrently.
+//
+// Client-local state (task handles, network status) does not live here; see
+// client/state.
+package state
+
+import (
+	"context"
+	"errors"
+
+	"github.com/meshlet/meshlet/structs"
+)
+
+// ErrNotFound is returned for an unknown job, allocation, node or evaluation.
+var ErrNotFound = errors.New("not found")
+
+// Store is the server's persistent state. Implementations must keep it free
+// of backend types so that another backend (etcd) can sit behind it.
+type Store interface {
+	// Index is the latest modify index.
+	Index() uint64
+	// WaitIndex blocks until Index() > minIndex or ctx ends, and returns the
+	// index at that moment.
+	WaitIndex(ctx context.Context, minIndex uint64) uint64
+
+	// UpsertJob stores job as its latest version and records the version in
+	// the job's history. It sets CreateIndex (kept from an existing job),
+	// ModifyIndex and JobModifyIndex. It returns the write's index.
+	UpsertJob(job *structs.Job) (uint64, error)
+	// UpdateJobStatus changes only the job's Status and ModifyIndex.
+	UpdateJobStatus(id, status string) (uint64, error)
+	Job(id string) (*structs.Job, error)
+	Jobs() ([]*structs.Job, error)
+	// JobVersions returns every stored version, newest first.
+	JobVersions(id string) ([]*structs.Job, error)
+	// DeleteJob removes the job, its versions and its evaluations.
+	DeleteJob(id string) (uint64, error)
+
+	// UpsertAllocs writes server-side changes (placement, desired status,
+	// in-place job updates): it sets CreateIndex for new allocations,
+	// ModifyIndex and AllocModifyIndex.
+	UpsertAllocs(allocs []*structs.Allocation) (uint64, error)
+	// UpdateAllocsFromClient merges what a client reports (ClientStatus,
+	// ClientDescription, TaskStates, NetworkStatus) into stored allocations,
+	// leaving AllocModifyIndex alone. Unknown IDs are skipped.
+	UpdateAllocsFromClient(updates []*structs.Allocation) (uint64, error)
+	Alloc(id string) (*structs.Allocation, error)
+	Allocs() ([]*structs.Allocation, error)
+	AllocsByJob(jobID string) ([]*structs.Allocation, error)
+	AllocsByNode(nodeID string) ([]*structs.Allocation, error)
+	DeleteAllocs(ids []string) (uint64, error)
+
+	UpsertNode(node *structs.Node) (uint64, error)
+	Node(id string) (*structs.Node, error)
+	Nodes() ([]*structs.Node, error)
+
+	UpsertEval(eval *Evaluation) (uint64, error)
+	Eval(id string) (*Evaluation, error)
+	// EvalsByJob returns the job's evaluations, newest first.
+	EvalsByJob(jobID string) ([]*Evaluation, error)
+
+	Close() error
+}
+
+// Evaluation statuses.
+const (
+	EvalStatusComplete = "complete"
+	EvalStatusBlocked  = "blocked"
+	EvalStatusFailed   = "failed"
+)
+
+// Evaluation records one scheduler run, in the shape of Nomad's
+// /v1/evaluation (the subset meshlet fills in).
+type Evaluation struct {
+	ID                string                  `json:"ID"`
+	Namespace         string                  `json:"Namespace"`
+	Priority          int                     `json:"Priority"`
+	Type              string                  `json:"Type"`
+	TriggeredBy       string                  `json:"TriggeredBy"`
+	JobID             string                  `json:"JobID"`
+	JobModifyIndex    uint64                  `json:"JobModifyIndex"`
+	NodeID            string                  `json:"NodeID,omitempty"`
+	Status            string                  `json:"Status"`
+	StatusDescription string                  `json:"StatusDescription,omitempty"`
+	FailedTGAllocs    map[string]*AllocMetric `json:"FailedTGAllocs,omitempty"`
+	CreateIndex       uint64                  `json:"CreateIndex"`
+	ModifyIndex       uint64                  `json:"ModifyIndex"`
+	CreateTime        int64                   `json:"CreateTime"`
+	ModifyTime        int64                   `json:"ModifyTime"`
+}
+
+// AllocMetric explains a failed placement, as Nomad's AllocMetric does:
+// ConstraintFiltered maps a human-readable reason ("driver docker not
+// available on node n1") to the number of nodes it excluded.
+type AllocMetric struct {
+	NodesEvaluated     int            `json:"NodesEvaluated"`
+	NodesFiltered      int            `json:"NodesFiltered"`
+	NodesExhausted     int            `json:"NodesExhausted"`
+	ConstraintFiltered map[string]int `json:"ConstraintFiltered,omitempty"`
+	DimensionExhausted map[string]int `json:"DimensionExhausted,omitempty"`
+	CoalescedFailures  int            `json:"CoalescedFailures"`
+}
