@@ -21,11 +21,15 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/meshlet/meshlet/api"
 	"github.com/meshlet/meshlet/catalog"
 	"github.com/meshlet/meshlet/client"
 	"github.com/meshlet/meshlet/client/allocrunner"
+	"github.com/meshlet/meshlet/connect"
+	"github.com/meshlet/meshlet/controlplane"
 	"github.com/meshlet/meshlet/jobspecs"
 	"github.com/meshlet/meshlet/scheduler"
 	"github.com/meshlet/meshlet/server"
@@ -52,9 +56,14 @@ type Agent struct {
 	// cleanups run in reverse order at Shutdown (driver plugins...).
 	cleanups []func()
 
+	apiSrv   *api.Server
 	httpSrv  *http.Server
 	httpLn   net.Listener
 	httpDone chan struct{}
+
+	controlPlane *controlplane.ControlPlane
+	envoyBinary  string
+	metrics      *prometheus.Registry
 
 	mu         sync.Mutex
 	started    bool
@@ -75,7 +84,8 @@ func New(cfg *Config, logger hclog.Logger) (*Agent, error) {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	return &Agent{cfg: &cp, logger: logger.Named("agent"), catalog: catalog.New()}, nil
+	return &Agent{cfg: &cp, logger: logger.Named("agent"), catalog: catalog.New(),
+		mutators: []server.JobMutator{connect.Mutator{}}}, nil
 }
 
 // AddJobMutator adds a server-side job mutator (e.g. sidecar injection);
@@ -143,6 +153,9 @@ func (a *Agent) Start() (err error) {
 	if err := a.startServer(); err != nil {
 		return err
 	}
+	if err := a.startControlPlane(); err != nil {
+		return err
+	}
 	if err := a.startClient(); err != nil {
 		return err
 	}
@@ -204,11 +217,12 @@ func (a *Agent) startClient() error {
 		a.cleanups = append(a.cleanups, cleanup)
 	}
 	networker, why := a.newNetworker()
-	hooks := a.extraHooks
+	hooks := append([]client.HookFactory{a.connectHooks()}, a.extraHooks...)
 	cl, err := client.New(client.Config{
 		DataDir: a.cfg.DataDir, NodeName: a.cfg.NodeName, Datacenter: a.cfg.Datacenter, NodeMeta: a.cfg.Client.Meta,
 		Drivers: drivers, Networker: networker, NetworkUnavailable: why, Server: a.server,
 		Version: Version, BinaryPath: a.cfg.BinaryPath, Logger: a.logger.Named("client"),
+		Attributes: a.connectAttributes(),
 		Hooks: func(alloc *structs.Allocation) []allocrunner.AllocHook {
 			var out []allocrunner.AllocHook
 			for _, f := range hooks {
@@ -232,9 +246,10 @@ func (a *Agent) startHTTP() error {
 	}
 	a.httpLn = ln
 	node := a.client.Node()
-	h := api.NewServer(a.backend, a.logger, api.WithAgentInfo(api.AgentInfo{NodeName: node.Name, Region: a.cfg.Region,
-		Datacenter: a.cfg.Datacenter, Version: Version})).Handler()
-	a.httpSrv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	a.apiSrv = api.NewServer(a.backend, a.logger, api.WithAgentInfo(api.AgentInfo{NodeName: node.Name, Region: a.cfg.Region,
+		Datacenter: a.cfg.Datacenter, Version: Version}),
+		api.WithMetricsHandler(promhttp.HandlerFor(a.metrics, promhttp.HandlerOpts{})))
+	a.httpSrv = &http.Server{Handler: a.apiSrv.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	a.httpDone = make(chan struct{})
 	go func() {
 		defer close(a.httpDone)
@@ -261,6 +276,9 @@ func (a *Agent) Shutdown() error {
 // stop tears down whatever Start created, in reverse order.
 func (a *Agent) stop() error {
 	var errs []error
+	if a.apiSrv != nil {
+		a.apiSrv.Close() // ends blocking queries, log follows and exec sessions
+	}
 	if a.httpSrv != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 		if err := a.httpSrv.Shutdown(ctx); err != nil {
@@ -278,6 +296,10 @@ func (a *Agent) stop() error {
 			errs = append(errs, err)
 		}
 		a.client = nil
+	}
+	if a.controlPlane != nil {
+		a.controlPlane.Stop()
+		a.controlPlane = nil
 	}
 	for i := len(a.cleanups) - 1; i >= 0; i-- {
 		a.cleanups[i]()

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/gohcl"
@@ -52,6 +53,17 @@ type Config struct {
 	// BinaryPath overrides the meshlet.binary node attribute; empty = the
 	// running executable.
 	BinaryPath string
+	// Connect configures the embedded control plane.
+	Connect ConnectConfig
+}
+
+// ConnectConfig configures the mesh control plane.
+type ConnectConfig struct {
+	// DefaultIntentionPolicy decides connections no intention matches:
+	// "allow" (the default, as Consul without ACLs) or "deny".
+	DefaultIntentionPolicy string
+	// LeafTTL is the lifetime of service leaf certificates (default 72h).
+	LeafTTL time.Duration
 }
 
 // Ports are the agent's listener ports.
@@ -83,6 +95,7 @@ func DefaultConfig() *Config {
 		Region:     "global",
 		LogLevel:   "info",
 		Sidecar:    SidecarAuto,
+		Connect:    ConnectConfig{DefaultIntentionPolicy: "allow"},
 		Client: ClientConfig{
 			CNIPath:             defaultCNIPath(),
 			CNIConfigDir:        "/opt/cni/config",
@@ -138,6 +151,14 @@ func (c *Config) Validate() error {
 	default:
 		problems = append(problems, fmt.Sprintf("sidecar %q must be auto, envoy or builtin", c.Sidecar))
 	}
+	switch c.Connect.DefaultIntentionPolicy {
+	case "allow", "deny":
+	default:
+		problems = append(problems, fmt.Sprintf("connect.default_intention_policy %q must be allow or deny", c.Connect.DefaultIntentionPolicy))
+	}
+	if c.Connect.LeafTTL < 0 {
+		problems = append(problems, "connect.leaf_ttl must not be negative")
+	}
 	if !c.Dev && c.DataDir == "" {
 		problems = append(problems, "data_dir is required outside dev mode")
 	}
@@ -150,18 +171,24 @@ func (c *Config) Validate() error {
 // fileConfig is the HCL shape of an agent config file; pointers tell
 // "unset" (keep the default) from zero.
 type fileConfig struct {
-	DataDir     *string     `hcl:"data_dir"`
-	BindAddr    *string     `hcl:"bind_addr"`
-	Ports       *filePorts  `hcl:"ports,block"`
-	Datacenter  *string     `hcl:"datacenter"`
-	Region      *string     `hcl:"region"`
-	NodeName    *string     `hcl:"node_name"`
-	PluginDir   *string     `hcl:"plugin_dir"`
-	Client      *fileClient `hcl:"client,block"`
-	LogLevel    *string     `hcl:"log_level"`
-	Dev         *bool       `hcl:"dev"`
-	Sidecar     *string     `hcl:"sidecar"`
-	EnvoyBinary *string     `hcl:"envoy_binary"`
+	DataDir     *string      `hcl:"data_dir"`
+	BindAddr    *string      `hcl:"bind_addr"`
+	Ports       *filePorts   `hcl:"ports,block"`
+	Datacenter  *string      `hcl:"datacenter"`
+	Region      *string      `hcl:"region"`
+	NodeName    *string      `hcl:"node_name"`
+	PluginDir   *string      `hcl:"plugin_dir"`
+	Client      *fileClient  `hcl:"client,block"`
+	LogLevel    *string      `hcl:"log_level"`
+	Dev         *bool        `hcl:"dev"`
+	Sidecar     *string      `hcl:"sidecar"`
+	EnvoyBinary *string      `hcl:"envoy_binary"`
+	Connect     *fileConnect `hcl:"connect,block"`
+}
+
+type fileConnect struct {
+	DefaultIntentionPolicy *string `hcl:"default_intention_policy"`
+	LeafTTL                *string `hcl:"leaf_ttl"`
 }
 
 type filePorts struct {
@@ -229,6 +256,16 @@ func ParseConfig(filename string, src []byte) (*Config, error) {
 			c.Client.Options[k] = v
 		}
 		c.Client.Meta = cl.Meta
+	}
+	if cn := fc.Connect; cn != nil {
+		set(&c.Connect.DefaultIntentionPolicy, cn.DefaultIntentionPolicy)
+		if cn.LeafTTL != nil {
+			d, err := time.ParseDuration(*cn.LeafTTL)
+			if err != nil {
+				return nil, fmt.Errorf("%s: invalid agent configuration: connect.leaf_ttl: %w", filename, err)
+			}
+			c.Connect.LeafTTL = d
+		}
 	}
 	if c.DataDir != "" {
 		abs, err := filepath.Abs(c.DataDir)

@@ -77,6 +77,8 @@ type Config struct {
 	// node attributes (BinaryPath defaults to the running executable).
 	Version    string
 	BinaryPath string
+	// Attributes are extra node attributes (e.g. meshlet.sidecar).
+	Attributes map[string]string
 	HTTPAddr   string
 	Logger     hclog.Logger
 }

@@ -38,6 +38,9 @@ func (c *Client) fingerprint(ctx context.Context, nodeID string) *structs.Node {
 		"nomad.version":             "1.9.0",
 		"os.name":                   runtime.GOOS,
 	}
+	for k, v := range c.cfg.Attributes {
+		attrs[k] = v
+	}
 	var uts unix.Utsname
 	if unix.Uname(&uts) == nil {
 		attrs["kernel.version"] = unix.ByteSliceToString(uts.Release[:])

@@ -28,6 +28,14 @@ import (
 	"github.com/meshlet/meshlet/xds"
 )
 
+// maxSocketPath is the longest unix socket path the kernel accepts
+// (sizeof(sun_path) - 1).
+const maxSocketPath = 107
+
+// ErrSocketPathTooLong is returned when an allocation's socket path does
+// not fit in a unix socket address.
+var ErrSocketPathTooLong = errors.New("control plane socket path too long")
+
 // Config configures the control plane.
 type Config struct {
 	// DataDir holds the CA's and the intentions' persisted state.
@@ -156,6 +164,9 @@ func (c *ControlPlane) ServeAllocSocket(allocID, path string) error {
 	defer c.mu.Unlock()
 	if _, ok := c.sockets[allocID]; ok {
 		return nil
+	}
+	if len(path) > maxSocketPath {
+		return fmt.Errorf("%w: %s is %d bytes, over the kernel's %d; use a shorter data_dir", ErrSocketPathTooLong, path, len(path), maxSocketPath)
 	}
 	l, err := c.XDS.ListenUnix(path)
 	if err != nil {

@@ -123,7 +123,7 @@ func runDashboard(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if *url == "" {
 		return errors.New("-counting-url is required")
 	}
-	d := &dashboard{url: *url, client: &http.Client{Timeout: 5 * time.Second}}
+	d := &dashboard{url: *url, client: upstreamClient()}
 	return serveHTTP(ctx, *listen, d, stdout)
 }
 
@@ -166,6 +166,12 @@ func runHello(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	h := &hello{id: *id, path: *path, upstream: *upstream, client: &http.Client{Timeout: 5 * time.Second}}
+	h := &hello{id: *id, path: *path, upstream: *upstream, client: upstreamClient()}
 	return serveHTTP(ctx, *listen, h, stdout)
+}
+
+// upstreamClient opens a new connection per request, so that a mesh that
+// balances TCP connections spreads the requests over every instance.
+func upstreamClient() *http.Client {
+	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 }

@@ -96,8 +96,15 @@ func NewAgent(t testing.TB, opts Options) *Agent {
 	testutil.RequireRoot(t)
 	bin, cni := binaries(t)
 	n := netSeq.Add(1)
+	// A short data dir: allocation sockets live under it and unix socket
+	// paths are limited to 107 bytes.
+	dataDir, err := os.MkdirTemp("", "mle")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dataDir) })
 	a := &Agent{
-		t: t, Bin: bin, DataDir: t.TempDir(),
+		t: t, Bin: bin, DataDir: dataDir,
 		Bridge: fmt.Sprintf("mle2e%d%d", os.Getpid()%1000, n),
 		// A private subnet per agent, used only inside namespaces meshlet creates.
 		Subnet: fmt.Sprintf("10.%d.%d.0/24", 200+os.Getpid()%50, n),

@@ -1,0 +1,86 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/meshlet/meshlet/client"
+	"github.com/meshlet/meshlet/client/allocrunner"
+	"github.com/meshlet/meshlet/client/connecthook"
+	"github.com/meshlet/meshlet/controlplane"
+	"github.com/meshlet/meshlet/envoy"
+	"github.com/meshlet/meshlet/structs"
+)
+
+// startControlPlane starts the CA, intentions, authz, xDS and the
+// Consul-shaped API over the agent's catalog, before the client role so
+// that recovered allocations find their sockets served again.
+func (a *Agent) startControlPlane() error {
+	a.metrics = prometheus.NewRegistry()
+	a.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cp, err := controlplane.New(controlplane.Config{
+		DataDir:      filepath.Join(a.cfg.DataDir, "connect"),
+		Datacenter:   a.cfg.Datacenter,
+		NodeName:     a.cfg.NodeName,
+		DefaultAllow: a.cfg.Connect.DefaultIntentionPolicy != "deny",
+		LeafTTL:      a.cfg.Connect.LeafTTL,
+		GRPCAddr:     net.JoinHostPort(a.cfg.BindAddr, strconv.Itoa(a.cfg.Ports.GRPC)),
+		HTTPAddr:     net.JoinHostPort(a.cfg.BindAddr, strconv.Itoa(a.cfg.Ports.ConnectHTTP)),
+		Logger:       a.logger,
+		Registerer:   a.metrics,
+	}, a.catalog)
+	if err != nil {
+		return fmt.Errorf("failed to build control plane: %w", err)
+	}
+	if err := cp.Start(); err != nil {
+		cp.Stop()
+		return err
+	}
+	a.controlPlane = cp
+	a.envoyBinary = a.findEnvoy()
+	return nil
+}
+
+// findEnvoy returns the envoy binary sidecars may run, or "".
+func (a *Agent) findEnvoy() string {
+	if a.cfg.Sidecar == SidecarBuiltin {
+		return ""
+	}
+	bin, err := envoy.FindBinary(a.cfg.EnvoyBinary)
+	if err != nil {
+		if a.cfg.Sidecar == SidecarEnvoy || !errors.Is(err, envoy.ErrEnvoyNotFound) || a.cfg.EnvoyBinary != "" {
+			a.logger.Warn("no usable envoy binary; sidecars that need Envoy will fail", "error", err)
+		} else {
+			a.logger.Info("no envoy binary found; sidecars run the built-in proxy")
+		}
+		return ""
+	}
+	return bin
+}
+
+// connectAttributes are the node attributes the injected sidecar task uses.
+func (a *Agent) connectAttributes() map[string]string {
+	return map[string]string{
+		"meshlet.sidecar":      a.cfg.Sidecar,
+		"meshlet.envoy_binary": a.envoyBinary,
+	}
+}
+
+// connectHooks is the hook factory joining allocations to the mesh.
+func (a *Agent) connectHooks() client.HookFactory {
+	return func(alloc *structs.Allocation) []allocrunner.AllocHook {
+		return connecthook.Factory(connecthook.Deps{
+			Sockets: a.controlPlane, Catalog: a.catalog, NodeID: a.client.Node().ID,
+			Datacenter: a.cfg.Datacenter, SidecarMode: a.cfg.Sidecar, EnvoyBinary: a.envoyBinary,
+		})(alloc)
+	}
+}
+
+// ControlPlane is the embedded mesh control plane (nil before Start).
+func (a *Agent) ControlPlane() *controlplane.ControlPlane { return a.controlPlane }
