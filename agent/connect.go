@@ -10,12 +10,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/meshlet/meshlet/catalog"
 	"github.com/meshlet/meshlet/client"
 	"github.com/meshlet/meshlet/client/allocrunner"
 	"github.com/meshlet/meshlet/client/connecthook"
 	"github.com/meshlet/meshlet/controlplane"
 	"github.com/meshlet/meshlet/envoy"
 	"github.com/meshlet/meshlet/structs"
+	"github.com/meshlet/meshlet/xds"
 )
 
 // startControlPlane starts the CA, intentions, authz, xDS and the
@@ -78,6 +80,9 @@ func (a *Agent) connectHooks() client.HookFactory {
 		return connecthook.Factory(connecthook.Deps{
 			Sockets: a.controlPlane, Catalog: a.catalog, NodeID: a.client.Node().ID,
 			Datacenter: a.cfg.Datacenter, SidecarMode: a.cfg.Sidecar, EnvoyBinary: a.envoyBinary,
+			ValidateProxy: func(inst catalog.ServiceInstance) error {
+				return xds.ValidateProxy(inst, a.cfg.Datacenter, a.controlPlane.CA.TrustDomain())
+			},
 		})(alloc)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/meshlet/meshlet/connect"
 	"io"
 	"net/url"
 	"sort"
@@ -46,8 +47,27 @@ func runAllocStatus(e *env, c *command, args []string) int {
 	if err != nil {
 		return e.errorf("failed to query allocation %q: %s", fs.Arg(0), describe(err, *addr))
 	}
-	writeAllocStatus(e.stdout, alloc, time.Now())
+	writeAllocStatus(e.stdout, alloc, time.Now(), sidecarProxyMode(client, alloc.NodeID))
 	return exitOK
+}
+
+// sidecarProxyMode tells which data plane the node's sidecars run, decided
+// from the node's attributes exactly as the client and the sidecar task
+// decide it; "" if the node cannot be read.
+func sidecarProxyMode(client *nomadapi.Client, nodeID string) string {
+	node, _, err := client.Nodes().Info(nodeID, nil)
+	if err != nil || node == nil {
+		return ""
+	}
+	envoyBin := node.Attributes["meshlet.envoy_binary"]
+	mode, err := connect.ResolveSidecarMode(node.Attributes["meshlet.sidecar"], envoyBin)
+	switch {
+	case err != nil:
+		return "unavailable: " + err.Error()
+	case mode == connect.SidecarEnvoy:
+		return "Envoy (" + envoyBin + ")"
+	}
+	return "built-in (meshlet connect proxy)"
 }
 
 func (e *env) rawAlloc(client *nomadapi.Client, addr, id string) int {
@@ -64,7 +84,7 @@ func (e *env) rawAlloc(client *nomadapi.Client, addr, id string) int {
 }
 
 // writeAllocStatus renders `alloc status` like Nomad's CLI.
-func writeAllocStatus(w io.Writer, a *nomadapi.Allocation, now time.Time) {
+func writeAllocStatus(w io.Writer, a *nomadapi.Allocation, now time.Time, proxyMode string) {
 	writeKV(w, [][2]string{
 		{"ID", a.ID},
 		{"Eval ID", short(a.EvalID)},
@@ -86,7 +106,7 @@ func writeAllocStatus(w io.Writer, a *nomadapi.Allocation, now time.Time) {
 	}
 	tg := allocTaskGroup(a)
 	for _, name := range orderedTasks(a, tg) {
-		writeTaskStatus(w, name, a.TaskStates[name], taskOf(tg, name))
+		writeTaskStatus(w, name, a.TaskStates[name], taskOf(tg, name), proxyMode)
 	}
 }
 
@@ -213,12 +233,15 @@ func lifecycleLabel(t *nomadapi.Task) string {
 
 const maxRecentEvents = 10
 
-func writeTaskStatus(w io.Writer, name string, ts *nomadapi.TaskState, t *nomadapi.Task) {
+func writeTaskStatus(w io.Writer, name string, ts *nomadapi.TaskState, t *nomadapi.Task, proxyMode string) {
 	state := "pending"
 	if ts != nil {
 		state = ts.State
 	}
 	fmt.Fprintf(w, "\nTask %q%s is %q\n", name, lifecycleLabel(t), state)
+	if t != nil && strings.HasPrefix(t.Kind, connect.KindPrefix) && proxyMode != "" {
+		fmt.Fprintf(w, "Sidecar Proxy: %s\n", proxyMode)
+	}
 	if t != nil && t.Resources != nil {
 		fmt.Fprintln(w, "Task Resources:")
 		writeTable(w, []string{

@@ -43,6 +43,9 @@ type Deps struct {
 	// found on the node ("" if none).
 	SidecarMode string
 	EnvoyBinary string
+	// ValidateProxy checks a proxy registration the way the xDS server
+	// will build it (xds.ValidateProxy); nil skips the check.
+	ValidateProxy func(catalog.ServiceInstance) error
 }
 
 // Factory returns the hooks for an allocation: sidecar, then services.
@@ -153,6 +156,13 @@ func (h *ServicesHook) Prerun(ctx context.Context, hc *allocrunner.AllocHookCont
 	insts, err := connect.Registrations(connect.Placement{Alloc: hc.Alloc, Address: addr, NodeID: h.d.NodeID, Datacenter: h.d.Datacenter})
 	if err != nil {
 		return fmt.Errorf("failed to register services: %w", err)
+	}
+	for _, inst := range insts {
+		if inst.Kind == catalog.KindConnectProxy && h.d.ValidateProxy != nil {
+			if err := h.d.ValidateProxy(inst); err != nil {
+				return fmt.Errorf("service %q sidecar: %w", inst.Proxy.DestinationServiceName, err)
+			}
+		}
 	}
 	for _, inst := range insts {
 		h.d.Catalog.Register(inst)

@@ -87,6 +87,10 @@ type Agent struct {
 type Options struct {
 	// DefaultDeny sets the intentions default policy to deny.
 	DefaultDeny bool
+	// Sidecar is the agent's sidecar mode (default "builtin"); EnvoyBinary
+	// the envoy it may run.
+	Sidecar     string
+	EnvoyBinary string
 }
 
 // NewAgent starts an agent for t; it is stopped (and its jobs purged) in
@@ -130,11 +134,16 @@ func (a *Agent) config(ports []int, cni string, opts Options) string {
 	if opts.DefaultDeny {
 		policy = "deny"
 	}
+	sidecar := opts.Sidecar
+	if sidecar == "" {
+		sidecar = "builtin"
+	}
 	return fmt.Sprintf(`
 data_dir  = %q
 bind_addr = "127.0.0.1"
 log_level = "debug"
-sidecar   = "builtin"
+sidecar   = %q
+envoy_binary = %q
 ports {
   http         = %d
   connect_http = %d
@@ -148,7 +157,7 @@ client {
   bridge_network_name   = %q
   bridge_network_subnet = %q
 }
-`, filepath.Join(a.DataDir, "data"), ports[0], ports[1], ports[2], policy, cni, a.Bridge, a.Subnet)
+`, filepath.Join(a.DataDir, "data"), sidecar, opts.EnvoyBinary, ports[0], ports[1], ports[2], policy, cni, a.Bridge, a.Subnet)
 }
 
 func (a *Agent) start(cfgPath string) {

@@ -75,6 +75,7 @@ func TestInspection(t *testing.T) {
 	for _, want := range []string{
 		`Allocation Addresses (mode = "bridge")`, "connect-proxy-service-a",
 		`Task "service-a" is "running"`, `Task "connect-proxy-service-a" (prestart sidecar) is "running"`,
+		"Sidecar Proxy: built-in",
 	} {
 		if !strings.Contains(status, want) {
 			t.Errorf("alloc status lacks %q:\n%s", want, status)
