@@ -59,6 +59,10 @@ apt_install() {
 }
 
 deps() {
+	if ! have go; then
+		install_go
+		export PATH="/usr/local/go/bin:$PATH"
+	fi
 	local pkgs=()
 	have iptables || pkgs+=(iptables)
 	have ip || pkgs+=(iproute2)

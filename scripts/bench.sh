@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Runs meshlet's benchmarks and writes bench/RESULTS.md and
+# bench/results.json (`make bench` runs it after `make deps all`, so
+# bin/meshlet and bin/cni/* exist). Needs root: the data-plane and
+# lifecycle areas run the real agent (namespaces, CNI, iptables).
+#
+# It installs the load generators first: iperf3 from Debian, fortio from
+# the Go module proxy into bin/fortio. Extra arguments go to benchrun, e.g.
+#   scripts/bench.sh -areas controlplane
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+FORTIO_VERSION="${FORTIO_VERSION:-v1.63.0}"
+GO="${GO:-go}"
+cd "$ROOT"
+
+if [[ $(id -u) -ne 0 ]]; then
+	echo "bench: run as root (the benchmarks create network namespaces and run the agent): sudo make bench" >&2
+	exit 1
+fi
+for f in bin/meshlet bin/cni/bridge; do
+	if [[ ! -x $f ]]; then
+		echo "bench: $f is missing; run 'make all' first" >&2
+		exit 1
+	fi
+done
+
+if ! command -v iperf3 >/dev/null 2>&1; then
+	echo "bench: installing iperf3 (Debian package)"
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iperf3 >/dev/null
+fi
+if [[ ! -x bin/fortio ]]; then
+	echo "bench: installing fortio $FORTIO_VERSION into bin/"
+	GOBIN="$ROOT/bin" "$GO" install "fortio.org/fortio@$FORTIO_VERSION"
+fi
+
+"$GO" build -o bin/benchrun ./bench/cmd/benchrun
+exec bin/benchrun -repo "$ROOT" -go "$GO" -fortio "$ROOT/bin/fortio" "$@"
