@@ -1,0 +1,143 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+)
+
+// httpFigures measures latency at a fixed rate (with the sidecars' and the
+// app's CPU and memory during the mesh run) and the maximum rate.
+func (r *Runner) httpFigures(ctx context.Context, env *meshEnv) []*Figure {
+	fo := Fortio{Bin: r.opts.Fortio, Netns: env.client, Dir: r.scratch}
+	direct := fmt.Sprintf("http://%s:%d/", env.httpIP, appHTTP)
+	mesh := fmt.Sprintf("http://127.0.0.1:%d/", upHTTP)
+	fixed := LoadSpec{QPS: fixedRate, Conns: fixedConns, Duration: fixedDuration, KeepAlive: true}
+
+	var figs []*Figure
+	fixed.URL = direct
+	base, errB := fo.Run(ctx, fixed)
+	fixed.URL = mesh
+	var got FortioResult
+	var errM error
+	usage, errU := watch(r.meshProcs(env), func() error { got, errM = fo.Run(ctx, fixed); return errM })
+	if errU != nil && errM == nil {
+		// No process to watch: measure latency anyway.
+		got, errM = fo.Run(ctx, fixed)
+	}
+	lat := []struct {
+		name   string
+		v, b   float64
+		target *Target
+		note   string
+	}{
+		{"HTTP latency p50 at 1,000 rps", got.P50, base.P50, &Target{Of: OfAdded, Op: "<=", Limit: 0.2}, ""},
+		{"HTTP latency p90 at 1,000 rps", got.P90, base.P90, nil, "reference: Istio adds 1.7 ms at p90."},
+		{"HTTP latency p99 at 1,000 rps", got.P99, base.P99, &Target{Of: OfAdded, Op: "<=", Limit: 1, Ref: "Istio: +2.7 ms"}, ""},
+	}
+	for _, l := range lat {
+		if errM != nil || errB != nil {
+			figs = append(figs, NotMeasured(l.name, "ms", reason(firstErr(errM, errB), ""), l.target))
+			continue
+		}
+		f := Measured(l.name, "ms", l.v*1000, ptr(l.b*1000), l.target)
+		f.Note = l.note
+		if l.target != nil && l.target.Of == OfAdded {
+			f.Note = fmt.Sprintf("added %.3f ms. %s", (l.v-l.b)*1000, l.note)
+		}
+		figs = append(figs, f)
+	}
+	if errM == nil && got.ActualQPS < 0.95*fixedRate {
+		figs[0].Note += fmt.Sprintf(" The mesh run held only %.0f rps.", got.ActualQPS)
+	}
+	figs = append(figs, sidecarFigures(usage, errU, errM)...)
+
+	mx := LoadSpec{QPS: 0, Conns: maxConns, Duration: maxDuration, KeepAlive: true, URL: direct}
+	bmax, errB := fo.Run(ctx, mx)
+	mx.URL = mesh
+	mmax, errM := fo.Run(ctx, mx)
+	name := fmt.Sprintf("HTTP max rps at %d connections", maxConns)
+	t := &Target{Of: OfRatio, Op: ">=", Limit: 0.6}
+	if err := firstErr(errM, errB); err != nil {
+		return append(figs, NotMeasured(name, "1/s", err.Error(), t))
+	}
+	return append(figs, Measured(name, "1/s", mmax.ActualQPS, ptr(bmax.ActualQPS), t))
+}
+
+// meshProcs finds the sidecars of the client and the HTTP server and the
+// HTTP server app.
+func (r *Runner) meshProcs(env *meshEnv) map[string]int {
+	procs := map[string]int{}
+	find := func(name, alloc string, match []string) {
+		pids, err := FindProcInNetns(filepath.Join(NetnsDir, alloc), match, []string{"executor"})
+		if err == nil {
+			procs[name] = pids[0]
+		} else {
+			r.log.Warn("process not found", "process", name, "alloc_id", alloc, "error", err)
+		}
+	}
+	find("client sidecar", env.client, []string{"connect"})
+	find("server sidecar", env.srvHTTP, []string{"connect"})
+	find("server app", env.srvHTTP, []string{"demo-app", "counting"})
+	return procs
+}
+
+func sidecarFigures(usage map[string]sidecarUsage, errU, errM error) []*Figure {
+	cpuT := &Target{Op: "<=", Limit: 0.1, Ref: "Istio: 0.2"}
+	memT := &Target{Op: "<=", Limit: 30, Ref: "Istio: 60"}
+	app, hasApp := usage["server app"]
+	var figs []*Figure
+	for _, side := range []string{"client sidecar", "server sidecar"} {
+		u, ok := usage[side]
+		cpuName, memName := side+" CPU per 1,000 rps (baseline: server app)", side+" RSS at 1,000 rps (baseline: server app)"
+		if !ok || u.err != nil || errM != nil {
+			why := reason(firstErr(errM, errU, u.err), "process not found in its allocation's namespace")
+			figs = append(figs, NotMeasured(cpuName, "vCPU", why, cpuT), NotMeasured(memName, "MB", why, memT))
+			continue
+		}
+		var bc, bm *float64
+		if hasApp && app.err == nil {
+			bc, bm = ptr(app.vcpu), ptr(app.mb)
+		}
+		figs = append(figs, Measured(cpuName, "vCPU", u.vcpu, bc, cpuT), Measured(memName, "MB", u.mb, bm, memT))
+	}
+	return figs
+}
+
+// connFigures measures new connections per second: one request per
+// connection through the TCP (L4) service, so each costs the sidecars a
+// TLS handshake and an authorization.
+func (r *Runner) connFigures(ctx context.Context, env *meshEnv) []*Figure {
+	fo := Fortio{Bin: r.opts.Fortio, Netns: env.client, Dir: r.scratch}
+	spec := LoadSpec{QPS: 0, Conns: connConns, Duration: maxDuration, KeepAlive: false}
+	spec.URL = fmt.Sprintf("http://%s:%d/", env.tcpIP, appTCP)
+	base, errB := fo.Run(ctx, spec)
+	spec.URL = fmt.Sprintf("http://127.0.0.1:%d/", upTCP)
+	got, errM := fo.Run(ctx, spec)
+	name := fmt.Sprintf("new connections per second (%d concurrent, TLS handshake + authz each)", connConns)
+	if err := firstErr(errM, errB); err != nil {
+		return []*Figure{NotMeasured(name, "1/s", err.Error(), nil)}
+	}
+	return []*Figure{Measured(name, "1/s", got.ActualQPS, ptr(base.ActualQPS), nil)}
+}
+
+// bulkFigures measures bulk TCP throughput with iperf3.
+func (r *Runner) bulkFigures(ctx context.Context, env *meshEnv) *Figure {
+	t := &Target{Of: OfRatio, Op: ">=", Limit: 0.5}
+	name := "TCP bulk throughput (iperf3, 1 stream)"
+	base, errB := Iperf(ctx, r.opts.Iperf3, env.client, env.iperfIP, appIperf, bulkDuration)
+	got, errM := Iperf(ctx, r.opts.Iperf3, env.client, "127.0.0.1", upIperf, bulkDuration)
+	if err := firstErr(errM, errB); err != nil {
+		return NotMeasured(name, "Gbit/s", err.Error(), t)
+	}
+	return Measured(name, "Gbit/s", got/1e9, ptr(base/1e9), t)
+}
+
+func firstErr(errs ...error) error {
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}

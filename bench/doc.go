@@ -1,0 +1,27 @@
+// Package bench owns `make bench`: it runs meshlet's benchmarks on this
+// machine, each figure side by side with its baseline in the same run, and
+// writes bench/results.json (raw figures) and bench/RESULTS.md (one table
+// per area, with the machine's facts, ratios, targets and what the profiles
+// showed).
+//
+// Three areas are measured:
+//   - control plane: the xds, authz packages' Go benchmarks (run with
+//     `go test -bench` and parsed), plus an in-process intention-change
+//     measurement against the composed control plane;
+//   - allocation lifecycle: the cni package's setup/teardown benchmark
+//     against bare namespace creation, and the real agent running the
+//     dashboard job (with and without connect) and 100 allocations;
+//   - data plane: the real agent running bench/input/mesh.hcl, with fortio
+//     and iperf3 run inside the client allocation's namespace against its
+//     upstream listeners (mesh) and the servers' namespace addresses
+//     (direct).
+//
+// Every area degrades on its own: a piece that is missing or broken yields
+// "not measured: <reason>" figures instead of failing the run. Load is
+// bounded in count and time and only ever targets 127.0.0.0/8 or addresses
+// inside namespaces meshlet created.
+//
+// Concurrency: a Runner is used by one goroutine; areas run one after the
+// other so they do not disturb each other's figures. The helpers that parse
+// and render (ParseGoBench, ParseFortio, ParseIperf, Render...) are pure.
+package bench

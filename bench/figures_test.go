@@ -1,0 +1,146 @@
+package bench
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meshlet/meshlet/internal/testutil"
+)
+
+func TestDashFigures(t *testing.T) {
+	ms := func(v ...int) []time.Duration {
+		var out []time.Duration
+		for _, x := range v {
+			out = append(out, time.Duration(x)*time.Millisecond)
+		}
+		return out
+	}
+	tests := []struct {
+		name        string
+		mesh, plain []time.Duration
+		err         error
+		wantMet     *bool
+		wantBase    bool
+		wantReason  string
+	}{
+		{"met", ms(900, 800, 950), ms(300, 310, 320), nil, ptr(true), true, ""},
+		{"missed", ms(1200, 1300, 1100), ms(300, 310, 320), nil, ptr(false), true, ""},
+		{"baseline failed", ms(900), nil, errors.New("plain dashboard job: boom"), ptr(true), false, ""},
+		{"not measured", nil, nil, errors.New("agent unavailable: exited"), nil, false, "agent unavailable"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			figs := dashFigures(tt.mesh, tt.plain, tt.err)
+			f := figs[0]
+			if tt.wantReason != "" {
+				if !strings.Contains(f.NotMeasured, tt.wantReason) || f.Target == nil {
+					t.Fatalf("figure %+v", f)
+				}
+				return
+			}
+			if f.Met == nil || *f.Met != *tt.wantMet {
+				t.Errorf("Met = %v, want %v", deref(f.Met), *tt.wantMet)
+			}
+			if (f.Baseline != nil) != tt.wantBase {
+				t.Errorf("Baseline = %v", deref(f.Baseline))
+			}
+			if tt.err != nil && !strings.Contains(f.Note, tt.err.Error()) {
+				t.Errorf("note %q lacks the baseline error", f.Note)
+			}
+		})
+	}
+}
+
+func TestManyFigures(t *testing.T) {
+	figs := manyFigures(&manyResult{bridge: 12 * time.Second, host: 2 * time.Second, idleRSS: 30 << 20, bridgeRSS: 50 << 20}, nil)
+	if *figs[0].Ratio != 6 || *figs[1].Value != 50 || *figs[1].Baseline != 30 {
+		t.Errorf("figures: %+v %+v", figs[0], figs[1])
+	}
+	if !strings.Contains(figs[1].Note, "205 KiB per allocation") {
+		t.Errorf("note %q", figs[1].Note)
+	}
+	figs = manyFigures(nil, errors.New("bridge mode: job failed"))
+	if figs[0].NotMeasured != "bridge mode: job failed" {
+		t.Errorf("figure %+v", figs[0])
+	}
+}
+
+func TestSidecarFiguresAndFinding(t *testing.T) {
+	usage := map[string]sidecarUsage{
+		"client sidecar": {vcpu: 0.3, mb: 41},
+		"server sidecar": {vcpu: 0.05, mb: 20},
+		"server app":     {vcpu: 0.1, mb: 30},
+	}
+	figs := sidecarFigures(usage, nil, nil)
+	if len(figs) != 4 {
+		t.Fatalf("%d figures", len(figs))
+	}
+	wantMet := []bool{false, false, true, true}
+	for i, f := range figs {
+		if f.Met == nil || *f.Met != wantMet[i] {
+			t.Errorf("%s: Met = %v, want %v", f.Name, deref(f.Met), wantMet[i])
+		}
+		if f.Baseline == nil {
+			t.Errorf("%s: no app baseline", f.Name)
+		}
+	}
+	got := cpuFinding(figs)
+	for _, want := range []string{"client sidecar 300 µs", "server sidecar 50 µs"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("finding %q lacks %q", got, want)
+		}
+	}
+	missing := sidecarFigures(map[string]sidecarUsage{}, nil, nil)
+	if missing[0].NotMeasured == "" || missing[0].Target == nil {
+		t.Errorf("missing process: %+v", missing[0])
+	}
+	if cpuFinding(dataPlaneNotMeasured("no agent")) != "" {
+		t.Error("finding without figures")
+	}
+}
+
+// The process finder locates this test process in its own namespace.
+func TestFindProcInNetns(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids, err := FindProcInNetns("/proc/self/ns/net", []string{filepath.Base(exe)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, p := range pids {
+		found = found || p == os.Getpid()
+	}
+	if !found {
+		t.Errorf("pid %d not among %v", os.Getpid(), pids)
+	}
+	s, err := SampleProc(os.Getpid())
+	if err != nil || s.RSSBytes <= 0 {
+		t.Errorf("SampleProc = %+v, %v", s, err)
+	}
+	if _, err := FindProcInNetns("/proc/self/ns/net", []string{"no-such-command-xyz"}, nil); !errors.Is(err, ErrNoProcess) {
+		t.Errorf("err = %v, want ErrNoProcess", err)
+	}
+}
+
+func TestBareNetns(t *testing.T) {
+	testutil.RequireRoot(t)
+	dir := t.TempDir()
+	setups, teardowns, err := bareNetns(dir, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(setups) != 3 || len(teardowns) != 3 {
+		t.Fatalf("got %d setups, %d teardowns", len(setups), len(teardowns))
+	}
+	left, _ := filepath.Glob(filepath.Join(dir, "*"))
+	if len(left) != 0 {
+		t.Errorf("namespaces left behind: %v", left)
+	}
+}

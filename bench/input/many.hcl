@@ -1,0 +1,33 @@
+# Lifecycle benchmark: many allocations on one node. The harness runs it
+# with mode = "bridge" (a namespace and CNI setup per allocation) and with
+# mode = "host" (the baseline) and times job run until all are running.
+variable "count" {
+  type    = number
+  default = 100
+}
+
+variable "mode" {
+  type    = string
+  default = "bridge"
+}
+
+job "bench-many" {
+  datacenters = ["dc1"]
+
+  group "idle" {
+    count = var.count
+
+    network {
+      mode = var.mode
+    }
+
+    task "sleep" {
+      driver = "raw_exec"
+
+      config {
+        command = "/bin/sleep"
+        args    = ["3600"]
+      }
+    }
+  }
+}

@@ -1,0 +1,141 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's CPU times (100 on
+// every Linux architecture Go supports).
+const clockTicks = 100
+
+// ErrNoProcess is returned when no process matches.
+var ErrNoProcess = errors.New("no matching process")
+
+// ProcSample is a process's CPU time and resident memory at one moment.
+type ProcSample struct {
+	CPUSeconds float64
+	RSSBytes   int64
+}
+
+// ParseProcStat returns utime+stime in seconds from /proc/<pid>/stat text.
+func ParseProcStat(s string) (float64, error) {
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("failed to parse stat: no command field")
+	}
+	f := strings.Fields(s[i+1:])
+	// Fields after the command start at field 3 (state); utime and stime
+	// are fields 14 and 15.
+	if len(f) < 13 {
+		return 0, fmt.Errorf("failed to parse stat: %d fields", len(f))
+	}
+	ut, err1 := strconv.ParseUint(f[11], 10, 64)
+	st, err2 := strconv.ParseUint(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("failed to parse stat: bad utime/stime %q %q", f[11], f[12])
+	}
+	return float64(ut+st) / clockTicks, nil
+}
+
+// ParseVmRSS returns VmRSS in bytes from /proc/<pid>/status text.
+func ParseVmRSS(s string) (int64, error) {
+	for _, line := range strings.Split(s, "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			var kb int64
+			if _, err := fmt.Sscanf(strings.TrimSpace(v), "%d kB", &kb); err != nil {
+				return 0, fmt.Errorf("failed to parse VmRSS %q: %w", v, err)
+			}
+			return kb << 10, nil
+		}
+	}
+	return 0, fmt.Errorf("failed to parse status: no VmRSS line")
+}
+
+// SampleProc reads a process's CPU time and RSS from /proc.
+func SampleProc(pid int) (ProcSample, error) {
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ProcSample{}, fmt.Errorf("failed to read process stat: %w", err)
+	}
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return ProcSample{}, fmt.Errorf("failed to read process status: %w", err)
+	}
+	cpu, err := ParseProcStat(string(st))
+	if err != nil {
+		return ProcSample{}, err
+	}
+	rss, err := ParseVmRSS(string(status))
+	if err != nil {
+		return ProcSample{}, err
+	}
+	return ProcSample{CPUSeconds: cpu, RSSBytes: rss}, nil
+}
+
+// inode returns the inode a path resolves to (for namespaces: the nsfs inode).
+func inode(path string) (uint64, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, fmt.Errorf("failed to stat %s: no inode", path)
+	}
+	return st.Ino, nil
+}
+
+// FindProcInNetns returns the PIDs of processes inside the network
+// namespace bound at nsPath whose command line contains every word of
+// match and none of exclude.
+func FindProcInNetns(nsPath string, match, exclude []string) ([]int, error) {
+	want, err := inode(nsPath)
+	if err != nil {
+		return nil, fmt.Errorf("failed to stat namespace: %w", err)
+	}
+	dirs, err := filepath.Glob("/proc/[0-9]*")
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(filepath.Base(d))
+		if err != nil {
+			continue
+		}
+		if ino, err := inode(filepath.Join(d, "ns", "net")); err != nil || ino != want {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join(d, "cmdline"))
+		if err != nil {
+			continue
+		}
+		if cmdlineMatches(strings.ReplaceAll(string(raw), "\x00", " "), match, exclude) {
+			pids = append(pids, pid)
+		}
+	}
+	if len(pids) == 0 {
+		return nil, fmt.Errorf("%w in %s for %v", ErrNoProcess, nsPath, match)
+	}
+	return pids, nil
+}
+
+func cmdlineMatches(cmdline string, match, exclude []string) bool {
+	for _, m := range match {
+		if !strings.Contains(cmdline, m) {
+			return false
+		}
+	}
+	for _, x := range exclude {
+		if strings.Contains(cmdline, x) {
+			return false
+		}
+	}
+	return true
+}
