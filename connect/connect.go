@@ -79,6 +79,18 @@ func ConnectServices(tg *structs.TaskGroup) []*structs.Service {
 	return out
 }
 
+// ProxyTask returns the group's sidecar task for a service: the task whose
+// Kind is "connect-proxy:<service>", whatever its name (sidecar_task may
+// rename it), or nil.
+func ProxyTask(tg *structs.TaskGroup, service string) *structs.Task {
+	for _, t := range tg.Tasks {
+		if t.Kind == KindPrefix+service {
+			return t
+		}
+	}
+	return nil
+}
+
 // IsProxyTask reports whether t is an injected sidecar, and for which service.
 func IsProxyTask(t *structs.Task) (string, bool) {
 	return strings.CutPrefix(t.Kind, KindPrefix)

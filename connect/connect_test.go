@@ -158,3 +158,17 @@ func TestResolveSidecarMode(t *testing.T) {
 		}
 	}
 }
+
+func TestInjectIdempotentWithRenamedSidecar(t *testing.T) {
+	job := dashboardJob()
+	job.TaskGroups[0].Services[0].Connect.SidecarTask = &structs.SidecarTask{Name: "proxy"}
+	for i := 0; i < 2; i++ {
+		if err := Inject(job); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tg := job.TaskGroups[0]
+	if len(tg.Tasks) != 2 || ProxyTask(tg, "count-dashboard") == nil || ProxyTask(tg, "count-dashboard").Name != "proxy" {
+		t.Fatalf("tasks = %v", taskNames(tg))
+	}
+}

@@ -25,7 +25,7 @@ func Inject(job *structs.Job) error {
 		for i, s := range services {
 			label := sidecarPortLabel(s)
 			ensureDynamicPort(tg.Networks[0], label)
-			if tg.LookupTask(ProxyTaskName(s.Name)) != nil {
+			if ProxyTask(tg, s.Name) != nil {
 				continue
 			}
 			t := proxyTask(tg.Name, s, i)

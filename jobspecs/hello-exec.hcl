@@ -1,5 +1,5 @@
-# hello-exec: the hello job run by the exec driver, which isolates the
-# task (chroot-free namespaces and cgroups) instead of running it as is.
+# hello-exec: the hello job run by the exec driver, which puts the task in
+# its own cgroups with CPU and memory limits (raw_exec runs it as is).
 job "hello-exec" {
   type = "service"
 

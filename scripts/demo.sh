@@ -33,9 +33,9 @@ wait_for() { # wait_for SECONDS DESCRIPTION COMMAND...
 }
 
 stop() {
+	"$BIN" job stop -purge countdash >/dev/null 2>&1 || true
 	if agent_running; then
-		say "Stopping the demo job and the agent"
-		"$BIN" job stop -purge countdash >/dev/null 2>&1 || true
+		say "Stopping the demo agent"
 		kill -INT "$(cat "$PID_FILE")" 2>/dev/null || true
 		for ((i = 0; i < 50; i++)); do agent_running || break; sleep 0.2; done
 		if agent_running; then kill -KILL "$(cat "$PID_FILE")" 2>/dev/null || true; fi
@@ -54,10 +54,16 @@ start() {
 		say "A demo agent is already running (pid $(cat "$PID_FILE")); restarting the demo"
 		stop
 	fi
-	say "Starting a dev agent (data in $DEMO_DIR/data, log in $LOG)"
-	nohup "$BIN" agent -dev -data-dir "$DEMO_DIR/data" >"$LOG" 2>&1 &
-	echo $! >"$PID_FILE"
-	wait_for 30 "the agent's API" "$BIN" node status
+	if "$BIN" node status >/dev/null 2>&1; then
+		# e.g. the systemd agent of a Vagrant VM: use it, leave it running.
+		say "Using the meshlet agent already answering on $MESHLET_ADDR"
+		"$BIN" job stop -purge countdash >/dev/null 2>&1 || true
+	else
+		say "Starting a dev agent (data in $DEMO_DIR/data, log in $LOG)"
+		nohup "$BIN" agent -dev -data-dir "$DEMO_DIR/data" >"$LOG" 2>&1 &
+		echo $! >"$PID_FILE"
+		wait_for 30 "the agent's API" "$BIN" node status
+	fi
 	say "Running $JOB"
 	"$BIN" job run "$JOB"
 	say "Waiting until the dashboard reads the counter through the mesh"

@@ -115,7 +115,11 @@ func (h *SidecarHook) writeBootstraps(hc *allocrunner.AllocHookContext, tg *stru
 		if err != nil {
 			return fmt.Errorf("service %q sidecar: %w", s.Name, err)
 		}
-		dir := hc.AllocDir.TaskDir(connect.ProxyTaskName(s.Name)).SecretsDir
+		task := connect.ProxyTask(tg, s.Name)
+		if task == nil {
+			return fmt.Errorf("service %q: no sidecar task in group %q", s.Name, tg.Name)
+		}
+		dir := hc.AllocDir.TaskDir(task.Name).SecretsDir
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return fmt.Errorf("failed to create %s: %w", dir, err)
 		}
