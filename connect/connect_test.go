@@ -172,3 +172,17 @@ func TestInjectIdempotentWithRenamedSidecar(t *testing.T) {
 		t.Fatalf("tasks = %v", taskNames(tg))
 	}
 }
+
+func TestRegistrationsIncludeTaskServices(t *testing.T) {
+	job := &structs.Job{ID: "j", TaskGroups: []*structs.TaskGroup{{Name: "g",
+		Tasks: []*structs.Task{{Name: "api", Services: []*structs.Service{{Name: "api", PortLabel: "http"}}}}}}}
+	alloc := &structs.Allocation{ID: "a1", Job: job, TaskGroup: "g", AllocatedResources: &structs.AllocatedResources{
+		Shared: structs.AllocatedSharedResources{Ports: []structs.PortMapping{{Label: "http", Value: 23456}}}}}
+	got, err := Registrations(Placement{Alloc: alloc, Address: "127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].ID != "_nomad-task-a1-api-api-http" || got[0].Port != 23456 {
+		t.Fatalf("task service registrations = %+v", got)
+	}
+}

@@ -20,8 +20,9 @@ type Placement struct {
 	Datacenter string
 }
 
-// Registrations returns the catalog instances of an allocation's group
-// services: each service, and for each sidecar_service its proxy.
+// Registrations returns the catalog instances of an allocation's services:
+// each group service, for each sidecar_service its proxy, and each task
+// service.
 func Registrations(p Placement) ([]catalog.ServiceInstance, error) {
 	a := p.Alloc
 	if a.Job == nil {
@@ -53,7 +54,24 @@ func Registrations(p Placement) ([]catalog.ServiceInstance, error) {
 		}
 		out = append(out, proxy)
 	}
+	for _, t := range tg.Tasks {
+		for _, s := range t.Services {
+			port, err := resolvePort(a, s.PortLabel, bridge)
+			if err != nil {
+				return nil, fmt.Errorf("task %q service %q: %w", t.Name, s.Name, err)
+			}
+			out = append(out, catalog.ServiceInstance{
+				ID: TaskServiceID(a.ID, t.Name, s.Name, s.PortLabel), Name: s.Name, Address: p.Address, Port: port,
+				Tags: s.Tags, Meta: s.Meta, AllocID: a.ID, NodeID: p.NodeID, Datacenter: p.Datacenter, Healthy: true,
+			})
+		}
+	}
 	return out, nil
+}
+
+// TaskServiceID is a task-level service's ID, as Nomad names it.
+func TaskServiceID(allocID, task, service, portLabel string) string {
+	return fmt.Sprintf("_nomad-task-%s-%s-%s-%s", allocID, task, service, portLabel)
 }
 
 func proxyInstance(p Placement, s *structs.Service, serviceID string, servicePort int) (catalog.ServiceInstance, error) {
