@@ -149,8 +149,7 @@ func (h *ServicesHook) Name() string { return "services" }
 
 // Prerun implements allocrunner.AllocHook.
 func (h *ServicesHook) Prerun(ctx context.Context, hc *allocrunner.AllocHookContext) error {
-	tg := group(hc.Alloc)
-	if tg == nil || len(tg.Services) == 0 {
+	if group(hc.Alloc) == nil {
 		return nil
 	}
 	addr := "127.0.0.1"
