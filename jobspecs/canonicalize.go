@@ -64,9 +64,8 @@ func Canonicalize(job *structs.Job) {
 }
 
 func canonicalizeGroup(job *structs.Job, tg *structs.TaskGroup) {
-	if tg.Count == 0 {
-		tg.Count = 1
-	}
+	// Count is not defaulted here: the HCL decoder and TaskGroup's JSON
+	// decoding default an unset count to 1, so an explicit 0 stays 0.
 	canonicalizeConstraints(tg.Constraints)
 	def := defaultRestart(job.Type)
 	if tg.RestartPolicy == nil {

@@ -59,10 +59,6 @@ func (d *decoder) decodeGroup(b *hclsyntax.Block, p path) *structs.TaskGroup {
 	c := d.content(b.Body, groupSpec)
 	tg.Count = 1
 	d.setInt(c, p, "count", &tg.Count)
-	if a := c.attrs["count"]; a != nil && tg.Count == 0 && !d.failed[p.attr("count").key] {
-		d.add(SeverityWarning, a.Expr.Range(), "count = 0 is not supported by meshlet yet; the group runs 1 allocation",
-			"meshlet's job model has no way to tell an explicit count of 0 from an unset one.")
-	}
 	d.setDurPtr(c, p, "shutdown_delay", &tg.ShutdownDelay)
 	tg.Meta = d.strMap(c, p, "meta")
 	tg.Constraints = d.constraints(c, p)

@@ -157,8 +157,7 @@ service {
 			`t.hcl:8:14: error: Invalid memory; memory 5 MB must be at least 10.`,
 			`t.hcl:10:22: error: Invalid max_files; max_files 0 must be at least 1.`,
 		}},
-		{"count zero warns", "count = 0\n" + okTask,
-			[]string{`t.hcl:3:9: warning: count = 0 is not supported by meshlet yet; the group runs 1 allocation; meshlet's job model has no way to tell an explicit count of 0 from an unset one.`}},
+		{"count zero is fine", "count = 0\n" + okTask, nil},
 		{"unsupported block parsed", "ephemeral_disk {\n  size = var.nope\n}\n" + okTask, []string{
 			`t.hcl:3:1: warning: ephemeral_disk is not supported by meshlet yet; ignored`,
 			`t.hcl:4:13: error: Unsupported attribute; This object does not have an attribute named "nope".`,
