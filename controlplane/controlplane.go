@@ -2,7 +2,11 @@
 // plane: the CA, the intentions store, the ext_authz service, the xDS
 // server (gRPC on 127.0.0.1:8502 and one unix socket per allocation) and the
 // Consul-shaped HTTP API (127.0.0.1:8500). It reads the catalog, which the
-// client fills, and never reaches into the client. Start and Stop are not
+// client fills, and never reaches into the client.
+//
+// Trust: the TCP listeners are host-local and trusted as the host (no ACLs
+// yet); an allocation's socket is bound to that allocation, whose xDS
+// streams may only act as its own sidecar proxies (see package xds). Start and Stop are not
 // safe to call concurrently; everything else is.
 package controlplane
 
@@ -159,6 +163,11 @@ func addrString(a net.Addr) string {
 
 // ServeAllocSocket serves xDS and ext_authz on a unix socket at path (inside
 // an allocation's directory) until RemoveAllocSocket. Idempotent per alloc.
+// xDS streams on the socket are bound to allocID: they may only act as a
+// connect proxy the catalog registers for that allocation and only receive
+// that proxy's leaf (xds.Server.ListenAlloc); anything else is refused with
+// PermissionDenied. ext_authz stays open to every caller (it reveals no
+// secret).
 func (c *ControlPlane) ServeAllocSocket(allocID, path string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -168,7 +177,7 @@ func (c *ControlPlane) ServeAllocSocket(allocID, path string) error {
 	if len(path) > maxSocketPath {
 		return fmt.Errorf("%w: %s is %d bytes, over the kernel's %d; use a shorter data_dir", ErrSocketPathTooLong, path, len(path), maxSocketPath)
 	}
-	l, err := c.XDS.ListenUnix(path)
+	l, err := c.XDS.ListenAlloc(allocID, path)
 	if err != nil {
 		return fmt.Errorf("failed to serve control plane socket %s: %w", path, err)
 	}
@@ -177,7 +186,9 @@ func (c *ControlPlane) ServeAllocSocket(allocID, path string) error {
 	return nil
 }
 
-// RemoveAllocSocket stops serving an allocation's socket and removes it.
+// RemoveAllocSocket stops serving an allocation's socket, closes the
+// connections made through it (a stopped allocation keeps no xDS stream)
+// and removes it.
 func (c *ControlPlane) RemoveAllocSocket(allocID string) {
 	c.mu.Lock()
 	l, ok := c.sockets[allocID]

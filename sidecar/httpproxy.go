@@ -85,7 +85,7 @@ func (l *listener) serveHTTP(c *httpConn) bool {
 			Handler:           l,
 			ReadHeaderTimeout: time.Minute,
 			IdleTimeout:       5 * time.Minute,
-			ErrorLog:          log.New(io.Discard, "", 0),
+			ErrorLog:          discardLog,
 			ConnContext: func(ctx context.Context, nc net.Conn) context.Context {
 				return context.WithValue(ctx, connCtxKey{}, nc)
 			},
@@ -168,6 +168,24 @@ func (s *statusRecorder) Flush() {
 
 func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
+// httpFlushInterval is how long response bytes may wait in the downstream
+// connection's buffers while the upstream body is still arriving. A response
+// that completes sooner goes out in one write at its end; streaming responses
+// (unknown length, text/event-stream) are flushed on every write, as
+// httputil.ReverseProxy does for them. Flushing every write instead turns
+// each small response into several system calls.
+const httpFlushInterval = 5 * time.Millisecond
+
+// discardLog swallows net/http's and httputil's own logging (the proxy keeps
+// counters instead). Shared: a log.Logger is safe for concurrent use.
+var discardLog = log.New(io.Discard, "", 0)
+
+// proxyBufferPool lends the reverse proxy the relay's pooled copy buffers.
+type proxyBufferPool struct{}
+
+func (proxyBufferPool) Get() []byte  { return *copyBuffers.Get().(*[]byte) }
+func (proxyBufferPool) Put(b []byte) { copyBuffers.Put(&b) }
+
 // serveHTTP proxies r to the cluster, applying the route's prefix rewrite
 // and timeout.
 func (c *cluster) serveHTTP(w http.ResponseWriter, r *http.Request, rt *route, st *httpStats) {
@@ -189,8 +207,9 @@ func (c *cluster) serveHTTP(w http.ResponseWriter, r *http.Request, rt *route, s
 			pr.SetXForwarded()
 		},
 		Transport:     roundTripperFunc(c.roundTrip),
-		FlushInterval: -1,
-		ErrorLog:      log.New(io.Discard, "", 0),
+		FlushInterval: httpFlushInterval,
+		BufferPool:    proxyBufferPool{},
+		ErrorLog:      discardLog,
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
 			st.upstreamFail.Add(1)
 			code := http.StatusServiceUnavailable
@@ -208,7 +227,9 @@ type roundTripperFunc func(*http.Request) (*http.Response, error)
 func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // roundTrip sends req to one endpoint per attempt, failing over to the next
-// when the connection cannot be opened (nothing was sent yet).
+// when the connection cannot be opened (nothing was sent yet). req is the
+// reverse proxy's own outbound request, so it is retargeted in place rather
+// than cloned per attempt.
 func (c *cluster) roundTrip(req *http.Request) (*http.Response, error) {
 	st := c.state.Load()
 	if st == nil {
@@ -219,21 +240,18 @@ func (c *cluster) roundTrip(req *http.Request) (*http.Response, error) {
 		c.stats.cxNoneHealthy.Add(1)
 		return nil, ErrNoHealthyUpstream
 	}
-	body := req.Body
-	if body != nil && body != http.NoBody {
+	if body := req.Body; body != nil && body != http.NoBody {
+		// A failed attempt must not close the body the next one sends.
 		defer body.Close()
+		req.Body = io.NopCloser(body)
 	}
 	var lastErr error
 	for _, h := range cands {
-		out := req.Clone(req.Context())
-		out.URL.Host = h.ep.addr
-		if body != nil && body != http.NoBody {
-			out.Body = io.NopCloser(body)
-		}
+		req.URL.Host = h.ep.addr
 		c.stats.rqTotal.Add(1)
 		h.stats.rqTotal.Add(1)
 		h.stats.rqActive.Add(1)
-		resp, err := c.transport.RoundTrip(out)
+		resp, err := c.transport.RoundTrip(req)
 		h.stats.rqActive.Add(-1)
 		if err != nil {
 			lastErr = err

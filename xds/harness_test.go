@@ -116,14 +116,21 @@ type adsClient struct {
 	backlog map[string][]proto.Message
 	names   map[string][]string
 	cancel  context.CancelFunc
+	err     error // why the stream ended; read only after in is closed
 }
 
 func (e *testEnv) dial(node string, isDelta bool) *adsClient {
 	e.t.Helper()
+	return e.dialConn(e.conn, node, isDelta)
+}
+
+// dialConn opens an ADS stream on a given client connection.
+func (e *testEnv) dialConn(conn *grpc.ClientConn, node string, isDelta bool) *adsClient {
+	e.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &adsClient{t: e.t, node: node, isDelta: isDelta, in: make(chan proto.Message, 64),
 		backlog: map[string][]proto.Message{}, names: map[string][]string{}, cancel: cancel}
-	cl := discovery.NewAggregatedDiscoveryServiceClient(e.conn)
+	cl := discovery.NewAggregatedDiscoveryServiceClient(conn)
 	var err error
 	var recv func() (proto.Message, error)
 	if isDelta {
@@ -141,6 +148,7 @@ func (e *testEnv) dial(node string, isDelta bool) *adsClient {
 		for {
 			m, err := recv()
 			if err != nil {
+				c.err = err // published by close(c.in)
 				return
 			}
 			c.in <- m

@@ -15,6 +15,7 @@ type metrics struct {
 	latency   *prometheus.HistogramVec
 	nacks     *prometheus.CounterVec
 	resources *prometheus.GaugeVec
+	denied    prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -36,11 +37,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		resources: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "meshlet_xds_resources", Help: "Resources in the xDS cache (shared and per proxy), by type.",
 		}, []string{"type"}),
+		denied: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meshlet_xds_denied_streams_total", Help: "xDS streams ended because a request was not authorized.",
+		}),
 	}
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	for _, c := range []prometheus.Collector{m.connected, m.pushes, m.latency, m.nacks, m.resources} {
+	for _, c := range []prometheus.Collector{m.connected, m.pushes, m.latency, m.nacks, m.resources, m.denied} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {

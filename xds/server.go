@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -115,7 +113,7 @@ func NewServer(cfg Config) (*Server, error) {
 	s.tracker = newTracker(s)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	xs := serverv3.NewServer(s.ctx, s.cache, s.tracker, sotw.WithOrderedADS(), sotw.WithLogger(cpLogger{s.log.Named("server")}))
-	s.grpc = grpc.NewServer(grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
+	s.grpc = grpc.NewServer(grpc.Creds(listenerCreds{}), grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
 		MinTime: 5 * time.Second, PermitWithoutStream: true,
 	}))
 	discoverygrpc.RegisterAggregatedDiscoveryServiceServer(s.grpc, xs)
@@ -140,42 +138,15 @@ func NewServer(cfg Config) (*Server, error) {
 func (s *Server) GRPC() *grpc.Server { return s.grpc }
 
 // Serve accepts connections on l until Stop. It may run for several
-// listeners at once (TCP and unix sockets).
+// listeners at once (TCP and unix sockets). Streams on a listener from
+// ListenAlloc are bound to its allocation; on any other listener they are
+// trusted as the host (see hostGrant).
 func (s *Server) Serve(l net.Listener) error {
 	if err := s.grpc.Serve(l); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 		return fmt.Errorf("failed to serve xDS on %s: %w", l.Addr(), err)
 	}
 	return nil
 }
-
-// ListenUnix listens on a unix socket at path for tasks' sidecars: it
-// creates the parent directory, replaces a stale socket (but never another
-// kind of file) and makes the socket connectable by any user (0666).
-func (s *Server) ListenUnix(path string) (net.Listener, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return nil, fmt.Errorf("failed to create socket directory: %w", err)
-	}
-	if fi, err := os.Lstat(path); err == nil {
-		if fi.Mode()&os.ModeSocket == 0 {
-			return nil, fmt.Errorf("failed to listen on %s: %w", path, ErrNotSocket)
-		}
-		if err := os.Remove(path); err != nil {
-			return nil, fmt.Errorf("failed to remove stale socket: %w", err)
-		}
-	}
-	l, err := net.Listen("unix", path)
-	if err != nil {
-		return nil, fmt.Errorf("failed to listen on %s: %w", path, err)
-	}
-	if err := os.Chmod(path, 0o666); err != nil {
-		_ = l.Close()
-		return nil, fmt.Errorf("failed to set socket permissions: %w", err)
-	}
-	return l, nil
-}
-
-// ErrNotSocket: a path where a socket should go holds another kind of file.
-var ErrNotSocket = errors.New("path exists and is not a socket")
 
 // Stop unsubscribes, stops the reconciler, ends every xDS stream and stops
 // the gRPC server gracefully (forcibly after a grace period).

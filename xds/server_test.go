@@ -47,7 +47,7 @@ func TestNewServerConfigErrors(t *testing.T) {
 	}
 }
 
-func TestListenUnix(t *testing.T) {
+func TestListenAlloc(t *testing.T) {
 	e := newEnv(t, hclog.Error)
 	dir := filepath.Join(t.TempDir(), "alloc", "tmp")
 	path := filepath.Join(dir, "consul_grpc.sock")
@@ -63,10 +63,16 @@ func TestListenUnix(t *testing.T) {
 	stale.SetUnlinkOnClose(false)
 	_ = stale.Close()
 
-	l, err := e.srv.ListenUnix(path)
-	if err != nil {
-		t.Fatalf("ListenUnix: %v", err)
+	if _, err := e.srv.ListenAlloc("", path); !errors.Is(err, ErrNoAllocID) {
+		t.Fatalf("ListenAlloc without an allocation: err = %v, want ErrNoAllocID", err)
 	}
+	l, err := e.srv.ListenAlloc("a1", path)
+	if err != nil {
+		t.Fatalf("ListenAlloc: %v", err)
+	}
+	inst := testProxy("x", "web", 21000, nil)
+	inst.AllocID = "a1"
+	e.cat.Register(inst)
 	go func() { _ = e.srv.Serve(l) }()
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -98,7 +104,7 @@ func TestListenUnix(t *testing.T) {
 	if err := os.WriteFile(plain, []byte("keep"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.srv.ListenUnix(plain); !errors.Is(err, ErrNotSocket) {
+	if _, err := e.srv.ListenAlloc("a1", plain); !errors.Is(err, ErrNotSocket) {
 		t.Fatalf("err = %v, want ErrNotSocket", err)
 	}
 	if b, _ := os.ReadFile(plain); string(b) != "keep" {

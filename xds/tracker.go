@@ -2,6 +2,7 @@ package xds
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -29,6 +30,8 @@ type sent struct {
 }
 
 type streamState struct {
+	peer    peerInfo // the listener the stream came through
+	grant   *grant   // what it may ask for; nil until it names a node
 	node    string
 	reqVer  map[string]uint64 // type -> cache version when the last request came
 	lastOut map[string]sent   // type -> last response
@@ -69,10 +72,14 @@ func (t *tracker) connected(node string) bool {
 	return t.nodes[node] > 0
 }
 
-func (t *tracker) open(k streamKey) error {
+func (t *tracker) open(ctx context.Context, k streamKey) error {
+	who := peerOf(ctx)
+	if who.kind == peerUnknown {
+		return t.deny(who, "", errors.New("connection did not come through a meshlet listener"))
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.streams[k] = &streamState{reqVer: map[string]uint64{}, lastOut: map[string]sent{}}
+	t.streams[k] = &streamState{peer: who, reqVer: map[string]uint64{}, lastOut: map[string]sent{}}
 	return nil
 }
 
@@ -141,15 +148,24 @@ func (t *tracker) response(k streamKey, typeURL, nonce string, version uint64) {
 }
 
 // OnStreamOpen implements sotw.Callbacks.
-func (t *tracker) OnStreamOpen(_ context.Context, id int64, _ string) error {
-	return t.open(streamKey{id: id})
+func (t *tracker) OnStreamOpen(ctx context.Context, id int64, _ string) error {
+	return t.open(ctx, streamKey{id: id})
 }
 
 // OnStreamClosed implements sotw.Callbacks.
 func (t *tracker) OnStreamClosed(id int64, _ *core.Node) { t.closed(streamKey{id: id}) }
 
-// OnStreamRequest implements sotw.Callbacks.
+// OnStreamRequest implements sotw.Callbacks. It authorizes the request
+// before the server creates its watch: a SotW request carries the full
+// subscription, so every secret name is checked each time.
 func (t *tracker) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) error {
+	var secrets []string
+	if req.GetTypeUrl() == secretType {
+		secrets = req.GetResourceNames()
+	}
+	if err := t.authorize(streamKey{id: id}, req.GetNode().GetId(), secrets); err != nil {
+		return err
+	}
 	t.request(streamKey{id: id}, req.GetNode().GetId(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail())
 	return nil
 }
@@ -160,8 +176,8 @@ func (t *tracker) OnStreamResponse(_ context.Context, id int64, _ *discovery.Dis
 }
 
 // OnDeltaStreamOpen implements delta.Callbacks.
-func (t *tracker) OnDeltaStreamOpen(_ context.Context, id int64, _ string) error {
-	return t.open(streamKey{delta: true, id: id})
+func (t *tracker) OnDeltaStreamOpen(ctx context.Context, id int64, _ string) error {
+	return t.open(ctx, streamKey{delta: true, id: id})
 }
 
 // OnDeltaStreamClosed implements delta.Callbacks.
@@ -170,8 +186,21 @@ func (t *tracker) OnDeltaStreamClosed(id int64, _ *core.Node) {
 }
 
 // OnStreamDeltaRequest implements delta.Callbacks. The node is only
-// guaranteed on a stream's first request; the tracker remembers it.
+// guaranteed on a stream's first request; the tracker remembers it. It
+// authorizes the names a request adds (subscriptions and the initial
+// versions of a reconnecting client) before the server updates the
+// subscription.
 func (t *tracker) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRequest) error {
+	var secrets []string
+	if req.GetTypeUrl() == secretType {
+		secrets = append(secrets, req.GetResourceNamesSubscribe()...)
+		for name := range req.GetInitialResourceVersions() {
+			secrets = append(secrets, name)
+		}
+	}
+	if err := t.authorize(streamKey{delta: true, id: id}, req.GetNode().GetId(), secrets); err != nil {
+		return err
+	}
 	t.request(streamKey{delta: true, id: id}, req.GetNode().GetId(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail())
 	return nil
 }
