@@ -4,13 +4,40 @@
 // state-of-the-world and delta (incremental), on one gRPC server that other
 // agent services (ext_authz) register on.
 //
-// # Node identity
+// # Node identity and authorization
 //
 // The xDS node ID of a connect sidecar is its proxy service ID in the
 // catalog (Consul's convention, e.g. "_nomad-task-<alloc>-group-web-web-9090-sidecar-proxy").
+// Consul ties a proxy's stream to an ACL token; meshlet ties it to the
+// listener it came through. One gRPC server serves every listener; its
+// transport credentials label each connection with its listener (an
+// allocation socket's connections are of a type only ListenAlloc makes),
+// and the stream callbacks read that label and decide before any watch is
+// created (access.go):
+//
+//   - An allocation's socket (ListenAlloc, served by the control plane in
+//     the allocation's directory) binds its streams to that allocation. The
+//     first request must name a node that is a connect-proxy registered in
+//     the catalog with that allocation's ID; the stream may not switch node
+//     afterwards. Its secrets are limited to "roots" and the leaf of the
+//     proxy's destination service, checked on every SotW request (full
+//     subscription) and every delta request (names subscribed and initial
+//     versions). A wildcard secrets subscription yields only per-node
+//     secrets, which there are none of: leaves are only sent by name. Its
+//     listeners and clusters are looked up by its own node ID; endpoints
+//     and proxyless resources are shared and not secret. Anything else ends
+//     the stream with PermissionDenied, a log line (alloc_id, proxy_id) and
+//     meshlet_xds_denied_streams_total. Closing the listener closes its
+//     connections, so a stopped allocation keeps no stream.
+//   - Any other listener (the TCP listener on 127.0.0.1:8502) is host-local
+//     and trusted as the host, which can read the CA's key files anyway:
+//     every node ID and every resource is served, and any node may ask for
+//     the shared resources by name (this is how proxyless gRPC clients
+//     resolve xds:///<service>). hostGrant is that policy, in one place, for
+//     an ACL-token check to tighten later.
+//
 // A node whose ID is not a registered connect-proxy gets no per-proxy
-// resources; any node may still ask for the shared ones by name (this is how
-// proxyless gRPC clients resolve xds:///<service>).
+// resources.
 //
 // # Resource names
 //
@@ -72,7 +99,8 @@
 //
 // meshlet_xds_connected_proxies, meshlet_xds_pushes_total{type},
 // meshlet_xds_push_latency_seconds{type} (change to ACK),
-// meshlet_xds_nacks_total{type}, meshlet_xds_resources{type}.
+// meshlet_xds_nacks_total{type}, meshlet_xds_resources{type},
+// meshlet_xds_denied_streams_total.
 //
 // # Concurrency
 //
@@ -82,7 +110,8 @@
 // proxies whose own registration changed, SDS for CA events), checks each
 // proxy's resources for consistency, and publishes them in dependency order
 // (SDS, EDS, CDS, LDS; removals in reverse). The reconciler is the only
-// writer of the cache; gRPC stream goroutines create and cancel watches. The
-// cache is guarded by one mutex; the proxy status table by another. Neither
-// lock is held while calling the catalog or the CA.
+// writer of the cache; gRPC stream goroutines create and cancel watches and
+// authorize their own requests (reading the catalog). The cache is guarded
+// by one mutex; the proxy status table by another; the stream table
+// (tracker) by a third. None is held while calling the catalog or the CA.
 package xds
