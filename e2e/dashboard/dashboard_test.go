@@ -29,13 +29,21 @@ func TestDashboardThroughStaticPort(t *testing.T) {
 	url := fmt.Sprintf("http://127.0.0.1:%d/", port)
 	count := regexp.MustCompile(`Count: (\d+)`)
 	var last int
+	var seen string // what the dashboard last answered, for the failure message
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("last dashboard answer: %s", seen)
+		}
+	})
 	a.Eventually(30*time.Second, "the dashboard showing a count from the api", func() bool {
 		resp, err := http.Get(url)
 		if err != nil {
+			seen = err.Error()
 			return false
 		}
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(resp.Body)
+		seen = fmt.Sprintf("%s %s", resp.Status, body)
 		m := count.FindSubmatch(body)
 		if resp.StatusCode != http.StatusOK || m == nil {
 			return false
