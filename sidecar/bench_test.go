@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/meshlet/meshlet/internal/testutil"
 )
@@ -105,15 +106,26 @@ type httpMesh struct {
 
 func newHTTPMesh(t testing.TB, h http.Handler) *httpMesh {
 	t.Helper()
+	return newHTTPMeshRoutes(t, h, nil)
+}
+
+// newHTTPMeshRoutes is newHTTPMesh with web's route configuration changed by
+// mod (if not nil) before it is served.
+func newHTTPMeshRoutes(t testing.TB, h http.Handler, mod func(*routev3.RouteConfiguration)) *httpMesh {
+	t.Helper()
 	cp := newControlPlane(t)
 	ca := newTestCA(t, "root-1")
 	app := httptest.NewServer(h)
 	t.Cleanup(app.Close)
 	webPort, apiPort := freePort(t), freePort(t)
 	apiCluster := sniFor("api")
+	webRoutes := routeToCluster("api", apiCluster)
+	if mod != nil {
+		mod(webRoutes)
+	}
 	cp.set("web-sidecar-proxy", map[string][]types.Resource{
 		typeListener: {upstreamListener("api", webPort, hcmFilter(t, "upstream.api", nil, "api"))},
-		typeRoute:    {routeToCluster("api", apiCluster)},
+		typeRoute:    {webRoutes},
 		typeCluster:  {upstreamCluster(t, "api", "leaf", "roots")},
 		typeEndpoint: {cla(apiCluster, fmt.Sprintf("127.0.0.1:%d", apiPort))},
 		typeSecret:   {certSecret("leaf", ca.leaf(t, spiffeID("web"))), rootsSecret("roots", ca)},

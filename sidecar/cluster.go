@@ -7,10 +7,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
-	"net/http"
 	"sync"
 	"sync/atomic"
-	"time"
 )
 
 // maxConnectAttempts bounds failover: a connection tries at most this many
@@ -55,7 +53,7 @@ type cluster struct {
 	secrets   *secretStore
 	state     atomic.Pointer[clusterState]
 	rr        atomic.Uint64
-	transport *http.Transport
+	transport *h1Transport
 
 	// applied is the CDS entry in effect (read by config_dump).
 	applied atomic.Pointer[entry]
@@ -66,12 +64,7 @@ type cluster struct {
 
 func newCluster(name string, reg *statsRegistry, secrets *secretStore) *cluster {
 	c := &cluster{name: name, stats: newClusterStats(reg, name), secrets: secrets, hostStats: map[string]*hostStats{}}
-	c.transport = &http.Transport{
-		DialContext:         c.dialAddr,
-		MaxIdleConnsPerHost: 64,
-		IdleConnTimeout:     90 * time.Second,
-		DisableCompression:  true,
-	}
+	c.transport = newH1Transport(c.dialAddr)
 	return c
 }
 
@@ -239,7 +232,7 @@ func (c *cluster) connectFailed(h *host, timeout bool) {
 
 // dialAddr is the HTTP transport's dialer: the request already names the
 // endpoint (see roundTrip), so connect to exactly that one.
-func (c *cluster) dialAddr(ctx context.Context, _, addr string) (net.Conn, error) {
+func (c *cluster) dialAddr(ctx context.Context, addr string) (net.Conn, error) {
 	st := c.state.Load()
 	if st == nil {
 		return nil, ErrNoHealthyUpstream

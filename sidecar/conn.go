@@ -3,16 +3,33 @@ package sidecar
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"io"
 	"math/rand/v2"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
-const copyBufferSize = 32 << 10
+// Relay buffers. TLS legs are copied through large pooled buffers so every
+// read and write moves up to four full TLS records (fewer system calls);
+// a direction that sees no data for relayIdle gives its buffer back and
+// waits with a small one, so idle connections do not pin 64 KiB each.
+const (
+	copyBufferSize = 64 << 10
+	idleBufferSize = 2 << 10
+)
 
 var copyBuffers = sync.Pool{New: func() any { b := make([]byte, copyBufferSize); return &b }}
+
+// relayIdle is how long a relay direction waits for data while holding a
+// pooled buffer. A variable so tests can shorten it.
+var relayIdle = time.Second
+
+// relayBuffersHeld counts pooled buffers held by relays (for tests).
+var relayBuffersHeld atomic.Int64
 
 // tcpStats are the tcp_proxy filter's counters, tcp.<stat_prefix>.*.
 type tcpStats struct {
@@ -156,22 +173,77 @@ func copyHalf(dst, src net.Conn) int64 {
 }
 
 // copyConn copies with the kernel's splice path when both ends are plain
-// TCP, and with a pooled buffer otherwise.
+// TCP, and through copyBuffered otherwise.
 func copyConn(dst, src net.Conn) (int64, error) {
 	if d, ok := dst.(*net.TCPConn); ok {
 		if s, ok := src.(*net.TCPConn); ok {
 			return d.ReadFrom(s)
 		}
 	}
-	bp := copyBuffers.Get().(*[]byte)
-	defer copyBuffers.Put(bp)
-	// Hide ReadFrom/WriteTo so io.CopyBuffer uses our buffer instead of
-	// allocating one in net's generic fallback.
-	return io.CopyBuffer(writerOnly{dst}, readerOnly{src}, *bp)
+	return copyBuffered(dst, src)
 }
 
-type writerOnly struct{ io.Writer }
-type readerOnly struct{ io.Reader }
+// copyBuffered copies src to dst until EOF. While data flows it reads into
+// a pooled copyBufferSize buffer, with a read deadline relayIdle ahead
+// (re-armed at most every relayIdle/2); when the deadline passes it returns
+// the buffer and blocks on a small one, taking a pooled one again with the
+// next data. A read deadline is recoverable for both TCP and TLS
+// connections (crypto/tls keeps a partly read record).
+func copyBuffered(dst, src net.Conn) (written int64, err error) {
+	var small []byte
+	var bp *[]byte
+	var armed time.Time
+	release := func() {
+		copyBuffers.Put(bp)
+		bp = nil
+		relayBuffersHeld.Add(-1)
+	}
+	defer func() {
+		if bp != nil {
+			release()
+		}
+	}()
+	for {
+		var buf []byte
+		if bp != nil {
+			buf = *bp
+			if now := time.Now(); now.Sub(armed) > relayIdle/2 {
+				_ = src.SetReadDeadline(now.Add(relayIdle))
+				armed = now
+			}
+		} else {
+			if small == nil {
+				small = make([]byte, idleBufferSize)
+			}
+			buf = small
+		}
+		n, rerr := src.Read(buf)
+		if n > 0 {
+			nw, werr := dst.Write(buf[:n])
+			written += int64(nw)
+			if werr != nil {
+				return written, werr
+			}
+			if nw != n {
+				return written, io.ErrShortWrite
+			}
+		}
+		switch {
+		case rerr == nil && bp == nil:
+			bp = copyBuffers.Get().(*[]byte)
+			relayBuffersHeld.Add(1)
+			armed = time.Time{}
+		case rerr == nil:
+		case bp != nil && errors.Is(rerr, os.ErrDeadlineExceeded):
+			release()
+			_ = src.SetReadDeadline(time.Time{})
+		case rerr == io.EOF:
+			return written, nil
+		default:
+			return written, rerr
+		}
+	}
+}
 
 // pickWeighted chooses a cluster by weight (the only one, usually).
 func pickWeighted(cs []weightedCluster) string {

@@ -26,4 +26,12 @@
 // admin server for reads. Counters are atomics. Each accepted connection has
 // at most two goroutines (one per copy direction) and the number of open
 // downstream connections is bounded.
+//
+// Data path performance rules: TLS relays copy through pooled 64 KiB
+// buffers that an idle direction gives back (conn.go); plain TCP to plain
+// TCP is spliced by the kernel. The HTTP connection manager's upstream side
+// (upstream.go) runs each exchange on the request's own goroutine over a
+// per-cluster pool of keep-alive connections guarded by one mutex; response
+// bytes are flushed per write only for streaming responses, otherwise at
+// the end or after httpFlushInterval.
 package sidecar

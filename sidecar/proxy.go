@@ -167,13 +167,8 @@ func (p *Proxy) Close() error {
 	return errors.Join(errs...)
 }
 
-// Run runs a proxy until ctx is done, then drains and stops it. It is the
-// entry point of a dedicated sidecar process: it also tunes the process's Go
-// runtime (one P, a soft memory limit; see tuneRuntime) unless GOMAXPROCS or
-// GOMEMLIMIT is set in the environment. Embedders that share the process
-// with other work use New and Start instead.
+// Run runs a proxy until ctx is done, then drains and stops it.
 func Run(ctx context.Context, cfg Config) error {
-	tuneRuntime()
 	p, err := New(cfg)
 	if err != nil {
 		return err

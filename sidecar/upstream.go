@@ -1,0 +1,348 @@
+package sidecar
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Upstream HTTP/1.1 connection pool limits (those http.Transport had).
+const (
+	upstreamMaxIdlePerHost = 64
+	upstreamIdleTimeout    = 90 * time.Second
+	upstreamBufferSize     = 4 << 10
+)
+
+// h1Transport is the HTTP connection manager's client side: HTTP/1.1 over
+// pooled keep-alive connections to exactly the endpoint a request names
+// (URL.Host). Unlike http.Transport it runs each exchange on the calling
+// goroutine (no per-connection read and write loops to hand off to), which
+// is most of a proxied request's scheduling cost. A request body is
+// written by one extra goroutine so an upstream may answer before reading
+// all of it. It is safe for concurrent use.
+type h1Transport struct {
+	dial func(ctx context.Context, addr string) (net.Conn, error)
+
+	mu    sync.Mutex
+	idle  map[string][]*upstreamConn // per endpoint, most recently used last
+	sweep *time.Timer                // closes expired idle connections
+}
+
+// upstreamConn is one upstream connection with its buffers.
+type upstreamConn struct {
+	conn   net.Conn
+	br     *bufio.Reader
+	bw     *bufio.Writer
+	addr   string
+	idleAt time.Time
+}
+
+func newH1Transport(dial func(ctx context.Context, addr string) (net.Conn, error)) *h1Transport {
+	return &h1Transport{dial: dial, idle: map[string][]*upstreamConn{}}
+}
+
+// errStaleConn marks a pooled connection the upstream had closed before the
+// request got any answer.
+var errStaleConn = errors.New("pooled upstream connection was closed")
+
+// RoundTrip sends req to req.URL.Host and returns the response; its body
+// gives the connection back to the pool once read to the end. A request
+// without a body that finds a pooled connection already closed is retried
+// once on a new connection.
+func (t *h1Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	replayable := req.Body == nil || req.Body == http.NoBody
+	for attempt := 0; ; attempt++ {
+		pc, reused, err := t.getConn(req.Context(), req.URL.Host, replayable)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := t.exchange(pc, req, reused)
+		if errors.Is(err, errStaleConn) && replayable && attempt == 0 {
+			continue
+		}
+		return resp, err
+	}
+}
+
+// getConn returns a pooled connection to addr or dials one. A pooled
+// connection used for a request that cannot be replayed is first checked
+// for a close from the upstream.
+func (t *h1Transport) getConn(ctx context.Context, addr string, replayable bool) (*upstreamConn, bool, error) {
+	for {
+		pc := t.popIdle(addr)
+		if pc == nil {
+			break
+		}
+		if replayable || connAlive(pc.conn) {
+			return pc, true, nil
+		}
+		pc.conn.Close()
+	}
+	c, err := t.dial(ctx, addr)
+	if err != nil {
+		return nil, false, err
+	}
+	return &upstreamConn{
+		conn: c, addr: addr,
+		br: bufio.NewReaderSize(c, upstreamBufferSize),
+		bw: bufio.NewWriterSize(c, upstreamBufferSize),
+	}, false, nil
+}
+
+// exchange writes req on pc and reads the final response head. The
+// connection is closed when the request's context ends before the body has
+// been read.
+func (t *h1Transport) exchange(pc *upstreamConn, req *http.Request, reused bool) (*http.Response, error) {
+	ctx := req.Context()
+	stop := context.AfterFunc(ctx, func() { pc.conn.Close() })
+	var wrote chan error // nil: written before reading
+	fail := func(err error) (*http.Response, error) {
+		stop()
+		pc.conn.Close() // also ends a body write still in progress
+		if wrote != nil {
+			<-wrote
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("failed to proxy the request: %w", ctx.Err())
+		}
+		return nil, err
+	}
+	if req.Body == nil || req.Body == http.NoBody {
+		if err := writeRequest(pc, req); err != nil {
+			if reused {
+				err = fmt.Errorf("%w: %v", errStaleConn, err)
+			}
+			return fail(err)
+		}
+	} else {
+		wrote = make(chan error, 1)
+		go func() { wrote <- writeRequest(pc, req) }()
+	}
+	if _, err := pc.br.Peek(1); err != nil {
+		if reused && ctx.Err() == nil {
+			err = fmt.Errorf("%w: %v", errStaleConn, err)
+		}
+		return fail(err)
+	}
+	resp, err := readFinalResponse(pc.br, req)
+	if err != nil {
+		return fail(err)
+	}
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		stop() // the reverse proxy owns the upgraded connection now
+		resp.Body = &upgradedConn{pc: pc}
+		return resp, nil
+	}
+	resp.Body = &upstreamBody{
+		rc: resp.Body, pc: pc, t: t, stop: stop, wrote: wrote,
+		reusable: !resp.Close && !req.Close && (resp.ContentLength >= 0 || len(resp.TransferEncoding) > 0),
+	}
+	return resp, nil
+}
+
+func writeRequest(pc *upstreamConn, req *http.Request) error {
+	if err := req.Write(pc.bw); err != nil {
+		return fmt.Errorf("failed to write the request upstream: %w", err)
+	}
+	if err := pc.bw.Flush(); err != nil {
+		return fmt.Errorf("failed to write the request upstream: %w", err)
+	}
+	return nil
+}
+
+// readFinalResponse reads response heads until a final one (1xx other than
+// 101 are informational and dropped).
+func readFinalResponse(br *bufio.Reader, req *http.Request) (*http.Response, error) {
+	for {
+		resp, err := http.ReadResponse(br, req)
+		if err != nil {
+			return nil, fmt.Errorf("failed to read the upstream response: %w", err)
+		}
+		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
+			return resp, nil
+		}
+	}
+}
+
+// upstreamBody is a response body that returns its connection to the pool
+// when read to the end, and closes it if abandoned earlier.
+type upstreamBody struct {
+	rc       io.ReadCloser
+	pc       *upstreamConn
+	t        *h1Transport
+	stop     func() bool
+	wrote    chan error
+	reusable bool
+	done     bool
+}
+
+func (b *upstreamBody) Read(p []byte) (int, error) {
+	if b.done {
+		return 0, io.EOF
+	}
+	n, err := b.rc.Read(p)
+	if err == io.EOF {
+		b.finish(true)
+	} else if err != nil {
+		b.finish(false)
+	}
+	return n, err
+}
+
+func (b *upstreamBody) Close() error {
+	b.finish(false)
+	return nil
+}
+
+// finish releases the connection once: back to the pool if the body was
+// read to its end, the request fully written and the context still live;
+// closed otherwise. It never waits on an upstream that stopped reading.
+func (b *upstreamBody) finish(eof bool) {
+	if b.done {
+		return
+	}
+	b.done = true
+	live := b.stop() // false: the context ended and closed the connection
+	keep := eof && live && b.reusable
+	if b.wrote != nil {
+		select {
+		case err := <-b.wrote:
+			keep = keep && err == nil
+		default:
+			// The upstream answered without reading all of the request
+			// body: the connection cannot be reused, and closing it ends
+			// the write.
+			keep = false
+			b.pc.conn.Close()
+			<-b.wrote
+		}
+	}
+	if keep {
+		b.t.putIdle(b.pc)
+		return
+	}
+	b.pc.conn.Close()
+}
+
+// upgradedConn is the body of a 101 response: the connection itself, for
+// the reverse proxy to relay both ways.
+type upgradedConn struct{ pc *upstreamConn }
+
+func (u *upgradedConn) Read(p []byte) (int, error)  { return u.pc.br.Read(p) }
+func (u *upgradedConn) Write(p []byte) (int, error) { return u.pc.conn.Write(p) }
+func (u *upgradedConn) Close() error                { return u.pc.conn.Close() }
+
+func (t *h1Transport) popIdle(addr string) *upstreamConn {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	list := t.idle[addr]
+	for len(list) > 0 {
+		pc := list[len(list)-1]
+		list[len(list)-1] = nil
+		list = list[:len(list)-1]
+		if time.Since(pc.idleAt) < upstreamIdleTimeout {
+			t.idle[addr] = list
+			return pc
+		}
+		pc.conn.Close()
+	}
+	delete(t.idle, addr)
+	return nil
+}
+
+func (t *h1Transport) putIdle(pc *upstreamConn) {
+	pc.idleAt = time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.idle[pc.addr]) >= upstreamMaxIdlePerHost {
+		pc.conn.Close()
+		return
+	}
+	t.idle[pc.addr] = append(t.idle[pc.addr], pc)
+	if t.sweep == nil {
+		t.sweep = time.AfterFunc(upstreamIdleTimeout, t.sweepIdle)
+	}
+}
+
+// sweepIdle closes connections idle longer than the timeout and re-arms
+// itself while any are left.
+func (t *h1Transport) sweepIdle() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.sweep = nil
+	for addr, list := range t.idle {
+		kept := list[:0]
+		for _, pc := range list {
+			if time.Since(pc.idleAt) >= upstreamIdleTimeout {
+				pc.conn.Close()
+				continue
+			}
+			kept = append(kept, pc)
+		}
+		clear(list[len(kept):])
+		if len(kept) == 0 {
+			delete(t.idle, addr)
+		} else {
+			t.idle[addr] = kept
+		}
+	}
+	if len(t.idle) > 0 {
+		t.sweep = time.AfterFunc(upstreamIdleTimeout/2, t.sweepIdle)
+	}
+}
+
+// CloseIdleConnections closes every pooled connection (endpoints or TLS
+// settings changed); connections in use are closed when released.
+func (t *h1Transport) CloseIdleConnections() {
+	t.mu.Lock()
+	idle := t.idle
+	t.idle = map[string][]*upstreamConn{}
+	if t.sweep != nil {
+		t.sweep.Stop()
+		t.sweep = nil
+	}
+	t.mu.Unlock()
+	for _, list := range idle {
+		for _, pc := range list {
+			pc.conn.Close()
+		}
+	}
+}
+
+// connAlive reports whether an idle connection is still open: a
+// non-blocking peek at its socket sees no end of stream and no error.
+// Pending bytes (a TLS session ticket, say) count as alive.
+func connAlive(c net.Conn) bool {
+	if cn, ok := c.(*closeNotifyConn); ok {
+		c = cn.Conn
+	}
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return true
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	alive := true
+	err = rc.Read(func(fd uintptr) bool {
+		var b [1]byte
+		n, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		alive = n > 0 || errors.Is(err, unix.EAGAIN)
+		return true
+	})
+	return err == nil && alive
+}
