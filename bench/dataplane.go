@@ -136,9 +136,9 @@ func (r *Runner) waitPassing(ctx context.Context, netns, url string) error {
 
 // sidecarUsage is CPU (vCPU) and RSS (MB) of a process over a load run.
 type sidecarUsage struct {
-	name     string
-	vcpu, mb float64
-	err      error
+	name           string
+	vcpu, mb, anon float64
+	err            error
 }
 
 // watch samples processes before and after fn and returns their usage.
@@ -159,7 +159,7 @@ func watch(procs map[string]int, fn func() error) (map[string]sidecarUsage, erro
 	out := map[string]sidecarUsage{}
 	for name, pid := range procs {
 		s, err := SampleProc(pid)
-		out[name] = sidecarUsage{name: name, vcpu: (s.CPUSeconds - before[name].CPUSeconds) / wall, mb: float64(s.RSSBytes) / 1e6, err: err}
+		out[name] = sidecarUsage{name: name, vcpu: (s.CPUSeconds - before[name].CPUSeconds) / wall, mb: float64(s.RSSBytes) / 1e6, anon: float64(s.AnonBytes) / 1e6, err: err}
 	}
 	return out, nil
 }

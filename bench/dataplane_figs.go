@@ -95,11 +95,13 @@ func sidecarFigures(usage map[string]sidecarUsage, errU, errM error) []*Figure {
 			figs = append(figs, NotMeasured(cpuName, "vCPU", why, cpuT), NotMeasured(memName, "MB", why, memT))
 			continue
 		}
-		var bc, bm *float64
+		var bc, bm, ba *float64
 		if hasApp && app.err == nil {
-			bc, bm = ptr(app.vcpu), ptr(app.mb)
+			bc, bm, ba = ptr(app.vcpu), ptr(app.mb), ptr(app.anon)
 		}
-		figs = append(figs, Measured(cpuName, "vCPU", u.vcpu, bc, cpuT), Measured(memName, "MB", u.mb, bm, memT))
+		anonName := side + " private memory (RssAnon) at 1,000 rps (baseline: server app)"
+		figs = append(figs, Measured(cpuName, "vCPU", u.vcpu, bc, cpuT), Measured(memName, "MB", u.mb, bm, memT),
+			Measured(anonName, "MB", u.anon, ba, nil))
 	}
 	return figs
 }

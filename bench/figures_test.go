@@ -71,16 +71,23 @@ func TestManyFigures(t *testing.T) {
 
 func TestSidecarFiguresAndFinding(t *testing.T) {
 	usage := map[string]sidecarUsage{
-		"client sidecar": {vcpu: 0.3, mb: 41},
-		"server sidecar": {vcpu: 0.05, mb: 20},
-		"server app":     {vcpu: 0.1, mb: 30},
+		"client sidecar": {vcpu: 0.3, mb: 41, anon: 12},
+		"server sidecar": {vcpu: 0.05, mb: 20, anon: 9},
+		"server app":     {vcpu: 0.1, mb: 30, anon: 5},
 	}
 	figs := sidecarFigures(usage, nil, nil)
-	if len(figs) != 4 {
+	if len(figs) != 6 {
 		t.Fatalf("%d figures", len(figs))
 	}
-	wantMet := []bool{false, false, true, true}
+	// CPU, RSS (with targets), then private memory (informative, no target).
+	wantMet := []bool{false, false, false, true, true, false}
 	for i, f := range figs {
+		if i%3 == 2 {
+			if f.Target != nil || f.Value == nil || f.Baseline == nil {
+				t.Errorf("%s: want an informative figure with a baseline: %+v", f.Name, f)
+			}
+			continue
+		}
 		if f.Met == nil || *f.Met != wantMet[i] {
 			t.Errorf("%s: Met = %v, want %v", f.Name, deref(f.Met), wantMet[i])
 		}

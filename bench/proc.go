@@ -21,6 +21,9 @@ var ErrNoProcess = errors.New("no matching process")
 type ProcSample struct {
 	CPUSeconds float64
 	RSSBytes   int64
+	// AnonBytes is RssAnon: the process's private memory, without the
+	// pages of its (shared, 40+ MB) executable that VmRSS also counts.
+	AnonBytes int64
 }
 
 // ParseProcStat returns utime+stime in seconds from /proc/<pid>/stat text.
@@ -44,17 +47,20 @@ func ParseProcStat(s string) (float64, error) {
 }
 
 // ParseVmRSS returns VmRSS in bytes from /proc/<pid>/status text.
-func ParseVmRSS(s string) (int64, error) {
+func ParseVmRSS(s string) (int64, error) { return parseStatusKB(s, "VmRSS") }
+
+// parseStatusKB returns a "<key>: N kB" line of /proc/<pid>/status in bytes.
+func parseStatusKB(s, key string) (int64, error) {
 	for _, line := range strings.Split(s, "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if v, ok := strings.CutPrefix(line, key+":"); ok {
 			var kb int64
 			if _, err := fmt.Sscanf(strings.TrimSpace(v), "%d kB", &kb); err != nil {
-				return 0, fmt.Errorf("failed to parse VmRSS %q: %w", v, err)
+				return 0, fmt.Errorf("failed to parse %s %q: %w", key, v, err)
 			}
 			return kb << 10, nil
 		}
 	}
-	return 0, fmt.Errorf("failed to parse status: no VmRSS line")
+	return 0, fmt.Errorf("failed to parse status: no %s line", key)
 }
 
 // SampleProc reads a process's CPU time and RSS from /proc.
@@ -75,7 +81,11 @@ func SampleProc(pid int) (ProcSample, error) {
 	if err != nil {
 		return ProcSample{}, err
 	}
-	return ProcSample{CPUSeconds: cpu, RSSBytes: rss}, nil
+	anon, err := parseStatusKB(string(status), "RssAnon")
+	if err != nil {
+		return ProcSample{}, err
+	}
+	return ProcSample{CPUSeconds: cpu, RSSBytes: rss, AnonBytes: anon}, nil
 }
 
 // inode returns the inode a path resolves to (for namespaces: the nsfs inode).
