@@ -335,14 +335,7 @@ func dialFrom(nsPath, addr string, timeout time.Duration) (string, error) {
 }
 
 // freePort returns a TCP port that was free on the host's loopback.
-func freePort(t testing.TB) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
+func freePort(t testing.TB) int { return testutil.FreePort(t) }
 
 func portOf(l net.Listener) int { return l.Addr().(*net.TCPAddr).Port }
 

@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"github.com/meshlet/meshlet/internal/testutil"
 	"net"
 	"strconv"
 	"testing"
@@ -45,16 +46,8 @@ func socketAddr(ip string, port int) *corev3.Address {
 	}}}
 }
 
-// freePort returns a loopback port that was free a moment ago.
-func freePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("failed to find a free port: %v", err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
+// freePort returns a port that stays free for the test (see testutil.FreePort).
+func freePort(t testing.TB) int { return testutil.FreePort(t) }
 
 func hostPort(addr string) (string, int) {
 	h, p, _ := net.SplitHostPort(addr)

@@ -5,8 +5,8 @@ package dashboard
 
 import (
 	"fmt"
+	"github.com/meshlet/meshlet/internal/testutil"
 	"io"
-	"net"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -72,12 +72,4 @@ func TestDashboardThroughStaticPort(t *testing.T) {
 	}
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
+func freePort(t *testing.T) int { return testutil.FreePort(t) }

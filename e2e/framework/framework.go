@@ -329,20 +329,13 @@ func freeSubnet(t testing.TB, seq int32) string {
 	return ""
 }
 
+// freePorts returns n ports that stay free for the agent (see
+// testutil.FreePort: never from the kernel's ephemeral range).
 func freePorts(t testing.TB, n int) []int {
 	t.Helper()
-	var ls []net.Listener
-	var out []int
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		l.Close()
+	out := make([]int, n)
+	for i := range out {
+		out[i] = testutil.FreePort(t)
 	}
 	return out
 }

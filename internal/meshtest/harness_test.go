@@ -288,3 +288,5 @@ func testLogger(name string) hclog.Logger {
 	}
 	return hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Debug, Output: os.Stderr})
 }
+
+func freePort(t testing.TB) int { return testutil.FreePort(t) }

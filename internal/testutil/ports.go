@@ -1,4 +1,4 @@
-package meshtest
+package testutil
 
 import (
 	"math/rand/v2"
@@ -16,7 +16,7 @@ import (
 // 127.0.0.1:0 listener that stays open. A port found by listening on :0 and
 // closing is unsafe here: the kernel hands the same port to the next :0
 // listener (an echo app, an admin server) or outgoing connection of a test
-// running in parallel. So freePort picks ports below the kernel's ephemeral
+// running in parallel. So FreePort picks ports below the kernel's ephemeral
 // range and below Nomad's dynamic range (20000-32000), checks they are free
 // on every address, and never hands a port out twice in this process.
 const (
@@ -29,9 +29,9 @@ var handedOut = struct {
 	ports map[int]bool
 }{ports: map[int]bool{}}
 
-// freePort returns a TCP port that is free on 0.0.0.0 and was never
+// FreePort returns a TCP port that is free on 0.0.0.0 and was never
 // returned before in this process.
-func freePort(t testing.TB) int {
+func FreePort(t testing.TB) int {
 	t.Helper()
 	high := min(portRangeHigh, ephemeralLow())
 	handedOut.Lock()
