@@ -166,9 +166,11 @@ func addrString(a net.Addr) string {
 // xDS streams on the socket are bound to allocID: they may only act as a
 // connect proxy the catalog registers for that allocation and only receive
 // that proxy's leaf (xds.Server.ListenAlloc); anything else is refused with
-// PermissionDenied. ext_authz stays open to every caller (it reveals no
-// secret).
-func (c *ControlPlane) ServeAllocSocket(allocID, path string) error {
+// PermissionDenied. With netnsPath set, only processes inside that network
+// namespace (the allocation's) may connect at all, so a task cannot use
+// another allocation's socket. ext_authz stays open to every caller (it
+// reveals no secret).
+func (c *ControlPlane) ServeAllocSocket(allocID, path, netnsPath string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.sockets[allocID]; ok {
@@ -177,7 +179,7 @@ func (c *ControlPlane) ServeAllocSocket(allocID, path string) error {
 	if len(path) > maxSocketPath {
 		return fmt.Errorf("%w: %s is %d bytes, over the kernel's %d; use a shorter data_dir", ErrSocketPathTooLong, path, len(path), maxSocketPath)
 	}
-	l, err := c.XDS.ListenAlloc(allocID, path)
+	l, err := c.XDS.ListenAlloc(allocID, path, xds.WithPeerNetNS(netnsPath))
 	if err != nil {
 		return fmt.Errorf("failed to serve control plane socket %s: %w", path, err)
 	}

@@ -43,7 +43,7 @@ func TestComposedControlPlane(t *testing.T) {
 	}
 
 	sock := filepath.Join(dir, "alloc", "tmp", "meshlet_grpc.sock")
-	if err := cp.ServeAllocSocket("a1", sock); err != nil {
+	if err := cp.ServeAllocSocket("a1", sock, ""); err != nil {
 		t.Fatal(err)
 	}
 	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -96,7 +96,7 @@ func TestAllocSocketBindsStreams(t *testing.T) {
 		})
 	}
 	sock := filepath.Join(dir, "a1", "alloc", "tmp", "meshlet_grpc.sock")
-	if err := cp.ServeAllocSocket("a1", sock); err != nil {
+	if err := cp.ServeAllocSocket("a1", sock, ""); err != nil {
 		t.Fatal(err)
 	}
 	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))

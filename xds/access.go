@@ -189,6 +189,10 @@ func (listenerCreds) OverrideServerName(string) error { return nil }
 type allocListener struct {
 	net.Listener
 	allocID string
+	// netns, when set, is the only network namespace connections may
+	// come from (WithPeerNetNS).
+	netns  *nsIdentity
+	onDeny func(error)
 
 	mu     sync.Mutex
 	conns  map[*allocConn]struct{}
@@ -203,10 +207,25 @@ type allocConn struct {
 }
 
 func (l *allocListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if l.netns != nil {
+			if err := checkPeerNetNS(c, *l.netns); err != nil {
+				_ = c.Close()
+				if l.onDeny != nil {
+					l.onDeny(err)
+				}
+				continue
+			}
+		}
+		return l.track(c)
 	}
+}
+
+func (l *allocListener) track(c net.Conn) (net.Conn, error) {
 	ac := &allocConn{Conn: c, allocID: l.allocID, l: l}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -247,7 +266,7 @@ func (c *allocConn) Close() error {
 // run as any user. Every stream accepted on it is bound to allocID (see
 // "Node identity and authorization" in the package doc). Closing the
 // listener closes the connections it accepted.
-func (s *Server) ListenAlloc(allocID, path string) (net.Listener, error) {
+func (s *Server) ListenAlloc(allocID, path string, opts ...AllocOption) (net.Listener, error) {
 	if allocID == "" {
 		return nil, fmt.Errorf("failed to listen on %s: %w", path, ErrNoAllocID)
 	}
@@ -270,7 +289,17 @@ func (s *Server) ListenAlloc(allocID, path string) (net.Listener, error) {
 		_ = l.Close()
 		return nil, fmt.Errorf("failed to set socket permissions: %w", err)
 	}
-	return &allocListener{Listener: l, allocID: allocID, conns: map[*allocConn]struct{}{}}, nil
+	al := &allocListener{Listener: l, allocID: allocID, conns: map[*allocConn]struct{}{},
+		onDeny: func(err error) {
+			s.log.Warn("refused a connection to an allocation socket", "alloc_id", allocID, "error", err)
+		}}
+	for _, o := range opts {
+		if err := o(al); err != nil {
+			_ = l.Close()
+			return nil, err
+		}
+	}
+	return al, nil
 }
 
 // ErrNoAllocID: an allocation socket needs the allocation's ID.

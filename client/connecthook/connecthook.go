@@ -29,7 +29,9 @@ import (
 // SocketServer serves the control plane on per-allocation unix sockets;
 // *controlplane.ControlPlane implements it.
 type SocketServer interface {
-	ServeAllocSocket(allocID, path string) error
+	// ServeAllocSocket serves the allocation's socket; only processes in
+	// netnsPath (the allocation's namespace) may connect.
+	ServeAllocSocket(allocID, path, netnsPath string) error
 	RemoveAllocSocket(allocID string)
 }
 
@@ -81,7 +83,7 @@ func (h *SidecarHook) Prerun(ctx context.Context, hc *allocrunner.AllocHookConte
 		hc.Env[k] = v
 	}
 	sock := connect.SocketPath(hc.AllocDir.SharedDir)
-	if err := h.d.Sockets.ServeAllocSocket(hc.Alloc.ID, sock); err != nil {
+	if err := h.d.Sockets.ServeAllocSocket(hc.Alloc.ID, sock, hc.NetNSPath); err != nil {
 		return fmt.Errorf("failed to place the control plane socket in the allocation: %w", err)
 	}
 	mode, err := connect.ResolveSidecarMode(h.d.SidecarMode, h.d.EnvoyBinary)

@@ -25,8 +25,8 @@ import (
 // two-method interface; the real one is exercised by the e2e tests).
 type sockets struct{ served, removed map[string]string }
 
-func (s *sockets) ServeAllocSocket(id, path string) error { s.served[id] = path; return nil }
-func (s *sockets) RemoveAllocSocket(id string)            { s.removed[id] = "" }
+func (s *sockets) ServeAllocSocket(id, path, _ string) error { s.served[id] = path; return nil }
+func (s *sockets) RemoveAllocSocket(id string)               { s.removed[id] = "" }
 
 func webAlloc(t *testing.T, proxyConfig map[string]any) *structs.Allocation {
 	t.Helper()

@@ -177,7 +177,7 @@ func (m *mesh) register(in *instance) {
 		m.cat.Register(si)
 	}
 	if in.sock != "" {
-		if err := m.cp.ServeAllocSocket(in.allocID, in.sock); err != nil {
+		if err := m.cp.ServeAllocSocket(in.allocID, in.sock, ""); err != nil {
 			m.t.Fatalf("failed to serve %s's socket: %v", in.name, err)
 		}
 	}
