@@ -2,7 +2,6 @@ package sidecar
 
 import (
 	"context"
-	"crypto/tls"
 	"net"
 	"strconv"
 	"sync"
@@ -36,6 +35,9 @@ type authorizer struct {
 
 	mu   sync.Mutex
 	last map[[2]string]bool
+
+	// open are the authorized connections, re-checked by reauthorizeLoop.
+	open openConns
 }
 
 func newAuthorizer(client checker, token string, log hclog.Logger) *authorizer {
@@ -46,12 +48,7 @@ func newAuthorizer(client checker, token string, log hclog.Logger) *authorizer {
 // (possibly TLS) connection after its handshake; ourURI is our own SPIFFE ID.
 func (a *authorizer) authorize(ctx context.Context, cfg *authzConfig, st *authzStats, down net.Conn, ourURI string) bool {
 	st.total.Add(1)
-	srcURI := ""
-	if tc, ok := down.(*tls.Conn); ok {
-		if certs := tc.ConnectionState().PeerCertificates; len(certs) > 0 && len(certs[0].URIs) > 0 {
-			srcURI = certs[0].URIs[0].String()
-		}
-	}
+	srcURI := peerURI(down)
 	req := &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
 		Source:      &authv3.AttributeContext_Peer{Address: socketAddress(down.RemoteAddr()), Principal: srcURI},
 		Destination: &authv3.AttributeContext_Peer{Address: socketAddress(down.LocalAddr()), Principal: ourURI},

@@ -140,6 +140,15 @@ func newHTTPMeshRoutes(t testing.TB, h http.Handler, mod func(*routev3.RouteConf
 	m.api = startProxy(t, "api-sidecar-proxy", "api", cp.unixAddr(), false)
 	testutil.WaitFor(t, waitTimeout, "web ready", m.web.Ready)
 	testutil.WaitFor(t, waitTimeout, "api ready", m.api.Ready)
+	// Ready means the initial config is applied; the public listener may
+	// still be binding, so wait until it accepts.
+	testutil.WaitFor(t, waitTimeout, "api public listener", func() bool {
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", apiPort), time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
 	return m
 }
 

@@ -85,6 +85,7 @@ func (l *listener) handle(c net.Conn) {
 		l.stats.sslHandshake.Add(1)
 		down = tc
 	}
+	untrack := func() {}
 	if chain.authz != nil {
 		ourURI := ""
 		if chain.tls != nil {
@@ -93,12 +94,17 @@ func (l *listener) handle(c net.Conn) {
 		if !l.p.authz.authorize(l.ctx, chain.authz, st.authzStats, down, ourURI) {
 			return
 		}
+		untrack = l.p.authz.track(down, ourURI, chain.authz, st.authzStats)
 	}
 	if chain.tcp != nil {
 		l.p.proxyTCP(l.ctx, chain.tcp, st.tcpStats, down)
+		untrack()
 		return
 	}
-	handedOff = l.serveHTTP(&httpConn{Conn: down, state: st, onClose: finish})
+	handedOff = l.serveHTTP(&httpConn{Conn: down, state: st, onClose: func() { untrack(); finish() }})
+	if !handedOff {
+		untrack()
+	}
 }
 
 // joinState registers c with the listener's current state, retrying if the

@@ -210,10 +210,13 @@ func (c *cluster) serveHTTP(w http.ResponseWriter, r *http.Request, rt *route, s
 		FlushInterval: httpFlushInterval,
 		BufferPool:    proxyBufferPool{},
 		ErrorLog:      discardLog,
-		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
+		ErrorHandler: func(w http.ResponseWriter, req *http.Request, err error) {
 			st.upstreamFail.Add(1)
 			code := http.StatusServiceUnavailable
-			if errors.Is(err, context.DeadlineExceeded) {
+			// The route's deadline passing is a timeout, whichever error
+			// the transport reported when it noticed (a cancellation can
+			// race the deadline).
+			if errors.Is(err, context.DeadlineExceeded) || deadlinePassed(req.Context()) {
 				code = http.StatusGatewayTimeout
 			}
 			http.Error(w, "upstream connect error or disconnect/reset before headers", code)
@@ -278,3 +281,9 @@ func (c *cluster) roundTrip(req *http.Request) (*http.Response, error) {
 
 // statusClass maps an HTTP status to its stats index 1..5.
 func statusClass(code int) int { return max(1, min(code/100, 5)) }
+
+// deadlinePassed reports whether ctx has a deadline that is already past.
+func deadlinePassed(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
+}

@@ -112,6 +112,7 @@ func (p *Proxy) Start(ctx context.Context) error {
 	p.cancel = cancel
 	p.adsDone = make(chan struct{})
 	ads := &adsClient{p: p, log: p.log.Named("xds"), client: discoverygrpc.NewAggregatedDiscoveryServiceClient(p.conn)}
+	go p.authz.reauthorizeLoop(adsCtx, reauthInterval)
 	go func() {
 		defer close(p.adsDone)
 		ads.run(adsCtx)

@@ -155,6 +155,9 @@ type hostStats struct {
 // ext_authz.<stat_prefix>.*.
 type authzStats struct {
 	total, ok, denied, errors, failureModeAllowed, staleDecision *atomic.Uint64
+	// reauthClosed counts open connections closed because a later check
+	// (after an intention change) denied their identity pair.
+	reauthClosed *atomic.Uint64
 }
 
 func newAuthzStats(r *statsRegistry, prefix string) *authzStats {
@@ -166,6 +169,7 @@ func newAuthzStats(r *statsRegistry, prefix string) *authzStats {
 		errors:             r.counter(p + "error"),
 		failureModeAllowed: r.counter(p + "failure_mode_allowed"),
 		staleDecision:      r.counter(p + "stale_decision"),
+		reauthClosed:       r.counter(p + "reauthorization_closed"),
 	}
 }
 

@@ -270,3 +270,23 @@ func TestUnhealthyEndpointLeavesRoundRobin(t *testing.T) {
 		c.Close()
 	}
 }
+
+// Consul never re-authorizes open connections (#6454); meshlet's built-in
+// proxy does: a connection opened while allowed is closed once a deny
+// intention for its identity pair is in force.
+func TestDenyClosesOpenConnections(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t, 1)
+	open, _ := m.greet(t)
+	open.exchange(t, "while allowed")
+
+	if _, err := m.cp.Intentions.Upsert(intention.Intention{SourceName: "web", DestinationName: "db", Action: "deny"}, false); err != nil {
+		t.Fatalf("failed to upsert the deny intention: %v", err)
+	}
+	testutil.WaitFor(t, waitTimeout, "the open connection to be closed after the deny", func() bool {
+		return open.roundTrip("still there?") != nil
+	})
+	if n := stat(t, m.dbs[0].proxy, authzPrefix+"reauthorization_closed"); n < 1 {
+		t.Fatalf("%sreauthorization_closed = %d, want >= 1", authzPrefix, n)
+	}
+}

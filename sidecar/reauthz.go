@@ -1,0 +1,141 @@
+package sidecar
+
+import (
+	"context"
+	"crypto/tls"
+	"net"
+	"sync"
+	"time"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+)
+
+// reauthInterval is how often open, authorized connections are checked
+// again. Consul never re-authorizes open connections (#6454), so a deny
+// intention only stops new ones; meshlet's built-in proxy re-asks the
+// authorization service for every (source, destination) pair it has open
+// connections for, and closes those connections once the answer is deny.
+// One Check per identity pair and interval, however many connections.
+const reauthInterval = 2 * time.Second
+
+// liveConns are the authorized connections of one identity pair.
+type liveConns struct {
+	conns   map[net.Conn]struct{}
+	timeout time.Duration
+	stats   *authzStats
+}
+
+// openConns tracks authorized connections by (source, destination) URI.
+type openConns struct {
+	mu    sync.Mutex
+	pairs map[[2]string]*liveConns
+}
+
+// peerURI is the URI SAN of a TLS connection's client certificate, or "".
+func peerURI(down net.Conn) string {
+	if tc, ok := down.(*tls.Conn); ok {
+		if certs := tc.ConnectionState().PeerCertificates; len(certs) > 0 && len(certs[0].URIs) > 0 {
+			return certs[0].URIs[0].String()
+		}
+	}
+	return ""
+}
+
+// track registers an authorized connection until the returned func is
+// called.
+func (a *authorizer) track(down net.Conn, ourURI string, cfg *authzConfig, st *authzStats) func() {
+	key := [2]string{peerURI(down), ourURI}
+	o := &a.open
+	o.mu.Lock()
+	if o.pairs == nil {
+		o.pairs = map[[2]string]*liveConns{}
+	}
+	lc := o.pairs[key]
+	if lc == nil {
+		lc = &liveConns{conns: map[net.Conn]struct{}{}, timeout: cfg.timeout, stats: st}
+		o.pairs[key] = lc
+	}
+	lc.conns[down] = struct{}{}
+	o.mu.Unlock()
+	return func() {
+		o.mu.Lock()
+		delete(lc.conns, down)
+		if len(lc.conns) == 0 && o.pairs[key] == lc {
+			delete(o.pairs, key)
+		}
+		o.mu.Unlock()
+	}
+}
+
+// reauthorizeLoop re-checks open connections every interval until ctx ends.
+func (a *authorizer) reauthorizeLoop(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			a.reauthorize(ctx)
+		}
+	}
+}
+
+// reauthorize asks once per identity pair and closes the pair's
+// connections on a deny. A failed call keeps them (fail-static).
+func (a *authorizer) reauthorize(ctx context.Context) {
+	a.open.mu.Lock()
+	pairs := make(map[[2]string]*liveConns, len(a.open.pairs))
+	for k, v := range a.open.pairs {
+		pairs[k] = v
+	}
+	a.open.mu.Unlock()
+	for key, lc := range pairs {
+		if !a.stillAllowed(ctx, key, lc.timeout) {
+			a.closePair(key, lc)
+		}
+	}
+}
+
+func (a *authorizer) stillAllowed(ctx context.Context, key [2]string, timeout time.Duration) bool {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if a.token != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, "x-consul-token", a.token)
+	}
+	resp, err := a.client.Check(ctx, &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
+		Source:      &authv3.AttributeContext_Peer{Principal: key[0]},
+		Destination: &authv3.AttributeContext_Peer{Principal: key[1]},
+	}})
+	if err != nil {
+		return true
+	}
+	allowed := resp.GetStatus().GetCode() == int32(codes.OK)
+	a.mu.Lock()
+	a.last[key] = allowed
+	a.mu.Unlock()
+	return allowed
+}
+
+func (a *authorizer) closePair(key [2]string, lc *liveConns) {
+	a.open.mu.Lock()
+	conns := make([]net.Conn, 0, len(lc.conns))
+	for c := range lc.conns {
+		conns = append(conns, c)
+	}
+	a.open.mu.Unlock()
+	for _, c := range conns {
+		// Close the transport, not the TLS layer: a TLS close_notify could
+		// wait behind a write blocked on a slow peer.
+		if tc, ok := c.(*tls.Conn); ok {
+			c = tc.NetConn()
+		}
+		_ = c.Close()
+		lc.stats.reauthClosed.Add(1)
+	}
+	if len(conns) > 0 {
+		a.log.Info("closed connections no longer authorized", "source", key[0], "destination", key[1], "connections", len(conns))
+	}
+}
