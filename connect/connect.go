@@ -91,11 +91,6 @@ func ProxyTask(tg *structs.TaskGroup, service string) *structs.Task {
 	return nil
 }
 
-// IsProxyTask reports whether t is an injected sidecar, and for which service.
-func IsProxyTask(t *structs.Task) (string, bool) {
-	return strings.CutPrefix(t.Kind, KindPrefix)
-}
-
 // UpstreamEnv returns NOMAD_UPSTREAM_{ADDR,IP,PORT}_<dest> for every
 // upstream of the group's sidecars (dashes become underscores, as Nomad).
 func UpstreamEnv(tg *structs.TaskGroup) map[string]string {

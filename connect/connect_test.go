@@ -40,8 +40,8 @@ func TestInjectAddsSidecarTaskAndPort(t *testing.T) {
 	if *px.Resources.CPU != 250 || *px.Resources.MemoryMB != 128 || px.ShutdownDelay != 5*time.Second {
 		t.Errorf("defaults not Nomad's: %+v delay %s", px.Resources, px.ShutdownDelay)
 	}
-	if svc, ok := IsProxyTask(px); !ok || svc != "count-dashboard" {
-		t.Errorf("IsProxyTask = %q, %v", svc, ok)
+	if got := ProxyTask(tg, "count-dashboard"); got != px || px.Kind != "connect-proxy:count-dashboard" {
+		t.Errorf("ProxyTask = %v, kind %q", got, px.Kind)
 	}
 	want := []structs.Port{{Label: "connect-proxy-count-dashboard", To: -1}}
 	if !reflect.DeepEqual(tg.Networks[0].DynamicPorts, want) {

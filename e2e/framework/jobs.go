@@ -1,13 +1,13 @@
 package framework
 
 import (
-	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"time"
 
 	nomadapi "github.com/hashicorp/nomad/api"
+
+	"github.com/meshlet/meshlet/jobspecs"
 )
 
 // RunJob registers the jobspec at path (relative to the calling test's
@@ -19,25 +19,14 @@ func (a *Agent) RunJob(path string) string {
 	if err != nil {
 		a.t.Fatal(err)
 	}
-	if _, err := os.Stat(abs); err != nil {
-		a.t.Fatalf("jobspec: %v", err)
+	job, diags := jobspecs.ParseFile(abs, nil)
+	if diags.HasErrors() {
+		a.t.Fatalf("jobspec %s: %v", path, diags.Error())
 	}
+	id := job.ID
 	r := a.CLI("job", "run", abs)
 	if r.Code != 0 {
 		a.t.Fatalf("meshlet job run %s: exit %d\nstdout: %s\nstderr: %s", path, r.Code, r.Stdout, r.Stderr)
-	}
-	jobs, _, err := a.Nomad().Jobs().List(nil)
-	if err != nil {
-		a.t.Fatal(err)
-	}
-	id := ""
-	for _, j := range jobs {
-		if strings.Contains(r.Stdout, j.ID) || len(jobs) == 1 {
-			id = j.ID
-		}
-	}
-	if id == "" {
-		a.t.Fatalf("job run succeeded but the job is not listed: %s", r.Stdout)
 	}
 	a.t.Cleanup(func() { _ = a.CLI("job", "stop", "-purge", id) })
 	return id
