@@ -6,15 +6,18 @@
 //
 // Three areas are measured:
 //   - control plane: the xds, authz packages' Go benchmarks (run with
-//     `go test -bench` and parsed), plus an in-process intention-change
-//     measurement against the composed control plane;
+//     `go test -bench` and parsed), an in-process intention-change
+//     measurement against the composed control plane, and the agent's
+//     memory per connected proxy measured with the control plane and the
+//     simulated proxies in two processes (bench/cmd/xdsload, started twice);
 //   - allocation lifecycle: the cni package's setup/teardown benchmark
 //     against bare namespace creation, and the real agent running the
 //     dashboard job (with and without connect) and 100 allocations;
 //   - data plane: the real agent running bench/input/mesh.hcl, with fortio
 //     and iperf3 run inside the client allocation's namespace against its
 //     upstream listeners (mesh) and the servers' namespace addresses
-//     (direct).
+//     (direct); sidecar CPU and memory (PSS, VmRSS, RssAnon) come from
+//     /proc.
 //
 // Every area degrades on its own: a piece that is missing or broken yields
 // "not measured: <reason>" figures instead of failing the run. Load is

@@ -71,29 +71,33 @@ func TestManyFigures(t *testing.T) {
 
 func TestSidecarFiguresAndFinding(t *testing.T) {
 	usage := map[string]sidecarUsage{
-		"client sidecar": {vcpu: 0.3, mb: 41, anon: 12},
-		"server sidecar": {vcpu: 0.05, mb: 20, anon: 9},
-		"server app":     {vcpu: 0.1, mb: 30, anon: 5},
+		"client sidecar": {vcpu: 0.3, mb: 41, anon: 12, pss: 35},
+		"server sidecar": {vcpu: 0.05, mb: 40, anon: 9, pss: 14},
+		"server app":     {vcpu: 0.1, mb: 30, anon: 5, pss: 10},
 	}
 	figs := sidecarFigures(usage, nil, nil)
-	if len(figs) != 6 {
+	if len(figs) != 8 {
 		t.Fatalf("%d figures", len(figs))
 	}
-	// CPU, RSS (with targets), then private memory (informative, no target).
-	wantMet := []bool{false, false, false, true, true, false}
+	// Per side: CPU and PSS (with targets), then VmRSS and private memory
+	// (informative, no target).
+	wantMet := []bool{false, false, false, false, true, true, false, false}
 	for i, f := range figs {
-		if i%3 == 2 {
-			if f.Target != nil || f.Value == nil || f.Baseline == nil {
-				t.Errorf("%s: want an informative figure with a baseline: %+v", f.Name, f)
+		if f.Baseline == nil {
+			t.Errorf("%s: no app baseline", f.Name)
+		}
+		if i%4 >= 2 {
+			if f.Target != nil || f.Value == nil {
+				t.Errorf("%s: want an informative figure: %+v", f.Name, f)
 			}
 			continue
 		}
 		if f.Met == nil || *f.Met != wantMet[i] {
 			t.Errorf("%s: Met = %v, want %v", f.Name, deref(f.Met), wantMet[i])
 		}
-		if f.Baseline == nil {
-			t.Errorf("%s: no app baseline", f.Name)
-		}
+	}
+	if !strings.Contains(figs[5].Note, "VmRSS is 40.0 MB, of which 31.0 MB") {
+		t.Errorf("PSS note %q", figs[5].Note)
 	}
 	got := cpuFinding(figs)
 	for _, want := range []string{"client sidecar 300 µs", "server sidecar 50 µs"} {

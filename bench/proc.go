@@ -24,6 +24,10 @@ type ProcSample struct {
 	// AnonBytes is RssAnon: the process's private memory, without the
 	// pages of its (shared, 40+ MB) executable that VmRSS also counts.
 	AnonBytes int64
+	// PssBytes is the proportional set size: private pages plus each
+	// shared page divided by the number of processes mapping it (the
+	// executable's pages are shared by every meshlet process on the node).
+	PssBytes int64
 }
 
 // ParseProcStat returns utime+stime in seconds from /proc/<pid>/stat text.
@@ -49,7 +53,8 @@ func ParseProcStat(s string) (float64, error) {
 // ParseVmRSS returns VmRSS in bytes from /proc/<pid>/status text.
 func ParseVmRSS(s string) (int64, error) { return parseStatusKB(s, "VmRSS") }
 
-// parseStatusKB returns a "<key>: N kB" line of /proc/<pid>/status in bytes.
+// parseStatusKB returns a "<key>: N kB" line of /proc/<pid>/status (or
+// smaps_rollup) in bytes.
 func parseStatusKB(s, key string) (int64, error) {
 	for _, line := range strings.Split(s, "\n") {
 		if v, ok := strings.CutPrefix(line, key+":"); ok {
@@ -85,7 +90,15 @@ func SampleProc(pid int) (ProcSample, error) {
 	if err != nil {
 		return ProcSample{}, err
 	}
-	return ProcSample{CPUSeconds: cpu, RSSBytes: rss, AnonBytes: anon}, nil
+	rollup, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		return ProcSample{}, fmt.Errorf("failed to read process smaps_rollup: %w", err)
+	}
+	pss, err := parseStatusKB(string(rollup), "Pss")
+	if err != nil {
+		return ProcSample{}, err
+	}
+	return ProcSample{CPUSeconds: cpu, RSSBytes: rss, AnonBytes: anon, PssBytes: pss}, nil
 }
 
 // inode returns the inode a path resolves to (for namespaces: the nsfs inode).

@@ -34,9 +34,14 @@ type area struct {
 	run func(r *Runner, ctx context.Context) *Area
 }
 
+// areas run in this order. The allocation lifecycle goes first: CNI
+// setup and teardown slow down with the size of the conntrack table
+// (portmap clears stale UDP entries by dumping it), and the control-plane
+// area's tens of thousands of loopback connections leave entries behind
+// for minutes.
 var areas = []area{
-	{"controlplane", (*Runner).controlPlane},
 	{"lifecycle", (*Runner).lifecycle},
+	{"controlplane", (*Runner).controlPlane},
 	{"dataplane", (*Runner).dataPlane},
 }
 

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 
 	consulapi "github.com/hashicorp/consul/api"
@@ -153,6 +154,7 @@ func runConnectProxy(e *env, c *command, args []string) int {
 	adminBind := fs.String("admin-bind", sidecar.DefaultAdminBind, "`ADDR` of the admin listener")
 	grpcAddr := grpcAddrFlag(fs)
 	sotw := fs.Bool("sotw", false, "speak state-of-the-world xDS instead of delta")
+	concurrency := fs.Int("concurrency", 0, "worker `THREADS` (GOMAXPROCS); 0: one per CPU")
 	logLevel := fs.String("log-level", "info", "`LEVEL`: trace, debug, info, warn or error")
 	connectAddr := connectAddressFlag(fs)
 	if code, ok := e.parse(c, fs, args); !ok {
@@ -166,10 +168,18 @@ func runConnectProxy(e *env, c *command, args []string) int {
 		}
 		id, svc = target.ID, target.Service
 	}
-	return e.runBuiltinProxy(id, svc, *grpcAddr, *adminBind, !*sotw, *logLevel)
+	if *concurrency < 0 {
+		return e.usageError(c, "-concurrency must be 0 or more")
+	}
+	return e.runBuiltinProxy(id, svc, *grpcAddr, *adminBind, !*sotw, *logLevel, *concurrency)
 }
 
-func (e *env) runBuiltinProxy(id, service, grpcAddr, adminBind string, delta bool, level string) int {
+// runBuiltinProxy runs the built-in proxy until the command's context ends;
+// concurrency > 0 caps the threads running Go code (GOMAXPROCS).
+func (e *env) runBuiltinProxy(id, service, grpcAddr, adminBind string, delta bool, level string, concurrency int) int {
+	if concurrency > 0 {
+		runtime.GOMAXPROCS(concurrency)
+	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "meshlet", Level: hclog.LevelFromString(level), Output: e.stderr})
 	fmt.Fprintf(e.stdout, "==> meshlet built-in proxy for %s (%s): xDS %s, admin %s\n", service, id, grpcAddr, adminBind)
 	err := sidecar.Run(e.ctx, sidecar.Config{ProxyID: id, Cluster: service, XDSAddr: grpcAddr, AdminBind: adminBind, Delta: delta, Logger: logger})
@@ -203,5 +213,5 @@ func runConnectSidecar(e *env, c *command, args []string) int {
 		argv := append([]string{*binary}, connect.EnvoyArgs(*bootstrapPath)...)
 		return e.errorf("failed to exec envoy: %v", execve(*binary, argv))
 	}
-	return e.runBuiltinProxy(*proxyID, *service, *grpcAddr, *adminBind, true, "info")
+	return e.runBuiltinProxy(*proxyID, *service, *grpcAddr, *adminBind, true, "info", connect.ProxyConcurrency)
 }

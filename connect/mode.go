@@ -3,6 +3,7 @@ package connect
 import (
 	"errors"
 	"fmt"
+	"strconv"
 )
 
 // Sidecar modes (agent config `sidecar`).
@@ -39,8 +40,15 @@ func ResolveSidecarMode(configured, envoyBinary string) (string, error) {
 	return "", fmt.Errorf("%w: unknown sidecar mode %q (want auto, envoy or builtin)", ErrInvalid, configured)
 }
 
+// ProxyConcurrency is how many worker threads a sidecar proxy runs: Nomad's
+// default (meta connect.proxy_concurrency = 1) for Envoy's --concurrency,
+// and the built-in proxy's GOMAXPROCS. One thread matches a sidecar's
+// default CPU share and spares it the cost of waking idle threads per
+// request.
+const ProxyConcurrency = 1
+
 // EnvoyArgs are the arguments the sidecar task gives Envoy, as Nomad's
 // default sidecar task does.
 func EnvoyArgs(bootstrapPath string) []string {
-	return []string{"-c", bootstrapPath, "-l", "info", "--concurrency", "1", "--disable-hot-restart"}
+	return []string{"-c", bootstrapPath, "-l", "info", "--concurrency", strconv.Itoa(ProxyConcurrency), "--disable-hot-restart"}
 }

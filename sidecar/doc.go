@@ -29,9 +29,13 @@
 //
 // Data path performance rules: TLS relays copy through pooled 64 KiB
 // buffers that an idle direction gives back (conn.go); plain TCP to plain
-// TCP is spliced by the kernel. The HTTP connection manager's upstream side
-// (upstream.go) runs each exchange on the request's own goroutine over a
-// per-cluster pool of keep-alive connections guarded by one mutex; response
-// bytes are flushed per write only for streaming responses, otherwise at
-// the end or after httpFlushInterval.
+// TCP is spliced by the kernel. The HTTP connection manager serves each
+// downstream connection on its accepting goroutine with its own HTTP/1.1
+// loop (h1server.go: no per-request goroutine, no background read); its
+// upstream side (upstream.go) runs each exchange on the same goroutine over
+// a per-cluster pool of keep-alive connections guarded by one mutex. A
+// response head and a body that has fully arrived go out in one write; a
+// body still arriving is flushed piece by piece. The built-in sidecar runs
+// with connect.ProxyConcurrency worker threads (GOMAXPROCS), as Envoy runs
+// with --concurrency.
 package sidecar

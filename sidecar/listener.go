@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,12 +34,19 @@ type listenerState struct {
 	// all are closed after the drain timeout).
 	conns    connSet
 	draining atomic.Bool
+	// httpConns are the HTTP connections among conns (*h1conn keys), so
+	// a drain can close the idle keep-alive ones at once.
+	httpConns sync.Map
 }
 
 // drain waits up to timeout for the state's connections, then closes the
 // rest; no connection can join it afterwards.
 func (st *listenerState) drain(timeout time.Duration) {
 	st.draining.Store(true)
+	st.httpConns.Range(func(k, _ any) bool {
+		k.(*h1conn).closeIfIdle()
+		return true
+	})
 	st.conns.wait(timeout)
 	st.conns.closeAll()
 }
@@ -59,10 +65,6 @@ type listener struct {
 
 	ctx    context.Context // cancelled when the listener is gone
 	cancel context.CancelFunc
-
-	httpOnce sync.Once
-	httpLn   *chanListener
-	httpSrv  *http.Server
 }
 
 // socket is one bound address. Its accept loop hands connections to the
@@ -296,19 +298,10 @@ func (m *listenerManager) active() map[string]*entry {
 // drain waits for l's connections to finish, up to timeout, then closes
 // whatever is left.
 func (l *listener) drain(timeout time.Duration) {
-	l.httpOnce.Do(func() {}) // no HTTP server starts after this point
-	if l.httpSrv != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		_ = l.httpSrv.Shutdown(ctx) // closes idle keep-alive connections
-		cancel()
-	}
 	if st := l.state.Load(); st != nil {
 		st.drain(timeout)
 	}
 	l.cancel()
-	if l.httpSrv != nil {
-		l.httpSrv.Close()
-	}
 }
 
 // connSet tracks a listener's open connections.

@@ -243,8 +243,8 @@ func TestHTTPMeshStreamingAndUpgrade(t *testing.T) {
 	client := &http.Client{Timeout: waitTimeout}
 	t.Cleanup(client.CloseIdleConnections)
 
-	// Chunked (flushed per write) and known-length (flushed after
-	// httpFlushInterval) responses both deliver the first line before the
+	// Chunked and known-length responses, both flushed piece by piece
+	// as they arrive, deliver the first line before the
 	// app writes the second.
 	for _, path := range []string{"/stream", "/sized"} {
 		resp, err := client.Get(m.webURL() + path[1:])

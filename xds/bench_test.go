@@ -34,7 +34,9 @@ const (
 // gRPC on 127.0.0.1 (each its own node, 3 upstreams): the time to connect
 // and receive a full config, the time from one endpoint change to every
 // affected proxy ACKing it (p50/p99), and heap per proxy (server and
-// simulated clients together, same process). MESHLET_BENCH_LARGE=1 adds N=10000.
+// simulated clients together, same process; the agent's own heap and RSS
+// per connected proxy are measured with the two in separate processes by
+// bench/cmd/xdsload). MESHLET_BENCH_LARGE=1 adds N=10000.
 func BenchmarkFanout(b *testing.B) {
 	sizes := []int{100, 1000}
 	if os.Getenv("MESHLET_BENCH_LARGE") == "1" {

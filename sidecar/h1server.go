@@ -1,0 +1,361 @@
+package sidecar
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Downstream HTTP/1.1 limits (net/http's server defaults).
+const (
+	h1IdleTimeout     = 5 * time.Minute
+	h1MaxHeaderBytes  = 1<<20 + 4096
+	h1MaxDrainBody    = 256 << 10 // unread request body discarded to keep a connection
+	h1BufferSize      = 4 << 10
+	h1DeadlineRearmed = h1IdleTimeout / 5
+)
+
+var (
+	h1Readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, h1BufferSize) }}
+	h1Writers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, h1BufferSize) }}
+
+	errHeadTooLarge = errors.New("request head too large")
+)
+
+// h1conn is one downstream HTTP/1.1 connection of an HTTP connection
+// manager. Its requests are read, routed, proxied and answered one after
+// another on the goroutine that accepted the connection: no per-request
+// goroutine, no background read, and a small response goes out with one
+// write together with its head. Only drain touches it from elsewhere
+// (closing it while idle).
+type h1conn struct {
+	l      *listener
+	c      *httpConn
+	lim    headLimitReader
+	br     *bufio.Reader
+	bw     *bufio.Writer
+	idle   atomic.Bool // waiting for the next request
+	armed  time.Time   // when the idle read deadline was last pushed out
+	client string      // downstream IP, for X-Forwarded-For
+	proto  string      // X-Forwarded-Proto
+}
+
+// serveHTTP runs the HTTP connection manager on c until the connection
+// ends, and closes it. It reports false, without serving, if the listener
+// is already draining (the caller closes c).
+func (l *listener) serveHTTP(c *httpConn) bool {
+	st := c.state
+	if st.draining.Load() || l.ctx.Err() != nil {
+		return false
+	}
+	h := &h1conn{l: l, c: c, proto: "http"}
+	if _, ok := c.Conn.(*tls.Conn); ok {
+		h.proto = "https"
+	}
+	if host, _, err := net.SplitHostPort(c.RemoteAddr().String()); err == nil {
+		h.client = host
+	}
+	h.lim = headLimitReader{r: c.Conn, n: -1}
+	h.br = h1Readers.Get().(*bufio.Reader)
+	h.br.Reset(&h.lim)
+	h.bw = h1Writers.Get().(*bufio.Writer)
+	h.bw.Reset(c.Conn)
+	st.httpConns.Store(h, struct{}{})
+	defer func() {
+		st.httpConns.Delete(h)
+		c.Close()
+		h.br.Reset(nil)
+		h1Readers.Put(h.br)
+		h.bw.Reset(nil)
+		h1Writers.Put(h.bw)
+	}()
+	for h.serveOne() {
+	}
+	return true
+}
+
+// closeIfIdle closes the connection if it is waiting for a request (drain).
+func (h *h1conn) closeIfIdle() {
+	if h.idle.Load() {
+		h.c.Conn.Close()
+	}
+}
+
+// waitRequest waits for the first byte of the next request. It reports
+// false when the connection ended, idled out or the listener is draining.
+func (h *h1conn) waitRequest() bool {
+	h.idle.Store(true)
+	defer h.idle.Store(false)
+	if h.c.state.draining.Load() {
+		return false
+	}
+	if now := time.Now(); now.Sub(h.armed) > h1DeadlineRearmed {
+		_ = h.c.SetReadDeadline(now.Add(h1IdleTimeout))
+		h.armed = now
+	}
+	_, err := h.br.Peek(1)
+	return err == nil
+}
+
+// serveOne serves one request and reports whether the connection stays
+// open for another.
+func (h *h1conn) serveOne() bool {
+	h.lim.n = h1MaxHeaderBytes
+	if !h.waitRequest() {
+		return false
+	}
+	req, err := http.ReadRequest(h.br)
+	h.lim.n = -1
+	if err != nil {
+		code := http.StatusBadRequest
+		if errors.Is(err, errHeadTooLarge) {
+			code = http.StatusRequestHeaderFieldsTooLarge
+		}
+		h.c.state.httpStats.rqTotal.Add(1)
+		h.localReply(nil, code, "", false)
+		return false
+	}
+	st := h.c.state.httpStats
+	st.rqTotal.Add(1)
+	keep := !req.Close && !h.c.state.draining.Load()
+	if req.ProtoMajor != 1 {
+		h.localReply(req, http.StatusHTTPVersionNotSupported, "", false)
+		return false
+	}
+	if req.Body != http.NoBody || upgradeType(req.Header) != "" {
+		// Bodies and upgraded streams may take longer than the idle timeout.
+		_ = h.c.SetReadDeadline(time.Time{})
+		h.armed = time.Time{}
+	}
+	body := req.Body
+	if body != http.NoBody {
+		req.Body = keepOpenBody{body}
+	}
+	if keep = h.route(req, keep); !keep {
+		return false
+	}
+	return h.finishBody(body)
+}
+
+// finishBody reads what the upstream left of the request body, so the next
+// request can be parsed; a large remainder closes the connection instead.
+func (h *h1conn) finishBody(body io.ReadCloser) bool {
+	if body == http.NoBody {
+		return true
+	}
+	_, err := io.CopyN(io.Discard, body, h1MaxDrainBody)
+	return err == io.EOF
+}
+
+// route picks the request's route and cluster and proxies it; it reports
+// whether the connection may be kept.
+func (h *h1conn) route(req *http.Request, keep bool) bool {
+	l, st := h.l, h.c.state.httpStats
+	hc := h.c.state.cfg.chain.http
+	rc := hc.routes
+	if hc.rdsName != "" {
+		rc = l.p.routes.get(hc.rdsName)
+	}
+	var rt *route
+	if rc != nil {
+		if vh := rc.selectVirtualHost(req.Host); vh != nil {
+			for _, cand := range vh.routes {
+				if cand.matches(req.URL.Path, req.Header) {
+					rt = cand
+					break
+				}
+			}
+		}
+	}
+	if rt == nil {
+		st.noRoute.Add(1)
+		return h.localReply(req, http.StatusNotFound, "", keep)
+	}
+	cl := l.p.clusters.get(pickWeighted(rt.clusters))
+	if cl == nil {
+		st.noCluster.Add(1)
+		return h.localReply(req, http.StatusServiceUnavailable, "no healthy upstream", keep)
+	}
+	return h.proxy(req, rt, cl, keep)
+}
+
+// proxy sends req to the cluster and relays the answer.
+func (h *h1conn) proxy(req *http.Request, rt *route, cl *cluster, keep bool) bool {
+	ctx := h.l.ctx
+	if rt.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, rt.timeout)
+		defer cancel()
+	}
+	if strings.EqualFold(req.Header.Get("Expect"), "100-continue") {
+		// Answered here, as Envoy does by default; the upstream gets the
+		// body without waiting.
+		req.Header.Del("Expect")
+		if req.Body != http.NoBody {
+			_, _ = h.bw.WriteString("HTTP/1.1 100 Continue\r\n\r\n")
+			if h.bw.Flush() != nil {
+				return false
+			}
+		}
+	}
+	upgrade := h.outbound(req, rt)
+	resp, err := cl.roundTrip(req.WithContext(ctx))
+	if err != nil {
+		h.c.state.httpStats.upstreamFail.Add(1)
+		code := http.StatusServiceUnavailable
+		// The route's deadline passing is a timeout, whichever error the
+		// transport reported when it noticed.
+		if errors.Is(err, context.DeadlineExceeded) || deadlinePassed(ctx) {
+			code = http.StatusGatewayTimeout
+		}
+		return h.localReply(req, code, "upstream connect error or disconnect/reset before headers", keep)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		h.relayUpgrade(req, resp, upgrade)
+		return false
+	}
+	return h.writeResponse(req, resp, keep)
+}
+
+// outbound turns the downstream request into the upstream one in place:
+// path rewrite, hop-by-hop headers dropped, X-Forwarded-* set. It returns
+// the requested protocol upgrade, if any.
+func (h *h1conn) outbound(req *http.Request, rt *route) string {
+	if rt.prefixRewrite != "" && rt.kind == pathPrefix {
+		req.URL.Path = rt.prefixRewrite + strings.TrimPrefix(req.URL.Path, rt.path)
+		req.URL.RawPath = ""
+	}
+	upgrade := upgradeType(req.Header)
+	te := req.Header.Get("Te")
+	removeHopHeaders(req.Header)
+	if upgrade != "" {
+		req.Header.Set("Connection", "Upgrade")
+		req.Header.Set("Upgrade", upgrade)
+	}
+	if strings.EqualFold(te, "trailers") {
+		req.Header.Set("Te", "trailers")
+	}
+	if _, ok := req.Header["User-Agent"]; !ok {
+		req.Header["User-Agent"] = []string{""} // no Go default added
+	}
+	if h.client != "" {
+		if prior := req.Header["X-Forwarded-For"]; len(prior) > 0 {
+			req.Header.Set("X-Forwarded-For", strings.Join(prior, ", ")+", "+h.client)
+		} else {
+			req.Header.Set("X-Forwarded-For", h.client)
+		}
+	}
+	req.Header.Set("X-Forwarded-Host", req.Host)
+	req.Header.Set("X-Forwarded-Proto", h.proto)
+	req.URL.Scheme = "http"
+	req.URL.Host = ""
+	req.RequestURI = ""
+	req.Close = false
+	return upgrade
+}
+
+// keepOpenBody hides Close from the transport: the connection manager
+// decides what happens to an unread request body.
+type keepOpenBody struct{ io.ReadCloser }
+
+func (keepOpenBody) Close() error { return nil }
+
+// headLimitReader caps what a request head may read from the connection;
+// n < 0 means no cap.
+type headLimitReader struct {
+	r io.Reader
+	n int64
+}
+
+func (l *headLimitReader) Read(p []byte) (int, error) {
+	if l.n == 0 {
+		return 0, errHeadTooLarge
+	}
+	if l.n > 0 && int64(len(p)) > l.n {
+		p = p[:l.n]
+	}
+	n, err := l.r.Read(p)
+	if l.n > 0 {
+		l.n -= int64(n)
+	}
+	return n, err
+}
+
+// hopHeaders are the hop-by-hop headers a proxy removes (RFC 9110 7.6.1).
+var hopHeaders = []string{
+	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+}
+
+// removeHopHeaders deletes the hop-by-hop headers and those the Connection
+// header names.
+func removeHopHeaders(hd http.Header) {
+	for _, v := range hd["Connection"] {
+		for _, name := range strings.Split(v, ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				hd.Del(name)
+			}
+		}
+	}
+	for _, name := range hopHeaders {
+		delete(hd, name)
+	}
+}
+
+// upgradeType is the protocol a request or response asks to switch to.
+func upgradeType(hd http.Header) string {
+	for _, v := range hd["Connection"] {
+		for _, name := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(name), "upgrade") {
+				return hd.Get("Upgrade")
+			}
+		}
+	}
+	return ""
+}
+
+// statusLine writes "HTTP/1.1 <code> <text>\r\n".
+func statusLine(bw *bufio.Writer, code int, status string) {
+	_, _ = bw.WriteString("HTTP/1.1 ")
+	_, _ = bw.WriteString(strconv.Itoa(code))
+	_ = bw.WriteByte(' ')
+	text := strings.TrimPrefix(status, strconv.Itoa(code)+" ")
+	if text == "" || text == status {
+		text = http.StatusText(code)
+	}
+	_, _ = bw.WriteString(text)
+	_, _ = bw.WriteString("\r\n")
+}
+
+// localReply answers with a short plain-text response made here (no route,
+// no upstream, timeout, bad request) and reports whether the connection
+// stays open.
+func (h *h1conn) localReply(req *http.Request, code int, msg string, keep bool) bool {
+	h.c.state.httpStats.rqClass[statusClass(code)].Add(1)
+	if msg != "" {
+		msg += "\n"
+	}
+	statusLine(h.bw, code, "")
+	if msg != "" {
+		_, _ = h.bw.WriteString("Content-Type: text/plain; charset=utf-8\r\nX-Content-Type-Options: nosniff\r\n")
+	}
+	_, _ = h.bw.WriteString("Content-Length: " + strconv.Itoa(len(msg)) + "\r\n")
+	if !keep {
+		_, _ = h.bw.WriteString("Connection: close\r\n")
+	}
+	_, _ = h.bw.WriteString("\r\n")
+	if req == nil || req.Method != http.MethodHead {
+		_, _ = h.bw.WriteString(msg)
+	}
+	return h.bw.Flush() == nil && keep
+}

@@ -1,0 +1,165 @@
+package sidecar
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// echoHead answers with what the upstream app saw of the request.
+func echoHead(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	fmt.Fprintf(w, "%s %s body=%q xff=%q hop=%q ua=%q expect=%q",
+		r.Method, r.URL.Path, body, r.Header.Get("X-Forwarded-For"), r.Header.Get("X-Hop"),
+		r.Header.Get("User-Agent"), r.Header.Get("Expect"))
+}
+
+// rawConn dials web's upstream listener for hand-written HTTP/1.x.
+func rawConn(t *testing.T, m *httpMesh) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", m.webPort), waitTimeout)
+	if err != nil {
+		t.Fatalf("failed to dial web: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	_ = c.SetDeadline(time.Now().Add(waitTimeout))
+	return c, bufio.NewReader(c)
+}
+
+func readResp(t *testing.T, br *bufio.Reader, method string) (*http.Response, string) {
+	t.Helper()
+	resp, err := http.ReadResponse(br, &http.Request{Method: method})
+	if err != nil {
+		t.Fatalf("failed to read a response: %v", err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("failed to read the body: %v", err)
+	}
+	resp.Body.Close()
+	return resp, string(b)
+}
+
+// Pipelined keep-alive requests (a POST with a body, then a GET) come back
+// in order on one connection; hop-by-hop headers stop at the proxy and
+// X-Forwarded-For names the client.
+func TestH1PipelinedKeepAlive(t *testing.T) {
+	m := newHTTPMesh(t, http.HandlerFunc(echoHead))
+	c, br := rawConn(t, m)
+	fmt.Fprint(c, "POST /a HTTP/1.1\r\nHost: api\r\nContent-Length: 5\r\nConnection: keep-alive, X-Hop\r\nX-Hop: secret\r\n\r\nhello"+
+		"GET /b HTTP/1.1\r\nHost: api\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n")
+	for _, want := range []string{`POST /a body="hello" xff="127.0.0.1, 127.0.0.1" hop="" ua=""`, `GET /b body="abc"`} {
+		resp, body := readResp(t, br, http.MethodGet)
+		if resp.StatusCode != http.StatusOK || !strings.HasPrefix(body, want) {
+			t.Fatalf("response = %d %q, want prefix %q", resp.StatusCode, body, want)
+		}
+		if resp.Close {
+			t.Fatalf("response closes the connection: %v", resp.Header)
+		}
+	}
+	if n := statValue(t, m.web, "http.upstream.api.downstream_rq_2xx"); n != 2 {
+		t.Fatalf("web downstream_rq_2xx = %d, want 2", n)
+	}
+	// Both requests went over one pooled mTLS connection.
+	if n := statValue(t, m.web, "cluster."+sniFor("api")+".upstream_cx_total"); n != 1 {
+		t.Fatalf("web opened %d upstream connections, want 1 (reused)", n)
+	}
+}
+
+// An HTTP/1.0 client gets a response of unknown length delimited by the
+// end of the connection instead of chunks.
+func TestH1HTTP10CloseDelimited(t *testing.T) {
+	m := newHTTPMesh(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		io.WriteString(w, "part1 ")
+		w.(http.Flusher).Flush() // unknown length upstream: chunked
+		io.WriteString(w, "part2")
+	}))
+	c, br := rawConn(t, m)
+	fmt.Fprint(c, "GET / HTTP/1.0\r\nHost: api\r\n\r\n")
+	resp, body := readResp(t, br, http.MethodGet)
+	if resp.StatusCode != http.StatusOK || body != "part1 part2" || len(resp.TransferEncoding) != 0 || !resp.Close {
+		t.Fatalf("HTTP/1.0 response = %d %q te=%v close=%v", resp.StatusCode, body, resp.TransferEncoding, resp.Close)
+	}
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("connection still open after an HTTP/1.0 response: %v", err)
+	}
+}
+
+// "Expect: 100-continue" is answered by the proxy; the upstream gets the
+// body without the expectation.
+func TestH1ExpectContinue(t *testing.T) {
+	m := newHTTPMesh(t, http.HandlerFunc(echoHead))
+	c, br := rawConn(t, m)
+	fmt.Fprint(c, "PUT /x HTTP/1.1\r\nHost: api\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n")
+	line, err := br.ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "HTTP/1.1 100 ") {
+		t.Fatalf("interim response = %q, %v", line, err)
+	}
+	if blank, _ := br.ReadString('\n'); blank != "\r\n" {
+		t.Fatalf("interim response not terminated: %q", blank)
+	}
+	fmt.Fprint(c, "data")
+	resp, body := readResp(t, br, http.MethodPut)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body, `PUT /x body="data"`) || !strings.Contains(body, `expect=""`) {
+		t.Fatalf("response = %d %q", resp.StatusCode, body)
+	}
+}
+
+// Malformed and oversized request heads get 400 and 431 and the
+// connection is closed; nothing reaches the upstream.
+func TestH1BadRequests(t *testing.T) {
+	hits := 0
+	m := newHTTPMesh(t, http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits++ }))
+	cases := []struct {
+		name, head string
+		code       int
+	}{
+		{"garbage", "NOT HTTP AT ALL\r\n\r\n", http.StatusBadRequest},
+		{"head too large", "GET / HTTP/1.1\r\nHost: api\r\nX-Big: " + strings.Repeat("a", h1MaxHeaderBytes) + "\r\n\r\n", http.StatusRequestHeaderFieldsTooLarge},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, br := rawConn(t, m)
+			go func() { _, _ = io.WriteString(c, tc.head) }()
+			resp, _ := readResp(t, br, http.MethodGet)
+			if resp.StatusCode != tc.code || !resp.Close {
+				t.Fatalf("status = %d close=%v, want %d and close", resp.StatusCode, resp.Close, tc.code)
+			}
+		})
+	}
+	if hits != 0 {
+		t.Fatalf("the upstream app saw %d bad requests", hits)
+	}
+}
+
+// An upstream that answers without reading a large request body gets its
+// answer relayed, and the connection is closed rather than parsing the
+// rest of the body as requests.
+func TestH1EarlyResponseLargeBody(t *testing.T) {
+	m := newHTTPMesh(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Connection", "close") // net/http would otherwise drain up to 256 KiB
+		w.WriteHeader(http.StatusRequestEntityTooLarge)
+	}))
+	c, br := rawConn(t, m)
+	size := 32 << 20 // far more than socket buffers and the drain limit hold
+	go func() {
+		fmt.Fprintf(c, "POST / HTTP/1.1\r\nHost: api\r\nContent-Length: %d\r\n\r\n", size)
+		_, _ = c.Write(make([]byte, size))
+	}()
+	resp, _ := readResp(t, br, http.MethodPost)
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Fatalf("status = %d, want 413", resp.StatusCode)
+	}
+	if _, err := io.Copy(io.Discard, br); err != nil && !isConnReset(err) {
+		t.Fatalf("connection not closed after an unread large body: %v", err)
+	}
+}
+
+func isConnReset(err error) bool {
+	return strings.Contains(err.Error(), "reset by peer")
+}
