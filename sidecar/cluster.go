@@ -193,9 +193,10 @@ func (c *cluster) dialHost(ctx context.Context, st *clusterState, h *host) (net.
 	}
 	conn := raw
 	if st.tlsConf != nil {
-		tc := tls.Client(raw, st.tlsConf)
+		tr := newTLSTransport(raw)
+		tc := tls.Client(tr, st.tlsConf)
 		if err := tc.HandshakeContext(ctx); err != nil {
-			raw.Close()
+			tr.Close()
 			c.stats.sslError.Add(1)
 			switch {
 			case errors.Is(err, ErrPeerSANMismatch):

@@ -13,16 +13,26 @@ import (
 	"time"
 )
 
-// Relay buffers. TLS legs are copied through large pooled buffers so every
-// read and write moves up to four full TLS records (fewer system calls);
-// a direction that sees no data for relayIdle gives its buffer back and
-// waits with a small one, so idle connections do not pin 64 KiB each.
+// Relay buffers. Relays are copied through large pooled buffers so every
+// read and write moves many TLS records (fewer system calls; with a
+// tlsTransport under the TLS side, one write(2) per buffer); a direction
+// that sees no data for relayIdle gives its buffer back and waits with a
+// small one, so idle connections do not pin 64-256 KiB each.
 const (
-	copyBufferSize = 64 << 10
-	idleBufferSize = 2 << 10
+	copyBufferSize    = 64 << 10
+	tlsCopyBufferSize = 256 << 10
+	idleBufferSize    = 2 << 10
+	// tlsMaxPlaintext is the most plaintext one TLS record carries.
+	tlsMaxPlaintext = 16 << 10
+	// oneRecord is a write small enough to be one record even while
+	// crypto/tls starts a connection with small records.
+	oneRecord = 1 << 10
 )
 
-var copyBuffers = sync.Pool{New: func() any { b := make([]byte, copyBufferSize); return &b }}
+var (
+	copyBuffers    = sync.Pool{New: func() any { b := make([]byte, copyBufferSize); return &b }}
+	tlsCopyBuffers = sync.Pool{New: func() any { b := make([]byte, tlsCopyBufferSize); return &b }}
+)
 
 // relayIdle is how long a relay direction waits for data while holding a
 // pooled buffer. A variable so tests can shorten it.
@@ -73,7 +83,7 @@ func (l *listener) handle(c net.Conn) {
 	chain := st.cfg.chain
 	var down net.Conn = c
 	if st.tlsConf != nil {
-		tc := tls.Server(c, st.tlsConf)
+		tc := tls.Server(newTLSTransport(c), st.tlsConf)
 		ctx, cancel := context.WithTimeout(l.ctx, handshakeTimeout)
 		err := tc.HandshakeContext(ctx)
 		cancel()
@@ -190,42 +200,39 @@ func copyConn(dst, src net.Conn) (int64, error) {
 }
 
 // copyBuffered copies src to dst until EOF. While data flows it reads into
-// a pooled copyBufferSize buffer, with a read deadline relayIdle ahead
-// (re-armed at most every relayIdle/2); when the deadline passes it returns
-// the buffer and blocks on a small one, taking a pooled one again with the
-// next data. A read deadline is recoverable for both TCP and TLS
-// connections (crypto/tls keeps a partly read record).
+// a pooled buffer (tlsCopyBufferSize when either side is TLS, else
+// copyBufferSize), with a read deadline relayIdle ahead (re-armed at most
+// every relayIdle/2); when the deadline passes it returns the buffer and
+// blocks on a small one, taking a pooled one again with the next data. A
+// read deadline is recoverable for both TCP and TLS connections
+// (crypto/tls keeps a partly read record).
+//
+// Over a tlsTransport, a TLS source is drained of every record already
+// received before the plaintext is written (crypto/tls returns one record
+// per Read), and a TLS destination gets each write's records in one
+// write(2).
 func copyBuffered(dst, src net.Conn) (written int64, err error) {
-	var small []byte
-	var bp *[]byte
-	var armed time.Time
-	release := func() {
-		copyBuffers.Put(bp)
-		bp = nil
-		relayBuffersHeld.Add(-1)
+	wt, rt := transportOf(dst), transportOf(src)
+	rb := relayBuffer{pool: &copyBuffers}
+	if wt != nil || rt != nil {
+		rb.pool = &tlsCopyBuffers
 	}
-	defer func() {
-		if bp != nil {
-			release()
-		}
-	}()
+	defer rb.release()
+	var armed time.Time
 	for {
-		var buf []byte
-		if bp != nil {
-			buf = *bp
+		buf := rb.get()
+		if rb.pooled() {
 			if now := time.Now(); now.Sub(armed) > relayIdle/2 {
 				_ = src.SetReadDeadline(now.Add(relayIdle))
 				armed = now
 			}
-		} else {
-			if small == nil {
-				small = make([]byte, idleBufferSize)
-			}
-			buf = small
 		}
 		n, rerr := src.Read(buf)
+		if rerr == nil && n > 0 && rt != nil && rb.pooled() {
+			n, rerr = drainTLS(rt, src, buf, n)
+		}
 		if n > 0 {
-			nw, werr := dst.Write(buf[:n])
+			nw, werr := writeBatched(dst, wt, buf[:n])
 			written += int64(nw)
 			if werr != nil {
 				return written, werr
@@ -235,13 +242,12 @@ func copyBuffered(dst, src net.Conn) (written int64, err error) {
 			}
 		}
 		switch {
-		case rerr == nil && bp == nil:
-			bp = copyBuffers.Get().(*[]byte)
-			relayBuffersHeld.Add(1)
+		case rerr == nil && !rb.pooled():
+			rb.take()
 			armed = time.Time{}
 		case rerr == nil:
-		case bp != nil && errors.Is(rerr, os.ErrDeadlineExceeded):
-			release()
+		case rb.pooled() && errors.Is(rerr, os.ErrDeadlineExceeded):
+			rb.release()
 			_ = src.SetReadDeadline(time.Time{})
 		case rerr == io.EOF:
 			return written, nil
@@ -249,6 +255,71 @@ func copyBuffered(dst, src net.Conn) (written int64, err error) {
 			return written, rerr
 		}
 	}
+}
+
+// relayBuffer is one relay direction's copy buffer: pooled while data
+// flows, small while idle.
+type relayBuffer struct {
+	pool  *sync.Pool
+	bp    *[]byte
+	small []byte
+}
+
+func (r *relayBuffer) pooled() bool { return r.bp != nil }
+
+func (r *relayBuffer) get() []byte {
+	if r.bp != nil {
+		return *r.bp
+	}
+	if r.small == nil {
+		r.small = make([]byte, idleBufferSize)
+	}
+	return r.small
+}
+
+func (r *relayBuffer) take() {
+	r.bp = r.pool.Get().(*[]byte)
+	relayBuffersHeld.Add(1)
+}
+
+func (r *relayBuffer) release() {
+	if r.bp == nil {
+		return
+	}
+	r.pool.Put(r.bp)
+	r.bp = nil
+	relayBuffersHeld.Add(-1)
+}
+
+// drainTLS appends to buf[:n] the plaintext of the records src (a tls.Conn
+// over t) can return without waiting for the socket, while a full record
+// still fits. errWouldBlock just ends the batch.
+func drainTLS(t *tlsTransport, src net.Conn, buf []byte, n int) (int, error) {
+	for len(buf)-n >= tlsMaxPlaintext && t.buffered() > 0 {
+		m, err := t.pollRead(src, buf[n:])
+		n += m
+		if err == errWouldBlock {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// writeBatched writes b to dst; over a tlsTransport, all of the records it
+// makes go out in one write.
+func writeBatched(dst net.Conn, t *tlsTransport, b []byte) (int, error) {
+	if t == nil || len(b) <= oneRecord {
+		return dst.Write(b)
+	}
+	t.beginBatch()
+	n, err := dst.Write(b)
+	if ferr := t.endBatch(); err == nil && ferr != nil {
+		return 0, ferr
+	}
+	return n, err
 }
 
 // pickWeighted chooses a cluster by weight (the only one, usually).

@@ -4,11 +4,14 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 )
 
 // echoHead answers with what the upstream app saw of the request.
@@ -157,6 +160,32 @@ func TestH1EarlyResponseLargeBody(t *testing.T) {
 	}
 	if _, err := io.Copy(io.Discard, br); err != nil && !isConnReset(err) {
 		t.Fatalf("connection not closed after an unread large body: %v", err)
+	}
+}
+
+// A changed listener closes its idle keep-alive HTTP connections (the
+// client opens a new one) and serves new connections with the new chain.
+func TestH1ChangedListenerClosesIdleConnections(t *testing.T) {
+	m := newHTTPMesh(t, http.HandlerFunc(echoHead))
+	c, br := rawConn(t, m)
+	fmt.Fprint(c, "GET /first HTTP/1.1\r\nHost: api\r\n\r\n")
+	if resp, _ := readResp(t, br, http.MethodGet); resp.StatusCode != http.StatusOK || resp.Close {
+		t.Fatalf("first response = %d close=%v", resp.StatusCode, resp.Close)
+	}
+	res := maps.Clone(m.webRes)
+	res[typeListener] = []types.Resource{upstreamListener("api", m.webPort, hcmFilter(t, "upstream.api.v2", nil, "api"))}
+	v := m.cp.set(m.web.cfg.ProxyID, res)
+	waitAccepted(t, m.web, typeListener, v)
+	if _, err := br.ReadByte(); err == nil {
+		t.Fatal("the idle keep-alive connection of the old listener is still open")
+	}
+	c2, br2 := rawConn(t, m)
+	fmt.Fprint(c2, "GET /second HTTP/1.1\r\nHost: api\r\n\r\n")
+	if resp, body := readResp(t, br2, http.MethodGet); resp.StatusCode != http.StatusOK || !strings.HasPrefix(body, "GET /second") {
+		t.Fatalf("second response = %d %q", resp.StatusCode, body)
+	}
+	if n := statValue(t, m.web, "http.upstream.api.v2.downstream_rq_total"); n != 1 {
+		t.Fatalf("new chain served %d requests, want 1", n)
 	}
 }
 
