@@ -31,16 +31,23 @@ func tcpPair(t *testing.T) (net.Conn, net.Conn) {
 	return a, b
 }
 
+// testCert is a leaf certificate for name, signed by a throwaway test CA.
+func testCert(t *testing.T, name string) tls.Certificate {
+	t.Helper()
+	ca := newTestCA(t, name)
+	l := ca.leaf(t, spiffeID(name))
+	cert, err := tls.X509KeyPair([]byte(l.certPEM), []byte(l.keyPEM))
+	if err != nil {
+		t.Fatalf("bad key pair: %v", err)
+	}
+	return cert
+}
+
 // tlsPair returns the client and server ends of a TLS connection over
 // loopback TCP.
 func tlsPair(t *testing.T) (net.Conn, net.Conn) {
 	t.Helper()
-	ca := newTestCA(t, "relay")
-	l := ca.leaf(t, spiffeID("relay"))
-	pair, err := tls.X509KeyPair([]byte(l.certPEM), []byte(l.keyPEM))
-	if err != nil {
-		t.Fatalf("bad key pair: %v", err)
-	}
+	pair := testCert(t, "relay")
 	a, b := tcpPair(t)
 	cli := tls.Client(a, &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12})
 	srv := tls.Server(b, &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12})

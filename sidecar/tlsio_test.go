@@ -45,12 +45,7 @@ type transportPair struct {
 
 func newTransportPair(t *testing.T) *transportPair {
 	t.Helper()
-	ca := newTestCA(t, "tlsio")
-	l := ca.leaf(t, spiffeID("tlsio"))
-	cert, err := tls.X509KeyPair([]byte(l.certPEM), []byte(l.keyPEM))
-	if err != nil {
-		t.Fatalf("bad key pair: %v", err)
-	}
+	cert := testCert(t, "tlsio")
 	a, b := tcpPair(t)
 	p := &transportPair{cliCount: &countingConn{Conn: a}, cliRaw: a, srvRaw: b}
 	p.cliT = newTLSTransport(p.cliCount)
