@@ -15,6 +15,8 @@ import (
 	"time"
 
 	nomadapi "github.com/hashicorp/nomad/api"
+
+	"github.com/meshlet/meshlet/cni"
 )
 
 // NetnsDir is where meshlet bind-mounts allocation namespaces.
@@ -263,6 +265,7 @@ func (a *Agent) Stop() {
 		}
 	}
 	_ = exec.Command("ip", "link", "del", a.Bridge).Run()
+	_ = cni.RemoveBridgeNAT(a.Bridge) // kept by design; this run's are ours
 	a.log.Close()
 	_ = os.RemoveAll(a.DataDir)
 }

@@ -67,16 +67,26 @@ func (m *Manager) cachedIPs(a attachment) []string {
 	return ips
 }
 
+// delResult is what delNetworks learned: the networks and addresses
+// involved (collected before DEL), the DEL errors, and whether every DEL
+// ran with the config cached at ADD and succeeded (then the plugins have
+// removed their rules themselves and no sweep is needed).
+type delResult struct {
+	networks, ips []string
+	err           error
+	clean         bool
+}
+
 // delNetworks runs CNI DEL for every cached attachment of allocID, or for
 // fallback when nothing is cached. A failed DEL is followed by a DEL of
-// each plugin alone, so one broken plugin does not stop the others. It
-// returns the networks and addresses involved (collected before DEL) and
-// the first DEL error.
-func (m *Manager) delNetworks(ctx context.Context, allocID string, fallback *attachment) (networks, ips []string, err error) {
+// each plugin alone, so one broken plugin does not stop the others.
+func (m *Manager) delNetworks(ctx context.Context, allocID string, fallback *attachment) delResult {
 	atts := m.cachedAttachments(allocID)
-	if len(atts) == 0 && fallback != nil {
+	cached := len(atts) > 0
+	if !cached && fallback != nil {
 		atts = []attachment{*fallback}
 	}
+	var networks, ips []string
 	var errs []error
 	for _, a := range atts {
 		networks = append(networks, a.list.Name)
@@ -86,7 +96,8 @@ func (m *Manager) delNetworks(ctx context.Context, allocID string, fallback *att
 			m.delEachPlugin(ctx, a)
 		}
 	}
-	return networks, ips, errors.Join(errs...)
+	err := errors.Join(errs...)
+	return delResult{networks: networks, ips: ips, err: err, clean: cached && err == nil}
 }
 
 // delEachPlugin runs DEL on each plugin of a list alone, in reverse order,

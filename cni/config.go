@@ -124,6 +124,9 @@ type Manager struct {
 	// mountShared records that NetNSDir was made a shared mount
 	// (guarded by the package lock).
 	mountShared bool
+	// natReady records that meshlet's nat rules were ensured (guarded by
+	// the package lock).
+	natReady bool
 }
 
 // New validates cfg (after filling in defaults) and returns a Manager. It

@@ -28,14 +28,13 @@ type loopbackPlugin struct {
 }
 
 type bridgePlugin struct {
-	Type          string    `json:"type"`
-	Bridge        string    `json:"bridge"`
-	IsGateway     bool      `json:"isGateway"`
-	IPMasq        bool      `json:"ipMasq"`
-	IPMasqBackend string    `json:"ipMasqBackend"`
-	ForceAddress  bool      `json:"forceAddress"`
-	HairpinMode   bool      `json:"hairpinMode"`
-	IPAM          hostLocal `json:"ipam"`
+	Type         string    `json:"type"`
+	Bridge       string    `json:"bridge"`
+	IsGateway    bool      `json:"isGateway"`
+	IPMasq       bool      `json:"ipMasq"`
+	ForceAddress bool      `json:"forceAddress"`
+	HairpinMode  bool      `json:"hairpinMode"`
+	IPAM         hostLocal `json:"ipam"`
 }
 
 type hostLocal struct {
@@ -67,10 +66,17 @@ type portmapPlugin struct {
 }
 
 // BuildConfList returns the conflist of the "bridge" mode for cfg (after
-// defaults): loopback; bridge (gateway, masquerade, host-local IPAM with a
-// default route); firewall (iptables, cfg.AdminChain); portmap (the
-// portMappings capability, SNAT so 127.0.0.1:<host port> works). iptables
-// backends are explicit so the rules are where cleanup looks for them.
+// defaults): loopback; bridge (gateway, host-local IPAM with a default
+// route); firewall (iptables, cfg.AdminChain); portmap (the portMappings
+// capability). iptables backends are explicit so the rules are where
+// cleanup looks for them.
+//
+// The list is not self-contained: masquerading is off in both plugins
+// (bridge "ipMasq", portmap "snat") because the Manager writes it once per
+// network instead of the plugins on every ADD (see masquerade.go): the
+// outbound masquerade and the one that makes 127.0.0.1:<host port> and
+// hairpin connections work. Used alone, the list gives allocations no
+// outbound NAT.
 func BuildConfList(cfg Config) ([]byte, error) {
 	cfg = cfg.withDefaults()
 	list := confList{
@@ -79,13 +85,12 @@ func BuildConfList(cfg Config) ([]byte, error) {
 		Plugins: []any{
 			loopbackPlugin{Type: "loopback"},
 			bridgePlugin{
-				Type:          "bridge",
-				Bridge:        cfg.BridgeName,
-				IsGateway:     true,
-				IPMasq:        true,
-				IPMasqBackend: "iptables",
-				ForceAddress:  true,
-				HairpinMode:   false,
+				Type:         "bridge",
+				Bridge:       cfg.BridgeName,
+				IsGateway:    true,
+				IPMasq:       false, // meshlet masquerades the subnet (masquerade.go)
+				ForceAddress: true,
+				HairpinMode:  false,
 				IPAM: hostLocal{
 					Type:    "host-local",
 					Ranges:  [][]ipamRange{{{Subnet: cfg.Subnet}}},
@@ -97,7 +102,7 @@ func BuildConfList(cfg Config) ([]byte, error) {
 			portmapPlugin{
 				Type:         "portmap",
 				Capabilities: map[string]bool{"portMappings": true},
-				SNAT:         true,
+				SNAT:         false, // meshlet masquerades host port traffic (masquerade.go)
 				Backend:      "iptables",
 			},
 		},

@@ -11,7 +11,13 @@
 //     the host's network namespace. meshlet does not (yet) isolate "none"
 //     allocations in an empty namespace.
 //   - "bridge": the built-in conflist generated from Config (see
-//     BuildConfList), the interface inside is eth0.
+//     BuildConfList), the interface inside is eth0. The plugins use their
+//     iptables backends: firewall (chain CNI-FORWARD, admin chain
+//     Config.AdminChain) and portmap (host ports, reachable on 127.0.0.1
+//     too) per allocation. Masquerading is meshlet's own, once per network:
+//     rules in the nat chain MESHLET-POSTROUTING, ensured before the
+//     Manager's first ADD and kept when the agent stops (see masquerade.go
+//     and RemoveBridgeNAT; rules are keyed by bridge name).
 //   - "cni/<name>": the conflist <ConfigDir>/<name>.conflist, or the conflist
 //     in ConfigDir whose "name" is <name>.
 //
@@ -19,6 +25,11 @@
 // IgnoreUnknown=true and Nomad's keys (NOMAD_REGION, NOMAD_NAMESPACE,
 // NOMAD_JOB_ID, NOMAD_GROUP_NAME, NOMAD_ALLOC_ID), so third-party plugins
 // written for Nomad work unchanged.
+//
+// Teardown runs CNI DEL with the config cached at ADD; only when DEL fails
+// or nothing was cached does it sweep iptables for the rules and chains
+// tagged with the allocation ID and the CNI-FORWARD rules of its
+// addresses. GC does the same for every dead allocation of this network.
 //
 // State on disk, all under Config.StateDir: "ipam/<network>/" (host-local
 // leases of the built-in network), "cache/" (libcni's cached results and

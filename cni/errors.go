@@ -70,7 +70,7 @@ func pluginMissingError(name, dir string) error {
 // iptablesMissingError is the actionable error for an absent iptables.
 func iptablesMissingError(cause error) error {
 	return newError(ErrIptablesMissing,
-		"iptables not found in $PATH (the bridge network's firewall and portmap plugins need it); install iptables", cause)
+		"iptables not found in $PATH (the bridge network's masquerade, firewall and port mappings need it); install iptables", cause)
 }
 
 // classify turns an error from a CNI plugin (as returned by libcni) into

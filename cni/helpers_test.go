@@ -192,12 +192,43 @@ func (tn *testNet) cleanup() {
 		_ = ipt.DeleteIfExists("filter", "CNI-FORWARD", "-m", "comment", "--comment", "CNI firewall plugin admin overrides", "-j", tn.cfg.AdminChain)
 		_ = ipt.ClearAndDeleteChain("filter", tn.cfg.AdminChain)
 	}
+	removeBridgeNAT(t, tn.cfg.BridgeName)
+}
+
+// removeBridgeNAT deletes a test network's masquerade rules, which the
+// Manager keeps by design, and checks they are gone. meshlet's shared
+// chain and its jump stay: other tests and agents on the host use them.
+func removeBridgeNAT(t testing.TB, bridge string) {
+	if err := RemoveBridgeNAT(bridge); err != nil {
+		t.Errorf("RemoveBridgeNAT(%s): %v", bridge, err)
+	}
+	if left := natRulesOf(t, bridge); len(left) > 0 {
+		t.Errorf("RemoveBridgeNAT(%s) left %d rules", bridge, len(left))
+	}
+}
+
+// natRulesOf returns the rules of the network on bridge in meshlet's
+// POSTROUTING chain.
+func natRulesOf(t testing.TB, bridge string) []rule {
+	out, err := exec.Command("iptables", "-w", "10", "-t", "nat", "-S").Output()
+	if err != nil {
+		t.Fatalf("iptables -t nat -S: %v", err)
+	}
+	_, rules := parseRules("nat", out)
+	var mine []rule
+	for _, r := range rules {
+		if r.chain == postroutingChain && strings.HasPrefix(r.comment(), bridgeComment(bridge)) {
+			mine = append(mine, r)
+		}
+	}
+	return mine
 }
 
 // residue lists what is left of the given allocations and of this
 // network's allocations in general: namespace files, records, veths on the
 // bridge, leases, iptables rules/chains naming an ID, the subnet or the
-// per-container chains.
+// per-container chains. meshlet's own masquerade rules of the network are
+// not residue: they stay by design.
 func (tn *testNet) residue(ids ...string) []string {
 	var out []string
 	for _, id := range ids {
@@ -231,7 +262,8 @@ func (tn *testNet) chainNames(ids []string) []string {
 	return out
 }
 
-// iptablesLines returns the nat and filter rules/chains containing a needle.
+// iptablesLines returns the nat and filter rules/chains containing a
+// needle, except meshlet's own rules (comment "meshlet: ...").
 func (tn *testNet) iptablesLines(needles []string) []string {
 	var out []string
 	for _, table := range []string{"nat", "filter"} {
@@ -240,6 +272,9 @@ func (tn *testNet) iptablesLines(needles []string) []string {
 			tn.t.Fatalf("iptables -S: %v", err)
 		}
 		for _, line := range strings.Split(string(dump), "\n") {
+			if strings.Contains(line, `--comment "`+commentPrefix) {
+				continue
+			}
 			for _, n := range needles {
 				if strings.Contains(line, n) {
 					out = append(out, table+": "+line)

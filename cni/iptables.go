@@ -115,6 +115,10 @@ func (m *Manager) iptables() (*ipt, error) {
 	if err != nil {
 		return nil, iptablesMissingError(err)
 	}
+	return newIPT(path)
+}
+
+func newIPT(path string) (*ipt, error) {
 	h, err := iptables.New(iptables.IPFamily(iptables.ProtocolIPv4), iptables.Path(path), iptables.Timeout(10))
 	if err != nil {
 		return nil, iptablesMissingError(err)

@@ -274,10 +274,9 @@ func TestNamedCNINetwork(t *testing.T) {
 	}
 }
 
-// TestChurn runs 200 setup/teardown cycles (20 with -short). Measured on
-// a loaded 2-core box: ~0.3 s per cycle without ports, ~0.5 s with one
-// (the bridge and portmap plugins' own iptables work dominates), so one
-// cycle in ten maps a port.
+// TestChurn runs 200 setup/teardown cycles (20 with -short); one cycle in
+// ten maps a port (a port adds portmap's iptables work and its UDP
+// conntrack flush to the cycle).
 func TestChurn(t *testing.T) {
 	tn := newTestNet(t)
 	cycles := 200

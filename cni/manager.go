@@ -108,8 +108,20 @@ func (m *Manager) Setup(ctx context.Context, alloc *structs.Allocation) (*struct
 	if netNSExists(m.NetNSPath(alloc.ID)) {
 		return m.restoreLocked(ctx, alloc, p)
 	}
+	if err := m.ensureHostLocked(p); err != nil {
+		return nil, wrapSetup(alloc, err)
+	}
 	status, err := m.setupLocked(ctx, alloc, p)
 	return status, wrapSetup(alloc, err)
+}
+
+// ensureHostLocked prepares the host-wide state a plan's network relies
+// on before its ADD: meshlet's nat rules for the built-in network.
+func (m *Manager) ensureHostLocked(p *plan) error {
+	if p.list != m.builtin {
+		return nil
+	}
+	return m.ensureNATLocked()
 }
 
 func wrapSetup(alloc *structs.Allocation, err error) error {
@@ -136,6 +148,9 @@ func (m *Manager) setupLocked(ctx context.Context, alloc *structs.Allocation, p 
 		return nil, classify(err, p.list.Name, m.cfg.Subnet)
 	}
 	res, err := m.addWithRetry(ctx, alloc.ID, p)
+	if err == nil {
+		err = m.routeLocalnet(p)
+	}
 	var status *structs.AllocNetworkStatus
 	if err == nil {
 		status, err = statusOf(res, groupNetwork(alloc))
@@ -182,15 +197,28 @@ func (m *Manager) addWithRetry(ctx context.Context, allocID string, p *plan) (ty
 // undoAdd removes a partial ADD but keeps the namespace for the next try.
 func (m *Manager) undoAdd(ctx context.Context, allocID string, p *plan) {
 	ips := m.leaseIPs(allocID)
-	networks, cached, err := m.delNetworks(ctx, allocID, &attachment{list: p.list, rt: p.rt})
-	if err != nil {
-		m.logger.Debug("CNI DEL between ADD attempts failed", "alloc_id", allocID, "error", err)
+	d := m.delNetworks(ctx, allocID, &attachment{list: p.list, rt: p.rt})
+	if d.err != nil {
+		m.logger.Debug("CNI DEL between ADD attempts failed", "alloc_id", allocID, "error", d.err)
 	}
-	if err := m.sweepIptables(map[string]bool{allocID: true}, networks, toSet(append(ips, cached...))); err != nil {
+	if err := m.sweep(allocID, d, ips); err != nil {
 		m.logger.Debug("iptables cleanup between ADD attempts failed", "alloc_id", allocID, "error", err)
 	}
 	_ = m.releaseLeases(func(id string) bool { return id == allocID })
 	_ = m.removeCache(allocID)
+}
+
+// sweep removes what the plugins may have left of allocID in iptables
+// after a DEL that failed or ran without the cached config: rules and
+// chains tagged with the ID, and CNI-FORWARD rules for its addresses (ips
+// and those DEL saw). A missing iptables is only an error if DEL failed
+// too: without iptables no plugin can have written a rule.
+func (m *Manager) sweep(allocID string, d delResult, ips []string) error {
+	err := m.sweepIptables(map[string]bool{allocID: true}, append(d.networks, m.cfg.NetworkName), toSet(append(ips, d.ips...)))
+	if err != nil && d.err == nil && errors.Is(err, ErrIptablesMissing) {
+		return nil
+	}
+	return err
 }
 
 // statusOf extracts the IPv4 address of eth0 from an ADD result.
@@ -292,15 +320,15 @@ func (m *Manager) hasState(allocID string) bool {
 }
 
 // teardownLocked removes everything of allocID: CNI DEL, iptables
-// leftovers, leases, cache, namespace and record.
+// leftovers (swept only when DEL failed or had no cached config: a clean
+// DEL has removed the plugins' rules itself), leases, cache, namespace and
+// record.
 func (m *Manager) teardownLocked(ctx context.Context, allocID string, fallback *attachment) error {
 	ips := m.leaseIPs(allocID)
-	networks, cached, delErr := m.delNetworks(ctx, allocID, fallback)
-	networks = append(networks, m.cfg.NetworkName)
+	d := m.delNetworks(ctx, allocID, fallback)
 	var errs []error
-	err := m.sweepIptables(map[string]bool{allocID: true}, networks, toSet(append(ips, cached...)))
-	if err != nil && (delErr != nil || !errors.Is(err, ErrIptablesMissing)) {
-		errs = append(errs, err)
+	if !d.clean {
+		errs = append(errs, m.sweep(allocID, d, ips))
 	}
 	errs = append(errs,
 		m.releaseLeases(func(id string) bool { return id == allocID }),
@@ -310,14 +338,14 @@ func (m *Manager) teardownLocked(ctx context.Context, allocID string, fallback *
 		m.removeRecord(allocID),
 	)
 	if err := errors.Join(errs...); err != nil {
-		if delErr != nil {
-			return fmt.Errorf("%w (after CNI DEL failed: %v)", err, delErr)
+		if d.err != nil {
+			return fmt.Errorf("%w (after CNI DEL failed: %v)", err, d.err)
 		}
 		return err
 	}
-	if delErr != nil {
+	if d.err != nil {
 		m.logger.Warn("CNI DEL failed; removed the allocation's iptables rules, lease and namespace directly",
-			"alloc_id", allocID, "error", delErr)
+			"alloc_id", allocID, "error", d.err)
 	}
 	return nil
 }

@@ -35,6 +35,9 @@ func wrapRestore(alloc *structs.Allocation, err error) error {
 }
 
 func (m *Manager) restoreLocked(ctx context.Context, alloc *structs.Allocation, p *plan) (*structs.AllocNetworkStatus, error) {
+	if err := m.ensureHostLocked(p); err != nil {
+		return nil, wrapRestore(alloc, err)
+	}
 	if !netNSExists(m.NetNSPath(alloc.ID)) {
 		m.logger.Info("allocation namespace is gone; setting its network up again", "alloc_id", alloc.ID)
 		if err := m.teardownLocked(ctx, alloc.ID, &attachment{list: p.list, rt: p.rt}); err != nil {
@@ -54,6 +57,9 @@ func (m *Manager) restoreLocked(ctx context.Context, alloc *structs.Allocation, 
 	m.logger.Warn("allocation network failed its check; rebuilding it once", "alloc_id", alloc.ID, "error", err)
 	m.undoAdd(ctx, alloc.ID, p)
 	res, err := m.cni.AddNetworkList(ctx, p.list, p.rt)
+	if err == nil {
+		err = m.routeLocalnet(p)
+	}
 	if err == nil {
 		status, err = statusOf(res, groupNetwork(alloc))
 	}

@@ -25,6 +25,7 @@ import (
 
 	nomadapi "github.com/hashicorp/nomad/api"
 
+	"github.com/meshlet/meshlet/cni"
 	"github.com/meshlet/meshlet/internal/testutil"
 )
 
@@ -277,9 +278,13 @@ func (a *Agent) cleanup() {
 			<-a.done
 		}
 	}
-	// CNI leaves its bridge behind by design; this agent's is ours to remove.
+	// CNI leaves its bridge, and the agent its masquerade rules, behind by
+	// design; this agent's are ours to remove.
 	if out, err := exec.Command("ip", "link", "del", a.Bridge).CombinedOutput(); err != nil && !strings.Contains(string(out), "Cannot find device") {
 		a.t.Logf("failed to remove bridge %s: %v: %s", a.Bridge, err, out)
+	}
+	if err := cni.RemoveBridgeNAT(a.Bridge); err != nil {
+		a.t.Logf("failed to remove the masquerade rules of %s: %v", a.Bridge, err)
 	}
 }
 
