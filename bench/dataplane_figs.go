@@ -7,24 +7,13 @@ import (
 )
 
 // httpFigures measures latency at a fixed rate (with the sidecars' and the
-// app's CPU and memory during the mesh run) and the maximum rate.
+// app's CPU and memory during the mesh run) and the maximum rate, each the
+// median of dataRounds interleaved direct/mesh pairs.
 func (r *Runner) httpFigures(ctx context.Context, env *meshEnv) []*Figure {
 	fo := Fortio{Bin: r.opts.Fortio, Netns: env.client, Dir: r.scratch}
 	direct := fmt.Sprintf("http://%s:%d/", env.httpIP, appHTTP)
 	mesh := fmt.Sprintf("http://127.0.0.1:%d/", upHTTP)
-	fixed := LoadSpec{QPS: fixedRate, Conns: fixedConns, Duration: fixedDuration, KeepAlive: true}
-
-	var figs []*Figure
-	fixed.URL = direct
-	base, errB := fo.Run(ctx, fixed)
-	fixed.URL = mesh
-	var got FortioResult
-	var errM error
-	usage, errU := watch(r.meshProcs(env), func() error { got, errM = fo.Run(ctx, fixed); return errM })
-	if errU != nil && errM == nil {
-		// No process to watch: measure latency anyway.
-		got, errM = fo.Run(ctx, fixed)
-	}
+	base, got, usage, errB, errM, errU := r.fixedRateRounds(ctx, fo, env, direct, mesh)
 	lat := []struct {
 		name   string
 		v, b   float64
@@ -35,6 +24,7 @@ func (r *Runner) httpFigures(ctx context.Context, env *meshEnv) []*Figure {
 		{"HTTP latency p90 at 1,000 rps", got.P90, base.P90, nil, "reference: Istio adds 1.7 ms at p90."},
 		{"HTTP latency p99 at 1,000 rps", got.P99, base.P99, &Target{Of: OfAdded, Op: "<=", Limit: 1, Ref: "Istio: +2.7 ms"}, ""},
 	}
+	var figs []*Figure
 	for _, l := range lat {
 		if errM != nil || errB != nil {
 			figs = append(figs, NotMeasured(l.name, "ms", reason(firstErr(errM, errB), ""), l.target))
@@ -48,20 +38,63 @@ func (r *Runner) httpFigures(ctx context.Context, env *meshEnv) []*Figure {
 		figs = append(figs, f)
 	}
 	if errM == nil && got.ActualQPS < 0.95*fixedRate {
-		figs[0].Note += fmt.Sprintf(" The mesh run held only %.0f rps.", got.ActualQPS)
+		figs[0].Note += fmt.Sprintf(" The mesh runs held only %.0f rps.", got.ActualQPS)
 	}
 	figs = append(figs, sidecarFigures(usage, errU, errM)...)
+	return append(figs, r.maxRateFigure(ctx, fo, direct, mesh))
+}
 
-	mx := LoadSpec{QPS: 0, Conns: maxConns, Duration: maxDuration, KeepAlive: true, URL: direct}
-	bmax, errB := fo.Run(ctx, mx)
-	mx.URL = mesh
-	mmax, errM := fo.Run(ctx, mx)
+// fixedRateRounds runs the fixed-rate load straight to the app and through
+// the mesh, dataRounds times in turn, watching the mesh processes during
+// each mesh run, and returns the medians.
+func (r *Runner) fixedRateRounds(ctx context.Context, fo Fortio, env *meshEnv, direct, mesh string) (
+	base, got FortioResult, usage map[string]sidecarUsage, errB, errM, errU error) {
+	var bs, gs []FortioResult
+	var us []map[string]sidecarUsage
+	for i := 0; i < dataRounds && errB == nil && errM == nil; i++ {
+		fixed := LoadSpec{QPS: fixedRate, Conns: fixedConns, Duration: fixedDuration, KeepAlive: true, URL: direct}
+		b, err := fo.Run(ctx, fixed)
+		if errB = err; err != nil {
+			break
+		}
+		fixed.URL = mesh
+		var g FortioResult
+		u, err := watch(r.meshProcs(env), func() error { g, errM = fo.Run(ctx, fixed); return errM })
+		if err != nil && errM == nil {
+			// No process to watch: measure latency anyway.
+			errU = err
+			g, errM = fo.Run(ctx, fixed)
+		}
+		bs, gs = append(bs, b), append(gs, g)
+		if u != nil {
+			us = append(us, u)
+		}
+	}
+	if errU == nil && len(us) < len(gs) {
+		errU = ErrNoProcess
+	}
+	return medianFortio(bs), medianFortio(gs), medianUsage(us), errB, errM, errU
+}
+
+// maxRateFigure is the highest rate fortio reaches at maxConns keep-alive
+// connections, through the mesh against straight to the app.
+func (r *Runner) maxRateFigure(ctx context.Context, fo Fortio, direct, mesh string) *Figure {
 	name := fmt.Sprintf("HTTP max rps at %d connections", maxConns)
 	t := &Target{Of: OfRatio, Op: ">=", Limit: 0.6}
-	if err := firstErr(errM, errB); err != nil {
-		return append(figs, NotMeasured(name, "1/s", err.Error(), t))
+	var bs, gs []float64
+	for i := 0; i < dataRounds; i++ {
+		mx := LoadSpec{QPS: 0, Conns: maxConns, Duration: maxDuration, KeepAlive: true, URL: direct}
+		b, errB := fo.Run(ctx, mx)
+		mx.URL = mesh
+		g, errM := fo.Run(ctx, mx)
+		if err := firstErr(errM, errB); err != nil {
+			return NotMeasured(name, "1/s", err.Error(), t)
+		}
+		bs, gs = append(bs, b.ActualQPS), append(gs, g.ActualQPS)
 	}
-	return append(figs, Measured(name, "1/s", mmax.ActualQPS, ptr(bmax.ActualQPS), t))
+	f := Measured(name, "1/s", median(gs), ptr(median(bs)), t)
+	f.Note = ratioRange(gs, bs)
+	return f
 }
 
 // meshProcs finds the sidecars of the client and the HTTP server and the
@@ -137,16 +170,23 @@ func (r *Runner) connFigures(ctx context.Context, env *meshEnv) []*Figure {
 	return []*Figure{Measured(name, "1/s", got.ActualQPS, ptr(base.ActualQPS), nil)}
 }
 
-// bulkFigures measures bulk TCP throughput with iperf3.
+// bulkFigures measures bulk TCP throughput with iperf3, the median of
+// dataRounds interleaved direct/mesh pairs.
 func (r *Runner) bulkFigures(ctx context.Context, env *meshEnv) *Figure {
 	t := &Target{Of: OfRatio, Op: ">=", Limit: 0.5}
 	name := "TCP bulk throughput (iperf3, 1 stream)"
-	base, errB := Iperf(ctx, r.opts.Iperf3, env.client, env.iperfIP, appIperf, bulkDuration)
-	got, errM := Iperf(ctx, r.opts.Iperf3, env.client, "127.0.0.1", upIperf, bulkDuration)
-	if err := firstErr(errM, errB); err != nil {
-		return NotMeasured(name, "Gbit/s", err.Error(), t)
+	var bs, gs []float64
+	for i := 0; i < dataRounds; i++ {
+		base, errB := Iperf(ctx, r.opts.Iperf3, env.client, env.iperfIP, appIperf, bulkDuration)
+		got, errM := Iperf(ctx, r.opts.Iperf3, env.client, "127.0.0.1", upIperf, bulkDuration)
+		if err := firstErr(errM, errB); err != nil {
+			return NotMeasured(name, "Gbit/s", err.Error(), t)
+		}
+		bs, gs = append(bs, base/1e9), append(gs, got/1e9)
 	}
-	return Measured(name, "Gbit/s", got/1e9, ptr(base/1e9), t)
+	f := Measured(name, "Gbit/s", median(gs), ptr(median(bs)), t)
+	f.Note = ratioRange(gs, bs)
+	return f
 }
 
 func firstErr(errs ...error) error {

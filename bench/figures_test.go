@@ -109,6 +109,13 @@ func TestSidecarFiguresAndFinding(t *testing.T) {
 	if missing[0].NotMeasured == "" || missing[0].Target == nil {
 		t.Errorf("missing process: %+v", missing[0])
 	}
+	lat := Measured("HTTP latency p50 at 1,000 rps", "ms", 1.2, ptr(0.3), nil)
+	if got := hopFinding([]*Figure{lat}); !strings.Contains(got, "0.15 ms per crossing") || !strings.Contains(got, "near 0.90 ms (+0.60 ms)") {
+		t.Errorf("hopFinding = %q", got)
+	}
+	if hopFinding(dataPlaneNotMeasured("no agent")) != "" {
+		t.Error("hop finding without a measured latency")
+	}
 	if cpuFinding(dataPlaneNotMeasured("no agent")) != "" {
 		t.Error("finding without figures")
 	}

@@ -1,0 +1,61 @@
+package bench
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestMedian(t *testing.T) {
+	cases := []struct {
+		in   []float64
+		want float64
+	}{
+		{nil, 0},
+		{[]float64{3}, 3},
+		{[]float64{5, 1, 3}, 3},
+		{[]float64{4, 1, 3, 2}, 2.5},
+	}
+	for _, c := range cases {
+		if got := median(c.in); got != c.want {
+			t.Errorf("median(%v) = %v, want %v", c.in, got, c.want)
+		}
+	}
+	in := []float64{5, 1, 3}
+	median(in)
+	if in[0] != 5 {
+		t.Errorf("median sorted its input: %v", in)
+	}
+}
+
+func TestMedianFortioAndUsage(t *testing.T) {
+	got := medianFortio([]FortioResult{
+		{ActualQPS: 990, P50: 0.003, P90: 0.004, P99: 0.009},
+		{ActualQPS: 1000, P50: 0.001, P90: 0.002, P99: 0.005},
+		{ActualQPS: 995, P50: 0.002, P90: 0.008, P99: 0.001},
+	})
+	if got.ActualQPS != 995 || got.P50 != 0.002 || got.P90 != 0.004 || got.P99 != 0.005 {
+		t.Errorf("medianFortio = %+v", got)
+	}
+	u := medianUsage([]map[string]sidecarUsage{
+		{"a": {vcpu: 0.3, pss: 10}, "b": {vcpu: 1}},
+		{"a": {vcpu: 0.1, pss: 30}, "b": {err: errors.New("gone")}},
+		{"a": {vcpu: 0.2, pss: 20}, "b": {vcpu: 1}},
+	})
+	if a := u["a"]; a.err != nil || a.vcpu != 0.2 || a.pss != 20 {
+		t.Errorf("usage a = %+v", a)
+	}
+	if b := u["b"]; b.err == nil || !strings.Contains(b.err.Error(), "gone") {
+		t.Errorf("usage b = %+v, want the round's error", b)
+	}
+}
+
+func TestRatioRange(t *testing.T) {
+	got := ratioRange([]float64{2, 3, 1}, []float64{10, 10, 10})
+	if got != "Median of 3 interleaved runs; per-run ratios 0.1–0.3." {
+		t.Errorf("ratioRange = %q", got)
+	}
+	if got := ratioRange([]float64{1}, []float64{0}); got != "" {
+		t.Errorf("ratioRange with a zero baseline = %q", got)
+	}
+}
