@@ -31,9 +31,11 @@ func fakeEnvoy(t *testing.T) (bin, record string) {
 	dir := t.TempDir()
 	record = filepath.Join(dir, "record")
 	bin = filepath.Join(dir, "envoy")
+	// The bootstrap copy is in place before the arguments appear (the test
+	// waits for those), each renamed into place whole.
 	script := fmt.Sprintf(`#!/bin/sh
-echo "$@" > %[1]s.args
-cp "$2" %[1]s.json
+cp "$2" %[1]s.json.tmp && mv %[1]s.json.tmp %[1]s.json
+echo "$@" > %[1]s.args.tmp && mv %[1]s.args.tmp %[1]s.args
 exec sleep 600
 `, record)
 	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
