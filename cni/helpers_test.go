@@ -316,6 +316,12 @@ func (tn *testNet) vethCount() int {
 // answers every connection with reply. The socket stays in the namespace.
 func listenIn(t *testing.T, nsPath, addr, reply string) net.Listener {
 	t.Helper()
+	return listenAnswering(t, nsPath, addr, func(net.Conn) string { return reply })
+}
+
+// listenAnswering is listenIn with the answer computed per connection.
+func listenAnswering(t *testing.T, nsPath, addr string, answer func(net.Conn) string) net.Listener {
+	t.Helper()
 	var l net.Listener
 	listen := func(ns.NetNS) error {
 		var err error
@@ -338,7 +344,7 @@ func listenIn(t *testing.T, nsPath, addr, reply string) net.Listener {
 			if err != nil {
 				return
 			}
-			_, _ = c.Write([]byte(reply))
+			_, _ = c.Write([]byte(answer(c)))
 			_ = c.Close()
 		}
 	}()

@@ -217,26 +217,8 @@ func upWithAddr(ifName, cidr string) error {
 // answers every connection with the source address it sees.
 func listenReportingSource(t *testing.T, nsPath, addr string) net.Listener {
 	t.Helper()
-	var l net.Listener
-	err := ns.WithNetNSPath(nsPath, func(ns.NetNS) error {
-		var err error
-		l, err = net.Listen("tcp", addr)
-		return err
+	return listenAnswering(t, nsPath, addr, func(c net.Conn) string {
+		host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+		return host
 	})
-	if err != nil {
-		t.Fatalf("listen on %s in %s: %v", addr, nsPath, err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
-			_, _ = c.Write([]byte(host))
-			_ = c.Close()
-		}
-	}()
-	return l
 }
