@@ -131,6 +131,10 @@ func (h *h1conn) serveOne() bool {
 		h.localReply(req, http.StatusHTTPVersionNotSupported, "", false)
 		return false
 	}
+	if req.ProtoAtLeast(1, 1) && req.Host == "" {
+		h.localReply(req, http.StatusBadRequest, "missing required Host header", false)
+		return false
+	}
 	if req.Body != http.NoBody || upgradeType(req.Header) != "" {
 		// Bodies and upgraded streams may take longer than the idle timeout.
 		_ = h.c.SetReadDeadline(time.Time{})

@@ -123,6 +123,7 @@ func TestH1BadRequests(t *testing.T) {
 		code       int
 	}{
 		{"garbage", "NOT HTTP AT ALL\r\n\r\n", http.StatusBadRequest},
+		{"no host", "GET / HTTP/1.1\r\n\r\n", http.StatusBadRequest},
 		{"head too large", "GET / HTTP/1.1\r\nHost: api\r\nX-Big: " + strings.Repeat("a", h1MaxHeaderBytes) + "\r\n\r\n", http.StatusRequestHeaderFieldsTooLarge},
 	}
 	for _, tc := range cases {
