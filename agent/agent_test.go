@@ -54,6 +54,7 @@ func startAgent(t *testing.T, dataDir string) *Agent {
 	// A network name of our own keeps CNI garbage collection away from
 	// anything else on the host.
 	cfg.Client.BridgeNetworkName = "mt" + uuid.NewString()[:8]
+	cleanupBridge(t, cfg.Client.BridgeNetworkName)
 	a, err := New(cfg, testLogger())
 	if err != nil {
 		t.Fatal(err)

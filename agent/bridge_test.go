@@ -17,6 +17,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/meshlet/meshlet/api"
+	"github.com/meshlet/meshlet/cni"
 	"github.com/meshlet/meshlet/internal/testutil"
 	"github.com/meshlet/meshlet/structs"
 )
@@ -97,11 +98,7 @@ func TestBridgeNetworkingSurvivesAgentRestart(t *testing.T) {
 	}
 	bridge := "mt" + uuid.NewString()[:8]
 	subnet := fmt.Sprintf("10.97.%d.0/24", rand.IntN(250)+1)
-	t.Cleanup(func() {
-		if l, err := netlink.LinkByName(bridge); err == nil {
-			_ = netlink.LinkDel(l)
-		}
-	})
+	cleanupBridge(t, bridge)
 	dir := t.TempDir()
 	a := bridgeAgent(t, dir, bridge, subnet, cni)
 	cleanupJob(t, &a, "bridged")
@@ -207,11 +204,7 @@ func TestBridgeWithoutPluginsFailsWithActionableError(t *testing.T) {
 	testutil.RequireRoot(t)
 	dir := t.TempDir()
 	bridge := "mt" + uuid.NewString()[:8]
-	t.Cleanup(func() {
-		if l, err := netlink.LinkByName(bridge); err == nil {
-			_ = netlink.LinkDel(l)
-		}
-	})
+	cleanupBridge(t, bridge)
 	a := bridgeAgent(t, dir, bridge, fmt.Sprintf("10.97.%d.0/24", rand.IntN(250)+1), t.TempDir())
 	cleanupJob(t, &a, "noplugins")
 	src := `
@@ -235,4 +228,21 @@ job "noplugins" {
 	if _, err := os.Stat(filepath.Join("/var/run/netns", alloc.ID)); !os.IsNotExist(err) {
 		t.Fatalf("failed allocation left its namespace: %v", err)
 	}
+}
+
+// cleanupBridge removes, when the test ends, the bridge a test agent
+// creates and the masquerade rules it keeps for it (by design, agents
+// leave both behind).
+func cleanupBridge(t *testing.T, bridge string) {
+	t.Cleanup(func() {
+		if l, err := netlink.LinkByName(bridge); err == nil {
+			_ = netlink.LinkDel(l)
+		}
+		if os.Geteuid() != 0 {
+			return // no bridge network without root, so no rules either
+		}
+		if err := cni.RemoveBridgeNAT(bridge); err != nil {
+			t.Errorf("failed to remove the masquerade rules of %s: %v", bridge, err)
+		}
+	})
 }
