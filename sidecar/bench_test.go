@@ -28,7 +28,7 @@ func BenchmarkProxyTCP(b *testing.B) {
 		name string
 		addr string
 	}{
-		{"direct", m.dbs[0].app.addr()},
+		{"direct", m.dbs[0].app.Addr()},
 		{"two_proxies", m.webAddr()},
 	}
 	for _, tg := range targets {
@@ -66,7 +66,7 @@ func BenchmarkProxyTCPBulk(b *testing.B) {
 		name string
 		addr string
 	}{
-		{"direct", m.dbs[0].app.addr()},
+		{"direct", m.dbs[0].app.Addr()},
 		{"two_proxies", m.webAddr()},
 	}
 	for _, tg := range targets {

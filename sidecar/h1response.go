@@ -99,10 +99,8 @@ func (h *h1conn) copyBody(resp *http.Response, remaining int64, chunked bool) bo
 	if cw.Close() != nil {
 		return false
 	}
-	for _, name := range trailerNames(resp.Trailer) {
-		for _, v := range resp.Trailer[name] {
-			_, _ = h.bw.WriteString(name + ": " + v + "\r\n")
-		}
+	if resp.Trailer.Write(h.bw) != nil {
+		return false
 	}
 	_, err := h.bw.WriteString("\r\n")
 	return err == nil

@@ -115,17 +115,15 @@ func (h *h1conn) serveOne() bool {
 	}
 	req, err := http.ReadRequest(h.br)
 	h.lim.n = -1
+	h.c.state.httpStats.rqTotal.Add(1)
 	if err != nil {
 		code := http.StatusBadRequest
 		if errors.Is(err, errHeadTooLarge) {
 			code = http.StatusRequestHeaderFieldsTooLarge
 		}
-		h.c.state.httpStats.rqTotal.Add(1)
 		h.localReply(nil, code, "", false)
 		return false
 	}
-	st := h.c.state.httpStats
-	st.rqTotal.Add(1)
 	keep := !req.Close && !h.c.state.draining.Load()
 	if req.ProtoMajor != 1 {
 		h.localReply(req, http.StatusHTTPVersionNotSupported, "", false)
@@ -330,10 +328,11 @@ func upgradeType(hd http.Header) string {
 
 // statusLine writes "HTTP/1.1 <code> <text>\r\n".
 func statusLine(bw *bufio.Writer, code int, status string) {
+	num := strconv.Itoa(code)
 	_, _ = bw.WriteString("HTTP/1.1 ")
-	_, _ = bw.WriteString(strconv.Itoa(code))
+	_, _ = bw.WriteString(num)
 	_ = bw.WriteByte(' ')
-	text := strings.TrimPrefix(status, strconv.Itoa(code)+" ")
+	text := strings.TrimPrefix(status, num+" ")
 	if text == "" || text == status {
 		text = http.StatusText(code)
 	}

@@ -93,6 +93,26 @@ func TestH1HTTP10CloseDelimited(t *testing.T) {
 	}
 }
 
+// Trailers of a chunked upstream response are announced and relayed after
+// the body, through both proxies.
+func TestH1Trailers(t *testing.T) {
+	m := newHTTPMesh(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Trailer", "X-Checksum")
+		io.WriteString(w, "body")
+		w.(http.Flusher).Flush()
+		w.Header().Set("X-Checksum", "c0ffee")
+	}))
+	c, br := rawConn(t, m)
+	fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: api\r\nTE: trailers\r\n\r\n")
+	resp, body := readResp(t, br, http.MethodGet)
+	if resp.StatusCode != http.StatusOK || body != "body" {
+		t.Fatalf("response = %d %q", resp.StatusCode, body)
+	}
+	if got := resp.Trailer.Get("X-Checksum"); got != "c0ffee" {
+		t.Fatalf("trailer X-Checksum = %q, want %q (trailers %v)", got, "c0ffee", resp.Trailer)
+	}
+}
+
 // "Expect: 100-continue" is answered by the proxy; the upstream gets the
 // body without the expectation.
 func TestH1ExpectContinue(t *testing.T) {

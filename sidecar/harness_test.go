@@ -10,98 +10,17 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/hashicorp/go-hclog"
+	"github.com/meshlet/meshlet/internal/echotest"
 	"github.com/meshlet/meshlet/internal/testutil"
 )
 
 // waitTimeout is a hang guard for eventual conditions, not a performance bar.
 const waitTimeout = 30 * time.Second
-
-// echoApp is a local service: it greets each connection with "<id>\n" (when
-// id is set), then echoes. It counts connections and received bytes.
-type echoApp struct {
-	id    string
-	ln    net.Listener
-	conns atomic.Int64
-	bytes atomic.Int64
-
-	mu   sync.Mutex
-	open map[net.Conn]struct{}
-	wg   sync.WaitGroup
-}
-
-func newEchoApp(t testing.TB, id string) *echoApp {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("failed to listen: %v", err)
-	}
-	a := &echoApp{id: id, ln: ln, open: map[net.Conn]struct{}{}}
-	a.wg.Add(1)
-	go a.serve()
-	t.Cleanup(a.close)
-	return a
-}
-
-func (a *echoApp) addr() string { return a.ln.Addr().String() }
-
-func (a *echoApp) serve() {
-	defer a.wg.Done()
-	for {
-		c, err := a.ln.Accept()
-		if err != nil {
-			return
-		}
-		a.conns.Add(1)
-		a.mu.Lock()
-		a.open[c] = struct{}{}
-		a.mu.Unlock()
-		a.wg.Add(1)
-		go func() {
-			defer a.wg.Done()
-			defer func() {
-				a.mu.Lock()
-				delete(a.open, c)
-				a.mu.Unlock()
-				c.Close()
-			}()
-			if a.id != "" {
-				if _, err := io.WriteString(c, a.id+"\n"); err != nil {
-					return
-				}
-			}
-			buf := make([]byte, 32<<10)
-			for {
-				n, err := c.Read(buf)
-				if n > 0 {
-					a.bytes.Add(int64(n))
-					if _, werr := c.Write(buf[:n]); werr != nil {
-						return
-					}
-				}
-				if err != nil {
-					return
-				}
-			}
-		}()
-	}
-}
-
-func (a *echoApp) close() {
-	a.ln.Close()
-	a.mu.Lock()
-	for c := range a.open {
-		c.Close()
-	}
-	a.mu.Unlock()
-	a.wg.Wait()
-}
 
 func testLogger() hclog.Logger {
 	if os.Getenv("MESHLET_TEST_LOG") == "" {
@@ -136,7 +55,7 @@ func startProxy(t testing.TB, nodeID, cluster, xdsAddr string, delta bool) *Prox
 type dbNode struct {
 	nodeID string
 	port   int
-	app    *echoApp
+	app    *echotest.App
 	leaf   *testLeaf
 	proxy  *Proxy
 }
@@ -182,7 +101,7 @@ func newMesh(t testing.TB, opts meshOptions) *mesh {
 		}
 		m.dbs = append(m.dbs, &dbNode{
 			nodeID: fmt.Sprintf("db-sidecar-proxy-%d", i), port: freePort(t),
-			app: newEchoApp(t, id), leaf: m.ca.leaf(t, spiffeID(opts.dbIdentity)),
+			app: echotest.Start(t, id), leaf: m.ca.leaf(t, spiffeID(opts.dbIdentity)),
 		})
 	}
 	m.web = startProxy(t, "web-sidecar-proxy", "web", m.cp.tcpAddr, true)
@@ -210,7 +129,7 @@ func (m *mesh) webResources() map[string][]types.Resource {
 func (m *mesh) dbResources(d *dbNode) map[string][]types.Resource {
 	return map[string][]types.Resource{
 		typeListener: {publicListener(m.t, d.port, "leaf", "roots", tcpProxyFilter(m.t, "public_listener", "local_app"))},
-		typeCluster:  {localAppCluster(d.app.addr())},
+		typeCluster:  {localAppCluster(d.app.Addr())},
 		typeSecret:   {certSecret("leaf", d.leaf), rootsSecret("roots", m.roots...)},
 	}
 }

@@ -3,7 +3,6 @@ package sidecar
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
 	"net/http"
 	"sync"
@@ -47,9 +46,10 @@ func (c *httpConn) Close() error {
 }
 
 // roundTrip sends req to one endpoint per attempt, failing over to the next
-// when the connection cannot be opened (nothing was sent yet). req is the
-// reverse proxy's own outbound request, so it is retargeted in place rather
-// than cloned per attempt.
+// when the connection cannot be opened (nothing was sent yet, so a request
+// body is untouched). req is the connection manager's own outbound request,
+// so it is retargeted in place rather than cloned per attempt; its body's
+// Close is the caller's concern (h1conn passes one that ignores it).
 func (c *cluster) roundTrip(req *http.Request) (*http.Response, error) {
 	st := c.state.Load()
 	if st == nil {
@@ -59,11 +59,6 @@ func (c *cluster) roundTrip(req *http.Request) (*http.Response, error) {
 	if len(cands) == 0 {
 		c.stats.cxNoneHealthy.Add(1)
 		return nil, ErrNoHealthyUpstream
-	}
-	if body := req.Body; body != nil && body != http.NoBody {
-		// A failed attempt must not close the body the next one sends.
-		defer body.Close()
-		req.Body = io.NopCloser(body)
 	}
 	var lastErr error
 	for _, h := range cands {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	"github.com/meshlet/meshlet/internal/echotest"
 	"github.com/meshlet/meshlet/internal/testutil"
 )
 
@@ -62,11 +63,11 @@ func TestListenerRemovedDrains(t *testing.T) {
 func TestListenerWarmsUntilClusterKnown(t *testing.T) {
 	cp := newControlPlane(t)
 	ca := newTestCA(t, "root")
-	app := newEchoApp(t, "app")
+	app := echotest.Start(t, "app")
 	port := freePort(t)
 	partial := map[string][]types.Resource{
 		typeListener: {upstreamListener("late", port, tcpProxyFilter(t, "upstream.late", "late_cluster"))},
-		typeCluster:  {localAppCluster(app.addr())},
+		typeCluster:  {localAppCluster(app.Addr())},
 		typeSecret:   {rootsSecret("roots", ca)},
 	}
 	v := cp.set("warm-proxy", partial)
@@ -83,7 +84,7 @@ func TestListenerWarmsUntilClusterKnown(t *testing.T) {
 		t.Fatal("config_dump shows no warming_state")
 	}
 
-	late := localAppCluster(app.addr())
+	late := localAppCluster(app.Addr())
 	late.Name = "late_cluster"
 	partial[typeCluster] = append(partial[typeCluster], late)
 	cp.set("warm-proxy", partial)

@@ -68,10 +68,10 @@ func TestMeshAuthzDeny(t *testing.T) {
 	if line, err := c.readLine(); err == nil {
 		t.Fatalf("denied connection read %q, want the connection closed", line)
 	}
-	if n := db.app.conns.Load(); n != 0 {
+	if n := db.app.Conns(); n != 0 {
 		t.Fatalf("the app accepted %d connections from a denied source", n)
 	}
-	if n := db.app.bytes.Load(); n != 0 {
+	if n := db.app.Bytes(); n != 0 {
 		t.Fatalf("the app received %d bytes from a denied source", n)
 	}
 	if n := statValue(t, db.proxy, "ext_authz.connect_authz.denied"); n < 1 {
@@ -153,7 +153,7 @@ func TestPublicListenerRejectsUntrustedClients(t *testing.T) {
 			}
 		})
 	}
-	if n := db.app.conns.Load(); n != 0 {
+	if n := db.app.Conns(); n != 0 {
 		t.Fatalf("the app accepted %d connections from untrusted clients", n)
 	}
 	// The server counts the failure after the client already saw it.
@@ -175,7 +175,7 @@ func TestUpstreamImpostorRefused(t *testing.T) {
 	if line, err := c.readLine(); err == nil {
 		t.Fatalf("read %q from an impostor, want the connection closed", line)
 	}
-	if n := db.app.conns.Load(); n != 0 {
+	if n := db.app.Conns(); n != 0 {
 		t.Fatalf("the impostor's app accepted %d connections", n)
 	}
 	if n := statValue(t, m.web, "cluster."+sniFor("db")+".ssl.fail_verify_san"); n < 1 {

@@ -139,7 +139,7 @@ func (t *h1Transport) exchange(pc *upstreamConn, req *http.Request, reused bool)
 		return fail(err)
 	}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
-		stop() // the reverse proxy owns the upgraded connection now
+		stop() // the connection manager owns the upgraded connection now
 		resp.Body = &upgradedConn{pc: pc}
 		return resp, nil
 	}
@@ -235,7 +235,7 @@ func (b *upstreamBody) finish(eof bool) {
 }
 
 // upgradedConn is the body of a 101 response: the connection itself, for
-// the reverse proxy to relay both ways.
+// the connection manager to relay both ways.
 type upgradedConn struct{ pc *upstreamConn }
 
 func (u *upgradedConn) Read(p []byte) (int, error)  { return u.pc.br.Read(p) }

@@ -16,6 +16,7 @@ import (
 	"github.com/meshlet/meshlet/catalog"
 	"github.com/meshlet/meshlet/connect"
 	"github.com/meshlet/meshlet/controlplane"
+	"github.com/meshlet/meshlet/internal/echotest"
 	"github.com/meshlet/meshlet/internal/testutil"
 	"github.com/meshlet/meshlet/sidecar"
 	"github.com/meshlet/meshlet/xds"
@@ -39,7 +40,7 @@ type instance struct {
 	// talks to the control plane's TCP gRPC address.
 	sock string
 
-	app   *echoApp
+	app   *echotest.App
 	proxy *sidecar.Proxy
 	// registered is false once the instance was deregistered.
 	registered bool
@@ -125,8 +126,8 @@ func newMeshWith(t testing.TB, dbs int, leafTTL time.Duration) *mesh {
 // newDB prepares db instance i (its echo app runs; nothing registered yet).
 func (m *mesh) newDB(i int) *instance {
 	db := &instance{name: fmt.Sprintf("db-%d", i), service: "db", publicPort: freePort(m.t)}
-	db.app = newEchoApp(m.t, db.name)
-	db.appPort = db.app.port()
+	db.app = echotest.Start(m.t, db.name)
+	db.appPort = db.app.Port()
 	db.fill()
 	db.sock = connect.SocketPath(filepath.Join(m.sockDir, db.name)) // where the agent puts it in the shared alloc dir
 	return db

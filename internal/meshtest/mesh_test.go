@@ -94,7 +94,7 @@ func TestPublicListenerRefusesForeignCertificate(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t, 1)
 	db := m.dbs[0]
-	before := db.app.conns.Load()
+	before := db.app.Conns()
 	cert := selfSigned(t, xds.SpiffeID(m.trustDomain, "dc1", "web"))
 	raw, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", db.publicAddr(),
 		&tls.Config{Certificates: []tls.Certificate{cert}, InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}) //nolint:gosec // the client side is not under test
@@ -108,7 +108,7 @@ func TestPublicListenerRefusesForeignCertificate(t *testing.T) {
 			t.Fatalf("foreign certificate: %v", err)
 		}
 	}
-	if got := db.app.conns.Load(); got != before {
+	if got := db.app.Conns(); got != before {
 		t.Fatalf("app accepted %d connections from a client with a foreign certificate", got-before)
 	}
 	name := fmt.Sprintf("listener.0.0.0.0_%d.ssl.connection_error", db.publicPort)
@@ -123,7 +123,7 @@ func TestIntentionDenyAndRestore(t *testing.T) {
 	db := m.dbs[0]
 	open, _ := m.greet(t)
 	open.exchange(t, "before")
-	conns, bytes := db.app.conns.Load(), db.app.bytes.Load()
+	conns, bytes := db.app.Conns(), db.app.Bytes()
 
 	if _, err := m.cp.Intentions.Upsert(intention.Intention{SourceName: "web", DestinationName: "db", Action: "deny"}, false); err != nil {
 		t.Fatalf("failed to upsert the deny intention: %v", err)
@@ -139,7 +139,7 @@ func TestIntentionDenyAndRestore(t *testing.T) {
 			t.Fatalf("denied connection %d: %v", i, err)
 		}
 	}
-	if gotC, gotB := db.app.conns.Load(), db.app.bytes.Load(); gotC != conns || gotB != bytes {
+	if gotC, gotB := db.app.Conns(), db.app.Bytes(); gotC != conns || gotB != bytes {
 		t.Fatalf("app saw %d new connections and %d new bytes while denied, want none", gotC-conns, gotB-bytes)
 	}
 	if n := stat(t, db.proxy, authzPrefix+"denied"); n < 3 {
@@ -175,7 +175,7 @@ func TestRoundRobinAndFailover(t *testing.T) {
 	}
 
 	down := m.dbs[1]
-	down.app.close()
+	down.app.Close()
 	if err := down.proxy.Close(); err != nil {
 		t.Fatalf("failed to stop db-1's sidecar: %v", err)
 	}
@@ -250,7 +250,7 @@ func TestUnhealthyEndpointLeavesRoundRobin(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t, 2)
 	down := m.dbs[1]
-	down.app.close()
+	down.app.Close()
 	for _, si := range down.registrations() {
 		si.Healthy = false
 		m.cat.Register(si)

@@ -15,8 +15,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,96 +22,6 @@ import (
 	"github.com/meshlet/meshlet/sidecar"
 	"github.com/meshlet/meshlet/xds"
 )
-
-// echoApp is an instance's local app on 127.0.0.1: it greets each
-// connection with "<name>\n", then echoes. It counts accepted connections
-// and received bytes.
-type echoApp struct {
-	name  string
-	ln    net.Listener
-	conns atomic.Int64
-	bytes atomic.Int64
-
-	mu     sync.Mutex
-	open   map[net.Conn]struct{}
-	closed bool
-	wg     sync.WaitGroup
-}
-
-func newEchoApp(t testing.TB, name string) *echoApp {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("failed to listen for the %s app: %v", name, err)
-	}
-	a := &echoApp{name: name, ln: ln, open: map[net.Conn]struct{}{}}
-	a.wg.Add(1)
-	go a.serve()
-	t.Cleanup(a.close)
-	return a
-}
-
-func (a *echoApp) port() int { return a.ln.Addr().(*net.TCPAddr).Port }
-
-func (a *echoApp) serve() {
-	defer a.wg.Done()
-	for {
-		c, err := a.ln.Accept()
-		if err != nil {
-			return
-		}
-		a.mu.Lock()
-		if a.closed {
-			a.mu.Unlock()
-			c.Close()
-			return
-		}
-		a.open[c] = struct{}{}
-		a.wg.Add(1)
-		a.mu.Unlock()
-		a.conns.Add(1)
-		go a.handle(c)
-	}
-}
-
-func (a *echoApp) handle(c net.Conn) {
-	defer a.wg.Done()
-	defer func() {
-		a.mu.Lock()
-		delete(a.open, c)
-		a.mu.Unlock()
-		c.Close()
-	}()
-	if _, err := io.WriteString(c, a.name+"\n"); err != nil {
-		return
-	}
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := c.Read(buf)
-		if n > 0 {
-			a.bytes.Add(int64(n))
-			if _, werr := c.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-// close stops the app: its port refuses connections and open ones end.
-// Idempotent.
-func (a *echoApp) close() {
-	a.mu.Lock()
-	a.closed = true
-	a.ln.Close()
-	for c := range a.open {
-		c.Close()
-	}
-	a.mu.Unlock()
-	a.wg.Wait()
-}
 
 // lineConn is a client connection speaking lines.
 type lineConn struct {
