@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -37,6 +38,9 @@ type Agent struct {
 	cmd      *exec.Cmd
 	log      *os.File
 	done     chan struct{}
+
+	nomadOnce sync.Once
+	nomad     *nomadapi.Client
 }
 
 // AgentOptions tune StartAgent.
@@ -145,10 +149,16 @@ func (a *Agent) LogTail(n int) string {
 // PID is the agent process's ID.
 func (a *Agent) PID() int { return a.cmd.Process.Pid }
 
-// Nomad returns an official Nomad API client for the agent.
+// Nomad returns the agent's official Nomad API client. It is made once and
+// shared: a client per call would leave one idle keep-alive connection per
+// poll open in the agent (for the client's 90 s idle timeout), hundreds
+// during a wait, and they would count in the agent's measured memory.
 func (a *Agent) Nomad() *nomadapi.Client {
-	c, _ := nomadapi.NewClient(&nomadapi.Config{Address: a.HTTPAddr})
-	return c
+	a.nomadOnce.Do(func() {
+		// NewClient only fails on an unparsable address; HTTPAddr is ours.
+		a.nomad, _ = nomadapi.NewClient(&nomadapi.Config{Address: a.HTTPAddr})
+	})
+	return a.nomad
 }
 
 // CLI runs the meshlet CLI against the agent and returns its stdout.
@@ -264,6 +274,7 @@ func (a *Agent) Stop() {
 			<-a.done
 		}
 	}
+	a.Nomad().Close()
 	_ = exec.Command("ip", "link", "del", a.Bridge).Run()
 	_ = cni.RemoveBridgeNAT(a.Bridge) // kept by design; this run's are ours
 	a.log.Close()

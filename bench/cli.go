@@ -85,7 +85,7 @@ func (o *Options) resolve(areasFlag string) error {
 		}
 	}
 	if o.Iperf3 == "" {
-		if p, err := lookPath("iperf3"); err == nil {
+		if p, err := exec.LookPath("iperf3"); err == nil {
 			o.Iperf3 = p
 		}
 	}
@@ -99,5 +99,3 @@ func (o *Options) resolve(areasFlag string) error {
 	}
 	return nil
 }
-
-func lookPath(name string) (string, error) { return exec.LookPath(name) }

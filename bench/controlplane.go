@@ -52,9 +52,9 @@ func (r *Runner) fanout(ctx context.Context, a *Area) []*Figure {
 	for _, s := range fanoutSizes {
 		delta, okD := Find(res, fmt.Sprintf("%s/delta/proxies=%d", fanoutBench, s.n))
 		sotw, okS := Find(res, fmt.Sprintf("%s/sotw/proxies=%d", fanoutBench, s.n))
-		get := func(b GoBench, ok bool, unit string, scale float64) *float64 {
+		get := func(b GoBench, ok bool, unit string) *float64 {
 			if v, has := b.Metrics[unit]; ok && has {
-				return ptr(v * scale)
+				return ptr(v)
 			}
 			return nil
 		}
@@ -64,20 +64,19 @@ func (r *Runner) fanout(ctx context.Context, a *Area) []*Figure {
 		}
 		for _, m := range []struct {
 			name, unit, metric string
-			scale              float64
 			target             *Target
 		}{
-			{"connect all proxies", "ms", "connect_ms", 1, nil},
-			{"endpoint change ACKed, p50", "ms", "p50_ms", 1, nil},
-			{"endpoint change ACKed, p99", "ms", "p99_ms", 1, p99T},
+			{"connect all proxies", "ms", "connect_ms", nil},
+			{"endpoint change ACKed, p50", "ms", "p50_ms", nil},
+			{"endpoint change ACKed, p99", "ms", "p99_ms", p99T},
 		} {
 			name := fmt.Sprintf("N=%d: %s", s.n, m.name)
-			v := get(delta, okD, m.metric, m.scale)
+			v := get(delta, okD, m.metric)
 			if v == nil {
 				figs = append(figs, NotMeasured(name, m.unit, reason(err, "no result for N=%d", s.n), m.target))
 				continue
 			}
-			f := Measured(name, m.unit, *v, get(sotw, okS, m.metric, m.scale), m.target)
+			f := Measured(name, m.unit, *v, get(sotw, okS, m.metric), m.target)
 			figs = append(figs, f)
 		}
 	}

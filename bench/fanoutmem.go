@@ -209,16 +209,8 @@ func memFinding(res map[string]FanoutMemory) string {
 		}
 		if len(parts) > 0 {
 			return fmt.Sprintf("Agent memory per connected proxy at N=%d (server process alone, after GC and returning free pages to the OS) — %s%s.",
-				n, joinParts(parts), registered)
+				n, strings.Join(parts, "; "), registered)
 		}
 	}
 	return ""
-}
-
-func joinParts(parts []string) string {
-	out := parts[0]
-	for _, p := range parts[1:] {
-		out += "; " + p
-	}
-	return out
 }

@@ -99,7 +99,6 @@ type GoBenchRun struct {
 	Timeout   time.Duration
 	// CPUProfile, when set, is passed as -cpuprofile (a path).
 	CPUProfile string
-	MemProfile string
 }
 
 // Run runs the benchmark from dir (the repository root) and parses its
@@ -115,9 +114,6 @@ func (g GoBenchRun) Run(ctx context.Context, goBin, dir string) ([]GoBench, erro
 	args := []string{"test", "-run", "^$", "-bench", g.Bench, "-benchtime", g.BenchTime, "-count", "1", "-timeout", timeout.String()}
 	if g.CPUProfile != "" {
 		args = append(args, "-cpuprofile", g.CPUProfile)
-	}
-	if g.MemProfile != "" {
-		args = append(args, "-memprofile", g.MemProfile)
 	}
 	args = append(args, g.Pkg)
 	cmd := exec.CommandContext(ctx, goBin, args...)

@@ -64,11 +64,12 @@ func (r *Runner) cniFigures(ctx context.Context) []*Figure {
 	}
 	dir := filepath.Join(r.scratch, "netns")
 	var bs, bt []time.Duration
-	if err := os.MkdirAll(dir, 0o755); err == nil {
+	err = os.MkdirAll(dir, 0o755)
+	if err == nil {
 		bs, bt, err = bareNetns(dir, netnsRuns)
-		if err != nil {
-			r.log.Warn("bare namespace baseline failed", "error", err)
-		}
+	}
+	if err != nil {
+		r.log.Warn("bare namespace baseline failed", "error", err)
 	}
 	base := func(ds []time.Duration, p float64) *float64 {
 		if len(ds) == 0 {
@@ -122,6 +123,7 @@ func (r *Runner) dashOnce(ctx context.Context, ag *Agent, path, jobID string, co
 		return 0, err
 	}
 	client := &http.Client{Timeout: 2 * time.Second}
+	defer client.CloseIdleConnections()
 	var took time.Duration
 	last := "no answer"
 	for deadline := start.Add(60 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(5 * time.Millisecond) {

@@ -27,7 +27,6 @@ type FortioResult struct {
 
 type fortioJSON struct {
 	ActualQPS         float64
-	NumThreads        int
 	RetCodes          map[string]int64
 	Sockets           []int64
 	DurationHistogram struct {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime/pprof"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -60,10 +61,10 @@ func (r *Runner) runHTTPMesh(ctx context.Context, profPath string) (int, error) 
 	if err != nil {
 		return 0, err
 	}
+	defer cp.Stop() // also when Start fails: New already started the CA
 	if err := cp.Start(); err != nil {
 		return 0, err
 	}
-	defer cp.Stop()
 	app := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, `{"count":1}`) })}
 	appLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -145,36 +146,27 @@ func waitHTTP(ctx context.Context, c *http.Client, url string, timeout time.Dura
 	return fmt.Errorf("no traffic through the in-process mesh after %s: %v", timeout, last)
 }
 
-// httpLoad runs GETs on conns goroutines until d passes or max requests
+// httpLoad runs GETs on conns goroutines until d passes or limit requests
 // are made, and returns how many succeeded.
-func httpLoad(c *http.Client, url string, conns int, d time.Duration, max int) int {
-	var mu sync.Mutex
-	done := 0
+func httpLoad(c *http.Client, url string, conns int, d time.Duration, limit int64) int {
+	var done atomic.Int64
 	deadline := time.Now().Add(d)
 	var wg sync.WaitGroup
 	for i := 0; i < conns; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for time.Now().Before(deadline) {
-				mu.Lock()
-				if done >= max {
-					mu.Unlock()
-					return
-				}
-				mu.Unlock()
+			for time.Now().Before(deadline) && done.Load() < limit {
 				resp, err := c.Get(url)
 				if err != nil {
 					continue
 				}
 				_, _ = io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
-				mu.Lock()
-				done++
-				mu.Unlock()
+				done.Add(1)
 			}
 		}()
 	}
 	wg.Wait()
-	return done
+	return int(done.Load())
 }

@@ -149,6 +149,28 @@ func TestOptionsResolve(t *testing.T) {
 	}
 }
 
+func TestRunnerWants(t *testing.T) {
+	cases := []struct {
+		areas []string
+		key   string
+		want  bool
+	}{
+		{nil, "dataplane", true},
+		{[]string{"lifecycle"}, "lifecycle", true},
+		{[]string{"lifecycle"}, "dataplane", false},
+		{[]string{"controlplane", "dataplane"}, "dataplane", true},
+	}
+	for _, c := range cases {
+		r, err := NewRunner(Options{Repo: t.TempDir(), Areas: c.areas})
+		if err != nil {
+			t.Fatalf("NewRunner(%v) = %v", c.areas, err)
+		}
+		if got := r.wants(c.key); got != c.want {
+			t.Errorf("areas %v: wants(%q) = %v, want %v", c.areas, c.key, got, c.want)
+		}
+	}
+}
+
 func TestMainBadFlags(t *testing.T) {
 	var out, errb strings.Builder
 	if code := Main([]string{"-areas"}, &out, &errb); code != 2 {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -77,24 +78,11 @@ func NewRunner(o Options) (*Runner, error) {
 }
 
 func knownArea(k string) bool {
-	for _, a := range areas {
-		if a.key == k {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(areas, func(a area) bool { return a.key == k })
 }
 
 func (r *Runner) wants(k string) bool {
-	if len(r.opts.Areas) == 0 {
-		return true
-	}
-	for _, a := range r.opts.Areas {
-		if a == k {
-			return true
-		}
-	}
-	return false
+	return len(r.opts.Areas) == 0 || slices.Contains(r.opts.Areas, k)
 }
 
 // Run measures every selected area and writes results.json and RESULTS.md.
