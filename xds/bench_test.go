@@ -173,16 +173,15 @@ func connectAll(b *testing.B, e *testEnv, f *fanout, proxies []*benchProxy, delt
 	}
 }
 
+// subscriptions is what the simulated proxy asks for per type: wildcard
+// CDS/LDS, its upstreams' CLAs and its two secrets.
+func (p *benchProxy) subscriptions() map[string][]string {
+	return map[string][]string{clusterType: nil, endpointType: p.clusters, listenerType: nil, secretType: {"leaf:" + p.id[:4], RootsSecret}}
+}
+
 // seen handles an EDS payload; it reports when the target CLA carries the
 // expected endpoint count for the current iteration (once per iteration).
-func (p *benchProxy) seen(f *fanout, name string, value []byte, reported *int64) {
-	if name != f.target || !p.watches {
-		return
-	}
-	cla := &endpoint.ClusterLoadAssignment{}
-	if proto.Unmarshal(value, cla) != nil {
-		return
-	}
+func (p *benchProxy) seen(f *fanout, cla *endpoint.ClusterLoadAssignment, reported *int64) {
 	n := 0
 	for _, l := range cla.GetEndpoints() {
 		n += len(l.GetLbEndpoints())
@@ -199,7 +198,7 @@ func (p *benchProxy) runSotw(ctx context.Context, cl discovery.AggregatedDiscove
 		return
 	}
 	node := &core.Node{Id: p.id}
-	names := map[string][]string{clusterType: nil, endpointType: p.clusters, listenerType: nil, secretType: {"leaf:" + p.id[:4], RootsSecret}}
+	names := p.subscriptions()
 	for _, t := range []string{clusterType, endpointType, listenerType, secretType} {
 		if st.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: t, ResourceNames: names[t]}) != nil {
 			return
@@ -215,11 +214,12 @@ func (p *benchProxy) runSotw(ctx context.Context, cl discovery.AggregatedDiscove
 		if st.Send(&discovery.DiscoveryRequest{TypeUrl: r.GetTypeUrl(), ResourceNames: names[r.GetTypeUrl()], VersionInfo: r.GetVersionInfo(), ResponseNonce: r.GetNonce()}) != nil {
 			return
 		}
-		if r.GetTypeUrl() == endpointType {
+		if r.GetTypeUrl() == endpointType && p.watches {
+			// SotW carries no resource names: decode each CLA once to find the target.
 			for _, a := range r.GetResources() {
 				cla := &endpoint.ClusterLoadAssignment{}
-				if proto.Unmarshal(a.GetValue(), cla) == nil {
-					p.seen(f, cla.GetClusterName(), a.GetValue(), &reported)
+				if proto.Unmarshal(a.GetValue(), cla) == nil && cla.GetClusterName() == f.target {
+					p.seen(f, cla, &reported)
 				}
 			}
 		}
@@ -233,7 +233,7 @@ func (p *benchProxy) runDelta(ctx context.Context, cl discovery.AggregatedDiscov
 		return
 	}
 	node := &core.Node{Id: p.id}
-	subs := map[string][]string{clusterType: nil, endpointType: p.clusters, listenerType: nil, secretType: {"leaf:" + p.id[:4], RootsSecret}}
+	subs := p.subscriptions()
 	for _, t := range []string{clusterType, endpointType, listenerType, secretType} {
 		if st.Send(&discovery.DeltaDiscoveryRequest{Node: node, TypeUrl: t, ResourceNamesSubscribe: subs[t]}) != nil {
 			return
@@ -249,9 +249,12 @@ func (p *benchProxy) runDelta(ctx context.Context, cl discovery.AggregatedDiscov
 		if st.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: r.GetTypeUrl(), ResponseNonce: r.GetNonce()}) != nil {
 			return
 		}
-		if r.GetTypeUrl() == endpointType {
+		if r.GetTypeUrl() == endpointType && p.watches {
 			for _, res := range r.GetResources() {
-				p.seen(f, res.GetName(), res.GetResource().GetValue(), &reported)
+				cla := &endpoint.ClusterLoadAssignment{}
+				if res.GetName() == f.target && proto.Unmarshal(res.GetResource().GetValue(), cla) == nil {
+					p.seen(f, cla, &reported)
+				}
 			}
 		}
 		p.markReady(got, r.GetTypeUrl())

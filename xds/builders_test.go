@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/meshlet/meshlet/catalog"
+	"github.com/meshlet/meshlet/internal/envoyvalidate"
 )
 
 const testTD = "11111111-2222-3333-4444-555555555555.meshlet"
@@ -65,13 +66,13 @@ func TestBuildProxyResourcesValidate(t *testing.T) {
 			var gotL, gotC []string
 			for _, l := range res.listeners {
 				gotL = append(gotL, l.GetName())
-				if err := validateDeep(l); err != nil {
+				if err := envoyvalidate.All(l); err != nil {
 					t.Errorf("listener %s: %v", l.GetName(), err)
 				}
 			}
 			for _, c := range res.clusters {
 				gotC = append(gotC, c.GetName())
-				if err := validateDeep(c); err != nil {
+				if err := envoyvalidate.All(c); err != nil {
 					t.Errorf("cluster %s: %v", c.GetName(), err)
 				}
 			}
@@ -159,7 +160,7 @@ func TestProxylessResourcesValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, m := range []proto.Message{l, c, cla} {
-		if err := validateDeep(m); err != nil {
+		if err := envoyvalidate.All(m); err != nil {
 			t.Errorf("%T: %v", m, err)
 		}
 	}
@@ -191,7 +192,7 @@ func TestSecretsValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, m := range []proto.Message{roots, ls} {
-		if err := validateDeep(m); err != nil {
+		if err := envoyvalidate.All(m); err != nil {
 			t.Errorf("%T: %v", m, err)
 		}
 	}
@@ -231,7 +232,7 @@ func TestProxyConfigErrors(t *testing.T) {
 	}
 }
 
-// ValidateAll stops at Any fields; validateDeep must not.
+// ValidateAll stops at Any fields; envoyvalidate.All must not.
 func TestValidateDeepLooksInsideAny(t *testing.T) {
 	f, err := networkFilter(tcpProxyFilter, &tcpproxy.TcpProxy{ClusterSpecifier: &tcpproxy.TcpProxy_Cluster{Cluster: "x"}}) // no stat_prefix
 	if err != nil {
@@ -241,8 +242,8 @@ func TestValidateDeepLooksInsideAny(t *testing.T) {
 	if err := l.ValidateAll(); err != nil {
 		t.Fatalf("ValidateAll unexpectedly saw inside the Any: %v", err)
 	}
-	if err := validateDeep(l); err == nil || !strings.Contains(err.Error(), "StatPrefix") {
-		t.Fatalf("validateDeep = %v, want the nested StatPrefix error", err)
+	if err := envoyvalidate.All(l); err == nil || !strings.Contains(err.Error(), "StatPrefix") {
+		t.Fatalf("envoyvalidate.All = %v, want the nested StatPrefix error", err)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/meshlet/meshlet/catalog"
+	"github.com/meshlet/meshlet/internal/envoyvalidate"
 	"github.com/meshlet/meshlet/internal/testutil"
 )
 
@@ -284,7 +285,7 @@ func decode(t testing.TB, m proto.Message) map[string]proto.Message {
 		if err != nil {
 			t.Fatalf("unpack: %v", err)
 		}
-		if err := validateDeep(r); err != nil {
+		if err := envoyvalidate.All(r); err != nil {
 			t.Errorf("served resource fails validation: %v", err)
 		}
 		out[cache.GetResourceName(r)] = r

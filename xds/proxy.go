@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/meshlet/meshlet/catalog"
+	"github.com/meshlet/meshlet/internal/envoyvalidate"
 )
 
 // Sentinel errors.
@@ -99,7 +100,7 @@ func (b builder) publicListener(inst catalog.ServiceInstance, prot protocol) (*l
 	if l.Name == "" {
 		l.Name = PublicListenerName(inst.Port)
 	}
-	if err := validateDeep(l); err != nil {
+	if err := envoyvalidate.All(l); err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrInvalidProxyConfig, cfgPublicListenerJSON, err)
 	}
 	return l, nil

@@ -15,19 +15,22 @@ import (
 type validatorAll interface{ ValidateAll() error }
 
 // All validates m and every message nested in it, unpacking Any fields.
+// ValidateAll already covers a message's whole subtree up to its Any
+// fields, so it runs once on m and once on each unpacked Any, keeping the
+// cost linear in the message size (xds calls this on every compiled proxy).
 func All(m proto.Message) error {
-	return walk(m.ProtoReflect(), string(m.ProtoReflect().Descriptor().FullName()))
+	return walk(m.ProtoReflect(), string(m.ProtoReflect().Descriptor().FullName()), true)
 }
 
-func walk(m protoreflect.Message, path string) error {
+func walk(m protoreflect.Message, path string, root bool) error {
 	if a, ok := m.Interface().(*anypb.Any); ok {
 		inner, err := a.UnmarshalNew()
 		if err != nil {
 			return fmt.Errorf("%s: failed to unpack %s: %w", path, a.GetTypeUrl(), err)
 		}
-		return walk(inner.ProtoReflect(), path+"<"+string(inner.ProtoReflect().Descriptor().FullName())+">")
+		return walk(inner.ProtoReflect(), path+"<"+string(inner.ProtoReflect().Descriptor().FullName())+">", true)
 	}
-	if v, ok := m.Interface().(validatorAll); ok {
+	if v, ok := m.Interface().(validatorAll); ok && root {
 		if err := v.ValidateAll(); err != nil {
 			return fmt.Errorf("%s: %w", path, err)
 		}
@@ -42,17 +45,17 @@ func walk(m protoreflect.Message, path string) error {
 		case fd.IsList():
 			l := val.List()
 			for i := 0; i < l.Len() && err == nil; i++ {
-				err = walk(l.Get(i).Message(), fmt.Sprintf("%s[%d]", p, i))
+				err = walk(l.Get(i).Message(), fmt.Sprintf("%s[%d]", p, i), false)
 			}
 		case fd.IsMap():
 			if fd.MapValue().Kind() == protoreflect.MessageKind {
 				val.Map().Range(func(k protoreflect.MapKey, v protoreflect.Value) bool {
-					err = walk(v.Message(), fmt.Sprintf("%s[%v]", p, k.Interface()))
+					err = walk(v.Message(), fmt.Sprintf("%s[%v]", p, k.Interface()), false)
 					return err == nil
 				})
 			}
 		default:
-			err = walk(val.Message(), p)
+			err = walk(val.Message(), p, false)
 		}
 		return err == nil
 	})
