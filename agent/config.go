@@ -11,6 +11,8 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/gohcl"
 	"github.com/hashicorp/hcl/v2/hclparse"
+
+	"github.com/meshlet/meshlet/cni"
 )
 
 // Default ports, as Nomad's and Consul's.
@@ -98,9 +100,9 @@ func DefaultConfig() *Config {
 		Connect:    ConnectConfig{DefaultIntentionPolicy: "allow"},
 		Client: ClientConfig{
 			CNIPath:             defaultCNIPath(),
-			CNIConfigDir:        "/opt/cni/config",
-			BridgeNetworkSubnet: "172.26.64.0/20",
-			BridgeNetworkName:   "meshlet",
+			CNIConfigDir:        cni.DefaultConfigDir,
+			BridgeNetworkSubnet: cni.DefaultSubnet,
+			BridgeNetworkName:   cni.DefaultNetworkName,
 			MinDynamicPort:      20000,
 			MaxDynamicPort:      32000,
 			Options:             map[string]string{},
@@ -118,7 +120,7 @@ func DevConfig() *Config {
 }
 
 // defaultCNIPath is <dir of the meshlet binary>/cni when it exists (make
-// puts the plugins in bin/cni next to bin/meshlet), else /opt/cni/bin.
+// puts the plugins in bin/cni next to bin/meshlet), else cni.DefaultPluginDir.
 func defaultCNIPath() string {
 	if exe, err := os.Executable(); err == nil {
 		dir := filepath.Join(filepath.Dir(exe), "cni")
@@ -126,7 +128,7 @@ func defaultCNIPath() string {
 			return dir
 		}
 	}
-	return "/opt/cni/bin"
+	return cni.DefaultPluginDir
 }
 
 // Validate checks the configuration.

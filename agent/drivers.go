@@ -60,7 +60,7 @@ func (a *Agent) newNetworker() (client.Networker, string) {
 		NetworkName: a.cfg.Client.BridgeNetworkName,
 		Subnet:      a.cfg.Client.BridgeNetworkSubnet,
 		StateDir:    filepath.Join(a.cfg.DataDir, "cni"),
-	}, a.logger.Named("cni"))
+	}, a.logger) // cni.New names its logger "cni"
 	if err != nil {
 		a.logger.Warn("bridge networking unavailable", "error", err)
 		return nil, err.Error()

@@ -16,22 +16,22 @@ import (
 func (m *Manager) GC(ctx context.Context, live map[string]bool) error {
 	mu.Lock()
 	defer mu.Unlock()
-	dead := map[string]bool{}
+	found := map[string]bool{} // IDs something is left of
 	var errs []error
 	if atts, err := m.cni.GetCachedAttachments(""); err == nil {
 		for _, a := range atts {
-			dead[a.ContainerID] = !live[a.ContainerID]
+			found[a.ContainerID] = true
 		}
 	}
 	ids, err := m.records()
 	errs = append(errs, err)
 	for _, id := range ids {
-		dead[id] = !live[id]
+		found[id] = true
 	}
 	leases, err := m.leases()
 	errs = append(errs, err)
 	for _, l := range leases {
-		dead[l.id] = !live[l.id]
+		found[l.id] = true
 	}
 	t, terr := m.iptables()
 	if terr == nil {
@@ -39,12 +39,12 @@ func (m *Manager) GC(ctx context.Context, live map[string]bool) error {
 		errs = append(errs, err)
 		for _, r := range rules {
 			if network, id, ok := r.tagOf(); ok && network == m.cfg.NetworkName && id != "" {
-				dead[id] = !live[id]
+				found[id] = true
 			}
 		}
 	}
-	for id, isDead := range dead {
-		if !isDead {
+	for id := range found {
+		if live[id] {
 			continue
 		}
 		m.logger.Info("removing leaked allocation network", "alloc_id", id)

@@ -215,13 +215,7 @@ func natRulesOf(t testing.TB, bridge string) []rule {
 		t.Fatalf("iptables -t nat -S: %v", err)
 	}
 	_, rules := parseRules("nat", out)
-	var mine []rule
-	for _, r := range rules {
-		if r.chain == postroutingChain && strings.HasPrefix(r.comment(), bridgeComment(bridge)) {
-			mine = append(mine, r)
-		}
-	}
-	return mine
+	return bridgeRules(rules, bridge)
 }
 
 // residue lists what is left of the given allocations and of this

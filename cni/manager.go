@@ -148,12 +148,9 @@ func (m *Manager) setupLocked(ctx context.Context, alloc *structs.Allocation, p 
 		return nil, classify(err, p.list.Name, m.cfg.Subnet)
 	}
 	res, err := m.addWithRetry(ctx, alloc.ID, p)
-	if err == nil {
-		err = m.routeLocalnet(p)
-	}
 	var status *structs.AllocNetworkStatus
 	if err == nil {
-		status, err = statusOf(res, groupNetwork(alloc))
+		status, err = m.afterAdd(res, alloc, p)
 	}
 	if err != nil {
 		if uerr := m.teardownLocked(context.WithoutCancel(ctx), alloc.ID, &attachment{list: p.list, rt: p.rt}); uerr != nil {
@@ -194,18 +191,20 @@ func (m *Manager) addWithRetry(ctx context.Context, allocID string, p *plan) (ty
 	return nil, first
 }
 
+// afterAdd completes a successful ADD of the plan: route_localnet for
+// its host ports, then the status from the result.
+func (m *Manager) afterAdd(res types.Result, alloc *structs.Allocation, p *plan) (*structs.AllocNetworkStatus, error) {
+	if err := m.routeLocalnet(p); err != nil {
+		return nil, err
+	}
+	return statusOf(res, groupNetwork(alloc))
+}
+
 // undoAdd removes a partial ADD but keeps the namespace for the next try.
 func (m *Manager) undoAdd(ctx context.Context, allocID string, p *plan) {
-	ips := m.leaseIPs(allocID)
-	d := m.delNetworks(ctx, allocID, &attachment{list: p.list, rt: p.rt})
-	if d.err != nil {
-		m.logger.Debug("CNI DEL between ADD attempts failed", "alloc_id", allocID, "error", d.err)
+	if delErr, err := m.detachLocked(ctx, allocID, &attachment{list: p.list, rt: p.rt}); delErr != nil || err != nil {
+		m.logger.Debug("undoing a partial CNI ADD failed", "alloc_id", allocID, "error", errors.Join(delErr, err))
 	}
-	if err := m.sweep(allocID, d, ips); err != nil {
-		m.logger.Debug("iptables cleanup between ADD attempts failed", "alloc_id", allocID, "error", err)
-	}
-	_ = m.releaseLeases(func(id string) bool { return id == allocID })
-	_ = m.removeCache(allocID)
 }
 
 // sweep removes what the plugins may have left of allocID in iptables
@@ -319,11 +318,11 @@ func (m *Manager) hasState(allocID string) bool {
 	return len(m.leaseIPs(allocID)) > 0
 }
 
-// teardownLocked removes everything of allocID: CNI DEL, iptables
-// leftovers (swept only when DEL failed or had no cached config: a clean
-// DEL has removed the plugins' rules itself), leases, cache, namespace and
-// record.
-func (m *Manager) teardownLocked(ctx context.Context, allocID string, fallback *attachment) error {
+// detachLocked undoes allocID's ADDs but keeps its namespace: CNI DEL,
+// iptables leftovers (swept only when DEL failed or had no cached config:
+// a clean DEL has removed the plugins' rules itself), leases and cache. It
+// returns the DEL error apart from the errors of the cleanup after it.
+func (m *Manager) detachLocked(ctx context.Context, allocID string, fallback *attachment) (delErr, err error) {
 	ips := m.leaseIPs(allocID)
 	d := m.delNetworks(ctx, allocID, fallback)
 	var errs []error
@@ -332,20 +331,28 @@ func (m *Manager) teardownLocked(ctx context.Context, allocID string, fallback *
 	}
 	errs = append(errs,
 		m.releaseLeases(func(id string) bool { return id == allocID }),
+		m.removeCache(allocID),
+	)
+	return d.err, errors.Join(errs...)
+}
+
+// teardownLocked removes everything of allocID: what detachLocked
+// removes, then the namespace and, last, its record.
+func (m *Manager) teardownLocked(ctx context.Context, allocID string, fallback *attachment) error {
+	delErr, err := m.detachLocked(ctx, allocID, fallback)
+	err = errors.Join(err,
 		deleteLinks(m.NetNSPath(allocID)),
 		removeNetNS(m.NetNSPath(allocID)),
-		m.removeCache(allocID),
 		m.removeRecord(allocID),
 	)
-	if err := errors.Join(errs...); err != nil {
-		if d.err != nil {
-			return fmt.Errorf("%w (after CNI DEL failed: %v)", err, d.err)
-		}
+	switch {
+	case err != nil && delErr != nil:
+		return fmt.Errorf("%w (after CNI DEL failed: %v)", err, delErr)
+	case err != nil:
 		return err
-	}
-	if d.err != nil {
+	case delErr != nil:
 		m.logger.Warn("CNI DEL failed; removed the allocation's iptables rules, lease and namespace directly",
-			"alloc_id", allocID, "error", d.err)
+			"alloc_id", allocID, "error", delErr)
 	}
 	return nil
 }

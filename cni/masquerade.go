@@ -66,6 +66,19 @@ func bridgeComment(bridge string) string {
 	return commentPrefix + "bridge " + bridge + " "
 }
 
+// bridgeRules returns, in order, the rules of the network on bridge
+// among rules (a listing of the nat table).
+func bridgeRules(rules []rule, bridge string) []rule {
+	prefix := bridgeComment(bridge)
+	var out []rule
+	for _, r := range rules {
+		if r.chain == postroutingChain && strings.HasPrefix(r.comment(), prefix) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // networkRules are the rules of the network on bridge, in the order they
 // must have.
 func networkRules(bridge, subnet string) []natRule {
@@ -110,16 +123,13 @@ func (m *Manager) ensureNAT() error {
 		}
 	}
 	var errs []error
-	var jumps, mine []rule
-	prefix := bridgeComment(m.cfg.BridgeName)
+	var jumps []rule
 	for _, r := range rules {
-		switch c := r.comment(); {
-		case r.chain == jumpRule.chain && c == jumpRule.comment:
+		if r.chain == jumpRule.chain && r.comment() == jumpRule.comment {
 			jumps = append(jumps, r)
-		case r.chain == postroutingChain && strings.HasPrefix(c, prefix):
-			mine = append(mine, r)
 		}
 	}
+	mine := bridgeRules(rules, m.cfg.BridgeName)
 	if len(jumps) == 0 {
 		errs = append(errs, t.insertFirst(jumpRule))
 	}
@@ -208,10 +218,8 @@ func RemoveBridgeNAT(bridge string) error {
 		return err
 	}
 	var errs []error
-	for _, r := range rules {
-		if r.chain == postroutingChain && strings.HasPrefix(r.comment(), bridgeComment(bridge)) {
-			errs = append(errs, t.deleteRule(r))
-		}
+	for _, r := range bridgeRules(rules, bridge) {
+		errs = append(errs, t.deleteRule(r))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("failed to remove masquerade rules of bridge %s: %w", bridge, err)

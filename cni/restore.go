@@ -58,10 +58,7 @@ func (m *Manager) restoreLocked(ctx context.Context, alloc *structs.Allocation, 
 	m.undoAdd(ctx, alloc.ID, p)
 	res, err := m.cni.AddNetworkList(ctx, p.list, p.rt)
 	if err == nil {
-		err = m.routeLocalnet(p)
-	}
-	if err == nil {
-		status, err = statusOf(res, groupNetwork(alloc))
+		status, err = m.afterAdd(res, alloc, p)
 	}
 	if err != nil {
 		// Keep the namespace (tasks may live in it); Teardown removes it.
