@@ -79,7 +79,7 @@ func TestFingerprintAndNodeIDPersist(t *testing.T) {
 	c := newClient(t, srv, dir, fakedriver.New("raw_exec"))
 	n := c.Node()
 	for k, want := range map[string]string{"kernel.name": "linux", "meshlet.binary": "/usr/bin/meshlet", "meshlet.version": "test",
-		"driver.raw_exec": "1", "unique.network.ip-address": "127.0.0.1"} {
+		"driver.raw_exec": "1", "driver.raw_exec.version": "fake", "unique.network.ip-address": "127.0.0.1"} {
 		if n.Attributes[k] != want {
 			t.Errorf("attr %s = %q, want %q", k, n.Attributes[k], want)
 		}

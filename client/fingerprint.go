@@ -61,8 +61,8 @@ func (c *Client) fingerprint(ctx context.Context, nodeID string) *structs.Node {
 		if info.Detected {
 			attrs["driver."+dname] = "1"
 		}
-		for k, v := range info.Attributes {
-			attrs["driver."+dname+"."+k] = v
+		for k, v := range info.Attributes { // full keys, as Nomad's drivers give them
+			attrs[k] = v
 		}
 		node.Drivers[dname] = info
 		c.logger.Debug("fingerprinted driver", "driver", dname, "detected", info.Detected, "healthy", info.Healthy,

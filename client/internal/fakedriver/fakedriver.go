@@ -90,7 +90,8 @@ func (d *Driver) Name() string { return d.name }
 
 // Fingerprint implements driver.Driver.
 func (d *Driver) Fingerprint(context.Context) (*driver.Fingerprint, error) {
-	return &driver.Fingerprint{Detected: true, Healthy: true}, nil
+	return &driver.Fingerprint{Detected: true, Healthy: true,
+		Attributes: map[string]string{"driver." + d.name + ".version": "fake"}}, nil
 }
 
 // StartTask implements driver.Driver.
