@@ -83,6 +83,7 @@ type Backend interface {
 	GetAllocation(ctx context.Context, id string) (*structs.Allocation, error)
 
 	ListNodes(ctx context.Context) ([]*structs.Node, error)
+	// GetNode accepts a full ID or a unique prefix.
 	GetNode(ctx context.Context, id string) (*structs.Node, error)
 
 	// TaskLogs streams a task's log across rotated files.

@@ -1,8 +1,6 @@
 package api
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -32,42 +30,18 @@ func (s *Server) listNodes(r *http.Request) (any, error) {
 	return out, nil
 }
 
-// findNode resolves a full node ID or a unique prefix.
-func (s *Server) findNode(ctx context.Context, id string) (*structs.Node, error) {
-	n, err := s.b.GetNode(ctx, id)
-	if err == nil {
-		return n, nil
-	}
-	if !errors.Is(err, ErrNotFound) || id == "" {
+func (s *Server) getNode(r *http.Request) (any, error) {
+	n, err := s.b.GetNode(r.Context(), r.PathValue("id"))
+	if err != nil {
 		return nil, fmt.Errorf("failed to get node: %w", err)
 	}
-	nodes, lerr := s.b.ListNodes(ctx)
-	if lerr != nil {
-		return nil, fmt.Errorf("failed to list nodes: %w", lerr)
-	}
-	var match []*structs.Node
-	for _, cand := range nodes {
-		if strings.HasPrefix(cand.ID, id) {
-			match = append(match, cand)
-		}
-	}
-	switch len(match) {
-	case 0:
-		return nil, fmt.Errorf("node %q: %w", id, ErrNotFound)
-	case 1:
-		return match[0], nil
-	}
-	return nil, fmt.Errorf("node prefix %q matches %d nodes: %w", id, len(match), ErrAmbiguousPrefix)
-}
-
-func (s *Server) getNode(r *http.Request) (any, error) {
-	return s.findNode(r.Context(), r.PathValue("id"))
+	return n, nil
 }
 
 func (s *Server) nodeAllocations(r *http.Request) (any, error) {
-	n, err := s.findNode(r.Context(), r.PathValue("id"))
+	n, err := s.b.GetNode(r.Context(), r.PathValue("id"))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("failed to get node: %w", err)
 	}
 	allocs, err := s.b.ListAllocations(r.Context())
 	if err != nil {

@@ -97,6 +97,8 @@ func TestHandlers(t *testing.T) {
 		{"nodes", "GET", "/v1/nodes", "", 200, `"Name":"dev-1"`},
 		{"node by prefix", "GET", "/v1/node/" + apitest.NodeID[:8], "", 200, `"ID":"` + apitest.NodeID + `"`},
 		{"node 404", "GET", "/v1/node/ffff", "", 404, "not found"},
+		{"node allocations by prefix", "GET", "/v1/node/" + apitest.NodeID[:8] + "/allocations", "", 200, `"ID":"` + allocID + `"`},
+		{"node allocations 404", "GET", "/v1/node/ffff/allocations", "", 404, "not found"},
 		{"leader", "GET", "/v1/status/leader", "", 200, `"127.0.0.1:4647"`},
 		{"agent self", "GET", "/v1/agent/self", "", 200, `"member"`},
 		{"metrics disabled", "GET", "/v1/metrics", "", 404, "metrics are not enabled"},

@@ -53,12 +53,14 @@ func (s *Server) Node(ctx context.Context, idOrPrefix string) (*structs.Node, er
 		return nil, fmt.Errorf("failed to list nodes: %w", err)
 	}
 	ids := make([]string, 0, len(nodes))
+	byID := make(map[string]*structs.Node, len(nodes))
 	for _, n := range nodes {
 		ids = append(ids, n.ID)
+		byID[n.ID] = n
 	}
 	id, err := lookupPrefix(ids, idOrPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("failed to find node: %w", err)
 	}
-	return s.store.Node(id)
+	return byID[id], nil
 }

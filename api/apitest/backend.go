@@ -349,15 +349,26 @@ func (b *Backend) ListNodes(context.Context) ([]*structs.Node, error) {
 	return out, nil
 }
 
-// GetNode implements api.Backend.
+// GetNode implements api.Backend (full ID or unique prefix).
 func (b *Backend) GetNode(_ context.Context, id string) (*structs.Node, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	n, ok := b.nodes[id]
-	if !ok {
-		return nil, fmt.Errorf("node %q: %w", id, api.ErrNotFound)
+	if n, ok := b.nodes[id]; ok {
+		return clone(n), nil
 	}
-	return clone(n), nil
+	var match []*structs.Node
+	for _, n := range b.nodes {
+		if id != "" && strings.HasPrefix(n.ID, id) {
+			match = append(match, n)
+		}
+	}
+	switch len(match) {
+	case 0:
+		return nil, fmt.Errorf("node %q: %w", id, api.ErrNotFound)
+	case 1:
+		return clone(match[0]), nil
+	}
+	return nil, fmt.Errorf("node prefix %q matches %d nodes: %w", id, len(match), api.ErrAmbiguousPrefix)
 }
 
 // GetEvaluation implements api.EvaluationBackend.
