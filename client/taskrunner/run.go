@@ -112,7 +112,8 @@ func (tr *TaskRunner) isKilling() bool {
 	return tr.killing
 }
 
-// start launches the task and persists its handle at once.
+// start launches the task and persists its handle at once, in the same
+// write as the running state.
 func (tr *TaskRunner) start() (*driver.TaskHandle, <-chan *driver.ExitResult, *driver.ExitResult) {
 	cfg := tr.taskConfig()
 	h, err := tr.cfg.Driver.StartTask(cfg)
@@ -121,11 +122,8 @@ func (tr *TaskRunner) start() (*driver.TaskHandle, <-chan *driver.ExitResult, *d
 		tr.emit(driverFailureEvent(err))
 		return nil, nil, &driver.ExitResult{Err: err}
 	}
-	tr.mu.Lock()
-	tr.handle = h
-	tr.mu.Unlock()
-	tr.persist()
 	tr.update(func(s *structs.TaskState) {
+		tr.handle = h
 		tr.appendEvent(NewEvent(structs.TaskStarted))
 		s.State = structs.TaskStateRunning
 		s.StartedAt = time.Now()

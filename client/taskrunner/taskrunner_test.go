@@ -3,8 +3,11 @@ package taskrunner
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -150,9 +153,13 @@ func TestKillRunningTask(t *testing.T) {
 	tr := f.runner(nil)
 	go tr.Run()
 	testutil.WaitFor(t, hang, "task running", func() bool { return tr.TaskID() != "" })
-	ls, _ := f.db.TaskStates("alloc-1")
-	if ls["web"].Handle == nil || ls["web"].Handle.Config.ID != tr.TaskID() {
-		t.Fatal("handle not persisted while the task runs")
+	var ls map[string]*clientstate.LocalTaskState
+	testutil.WaitFor(t, hang, "handle persisted", func() bool {
+		ls, _ = f.db.TaskStates("alloc-1")
+		return ls["web"] != nil && ls["web"].Handle != nil
+	})
+	if ls["web"].Handle.Config.ID != tr.TaskID() {
+		t.Fatal("persisted handle is not the running task's")
 	}
 	if ls["web"].Handle.Config.Config["command"] != "web" {
 		t.Fatalf("config not interpolated: %v", ls["web"].Handle.Config.Config)
@@ -282,5 +289,44 @@ func TestKillRecoveredTaskBeforeRun(t *testing.T) {
 		if st := tr.State(); st.State != structs.TaskStateDead || st.Failed != viaMarkDead {
 			t.Fatalf("markDead=%v: state %+v", viaMarkDead, st)
 		}
+	}
+}
+
+// recordingStore records every task state write.
+type recordingStore struct {
+	clientstate.Store
+	mu     sync.Mutex
+	writes []*clientstate.LocalTaskState
+}
+
+func (s *recordingStore) PutTaskState(allocID, task string, ls *clientstate.LocalTaskState) error {
+	s.mu.Lock()
+	s.writes = append(s.writes, ls)
+	s.mu.Unlock()
+	return s.Store.PutTaskState(allocID, task, ls)
+}
+
+// Starting a task is one state write, and it carries the handle recovery
+// needs together with the running state.
+func TestStartIsOneWrite(t *testing.T) {
+	f := newFixture(t, "service")
+	rec := &recordingStore{Store: f.db}
+	tr := f.runner(nil)
+	tr.cfg.State = rec
+	go tr.Run()
+	testutil.WaitFor(t, hang, "task running", func() bool { return tr.TaskID() != "" })
+	ctx, cancel := context.WithTimeout(context.Background(), hang)
+	defer cancel()
+	tr.Kill(ctx, nil)
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	var got []string
+	for _, w := range rec.writes {
+		got = append(got, fmt.Sprintf("%s %s handle=%v", w.State.State, eventTypes(w.State), w.Handle != nil))
+	}
+	// (New wrote Received before the recorder was in place.)
+	want := []string{"pending Received,Task Setup handle=false", "running Received,Task Setup,Started handle=true"}
+	if len(got) < len(want) || !slices.Equal(got[:len(want)], want) {
+		t.Fatalf("writes = %q\nwant them to start with %q", got, want)
 	}
 }
