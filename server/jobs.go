@@ -53,18 +53,21 @@ func (s *Server) RegisterJob(ctx context.Context, job *structs.Job) (*RegisterRe
 	cp.Status = ""
 	cp.SubmitTime = s.now().UnixNano()
 	old, err := s.store.Job(cp.ID)
+	changed := true
 	switch {
 	case errors.Is(err, state.ErrNotFound):
-		cp.Version = 0
+		old, cp.Version = nil, 0
 	case err != nil:
 		return nil, fmt.Errorf("failed to read job %s: %w", cp.ID, err)
-	case specEqual(old, cp):
-		cp.Version = old.Version
 	default:
-		cp.Version = old.Version + 1
+		changed = !specEqual(old, cp)
+		cp.Version = old.Version
+		if changed {
+			cp.Version++
+		}
 	}
 	stored := old
-	if old == nil || !specEqual(old, cp) {
+	if changed {
 		if _, err := s.store.UpsertJob(cp); err != nil {
 			return nil, fmt.Errorf("failed to store job %s: %w", cp.ID, err)
 		}
@@ -162,17 +165,19 @@ func (s *Server) JobVersions(ctx context.Context, id string) ([]*structs.Job, er
 	return vs, nil
 }
 
-// JobAllocs returns the job's allocations sorted by group and index.
+// JobAllocs returns the job's allocations sorted by group and index. A
+// purged job's allocations are returned until they are removed; a job that
+// is neither stored nor has allocations is not found.
 func (s *Server) JobAllocs(ctx context.Context, id string) ([]*structs.Allocation, error) {
-	if _, err := s.store.Job(id); err != nil {
-		allocs, lerr := s.store.AllocsByJob(id)
-		if lerr != nil || len(allocs) == 0 {
-			return nil, fmt.Errorf("failed to find job %q: %w", id, err)
-		}
-	}
 	allocs, err := s.store.AllocsByJob(id)
 	if err != nil {
 		return nil, fmt.Errorf("failed to list allocations: %w", err)
+	}
+	if len(allocs) == 0 {
+		// No allocations: tell an unknown job (not found) from one with none.
+		if _, err := s.store.Job(id); err != nil {
+			return nil, fmt.Errorf("failed to find job %q: %w", id, err)
+		}
 	}
 	SortAllocs(allocs)
 	return allocs, nil

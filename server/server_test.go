@@ -247,9 +247,26 @@ func TestPurgeRunningJobRemovesAllocsOnceTerminal(t *testing.T) {
 	if len(left) != 1 || left[0].DesiredStatus != structs.AllocDesiredStatusStop {
 		t.Fatalf("running alloc of purged job must stay until terminal: %+v", left)
 	}
+	if got, err := s.JobAllocs(ctx, "web"); err != nil || len(got) != 1 {
+		t.Fatalf("JobAllocs of purged job with a live alloc = %d, %v", len(got), err)
+	}
 	setClientStatus(t, s, structs.AllocClientStatusComplete, left...)
 	if left, _ = st.Allocs(); len(left) != 0 {
 		t.Fatalf("terminal alloc of purged job not removed")
+	}
+	if _, err := s.JobAllocs(ctx, "web"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("JobAllocs of gone job: %v", err)
+	}
+}
+
+func TestJobAllocsOfJobWithNone(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newServer(t)
+	if _, err := s.RegisterJob(ctx, testJob("zero", "raw_exec", 0)); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.JobAllocs(ctx, "zero"); err != nil || len(got) != 0 {
+		t.Fatalf("JobAllocs of a count-0 job = %d, %v", len(got), err)
 	}
 }
 
