@@ -197,9 +197,10 @@ func (s *Server) Eval(ctx context.Context, id string) (*state.Evaluation, error)
 	return e, nil
 }
 
-// JobStatus derives a job's status: running while any allocation runs,
-// pending while allocations are pending or placement is outstanding, dead
-// once it is stopped (or a finished batch job) and nothing runs.
+// JobStatus derives a job's status: running while any allocation runs;
+// else pending while any is pending; else dead once the job is stopped or
+// any of its allocations finished (batch and service jobs alike); else
+// pending, as while placement is outstanding.
 func JobStatus(job *structs.Job, allocs []*structs.Allocation) string {
 	running, live, done := false, false, 0
 	for _, a := range allocs {
@@ -217,11 +218,7 @@ func JobStatus(job *structs.Job, allocs []*structs.Allocation) string {
 		return structs.JobStatusRunning
 	case live:
 		return structs.JobStatusPending
-	case job.Stop:
-		return structs.JobStatusDead
-	case job.Type == structs.JobTypeBatch && done > 0:
-		return structs.JobStatusDead
-	case done > 0:
+	case job.Stop, done > 0:
 		return structs.JobStatusDead
 	}
 	return structs.JobStatusPending
