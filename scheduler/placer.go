@@ -121,8 +121,9 @@ func (p *placer) assignPorts(tg *structs.TaskGroup, n *structs.Node) (*structs.A
 			return nil, fmt.Errorf("port %d requested twice by group %q", port.Value, tg.Name)
 		}
 		taken[port.Value] = true
-		net.ReservedPorts[i].To = resolveTo(port)
-		res.Shared.Ports = append(res.Shared.Ports, structs.PortMapping{Label: port.Label, Value: port.Value, To: resolveTo(port), HostIP: ip})
+		to := resolveTo(port)
+		net.ReservedPorts[i].To = to
+		res.Shared.Ports = append(res.Shared.Ports, structs.PortMapping{Label: port.Label, Value: port.Value, To: to, HostIP: ip})
 	}
 	for i, port := range net.DynamicPorts {
 		v, err := p.freeDynamicPort(used, taken, n)
@@ -131,9 +132,9 @@ func (p *placer) assignPorts(tg *structs.TaskGroup, n *structs.Node) (*structs.A
 		}
 		taken[v] = true
 		port.Value = v
-		net.DynamicPorts[i].Value = v
-		net.DynamicPorts[i].To = resolveTo(port)
-		res.Shared.Ports = append(res.Shared.Ports, structs.PortMapping{Label: port.Label, Value: v, To: resolveTo(port), HostIP: ip})
+		to := resolveTo(port)
+		net.DynamicPorts[i].Value, net.DynamicPorts[i].To = v, to
+		res.Shared.Ports = append(res.Shared.Ports, structs.PortMapping{Label: port.Label, Value: v, To: to, HostIP: ip})
 	}
 	res.Shared.Networks = []*structs.NetworkResource{&net}
 	return res, nil

@@ -263,6 +263,11 @@ func TestPorts(t *testing.T) {
 					t.Errorf("dynamic port %s left unassigned in Networks", dp.Label)
 				}
 			}
+			for _, np := range append(append([]structs.Port(nil), nw.ReservedPorts...), nw.DynamicPorts...) {
+				if np.To != np.Value {
+					t.Errorf("Networks port %+v: want To resolved to Value", np)
+				}
+			}
 		})
 	}
 }
