@@ -160,6 +160,9 @@ func runConnectProxy(e *env, c *command, args []string) int {
 	if code, ok := e.parse(c, fs, args); !ok {
 		return code
 	}
+	if *concurrency < 0 {
+		return e.usageError(c, "-concurrency must be 0 or more")
+	}
 	id, svc := *proxyID, *service
 	if id == "" || svc == "" {
 		target, err := resolveProxy(*connectAddr, id, *sidecarFor)
@@ -167,9 +170,6 @@ func runConnectProxy(e *env, c *command, args []string) int {
 			return e.errorf("%v", err)
 		}
 		id, svc = target.ID, target.Service
-	}
-	if *concurrency < 0 {
-		return e.usageError(c, "-concurrency must be 0 or more")
 	}
 	return e.runBuiltinProxy(id, svc, *grpcAddr, *adminBind, !*sotw, *logLevel, *concurrency)
 }
