@@ -31,11 +31,13 @@ func defaultRestart(jobType string) structs.RestartPolicy {
 }
 
 // Canonicalize fills Nomad's defaults in place: job type, region,
-// namespace, datacenters, ID/Name, priority; group count and restart policy
-// (by job type; tasks inherit the group's), job update settings into groups;
+// namespace, datacenters, ID/Name, priority; group restart policy (by job
+// type; tasks inherit the group's), job update settings into groups;
 // network mode; service address mode, name and proxy local address; task
 // kill timeout, log limits and resources. It only fills what is unset, so it
-// is idempotent. A group count of 0 becomes 1, as an unset count does.
+// is idempotent. It leaves a group's count alone: the HCL and JSON decoders
+// default an unset count to 1, and an explicit 0 (scale the group to zero)
+// stays 0.
 func Canonicalize(job *structs.Job) {
 	if job == nil {
 		return
