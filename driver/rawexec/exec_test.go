@@ -12,6 +12,7 @@ import (
 
 	"github.com/meshlet/meshlet/driver"
 	dt "github.com/meshlet/meshlet/driver/internal/drivertest"
+	"github.com/meshlet/meshlet/internal/testutil"
 )
 
 func startSleeper(t *testing.T, d *Driver) *driver.TaskConfig {
@@ -103,10 +104,7 @@ func TestExecTaskStreamingCancel(t *testing.T) {
 		})
 		done <- err
 	}()
-	deadline := time.Now().Add(dt.Timeout)
-	for !strings.Contains(out.String(), "waiting") && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.WaitFor(t, dt.Timeout, "the command to wait for stdin", func() bool { return strings.Contains(out.String(), "waiting") })
 	cancel()
 	select {
 	case err := <-done:
