@@ -111,10 +111,7 @@ func (c *Client) queueUpdate(a *structs.Allocation) {
 	c.mu.Lock()
 	c.pending[a.ID] = a
 	c.mu.Unlock()
-	select {
-	case c.updateCh <- struct{}{}:
-	default:
-	}
+	c.wakeUpdater()
 }
 
 // sendUpdates pushes queued status updates to the server.
@@ -132,12 +129,14 @@ func (c *Client) sendUpdates() {
 			case <-c.ctx.Done():
 				return
 			}
-			c.queueRetry()
+			c.wakeUpdater()
 		}
 	}
 }
 
-func (c *Client) queueRetry() {
+// wakeUpdater makes sendUpdates flush soon; a wake-up already pending is
+// enough.
+func (c *Client) wakeUpdater() {
 	select {
 	case c.updateCh <- struct{}{}:
 	default:

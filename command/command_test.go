@@ -1,7 +1,8 @@
 package command
 
 import (
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -10,12 +11,7 @@ import (
 // prints a usage line and an example on stdout.
 func TestHelp(t *testing.T) {
 	var invocations [][]string
-	names := make([]string, 0, len(commands))
-	for name := range commands {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(commands)) {
 		invocations = append(invocations, append(strings.Fields(name), "-h"))
 	}
 	for _, g := range groups {

@@ -2,7 +2,8 @@ package command
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -92,12 +93,7 @@ func (e *env) showJob(client *nomadapi.Client, addr string, job *nomadapi.Job) i
 	}
 	fmt.Fprintf(e.stdout, "\nSummary\n")
 	rows := []string{row("Task Group", "Queued", "Starting", "Running", "Failed", "Complete", "Lost")}
-	groups := make([]string, 0, len(summary.Summary))
-	for g := range summary.Summary {
-		groups = append(groups, g)
-	}
-	sort.Strings(groups)
-	for _, g := range groups {
+	for _, g := range slices.Sorted(maps.Keys(summary.Summary)) {
 		s := summary.Summary[g]
 		rows = append(rows, row(g, s.Queued, s.Starting, s.Running, s.Failed, s.Complete, s.Lost))
 	}

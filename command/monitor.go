@@ -2,6 +2,8 @@ package command
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 
@@ -182,12 +184,7 @@ func quietView(a *nomadapi.AllocationListStub) *allocView {
 
 func (m *monitor) trackTasks(a *nomadapi.AllocationListStub, v *allocView) []string {
 	var lines []string
-	names := make([]string, 0, len(a.TaskStates))
-	for name := range a.TaskStates {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(a.TaskStates)) {
 		ts := a.TaskStates[name]
 		if ts == nil {
 			continue
@@ -222,12 +219,7 @@ func notableEvent(ev *nomadapi.TaskEvent) bool {
 
 // failureReason picks the most telling explanation of a failed allocation.
 func failureReason(a *nomadapi.AllocationListStub) string {
-	names := make([]string, 0, len(a.TaskStates))
-	for name := range a.TaskStates {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(a.TaskStates)) {
 		ts := a.TaskStates[name]
 		if ts == nil || !ts.Failed {
 			continue
@@ -245,13 +237,8 @@ func failureReason(a *nomadapi.AllocationListStub) string {
 // placementFailures renders FailedTGAllocs, one "Task Group" header per
 // group and one "  * reason" line per cause.
 func placementFailures(eval *nomadapi.Evaluation) []string {
-	groups := make([]string, 0, len(eval.FailedTGAllocs))
-	for g := range eval.FailedTGAllocs {
-		groups = append(groups, g)
-	}
-	sort.Strings(groups)
 	var lines []string
-	for _, g := range groups {
+	for _, g := range slices.Sorted(maps.Keys(eval.FailedTGAllocs)) {
 		metric := eval.FailedTGAllocs[g]
 		n := 1
 		if metric != nil {

@@ -2,7 +2,8 @@ package command
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -57,11 +58,7 @@ func runNodeStatus(e *env, c *command, args []string) int {
 }
 
 func writeNodeStatus(e *env, node *nomadapi.Node, allocs []*nomadapi.Allocation) {
-	names := make([]string, 0, len(node.Drivers))
-	for name := range node.Drivers {
-		names = append(names, name)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(node.Drivers))
 	var healthy []string
 	for _, name := range names {
 		if d := node.Drivers[name]; d != nil && d.Detected && d.Healthy {

@@ -17,9 +17,10 @@ package allocdir
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 )
 
 // AllocDir is one allocation's directory tree.
@@ -73,7 +74,7 @@ func (d *AllocDir) Build(tasks []string) error {
 		dirs[td.SecretsDir] = 0o700
 		dirs[td.TmpDir] = 0o777 | os.ModeSticky
 	}
-	for _, p := range sortedKeys(dirs) {
+	for _, p := range slices.Sorted(maps.Keys(dirs)) { // parents sort before their children
 		if err := os.MkdirAll(p, 0o755); err != nil {
 			return fmt.Errorf("failed to create %s: %w", p, err)
 		}
@@ -97,13 +98,4 @@ func (d *AllocDir) Destroy() error {
 func (d *AllocDir) Exists() bool {
 	_, err := os.Stat(d.SharedDir)
 	return err == nil
-}
-
-func sortedKeys(m map[string]os.FileMode) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out) // parents sort before their children
-	return out
 }
