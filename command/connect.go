@@ -82,7 +82,7 @@ func resolveProxy(addr, proxyID, sidecarFor string) (*proxyTarget, error) {
 		return nil, fmt.Errorf("failed to list services at %s (is the agent running? set MESHLET_CONNECT_ADDR): %w", addr, err)
 	}
 	for name := range names {
-		if !strings.HasSuffix(name, "-sidecar-proxy") {
+		if !strings.HasSuffix(name, connect.ProxySuffix) {
 			continue
 		}
 		entries, _, err := client.Catalog().Service(name, "", nil)

@@ -56,11 +56,15 @@ func ServiceID(allocID, group, service, portLabel string) string {
 	return fmt.Sprintf("_nomad-task-%s-group-%s-%s-%s", allocID, group, service, portLabel)
 }
 
+// ProxySuffix ends a sidecar's service ID (see ProxyID) and service name
+// (see ProxyServiceName).
+const ProxySuffix = "-sidecar-proxy"
+
 // ProxyID is the sidecar proxy's service ID (and Envoy node ID).
-func ProxyID(serviceID string) string { return serviceID + "-sidecar-proxy" }
+func ProxyID(serviceID string) string { return serviceID + ProxySuffix }
 
 // ProxyServiceName is the sidecar's service name.
-func ProxyServiceName(service string) string { return service + "-sidecar-proxy" }
+func ProxyServiceName(service string) string { return service + ProxySuffix }
 
 // SocketPath is where the agent places the control plane's socket for an
 // allocation, given the allocation's shared alloc/ directory.

@@ -26,6 +26,8 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/meshlet/meshlet/connect"
 )
 
 // ErrInvalidConfig wraps every problem with the bootstrap inputs, including
@@ -106,7 +108,7 @@ func JSON(cfg BootstrapConfig) ([]byte, error) {
 func node(cfg BootstrapConfig) *corev3.Node {
 	cluster := cfg.Cluster
 	if cluster == "" {
-		cluster = strings.TrimSuffix(cfg.ProxyID, "-sidecar-proxy")
+		cluster = strings.TrimSuffix(cfg.ProxyID, connect.ProxySuffix)
 	}
 	meta := map[string]any{"namespace": "default"}
 	if cfg.Datacenter != "" {
