@@ -30,6 +30,7 @@ import (
 	"github.com/meshlet/meshlet/client/allocrunner"
 	"github.com/meshlet/meshlet/connect"
 	"github.com/meshlet/meshlet/controlplane"
+	"github.com/meshlet/meshlet/internal/httpsrv"
 	"github.com/meshlet/meshlet/jobspecs"
 	"github.com/meshlet/meshlet/scheduler"
 	"github.com/meshlet/meshlet/server"
@@ -249,7 +250,7 @@ func (a *Agent) startHTTP() error {
 	a.apiSrv = api.NewServer(a.backend, a.logger, api.WithAgentInfo(api.AgentInfo{NodeName: node.Name, Region: a.cfg.Region,
 		Datacenter: a.cfg.Datacenter, Version: Version}),
 		api.WithMetricsHandler(promhttp.HandlerFor(a.metrics, promhttp.HandlerOpts{})))
-	a.httpSrv = &http.Server{Handler: a.apiSrv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	a.httpSrv = httpsrv.New(a.apiSrv.Handler())
 	a.httpDone = make(chan struct{})
 	go func() {
 		defer close(a.httpDone)

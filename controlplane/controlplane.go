@@ -29,6 +29,7 @@ import (
 	"github.com/meshlet/meshlet/catalog"
 	"github.com/meshlet/meshlet/consulapi"
 	"github.com/meshlet/meshlet/intention"
+	"github.com/meshlet/meshlet/internal/httpsrv"
 	"github.com/meshlet/meshlet/xds"
 )
 
@@ -130,7 +131,7 @@ func (c *ControlPlane) Start() error {
 		Catalog: c.Catalog, CA: c.CA, Intentions: c.Intentions, Authz: c.Authz,
 		Datacenter: c.cfg.Datacenter, NodeName: c.cfg.NodeName,
 	}, c.cfg.Logger)
-	c.httpSrv = &http.Server{Handler: api.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	c.httpSrv = httpsrv.New(api.Handler())
 	c.serve("grpc", func() error { return c.XDS.Serve(gl) })
 	c.serve("http", func() error { return c.httpSrv.Serve(hl) })
 	c.log.Info("control plane started", "grpc_addr", gl.Addr().String(), "http_addr", hl.Addr().String(),
