@@ -82,6 +82,10 @@ type Agent struct {
 	log         *bytes.Buffer
 	logMu       sync.Mutex
 	done        chan struct{}
+
+	nomadOnce sync.Once
+	nomad     *nomadapi.Client
+	nomadErr  error
 }
 
 // Options tune an agent.
@@ -208,13 +212,17 @@ func (a *Agent) waitReady() {
 	}
 }
 
-// Nomad returns an official Nomad API client for the agent.
+// Nomad returns the agent's official Nomad API client, made on first use
+// and shared (safe for concurrent use): a client per call would leave an
+// idle keep-alive connection per poll open in the agent.
 func (a *Agent) Nomad() *nomadapi.Client {
-	c, err := nomadapi.NewClient(&nomadapi.Config{Address: a.HTTPAddr})
-	if err != nil {
-		a.t.Fatalf("nomad api client: %v", err)
+	a.nomadOnce.Do(func() {
+		a.nomad, a.nomadErr = nomadapi.NewClient(&nomadapi.Config{Address: a.HTTPAddr})
+	})
+	if a.nomadErr != nil {
+		a.t.Fatalf("nomad api client: %v", a.nomadErr)
 	}
-	return c
+	return a.nomad
 }
 
 // CLIResult is a finished CLI invocation.
@@ -269,6 +277,7 @@ func (a *Agent) cleanup() {
 			_ = a.CLI("job", "stop", "-purge", j.ID)
 		}
 	}
+	a.Nomad().Close()
 	if a.cmd.Process != nil {
 		_ = a.cmd.Process.Signal(os.Interrupt)
 		select {
