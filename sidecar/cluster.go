@@ -191,7 +191,7 @@ func (c *cluster) dialHost(ctx context.Context, st *clusterState, h *host) (net.
 		c.connectFailed(h, ctx.Err() != nil)
 		return nil, nil, &connectError{addr: h.ep.addr, err: err}
 	}
-	conn := raw
+	conn := withRawIO(raw)
 	if st.tlsConf != nil {
 		tr := newTLSTransport(raw)
 		tc := tls.Client(tr, st.tlsConf)

@@ -81,7 +81,7 @@ func (l *listener) handle(c net.Conn) {
 		return
 	}
 	chain := st.cfg.chain
-	var down net.Conn = c
+	down := withRawIO(c)
 	if st.tlsConf != nil {
 		tc := tls.Server(newTLSTransport(c), st.tlsConf)
 		ctx, cancel := context.WithTimeout(l.ctx, handshakeTimeout)
@@ -191,8 +191,8 @@ func copyHalf(dst, src net.Conn) int64 {
 // copyConn copies with the kernel's splice path when both ends are plain
 // TCP, and through copyBuffered otherwise.
 func copyConn(dst, src net.Conn) (int64, error) {
-	if d, ok := dst.(*net.TCPConn); ok {
-		if s, ok := src.(*net.TCPConn); ok {
+	if d, ok := tcpConnOf(dst); ok {
+		if s, ok := tcpConnOf(src); ok {
 			return d.ReadFrom(s)
 		}
 	}

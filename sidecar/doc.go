@@ -37,5 +37,7 @@
 // response head and a body that has fully arrived go out in one write; a
 // body still arriving is flushed piece by piece. The built-in sidecar runs
 // with connect.ProxyConcurrency worker threads (GOMAXPROCS), as Envoy runs
-// with --concurrency.
+// with --concurrency; its sockets are read and written with raw system
+// calls (rawio.go), so one thread serves them without the runtime handing
+// its P to another thread during a write.
 package sidecar

@@ -81,8 +81,10 @@ type tlsTransport struct {
 	batch *[]byte // non-nil during a batch
 }
 
-// newTLSTransport wraps c to be passed to tls.Client or tls.Server.
+// newTLSTransport wraps c to be passed to tls.Client or tls.Server. A TCP
+// connection's reads and writes become raw system calls (rawio.go).
 func newTLSTransport(c net.Conn) *tlsTransport {
+	c = withRawIO(c)
 	t := &tlsTransport{Conn: c}
 	if sc, ok := c.(syscall.Conn); ok {
 		if rc, err := sc.SyscallConn(); err == nil {
@@ -166,7 +168,7 @@ func (t *tlsTransport) fill(p []byte) (int, error) {
 			bp = tlsReadBuffers.Get().(*[]byte)
 			dst = *bp
 		}
-		m, err := readFD(int(fd), dst)
+		m, err := rawRead(int(fd), dst)
 		if err != nil || m == 0 {
 			if bp != nil {
 				tlsReadBuffers.Put(bp)
@@ -225,16 +227,6 @@ func (t *tlsTransport) releaseReadLocked() {
 	tlsReadBuffers.Put(t.rbuf)
 	t.rbuf, t.rpos, t.rend = nil, 0, 0
 	tlsReadBuffersHeld.Add(-1)
-}
-
-// readFD is read(2), retried when interrupted.
-func readFD(fd int, b []byte) (int, error) {
-	for {
-		n, err := unix.Read(fd, b)
-		if err != unix.EINTR {
-			return n, err
-		}
-	}
 }
 
 // pollRead reads from tc (a tls.Conn over t) without waiting for the

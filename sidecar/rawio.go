@@ -1,0 +1,142 @@
+package sidecar
+
+import (
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Raw socket I/O on the data path.
+//
+// The proxy's sockets are non-blocking: a read(2) or write(2) on them never
+// sleeps, it returns EAGAIN and the goroutine waits in the netpoller. Made
+// as ordinary system calls, they still mark the thread's P as "in a
+// syscall", and a write on loopback or a veth runs the receiving socket's
+// TCP stack inline, which often takes longer than the runtime's 20 µs
+// sysmon tick. With one P (the sidecar's GOMAXPROCS is 1, as Envoy runs
+// with --concurrency 1) sysmon then retakes the P and hands it to another
+// thread, and the goroutine continues there when the call returns: two
+// futex wake-ups and a thread switch per hop, which cost more CPU than the
+// proxy's own work at a moderate request rate. Raw system calls leave the
+// P where it is. They are safe here only because the descriptors are
+// non-blocking; a blocking descriptor must never be read or written this
+// way.
+
+// rawRead is read(2) as a raw system call, retried when interrupted.
+func rawRead(fd int, p []byte) (int, error) {
+	for {
+		n, _, errno := syscall.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
+		if errno == syscall.EINTR {
+			continue
+		}
+		if errno != 0 {
+			return 0, errno
+		}
+		return int(n), nil
+	}
+}
+
+// rawWrite is write(2) as a raw system call, retried when interrupted.
+func rawWrite(fd int, p []byte) (int, error) {
+	for {
+		n, _, errno := syscall.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
+		if errno == syscall.EINTR {
+			continue
+		}
+		if errno != 0 {
+			return 0, errno
+		}
+		return int(n), nil
+	}
+}
+
+// rawTCP is a TCP connection whose Read and Write go through rawRead and
+// rawWrite, waiting in the netpoller (deadlines included) when the socket
+// is not ready. Everything else is the *net.TCPConn's.
+type rawTCP struct {
+	*net.TCPConn
+	rc syscall.RawConn
+}
+
+// withRawIO returns c with raw reads and writes if it is a TCP connection
+// that exposes its socket, else c itself.
+func withRawIO(c net.Conn) net.Conn {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return c
+	}
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return c
+	}
+	return &rawTCP{TCPConn: tc, rc: rc}
+}
+
+// tcpConnOf returns the *net.TCPConn of c (plain or with raw I/O).
+func tcpConnOf(c net.Conn) (*net.TCPConn, bool) {
+	switch t := c.(type) {
+	case *net.TCPConn:
+		return t, true
+	case *rawTCP:
+		return t.TCPConn, true
+	}
+	return nil, false
+}
+
+// Read implements net.Conn.
+func (c *rawTCP) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	var n int
+	var errno error
+	err := c.rc.Read(func(fd uintptr) bool {
+		n, errno = rawRead(int(fd), p)
+		return errno != unix.EAGAIN
+	})
+	switch {
+	case err != nil:
+		return 0, err
+	case errno != nil:
+		return 0, c.opError("read", errno)
+	case n == 0:
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// Write implements net.Conn: it returns once all of p is written, or on
+// the first error.
+func (c *rawTCP) Write(p []byte) (int, error) {
+	var n int
+	var errno error
+	err := c.rc.Write(func(fd uintptr) bool {
+		for n < len(p) {
+			m, e := rawWrite(int(fd), p[n:])
+			if e == unix.EAGAIN {
+				return false
+			}
+			if e != nil {
+				errno = e
+				return true
+			}
+			n += m
+		}
+		return true
+	})
+	switch {
+	case err != nil:
+		return n, err
+	case errno != nil:
+		return n, c.opError("write", errno)
+	}
+	return n, nil
+}
+
+func (c *rawTCP) opError(op string, errno error) error {
+	return &net.OpError{Op: op, Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError(op, errno)}
+}
