@@ -140,10 +140,12 @@ func (r *Runner) waitPassing(ctx context.Context, netns, url string) error {
 }
 
 // sidecarUsage is CPU (vCPU) and memory (MB: VmRSS, RssAnon, PSS) of a
-// process over a load run.
+// process over a load run, and the share of its CPU its busiest thread
+// used (0 to 1).
 type sidecarUsage struct {
 	name                string
 	vcpu, mb, anon, pss float64
+	topThread           float64
 	err                 error
 }
 
@@ -166,7 +168,7 @@ func watch(procs map[string]int, fn func() error) (map[string]sidecarUsage, erro
 	for name, pid := range procs {
 		s, err := SampleProc(pid)
 		out[name] = sidecarUsage{name: name, vcpu: (s.CPUSeconds - before[name].CPUSeconds) / wall, mb: float64(s.RSSBytes) / 1e6,
-			anon: float64(s.AnonBytes) / 1e6, pss: float64(s.PssBytes) / 1e6, err: err}
+			anon: float64(s.AnonBytes) / 1e6, pss: float64(s.PssBytes) / 1e6, topThread: busiestThreadShare(before[name], s), err: err}
 	}
 	return out, nil
 }

@@ -147,7 +147,10 @@ func sidecarFigures(usage map[string]sidecarUsage, errU, errM error) []*Figure {
 		pss.Note = fmt.Sprintf("VmRSS is %.1f MB, of which %.1f MB are pages of the meshlet executable shared with the "+
 			"node's other meshlet processes (agent, executors, apps, sidecars); PSS counts this process's share of them.",
 			u.mb, u.mb-u.anon)
-		figs = append(figs, Measured(cpuName, "vCPU", u.vcpu, bc, cpuT), pss,
+		cpu := Measured(cpuName, "vCPU", u.vcpu, bc, cpuT)
+		cpu.Note = fmt.Sprintf("its busiest thread used %.0f %% of it (sockets are read and written with raw system "+
+			"calls, so the runtime does not hand the sidecar's one P to another thread during a write).", 100*u.topThread)
+		figs = append(figs, cpu, pss,
 			Measured(rssName, "MB", u.mb, bm, nil), Measured(anonName, "MB", u.anon, ba, nil))
 	}
 	return figs

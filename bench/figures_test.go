@@ -71,7 +71,7 @@ func TestManyFigures(t *testing.T) {
 
 func TestSidecarFiguresAndFinding(t *testing.T) {
 	usage := map[string]sidecarUsage{
-		"client sidecar": {vcpu: 0.3, mb: 41, anon: 12, pss: 35},
+		"client sidecar": {vcpu: 0.3, mb: 41, anon: 12, pss: 35, topThread: 0.97},
 		"server sidecar": {vcpu: 0.05, mb: 40, anon: 9, pss: 14},
 		"server app":     {vcpu: 0.1, mb: 30, anon: 5, pss: 10},
 	}
@@ -95,6 +95,9 @@ func TestSidecarFiguresAndFinding(t *testing.T) {
 		if f.Met == nil || *f.Met != wantMet[i] {
 			t.Errorf("%s: Met = %v, want %v", f.Name, deref(f.Met), wantMet[i])
 		}
+	}
+	if !strings.Contains(figs[0].Note, "busiest thread used 97 %") {
+		t.Errorf("CPU note %q", figs[0].Note)
 	}
 	if !strings.Contains(figs[5].Note, "VmRSS is 40.0 MB, of which 31.0 MB") {
 		t.Errorf("PSS note %q", figs[5].Note)
@@ -139,8 +142,8 @@ func TestFindProcInNetns(t *testing.T) {
 		t.Errorf("pid %d not among %v", os.Getpid(), pids)
 	}
 	s, err := SampleProc(os.Getpid())
-	if err != nil || s.RSSBytes <= 0 {
-		t.Errorf("SampleProc = %+v, %v", s, err)
+	if err != nil || s.RSSBytes <= 0 || s.ThreadCPU[os.Getpid()] < 0 || len(s.ThreadCPU) < 2 {
+		t.Errorf("SampleProc = %+v, %v (want this process's threads, the main one included)", s, err)
 	}
 	if _, err := FindProcInNetns("/proc/self/ns/net", []string{"no-such-command-xyz"}, nil); !errors.Is(err, ErrNoProcess) {
 		t.Errorf("err = %v, want ErrNoProcess", err)
@@ -160,5 +163,16 @@ func TestBareNetns(t *testing.T) {
 	left, _ := filepath.Glob(filepath.Join(dir, "*"))
 	if len(left) != 0 {
 		t.Errorf("namespaces left behind: %v", left)
+	}
+}
+
+func TestBusiestThreadShare(t *testing.T) {
+	before := ProcSample{ThreadCPU: map[int]float64{1: 1, 2: 5}}
+	after := ProcSample{ThreadCPU: map[int]float64{1: 1.5, 2: 6.5, 3: 0.5}} // thread 3 started in between
+	if got := busiestThreadShare(before, after); got != 0.6 {
+		t.Errorf("share = %v, want 0.6 (1.5 of 2.5 s)", got)
+	}
+	if got := busiestThreadShare(before, before); got != 0 {
+		t.Errorf("share without CPU = %v, want 0", got)
 	}
 }

@@ -28,6 +28,48 @@ type ProcSample struct {
 	// shared page divided by the number of processes mapping it (the
 	// executable's pages are shared by every meshlet process on the node).
 	PssBytes int64
+	// ThreadCPU is each thread's CPU time in seconds, by thread ID.
+	ThreadCPU map[int]float64
+}
+
+// busiestThreadShare is the share (0 to 1) of a process's CPU time between
+// two samples that its busiest thread used; 0 when it used none.
+func busiestThreadShare(before, after ProcSample) float64 {
+	var total, top float64
+	for tid, cpu := range after.ThreadCPU {
+		d := cpu - before.ThreadCPU[tid]
+		total += d
+		top = max(top, d)
+	}
+	if total <= 0 {
+		return 0
+	}
+	return top / total
+}
+
+// threadCPU reads the CPU time of each of pid's threads. A thread that
+// ends while it is read is skipped.
+func threadCPU(pid int) (map[int]float64, error) {
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("failed to list threads: %w", err)
+	}
+	out := make(map[int]float64, len(ents))
+	for _, e := range ents {
+		tid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		st, err := os.ReadFile(filepath.Join(dir, e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		if cpu, err := ParseProcStat(string(st)); err == nil {
+			out[tid] = cpu
+		}
+	}
+	return out, nil
 }
 
 // ParseProcStat returns utime+stime in seconds from /proc/<pid>/stat text.
@@ -98,7 +140,11 @@ func SampleProc(pid int) (ProcSample, error) {
 	if err != nil {
 		return ProcSample{}, err
 	}
-	return ProcSample{CPUSeconds: cpu, RSSBytes: rss, AnonBytes: anon, PssBytes: pss}, nil
+	threads, err := threadCPU(pid)
+	if err != nil {
+		return ProcSample{}, err
+	}
+	return ProcSample{CPUSeconds: cpu, RSSBytes: rss, AnonBytes: anon, PssBytes: pss, ThreadCPU: threads}, nil
 }
 
 // inode returns the inode a path resolves to (for namespaces: the nsfs inode).

@@ -50,7 +50,7 @@ func medianUsage(rounds []map[string]sidecarUsage) map[string]sidecarUsage {
 		return out
 	}
 	for name := range rounds[0] {
-		var cpu, mb, anon, pss []float64
+		var cpu, mb, anon, pss, top []float64
 		u := sidecarUsage{name: name}
 		for _, r := range rounds {
 			s, ok := r[name]
@@ -59,9 +59,11 @@ func medianUsage(rounds []map[string]sidecarUsage) map[string]sidecarUsage {
 				break
 			}
 			cpu, mb, anon, pss = append(cpu, s.vcpu), append(mb, s.mb), append(anon, s.anon), append(pss, s.pss)
+			top = append(top, s.topThread)
 		}
 		if u.err == nil {
 			u.vcpu, u.mb, u.anon, u.pss = median(cpu), median(mb), median(anon), median(pss)
+			u.topThread = median(top)
 		}
 		out[name] = u
 	}
