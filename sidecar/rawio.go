@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync"
 	"syscall"
 	"unsafe"
 
@@ -57,9 +58,26 @@ func rawWrite(fd int, p []byte) (int, error) {
 // rawTCP is a TCP connection whose Read and Write go through rawRead and
 // rawWrite, waiting in the netpoller (deadlines included) when the socket
 // is not ready. Everything else is the *net.TCPConn's.
+//
+// The functions handed to the RawConn are made once per connection and
+// work on the fields below, so a Read or Write allocates nothing; rmu and
+// wmu serialize Reads and Writes (one reader and one writer at a time, as
+// the proxy uses a connection).
 type rawTCP struct {
 	*net.TCPConn
 	rc syscall.RawConn
+
+	rmu    sync.Mutex
+	rp     []byte
+	rn     int
+	rerrno error
+	readFn func(fd uintptr) bool
+
+	wmu     sync.Mutex
+	wp      []byte
+	wn      int
+	werrno  error
+	writeFn func(fd uintptr) bool
 }
 
 // withRawIO returns c with raw reads and writes if it is a TCP connection
@@ -73,7 +91,9 @@ func withRawIO(c net.Conn) net.Conn {
 	if err != nil {
 		return c
 	}
-	return &rawTCP{TCPConn: tc, rc: rc}
+	r := &rawTCP{TCPConn: tc, rc: rc}
+	r.readFn, r.writeFn = r.readOnce, r.writeAll
+	return r
 }
 
 // tcpConnOf returns the *net.TCPConn of c (plain or with raw I/O).
@@ -92,12 +112,12 @@ func (c *rawTCP) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	var n int
-	var errno error
-	err := c.rc.Read(func(fd uintptr) bool {
-		n, errno = rawRead(int(fd), p)
-		return errno != unix.EAGAIN
-	})
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	c.rp, c.rn, c.rerrno = p, 0, nil
+	err := c.rc.Read(c.readFn)
+	n, errno := c.rn, c.rerrno
+	c.rp = nil
 	switch {
 	case err != nil:
 		return 0, err
@@ -109,25 +129,21 @@ func (c *rawTCP) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// readOnce is Read's RawConn function: false (wait) on EAGAIN.
+func (c *rawTCP) readOnce(fd uintptr) bool {
+	c.rn, c.rerrno = rawRead(int(fd), c.rp)
+	return c.rerrno != syscall.EAGAIN
+}
+
 // Write implements net.Conn: it returns once all of p is written, or on
 // the first error.
 func (c *rawTCP) Write(p []byte) (int, error) {
-	var n int
-	var errno error
-	err := c.rc.Write(func(fd uintptr) bool {
-		for n < len(p) {
-			m, e := rawWrite(int(fd), p[n:])
-			if e == unix.EAGAIN {
-				return false
-			}
-			if e != nil {
-				errno = e
-				return true
-			}
-			n += m
-		}
-		return true
-	})
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.wp, c.wn, c.werrno = p, 0, nil
+	err := c.rc.Write(c.writeFn)
+	n, errno := c.wn, c.werrno
+	c.wp = nil
 	switch {
 	case err != nil:
 		return n, err
@@ -135,6 +151,23 @@ func (c *rawTCP) Write(p []byte) (int, error) {
 		return n, c.opError("write", errno)
 	}
 	return n, nil
+}
+
+// writeAll is Write's RawConn function: it writes until all is written or
+// an error, and returns false (wait) on EAGAIN, to go on where it stopped.
+func (c *rawTCP) writeAll(fd uintptr) bool {
+	for c.wn < len(c.wp) {
+		m, err := rawWrite(int(fd), c.wp[c.wn:])
+		if err == syscall.EAGAIN {
+			return false
+		}
+		if err != nil {
+			c.werrno = err
+			return true
+		}
+		c.wn += m
+	}
+	return true
 }
 
 func (c *rawTCP) opError(op string, errno error) error {

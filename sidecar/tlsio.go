@@ -77,6 +77,12 @@ type tlsTransport struct {
 	bulk       bool        // read through rbuf (reader only)
 	fills      atomic.Int64
 
+	// fill's state (reader only): see fill.
+	fillP   []byte
+	fillN   int
+	fillErr error
+	fillFn  func(fd uintptr) bool
+
 	wmu   sync.Mutex
 	batch *[]byte // non-nil during a batch
 }
@@ -86,6 +92,7 @@ type tlsTransport struct {
 func newTLSTransport(c net.Conn) *tlsTransport {
 	c = withRawIO(c)
 	t := &tlsTransport{Conn: c}
+	t.fillFn = t.fillOnce
 	if sc, ok := c.(syscall.Conn); ok {
 		if rc, err := sc.SyscallConn(); err == nil {
 			t.rc = rc
@@ -157,43 +164,51 @@ func (t *tlsTransport) buffered() int {
 // fill waits until the socket is readable (unless polling), then reads.
 // While the reads keep filling the caller's p (bulk), it reads as much as
 // the socket has into a pooled buffer and returns the first part in p;
-// otherwise (small messages, handshakes) it reads straight into p.
+// otherwise (small messages, handshakes) it reads straight into p. Reads
+// are serialized by crypto/tls, so the fill state lives in the transport
+// and the RawConn function (fillFn, made once) allocates nothing.
 func (t *tlsTransport) fill(p []byte) (int, error) {
-	var n int
-	var rerr error
-	err := t.rc.Read(func(fd uintptr) bool {
-		var bp *[]byte
-		dst := p
-		if t.bulk {
-			bp = tlsReadBuffers.Get().(*[]byte)
-			dst = *bp
-		}
-		m, err := rawRead(int(fd), dst)
-		if err != nil || m == 0 {
-			if bp != nil {
-				tlsReadBuffers.Put(bp)
-			}
-			if err == unix.EAGAIN && !t.poll.Load() {
-				return false // wait for the socket without holding a buffer
-			}
-			rerr = t.readError(err)
-			return true
-		}
-		t.fills.Add(1)
-		if bp == nil {
-			n = m
-			t.bulk = m == len(p)
-			return true
-		}
-		t.bulk = m > len(p)
-		n = copy(p, dst[:m])
-		t.keep(bp, n, m)
-		return true
-	})
+	t.fillP, t.fillN, t.fillErr = p, 0, nil
+	err := t.rc.Read(t.fillFn)
+	n, rerr := t.fillN, t.fillErr
+	t.fillP = nil
 	if err != nil {
 		return 0, err
 	}
 	return n, rerr
+}
+
+// fillOnce is fill's RawConn function: false (wait) when the socket has
+// nothing yet and the read is not polling.
+func (t *tlsTransport) fillOnce(fd uintptr) bool {
+	p := t.fillP
+	var bp *[]byte
+	dst := p
+	if t.bulk {
+		bp = tlsReadBuffers.Get().(*[]byte)
+		dst = *bp
+	}
+	m, err := rawRead(int(fd), dst)
+	if err != nil || m == 0 {
+		if bp != nil {
+			tlsReadBuffers.Put(bp)
+		}
+		if err == unix.EAGAIN && !t.poll.Load() {
+			return false // wait for the socket without holding a buffer
+		}
+		t.fillErr = t.readError(err)
+		return true
+	}
+	t.fills.Add(1)
+	if bp == nil {
+		t.fillN = m
+		t.bulk = m == len(p)
+		return true
+	}
+	t.bulk = m > len(p)
+	t.fillN = copy(p, dst[:m])
+	t.keep(bp, t.fillN, m)
+	return true
 }
 
 // readError is what Read returns for a read(2) that failed with errno, or
