@@ -148,8 +148,9 @@ func sidecarFigures(usage map[string]sidecarUsage, errU, errM error) []*Figure {
 			"node's other meshlet processes (agent, executors, apps, sidecars); PSS counts this process's share of them.",
 			u.mb, u.mb-u.anon)
 		cpu := Measured(cpuName, "vCPU", u.vcpu, bc, cpuT)
-		cpu.Note = fmt.Sprintf("its busiest thread used %.0f %% of it (sockets are read and written with raw system "+
-			"calls, so the runtime does not hand the sidecar's one P to another thread during a write).", 100*u.topThread)
+		cpu.Note = fmt.Sprintf("its busiest thread used %.0f %% of it. The sidecar has one P (GOMAXPROCS 1) and reads "+
+			"and writes its sockets with raw system calls, so the runtime no longer hands that P to another thread during "+
+			"a write; before that change 40-60 %% of its CPU ran on other threads.", 100*u.topThread)
 		figs = append(figs, cpu, pss,
 			Measured(rssName, "MB", u.mb, bm, nil), Measured(anonName, "MB", u.anon, ba, nil))
 	}
