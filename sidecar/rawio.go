@@ -28,23 +28,14 @@ import (
 // way.
 
 // rawRead is read(2) as a raw system call, retried when interrupted.
-func rawRead(fd int, p []byte) (int, error) {
-	for {
-		n, _, errno := syscall.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
-		if errno == syscall.EINTR {
-			continue
-		}
-		if errno != 0 {
-			return 0, errno
-		}
-		return int(n), nil
-	}
-}
+func rawRead(fd int, p []byte) (int, error) { return rawRW(unix.SYS_READ, fd, p) }
 
 // rawWrite is write(2) as a raw system call, retried when interrupted.
-func rawWrite(fd int, p []byte) (int, error) {
+func rawWrite(fd int, p []byte) (int, error) { return rawRW(unix.SYS_WRITE, fd, p) }
+
+func rawRW(trap uintptr, fd int, p []byte) (int, error) {
 	for {
-		n, _, errno := syscall.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
+		n, _, errno := syscall.RawSyscall(trap, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
 		if errno == syscall.EINTR {
 			continue
 		}

@@ -319,22 +319,28 @@ func (b *Backend) filterAllocs(keep func(*structs.Allocation) bool) []*structs.A
 func (b *Backend) GetAllocation(_ context.Context, id string) (*structs.Allocation, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if a, ok := b.allocs[id]; ok {
-		return clone(a), nil
+	return byPrefix(b.allocs, id, "allocation")
+}
+
+// byPrefix returns a copy of m's value under id, or under the one key id
+// is a prefix of; kind names the value in errors.
+func byPrefix[T any](m map[string]*T, id, kind string) (*T, error) {
+	if v, ok := m[id]; ok {
+		return clone(v), nil
 	}
-	var match []*structs.Allocation
-	for _, a := range b.allocs {
-		if id != "" && strings.HasPrefix(a.ID, id) {
-			match = append(match, a)
+	var match []*T
+	for k, v := range m {
+		if id != "" && strings.HasPrefix(k, id) {
+			match = append(match, v)
 		}
 	}
 	switch len(match) {
 	case 0:
-		return nil, fmt.Errorf("allocation %q: %w", id, api.ErrNotFound)
+		return nil, fmt.Errorf("%s %q: %w", kind, id, api.ErrNotFound)
 	case 1:
 		return clone(match[0]), nil
 	}
-	return nil, fmt.Errorf("allocation prefix %q matches %d allocations: %w", id, len(match), api.ErrAmbiguousPrefix)
+	return nil, fmt.Errorf("%s prefix %q matches %d %ss: %w", kind, id, len(match), kind, api.ErrAmbiguousPrefix)
 }
 
 // ListNodes implements api.Backend.
@@ -353,22 +359,7 @@ func (b *Backend) ListNodes(context.Context) ([]*structs.Node, error) {
 func (b *Backend) GetNode(_ context.Context, id string) (*structs.Node, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if n, ok := b.nodes[id]; ok {
-		return clone(n), nil
-	}
-	var match []*structs.Node
-	for _, n := range b.nodes {
-		if id != "" && strings.HasPrefix(n.ID, id) {
-			match = append(match, n)
-		}
-	}
-	switch len(match) {
-	case 0:
-		return nil, fmt.Errorf("node %q: %w", id, api.ErrNotFound)
-	case 1:
-		return clone(match[0]), nil
-	}
-	return nil, fmt.Errorf("node prefix %q matches %d nodes: %w", id, len(match), api.ErrAmbiguousPrefix)
+	return byPrefix(b.nodes, id, "node")
 }
 
 // GetEvaluation implements api.EvaluationBackend.
