@@ -3,6 +3,7 @@ package cni
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -145,9 +146,16 @@ func TestRestore(t *testing.T) {
 		t.Fatalf("second Restore = %+v, %v; want the rebuilt address %s kept", again, err, got.Address)
 	}
 
-	// A namespace lost entirely (reboot) is set up afresh.
+	// A namespace lost entirely (reboot) is set up afresh. A reboot leaves
+	// no veth either; unmounting leaves the kernel to destroy the namespace
+	// and its veth pair in its own time (seconds to minutes under namespace
+	// churn), so the test deletes the pair itself.
+	bVeth := hostVethOf(t, m2.NetNSPath(b.ID))
 	if err := removeNetNS(m2.NetNSPath(b.ID)); err != nil {
 		t.Fatal(err)
+	}
+	if err := netlink.LinkDel(bVeth); err != nil && !errors.Is(err, syscall.ENODEV) {
+		t.Fatalf("delete the lost namespace's veth: %v", err)
 	}
 	if got, err := m2.Restore(t.Context(), b); err != nil || !strings.HasPrefix(got.Address, tn.prefix) {
 		t.Fatalf("Restore of a lost namespace = %+v, %v (was %s)", got, err, stB.Address)
@@ -301,4 +309,31 @@ func TestChurn(t *testing.T) {
 	}
 	t.Logf("%d setup/teardown cycles in %s", cycles, time.Since(start).Round(time.Millisecond))
 	tn.requireClean(ids...)
+}
+
+// hostVethOf returns the host end of the veth whose other end is eth0 in
+// the namespace at nsPath.
+func hostVethOf(t *testing.T, nsPath string) netlink.Link {
+	t.Helper()
+	var peer int
+	err := ns.WithNetNSPath(nsPath, func(ns.NetNS) error {
+		l, err := netlink.LinkByName("eth0")
+		if err != nil {
+			return err
+		}
+		v, ok := l.(*netlink.Veth)
+		if !ok {
+			return fmt.Errorf("eth0 is a %s, not a veth", l.Type())
+		}
+		peer, err = netlink.VethPeerIndex(v)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("find eth0's peer in %s: %v", nsPath, err)
+	}
+	l, err := netlink.LinkByIndex(peer)
+	if err != nil {
+		t.Fatalf("host end of %s's veth (index %d): %v", nsPath, peer, err)
+	}
+	return l
 }
