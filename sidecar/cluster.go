@@ -191,8 +191,10 @@ func (c *cluster) dialHost(ctx context.Context, st *clusterState, h *host) (net.
 		c.connectFailed(h, ctx.Err() != nil)
 		return nil, nil, &connectError{addr: h.ep.addr, err: err}
 	}
-	conn := withRawIO(raw)
-	if st.tlsConf != nil {
+	var conn net.Conn
+	if st.tlsConf == nil {
+		conn = withRawIO(raw)
+	} else {
 		tr := newTLSTransport(raw)
 		tc := tls.Client(tr, st.tlsConf)
 		if err := tc.HandshakeContext(ctx); err != nil {

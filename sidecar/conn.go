@@ -81,8 +81,10 @@ func (l *listener) handle(c net.Conn) {
 		return
 	}
 	chain := st.cfg.chain
-	down := withRawIO(c)
-	if st.tlsConf != nil {
+	var down net.Conn
+	if st.tlsConf == nil {
+		down = withRawIO(c)
+	} else {
 		tc := tls.Server(newTLSTransport(c), st.tlsConf)
 		ctx, cancel := context.WithTimeout(l.ctx, handshakeTimeout)
 		err := tc.HandshakeContext(ctx)

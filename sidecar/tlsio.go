@@ -93,7 +93,9 @@ func newTLSTransport(c net.Conn) *tlsTransport {
 	c = withRawIO(c)
 	t := &tlsTransport{Conn: c}
 	t.fillFn = t.fillOnce
-	if sc, ok := c.(syscall.Conn); ok {
+	if r, ok := c.(*rawTCP); ok {
+		t.rc = r.rc
+	} else if sc, ok := c.(syscall.Conn); ok {
 		if rc, err := sc.SyscallConn(); err == nil {
 			t.rc = rc
 		}
