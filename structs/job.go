@@ -46,16 +46,20 @@ func (j *Job) LookupTaskGroup(name string) *TaskGroup {
 
 // TaskGroup is a set of tasks placed together in one allocation.
 type TaskGroup struct {
-	Name          string             `json:"Name"`
-	Count         int                `json:"Count"`
-	Constraints   []*Constraint      `json:"Constraints,omitempty"`
-	Tasks         []*Task            `json:"Tasks"`
-	RestartPolicy *RestartPolicy     `json:"RestartPolicy,omitempty"`
-	Update        *UpdateStrategy    `json:"Update,omitempty"`
-	Networks      []*NetworkResource `json:"Networks,omitempty"`
-	Meta          map[string]string  `json:"Meta,omitempty"`
-	Services      []*Service         `json:"Services,omitempty"`
-	ShutdownDelay *time.Duration     `json:"ShutdownDelay,omitempty"`
+	Name          string         `json:"Name"`
+	Count         int            `json:"Count"`
+	Constraints   []*Constraint  `json:"Constraints,omitempty"`
+	Tasks         []*Task        `json:"Tasks"`
+	RestartPolicy *RestartPolicy `json:"RestartPolicy,omitempty"`
+	// ReschedulePolicy says how a failed allocation is replaced by a new
+	// one (Nomad's group `reschedule` block); nil means the job type's
+	// defaults.
+	ReschedulePolicy *ReschedulePolicy  `json:"ReschedulePolicy,omitempty"`
+	Update           *UpdateStrategy    `json:"Update,omitempty"`
+	Networks         []*NetworkResource `json:"Networks,omitempty"`
+	Meta             map[string]string  `json:"Meta,omitempty"`
+	Services         []*Service         `json:"Services,omitempty"`
+	ShutdownDelay    *time.Duration     `json:"ShutdownDelay,omitempty"`
 }
 
 // LookupTask returns the task with the given name, or nil.
@@ -126,6 +130,25 @@ type RestartPolicy struct {
 	Attempts *int           `json:"Attempts,omitempty"`
 	Delay    *time.Duration `json:"Delay,omitempty"`
 	Mode     *string        `json:"Mode,omitempty"`
+}
+
+// Reschedule delay functions, as in Nomad.
+const (
+	RescheduleDelayConstant    = "constant"
+	RescheduleDelayExponential = "exponential"
+	RescheduleDelayFibonacci   = "fibonacci"
+)
+
+// ReschedulePolicy says how failed allocations are replaced, with Nomad's
+// field names and JSON shape. Service jobs default to unlimited attempts,
+// exponential delay from 30 s up to 1 h.
+type ReschedulePolicy struct {
+	Attempts      *int           `json:"Attempts,omitempty"`
+	Interval      *time.Duration `json:"Interval,omitempty"`
+	Delay         *time.Duration `json:"Delay,omitempty"`
+	DelayFunction *string        `json:"DelayFunction,omitempty"`
+	MaxDelay      *time.Duration `json:"MaxDelay,omitempty"`
+	Unlimited     *bool          `json:"Unlimited,omitempty"`
 }
 
 // LogConfig bounds a task's rotated log files.
