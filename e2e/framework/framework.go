@@ -78,7 +78,9 @@ type Agent struct {
 	GRPCAddr    string
 	Bridge      string
 	Subnet      string
-	cmd         *exec.Cmd
+	// ConfigPath is the agent's HCL config; Restart reuses it.
+	ConfigPath string
+	cmd        *exec.Cmd
 	log         *bytes.Buffer
 	logMu       sync.Mutex
 	done        chan struct{}
@@ -96,6 +98,9 @@ type Options struct {
 	// the envoy it may run.
 	Sidecar     string
 	EnvoyBinary string
+	// StateDir, when set, is the agent's data_dir (for example a small
+	// tmpfs a fault test fills up); by default a fresh dir under DataDir.
+	StateDir string
 }
 
 // NewAgent starts an agent for t; it is stopped (and its jobs purged) in
@@ -125,11 +130,11 @@ func NewAgent(t testing.TB, opts Options) *Agent {
 	a.ConnectAddr = fmt.Sprintf("http://127.0.0.1:%d", ports[1])
 	a.GRPCAddr = fmt.Sprintf("127.0.0.1:%d", ports[2])
 	cfg := a.config(ports, cni, opts)
-	cfgPath := filepath.Join(a.DataDir, "agent.hcl")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+	a.ConfigPath = filepath.Join(a.DataDir, "agent.hcl")
+	if err := os.WriteFile(a.ConfigPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	a.start(cfgPath)
+	a.start(a.ConfigPath)
 	t.Cleanup(a.cleanup)
 	a.waitReady()
 	return a
@@ -143,6 +148,10 @@ func (a *Agent) config(ports []int, cni string, opts Options) string {
 	sidecar := opts.Sidecar
 	if sidecar == "" {
 		sidecar = "builtin"
+	}
+	stateDir := opts.StateDir
+	if stateDir == "" {
+		stateDir = filepath.Join(a.DataDir, "data")
 	}
 	return fmt.Sprintf(`
 data_dir  = %q
@@ -163,17 +172,19 @@ client {
   bridge_network_name   = %q
   bridge_network_subnet = %q
 }
-`, filepath.Join(a.DataDir, "data"), sidecar, opts.EnvoyBinary, ports[0], ports[1], ports[2], policy, cni, a.Bridge, a.Subnet)
+`, stateDir, sidecar, opts.EnvoyBinary, ports[0], ports[1], ports[2], policy, cni, a.Bridge, a.Subnet)
 }
 
 func (a *Agent) start(cfgPath string) {
+	a.done = make(chan struct{})
 	a.cmd = exec.Command(a.Bin, "agent", "-config", cfgPath)
 	a.cmd.Stdout = (*lockedWriter)(a)
 	a.cmd.Stderr = (*lockedWriter)(a)
 	if err := a.cmd.Start(); err != nil {
 		a.t.Fatalf("failed to start agent: %v", err)
 	}
-	go func() { _ = a.cmd.Wait(); close(a.done) }()
+	cmd, done := a.cmd, a.done
+	go func() { _ = cmd.Wait(); close(done) }()
 }
 
 type lockedWriter Agent
