@@ -1,44 +1,165 @@
 package intention
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/meshlet/meshlet/internal/atomicfile"
 )
 
-// writeFileAtomic writes data to a 0600 temp file next to path, syncs it
-// and renames it over path, so a crash leaves the old or the new file.
-func writeFileAtomic(path string, data []byte) (err error) {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, ".tmp-"+filepath.Base(path)+"-*")
-	if err != nil {
-		return fmt.Errorf("failed to create temp file: %w", err)
+const (
+	fileName   = "intentions.json"
+	markerName = "intentions.initialized"
+	// fileVersion 2 wraps the state in an envelope with its SHA-256;
+	// version 1 (no checksum) is still read and rewritten as 2.
+	fileVersion = 2
+)
+
+// Sentinel errors of loading; test with errors.Is.
+var (
+	// ErrStateMissing: the directory held intentions (its marker file
+	// exists) but intentions.json is gone.
+	ErrStateMissing = errors.New("intentions state is missing")
+	// ErrStateCorrupt: intentions.json cannot be decoded or fails its
+	// checksum.
+	ErrStateCorrupt = errors.New("intentions state is corrupt")
+)
+
+// persisted is the state inside the envelope (and the whole version 1 file).
+type persisted struct {
+	Index      uint64
+	Intentions []Intention
+}
+
+// envelope is the on-disk shape of version 2.
+type envelope struct {
+	Version int
+	SHA256  string          `json:",omitempty"`
+	State   json.RawMessage `json:",omitempty"`
+}
+
+// load reads dir's intentions. A directory without the state file and
+// without the marker is new: it is initialized (an empty state file, then
+// the marker). A missing state file in a directory that has the marker, an
+// undecodable one or one that fails its checksum is an error naming the
+// file and the way to recover: the store never starts empty in their place
+// (that would fail open under a default-allow policy).
+func load(dir string) ([]*Intention, uint64, error) {
+	path, marker := filepath.Join(dir, fileName), filepath.Join(dir, markerName)
+	_, merr := os.Stat(marker)
+	if merr != nil && !errors.Is(merr, fs.ErrNotExist) {
+		return nil, 0, fmt.Errorf("failed to check intentions marker %s: %w", marker, merr)
 	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			_ = f.Close()
-			_ = os.Remove(tmp)
+	hasMarker := merr == nil
+	b, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) && hasMarker:
+		return nil, 0, fmt.Errorf("%w: %s was deleted from a directory that held intentions: restore it from a backup, or remove %s to start with no intentions", ErrStateMissing, path, marker)
+	case errors.Is(err, fs.ErrNotExist):
+		if err := save(dir, nil, 0); err != nil {
+			return nil, 0, err
 		}
-	}()
-	if err = f.Chmod(0o600); err != nil {
-		return fmt.Errorf("failed to chmod %s: %w", tmp, err)
+		return nil, 0, writeMarker(marker)
+	case err != nil:
+		return nil, 0, fmt.Errorf("failed to read intentions %s: %w", path, err)
 	}
-	if _, err = f.Write(data); err != nil {
-		return fmt.Errorf("failed to write %s: %w", tmp, err)
+	list, index, err := decode(b)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%w: %s: %w: restore it from a backup, or remove it and %s to start with no intentions", ErrStateCorrupt, path, err, marker)
 	}
-	if err = f.Sync(); err != nil {
-		return fmt.Errorf("failed to sync %s: %w", tmp, err)
+	if !hasMarker { // written before markers existed
+		if err := writeMarker(marker); err != nil {
+			return nil, 0, err
+		}
 	}
-	if err = f.Close(); err != nil {
-		return fmt.Errorf("failed to close %s: %w", tmp, err)
+	return list, index, nil
+}
+
+// decode parses and validates a state file of version 1 or 2.
+func decode(b []byte) ([]*Intention, uint64, error) {
+	var env envelope
+	if err := json.Unmarshal(b, &env); err != nil {
+		return nil, 0, err
 	}
-	if err = os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("failed to rename %s: %w", tmp, err)
+	var p persisted
+	switch env.Version {
+	case 1:
+		if err := json.Unmarshal(b, &p); err != nil {
+			return nil, 0, err
+		}
+	case 2:
+		var compact bytes.Buffer
+		if err := json.Compact(&compact, env.State); err != nil {
+			return nil, 0, err
+		}
+		if sum := sha256.Sum256(compact.Bytes()); hex.EncodeToString(sum[:]) != env.SHA256 {
+			return nil, 0, errors.New("checksum mismatch")
+		}
+		if err := json.Unmarshal(env.State, &p); err != nil {
+			return nil, 0, err
+		}
+	default:
+		return nil, 0, fmt.Errorf("unsupported version %d", env.Version)
 	}
-	if d, derr := os.Open(dir); derr == nil {
-		_ = d.Sync()
-		_ = d.Close()
+	ids, pairs := map[string]bool{}, map[pairKey]bool{}
+	list := make([]*Intention, 0, len(p.Intentions))
+	for _, in := range p.Intentions {
+		ix, err := normalize(in)
+		if err != nil {
+			return nil, 0, fmt.Errorf("intention %s: %w", in.ID, err)
+		}
+		k := pairKey{ix.SourceName, ix.DestinationName}
+		if ix.ID == "" || ids[ix.ID] || pairs[k] {
+			return nil, 0, fmt.Errorf("missing or duplicate ID or pair at %s", ix)
+		}
+		ids[ix.ID], pairs[k] = true, true
+		list = append(list, &ix)
+	}
+	return list, p.Index, nil
+}
+
+// encode renders list at index as a version 2 file.
+func encode(list []*Intention, index uint64) ([]byte, error) {
+	p := persisted{Index: index, Intentions: make([]Intention, 0, len(list))}
+	for _, ix := range list {
+		p.Intentions = append(p.Intentions, *ix)
+	}
+	state, err := json.Marshal(p)
+	if err != nil {
+		return nil, fmt.Errorf("failed to encode intentions: %w", err)
+	}
+	sum := sha256.Sum256(state)
+	b, err := json.MarshalIndent(envelope{Version: fileVersion, SHA256: hex.EncodeToString(sum[:]), State: state}, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("failed to encode intentions: %w", err)
+	}
+	return b, nil
+}
+
+// save writes list at index to dir atomically (0600).
+func save(dir string, list []*Intention, index uint64) error {
+	b, err := encode(list, index)
+	if err != nil {
+		return err
+	}
+	if err := atomicfile.WriteFile(filepath.Join(dir, fileName), b, 0o600); err != nil {
+		return fmt.Errorf("failed to persist intentions: %w", err)
+	}
+	return nil
+}
+
+func writeMarker(path string) error {
+	msg := "This directory holds meshlet's intentions: intentions.json must exist next to this file.\n" +
+		"Remove this file only to start deliberately with no intentions (see docs/operations.md).\n"
+	if err := atomicfile.WriteFile(path, []byte(msg), 0o600); err != nil {
+		return fmt.Errorf("failed to write intentions marker: %w", err)
 	}
 	return nil
 }

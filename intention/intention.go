@@ -4,9 +4,18 @@
 // wildcards ("web*") are invalid. The store is persisted atomically (temp
 // file + rename) as JSON in its directory, or kept in memory.
 //
-// Concurrency: a Store is safe for concurrent use; reads take a read lock
-// over a list kept sorted in evaluation order. Subscribers are called
-// synchronously after every change, without locks held, and must not block.
+// Each intentions.json carries a SHA-256 of its content, and a marker file
+// (intentions.initialized) says the directory holds intentions: a state
+// file that is missing next to the marker, or corrupt, stops New with
+// ErrStateMissing or ErrStateCorrupt instead of starting with no intentions.
+//
+// Concurrency: a Store is safe for concurrent use. Readers (Check, Match,
+// Get, List) load an immutable snapshot through an atomic pointer and never
+// lock, so authorization never waits for a write. Writers are serialized by
+// a write mutex held while the new state is encoded and fsynced; the new
+// snapshot is published only once it is on disk, so a failed write changes
+// nothing. Subscribers are called synchronously after every change, without
+// locks held, and must not block.
 package intention
 
 import (
