@@ -15,6 +15,8 @@ import (
 	"errors"
 	"sort"
 	"sync"
+
+	"github.com/meshlet/meshlet/internal/pubsub"
 )
 
 // Service kinds, as Consul names them.
@@ -93,13 +95,12 @@ type Catalog struct {
 	mu        sync.RWMutex
 	index     uint64
 	instances map[string]*ServiceInstance
-	subs      map[int]func(Change)
-	nextSub   int
+	hub       pubsub.Hub[Change]
 }
 
 // New returns an empty catalog.
 func New() *Catalog {
-	return &Catalog{instances: map[string]*ServiceInstance{}, subs: map[int]func(Change){}}
+	return &Catalog{instances: map[string]*ServiceInstance{}}
 }
 
 // Register adds or replaces an instance (by ID).
@@ -117,9 +118,8 @@ func (c *Catalog) Register(inst ServiceInstance) {
 	if cp.Kind == KindConnectProxy {
 		ch.ProxyIDs = append(ch.ProxyIDs, cp.ID)
 	}
-	subs := c.subscribers()
 	c.mu.Unlock()
-	notify(subs, ch)
+	c.hub.Publish(ch)
 }
 
 // Deregister removes an instance by ID.
@@ -136,9 +136,8 @@ func (c *Catalog) Deregister(id string) error {
 	if inst.Kind == KindConnectProxy {
 		ch.ProxyIDs = []string{inst.ID}
 	}
-	subs := c.subscribers()
 	c.mu.Unlock()
-	notify(subs, ch)
+	c.hub.Publish(ch)
 	return nil
 }
 
@@ -220,16 +219,7 @@ func (c *Catalog) Index() uint64 {
 
 // Subscribe calls fn after every change until the returned cancel is called.
 func (c *Catalog) Subscribe(fn func(Change)) (cancel func()) {
-	c.mu.Lock()
-	id := c.nextSub
-	c.nextSub++
-	c.subs[id] = fn
-	c.mu.Unlock()
-	return func() {
-		c.mu.Lock()
-		delete(c.subs, id)
-		c.mu.Unlock()
-	}
+	return c.hub.Subscribe(fn)
 }
 
 func (c *Catalog) filter(keep func(*ServiceInstance) bool) []ServiceInstance {
@@ -243,25 +233,6 @@ func (c *Catalog) filter(keep func(*ServiceInstance) bool) []ServiceInstance {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
-}
-
-func (c *Catalog) subscribers() []func(Change) {
-	ids := make([]int, 0, len(c.subs))
-	for id := range c.subs {
-		ids = append(ids, id)
-	}
-	sort.Ints(ids)
-	out := make([]func(Change), 0, len(ids))
-	for _, id := range ids {
-		out = append(out, c.subs[id])
-	}
-	return out
-}
-
-func notify(subs []func(Change), ch Change) {
-	for _, fn := range subs {
-		fn(ch)
-	}
 }
 
 func touched(inst *ServiceInstance) []string {
