@@ -109,8 +109,8 @@ func TestLoadRejectsCorruptState(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, stateFileName), []byte("{not json"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := New(Config{Dir: dir}, nil, nil); err == nil || !strings.Contains(err.Error(), "decode CA state") {
-		t.Fatalf("want decode error, got %v", err)
+	if _, err := New(Config{Dir: dir}, nil, nil); !errors.Is(err, ErrStateCorrupt) {
+		t.Fatalf("want ErrStateCorrupt, got %v", err)
 	}
 }
 

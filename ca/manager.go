@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -15,6 +14,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/meshlet/meshlet/internal/pubsub"
 )
 
 // Defaults for Config.
@@ -108,9 +109,8 @@ type Manager struct {
 	roots      []*rootCA // oldest first; exactly one is Active
 	pool       *x509.CertPool
 	leaves     map[string]*leafEntry
-	subs       map[int]func(Event)
-	nextSub    int
 	pruneTimer *time.Timer
+	hub        pubsub.Hub[Event]
 
 	// Hooks for tests; set before the first Leaf call.
 	now       func() time.Time
@@ -136,7 +136,6 @@ func New(cfg Config, logger hclog.Logger, reg prometheus.Registerer) (*Manager, 
 		limiter:   cfg.Limiter,
 		metrics:   met,
 		leaves:    map[string]*leafEntry{},
-		subs:      map[int]func(Event){},
 		now:       time.Now,
 		randFloat: rand.Float64,
 	}
@@ -195,6 +194,11 @@ func (m *Manager) load() error {
 			return err
 		}
 		m.removeKeyFiles(expired)
+	}
+	if m.cfg.Dir != "" {
+		if err := ensureMarker(m.cfg.Dir); err != nil {
+			return err
+		}
 	}
 	m.logger.Info("CA ready", "roots", len(m.roots), "created_root", created, "trust_domain", m.trustDomain)
 	return nil
@@ -276,34 +280,10 @@ func (m *Manager) Index() uint64 {
 // Subscribe calls fn after every change until cancel is called. fn runs
 // synchronously on the goroutine that made the change and must not block.
 func (m *Manager) Subscribe(fn func(Event)) (cancel func()) {
-	m.mu.Lock()
-	id := m.nextSub
-	m.nextSub++
-	m.subs[id] = fn
-	m.mu.Unlock()
-	return func() {
-		m.mu.Lock()
-		delete(m.subs, id)
-		m.mu.Unlock()
-	}
+	return m.hub.Subscribe(fn)
 }
 
-func (m *Manager) emit(ev Event) {
-	m.mu.RLock()
-	ids := make([]int, 0, len(m.subs))
-	for id := range m.subs {
-		ids = append(ids, id)
-	}
-	sort.Ints(ids)
-	fns := make([]func(Event), 0, len(ids))
-	for _, id := range ids {
-		fns = append(fns, m.subs[id])
-	}
-	m.mu.RUnlock()
-	for _, fn := range fns {
-		fn(ev)
-	}
-}
+func (m *Manager) emit(ev Event) { m.hub.Publish(ev) }
 
 // VerifyPeer verifies a peer's certificate chain (leaf first, as in
 // tls.Config.VerifyPeerCertificate) against the current roots, requires a
@@ -316,7 +296,7 @@ func (m *Manager) VerifyPeer(rawCerts [][]byte) (string, error) {
 	for _, raw := range rawCerts {
 		c, err := x509.ParseCertificate(raw)
 		if err != nil {
-			return "", fmt.Errorf("%w: failed to parse peer certificate: %v", ErrUntrusted, err)
+			return "", fmt.Errorf("%w: failed to parse peer certificate: %w", ErrUntrusted, err)
 		}
 		certs = append(certs, c)
 	}
@@ -329,7 +309,7 @@ func (m *Manager) VerifyPeer(rawCerts [][]byte) (string, error) {
 	m.mu.RUnlock()
 	opts := x509.VerifyOptions{Roots: pool, Intermediates: inter, CurrentTime: m.now(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}
 	if _, err := certs[0].Verify(opts); err != nil {
-		return "", fmt.Errorf("%w: %v", ErrUntrusted, err)
+		return "", fmt.Errorf("%w: %w", ErrUntrusted, err)
 	}
 	id, err := m.certIdentity(certs[0])
 	if err != nil {

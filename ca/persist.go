@@ -1,6 +1,9 @@
 package ca
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,20 +11,42 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/meshlet/meshlet/internal/atomicfile"
 )
 
 const (
 	stateFileName = "ca-state.json"
-	stateVersion  = 1
+	markerName    = "ca.initialized"
+	// stateVersion 2 wraps the state in an envelope with its SHA-256;
+	// version 1 (no checksum) is still read and rewritten as 2.
+	stateVersion = 2
+)
+
+// Sentinel errors of loading; test with errors.Is.
+var (
+	// ErrStateMissing: the directory held a CA (its marker or root keys
+	// exist) but ca-state.json is gone. Starting anyway would make a new
+	// trust domain that no running sidecar trusts.
+	ErrStateMissing = errors.New("CA state is missing")
+	// ErrStateCorrupt: ca-state.json cannot be decoded or fails its checksum.
+	ErrStateCorrupt = errors.New("CA state is corrupt")
 )
 
 // stateFile is the persisted CA state. Private keys live in separate 0600
 // files named by KeyFile; the state file itself is 0600 too.
 type stateFile struct {
-	Version   int
+	Version   int `json:",omitempty"` // version 1 only; 2 keeps it in the envelope
 	ClusterID string
 	Index     uint64
 	Roots     []rootState
+}
+
+// envelope is the on-disk shape of version 2.
+type envelope struct {
+	Version int
+	SHA256  string          `json:",omitempty"`
+	State   json.RawMessage `json:",omitempty"`
 }
 
 type rootState struct {
@@ -30,32 +55,106 @@ type rootState struct {
 	RotatedOutAt time.Time `json:",omitempty"`
 }
 
-// loadState reads dir's state and keys. It returns (nil, nil) when dir
-// holds no state yet.
+// loadState reads dir's state and keys. It returns (nil, nil) when dir is
+// new (no state file, no marker, no root key). A state file that is missing
+// from a directory that held one, or is corrupt, is an error naming the file
+// and how to recover: the CA never silently makes a new trust domain.
 func loadState(dir string) (*stateFile, []*rootCA, error) {
-	b, err := os.ReadFile(filepath.Join(dir, stateFileName))
+	path, marker := filepath.Join(dir, stateFileName), filepath.Join(dir, markerName)
+	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
+		held, herr := heldState(dir)
+		if herr != nil {
+			return nil, nil, herr
+		}
+		if held {
+			return nil, nil, fmt.Errorf("%w: %s was deleted from a directory that held the CA: restore %s from a backup, or remove %s and the root-*.key files to start a new trust domain", ErrStateMissing, path, dir, marker)
+		}
 		return nil, nil, nil
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("failed to read CA state: %w", err)
 	}
-	var st stateFile
-	if err := json.Unmarshal(b, &st); err != nil {
-		return nil, nil, fmt.Errorf("failed to decode CA state %s: %w", filepath.Join(dir, stateFileName), err)
-	}
-	if st.Version != stateVersion {
-		return nil, nil, fmt.Errorf("failed to load CA state: unsupported version %d", st.Version)
+	st, err := decodeState(b)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %s: %w: restore %s from a backup", ErrStateCorrupt, path, err, dir)
 	}
 	roots := make([]*rootCA, 0, len(st.Roots))
 	for _, rs := range st.Roots {
 		r, err := loadRoot(dir, rs)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, fmt.Errorf("%w: restore %s from a backup", err, dir)
 		}
 		roots = append(roots, r)
 	}
-	return &st, roots, nil
+	if err := ensureMarker(dir); err != nil {
+		return nil, nil, err
+	}
+	return st, roots, nil
+}
+
+// heldState reports whether dir shows signs of a CA: its marker or a root key.
+func heldState(dir string) (bool, error) {
+	_, err := os.Stat(filepath.Join(dir, markerName))
+	if err == nil {
+		return true, nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return false, fmt.Errorf("failed to check CA marker: %w", err)
+	}
+	keys, err := filepath.Glob(filepath.Join(dir, "root-*.key"))
+	if err != nil {
+		return false, fmt.Errorf("failed to list CA root keys: %w", err)
+	}
+	return len(keys) > 0, nil
+}
+
+// ensureMarker writes dir's marker if it is missing: from now on a lost
+// state file is detected.
+func ensureMarker(dir string) error {
+	path := filepath.Join(dir, markerName)
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	msg := "This directory holds meshlet's CA: ca-state.json and root-*.key must exist next to this file.\n" +
+		"Remove it (and the key files) only to start deliberately with a new trust domain (see docs/operations.md).\n"
+	if err := atomicfile.WriteFile(path, []byte(msg), 0o600); err != nil {
+		return fmt.Errorf("failed to write CA marker: %w", err)
+	}
+	return nil
+}
+
+// decodeState parses a state file of version 1 or 2.
+func decodeState(b []byte) (*stateFile, error) {
+	var env envelope
+	if err := json.Unmarshal(b, &env); err != nil {
+		return nil, err
+	}
+	var st stateFile
+	switch env.Version {
+	case 1:
+		if err := json.Unmarshal(b, &st); err != nil {
+			return nil, err
+		}
+	case 2:
+		var compact bytes.Buffer
+		if err := json.Compact(&compact, env.State); err != nil {
+			return nil, err
+		}
+		if sum := sha256.Sum256(compact.Bytes()); hex.EncodeToString(sum[:]) != env.SHA256 {
+			return nil, errors.New("checksum mismatch")
+		}
+		if err := json.Unmarshal(env.State, &st); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, fmt.Errorf("unsupported version %d", env.Version)
+	}
+	if st.ClusterID == "" {
+		return nil, errors.New("no cluster ID")
+	}
+	st.Version = 0
+	return &st, nil
 }
 
 func loadRoot(dir string, rs rootState) (*rootCA, error) {
@@ -103,59 +202,26 @@ func saveState(dir string, st stateFile, roots []*rootCA) error {
 		if err != nil {
 			return err
 		}
-		if err := writeFileAtomic(path, []byte(kp)); err != nil {
-			return err
+		if err := atomicfile.WriteFile(path, []byte(kp), 0o600); err != nil {
+			return fmt.Errorf("failed to persist CA root key: %w", err)
 		}
 	}
-	st.Version = stateVersion
+	st.Version = 0
 	st.Roots = make([]rootState, 0, len(roots))
 	for _, r := range roots {
 		st.Roots = append(st.Roots, rootState{Root: r.Root, KeyFile: r.keyFile, RotatedOutAt: r.rotatedOutAt})
 	}
-	b, err := json.MarshalIndent(st, "", "  ")
+	state, err := json.Marshal(st)
 	if err != nil {
 		return fmt.Errorf("failed to encode CA state: %w", err)
 	}
-	return writeFileAtomic(filepath.Join(dir, stateFileName), b)
-}
-
-// writeFileAtomic writes data to a 0600 temp file in path's directory,
-// syncs it and renames it over path.
-func writeFileAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, ".tmp-"+filepath.Base(path)+"-*")
+	sum := sha256.Sum256(state)
+	b, err := json.MarshalIndent(envelope{Version: stateVersion, SHA256: hex.EncodeToString(sum[:]), State: state}, "", "  ")
 	if err != nil {
-		return fmt.Errorf("failed to create temp file: %w", err)
+		return fmt.Errorf("failed to encode CA state: %w", err)
 	}
-	tmp := f.Name()
-	ok := false
-	defer func() {
-		if !ok {
-			_ = os.Remove(tmp)
-		}
-	}()
-	if err := f.Chmod(0o600); err != nil {
-		_ = f.Close()
-		return fmt.Errorf("failed to chmod %s: %w", tmp, err)
-	}
-	if _, err := f.Write(data); err != nil {
-		_ = f.Close()
-		return fmt.Errorf("failed to write %s: %w", tmp, err)
-	}
-	if err := f.Sync(); err != nil {
-		_ = f.Close()
-		return fmt.Errorf("failed to sync %s: %w", tmp, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("failed to close %s: %w", tmp, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("failed to rename %s: %w", tmp, err)
-	}
-	ok = true
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		_ = d.Close()
+	if err := atomicfile.WriteFile(filepath.Join(dir, stateFileName), b, 0o600); err != nil {
+		return fmt.Errorf("failed to persist CA state: %w", err)
 	}
 	return nil
 }
