@@ -5,31 +5,43 @@
 //	  alloc/         shared by the group's tasks (NOMAD_ALLOC_DIR)
 //	    logs/        <task>.stdout.N / <task>.stderr.N
 //	    tmp/  data/
-//	  <task>/
+//	    run/         meshlet's sockets: root-owned 0755, so no task can
+//	                 plant a file where the agent will listen
+//	  <task>/        owned by the task's user, if it has one
 //	    local/       NOMAD_TASK_DIR
 //	    secrets/     NOMAD_SECRETS_DIR, mode 0700
 //	    tmp/
 //
-// Build is idempotent (an agent restart calls it again); Destroy removes the
+// Build is idempotent (an agent restart calls it again) and never follows a
+// symbolic link a task left where one of the tree's directories belongs:
+// the link is removed and the directory made again. Destroy removes the
 // tree. An AllocDir is plain data plus file-system calls: callers serialize
 // Build and Destroy of the same allocation (the alloc runner does).
 package allocdir
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"os"
+	"os/user"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"syscall"
 )
+
+// RunDirName is the shared directory holding meshlet's sockets.
+const RunDirName = "run"
 
 // AllocDir is one allocation's directory tree.
 type AllocDir struct {
 	// Dir is <root>/<alloc-id>.
 	Dir string
-	// SharedDir is Dir/alloc, LogDir Dir/alloc/logs.
+	// SharedDir is Dir/alloc, LogDir Dir/alloc/logs, RunDir Dir/alloc/run.
 	SharedDir string
 	LogDir    string
+	RunDir    string
 }
 
 // TaskDir is one task's directories.
@@ -47,7 +59,8 @@ type TaskDir struct {
 func New(root, allocID string) *AllocDir {
 	dir := filepath.Join(root, allocID)
 	shared := filepath.Join(dir, "alloc")
-	return &AllocDir{Dir: dir, SharedDir: shared, LogDir: filepath.Join(shared, "logs")}
+	return &AllocDir{Dir: dir, SharedDir: shared, LogDir: filepath.Join(shared, "logs"),
+		RunDir: filepath.Join(shared, RunDirName)}
 }
 
 // TaskDir returns the layout of a task's directories.
@@ -57,33 +70,168 @@ func (d *AllocDir) TaskDir(task string) TaskDir {
 		TmpDir: filepath.Join(dir, "tmp"), LogDir: d.LogDir}
 }
 
-// Build creates the shared directories and every task's directories.
-// Task names must be plain names (no path separators, not "alloc").
-func (d *AllocDir) Build(tasks []string) error {
+// dirs is the task's directories, the task dir first.
+func (td TaskDir) dirs() []string { return []string{td.Dir, td.LocalDir, td.SecretsDir, td.TmpDir} }
+
+func validTaskName(t string) error {
+	if t == "" || t == "alloc" || t == "." || t == ".." || filepath.Base(t) != t {
+		return fmt.Errorf("invalid task name %q", t)
+	}
+	return nil
+}
+
+// owner is a directory's owner; nil leaves the owner unchanged.
+type owner struct{ uid, gid int }
+
+// Build creates the shared directories and every task's directories. A
+// task's directories (the task dir, local/, secrets/ and tmp/) belong to
+// its user in users (task name → user name), as Nomad does, so a task
+// running as that user can write its directories and read its secrets;
+// everything else, and the directories of tasks without a user, belongs to
+// the agent's user (root). Task names must be plain names (no path
+// separators, not "alloc"); an unknown user fails before anything is made.
+func (d *AllocDir) Build(tasks []string, users map[string]string) error {
+	agent := &owner{os.Geteuid(), os.Getegid()}
 	dirs := map[string]os.FileMode{
-		d.Dir: 0o755, d.SharedDir: 0o755, d.LogDir: 0o755,
+		d.Dir: 0o755, d.SharedDir: 0o755, d.LogDir: 0o755, d.RunDir: 0o755,
 		filepath.Join(d.SharedDir, "tmp"): 0o777 | os.ModeSticky, filepath.Join(d.SharedDir, "data"): 0o755,
 	}
+	owners := map[string]*owner{}
 	for _, t := range tasks {
-		if t == "" || t == "alloc" || t == "." || t == ".." || filepath.Base(t) != t {
-			return fmt.Errorf("failed to build task directory: invalid task name %q", t)
+		if err := validTaskName(t); err != nil {
+			return fmt.Errorf("failed to build task directory: %w", err)
+		}
+		own := agent
+		if name := users[t]; name != "" {
+			uid, gid, err := LookupUser(name)
+			if err != nil {
+				return err
+			}
+			own = &owner{uid, gid}
 		}
 		td := d.TaskDir(t)
 		dirs[td.Dir] = 0o755
 		dirs[td.LocalDir] = 0o755
 		dirs[td.SecretsDir] = 0o700
 		dirs[td.TmpDir] = 0o777 | os.ModeSticky
+		for _, p := range td.dirs() {
+			owners[p] = own
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(d.Dir), 0o755); err != nil {
+		return fmt.Errorf("failed to create %s: %w", filepath.Dir(d.Dir), err)
 	}
 	for _, p := range slices.Sorted(maps.Keys(dirs)) { // parents sort before their children
-		if err := os.MkdirAll(p, 0o755); err != nil {
-			return fmt.Errorf("failed to create %s: %w", p, err)
+		own := owners[p]
+		if own == nil {
+			own = agent
 		}
-		// MkdirAll honours the umask; set the intended mode explicitly.
-		if err := os.Chmod(p, dirs[p]); err != nil {
-			return fmt.Errorf("failed to set mode of %s: %w", p, err)
+		if err := ensureDir(p, dirs[p], own); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// ErrUnknownUser: a task's user does not exist on this node.
+var ErrUnknownUser = errors.New("unknown user")
+
+// LookupUser returns a task user's uid and gid.
+func LookupUser(name string) (uid, gid int, err error) {
+	u, err := user.Lookup(name)
+	if err != nil {
+		return 0, 0, fmt.Errorf("failed to look up task user %q: %w: %w", name, ErrUnknownUser, err)
+	}
+	uid, err1 := strconv.Atoi(u.Uid)
+	gid, err2 := strconv.Atoi(u.Gid)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, 0, fmt.Errorf("failed to parse the ids of task user %q: %w", name, err)
+	}
+	return uid, gid, nil
+}
+
+// WriteSecret writes a file into a task's secrets/ dir, mode 0600, owned by
+// the task's user (userName; "" keeps the agent's user) so the task can read
+// it. Whatever sits at the name (a link the task planted) is replaced,
+// never followed.
+func (d *AllocDir) WriteSecret(task, name, userName string, data []byte) error {
+	if err := validTaskName(task); err != nil {
+		return fmt.Errorf("failed to write secret: %w", err)
+	}
+	uid, gid := -1, -1
+	if userName != "" {
+		var err error
+		if uid, gid, err = LookupUser(userName); err != nil {
+			return err
+		}
+	}
+	p := filepath.Join(d.TaskDir(task).SecretsDir, filepath.Base(name))
+	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("failed to replace %s: %w", p, err)
+	}
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return fmt.Errorf("failed to create %s: %w", p, err)
+	}
+	err = f.Chown(uid, gid)
+	if err == nil {
+		_, err = f.Write(data)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(p)
+		return fmt.Errorf("failed to write %s: %w", p, err)
+	}
+	return nil
+}
+
+// ensureDir makes p a directory with mode and owner. Whatever else sits at
+// p (a symbolic link or a file a task left there) is removed, never
+// followed: owner and mode are set on the opened directory itself.
+func ensureDir(p string, mode os.FileMode, own *owner) error {
+	f, err := openDirNoFollow(p)
+	if errors.Is(err, syscall.ELOOP) || errors.Is(err, syscall.ENOTDIR) {
+		if err := os.Remove(p); err != nil {
+			return fmt.Errorf("failed to remove %s (not a directory): %w", p, err)
+		}
+		f, err = openDirNoFollow(p)
+	}
+	if errors.Is(err, os.ErrNotExist) {
+		if err := os.Mkdir(p, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("failed to create %s: %w", p, err)
+		}
+		f, err = openDirNoFollow(p)
+	}
+	if err != nil {
+		return fmt.Errorf("failed to open %s: %w", p, err)
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil {
+		return fmt.Errorf("failed to stat %s: %w", p, err)
+	} else if st, ok := fi.Sys().(*syscall.Stat_t); own != nil && (!ok || int(st.Uid) != own.uid || int(st.Gid) != own.gid) {
+		if err := f.Chown(own.uid, own.gid); err != nil {
+			return fmt.Errorf("failed to set the owner of %s: %w", p, err)
+		}
+	}
+	// Mkdir honours the umask and Chown may clear set-id bits; set the
+	// intended mode last.
+	if err := f.Chmod(mode); err != nil {
+		return fmt.Errorf("failed to set mode of %s: %w", p, err)
+	}
+	return nil
+}
+
+func openDirNoFollow(p string) (*os.File, error) {
+	fd, err := syscall.Open(p, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: p, Err: err}
+	}
+	return os.NewFile(uintptr(fd), p), nil
 }
 
 // Destroy removes the allocation's tree; a missing tree is not an error.

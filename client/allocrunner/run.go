@@ -78,7 +78,7 @@ func (ar *AllocRunner) stopped() bool {
 // prerun builds the alloc dir and runs every hook's Prerun in order. It
 // returns how many hooks succeeded (they are the ones to roll back).
 func (ar *AllocRunner) prerun() (int, error) {
-	if err := ar.cfg.AllocDir.Build(ar.TaskNames()); err != nil {
+	if err := ar.cfg.AllocDir.Build(ar.TaskNames(), ar.taskUsers()); err != nil {
 		return 0, fmt.Errorf("failed to build alloc dir: %w", err)
 	}
 	for i, h := range ar.cfg.Hooks {
@@ -95,6 +95,17 @@ func (ar *AllocRunner) prerun() (int, error) {
 		}
 	}
 	return len(ar.cfg.Hooks), nil
+}
+
+// taskUsers maps each task with a user to it, for the alloc dir's owners.
+func (ar *AllocRunner) taskUsers() map[string]string {
+	users := map[string]string{}
+	for _, name := range ar.TaskNames() {
+		if u := ar.TaskRunner(name).Task().User; u != "" {
+			users[name] = u
+		}
+	}
+	return users
 }
 
 // postrun runs Postrun on the first n hooks, in reverse order.

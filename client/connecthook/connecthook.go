@@ -15,8 +15,6 @@ package connecthook
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 
 	"github.com/meshlet/meshlet/catalog"
 	"github.com/meshlet/meshlet/client"
@@ -35,10 +33,18 @@ type SocketServer interface {
 	RemoveAllocSocket(allocID string)
 }
 
+// Registrar is where the services hook registers an allocation's services
+// and sidecar proxies; *catalog.Catalog implements it.
+type Registrar interface {
+	Register(inst catalog.ServiceInstance)
+	// DeregisterAlloc removes every instance of the allocation.
+	DeregisterAlloc(allocID string)
+}
+
 // Deps are what the hooks need from the agent.
 type Deps struct {
 	Sockets    SocketServer
-	Catalog    *catalog.Catalog
+	Catalog    Registrar
 	NodeID     string
 	Datacenter string
 	// SidecarMode is the agent's `sidecar` setting; EnvoyBinary the envoy
@@ -121,11 +127,7 @@ func (h *SidecarHook) writeBootstraps(hc *allocrunner.AllocHookContext, tg *stru
 		if task == nil {
 			return fmt.Errorf("service %q: no sidecar task in group %q", s.Name, tg.Name)
 		}
-		dir := hc.AllocDir.TaskDir(task.Name).SecretsDir
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return fmt.Errorf("failed to create %s: %w", dir, err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, "envoy_bootstrap.json"), js, 0o600); err != nil {
+		if err := hc.AllocDir.WriteSecret(task.Name, "envoy_bootstrap.json", task.User, js); err != nil {
 			return fmt.Errorf("failed to write envoy bootstrap: %w", err)
 		}
 	}

@@ -55,7 +55,7 @@ func run(t *testing.T, mode string, proxyConfig map[string]any) (*allocrunner.Al
 	socks := &sockets{served: map[string]string{}, removed: map[string]string{}}
 	alloc := webAlloc(t, proxyConfig)
 	ad := allocdir.New(t.TempDir(), alloc.ID)
-	if err := ad.Build([]string{"web", "connect-proxy-web"}); err != nil {
+	if err := ad.Build([]string{"web", "connect-proxy-web"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	hc := &allocrunner.AllocHookContext{Alloc: alloc, AllocDir: ad, Logger: hclog.NewNullLogger(),
@@ -143,5 +143,35 @@ func TestBadEscapeHatchFailsAllocation(t *testing.T) {
 		if len(cat.Proxies()) != 0 {
 			t.Errorf("a rejected proxy was registered: %+v", cat.Proxies())
 		}
+	}
+}
+
+// registrar records what the services hook registers, through the
+// Registrar interface (no catalog needed).
+type registrar struct {
+	registered   []string
+	deregistered []string
+}
+
+func (r *registrar) Register(inst catalog.ServiceInstance) { r.registered = append(r.registered, inst.ID) }
+func (r *registrar) DeregisterAlloc(id string)             { r.deregistered = append(r.deregistered, id) }
+
+var _ Registrar = (*catalog.Catalog)(nil)
+
+func TestServicesHookUsesRegistrar(t *testing.T) {
+	reg := &registrar{}
+	alloc := webAlloc(t, nil)
+	hc := &allocrunner.AllocHookContext{Alloc: alloc, Logger: hclog.NewNullLogger(),
+		NetworkStatus: &structs.AllocNetworkStatus{Address: "10.9.0.2"}}
+	h := &ServicesHook{d: Deps{Catalog: reg, NodeID: "n1", Datacenter: "dc1"}}
+	if err := h.Prerun(context.Background(), hc); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"_nomad-task-a1-group-web-web-8080", "_nomad-task-a1-group-web-web-8080-sidecar-proxy"}
+	if strings.Join(reg.registered, ",") != strings.Join(want, ",") {
+		t.Fatalf("registered %v, want %v", reg.registered, want)
+	}
+	if err := h.Postrun(context.Background(), hc); err != nil || len(reg.deregistered) != 1 || reg.deregistered[0] != "a1" {
+		t.Fatalf("deregistered %v, %v", reg.deregistered, err)
 	}
 }
