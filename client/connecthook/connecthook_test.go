@@ -153,8 +153,10 @@ type registrar struct {
 	deregistered []string
 }
 
-func (r *registrar) Register(inst catalog.ServiceInstance) { r.registered = append(r.registered, inst.ID) }
-func (r *registrar) DeregisterAlloc(id string)             { r.deregistered = append(r.deregistered, id) }
+func (r *registrar) Register(inst catalog.ServiceInstance) {
+	r.registered = append(r.registered, inst.ID)
+}
+func (r *registrar) DeregisterAlloc(id string) { r.deregistered = append(r.deregistered, id) }
 
 var _ Registrar = (*catalog.Catalog)(nil)
 
