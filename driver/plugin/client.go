@@ -26,7 +26,7 @@ var (
 )
 
 func (c *Client) invoke(ctx context.Context, method string, req, resp any) error {
-	err := c.cc.Invoke(ctx, "/"+serviceName+"/"+method, req, resp, grpc.CallContentSubtype(codecName))
+	err := c.cc.Invoke(ctx, "/"+serviceName+"/"+method, req, resp, grpc.ForceCodecV2(codec))
 	return fromStatus(err)
 }
 
@@ -147,7 +147,7 @@ func (c *Client) WaitTask(ctx context.Context, taskID string) (<-chan *driver.Ex
 // clientStreams, it also closes the sending side.
 func (c *Client) openStream(ctx context.Context, method string, clientStreams bool, first any) (grpc.ClientStream, error) {
 	desc := &grpc.StreamDesc{StreamName: method, ServerStreams: true, ClientStreams: clientStreams}
-	stream, err := c.cc.NewStream(ctx, desc, "/"+serviceName+"/"+method, grpc.CallContentSubtype(codecName))
+	stream, err := c.cc.NewStream(ctx, desc, "/"+serviceName+"/"+method, grpc.ForceCodecV2(codec))
 	if err != nil {
 		return nil, fromStatus(err)
 	}

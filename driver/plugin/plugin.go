@@ -4,7 +4,8 @@
 // Wire contract. There is no protoc on the build hosts, so the service is
 // described by hand (serviceDesc) and every message is JSON: each call uses
 // the gRPC content-subtype "json" (content-type application/grpc+json),
-// served by the codec this package registers. The service is
+// served by a codec forced on the plugin's own client calls and server
+// only (never registered process-wide). The service is
 // "meshlet.driver.v1.Driver":
 //
 //	Name(empty) → nameResponse            Fingerprint(empty) → driver.Fingerprint
@@ -84,7 +85,7 @@ func Serve(d driver.Driver) {
 	goplugin.Serve(&goplugin.ServeConfig{
 		HandshakeConfig: Handshake,
 		Plugins:         goplugin.PluginSet{pluginName: &driverPlugin{impl: d}},
-		GRPCServer:      goplugin.DefaultGRPCServer,
+		GRPCServer:      newGRPCServer,
 		Logger:          hclog.New(&hclog.LoggerOptions{Name: "driver-plugin", Output: os.Stderr, JSONFormat: true}),
 	})
 }
@@ -138,6 +139,12 @@ func Load(dir string, logger hclog.Logger) ([]driver.Driver, func(), error) {
 		drivers = append(drivers, c)
 	}
 	return drivers, cleanup, nil
+}
+
+// newGRPCServer builds the plugin's gRPC server with the plugin codec
+// forced on it (see codec).
+func newGRPCServer(opts []grpc.ServerOption) *grpc.Server {
+	return grpc.NewServer(append(opts, grpc.ForceServerCodecV2(codec))...)
 }
 
 // dispense connects to the plugin and fetches its name.

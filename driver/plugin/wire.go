@@ -4,11 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding"
+	grpcproto "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/protoadapt"
 
 	"github.com/meshlet/meshlet/driver"
 )
@@ -17,15 +22,54 @@ import (
 // ("application/grpc+json").
 const codecName = "json"
 
-func init() { encoding.RegisterCodec(jsonCodec{}) }
+// codec is forced on the plugin's own connections only: the client passes
+// it with every call (grpc.ForceCodecV2) and the plugin's server is built
+// with it (grpc.ForceServerCodecV2). It is never registered with
+// encoding.RegisterCodec, which would make every gRPC server in the
+// importing process (the agent's xDS and ext_authz server among them)
+// accept application/grpc+json too.
+var codec encoding.CodecV2 = pluginCodec{}
 
-// jsonCodec is a gRPC codec that encodes messages with encoding/json: there
-// is no protoc on the build hosts, so the messages are plain Go structs.
-type jsonCodec struct{}
+// pluginCodec encodes the driver service's messages with encoding/json:
+// there is no protoc on the build hosts, so they are plain Go structs.
+// Protobuf messages (go-plugin's own health, broker, controller and stdio
+// services share the plugin's server) keep the protobuf encoding.
+type pluginCodec struct{}
 
-func (jsonCodec) Marshal(v any) ([]byte, error)      { return json.Marshal(v) }
-func (jsonCodec) Unmarshal(data []byte, v any) error { return json.Unmarshal(data, v) }
-func (jsonCodec) Name() string                       { return codecName }
+func (pluginCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if isProto(v) {
+		return protoCodec().Marshal(v)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("failed to encode %T: %w", v, err)
+	}
+	return mem.BufferSlice{mem.SliceBuffer(b)}, nil
+}
+
+func (pluginCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	if isProto(v) {
+		return protoCodec().Unmarshal(data, v)
+	}
+	if err := json.Unmarshal(data.Materialize(), v); err != nil {
+		return fmt.Errorf("failed to decode %T: %w", v, err)
+	}
+	return nil
+}
+
+func (pluginCodec) Name() string { return codecName }
+
+// isProto reports whether v is a generated protobuf message (API v2 or v1).
+func isProto(v any) bool {
+	switch v.(type) {
+	case proto.Message, protoadapt.MessageV1:
+		return true
+	}
+	return false
+}
+
+// protoCodec is gRPC's own protobuf codec (registered by grpc itself).
+func protoCodec() encoding.CodecV2 { return encoding.GetCodecV2(grpcproto.Name) }
 
 // Request and response messages. driver types without an error field go on
 // the wire as they are.
