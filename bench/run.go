@@ -22,7 +22,7 @@ type Options struct {
 	Iperf3  string // iperf3 binary ("" = not installed)
 	OutDir  string // where results.json and RESULTS.md go
 	// Areas limits the run to these areas ("controlplane", "lifecycle",
-	// "dataplane"); empty runs all.
+	// "dataplane", "faults"); empty runs all.
 	Areas  []string
 	Logger hclog.Logger
 	// Keep leaves the scratch directory (agent logs, profiles) in place.
@@ -45,6 +45,8 @@ var areas = []area{
 	{"lifecycle", (*Runner).lifecycle},
 	{"dataplane", (*Runner).dataPlane},
 	{"controlplane", (*Runner).controlPlane},
+	// Faults last: its 60 s outage and 1,000 cycles take the longest.
+	{"faults", (*Runner).faults},
 }
 
 // Runner runs the areas and collects the report.

@@ -42,30 +42,39 @@ func TestMeshSurvivesControlPlaneFaults(t *testing.T) {
 		time.Sleep(6 * time.Second)
 		ok, failed, errs := tr.Stop()
 		t.Logf("agent crash: %d requests ok, %d failed", ok, failed)
+		figure(t, "crash_requests", float64(ok+failed))
+		figure(t, "crash_failed", float64(failed))
 		if failed != 0 || ok == 0 {
 			t.Errorf("%d of %d requests failed across an agent crash and restart (want 0): %v", failed, ok+failed, errs)
 		}
-		if got := procsIn(t, webNS); !samePIDs(got, webProcs) {
-			t.Errorf("web's processes changed across the restart (tasks not reattached, or duplicated):\nbefore %v\nafter  %v", webProcs, got)
+		webAfter, dbAfter := procsIn(t, webNS), procsIn(t, dbNS)
+		figure(t, "crash_reattached", b2f(samePIDs(webAfter, webProcs) && samePIDs(dbAfter, dbProcs)))
+		figure(t, "crash_extra_processes", float64(len(webAfter)+len(dbAfter)-len(webProcs)-len(dbProcs)))
+		if !samePIDs(webAfter, webProcs) {
+			t.Errorf("web's processes changed across the restart (tasks not reattached, or duplicated):\nbefore %v\nafter  %v", webProcs, webAfter)
 		}
-		if got := procsIn(t, dbNS); !samePIDs(got, dbProcs) {
-			t.Errorf("db's processes changed across the restart:\nbefore %v\nafter  %v", dbProcs, got)
+		if !samePIDs(dbAfter, dbProcs) {
+			t.Errorf("db's processes changed across the restart:\nbefore %v\nafter  %v", dbProcs, dbAfter)
 		}
 		a.RunningAllocs(job, 2)
 	})
 
 	t.Run("control plane away", func(t *testing.T) {
-		tr := startTraffic(webNS, upstream, 5*time.Millisecond, 10000, 60*time.Second)
+		away := outage()
+		tr := startTraffic(webNS, upstream, 5*time.Millisecond, int((away+time.Minute)/(5*time.Millisecond)), away+time.Minute)
 		time.Sleep(time.Second)
 		a.Interrupt()
 		// Sidecars keep serving with their last configuration and their
 		// last authorization decision (fail-static).
-		time.Sleep(8 * time.Second)
+		time.Sleep(away)
 		okAway, failedAway := tr.Counts()
 		a.Restart()
 		time.Sleep(6 * time.Second)
 		ok, failed, errs := tr.Stop()
-		t.Logf("control plane away: %d requests ok (%d while away), %d failed", ok, okAway, failed)
+		t.Logf("control plane away for %s: %d requests ok (%d while away), %d failed", away, ok, okAway, failed)
+		figure(t, "outage_seconds", away.Seconds())
+		figure(t, "outage_requests", float64(ok+failed))
+		figure(t, "outage_failed", float64(failed))
 		if failed != 0 || okAway == 0 {
 			t.Errorf("%d of %d requests failed while the control plane was away and after it came back (want 0): %v (failed while away: %d)", failed, ok+failed, errs, failedAway)
 		}
@@ -80,7 +89,9 @@ func TestMeshSurvivesControlPlaneFaults(t *testing.T) {
 		a.Eventually(60*time.Second, "traffic through a restarted sidecar", func() bool {
 			return echoOnce(webNS, upstream, 1) == nil
 		})
-		t.Logf("sidecar SIGKILL: traffic flows again after %s", time.Since(killed).Round(time.Millisecond))
+		gap := time.Since(killed)
+		t.Logf("sidecar SIGKILL: traffic flows again after %s", gap.Round(time.Millisecond))
+		figure(t, "sidecar_kill_recovery_seconds", gap.Seconds())
 		if now := sidecarPID(t, dbNS); now == pid {
 			t.Errorf("the killed sidecar (pid %d) is still the one in db's namespace", pid)
 		}

@@ -81,9 +81,9 @@ type Agent struct {
 	// ConfigPath is the agent's HCL config; Restart reuses it.
 	ConfigPath string
 	cmd        *exec.Cmd
-	log         *bytes.Buffer
-	logMu       sync.Mutex
-	done        chan struct{}
+	log        *bytes.Buffer
+	logMu      sync.Mutex
+	done       chan struct{}
 
 	nomadOnce sync.Once
 	nomad     *nomadapi.Client
