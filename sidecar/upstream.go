@@ -45,6 +45,9 @@ type upstreamConn struct {
 	bw     *bufio.Writer
 	addr   string
 	idleAt time.Time
+	// written counts the bytes written through bw (by one goroutine at
+	// a time: an exchange's writer).
+	written int64
 }
 
 func newH1Transport(dial func(ctx context.Context, addr string) (net.Conn, error)) *h1Transport {
@@ -55,35 +58,57 @@ func newH1Transport(dial func(ctx context.Context, addr string) (net.Conn, error
 // request got any answer.
 var errStaleConn = errors.New("pooled upstream connection was closed")
 
+// errNothingWritten marks a failed exchange that wrote no byte of the
+// request to the connection.
+var errNothingWritten = errors.New("nothing was written to the upstream")
+
 // RoundTrip sends req to req.URL.Host and returns the response; its body
 // gives the connection back to the pool once read to the end. A request
-// without a body that finds a pooled connection already closed is retried
-// once on a new connection.
+// that finds a pooled connection closed is retried once on a new
+// connection under net/http's rule: only if it may be sent twice
+// (replayable) or nothing of it reached the old connection.
 func (t *h1Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	replayable := req.Body == nil || req.Body == http.NoBody
+	replay := replayable(req)
 	for attempt := 0; ; attempt++ {
-		pc, reused, err := t.getConn(req.Context(), req.URL.Host, replayable)
+		pc, reused, err := t.getConn(req.Context(), req.URL.Host, replay)
 		if err != nil {
 			return nil, err
 		}
 		resp, err := t.exchange(pc, req, reused)
-		if errors.Is(err, errStaleConn) && replayable && attempt == 0 {
+		if attempt == 0 && errors.Is(err, errStaleConn) && (replay || errors.Is(err, errNothingWritten)) {
 			continue
 		}
 		return resp, err
 	}
 }
 
+// replayable reports whether req may be sent again after it may already
+// have reached the upstream: it has no body to send again and an
+// idempotent method (GET, HEAD, OPTIONS, TRACE) or an idempotency key
+// header, as net/http decides.
+func replayable(req *http.Request) bool {
+	if req.Body != nil && req.Body != http.NoBody {
+		return false
+	}
+	switch req.Method {
+	case "", http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		return true
+	}
+	_, key := req.Header["Idempotency-Key"]
+	_, xkey := req.Header["X-Idempotency-Key"]
+	return key || xkey
+}
+
 // getConn returns a pooled connection to addr or dials one. A pooled
 // connection used for a request that cannot be replayed is first checked
 // for a close from the upstream.
-func (t *h1Transport) getConn(ctx context.Context, addr string, replayable bool) (*upstreamConn, bool, error) {
+func (t *h1Transport) getConn(ctx context.Context, addr string, replay bool) (*upstreamConn, bool, error) {
 	for {
 		pc := t.popIdle(addr)
 		if pc == nil {
 			break
 		}
-		if replayable || connAlive(pc.conn) {
+		if replay || connAlive(pc.conn) {
 			return pc, true, nil
 		}
 		pc.conn.Close()
@@ -92,11 +117,16 @@ func (t *h1Transport) getConn(ctx context.Context, addr string, replayable bool)
 	if err != nil {
 		return nil, false, err
 	}
-	return &upstreamConn{
-		conn: c, addr: addr,
-		br: bufio.NewReaderSize(c, upstreamBufferSize),
-		bw: bufio.NewWriterSize(c, upstreamBufferSize),
-	}, false, nil
+	pc := &upstreamConn{conn: c, addr: addr, br: bufio.NewReaderSize(c, upstreamBufferSize)}
+	pc.bw = bufio.NewWriterSize(pc, upstreamBufferSize)
+	return pc, false, nil
+}
+
+// Write writes to the connection, counting the bytes written.
+func (pc *upstreamConn) Write(p []byte) (int, error) {
+	n, err := pc.conn.Write(p)
+	pc.written += int64(n)
+	return n, err
 }
 
 // exchange writes req on pc and reads the final response head. The
@@ -118,9 +148,13 @@ func (t *h1Transport) exchange(pc *upstreamConn, req *http.Request, reused bool)
 		return nil, err
 	}
 	if req.Body == nil || req.Body == http.NoBody {
+		before := pc.written
 		if err := writeRequest(pc, req); err != nil {
-			if reused {
-				err = fmt.Errorf("%w: %v", errStaleConn, err)
+			switch {
+			case reused && pc.written == before:
+				err = fmt.Errorf("%w: %w: %w", errStaleConn, errNothingWritten, err)
+			case reused:
+				err = fmt.Errorf("%w: %w", errStaleConn, err)
 			}
 			return fail(err)
 		}
@@ -130,7 +164,7 @@ func (t *h1Transport) exchange(pc *upstreamConn, req *http.Request, reused bool)
 	}
 	if _, err := pc.br.Peek(1); err != nil {
 		if reused && ctx.Err() == nil {
-			err = fmt.Errorf("%w: %v", errStaleConn, err)
+			err = fmt.Errorf("%w: %w", errStaleConn, err)
 		}
 		return fail(err)
 	}
