@@ -381,15 +381,3 @@ func counterValue(t *testing.T, c prometheus.Counter) float64 {
 	}
 	return d.GetCounter().GetValue()
 }
-
-func TestForgetLeaf(t *testing.T) {
-	lim := &countingLimiter{}
-	m := newTestManager(t, Config{Limiter: lim})
-	first := mustLeaf(t, m, "web")
-	m.ForgetLeaf("web")
-	m.ForgetLeaf("never-issued") // no-op
-	second := mustLeaf(t, m, "web")
-	if second.SerialNumber == first.SerialNumber || lim.calls.Load() != 2 {
-		t.Fatalf("ForgetLeaf did not drop the cached leaf (%d signings)", lim.calls.Load())
-	}
-}

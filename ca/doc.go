@@ -12,6 +12,17 @@
 // the new root and Config.RootOverlap (default: one leaf TTL) has passed.
 // TLS verifies at handshake only, so open connections never break.
 //
+// Leaf cache: a leaf stays cached (and renewed) while HoldLeaf references
+// it (the xDS server holds each service it serves a leaf for) and is
+// released with its goroutine at the last release. Leaves only API callers
+// asked for are capped (Config.MaxAPILeaves, least recently used evicted)
+// and released after Config.LeafIdleTTL without a request. Rotation
+// re-signs cached leaves only.
+//
+// State on disk carries a SHA-256 and a marker file (ca.initialized): a
+// lost or corrupt ca-state.json stops New (ErrStateMissing,
+// ErrStateCorrupt) instead of making a new trust domain.
+//
 // Concurrency: a Manager is safe for concurrent use. One goroutine per
 // cached leaf renews it; Close stops them all. Subscribers are called
 // synchronously, without locks held, after each change and must not block.

@@ -19,7 +19,7 @@ type leafEntry struct {
 	service string
 	issue   chan struct{} // a one-slot semaphore serializing first issuance
 	kick    chan struct{} // buffered(1): renew now
-	stop    chan struct{} // closed by ForgetLeaf
+	stop    chan struct{} // closed when the entry is released
 
 	// Guarded by Manager.mu.
 	leaf     *Leaf
@@ -27,6 +27,9 @@ type leafEntry struct {
 	issuedAt time.Time
 	renewAt  time.Time
 	started  bool
+	holds    int       // HoldLeaf references; 0: an API-only entry
+	lastUsed time.Time // last Leaf call
+	released bool      // removed from Manager.leaves; never stored into again
 }
 
 // signed is a freshly signed leaf before it is cached.
@@ -63,9 +66,9 @@ func (m *Manager) Leaf(ctx context.Context, service string) (*Leaf, error) {
 	}
 	e := m.leaves[service]
 	if e == nil {
-		e = &leafEntry{service: service, issue: make(chan struct{}, 1), kick: make(chan struct{}, 1), stop: make(chan struct{})}
-		m.leaves[service] = e
+		e = m.addEntryLocked(service, 0)
 	}
+	e.lastUsed = m.now()
 	l := m.usableLocked(e)
 	m.mu.Unlock()
 	if l != nil {
@@ -84,13 +87,26 @@ func (m *Manager) Leaf(ctx context.Context, service string) (*Leaf, error) {
 	if l != nil {
 		return l, nil
 	}
-	if err := m.signAndStore(ctx, e); err != nil {
+	s, err := m.signAndStore(ctx, e)
+	if errors.Is(err, errReleased) { // evicted meanwhile: valid, not cached
+		if s == nil {
+			s, err = m.sign(ctx, service)
+			if err != nil {
+				return nil, err
+			}
+		}
+		cp := s.leaf
+		return &cp, nil
+	}
+	if err != nil {
+		m.dropUnissued(e)
 		return nil, err
 	}
 	m.mu.Lock()
-	if !e.started && !m.closed {
+	if !e.started && !m.closed && !e.released {
 		e.started = true
 		m.wg.Add(1)
+		m.renewers.Add(1)
 		go m.renewLoop(e)
 	}
 	l = m.usableLocked(e)
@@ -102,21 +118,6 @@ func (m *Manager) Leaf(ctx context.Context, service string) (*Leaf, error) {
 	return l, nil
 }
 
-// ForgetLeaf drops service's cached leaf and stops renewing it (its
-// service is gone); a later Leaf call issues a new one.
-func (m *Manager) ForgetLeaf(service string) {
-	m.mu.Lock()
-	e := m.leaves[service]
-	if e != nil {
-		delete(m.leaves, service)
-		close(e.stop)
-	}
-	m.mu.Unlock()
-	if e != nil {
-		m.maybePrune()
-	}
-}
-
 func (m *Manager) usableLocked(e *leafEntry) *Leaf {
 	if e.leaf == nil || !m.now().Before(e.leaf.ValidBefore) {
 		return nil
@@ -126,16 +127,20 @@ func (m *Manager) usableLocked(e *leafEntry) *Leaf {
 }
 
 // signAndStore signs a leaf and caches it in e, retrying when the signing
-// root was dropped meanwhile.
-func (m *Manager) signAndStore(ctx context.Context, e *leafEntry) error {
+// root was dropped meanwhile. An entry released meanwhile is not signed
+// for (or, signed already, not stored: errReleased with the leaf).
+func (m *Manager) signAndStore(ctx context.Context, e *leafEntry) (*signed, error) {
 	for attempt := 0; ; attempt++ {
+		if !m.live(e) {
+			return nil, errReleased
+		}
 		s, err := m.sign(ctx, e.service)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		err = m.store(e, s)
 		if err == nil || !errors.Is(err, errStaleRoot) || attempt == 2 {
-			return err
+			return s, err
 		}
 	}
 }
@@ -143,6 +148,9 @@ func (m *Manager) signAndStore(ctx context.Context, e *leafEntry) error {
 func (m *Manager) store(e *leafEntry, s *signed) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if e.released {
+		return errReleased
+	}
 	if m.rootLocked(s.rootID) == nil {
 		return fmt.Errorf("failed to store leaf for %s: %w", e.service, errStaleRoot)
 	}
@@ -229,24 +237,46 @@ func (m *Manager) sign(ctx context.Context, service string) (*signed, error) {
 	}, nil
 }
 
-// untilRenewal is how long e's leaf may live before renewal: zero when it
-// is missing, signed by a root that is no longer active, or due.
-func (m *Manager) untilRenewal(e *leafEntry) time.Duration {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	active := m.activeLocked()
-	if e.leaf == nil || active == nil || e.rootID != active.ID {
-		return 0
+// nextRenewal is how long e's leaf may live before renewal (zero when it
+// is missing, signed by a root that is no longer active, or due), cut
+// short by the idle deadline of an API-only entry. ok is false when e is
+// released, or was API-only and idle too long: then it is released here.
+func (m *Manager) nextRenewal(e *leafEntry) (wait time.Duration, ok bool) {
+	m.mu.Lock()
+	if e.released {
+		m.mu.Unlock()
+		return 0, false
 	}
-	return e.renewAt.Sub(m.now())
+	now := m.now()
+	if e.holds == 0 && !now.Before(e.lastUsed.Add(m.cfg.LeafIdleTTL)) {
+		m.removeLocked(e)
+		m.mu.Unlock()
+		m.logger.Debug("released idle leaf certificate", "service", e.service)
+		m.maybePrune()
+		return 0, false
+	}
+	active := m.activeLocked()
+	if e.leaf != nil && active != nil && e.rootID == active.ID {
+		wait = max(e.renewAt.Sub(now), 0)
+	}
+	if e.holds == 0 && wait > 0 {
+		wait = min(wait, e.lastUsed.Add(m.cfg.LeafIdleTTL).Sub(now))
+	}
+	m.mu.Unlock()
+	return wait, true
 }
 
-// renewLoop renews e's leaf until Close or ForgetLeaf.
+// renewLoop renews e's leaf until Close or e is released.
 func (m *Manager) renewLoop(e *leafEntry) {
 	defer m.wg.Done()
+	defer m.renewers.Add(-1)
 	backoff := time.Second
 	for {
-		if wait := m.untilRenewal(e); wait > 0 {
+		wait, ok := m.nextRenewal(e)
+		if !ok {
+			return
+		}
+		if wait > 0 {
 			t := time.NewTimer(wait)
 			select {
 			case <-m.ctx.Done():
@@ -255,22 +285,23 @@ func (m *Manager) renewLoop(e *leafEntry) {
 			case <-e.stop:
 				t.Stop()
 				return
+			case <-t.C:
+				continue // due, or idle: nextRenewal decides
 			case <-e.kick:
 				t.Stop()
-			case <-t.C:
 			}
 		}
 		select {
 		case <-e.kick: // this renewal serves a pending kick too
 		default:
 		}
-		err := m.signAndStore(m.ctx, e)
+		_, err := m.signAndStore(m.ctx, e)
 		if err == nil {
 			backoff = time.Second
 			m.afterStore(e.service)
 			continue
 		}
-		if m.ctx.Err() != nil {
+		if errors.Is(err, errReleased) || m.ctx.Err() != nil {
 			return
 		}
 		m.logger.Error("failed to renew leaf certificate", "service", e.service, "error", err)

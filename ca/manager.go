@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -24,6 +25,11 @@ const (
 	DefaultLeafTTL    = 72 * time.Hour
 	DefaultRootTTL    = 10 * 365 * 24 * time.Hour
 	DefaultSignRate   = 50
+	// DefaultMaxAPILeaves caps the leaves cached only for API callers.
+	DefaultMaxAPILeaves = 1024
+	// DefaultLeafIdleTTL: an API-only leaf nobody asked for this long is
+	// released (Consul's agent cache keeps an unused entry 72h too).
+	DefaultLeafIdleTTL = 72 * time.Hour
 )
 
 // Config configures a Manager. Zero values take the defaults.
@@ -46,6 +52,12 @@ type Config struct {
 	// the old root ever signed has expired by then and a peer that missed
 	// the rotation (or holds a leaf fetched before it) keeps working.
 	RootOverlap time.Duration
+	// MaxAPILeaves caps the leaves cached for API callers only (not held by
+	// HoldLeaf); the least recently used is evicted. Default 1024.
+	MaxAPILeaves int
+	// LeafIdleTTL releases an API-only leaf after this long without a Leaf
+	// call. Default 72h.
+	LeafIdleTTL time.Duration
 	// Limiter overrides the SignRate token bucket (tests).
 	Limiter Limiter
 }
@@ -66,6 +78,12 @@ func (c *Config) setDefaults() error {
 	if c.RootOverlap == 0 {
 		c.RootOverlap = c.LeafTTL
 	}
+	if c.MaxAPILeaves == 0 {
+		c.MaxAPILeaves = DefaultMaxAPILeaves
+	}
+	if c.LeafIdleTTL == 0 {
+		c.LeafIdleTTL = DefaultLeafIdleTTL
+	}
 	switch {
 	case !validToken(c.Datacenter, 63):
 		return fmt.Errorf("invalid datacenter %q", c.Datacenter)
@@ -77,6 +95,10 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("invalid sign rate %v", c.SignRate)
 	case c.RootOverlap < 0:
 		return fmt.Errorf("invalid root overlap %s", c.RootOverlap)
+	case c.MaxAPILeaves < 0:
+		return fmt.Errorf("invalid max API leaves %d", c.MaxAPILeaves)
+	case c.LeafIdleTTL < 0:
+		return fmt.Errorf("invalid leaf idle TTL %s", c.LeafIdleTTL)
 	}
 	if c.ClusterID != "" {
 		if _, err := uuid.Parse(c.ClusterID); err != nil {
@@ -109,6 +131,8 @@ type Manager struct {
 	roots      []*rootCA // oldest first; exactly one is Active
 	pool       *x509.CertPool
 	leaves     map[string]*leafEntry
+	unheld     int // entries with holds == 0
+	renewers   atomic.Int64
 	pruneTimer *time.Timer
 	hub        pubsub.Hub[Event]
 

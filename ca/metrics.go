@@ -10,6 +10,7 @@ import (
 type metrics struct {
 	issued    prometheus.Counter
 	rotations prometheus.Counter
+	evicted   prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -22,6 +23,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "meshlet_ca_root_rotations_total",
 			Help: "CA root rotations.",
 		}),
+		evicted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meshlet_ca_api_leaves_evicted_total",
+			Help: "API-only leaf certificates evicted from the cache to stay within its cap.",
+		}),
 	}
 	if reg == nil {
 		return m, nil
@@ -31,6 +36,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.rotations, err = register(reg, m.rotations); err != nil {
+		return nil, err
+	}
+	if m.evicted, err = register(reg, m.evicted); err != nil {
 		return nil, err
 	}
 	return m, nil
