@@ -7,8 +7,13 @@ CNI_PLUGINS := ipam/host-local main/bridge main/loopback meta/firewall meta/port
 PLUGINS_MOD := github.com/containernetworking/plugins
 # Test timeouts are safety nets against hangs, not performance targets.
 TEST_TIMEOUT ?= 15m
+# The race tier: every package with concurrency of its own (the e2e tests
+# run the agent binary, which the race detector cannot see into).
+RACE_PKGS ?= ./sidecar/... ./xds/... ./ca/... ./cni/... ./client/... ./driver/... ./intention/... \
+	./catalog/... ./authz/... ./server/... ./state/... ./scheduler/... ./controlplane/... ./consulapi/... \
+	./api/... ./agent/... ./internal/...
 
-.PHONY: all build cni deps test test-unit check-provision lint demo demo-stop bench clean help
+.PHONY: all build cni deps test test-race test-unit check-provision lint demo demo-stop bench clean help
 
 all: build cni ## Build meshlet and the CNI plugins (default)
 
@@ -27,9 +32,14 @@ cni: ## Build the standard CNI plugins pinned in go.mod into bin/cni
 		$(GO) build -o $(CNI_BIN)/ $(PLUGINS_MOD)/plugins/$$p || exit 1; \
 	done
 
-test: deps all check-provision ## Run every test tier (privileged tiers run as root, skip otherwise)
+test: deps all check-provision ## Run every test tier (privileged tiers run as root, skip otherwise), then the race tier
 	MESHLET_BIN=$(CURDIR)/$(BIN)/meshlet MESHLET_CNI_PATH=$(CURDIR)/$(CNI_BIN) \
 		$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	@$(MAKE) --no-print-directory test-race
+
+test-race: all ## The race detector over the concurrent packages (unit and privileged tests)
+	MESHLET_BIN=$(CURDIR)/$(BIN)/meshlet MESHLET_CNI_PATH=$(CURDIR)/$(CNI_BIN) \
+		$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(RACE_PKGS)
 
 test-unit: ## Unit tests only (no root needed)
 	MESHLET_SKIP_PRIVILEGED=1 $(GO) test -count=1 -short ./...

@@ -66,6 +66,7 @@ deps() {
 	local pkgs=()
 	have iptables || pkgs+=(iptables)
 	have ip || pkgs+=(iproute2)
+	have gcc || pkgs+=(gcc) # cgo, which the race detector needs
 	if [[ "${CI:-}" == true ]]; then
 		have shellcheck || pkgs+=(shellcheck)
 		have ruby || pkgs+=(ruby)
