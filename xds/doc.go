@@ -39,6 +39,14 @@
 // A node whose ID is not a registered connect-proxy gets no per-proxy
 // resources.
 //
+// # Leaf references
+//
+// The server holds (ca.Manager.HoldLeaf) the leaf of every service with a
+// registered connect-proxy or connect app instance, and releases it when the
+// last such registration leaves the catalog, so the CA stops renewing (and
+// re-signing at rotation) leaves nobody serves (holds.go). A stream that
+// disconnects keeps its proxy's leaf while the proxy is registered.
+//
 // # Resource names
 //
 //	listeners  public_listener:0.0.0.0:<port>       per proxy (inbound mTLS, ext_authz, local_app)

@@ -48,6 +48,7 @@ type reconciler struct {
 	leafRefs  map[string]map[string]struct{} // service -> its proxies
 	leaves    map[string]bool                // published leaf secrets
 	proxyless map[string]bool                // services with proxyless resources
+	holds     holdState                      // CA leaf references (holds.go)
 	rootsOK   bool
 }
 
@@ -55,6 +56,7 @@ func newReconciler() reconciler {
 	return reconciler{
 		proxies: map[string]*proxyState{}, claRefs: map[claKey]map[string]struct{}{}, clas: map[claKey]bool{},
 		leafRefs: map[string]map[string]struct{}{}, leaves: map[string]bool{}, proxyless: map[string]bool{},
+		holds: newHoldState(),
 	}
 }
 
@@ -173,6 +175,7 @@ func (s *Server) reconcile(ch changes) {
 	s.planProxyless(ch, p)
 	s.planGC(p)
 	s.apply(p)
+	s.releaseUnused()
 }
 
 // held keeps a proxy at its last good resources after a failed check. A
@@ -221,8 +224,12 @@ func (s *Server) stageProxies(ch changes, p *plan) map[string]*proxyResources {
 		inst, ok := s.cfg.Catalog.Get(id)
 		if !ok || inst.Kind != catalog.KindConnectProxy {
 			s.removeProxy(id, p)
+			s.unholdProxy(id)
 			s.forget(id)
 			continue
+		}
+		if inst.Proxy != nil && inst.Proxy.DestinationServiceName != "" {
+			s.holdProxy(id, inst.Proxy.DestinationServiceName)
 		}
 		res, err := s.b.proxy(inst)
 		if err != nil {

@@ -142,11 +142,14 @@ func (s *Server) planProxyless(ch changes, p *plan) {
 	}
 	for svc := range ch.services {
 		var plain []catalog.ServiceInstance
+		connect := false
 		for _, inst := range s.cfg.Catalog.Service(svc) {
 			if inst.Kind == catalog.KindTypical {
 				plain = append(plain, inst)
+				connect = connect || inst.Connect
 			}
 		}
+		s.setApps(svc, connect)
 		if len(plain) == 0 {
 			if s.rec.proxyless[svc] {
 				p.listeners = append(p.listeners, op{name: svc})

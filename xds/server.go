@@ -26,6 +26,8 @@ type CertSource interface {
 	TrustDomain() string
 	Roots() ca.Roots
 	Leaf(ctx context.Context, service string) (*ca.Leaf, error)
+	// HoldLeaf keeps service's leaf cached until release (see holds.go).
+	HoldLeaf(service string) (release func(), err error)
 	Subscribe(fn func(ca.Event)) (cancel func())
 }
 
@@ -157,6 +159,7 @@ func (s *Server) Stop() {
 		}
 		s.cancel()
 		s.wg.Wait()
+		s.releaseAll()
 		done := make(chan struct{})
 		go func() {
 			s.grpc.GracefulStop()

@@ -35,13 +35,14 @@ type testCA struct {
 	leaves   map[string]*ca.Leaf
 	leafErr  map[string]error
 	calls    map[string]int
+	holds    map[string]int
 	subs     map[int]func(ca.Event)
 	nextSub  int
 }
 
 func newTestCA(t testing.TB) *testCA {
 	c := &testCA{t: t, td: "11111111-2222-3333-4444-555555555555.meshlet", dc: "dc1",
-		leaves: map[string]*ca.Leaf{}, leafErr: map[string]error{}, calls: map[string]int{}, subs: map[int]func(ca.Event){}}
+		leaves: map[string]*ca.Leaf{}, leafErr: map[string]error{}, calls: map[string]int{}, holds: map[string]int{}, subs: map[int]func(ca.Event){}}
 	c.newRoot()
 	return c
 }
@@ -127,6 +128,26 @@ func (c *testCA) Leaf(_ context.Context, service string) (*ca.Leaf, error) {
 		c.leaves[service] = l
 	}
 	return l, nil
+}
+
+func (c *testCA) HoldLeaf(service string) (func(), error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.holds[service]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			c.mu.Lock()
+			c.holds[service]--
+			c.mu.Unlock()
+		})
+	}, nil
+}
+
+func (c *testCA) holdCount(service string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.holds[service]
 }
 
 func (c *testCA) Subscribe(fn func(ca.Event)) func() {
