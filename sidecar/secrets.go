@@ -11,10 +11,10 @@ import (
 // Errors from peer verification; counted by cluster stats and wrapped into
 // handshake errors.
 var (
-	ErrSecretMissing    = errors.New("secret not available")
-	ErrPeerNotTrusted   = errors.New("peer certificate chain is not trusted")
-	ErrPeerSANMismatch  = errors.New("peer certificate SAN does not match")
-	ErrNoPeerCertficate = errors.New("peer presented no certificate")
+	ErrSecretMissing     = errors.New("secret not available")
+	ErrPeerNotTrusted    = errors.New("peer certificate chain is not trusted")
+	ErrPeerSANMismatch   = errors.New("peer certificate SAN does not match")
+	ErrNoPeerCertificate = errors.New("peer presented no certificate")
 )
 
 // secretStore publishes the current SDS secrets. Handshakes read it; only
@@ -50,7 +50,7 @@ func (s *secretStore) certificate(src *certSource) (*tls.Certificate, error) {
 // of v.
 func (s *secretStore) verifyPeer(v *validationSource, chain []*x509.Certificate) error {
 	if len(chain) == 0 {
-		return ErrNoPeerCertficate
+		return ErrNoPeerCertificate
 	}
 	roots, sans := v.roots, v.sans
 	if v.sds != "" {
@@ -69,7 +69,7 @@ func (s *secretStore) verifyPeer(v *validationSource, chain []*x509.Certificate)
 	}
 	opts := x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}
 	if _, err := chain[0].Verify(opts); err != nil {
-		return fmt.Errorf("%w: %v", ErrPeerNotTrusted, err)
+		return fmt.Errorf("%w: %w", ErrPeerNotTrusted, err)
 	}
 	if len(sans) == 0 {
 		return nil

@@ -100,6 +100,15 @@ func TestVerifyPeer(t *testing.T) {
 			}
 		})
 	}
+	// An untrusted chain's error keeps x509's cause; no chain at all has
+	// its own error.
+	var unknown x509.UnknownAuthorityError
+	if err := s.verifyPeer(v, []*x509.Certificate{foreign.cert}); !errors.As(err, &unknown) {
+		t.Fatalf("verifyPeer(foreign chain) = %v; want it to wrap x509.UnknownAuthorityError", err)
+	}
+	if err := s.verifyPeer(v, nil); !errors.Is(err, ErrNoPeerCertificate) {
+		t.Fatalf("verifyPeer(no chain) = %v; want ErrNoPeerCertificate", err)
+	}
 }
 
 func TestBackoffBounds(t *testing.T) {

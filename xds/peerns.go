@@ -71,7 +71,7 @@ func checkPeerNetNS(c net.Conn, want nsIdentity) error {
 	}
 	got, err := nsID(fmt.Sprintf("/proc/%d/ns/net", cred.Pid))
 	if err != nil {
-		return fmt.Errorf("%w: pid %d: %v", ErrPeerNamespace, cred.Pid, err)
+		return fmt.Errorf("%w: pid %d: %w", ErrPeerNamespace, cred.Pid, err)
 	}
 	if got != want {
 		return fmt.Errorf("%w: pid %d", ErrPeerNamespace, cred.Pid)

@@ -64,9 +64,14 @@ func Detect() (*Hierarchy, error) {
 	if os.Geteuid() != 0 {
 		return nil, fmt.Errorf("%w: managing cgroups requires root", ErrUnavailable)
 	}
-	f, err := os.Open("/proc/self/mountinfo")
+	return detect("/proc/self/mountinfo")
+}
+
+// detect is Detect reading the mount table at mountinfo.
+func detect(mountinfo string) (*Hierarchy, error) {
+	f, err := os.Open(mountinfo)
 	if err != nil {
-		return nil, fmt.Errorf("%w: failed to read mountinfo: %v", ErrUnavailable, err)
+		return nil, fmt.Errorf("%w: failed to read mountinfo: %w", ErrUnavailable, err)
 	}
 	defer f.Close()
 	h := &Hierarchy{}

@@ -1,6 +1,8 @@
 package cgroups
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -120,5 +122,14 @@ func TestGroupLifecycle(t *testing.T) {
 	}
 	if err := g.Destroy(); err != nil {
 		t.Fatalf("second Destroy: %v", err)
+	}
+}
+
+// A mount table that cannot be read makes Detect's error wrap both
+// ErrUnavailable and the cause.
+func TestDetectKeepsCause(t *testing.T) {
+	_, err := detect(filepath.Join(t.TempDir(), "mountinfo"))
+	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("detect(missing file) = %v; want ErrUnavailable wrapping fs.ErrNotExist", err)
 	}
 }

@@ -141,7 +141,7 @@ func (h *taskHandle) exitFromFile(cause error) (*driver.ExitResult, time.Time) {
 	st, err := executor.ReadExitStatus(h.st.ExitFile)
 	if err != nil {
 		if cause != nil {
-			err = fmt.Errorf("%w (executor: %v)", err, cause)
+			err = fmt.Errorf("%w (executor: %w)", err, cause)
 		}
 		return &driver.ExitResult{ExitCode: -1, Err: fmt.Errorf("executor exited without recording the task's exit: %w", err)}, time.Now()
 	}
