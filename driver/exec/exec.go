@@ -40,7 +40,8 @@ type Driver struct {
 	*proc.Driver
 }
 
-// New returns an exec driver.
+// New returns an exec driver. It logs with logger as given, so name it for
+// the driver (the agent's is agent.driver.exec).
 func New(cfg Config, logger hclog.Logger) *Driver {
 	return &Driver{proc.New(proc.Options{
 		Name:         Name,

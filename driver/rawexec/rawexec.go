@@ -34,7 +34,8 @@ type Driver struct {
 }
 
 // New returns a raw_exec driver. raw_exec is always healthy; whether it is
-// enabled is the agent's decision.
+// enabled is the agent's decision. It logs with logger as given, so name it
+// for the driver (the agent's is agent.driver.raw_exec).
 func New(cfg Config, logger hclog.Logger) *Driver {
 	name := cfg.Name
 	if name == "" {

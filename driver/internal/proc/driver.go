@@ -53,7 +53,9 @@ var (
 	_ driver.StreamingExecer = (*Driver)(nil)
 )
 
-// New returns a Driver; zero Options fields take their defaults.
+// New returns a Driver; zero Options fields take their defaults. It logs
+// with logger as given: the caller names it (the agent passes
+// agent.driver.<name>).
 func New(opts Options, logger hclog.Logger) *Driver {
 	if len(opts.ExecutorCmd) == 0 {
 		self, err := os.Executable()
@@ -71,7 +73,7 @@ func New(opts Options, logger hclog.Logger) *Driver {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	return &Driver{opts: opts, logger: logger.Named(opts.Name), tasks: newTaskStore()}
+	return &Driver{opts: opts, logger: logger, tasks: newTaskStore()}
 }
 
 // Name implements driver.Driver.
