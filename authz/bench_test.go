@@ -8,6 +8,10 @@ import (
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/meshlet/meshlet/ca"
+	"github.com/meshlet/meshlet/intention"
 )
 
 // maxSamples bounds the latency samples kept for the p99.
@@ -85,5 +89,53 @@ func BenchmarkCheckGRPC(b *testing.B) {
 		lat.add(time.Since(start))
 	}
 	b.StopTimer()
+	lat.report(b)
+}
+
+// BenchmarkAuthorizeDuringWrites measures decisions while another goroutine
+// keeps writing intentions to disk (encode + fsync per write): decisions
+// read a snapshot and never wait for the disk.
+func BenchmarkAuthorizeDuringWrites(b *testing.B) {
+	m, err := ca.New(ca.Config{}, hclog.NewNullLogger(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	ix, err := intention.New(b.TempDir(), false, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	f := &fixture{ca: m, ix: ix, svc: New(m, ix, hclog.NewNullLogger(), nil)}
+	seed(b, f, 100)
+	src, dst := m.SpiffeID("svc-3"), "svc-4"
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		actions := [2]string{"allow", "deny"}
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			in := intention.Intention{SourceName: "writer", DestinationName: "svc-0", Action: actions[i%2]}
+			if _, err := ix.Upsert(in, true); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	}()
+	lat := make(latencies, 0, min(b.N, maxSamples))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		if d, err := f.svc.Authorize(src, dst); err != nil || !d.Allowed {
+			b.Fatalf("Authorize = %+v, %v", d, err)
+		}
+		lat.add(time.Since(start))
+	}
+	b.StopTimer()
+	close(stop)
+	<-done
 	lat.report(b)
 }
