@@ -30,9 +30,13 @@ const (
 	// KindPrefix marks an injected task's Kind, as Nomad does.
 	KindPrefix = "connect-proxy:"
 	// SocketName is the control plane's unix socket in an allocation's
-	// shared alloc/tmp directory; the sidecar reaches xDS and ext_authz
-	// through it from inside the network namespace.
+	// shared alloc/run directory (SocketDir); the sidecar reaches xDS and
+	// ext_authz through it from inside the network namespace.
 	SocketName = "meshlet_grpc.sock"
+	// SocketDir is the directory of the allocation's shared alloc/ dir
+	// that holds meshlet's sockets. It is root-owned 0755, so no task can
+	// plant a file where the agent listens (alloc/tmp is writable by all).
+	SocketDir = "run"
 	// AdminBasePort is the first sidecar admin port, bound on 127.0.0.2
 	// inside the namespace (one per sidecar of a group).
 	AdminBasePort = 19001
@@ -69,7 +73,7 @@ func ProxyServiceName(service string) string { return service + ProxySuffix }
 // SocketPath is where the agent places the control plane's socket for an
 // allocation, given the allocation's shared alloc/ directory.
 func SocketPath(sharedAllocDir string) string {
-	return strings.TrimSuffix(sharedAllocDir, "/") + "/tmp/" + SocketName
+	return strings.TrimSuffix(sharedAllocDir, "/") + "/" + SocketDir + "/" + SocketName
 }
 
 // ConnectServices returns the group's services that ask for a sidecar.

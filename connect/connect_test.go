@@ -3,6 +3,7 @@ package connect
 import (
 	"errors"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -50,6 +51,14 @@ func TestInjectAddsSidecarTaskAndPort(t *testing.T) {
 	args := px.Config["args"].([]any)
 	if args[3] != "_nomad-task-${NOMAD_ALLOC_ID}-group-dashboard-count-dashboard-http-sidecar-proxy" {
 		t.Errorf("proxy id arg = %v", args[3])
+	}
+	// The socket lives in alloc/run (root-only), not alloc/tmp (any task
+	// may plant files there).
+	if !slices.Contains(args, any("unix://${NOMAD_ALLOC_DIR}/run/meshlet_grpc.sock")) {
+		t.Errorf("sidecar args = %v, want the socket in alloc/run", args)
+	}
+	if got := SocketPath("/d/alloc/a1/alloc/"); got != "/d/alloc/a1/alloc/run/meshlet_grpc.sock" {
+		t.Errorf("SocketPath = %s", got)
 	}
 	if err := Inject(job); err != nil || len(tg.Tasks) != 2 || len(tg.Networks[0].DynamicPorts) != 1 {
 		t.Fatalf("Inject not idempotent: %v, tasks %v", err, taskNames(tg))

@@ -27,6 +27,10 @@ type AllocHookContext struct {
 	// NetNSPath and NetworkStatus are set by the network hook.
 	NetNSPath     string
 	NetworkStatus *structs.AllocNetworkStatus
+	// NetworkRecreated is set by the network hook of a restored
+	// allocation whose namespace had to be made again: tasks recovered in
+	// the old namespace must be restarted into the new one.
+	NetworkRecreated bool
 	// Env adds variables to every task's environment (e.g. the sidecar hook's
 	// NOMAD_UPSTREAM_ADDR_<name>).
 	Env    map[string]string
@@ -96,16 +100,19 @@ func (h *NetworkHook) Prerun(ctx context.Context, hc *AllocHookContext) error {
 	if h.net == nil {
 		return fmt.Errorf("failed to set up network: network mode %q needs CNI networking, which is not available on this node: %s", mode, h.unavailable)
 	}
-	var st *structs.AllocNetworkStatus
-	var err error
 	if hc.Restored {
-		st, err = h.net.Restore(ctx, hc.Alloc)
-	} else {
-		st, err = h.net.Setup(ctx, hc.Alloc)
+		return h.restore(ctx, hc, mode)
 	}
+	st, err := h.net.Setup(ctx, hc.Alloc)
 	if err != nil {
 		return fmt.Errorf("network mode %q: %w", mode, err)
 	}
+	return h.attach(hc, st)
+}
+
+// attach records the allocation's namespace and status in hc, then
+// persists the status (hc is set even when that write fails).
+func (h *NetworkHook) attach(hc *AllocHookContext, st *structs.AllocNetworkStatus) error {
 	hc.NetNSPath = h.net.NetNSPath(hc.Alloc.ID)
 	hc.NetworkStatus = st
 	if h.state != nil {
@@ -114,6 +121,31 @@ func (h *NetworkHook) Prerun(ctx context.Context, hc *AllocHookContext) error {
 		}
 	}
 	return nil
+}
+
+// restore re-attaches a restored allocation's namespace. When the
+// namespace it finds afterwards is not the one the tasks were left in (it
+// was gone, or failed its check and was rebuilt), hc.NetworkRecreated tells
+// the runner to restart the tasks into the new one. When restoring fails,
+// hc keeps the namespace path and the last persisted status, so the tasks
+// that still run are described as they are.
+func (h *NetworkHook) restore(ctx context.Context, hc *AllocHookContext, mode string) error {
+	path := h.net.NetNSPath(hc.Alloc.ID)
+	before, errBefore := NetNSInode(path)
+	st, err := h.net.Restore(ctx, hc.Alloc)
+	if err != nil {
+		hc.NetNSPath = path
+		if h.state != nil {
+			hc.NetworkStatus, _ = h.state.NetworkStatus(hc.Alloc.ID)
+		}
+		return fmt.Errorf("network mode %q: %w", mode, err)
+	}
+	if after, err := NetNSInode(path); err == nil && (errBefore != nil || before != after) {
+		hc.NetworkRecreated = true
+		hc.Logger.Warn("allocation network namespace was recreated; its tasks will be restarted into it",
+			"alloc_id", hc.Alloc.ID, "netns", path)
+	}
+	return h.attach(hc, st)
 }
 
 // Postrun implements AllocHook.

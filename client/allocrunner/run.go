@@ -45,6 +45,11 @@ func (ar *AllocRunner) Run() {
 		return
 	}
 	ar.setTaskEnv()
+	if ar.hc.NetworkRecreated {
+		for _, name := range ar.TaskNames() {
+			ar.TaskRunner(name).RestartRecovered("network namespace was recreated")
+		}
+	}
 	if !ar.runTasks() {
 		return // agent shutdown: leave everything running
 	}
@@ -77,24 +82,61 @@ func (ar *AllocRunner) stopped() bool {
 
 // prerun builds the alloc dir and runs every hook's Prerun in order. It
 // returns how many hooks succeeded (they are the ones to roll back).
+//
+// A restored allocation whose tasks were running is never rolled back
+// because a step failed at an agent restart (a full disk, a socket that
+// cannot be made again): killing what runs because the agent cannot write
+// is worse than running degraded. The failure is logged and recorded as an
+// event on every task, and the next steps still run.
 func (ar *AllocRunner) prerun() (int, error) {
 	if err := ar.cfg.AllocDir.Build(ar.TaskNames(), ar.taskUsers()); err != nil {
-		return 0, fmt.Errorf("failed to build alloc dir: %w", err)
+		if err = ar.degrade(fmt.Errorf("failed to build alloc dir: %w", err)); err != nil {
+			return 0, err
+		}
 	}
 	for i, h := range ar.cfg.Hooks {
 		ctx, cancel := context.WithTimeout(ar.ctx, hookTimeout)
 		err := h.Prerun(ctx, ar.hc)
 		cancel()
-		if err != nil {
-			return i, err
-		}
 		if h.Name() == "network" {
 			ar.mu.Lock()
 			ar.netStatus = ar.hc.NetworkStatus
 			ar.mu.Unlock()
 		}
+		if err != nil {
+			if err = ar.degrade(err); err != nil {
+				return i, err
+			}
+		}
 	}
 	return len(ar.cfg.Hooks), nil
+}
+
+// degrade returns err unless the allocation is a restored one with running
+// tasks; then it logs err, records it on every task and returns nil.
+func (ar *AllocRunner) degrade(err error) error {
+	if !ar.restoredRunning() {
+		return err
+	}
+	ar.logger.Error("agent restart could not restore the allocation's setup; keeping its tasks running", "error", err)
+	for _, name := range ar.TaskNames() {
+		ar.TaskRunner(name).EmitEvent(taskrunner.RestoreDegradedEvent(err))
+	}
+	return nil
+}
+
+// restoredRunning: the allocation was restored and a task had a live
+// driver handle (it was running when the previous agent stopped).
+func (ar *AllocRunner) restoredRunning() bool {
+	if !ar.cfg.Restored {
+		return false
+	}
+	for _, ls := range ar.cfg.RestoredTasks {
+		if ls != nil && ls.Handle != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // taskUsers maps each task with a user to it, for the alloc dir's owners.

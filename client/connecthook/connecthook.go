@@ -89,6 +89,9 @@ func (h *SidecarHook) Prerun(ctx context.Context, hc *allocrunner.AllocHookConte
 		hc.Env[k] = v
 	}
 	sock := connect.SocketPath(hc.AllocDir.SharedDir)
+	if err := prepareSocket(sock, hc.Logger); err != nil {
+		return fmt.Errorf("failed to place the control plane socket in the allocation: %w", err)
+	}
 	if err := h.d.Sockets.ServeAllocSocket(hc.Alloc.ID, sock, hc.NetNSPath); err != nil {
 		return fmt.Errorf("failed to place the control plane socket in the allocation: %w", err)
 	}

@@ -77,7 +77,7 @@ func TestHooksJoinAllocationToMesh(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := filepath.Join(hc.AllocDir.SharedDir, "tmp", "meshlet_grpc.sock"); socks.served["a1"] != want {
+	if want := filepath.Join(hc.AllocDir.SharedDir, "run", "meshlet_grpc.sock"); socks.served["a1"] != want {
 		t.Errorf("socket served at %q, want %q", socks.served["a1"], want)
 	}
 	if hc.Env["NOMAD_UPSTREAM_ADDR_db"] != "127.0.0.1:9191" {

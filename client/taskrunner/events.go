@@ -14,6 +14,19 @@ const maxEvents = 10
 // TaskWaitingShutdownDelay is emitted before a task's shutdown_delay.
 const TaskWaitingShutdownDelay = "Waiting for shutdown delay"
 
+// TaskRestoreDegraded is emitted when an agent restart could not restore
+// part of a running allocation's setup (its network record, its control
+// plane socket...): the task keeps running, degraded.
+const TaskRestoreDegraded = "Restore Degraded"
+
+// RestoreDegradedEvent reports what an agent restart could not restore.
+func RestoreDegradedEvent(err error) *structs.TaskEvent {
+	ev := NewEvent(TaskRestoreDegraded)
+	ev.SetupError = err.Error()
+	ev.DisplayMessage = "Agent restart could not restore the allocation's setup; the task keeps running: " + err.Error()
+	return ev
+}
+
 // NewEvent returns an event of type typ stamped now, with Nomad's display
 // message for the simple types.
 func NewEvent(typ string) *structs.TaskEvent {

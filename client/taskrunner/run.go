@@ -41,6 +41,15 @@ func (tr *TaskRunner) loop(handle *driver.TaskHandle) {
 	if tr.cfg.Restored == nil {
 		tr.emit(NewEvent(structs.TaskSetup))
 	}
+	tr.mu.Lock()
+	reason := tr.replace
+	tr.mu.Unlock()
+	if handle != nil && reason != "" {
+		if !tr.replaceRecovered(handle, reason) {
+			return
+		}
+		handle = nil
+	}
 	for {
 		res, err := tr.runOnce(handle)
 		if errors.Is(err, errDetached) {
@@ -78,6 +87,34 @@ func (tr *TaskRunner) loop(handle *driver.TaskHandle) {
 			return
 		}
 	}
+}
+
+// replaceRecovered stops a recovered task so the loop starts it again; it
+// returns false when the runner was shut down meanwhile.
+func (tr *TaskRunner) replaceRecovered(h *driver.TaskHandle, reason string) bool {
+	tr.logger.Info("restarting recovered task", "reason", reason)
+	if h.Config != nil && tr.cfg.Driver.RecoverTask(h) == nil {
+		if exitCh, err := tr.cfg.Driver.WaitTask(tr.ctx, h.Config.ID); err == nil {
+			if err := tr.cfg.Driver.StopTask(h.Config.ID, tr.killTimeout(), tr.cfg.Task.KillSignal); err != nil {
+				tr.logger.Warn("failed to stop recovered task", "error", err)
+			}
+			select {
+			case <-exitCh:
+			case <-time.After(tr.killTimeout() + stopGrace):
+				tr.logger.Warn("recovered task did not exit after being stopped")
+			case <-tr.shutdownCh:
+				return false
+			}
+		}
+	}
+	tr.release(h)
+	tr.update(func(s *structs.TaskState) {
+		tr.appendEvent(restartingEvent(Decision{Restart: true, Reason: reason}))
+		s.State = structs.TaskStatePending
+		s.Restarts++
+		s.LastRestart = time.Now()
+	})
+	return true
 }
 
 // runOnce starts (or, with a restored handle, recovers) the task and waits

@@ -64,6 +64,9 @@ type TaskRunner struct {
 	handle  *driver.TaskHandle
 	killing bool
 	ran     bool
+	// replace is why a recovered task must be stopped and started
+	// again instead of re-attached ("" = re-attach).
+	replace string
 
 	killCh     chan struct{}
 	shutdownCh chan struct{}
@@ -144,6 +147,20 @@ func (tr *TaskRunner) TaskID() string {
 // WaitCh is closed once the runner is done: the task is dead or the runner
 // was shut down.
 func (tr *TaskRunner) WaitCh() <-chan struct{} { return tr.waitCh }
+
+// RestartRecovered makes Run stop the task it recovers and start it again
+// (for reason, e.g. its network namespace was recreated) instead of
+// re-attaching to it; this restart does not count against the restart
+// policy. Call it before Run; a task without a recovered handle is
+// started normally.
+func (tr *TaskRunner) RestartRecovered(reason string) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.replace = reason
+}
+
+// EmitEvent records ev in the task's events (e.g. a degraded restore).
+func (tr *TaskRunner) EmitEvent(ev *structs.TaskEvent) { tr.emit(ev) }
 
 // IsDead reports whether the task reached its final state.
 func (tr *TaskRunner) IsDead() bool {

@@ -1,0 +1,103 @@
+package connecthook
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/meshlet/meshlet/catalog"
+	"github.com/meshlet/meshlet/client/allocdir"
+	"github.com/meshlet/meshlet/client/allocrunner"
+	"github.com/meshlet/meshlet/connect"
+	"github.com/meshlet/meshlet/controlplane"
+)
+
+// TestPlantedSocketFilesDoNotFailAllocation plants, as a task could, a link
+// to a victim file and a regular file at the old socket path (alloc/tmp,
+// writable by every task) and at the new one; the real control plane must
+// still serve the allocation's socket, in alloc/run, without following the
+// link or touching the victim.
+func TestPlantedSocketFilesDoNotFailAllocation(t *testing.T) {
+	for _, plant := range []string{"symlink", "file", "dir"} {
+		t.Run(plant, func(t *testing.T) {
+			dir := t.TempDir()
+			cp, err := controlplane.New(controlplane.Config{DataDir: filepath.Join(dir, "cp"), DefaultAllow: true,
+				GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"}, catalog.New())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = cp.Stop() })
+			alloc := webAlloc(t, nil)
+			ad := allocdir.New(filepath.Join(dir, "alloc"), alloc.ID)
+			if err := ad.Build([]string{"web", "connect-proxy-web"}, nil); err != nil {
+				t.Fatal(err)
+			}
+			victim := filepath.Join(dir, "victim")
+			if err := os.WriteFile(victim, []byte("keep"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			sock := connect.SocketPath(ad.SharedDir)
+			for _, p := range []string{filepath.Join(ad.SharedDir, "tmp", connect.SocketName), sock} {
+				switch plant {
+				case "symlink":
+					err = os.Symlink(victim, p)
+				case "file":
+					err = os.WriteFile(p, []byte("planted"), 0o644)
+				case "dir":
+					err = os.Mkdir(p, 0o755)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			hc := &allocrunner.AllocHookContext{Alloc: alloc, AllocDir: ad, Logger: hclog.NewNullLogger()}
+			h := &SidecarHook{d: Deps{Sockets: cp, SidecarMode: "builtin"}}
+			if err := h.Prerun(context.Background(), hc); err != nil {
+				t.Fatalf("planted %s failed the allocation: %v", plant, err)
+			}
+			t.Cleanup(func() { _ = h.Postrun(context.Background(), hc) })
+			if b, _ := os.ReadFile(victim); string(b) != "keep" {
+				t.Fatalf("victim changed: %q", b)
+			}
+			if filepath.Dir(sock) != ad.RunDir {
+				t.Fatalf("socket %s is not in the root-only run dir %s", sock, ad.RunDir)
+			}
+			fi, err := os.Lstat(sock)
+			if err != nil || fi.Mode()&os.ModeSocket == 0 {
+				t.Fatalf("no socket at %s: %v %v", sock, fi, err)
+			}
+			c, err := net.Dial("unix", sock)
+			if err != nil {
+				t.Fatalf("socket not served: %v", err)
+			}
+			_ = c.Close()
+			entries, _ := os.ReadDir(ad.RunDir)
+			var aside bool
+			for _, e := range entries {
+				aside = aside || strings.HasPrefix(e.Name(), connect.SocketName+".unexpected-")
+			}
+			if !aside {
+				t.Errorf("the planted %s was not moved aside: %v", plant, entries)
+			}
+		})
+	}
+}
+
+// TestUnsafeSocketDirIsRefused: a run dir others can write is not used.
+func TestUnsafeSocketDirIsRefused(t *testing.T) {
+	ad := allocdir.New(t.TempDir(), "a1")
+	if err := ad.Build(nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(ad.RunDir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := prepareSocket(filepath.Join(ad.RunDir, connect.SocketName), hclog.NewNullLogger()); err == nil {
+		t.Fatal("a world-writable socket dir was accepted")
+	}
+}
