@@ -1,9 +1,11 @@
 package scheduler
 
 import (
+	"errors"
 	"fmt"
 	"path"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/meshlet/meshlet/structs"
@@ -29,6 +31,9 @@ func feasible(job *structs.Job, tg *structs.TaskGroup, n *structs.Node) string {
 			}
 			return msg
 		}
+	}
+	if r := portsFeasible(tg, n); r != "" {
+		return r
 	}
 	var cons []*structs.Constraint
 	cons = append(cons, job.Constraints...)
@@ -132,4 +137,71 @@ func setContains(have, want string) bool {
 		}
 	}
 	return true
+}
+
+// ReservedPortsAttribute is the node attribute listing the host ports no
+// job may take ("22,4646,8000-8100"): the agent's own listeners and the
+// client's reserved { reserved_ports } option.
+const ReservedPortsAttribute = "meshlet.reserved_ports"
+
+// ErrInvalidPortSpec is returned by ParsePortSpec.
+var ErrInvalidPortSpec = errors.New("invalid port list")
+
+// PortRange is an inclusive range of ports.
+type PortRange struct{ Lo, Hi int }
+
+// ParsePortSpec parses Nomad's reserved_ports syntax: comma-separated ports
+// and inclusive ranges ("22,80,8000-8100"), each within 1-65535. An empty
+// spec is no port.
+func ParsePortSpec(spec string) ([]PortRange, error) {
+	var out []PortRange
+	for _, part := range strings.Split(spec, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		lo, hi, isRange := strings.Cut(part, "-")
+		if !isRange {
+			hi = lo
+		}
+		l, err1 := strconv.Atoi(strings.TrimSpace(lo))
+		h, err2 := strconv.Atoi(strings.TrimSpace(hi))
+		if err1 != nil || err2 != nil || l < 1 || h > 65535 || l > h {
+			return nil, fmt.Errorf("%w: %q is not a port (1-65535) or a range lo-hi", ErrInvalidPortSpec, part)
+		}
+		out = append(out, PortRange{Lo: l, Hi: h})
+	}
+	return out, nil
+}
+
+// nodeReserved reports whether port is in the node's reserved ports. An
+// unparsable attribute reserves nothing more (the agent validated it).
+func nodeReserved(n *structs.Node, port int) bool {
+	spec := n.Attributes[ReservedPortsAttribute]
+	if spec == "" {
+		return false
+	}
+	ranges, _ := ParsePortSpec(spec)
+	for _, r := range ranges {
+		if port >= r.Lo && port <= r.Hi {
+			return true
+		}
+	}
+	return false
+}
+
+// portsFeasible refuses a group whose static ports are invalid or collide
+// with the node's reserved ports, in Nomad's words.
+func portsFeasible(tg *structs.TaskGroup, n *structs.Node) string {
+	for _, net := range tg.Networks {
+		for _, p := range net.ReservedPorts {
+			switch {
+			case p.Value < 1 || p.Value > 65535:
+				return fmt.Sprintf("network: invalid static port %s=%d (a static port must be 1-65535; omit static for a dynamic port)", p.Label, p.Value)
+			case nodeReserved(n, p.Value):
+				return fmt.Sprintf("network: reserved port collision %s=%d on node %s", p.Label, p.Value, n.Name)
+			}
+		}
+	}
+	return ""
 }
