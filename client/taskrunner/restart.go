@@ -8,6 +8,12 @@ import (
 	"github.com/meshlet/meshlet/structs"
 )
 
+// SidecarImmediateRestarts is how many restarts (within the policy's
+// interval) of a connect sidecar proxy happen at once: every request
+// through the mesh fails while the sidecar is down, so waiting the group's
+// delay (15 s by default) before bringing it back is an outage.
+const SidecarImmediateRestarts = 2
+
 // restartJitter is the fraction of the delay added at random (Nomad: 25 %).
 const restartJitter = 0.25
 
@@ -86,6 +92,10 @@ type Tracker struct {
 	batch  bool
 	count  int
 	start  time.Time
+	// immediate restarts happen without delay; the ones after wait the
+	// policy's delay, doubled for each further restart (capped at the
+	// policy's interval). Set by NewSidecarTracker.
+	immediate int
 	// rand returns a value in [0,n); nil disables jitter.
 	rand func(n int64) int64
 }
@@ -94,6 +104,14 @@ type Tracker struct {
 // complete rather than restarted.
 func NewTracker(policy RestartPolicy, batch bool, rand func(n int64) int64) *Tracker {
 	return &Tracker{policy: policy, batch: batch, rand: rand}
+}
+
+// NewSidecarTracker returns the tracker of a connect sidecar proxy: its
+// first SidecarImmediateRestarts restarts within the policy's interval are
+// immediate, later ones back off from the policy's delay. Attempts, interval
+// and mode apply as for any task.
+func NewSidecarTracker(policy RestartPolicy, rand func(n int64) int64) *Tracker {
+	return &Tracker{policy: policy, rand: rand, immediate: SidecarImmediateRestarts}
 }
 
 // Next decides after an exit (res) or a start failure (res.Err set).
@@ -108,7 +126,7 @@ func (t *Tracker) Next(now time.Time, res *driver.ExitResult) Decision {
 	}
 	t.count++
 	if t.count <= p.Attempts {
-		return Decision{Restart: true, Delay: t.jittered(p.Delay)}
+		return Decision{Restart: true, Delay: t.delay()}
 	}
 	if p.Attempts == 0 && p.Mode != structs.RestartPolicyModeDelay {
 		return Decision{Failed: failed || !t.batch, Reason: "Policy allows no restarts"}
@@ -124,6 +142,24 @@ func (t *Tracker) Next(now time.Time, res *driver.ExitResult) Decision {
 	}
 	// A service task that keeps exiting 0 has still exhausted its policy.
 	return Decision{Failed: true, Reason: reason}
+}
+
+// delay is the wait before the count-th restart within the interval.
+func (t *Tracker) delay() time.Duration {
+	if t.immediate == 0 {
+		return t.jittered(t.policy.Delay)
+	}
+	if t.count <= t.immediate {
+		return 0
+	}
+	d := t.policy.Delay
+	for i := t.count - t.immediate; i > 1 && d < t.policy.Interval; i-- {
+		d *= 2
+	}
+	if t.policy.Interval > 0 && d > t.policy.Interval {
+		d = t.policy.Interval
+	}
+	return t.jittered(d)
 }
 
 func (t *Tracker) jittered(d time.Duration) time.Duration {

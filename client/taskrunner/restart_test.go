@@ -98,3 +98,24 @@ func TestTrackerJitter(t *testing.T) {
 		t.Fatalf("jitter span %v, delay %v", time.Duration(asked), d.Delay)
 	}
 }
+
+// TestSidecarTracker: a connect sidecar's first restarts are immediate,
+// later ones wait the policy's delay, doubled each time (capped at the
+// interval); attempts and interval still apply.
+func TestSidecarTracker(t *testing.T) {
+	fail := &driver.ExitResult{ExitCode: 1}
+	t0 := time.Unix(1000, 0)
+	tr := NewSidecarTracker(RestartPolicy{Attempts: 6, Interval: time.Minute, Delay: 15 * time.Second, Mode: "fail"}, nil)
+	for i, want := range []time.Duration{0, 0, 15 * time.Second, 30 * time.Second, time.Minute, time.Minute} {
+		if d := tr.Next(t0, fail); !d.Restart || d.Delay != want {
+			t.Fatalf("restart %d: %+v, want a restart after %v", i+1, d, want)
+		}
+	}
+	if d := tr.Next(t0, fail); d.Restart || !d.Failed {
+		t.Fatalf("attempts not enforced: %+v", d)
+	}
+	// A crash after the interval starts a new count: immediate again.
+	if d := tr.Next(t0.Add(2*time.Minute), fail); !d.Restart || d.Delay != 0 {
+		t.Fatalf("after the interval: %+v", d)
+	}
+}

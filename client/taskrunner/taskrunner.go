@@ -18,6 +18,7 @@ import (
 	"fmt"
 	mrand "math/rand/v2"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,6 +27,7 @@ import (
 	"github.com/meshlet/meshlet/client/allocdir"
 	clientstate "github.com/meshlet/meshlet/client/state"
 	"github.com/meshlet/meshlet/client/taskenv"
+	"github.com/meshlet/meshlet/connect"
 	"github.com/meshlet/meshlet/driver"
 	"github.com/meshlet/meshlet/structs"
 )
@@ -94,8 +96,12 @@ func New(cfg Config) *TaskRunner {
 	// without sidecar) run to completion: exit 0 is done, not restarted.
 	lc := cfg.Task.Lifecycle
 	batch := (job != nil && job.Type == structs.JobTypeBatch) || (lc != nil && lc.Hook != "" && !lc.Sidecar)
+	tracker := NewTracker(policy, batch, cfg.Rand)
+	if lc != nil && lc.Sidecar && strings.HasPrefix(cfg.Task.Kind, connect.KindPrefix) {
+		tracker = NewSidecarTracker(policy, cfg.Rand)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	tr := &TaskRunner{cfg: cfg, tracker: NewTracker(policy, batch, cfg.Rand),
+	tr := &TaskRunner{cfg: cfg, tracker: tracker,
 		logger: cfg.Logger.With("alloc_id", cfg.Alloc.ID, "task", cfg.Task.Name),
 		killCh: make(chan struct{}), shutdownCh: make(chan struct{}), waitCh: make(chan struct{}), ctx: ctx, cancel: cancel}
 	if r := cfg.Restored; r != nil && r.State != nil {

@@ -330,3 +330,41 @@ func TestStartIsOneWrite(t *testing.T) {
 		t.Fatalf("writes = %q\nwant them to start with %q", got, want)
 	}
 }
+
+// TestSidecarRestartsAtOnce: a connect sidecar that crashes is started
+// again at once (the group's 1 h delay would be an outage of the mesh), a
+// plain task with the same policy waits the delay.
+func TestSidecarRestartsAtOnce(t *testing.T) {
+	for _, sidecar := range []bool{true, false} {
+		f := newFixture(t, "service")
+		f.task.RestartPolicy = &structs.RestartPolicy{Attempts: ip(5), Interval: dur(time.Hour), Delay: dur(time.Hour), Mode: sp("fail")}
+		if sidecar {
+			f.task.Kind = "connect-proxy:web"
+			f.task.Lifecycle = &structs.TaskLifecycle{Hook: structs.TaskLifecycleHookPrestart, Sidecar: true}
+		}
+		f.drv.Script("web", fakedriver.Behavior{ExitAfter: time.Millisecond, Exit: driver.ExitResult{ExitCode: 1}})
+		tr := f.runner(nil)
+		go tr.Run()
+		starts := func() int { return strings.Count(strings.Join(f.drv.Calls(), ","), "Start web") }
+		var delays []time.Duration
+		testutil.WaitFor(t, hang, "waiting a restart delay", func() bool {
+			delays = delays[:0]
+			for _, e := range tr.State().Events {
+				if e.Type == structs.TaskRestarting {
+					delays = append(delays, time.Duration(e.StartDelay))
+				}
+			}
+			return len(delays) > 0 && delays[len(delays)-1] == time.Hour
+		})
+		want := []time.Duration{time.Hour}
+		if sidecar {
+			want = []time.Duration{0, 0, time.Hour}
+		}
+		if !slices.Equal(delays, want) || starts() != len(want) {
+			t.Errorf("sidecar=%v: restart delays %v after %d starts, want %v", sidecar, delays, starts(), want)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), hang)
+		tr.Kill(ctx, nil)
+		cancel()
+	}
+}
