@@ -16,48 +16,75 @@ import (
 )
 
 var (
-	bucketJobs     = []byte("jobs")
-	bucketVersions = []byte("job_versions")
-	bucketAllocs   = []byte("allocs")
-	bucketNodes    = []byte("nodes")
-	bucketEvals    = []byte("evals")
-	bucketMeta     = []byte("meta")
-	keyIndex       = []byte("index")
+	bucketJobs        = []byte("jobs")
+	bucketVersions    = []byte("job_versions")
+	bucketAllocs      = []byte("allocs")
+	bucketAllocByNode = []byte("alloc_by_node")
+	bucketNodes       = []byte("nodes")
+	bucketEvals       = []byte("evals")
+	bucketMeta        = []byte("meta")
+	keyIndex          = []byte("index")
 )
 
+// DefaultJobVersions is how many versions of a job are kept, as Nomad's
+// JobTrackedVersions.
+const DefaultJobVersions = 6
+
+// Options tune a BoltStore; zero fields take their defaults.
+type Options struct {
+	// JobVersions is how many versions of each job are kept (the latest
+	// ones); default DefaultJobVersions.
+	JobVersions int
+	// OpenTimeout bounds the wait for the file lock another process holds;
+	// default 5 s.
+	OpenTimeout time.Duration
+}
+
 // BoltStore is the bbolt implementation of Store. Jobs are keyed by ID
-// (meshlet runs one namespace, "default"); versions by "<id>\x00<version>".
+// (meshlet runs one namespace, "default"); versions by "<id>\x00<version>";
+// the node index by "<node>\x00<alloc>", written in the same transactions
+// as the allocations.
 type BoltStore struct {
-	db    *bolt.DB
-	watch *indexWatch
+	db       *bolt.DB
+	watch    *indexWatch
+	versions int
 }
 
 var _ Store = (*BoltStore)(nil)
 
-// OpenBolt opens (creating if needed) the store at path.
-func OpenBolt(path string) (*BoltStore, error) {
+// OpenBolt opens (creating if needed) the store at path with default
+// Options.
+func OpenBolt(path string) (*BoltStore, error) { return OpenBoltOptions(path, Options{}) }
+
+// OpenBoltOptions opens (creating if needed) the store at path. A store that
+// held state before but is now missing or empty (see marker.go), a corrupt
+// file or one locked by another process is an error, never a fresh store.
+func OpenBoltOptions(path string, opts Options) (*BoltStore, error) {
+	if opts.JobVersions <= 0 {
+		opts.JobVersions = DefaultJobVersions
+	}
+	if opts.OpenTimeout <= 0 {
+		opts.OpenTimeout = 5 * time.Second
+	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("failed to create state dir: %w", err)
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second})
+	mark, err := checkMarker(path)
 	if err != nil {
-		return nil, fmt.Errorf("failed to open state store %s: %w", path, err)
+		return nil, err
 	}
-	var idx uint64
-	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketJobs, bucketVersions, bucketAllocs, bucketNodes, bucketEvals, bucketMeta} {
-			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-				return err
-			}
-		}
-		idx = readIndex(tx)
-		return nil
-	})
+	db, err := openDB(path, opts.OpenTimeout)
+	if err != nil {
+		return nil, err
+	}
+	s := &BoltStore{db: db, versions: opts.JobVersions}
+	idx, err := s.initialise(path, mark)
 	if err != nil {
 		_ = db.Close()
-		return nil, fmt.Errorf("failed to initialise state store: %w", err)
+		return nil, err
 	}
-	return &BoltStore{db: db, watch: newIndexWatch(idx)}, nil
+	s.watch = newIndexWatch(idx)
+	return s, nil
 }
 
 // Close closes the database.
@@ -69,6 +96,13 @@ func (s *BoltStore) Index() uint64 { return s.watch.get() }
 // WaitIndex implements Store.
 func (s *BoltStore) WaitIndex(ctx context.Context, minIndex uint64) uint64 {
 	return s.watch.wait(ctx, minIndex)
+}
+
+// view runs fn in a read transaction; a bbolt panic on a corrupt page
+// becomes an error wrapping ErrCorrupt.
+func (s *BoltStore) view(fn func(tx *bolt.Tx) error) (err error) {
+	defer recoverCorrupt(s.db.Path(), &err)
+	return s.db.View(fn)
 }
 
 func readIndex(tx *bolt.Tx) uint64 {
@@ -83,7 +117,7 @@ func readIndex(tx *bolt.Tx) uint64 {
 // index once the transaction committed.
 func (s *BoltStore) write(fn func(tx *bolt.Tx, index uint64) error) (uint64, error) {
 	var index uint64
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bolt.Tx) error {
 		index = readIndex(tx) + 1
 		if err := fn(tx, index); err != nil {
 			return err
@@ -121,9 +155,9 @@ func get[T any](tx *bolt.Tx, bucket []byte, key string) (*T, error) {
 
 // list decodes every value of bucket whose key has prefix, keeping those
 // for which keep returns true (nil keeps all).
-func list[T any](db *bolt.DB, bucket []byte, prefix string, keep func(*T) bool) ([]*T, error) {
+func list[T any](s *BoltStore, bucket []byte, prefix string, keep func(*T) bool) ([]*T, error) {
 	var out []*T
-	err := db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucket).Cursor()
 		p := []byte(prefix)
 		for k, v := c.Seek(p); k != nil && hasPrefix(k, p); k, v = c.Next() {
@@ -151,19 +185,47 @@ func versionKey(id string, version uint64) string {
 // UpsertJob implements Store.
 func (s *BoltStore) UpsertJob(job *structs.Job) (uint64, error) {
 	return s.write(func(tx *bolt.Tx, index uint64) error {
-		cp := *job
-		if old, err := get[structs.Job](tx, bucketJobs, job.ID); err == nil {
-			cp.CreateIndex = old.CreateIndex
-		} else {
-			cp.CreateIndex = index
-		}
-		cp.ModifyIndex = index
-		cp.JobModifyIndex = index
-		if err := put(tx, bucketJobs, cp.ID, &cp); err != nil {
+		_, err := s.putJob(tx, index, job)
+		return err
+	})
+}
+
+// putJob stores a copy of job as its latest version and drops the versions
+// beyond the newest s.versions.
+func (s *BoltStore) putJob(tx *bolt.Tx, index uint64, job *structs.Job) (*structs.Job, error) {
+	cp := *job
+	if old, err := get[structs.Job](tx, bucketJobs, job.ID); err == nil {
+		cp.CreateIndex = old.CreateIndex
+	} else {
+		cp.CreateIndex = index
+	}
+	cp.ModifyIndex = index
+	cp.JobModifyIndex = index
+	if err := put(tx, bucketJobs, cp.ID, &cp); err != nil {
+		return nil, err
+	}
+	if err := put(tx, bucketVersions, versionKey(cp.ID, cp.Version), &cp); err != nil {
+		return nil, err
+	}
+	return &cp, trimVersions(tx.Bucket(bucketVersions), cp.ID, s.versions)
+}
+
+// trimVersions deletes all but the keep newest versions of job id (keys sort
+// by version).
+func trimVersions(b *bolt.Bucket, id string, keep int) error {
+	var keys [][]byte
+	c := b.Cursor()
+	p := []byte(id + "\x00")
+	for k, _ := c.Seek(p); k != nil && hasPrefix(k, p); k, _ = c.Next() {
+		keys = append(keys, append([]byte(nil), k...))
+	}
+	for len(keys) > keep {
+		if err := b.Delete(keys[0]); err != nil {
 			return err
 		}
-		return put(tx, bucketVersions, versionKey(cp.ID, cp.Version), &cp)
-	})
+		keys = keys[1:]
+	}
+	return nil
 }
 
 // UpdateJobStatus implements Store.
@@ -182,7 +244,7 @@ func (s *BoltStore) UpdateJobStatus(id, status string) (uint64, error) {
 // Job implements Store.
 func (s *BoltStore) Job(id string) (*structs.Job, error) {
 	var out *structs.Job
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		var err error
 		out, err = get[structs.Job](tx, bucketJobs, id)
 		return err
@@ -192,12 +254,12 @@ func (s *BoltStore) Job(id string) (*structs.Job, error) {
 
 // Jobs implements Store.
 func (s *BoltStore) Jobs() ([]*structs.Job, error) {
-	return list[structs.Job](s.db, bucketJobs, "", nil)
+	return list[structs.Job](s, bucketJobs, "", nil)
 }
 
 // JobVersions implements Store.
 func (s *BoltStore) JobVersions(id string) ([]*structs.Job, error) {
-	out, err := list[structs.Job](s.db, bucketVersions, id+"\x00", nil)
+	out, err := list[structs.Job](s, bucketVersions, id+"\x00", nil)
 	if err != nil {
 		return nil, err
 	}
@@ -214,16 +276,20 @@ func (s *BoltStore) DeleteJob(id string) (uint64, error) {
 		if tx.Bucket(bucketJobs).Get([]byte(id)) == nil {
 			return ErrNotFound
 		}
-		if err := tx.Bucket(bucketJobs).Delete([]byte(id)); err != nil {
-			return err
-		}
-		if err := deletePrefix(tx.Bucket(bucketVersions), id+"\x00"); err != nil {
-			return err
-		}
-		return deleteMatching(tx.Bucket(bucketEvals), func(v []byte) bool {
-			var e Evaluation
-			return json.Unmarshal(v, &e) == nil && e.JobID == id
-		})
+		return deleteJob(tx, id)
+	})
+}
+
+func deleteJob(tx *bolt.Tx, id string) error {
+	if err := tx.Bucket(bucketJobs).Delete([]byte(id)); err != nil {
+		return err
+	}
+	if err := deletePrefix(tx.Bucket(bucketVersions), id+"\x00"); err != nil {
+		return err
+	}
+	return deleteMatching(tx.Bucket(bucketEvals), func(v []byte) bool {
+		var e Evaluation
+		return json.Unmarshal(v, &e) == nil && e.JobID == id
 	})
 }
 

@@ -1,6 +1,9 @@
 package state
 
 import (
+	"encoding/json"
+	"errors"
+	"fmt"
 	"sort"
 
 	bolt "go.etcd.io/bbolt"
@@ -12,19 +15,71 @@ import (
 func (s *BoltStore) UpsertAllocs(allocs []*structs.Allocation) (uint64, error) {
 	return s.write(func(tx *bolt.Tx, index uint64) error {
 		for _, a := range allocs {
-			cp := *a
-			if old, err := get[structs.Allocation](tx, bucketAllocs, a.ID); err == nil {
-				cp.CreateIndex = old.CreateIndex
-			} else {
-				cp.CreateIndex = index
-			}
-			cp.ModifyIndex = index
-			cp.AllocModifyIndex = index
-			if err := put(tx, bucketAllocs, cp.ID, &cp); err != nil {
+			if err := putServerAlloc(tx, index, a); err != nil {
 				return err
 			}
 		}
 		return nil
+	})
+}
+
+// putServerAlloc writes a server-side change of an allocation. What the
+// client reports (ClientStatus, ClientDescription, TaskStates,
+// NetworkStatus) is kept from the stored allocation, so a plan computed
+// before a client update never overwrites it.
+func putServerAlloc(tx *bolt.Tx, index uint64, a *structs.Allocation) error {
+	cp := *a
+	old, err := get[structs.Allocation](tx, bucketAllocs, a.ID)
+	switch {
+	case err == nil:
+		cp.CreateIndex = old.CreateIndex
+		cp.ClientStatus, cp.ClientDescription = old.ClientStatus, old.ClientDescription
+		cp.TaskStates, cp.NetworkStatus = old.TaskStates, old.NetworkStatus
+		if old.NodeID != cp.NodeID {
+			if err := tx.Bucket(bucketAllocByNode).Delete(nodeKey(old.NodeID, old.ID)); err != nil {
+				return err
+			}
+		}
+	case errors.Is(err, ErrNotFound):
+		cp.CreateIndex = index
+	default:
+		return err
+	}
+	cp.ModifyIndex = index
+	cp.AllocModifyIndex = index
+	if err := put(tx, bucketAllocs, cp.ID, &cp); err != nil {
+		return err
+	}
+	return tx.Bucket(bucketAllocByNode).Put(nodeKey(cp.NodeID, cp.ID), nil)
+}
+
+func nodeKey(nodeID, allocID string) []byte { return []byte(nodeID + "\x00" + allocID) }
+
+// deleteAlloc removes an allocation and its node index entry.
+func deleteAlloc(tx *bolt.Tx, id string) error {
+	old, err := get[structs.Allocation](tx, bucketAllocs, id)
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := tx.Bucket(bucketAllocByNode).Delete(nodeKey(old.NodeID, id)); err != nil {
+		return err
+	}
+	return tx.Bucket(bucketAllocs).Delete([]byte(id))
+}
+
+// rebuildNodeIndex fills the node index from the allocations (a store
+// written before the index existed).
+func rebuildNodeIndex(tx *bolt.Tx) error {
+	idx := tx.Bucket(bucketAllocByNode)
+	return tx.Bucket(bucketAllocs).ForEach(func(k, v []byte) error {
+		var a structs.Allocation
+		if err := json.Unmarshal(v, &a); err != nil {
+			return fmt.Errorf("failed to decode %s/%s: %w", bucketAllocs, k, err)
+		}
+		return idx.Put(nodeKey(a.NodeID, a.ID), nil)
 	})
 }
 
@@ -55,7 +110,7 @@ func (s *BoltStore) UpdateAllocsFromClient(updates []*structs.Allocation) (uint6
 // Alloc implements Store.
 func (s *BoltStore) Alloc(id string) (*structs.Allocation, error) {
 	var out *structs.Allocation
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		var err error
 		out, err = get[structs.Allocation](tx, bucketAllocs, id)
 		return err
@@ -65,24 +120,38 @@ func (s *BoltStore) Alloc(id string) (*structs.Allocation, error) {
 
 // Allocs implements Store. It returns allocations sorted by ID.
 func (s *BoltStore) Allocs() ([]*structs.Allocation, error) {
-	return list[structs.Allocation](s.db, bucketAllocs, "", nil)
+	return list[structs.Allocation](s, bucketAllocs, "", nil)
 }
 
 // AllocsByJob implements Store.
 func (s *BoltStore) AllocsByJob(jobID string) ([]*structs.Allocation, error) {
-	return list(s.db, bucketAllocs, "", func(a *structs.Allocation) bool { return a.JobID == jobID })
+	return list(s, bucketAllocs, "", func(a *structs.Allocation) bool { return a.JobID == jobID })
 }
 
-// AllocsByNode implements Store.
+// AllocsByNode implements Store. It reads only the node's allocations,
+// through the node index, sorted by ID.
 func (s *BoltStore) AllocsByNode(nodeID string) ([]*structs.Allocation, error) {
-	return list(s.db, bucketAllocs, "", func(a *structs.Allocation) bool { return a.NodeID == nodeID })
+	var out []*structs.Allocation
+	err := s.view(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketAllocByNode).Cursor()
+		p := nodeKey(nodeID, "")
+		for k, _ := c.Seek(p); k != nil && hasPrefix(k, p); k, _ = c.Next() {
+			a, err := get[structs.Allocation](tx, bucketAllocs, string(k[len(p):]))
+			if err != nil {
+				return fmt.Errorf("node index names allocation %s: %w", k[len(p):], err)
+			}
+			out = append(out, a)
+		}
+		return nil
+	})
+	return out, err
 }
 
 // DeleteAllocs implements Store. Unknown IDs are ignored.
 func (s *BoltStore) DeleteAllocs(ids []string) (uint64, error) {
 	return s.write(func(tx *bolt.Tx, _ uint64) error {
 		for _, id := range ids {
-			if err := tx.Bucket(bucketAllocs).Delete([]byte(id)); err != nil {
+			if err := deleteAlloc(tx, id); err != nil {
 				return err
 			}
 		}
@@ -107,7 +176,7 @@ func (s *BoltStore) UpsertNode(node *structs.Node) (uint64, error) {
 // Node implements Store.
 func (s *BoltStore) Node(id string) (*structs.Node, error) {
 	var out *structs.Node
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		var err error
 		out, err = get[structs.Node](tx, bucketNodes, id)
 		return err
@@ -117,27 +186,29 @@ func (s *BoltStore) Node(id string) (*structs.Node, error) {
 
 // Nodes implements Store.
 func (s *BoltStore) Nodes() ([]*structs.Node, error) {
-	return list[structs.Node](s.db, bucketNodes, "", nil)
+	return list[structs.Node](s, bucketNodes, "", nil)
 }
 
 // UpsertEval implements Store.
 func (s *BoltStore) UpsertEval(eval *Evaluation) (uint64, error) {
-	return s.write(func(tx *bolt.Tx, index uint64) error {
-		cp := *eval
-		if old, err := get[Evaluation](tx, bucketEvals, eval.ID); err == nil {
-			cp.CreateIndex = old.CreateIndex
-		} else {
-			cp.CreateIndex = index
-		}
-		cp.ModifyIndex = index
-		return put(tx, bucketEvals, cp.ID, &cp)
-	})
+	return s.write(func(tx *bolt.Tx, index uint64) error { return putEval(tx, index, eval) })
+}
+
+func putEval(tx *bolt.Tx, index uint64, eval *Evaluation) error {
+	cp := *eval
+	if old, err := get[Evaluation](tx, bucketEvals, eval.ID); err == nil {
+		cp.CreateIndex = old.CreateIndex
+	} else {
+		cp.CreateIndex = index
+	}
+	cp.ModifyIndex = index
+	return put(tx, bucketEvals, cp.ID, &cp)
 }
 
 // Eval implements Store.
 func (s *BoltStore) Eval(id string) (*Evaluation, error) {
 	var out *Evaluation
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		var err error
 		out, err = get[Evaluation](tx, bucketEvals, id)
 		return err
@@ -147,10 +218,15 @@ func (s *BoltStore) Eval(id string) (*Evaluation, error) {
 
 // EvalsByJob implements Store.
 func (s *BoltStore) EvalsByJob(jobID string) ([]*Evaluation, error) {
-	out, err := list(s.db, bucketEvals, "", func(e *Evaluation) bool { return e.JobID == jobID })
+	out, err := list(s, bucketEvals, "", func(e *Evaluation) bool { return e.JobID == jobID })
 	if err != nil {
 		return nil, err
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].CreateIndex > out[j].CreateIndex })
 	return out, nil
+}
+
+// Evals implements Store.
+func (s *BoltStore) Evals() ([]*Evaluation, error) {
+	return list[Evaluation](s, bucketEvals, "", nil)
 }

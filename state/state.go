@@ -45,6 +45,11 @@ type Store interface {
 	// DeleteJob removes the job, its versions and its evaluations.
 	DeleteJob(id string) (uint64, error)
 
+	// ApplyPlan commits everything one plan changes (job version,
+	// allocations, evaluations, deletions) in one transaction: either all of
+	// it is stored or none of it.
+	ApplyPlan(p *Plan) (uint64, error)
+
 	// UpsertAllocs writes server-side changes (placement, desired status,
 	// in-place job updates): it sets CreateIndex for new allocations,
 	// ModifyIndex and AllocModifyIndex.
@@ -67,13 +72,37 @@ type Store interface {
 	Eval(id string) (*Evaluation, error)
 	// EvalsByJob returns the job's evaluations, newest first.
 	EvalsByJob(jobID string) ([]*Evaluation, error)
+	// Evals returns every evaluation, sorted by ID.
+	Evals() ([]*Evaluation, error)
 
 	Close() error
 }
 
+// Plan is one atomic write of the server: what a scheduler run (or a
+// garbage collection) changes. Zero fields change nothing.
+type Plan struct {
+	// Job, when set, is stored as the job's latest version, as UpsertJob
+	// does. Allocations and evaluations of the plan that refer to this job
+	// version get the stored job's indexes.
+	Job *structs.Job
+	// Allocs are server-side allocation writes, as UpsertAllocs does.
+	Allocs []*structs.Allocation
+	// Evals are stored as UpsertEval does.
+	Evals []*Evaluation
+	// PurgeJobID, when set, removes that job, its versions and its
+	// evaluations (after Job and Evals were written).
+	PurgeJobID string
+	// DeleteAllocs and DeleteEvals remove allocations and evaluations;
+	// unknown IDs are ignored.
+	DeleteAllocs []string
+	DeleteEvals  []string
+}
+
 // Evaluation statuses.
 const (
+	EvalStatusPending  = "pending"
 	EvalStatusComplete = "complete"
+	EvalStatusCanceled = "canceled"
 	EvalStatusBlocked  = "blocked"
 	EvalStatusFailed   = "failed"
 )
@@ -92,10 +121,15 @@ type Evaluation struct {
 	Status            string                  `json:"Status"`
 	StatusDescription string                  `json:"StatusDescription,omitempty"`
 	FailedTGAllocs    map[string]*AllocMetric `json:"FailedTGAllocs,omitempty"`
-	CreateIndex       uint64                  `json:"CreateIndex"`
-	ModifyIndex       uint64                  `json:"ModifyIndex"`
-	CreateTime        int64                   `json:"CreateTime"`
-	ModifyTime        int64                   `json:"ModifyTime"`
+	// WaitUntil (unix nanoseconds) is when a pending follow-up evaluation
+	// (a delayed reschedule) runs.
+	WaitUntil int64 `json:"WaitUntil,omitempty"`
+	// PreviousEval is the evaluation that created this follow-up.
+	PreviousEval string `json:"PreviousEval,omitempty"`
+	CreateIndex  uint64 `json:"CreateIndex"`
+	ModifyIndex  uint64 `json:"ModifyIndex"`
+	CreateTime   int64  `json:"CreateTime"`
+	ModifyTime   int64  `json:"ModifyTime"`
 }
 
 // AllocMetric explains a failed placement, as Nomad's AllocMetric does:
