@@ -19,10 +19,12 @@ type decoder struct {
 	// failed holds the keys of values that already have a decode error, so
 	// validation does not report the same problem twice.
 	failed map[string]bool
+	// budget bounds the cost of evaluating expressions.
+	budget *budget
 }
 
-func newDecoder(src []byte) *decoder {
-	return &decoder{src: src, ranges: map[string]hcl.Range{}, failed: map[string]bool{}}
+func newDecoder(src []byte, lim Limits) *decoder {
+	return &decoder{src: src, ranges: map[string]hcl.Range{}, failed: map[string]bool{}, budget: &budget{lim: lim}}
 }
 
 func (d *decoder) add(sev Severity, rng hcl.Range, summary, detail string) {

@@ -2,11 +2,13 @@ package jobspecs
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
 )
 
 // Severity says whether a diagnostic stops a job from being accepted.
@@ -111,6 +113,11 @@ func fromHCL(hds hcl.Diagnostics) Diagnostics {
 	out := make(Diagnostics, 0, len(hds))
 	for _, hd := range hds {
 		d := Diagnostic{Severity: SeverityError, Summary: hd.Summary, Detail: hd.Detail}
+		if extra, ok := hcl.DiagnosticExtra[hclsyntax.FunctionCallDiagExtra](hd); ok {
+			if err := extra.FunctionCallError(); errors.Is(err, ErrLimitExceeded) {
+				d.Summary, d.Detail = limitSummary, limitDetail(err)
+			}
+		}
 		if hd.Severity == hcl.DiagWarning {
 			d.Severity = SeverityWarning
 		}

@@ -11,14 +11,24 @@ import (
 	"github.com/zclconf/go-cty/cty/convert"
 )
 
-// eval evaluates an expression, keeping runtime interpolations as text.
+// eval evaluates an expression, keeping runtime interpolations as text,
+// and charges the result to the parse's budget.
+func (d *decoder) eval(expr hclsyntax.Expression) (cty.Value, hcl.Diagnostics) {
+	if inner := unwrapCharge(expr); inner != nil {
+		expr = inner
+	}
+	v, diags := d.evalExpr(expr)
+	return d.chargeResult(v, expr.Range(), diags)
+}
+
+// evalExpr evaluates an expression, keeping runtime interpolations as text.
 //
 // A runtime reference is any variable whose root is not known at parse time
 // (var and local are; NOMAD_*, attr, meta, node, env... are not). Templates
 // are rebuilt part by part so that "http://${NOMAD_UPSTREAM_ADDR_api}/x"
 // survives verbatim while "${var.x}" parts are evaluated; any other
 // expression that touches a runtime reference becomes "${<source text>}".
-func (d *decoder) eval(expr hclsyntax.Expression) (cty.Value, hcl.Diagnostics) {
+func (d *decoder) evalExpr(expr hclsyntax.Expression) (cty.Value, hcl.Diagnostics) {
 	switch e := expr.(type) {
 	case *hclsyntax.TemplateExpr:
 		if !d.hasRuntime(e) {

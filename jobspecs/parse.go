@@ -2,6 +2,7 @@ package jobspecs
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
@@ -15,6 +16,9 @@ import (
 type ParseOptions struct {
 	// Vars are -var overrides for the jobspec's variable blocks.
 	Vars map[string]string
+	// Limits bound the source size and the cost of evaluating it; nil
+	// (or a zero field) means DefaultLimits.
+	Limits *Limits
 }
 
 // Parse parses one jobspec. filename is used in diagnostics. The job is
@@ -24,6 +28,14 @@ func Parse(filename string, src []byte, opts *ParseOptions) (*structs.Job, Diagn
 	if opts == nil {
 		opts = &ParseOptions{}
 	}
+	lim := opts.Limits.withDefaults()
+	if len(src) > lim.MaxSourceBytes {
+		return nil, Diagnostics{{Severity: SeverityError, Filename: filename, Summary: "Jobspec too large",
+			Detail: fmt.Sprintf("The jobspec is %d bytes; the limit is %d bytes.", len(src), lim.MaxSourceBytes)}}
+	}
+	if ds := scanSource(src, filename, lim); ds != nil {
+		return nil, ds
+	}
 	src = rewriteQuotedKeyBlocks(src, filename)
 	file, hds := hclsyntax.ParseConfig(src, filename, hcl.InitialPos)
 	if hds.HasErrors() {
@@ -31,11 +43,16 @@ func Parse(filename string, src []byte, opts *ParseOptions) (*structs.Job, Diagn
 		sortDiagnostics(ds)
 		return nil, ds
 	}
-	d := newDecoder(src)
-	d.diags = fromHCL(hds)
 	body, ok := file.Body.(*hclsyntax.Body)
 	if !ok {
 		return nil, Diagnostics{{Severity: SeverityError, Filename: filename, Summary: "Unsupported jobspec syntax"}}
+	}
+	d := newDecoder(src, lim)
+	d.diags = fromHCL(hds)
+	if hds := boundBody(body); hds.HasErrors() {
+		ds := fromHCL(hds)
+		sortDiagnostics(ds)
+		return nil, ds
 	}
 	top := d.content(body, spec{blocks: []string{"job", "variable", "variables", "locals"}})
 	d.buildContext(top, filename, opts.Vars)
@@ -47,6 +64,9 @@ func Parse(filename string, src []byte, opts *ParseOptions) (*structs.Job, Diagn
 		return nil, d.diags
 	}
 	job := d.decodeJob(jb)
+	if d.budget.exhausted {
+		return nil, limitDiags(d.diags)
+	}
 	if job == nil {
 		sortDiagnostics(d.diags)
 		return nil, d.diags
@@ -60,14 +80,47 @@ func Parse(filename string, src []byte, opts *ParseOptions) (*structs.Job, Diagn
 	return job, d.diags
 }
 
+// limitDiags keeps the evaluation limit errors of a parse that ran out of
+// budget, once each: what followed was evaluated without functions and
+// would only add noise.
+func limitDiags(ds Diagnostics) Diagnostics {
+	var out Diagnostics
+	seen := map[string]bool{}
+	for _, d := range ds {
+		if d.Summary == limitSummary && !seen[d.Detail] {
+			seen[d.Detail] = true
+			out = append(out, d)
+		}
+	}
+	sortDiagnostics(out)
+	return out
+}
+
 // ParseFile reads and parses a jobspec file; diagnostics name it by path.
 func ParseFile(path string, opts *ParseOptions) (*structs.Job, Diagnostics) {
-	src, err := os.ReadFile(path)
+	var lim Limits
+	if opts != nil {
+		lim = opts.Limits.withDefaults()
+	} else {
+		lim = DefaultLimits
+	}
+	src, err := readLimited(path, lim.MaxSourceBytes)
 	if err != nil {
 		return nil, Diagnostics{{Severity: SeverityError, Filename: path,
 			Summary: "Failed to read jobspec", Detail: fmt.Sprintf("failed to read %s: %v", filepath.Base(path), err)}}
 	}
 	return Parse(path, src, opts)
+}
+
+// readLimited reads a file, but no more than one byte past limit, so that
+// Parse reports a file that is too large without reading all of it.
+func readLimited(path string, limit int) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, int64(limit)+1))
 }
 
 // report turns a validation finding into a positioned diagnostic. A finding

@@ -1,37 +1,18 @@
 package jobspecs
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/ext/typeexpr"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/convert"
-	"github.com/zclconf/go-cty/cty/function"
-	"github.com/zclconf/go-cty/cty/function/stdlib"
 )
-
-// functions are the HCL functions a jobspec may call at parse time.
-var functions = map[string]function.Function{
-	"coalesce":   stdlib.CoalesceFunc,
-	"concat":     stdlib.ConcatFunc,
-	"format":     stdlib.FormatFunc,
-	"join":       stdlib.JoinFunc,
-	"jsonencode": stdlib.JSONEncodeFunc,
-	"lower":      stdlib.LowerFunc,
-	"max":        stdlib.MaxFunc,
-	"merge":      stdlib.MergeFunc,
-	"min":        stdlib.MinFunc,
-	"replace":    stdlib.ReplaceFunc,
-	"split":      stdlib.SplitFunc,
-	"tonumber":   stdlib.MakeToFunc(cty.Number),
-	"tostring":   stdlib.MakeToFunc(cty.String),
-	"trimspace":  stdlib.TrimSpaceFunc,
-	"upper":      stdlib.UpperFunc,
-}
 
 // declaredVar is one `variable "x" {}` block.
 type declaredVar struct {
@@ -43,7 +24,7 @@ type declaredVar struct {
 // buildContext evaluates variable, variables and locals blocks into the
 // evaluation context that the job block is decoded with.
 func (d *decoder) buildContext(c content, filename string, overrides map[string]string) {
-	d.ctx = &hcl.EvalContext{Functions: functions, Variables: map[string]cty.Value{
+	d.ctx = &hcl.EvalContext{Functions: d.budget.functions(), Variables: map[string]cty.Value{
 		"var": cty.EmptyObjectVal, "local": cty.EmptyObjectVal,
 	}}
 	declared := map[string]*declaredVar{}
@@ -129,7 +110,8 @@ func (d *decoder) declareVariable(b *hclsyntax.Block, declared map[string]*decla
 
 // constant evaluates an expression that may not reference anything.
 func (d *decoder) constant(expr hclsyntax.Expression) cty.Value {
-	v, hds := expr.Value(&hcl.EvalContext{Functions: functions})
+	v, hds := expr.Value(&hcl.EvalContext{Functions: d.ctx.Functions})
+	v, hds = d.chargeResult(v, expr.Range(), hds)
 	d.addHCL("", hds)
 	if hds.HasErrors() {
 		return cty.NilVal
@@ -142,15 +124,22 @@ func (d *decoder) constant(expr hclsyntax.Expression) cty.Value {
 func (d *decoder) override(name, raw string, v *declaredVar, filename string) cty.Value {
 	val := cty.StringVal(raw)
 	if v.typ != cty.String && v.typ != cty.DynamicPseudoType {
-		expr, hds := hclsyntax.ParseExpression([]byte(raw), "-var "+name, hcl.InitialPos)
-		if !hds.HasErrors() {
-			var evalDiags hcl.Diagnostics
-			val, evalDiags = expr.Value(nil)
-			hds = append(hds, evalDiags...)
+		pv, err := d.overrideValue(name, raw)
+		if err == nil && pv != cty.NilVal {
+			val = pv
 		}
-		if hds.HasErrors() {
-			val = cty.StringVal(raw)
+		if err == nil {
+			err = d.budget.charge(val)
 		}
+		if err != nil {
+			d.diags = append(d.diags, Diagnostic{Severity: SeverityError, Filename: filename,
+				Summary: "Invalid value for variable " + name, Detail: limitDetail(err)})
+			return cty.DynamicVal
+		}
+	} else if err := d.budget.charge(val); err != nil {
+		d.diags = append(d.diags, Diagnostic{Severity: SeverityError, Filename: filename,
+			Summary: "Invalid value for variable " + name, Detail: limitDetail(err)})
+		return cty.DynamicVal
 	}
 	cv, err := convert.Convert(val, v.typ)
 	if err != nil {
@@ -160,6 +149,39 @@ func (d *decoder) override(name, raw string, v *declaredVar, filename string) ct
 		return cty.DynamicVal
 	}
 	return cv
+}
+
+// overrideValue reads a -var value as a constant HCL expression, within
+// the same limits as the jobspec. It returns cty.NilVal when the value
+// does not parse (it is then taken as a string), and an error wrapping
+// ErrLimitExceeded when it is too large.
+func (d *decoder) overrideValue(name, raw string) (cty.Value, error) {
+	lim := d.budget.lim
+	if len(raw) > lim.MaxSourceBytes {
+		return cty.NilVal, limitErr("the value is %d bytes; the limit is %d bytes", len(raw), lim.MaxSourceBytes)
+	}
+	if ds := scanSource([]byte(raw), "-var "+name, lim); ds != nil {
+		return cty.NilVal, limitErr("%s", strings.TrimSuffix(ds[0].Detail, "."))
+	}
+	expr, hds := hclsyntax.ParseExpression([]byte(raw), "-var "+name, hcl.InitialPos)
+	if hds.HasErrors() {
+		return cty.NilVal, nil
+	}
+	if hds := boundExpr(expr); hds.HasErrors() {
+		return cty.NilVal, limitErr("%s", strings.TrimSuffix(hds[0].Detail, "."))
+	}
+	// Constants only: the internal functions charge the budget, no other
+	// function may be called.
+	v, hds := expr.Value(&hcl.EvalContext{Functions: d.budget.internal()})
+	for _, hd := range hds {
+		if extra, ok := hcl.DiagnosticExtra[hclsyntax.FunctionCallDiagExtra](hd); ok && errors.Is(extra.FunctionCallError(), ErrLimitExceeded) {
+			return cty.NilVal, extra.FunctionCallError()
+		}
+	}
+	if hds.HasErrors() {
+		return cty.NilVal, nil
+	}
+	return v, nil
 }
 
 // evalLocals evaluates locals in dependency order: each pass evaluates the

@@ -1,0 +1,281 @@
+package jobspecs
+
+import (
+	"strings"
+	"unicode/utf8"
+
+	"github.com/zclconf/go-cty/cty"
+	"github.com/zclconf/go-cty/cty/function"
+	"github.com/zclconf/go-cty/cty/function/stdlib"
+)
+
+// stdFunctions are the HCL functions a jobspec may call at parse time,
+// before they are bounded.
+var stdFunctions = map[string]function.Function{
+	"coalesce":   stdlib.CoalesceFunc,
+	"concat":     stdlib.ConcatFunc,
+	"format":     stdlib.FormatFunc,
+	"join":       stdlib.JoinFunc,
+	"jsonencode": stdlib.JSONEncodeFunc,
+	"lower":      stdlib.LowerFunc,
+	"max":        stdlib.MaxFunc,
+	"merge":      stdlib.MergeFunc,
+	"min":        stdlib.MinFunc,
+	"replace":    stdlib.ReplaceFunc,
+	"split":      stdlib.SplitFunc,
+	"tonumber":   stdlib.MakeToFunc(cty.Number),
+	"tostring":   stdlib.MakeToFunc(cty.String),
+	"trimspace":  stdlib.TrimSpaceFunc,
+	"upper":      stdlib.UpperFunc,
+}
+
+// preChecks estimate a call's result before the function allocates it.
+// Functions without one cannot produce much more than their arguments
+// (lower and upper at most triple a string); every result is still
+// checked and charged after the call.
+var preChecks = map[string]func(b *budget, args []cty.Value) error{
+	"format":     checkFormat,
+	"join":       checkJoin,
+	"split":      checkSplit,
+	"replace":    checkReplace,
+	"concat":     checkCollections("concat"),
+	"merge":      checkCollections("merge"),
+	"jsonencode": checkJSONEncode,
+}
+
+// Names of the internal functions the AST rewrite inserts (see rewrite.go).
+const (
+	chargeFunc = "__meshlet_charge"
+	iterFunc   = "__meshlet_iter"
+)
+
+// functions returns the function table of one parse, every function bounded
+// by b.
+func (b *budget) functions() map[string]function.Function {
+	out := make(map[string]function.Function, len(stdFunctions)+2)
+	for name, f := range stdFunctions {
+		out[name] = b.bound(f, preChecks[name])
+	}
+	out[chargeFunc] = b.passThrough(b.charge)
+	out[iterFunc] = b.passThrough(b.chargeIterations)
+	b.funcs = out
+	return out
+}
+
+// internal returns the table's internal functions only (for -var values,
+// which may not call functions), or an empty table once exhausted.
+func (b *budget) internal() map[string]function.Function {
+	out := map[string]function.Function{}
+	for _, name := range []string{chargeFunc, iterFunc} {
+		if f, ok := b.funcs[name]; ok {
+			out[name] = f
+		}
+	}
+	return out
+}
+
+// bound wraps f: pre (if any) runs on known arguments before f, and f's
+// result is checked and charged.
+func (b *budget) bound(f function.Function, pre func(*budget, []cty.Value) error) function.Function {
+	return function.New(&function.Spec{
+		Description: f.Description(),
+		Params:      f.Params(),
+		VarParam:    f.VarParam(),
+		Type:        f.ReturnTypeForValues,
+		Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
+			if pre != nil && allKnown(args) {
+				if err := pre(b, args); err != nil {
+					return cty.DynamicVal, err
+				}
+			}
+			v, err := f.Call(args)
+			if err != nil {
+				return v, err
+			}
+			if err := b.charge(v); err != nil {
+				return cty.DynamicVal, err
+			}
+			return v, nil
+		},
+	})
+}
+
+// passThrough is an identity function that runs check on its argument.
+func (b *budget) passThrough(check func(cty.Value) error) function.Function {
+	return function.New(&function.Spec{
+		Params: []function.Parameter{{Name: "value", Type: cty.DynamicPseudoType,
+			AllowNull: true, AllowUnknown: true, AllowDynamicType: true, AllowMarked: true}},
+		Type: func(args []cty.Value) (cty.Type, error) { return args[0].Type(), nil },
+		Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
+			if err := check(args[0]); err != nil {
+				return cty.DynamicVal, err
+			}
+			return args[0], nil
+		},
+	})
+}
+
+// chargeIterations charges a for expression's collection by its length
+// (each evaluation of the for expression, so nested loops multiply).
+func (b *budget) chargeIterations(v cty.Value) error {
+	v, _ = v.Unmark()
+	if v.IsNull() || !v.IsKnown() || !v.CanIterateElements() {
+		return nil
+	}
+	n := v.LengthInt()
+	if n > b.lim.MaxCollectionLen {
+		return limitErr("A for expression over %d elements is longer than the limit of %d", n, b.lim.MaxCollectionLen)
+	}
+	return b.spend(int64(n) * elemCost)
+}
+
+func allKnown(args []cty.Value) bool {
+	for _, a := range args {
+		if !a.IsWhollyKnown() || a.IsNull() {
+			return false
+		}
+	}
+	return true
+}
+
+func (b *budget) checkString(fn string, n int64) error {
+	if n > int64(b.lim.MaxStringBytes) {
+		return limitErr("%s would produce a string of %d bytes or more; the limit is %d bytes", fn, n, b.lim.MaxStringBytes)
+	}
+	return nil
+}
+
+// checkJoin: join(sep, lists...) is the elements plus a separator
+// between each two.
+func checkJoin(b *budget, args []cty.Value) error {
+	sep := int64(len(args[0].AsString()))
+	var total, n int64
+	for _, l := range args[1:] {
+		for it := l.ElementIterator(); it.Next(); {
+			_, e := it.Element()
+			if n > 0 {
+				total += sep
+			}
+			n++
+			if s, _ := e.Unmark(); s.Type() == cty.String && !s.IsNull() {
+				total += int64(len(s.AsString()))
+			}
+			if total > int64(b.lim.MaxStringBytes) {
+				return b.checkString("join", total)
+			}
+		}
+	}
+	return nil
+}
+
+// checkSplit: split(sep, str) has one element more than sep occurs.
+func checkSplit(b *budget, args []cty.Value) error {
+	str, sep := args[1].AsString(), args[0].AsString()
+	n := strings.Count(str, sep) + 1
+	if sep == "" {
+		n = utf8.RuneCountInString(str)
+	}
+	if n > b.lim.MaxCollectionLen {
+		return limitErr("split would produce %d elements; the limit is %d", n, b.lim.MaxCollectionLen)
+	}
+	return nil
+}
+
+// checkReplace: replace(str, substr, replacement) of a plain substring.
+func checkReplace(b *budget, args []cty.Value) error {
+	s, sub, repl := args[0].AsString(), args[1].AsString(), args[2].AsString()
+	n := int64(strings.Count(s, sub))
+	return b.checkString("replace", int64(len(s))+n*int64(len(repl)-len(sub)))
+}
+
+// checkCollections: concat and merge produce the sum of their arguments'
+// lengths.
+func checkCollections(fn string) func(*budget, []cty.Value) error {
+	return func(b *budget, args []cty.Value) error {
+		total := 0
+		for _, a := range args {
+			if a.CanIterateElements() {
+				total += a.LengthInt()
+			}
+		}
+		if total > b.lim.MaxCollectionLen {
+			return limitErr("%s would produce %d elements; the limit is %d", fn, total, b.lim.MaxCollectionLen)
+		}
+		return nil
+	}
+}
+
+func checkJSONEncode(b *budget, args []cty.Value) error {
+	return b.checkString("jsonencode", jsonSize(args[0], int64(b.lim.MaxStringBytes)+1))
+}
+
+// jsonSize is an upper bound of v's JSON encoding, stopping past limit.
+func jsonSize(v cty.Value, limit int64) int64 {
+	v, _ = v.Unmark()
+	if v.IsNull() || !v.IsKnown() {
+		return 4
+	}
+	t := v.Type()
+	switch {
+	case t == cty.String:
+		return jsonStringSize(v.AsString())
+	case t == cty.Number:
+		return numberTextSize(v)
+	case t == cty.Bool:
+		return 5
+	case v.CanIterateElements():
+		total := int64(2)
+		for it := v.ElementIterator(); it.Next() && total <= limit; {
+			k, e := it.Element()
+			if k.Type() == cty.String && (t.IsMapType() || t.IsObjectType()) {
+				total += jsonStringSize(k.AsString()) + 1
+			}
+			total += jsonSize(e, limit-total) + 1
+		}
+		return total
+	}
+	return 4
+}
+
+// jsonStringSize is the length of s quoted as JSON: Go escapes <, > and &
+// and control characters as \u00XX, invalid UTF-8 as \ufffd.
+func jsonStringSize(s string) int64 {
+	n := int64(2)
+	for i := 0; i < len(s); {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			n += 2
+		case c < 0x20 || c == '<' || c == '>' || c == '&':
+			n += 6
+		case c < utf8.RuneSelf:
+			n++
+		default:
+			r, size := utf8.DecodeRuneInString(s[i:])
+			if r == utf8.RuneError && size == 1 || r == '\u2028' || r == '\u2029' {
+				n += 6
+			} else {
+				n += int64(size)
+			}
+			i += size
+			continue
+		}
+		i++
+	}
+	return n
+}
+
+// numberTextSize bounds the length of a number written out in full: its
+// decimal exponent plus the 512-bit mantissa's 155 digits and a sign,
+// point and exponent.
+func numberTextSize(v cty.Value) int64 {
+	bf := v.AsBigFloat()
+	if bf.IsInf() || bf.Sign() == 0 {
+		return 4
+	}
+	e := int64(bf.MantExp(nil))
+	if e < 0 {
+		e = -e
+	}
+	return e*302/1000 + 170
+}

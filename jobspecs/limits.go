@@ -1,0 +1,199 @@
+package jobspecs
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/zclconf/go-cty/cty"
+	"github.com/zclconf/go-cty/cty/function"
+)
+
+// ErrLimitExceeded is wrapped by every error about a jobspec that is too
+// large or too expensive to evaluate.
+var ErrLimitExceeded = errors.New("jobspec limit exceeded")
+
+// Limits bound what parsing one jobspec may cost, so that a small request
+// cannot make the agent allocate without bound (`format("%0999999999d", 0)`,
+// `join` of a huge list, nested for expressions...). A zero field takes its
+// default.
+type Limits struct {
+	// MaxSourceBytes bounds the jobspec text (default 4 MiB).
+	MaxSourceBytes int
+	// MaxStringBytes bounds any string an expression produces (default 1 MiB).
+	MaxStringBytes int
+	// MaxCollectionLen bounds the elements of any list, tuple, map or
+	// object an expression produces, and the iterations of a for
+	// expression (default 100,000).
+	MaxCollectionLen int
+	// MaxEvalCost bounds the total work of one parse: the bytes of every
+	// string produced plus 256 per collection element or iteration,
+	// summed over all expressions (default 32 MiB).
+	MaxEvalCost int64
+	// MaxNesting bounds the nesting of brackets, braces, parentheses,
+	// interpolations and template directives in the source, and of
+	// collections in values (default 128). The HCL parser recurses per
+	// level: a megabyte of "(" overflows the stack.
+	MaxNesting int
+	// MaxOperators bounds the operators (+ - * / % && || ! == ... and ?)
+	// in the source (default 10,000): chains of them nest as deeply as
+	// brackets do.
+	MaxOperators int
+	// MaxTokens bounds the tokens in the source (default 100,000): HCL's
+	// lexer allocates about 600 bytes per token.
+	MaxTokens int
+}
+
+// DefaultLimits are the limits used when ParseOptions sets none.
+var DefaultLimits = Limits{
+	MaxSourceBytes:   4 << 20,
+	MaxStringBytes:   1 << 20,
+	MaxCollectionLen: 100_000,
+	MaxEvalCost:      32 << 20,
+	MaxNesting:       128,
+	MaxOperators:     10_000,
+	MaxTokens:        100_000,
+}
+
+// limitSummary is the summary of every diagnostic about an evaluation limit.
+const limitSummary = "Evaluation limit exceeded"
+
+// elemCost is what one collection element or loop iteration costs.
+const elemCost = 256
+
+// maxNumberExp bounds a number's binary exponent (about 1e±1233): a
+// number is cheap to hold whatever its size, but rendering 1e999999999
+// as text takes a gigabyte.
+const maxNumberExp = 4096
+
+func (l *Limits) withDefaults() Limits {
+	out := DefaultLimits
+	if l == nil {
+		return out
+	}
+	if l.MaxSourceBytes > 0 {
+		out.MaxSourceBytes = l.MaxSourceBytes
+	}
+	if l.MaxStringBytes > 0 {
+		out.MaxStringBytes = l.MaxStringBytes
+	}
+	if l.MaxCollectionLen > 0 {
+		out.MaxCollectionLen = l.MaxCollectionLen
+	}
+	if l.MaxEvalCost > 0 {
+		out.MaxEvalCost = l.MaxEvalCost
+	}
+	if l.MaxNesting > 0 {
+		out.MaxNesting = l.MaxNesting
+	}
+	if l.MaxOperators > 0 {
+		out.MaxOperators = l.MaxOperators
+	}
+	if l.MaxTokens > 0 {
+		out.MaxTokens = l.MaxTokens
+	}
+	return out
+}
+
+// limitDetail renders a limit error as a diagnostic's detail sentence.
+func limitDetail(err error) string {
+	return strings.TrimPrefix(err.Error(), ErrLimitExceeded.Error()+": ") + "."
+}
+
+func limitErr(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrLimitExceeded}, args...)...)
+}
+
+// budget accounts for the cost of one parse. It is used by one goroutine.
+type budget struct {
+	lim   Limits
+	spent int64
+	// funcs is the parse's function table, emptied when the budget runs
+	// out: HCL looks a function up before evaluating its arguments, so
+	// every later call (the charge wrappers included) fails at once
+	// instead of walking its arguments (cty walks every argument deeply
+	// before a function runs) or running the loops inside them.
+	funcs     map[string]function.Function
+	exhausted bool
+}
+
+// spend adds n to the cost, failing once the total is over the limit.
+func (b *budget) spend(n int64) error {
+	b.spent += n
+	if b.spent > b.lim.MaxEvalCost {
+		if !b.exhausted {
+			b.exhausted = true
+			clear(b.funcs)
+		}
+		return limitErr("Evaluating the jobspec costs more than %d units (bytes of strings produced plus %d per collection element); simplify its expressions",
+			b.lim.MaxEvalCost, elemCost)
+	}
+	return nil
+}
+
+// charge checks a produced value against the limits and spends its size.
+// Values share structure, so a value's size is measured as if written out:
+// a list holding the same big string twice costs it twice.
+func (b *budget) charge(v cty.Value) error {
+	n, err := b.measure(v, 0, b.lim.MaxEvalCost-b.spent+1)
+	if err != nil {
+		return err
+	}
+	return b.spend(n)
+}
+
+// measure returns v's size, stopping once it exceeds limit.
+func (b *budget) measure(v cty.Value, depth int, limit int64) (int64, error) {
+	if depth > b.lim.MaxNesting {
+		return 0, limitErr("A value nests more than %d levels deep", b.lim.MaxNesting)
+	}
+	v, _ = v.Unmark()
+	if v.IsNull() || !v.IsKnown() {
+		return 1, nil
+	}
+	t := v.Type()
+	switch {
+	case t == cty.String:
+		if n := len(v.AsString()); n > b.lim.MaxStringBytes {
+			return 0, limitErr("A string of %d bytes is longer than the limit of %d bytes", n, b.lim.MaxStringBytes)
+		}
+		return int64(len(v.AsString())), nil
+	case t == cty.Number:
+		return 8, checkNumber(v)
+	case t.IsListType() || t.IsSetType() || t.IsTupleType() || t.IsMapType() || t.IsObjectType():
+		n := v.LengthInt()
+		if n > b.lim.MaxCollectionLen {
+			return 0, limitErr("A collection of %d elements is longer than the limit of %d", n, b.lim.MaxCollectionLen)
+		}
+		total := int64(n) * elemCost
+		for it := v.ElementIterator(); it.Next() && total <= limit; {
+			k, e := it.Element()
+			if k.Type() == cty.String {
+				total += int64(len(k.AsString()))
+			}
+			sz, err := b.measure(e, depth+1, limit-total)
+			if err != nil {
+				return 0, err
+			}
+			total += sz
+		}
+		return total, nil
+	}
+	return 1, nil
+}
+
+// checkNumber rejects numbers too large or too small to render as text.
+func checkNumber(v cty.Value) error {
+	v, _ = v.Unmark()
+	if v.IsNull() || !v.IsKnown() || v.Type() != cty.Number {
+		return nil
+	}
+	bf := v.AsBigFloat()
+	if bf.Sign() == 0 {
+		return nil
+	}
+	if e := bf.MantExp(nil); bf.IsInf() || e > maxNumberExp || e < -maxNumberExp {
+		return limitErr("The number %s is out of range (about ±1e1233)", bf.Text('g', 5))
+	}
+	return nil
+}
