@@ -24,6 +24,9 @@ type Job struct {
 	Constraints    []*Constraint     `json:"Constraints,omitempty"`
 	TaskGroups     []*TaskGroup      `json:"TaskGroups"`
 	Update         *UpdateStrategy   `json:"Update,omitempty"`
+	// Reschedule is the job-level reschedule block; Canonicalize merges
+	// it into each group's ReschedulePolicy (the group's fields win).
+	Reschedule     *ReschedulePolicy `json:"Reschedule,omitempty"`
 	Meta           map[string]string `json:"Meta,omitempty"`
 	Stop           bool              `json:"Stop"`
 	Status         string            `json:"Status,omitempty"`
