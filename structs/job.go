@@ -14,16 +14,16 @@ const (
 
 // Job is a registered jobspec.
 type Job struct {
-	Region         string            `json:"Region,omitempty"`
-	Namespace      string            `json:"Namespace,omitempty"`
-	ID             string            `json:"ID"`
-	Name           string            `json:"Name"`
-	Type           string            `json:"Type"`
-	Priority       int               `json:"Priority,omitempty"`
-	Datacenters    []string          `json:"Datacenters,omitempty"`
-	Constraints    []*Constraint     `json:"Constraints,omitempty"`
-	TaskGroups     []*TaskGroup      `json:"TaskGroups"`
-	Update         *UpdateStrategy   `json:"Update,omitempty"`
+	Region      string          `json:"Region,omitempty"`
+	Namespace   string          `json:"Namespace,omitempty"`
+	ID          string          `json:"ID"`
+	Name        string          `json:"Name"`
+	Type        string          `json:"Type"`
+	Priority    int             `json:"Priority,omitempty"`
+	Datacenters []string        `json:"Datacenters,omitempty"`
+	Constraints []*Constraint   `json:"Constraints,omitempty"`
+	TaskGroups  []*TaskGroup    `json:"TaskGroups"`
+	Update      *UpdateStrategy `json:"Update,omitempty"`
 	// Reschedule is the job-level reschedule block; Canonicalize merges
 	// it into each group's ReschedulePolicy (the group's fields win).
 	Reschedule     *ReschedulePolicy `json:"Reschedule,omitempty"`
