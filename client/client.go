@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
 
@@ -111,14 +112,18 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
-	db, err := clientstate.Open(filepath.Join(cfg.DataDir, "client", "state.db"))
+	statePath := filepath.Join(cfg.DataDir, "client", "state.db")
+	db, err := clientstate.Open(statePath)
 	if err != nil {
 		return nil, err
 	}
 	nodeID, err := db.NodeID()
 	if err == nil && nodeID == "" {
-		nodeID = uuid.NewString()
-		err = db.PutNodeID(nodeID)
+		err = checkNoAllocDirs(filepath.Join(cfg.DataDir, "alloc"), statePath)
+		if err == nil {
+			nodeID = uuid.NewString()
+			err = db.PutNodeID(nodeID)
+		}
 	}
 	if err != nil {
 		_ = db.Close()
@@ -136,6 +141,31 @@ func New(cfg Config) (*Client, error) {
 	return c, nil
 }
 
+// checkNoAllocDirs refuses to start a new node on a data dir whose alloc/
+// holds allocation directories: the client state that ran them is gone
+// (deleted with its marker, or written before markers existed), and
+// starting afresh would orphan their tasks and tear their networks down.
+func checkNoAllocDirs(allocRoot, statePath string) error {
+	entries, err := os.ReadDir(allocRoot)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("failed to read %s: %w", allocRoot, err)
+	}
+	var n int
+	for _, e := range entries {
+		if e.IsDir() {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s holds no node but %s holds %d allocation directories; %s", clientstate.ErrStateLost,
+		statePath, allocRoot, n, clientstate.RecoveryHint(statePath))
+}
+
 // Node returns a copy of the fingerprinted node.
 func (c *Client) Node() *structs.Node {
 	cp := *c.node
@@ -145,11 +175,16 @@ func (c *Client) Node() *structs.Node {
 // Start restores allocations from the client state, garbage-collects dead
 // allocations' networks, registers the node and starts watching the server.
 func (c *Client) Start() error {
-	live, err := c.restore()
+	live, complete, err := c.restore()
 	if err != nil {
 		return err
 	}
-	if c.cfg.Networker != nil {
+	// The GC removes the networks of allocations not in live: with an
+	// allocation that could not be restored, live is incomplete and the GC
+	// would tear down a running allocation's network.
+	if !complete {
+		c.logger.Error("skipping the garbage collection of allocation networks: some allocations could not be restored")
+	} else if c.cfg.Networker != nil {
 		if err := c.cfg.Networker.GC(c.ctx, live); err != nil {
 			c.logger.Warn("failed to garbage-collect allocation networks", "error", err)
 		}
@@ -189,21 +224,24 @@ func (c *Client) Shutdown() error {
 }
 
 // restore starts a runner for every allocation in the client state and
-// returns the IDs of those that are still live.
-func (c *Client) restore() (map[string]bool, error) {
+// returns the IDs of those that are still live, and whether every
+// allocation could be restored.
+func (c *Client) restore() (map[string]bool, bool, error) {
 	allocs, err := c.db.Allocs()
 	if err != nil {
-		return nil, fmt.Errorf("failed to read client state: %w", err)
+		return nil, false, fmt.Errorf("failed to read client state: %w", err)
 	}
 	live := map[string]bool{}
+	complete := true
 	for _, a := range allocs {
 		tasks, err := c.db.TaskStates(a.ID)
 		if err != nil {
-			return nil, fmt.Errorf("failed to read task states of %s: %w", a.ID, err)
+			return nil, false, fmt.Errorf("failed to read task states of %s: %w", a.ID, err)
 		}
 		ar, err := c.newRunner(a, true, tasks)
 		if err != nil {
 			c.logger.Error("failed to restore allocation", "alloc_id", a.ID, "error", err)
+			complete = false
 			continue
 		}
 		if !terminal(ar.ClientView()) {
@@ -216,7 +254,7 @@ func (c *Client) restore() (map[string]bool, error) {
 		c.logger.Info("restoring allocation", "alloc_id", a.ID, "live", live[a.ID])
 		go ar.Run()
 	}
-	return live, nil
+	return live, complete, nil
 }
 
 func terminal(a *structs.Allocation) bool {

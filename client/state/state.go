@@ -53,51 +53,67 @@ var (
 
 // DB is the bbolt-backed client state.
 type DB struct {
-	db *bolt.DB
+	db   *bolt.DB
+	path string
+	// marked: the marker file exists (written with the node ID).
+	marked bool
 }
 
 var _ Store = (*DB)(nil)
 
-// Open opens (creating if needed) the client state at path.
+// Open opens (creating if needed) the client state at path. State that was
+// lost or damaged is refused (see integrity.go): ErrStateLost, ErrCorrupt,
+// ErrLocked, each a one-line error naming the file and how to recover.
 func Open(path string) (*DB, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("failed to create client state dir: %w", err)
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second})
+	mark, err := checkMarker(path)
 	if err != nil {
-		return nil, fmt.Errorf("failed to open client state %s: %w", path, err)
+		return nil, err
 	}
-	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketAllocs, bucketMeta} {
-			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	db, err := openDB(path, 5*time.Second)
 	if err != nil {
+		return nil, err
+	}
+	d := &DB{db: db, path: path, marked: mark != nil}
+	if err := d.initialise(mark); err != nil {
 		_ = db.Close()
-		return nil, fmt.Errorf("failed to initialise client state: %w", err)
+		return nil, err
 	}
-	return &DB{db: db}, nil
+	return d, nil
 }
 
 // Close closes the database.
 func (d *DB) Close() error { return d.db.Close() }
 
-// NodeID returns the persisted node ID, "" if none yet.
+// NodeID returns the persisted node ID, "" if none yet. State written by
+// a meshlet that kept no marker gets its marker here.
 func (d *DB) NodeID() (string, error) {
 	var id string
-	err := d.db.View(func(tx *bolt.Tx) error {
+	err := d.view(func(tx *bolt.Tx) error {
 		id = string(tx.Bucket(bucketMeta).Get(keyNodeID))
 		return nil
 	})
+	if err == nil && id != "" && !d.marked {
+		if err = writeMarker(d.path, id); err == nil {
+			d.marked = true
+		}
+	}
 	return id, err
 }
 
-// PutNodeID persists the node ID.
+// PutNodeID persists the node ID, then the marker that makes a later loss
+// of this file detectable.
 func (d *DB) PutNodeID(id string) error {
-	return d.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Put(keyNodeID, []byte(id)) })
+	if err := d.update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Put(keyNodeID, []byte(id)) }); err != nil {
+		return err
+	}
+	if err := writeMarker(d.path, id); err != nil {
+		return err
+	}
+	d.marked = true
+	return nil
 }
 
 func putJSON(b *bolt.Bucket, key []byte, v any) error {
@@ -122,7 +138,7 @@ func allocBucket(tx *bolt.Tx, id string, create bool) (*bolt.Bucket, error) {
 
 // PutAlloc stores (or replaces) an allocation.
 func (d *DB) PutAlloc(a *structs.Allocation) error {
-	return d.db.Update(func(tx *bolt.Tx) error {
+	return d.update(func(tx *bolt.Tx) error {
 		b, err := allocBucket(tx, a.ID, true)
 		if err != nil {
 			return err
@@ -134,7 +150,7 @@ func (d *DB) PutAlloc(a *structs.Allocation) error {
 // Allocs returns every stored allocation.
 func (d *DB) Allocs() ([]*structs.Allocation, error) {
 	var out []*structs.Allocation
-	err := d.db.View(func(tx *bolt.Tx) error {
+	err := d.view(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketAllocs).ForEachBucket(func(k []byte) error {
 			raw := tx.Bucket(bucketAllocs).Bucket(k).Get(keyAlloc)
 			if raw == nil {
@@ -153,7 +169,7 @@ func (d *DB) Allocs() ([]*structs.Allocation, error) {
 
 // DeleteAlloc removes an allocation and everything stored under it.
 func (d *DB) DeleteAlloc(id string) error {
-	return d.db.Update(func(tx *bolt.Tx) error {
+	return d.update(func(tx *bolt.Tx) error {
 		err := tx.Bucket(bucketAllocs).DeleteBucket([]byte(id))
 		if errors.Is(err, berrors.ErrBucketNotFound) {
 			return nil
@@ -164,7 +180,7 @@ func (d *DB) DeleteAlloc(id string) error {
 
 // PutTaskState stores a task's local state.
 func (d *DB) PutTaskState(allocID, task string, s *LocalTaskState) error {
-	return d.db.Update(func(tx *bolt.Tx) error {
+	return d.update(func(tx *bolt.Tx) error {
 		b, err := allocBucket(tx, allocID, true)
 		if err != nil {
 			return err
@@ -176,7 +192,7 @@ func (d *DB) PutTaskState(allocID, task string, s *LocalTaskState) error {
 // TaskStates returns the stored state of every task of an allocation.
 func (d *DB) TaskStates(allocID string) (map[string]*LocalTaskState, error) {
 	out := map[string]*LocalTaskState{}
-	err := d.db.View(func(tx *bolt.Tx) error {
+	err := d.view(func(tx *bolt.Tx) error {
 		b, err := allocBucket(tx, allocID, false)
 		if err != nil {
 			return nil // nothing stored yet
@@ -198,7 +214,7 @@ func (d *DB) TaskStates(allocID string) (map[string]*LocalTaskState, error) {
 
 // PutNetworkStatus stores an allocation's network status (nil clears it).
 func (d *DB) PutNetworkStatus(allocID string, s *structs.AllocNetworkStatus) error {
-	return d.db.Update(func(tx *bolt.Tx) error {
+	return d.update(func(tx *bolt.Tx) error {
 		b, err := allocBucket(tx, allocID, true)
 		if err != nil {
 			return err
@@ -213,7 +229,7 @@ func (d *DB) PutNetworkStatus(allocID string, s *structs.AllocNetworkStatus) err
 // NetworkStatus returns an allocation's stored network status, nil if none.
 func (d *DB) NetworkStatus(allocID string) (*structs.AllocNetworkStatus, error) {
 	var out *structs.AllocNetworkStatus
-	err := d.db.View(func(tx *bolt.Tx) error {
+	err := d.view(func(tx *bolt.Tx) error {
 		b, err := allocBucket(tx, allocID, false)
 		if err != nil {
 			return nil

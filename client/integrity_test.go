@@ -1,0 +1,117 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/meshlet/meshlet/client/internal/fakedriver"
+	clientstate "github.com/meshlet/meshlet/client/state"
+	"github.com/meshlet/meshlet/driver"
+	"github.com/meshlet/meshlet/structs"
+)
+
+// gcRecorder is a Networker that records garbage collections.
+type gcRecorder struct {
+	mu  sync.Mutex
+	gcs []map[string]bool
+}
+
+func (g *gcRecorder) Setup(context.Context, *structs.Allocation) (*structs.AllocNetworkStatus, error) {
+	return &structs.AllocNetworkStatus{}, nil
+}
+func (g *gcRecorder) Restore(context.Context, *structs.Allocation) (*structs.AllocNetworkStatus, error) {
+	return &structs.AllocNetworkStatus{}, nil
+}
+func (g *gcRecorder) Teardown(context.Context, *structs.Allocation) error { return nil }
+func (g *gcRecorder) NetNSPath(string) string                             { return "" }
+func (g *gcRecorder) GC(_ context.Context, live map[string]bool) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.gcs = append(g.gcs, live)
+	return nil
+}
+
+func (g *gcRecorder) count() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.gcs)
+}
+
+// TestLostClientStateRefusesToStart: after the client state of a node with
+// a running allocation is deleted (or emptied), the next agent refuses to
+// start with a one-line error naming the file, before registering a node or
+// garbage-collecting networks as leaked; the tasks keep running.
+func TestLostClientStateRefusesToStart(t *testing.T) {
+	for _, how := range []string{"deleted", "emptied", "deleted with its marker"} {
+		t.Run(how, func(t *testing.T) {
+			srv := newServer(t)
+			drv := fakedriver.New("raw_exec")
+			dir := t.TempDir()
+			c := newClient(t, srv, dir, drv)
+			if _, err := srv.RegisterJob(context.Background(), job("a", "")); err != nil {
+				t.Fatal(err)
+			}
+			waitStatus(t, srv, "a", structs.AllocClientStatusRunning)
+			if err := c.Shutdown(); err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(dir, "client", "state.db")
+			switch how {
+			case "deleted":
+				must(t, os.Remove(path))
+			case "emptied":
+				must(t, os.Truncate(path, 0))
+			default:
+				must(t, os.Remove(path))
+				must(t, os.Remove(clientstate.MarkerPath(path)))
+			}
+			gc := &gcRecorder{}
+			c2, err := New(Config{DataDir: dir, NodeName: "n1", Drivers: []driver.Driver{drv}, Server: srv, Networker: gc})
+			if err == nil {
+				_ = c2.Start()
+				_ = c2.Shutdown()
+				t.Fatal("a client with lost state started")
+			}
+			if !errors.Is(err, clientstate.ErrStateLost) || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "state.db") {
+				t.Fatalf("err = %q, want one line ErrStateLost naming state.db", err)
+			}
+			nodes, _ := srv.Nodes(context.Background())
+			if gc.count() != 0 || len(nodes) != 1 || len(drv.Running()) != 1 {
+				t.Fatalf("gc runs %d, nodes %d, running tasks %d", gc.count(), len(nodes), len(drv.Running()))
+			}
+		})
+	}
+}
+
+// TestUnrestorableAllocationSkipsNetworkGC: an allocation that cannot be
+// restored is missing from the live set, so the network GC (which would
+// tear its network down as leaked) does not run.
+func TestUnrestorableAllocationSkipsNetworkGC(t *testing.T) {
+	srv := newServer(t)
+	dir := t.TempDir()
+	db, err := clientstate.Open(filepath.Join(dir, "client", "state.db"))
+	must(t, err)
+	must(t, db.PutNodeID("n-test"))
+	must(t, db.PutAlloc(&structs.Allocation{ID: "broken", JobID: "gone"})) // no job: cannot be restored
+	must(t, db.Close())
+	gc := &gcRecorder{}
+	c, err := New(Config{DataDir: dir, NodeName: "n1", Drivers: []driver.Driver{fakedriver.New("raw_exec")}, Server: srv, Networker: gc})
+	must(t, err)
+	must(t, c.Start())
+	defer c.Shutdown()
+	if gc.count() != 0 {
+		t.Fatalf("network GC ran with live set %v", gc.gcs)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
