@@ -32,7 +32,9 @@ func defaultRestart(jobType string) structs.RestartPolicy {
 
 // Canonicalize fills Nomad's defaults in place: job type, region,
 // namespace, datacenters, ID/Name, priority; group restart policy (by job
-// type; tasks inherit the group's), job update settings into groups;
+// type; tasks inherit the group's), group reschedule policy (the job's
+// reschedule block merged in, then the job type's defaults), job update
+// settings into groups;
 // network mode; service address mode, name and proxy local address; task
 // kill timeout, log limits and resources. It only fills what is unset, so it
 // is idempotent. It leaves a group's count alone: the HCL and JSON decoders
@@ -74,6 +76,7 @@ func canonicalizeGroup(job *structs.Job, tg *structs.TaskGroup) {
 		tg.RestartPolicy = &structs.RestartPolicy{}
 	}
 	mergeRestart(tg.RestartPolicy, &def)
+	canonicalizeReschedule(job, tg)
 	if job.Update != nil {
 		if tg.Update == nil {
 			tg.Update = &structs.UpdateStrategy{}

@@ -8,18 +8,18 @@ import (
 
 var jobSpec = spec{
 	attrs:  []string{"region", "namespace", "datacenters", "type", "priority", "name"},
-	blocks: []string{"group", "constraint", "update"},
+	blocks: []string{"group", "constraint", "update", "reschedule"},
 	maps:   []string{"meta"},
-	unsupported: []string{"periodic", "parameterized", "multiregion", "spread", "affinity", "reschedule",
+	unsupported: []string{"periodic", "parameterized", "multiregion", "spread", "affinity",
 		"migrate", "vault", "consul", "ui", "all_at_once", "node_pool", "vault_token", "consul_token",
 		"consul_namespace", "vault_namespace"},
 }
 
 var groupSpec = spec{
 	attrs:  []string{"count", "shutdown_delay"},
-	blocks: []string{"task", "network", "service", "constraint", "restart", "update"},
+	blocks: []string{"task", "network", "service", "constraint", "restart", "update", "reschedule"},
 	maps:   []string{"meta"},
-	unsupported: []string{"ephemeral_disk", "reschedule", "volume", "scaling", "spread", "affinity",
+	unsupported: []string{"ephemeral_disk", "volume", "scaling", "spread", "affinity",
 		"migrate", "disconnect", "consul", "vault", "artifact", "stop_after_client_disconnect",
 		"max_client_disconnect", "prevent_reschedule_on_lost"},
 }
@@ -45,6 +45,9 @@ func (d *decoder) decodeJob(b *hclsyntax.Block) *structs.Job {
 	if ub := d.one(c, "update"); ub != nil {
 		job.Update = d.decodeUpdate(ub, p.sub("update"))
 	}
+	if rb := d.one(c, "reschedule"); rb != nil {
+		job.Reschedule = d.decodeReschedule(rb, p.sub("reschedule"))
+	}
 	for _, gb := range c.blocks["group"] {
 		if d.labels(gb, "name") {
 			job.TaskGroups = append(job.TaskGroups, d.decodeGroup(gb, p.item("group", len(job.TaskGroups), "")))
@@ -67,6 +70,9 @@ func (d *decoder) decodeGroup(b *hclsyntax.Block, p path) *structs.TaskGroup {
 	}
 	if ub := d.one(c, "update"); ub != nil {
 		tg.Update = d.decodeUpdate(ub, p.sub("update"))
+	}
+	if rb := d.one(c, "reschedule"); rb != nil {
+		tg.ReschedulePolicy = d.decodeReschedule(rb, p.sub("reschedule"))
 	}
 	for _, nb := range c.blocks["network"] {
 		if d.labels(nb) {

@@ -25,6 +25,11 @@ func serviceRestart() *structs.RestartPolicy {
 	return &structs.RestartPolicy{Attempts: ptr(2), Interval: ptr(30 * time.Minute), Delay: ptr(15 * time.Second), Mode: ptr("fail")}
 }
 
+func serviceReschedule() *structs.ReschedulePolicy {
+	r := DefaultReschedule(structs.JobTypeService)
+	return &r
+}
+
 func TestParseCountdash(t *testing.T) {
 	job, diags := ParseFile("countdash.hcl", nil)
 	if len(diags) != 0 {
@@ -35,7 +40,7 @@ func TestParseCountdash(t *testing.T) {
 		Priority: 50, Datacenters: []string{"*"},
 		TaskGroups: []*structs.TaskGroup{
 			{
-				Name: "api", Count: 1, RestartPolicy: serviceRestart(),
+				Name: "api", Count: 1, RestartPolicy: serviceRestart(), ReschedulePolicy: serviceReschedule(),
 				Networks: []*structs.NetworkResource{{Mode: "bridge"}},
 				Services: []*structs.Service{{
 					Name: "count-api", PortLabel: "9001", AddressMode: "auto",
@@ -49,7 +54,7 @@ func TestParseCountdash(t *testing.T) {
 				}, 100, 64)},
 			},
 			{
-				Name: "dashboard", Count: 1, RestartPolicy: serviceRestart(),
+				Name: "dashboard", Count: 1, RestartPolicy: serviceRestart(), ReschedulePolicy: serviceReschedule(),
 				Networks: []*structs.NetworkResource{{
 					Mode:          "bridge",
 					ReservedPorts: []structs.Port{{Label: "http", Value: 9002, To: 9002}},

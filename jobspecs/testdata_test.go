@@ -27,7 +27,7 @@ func TestValidJobspecs(t *testing.T) {
 		"testdata/valid/unsupported-blocks.hcl": {
 			unsupportedMsg("all_at_once"), unsupportedMsg("spread"),
 			unsupportedMsg("stop_after_client_disconnect"), unsupportedMsg("ephemeral_disk"),
-			unsupportedMsg("reschedule"), unsupportedMsg("volume"), unsupportedMsg("affinity"),
+			unsupportedMsg("volume"), unsupportedMsg("affinity"),
 			unsupportedMsg("migrate"), unsupportedMsg("enable_tag_override"), unsupportedMsg("header"),
 			"connect native is not supported by meshlet yet", `Driver "podman" is not built into meshlet`,
 			unsupportedMsg("artifact"), unsupportedMsg("vault"), unsupportedMsg("volume_mount"),

@@ -67,6 +67,7 @@ func checkJob(job *structs.Job, report reporter) {
 		report(SeverityError, p.attr("priority"), "Invalid priority", fmt.Sprintf("Priority %d is out of range 1-100.", job.Priority))
 	}
 	checkConstraints(job.Constraints, p, report)
+	checkReschedule(job.Type, p.sub("reschedule"), report, job.Reschedule)
 	if len(job.TaskGroups) == 0 {
 		report(SeverityError, p, "Missing group", `A job needs at least one group "name" { ... } block.`)
 	}
@@ -86,6 +87,7 @@ func checkJob(job *structs.Job, report reporter) {
 		}
 		seen[tg.Name] = true
 		checkGroup(tg, gp, report)
+		checkReschedule(job.Type, gp.sub("reschedule"), report, tg.ReschedulePolicy, job.Reschedule)
 	}
 }
 
