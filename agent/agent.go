@@ -9,11 +9,9 @@
 package agent
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -58,7 +56,7 @@ type Agent struct {
 	cleanups []func()
 
 	apiSrv   *api.Server
-	httpSrv  *http.Server
+	httpSrv  *httpsrv.Server
 	httpLn   net.Listener
 	httpDone chan struct{}
 
@@ -157,6 +155,9 @@ func (a *Agent) Start() (err error) {
 	if err := a.startControlPlane(); err != nil {
 		return err
 	}
+	if err := a.listenHTTP(); err != nil {
+		return err
+	}
 	if err := a.startClient(); err != nil {
 		return err
 	}
@@ -239,22 +240,29 @@ func (a *Agent) startClient() error {
 	return cl.Start()
 }
 
-func (a *Agent) startHTTP() error {
+// listenHTTP opens the HTTP API's listener before the client role starts,
+// so that its port is known and reserved on the node.
+func (a *Agent) listenHTTP() error {
 	addr := net.JoinHostPort(a.cfg.BindAddr, strconv.Itoa(a.cfg.Ports.HTTP))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("failed to listen on %s: %w", addr, err)
 	}
 	a.httpLn = ln
+	return nil
+}
+
+func (a *Agent) startHTTP() error {
+	ln := a.httpLn
 	node := a.client.Node()
 	a.apiSrv = api.NewServer(a.backend, a.logger, api.WithAgentInfo(api.AgentInfo{NodeName: node.Name, Region: a.cfg.Region,
 		Datacenter: a.cfg.Datacenter, Version: Version}),
 		api.WithMetricsHandler(promhttp.HandlerFor(a.metrics, promhttp.HandlerOpts{})))
-	a.httpSrv = httpsrv.New(a.apiSrv.Handler())
+	a.httpSrv = httpsrv.New(httpsrv.Protect(a.apiSrv.Handler(), a.httpPolicy()))
 	a.httpDone = make(chan struct{})
 	go func() {
 		defer close(a.httpDone)
-		if err := a.httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := a.httpSrv.Serve(ln); err != nil {
 			a.logger.Error("HTTP server stopped", "error", err)
 		}
 	}()
@@ -281,12 +289,9 @@ func (a *Agent) stop() error {
 		a.apiSrv.Close() // ends blocking queries, log follows and exec sessions
 	}
 	if a.httpSrv != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-		if err := a.httpSrv.Shutdown(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("failed to stop HTTP server: %w", err))
-			_ = a.httpSrv.Close()
+		if err := a.httpSrv.Stop(shutdownTimeout); err != nil {
+			errs = append(errs, fmt.Errorf("failed to stop the HTTP API: %w", err))
 		}
-		cancel()
 		<-a.httpDone
 		a.httpSrv = nil
 	} else if a.httpLn != nil {
@@ -299,7 +304,9 @@ func (a *Agent) stop() error {
 		a.client = nil
 	}
 	if a.controlPlane != nil {
-		a.controlPlane.Stop()
+		if err := a.controlPlane.Stop(); err != nil {
+			errs = append(errs, err)
+		}
 		a.controlPlane = nil
 	}
 	for i := len(a.cleanups) - 1; i >= 0; i-- {

@@ -57,6 +57,21 @@ type Config struct {
 	BinaryPath string
 	// Connect configures the embedded control plane.
 	Connect ConnectConfig
+	// HTTPAPI hardens the HTTP APIs against browser pages.
+	HTTPAPI HTTPAPIConfig
+}
+
+// HTTPAPIConfig says which browser-visible names and origins the HTTP APIs
+// (Nomad's on ports.http, Consul's on ports.connect_http) accept; see
+// docs/security.md. Loopback names and addresses, bind_addr, node_name and
+// the host name are always accepted as Host.
+type HTTPAPIConfig struct {
+	// AllowedHosts are extra names or addresses (no port) a request's Host
+	// may carry, e.g. a DNS name operators use for this node.
+	AllowedHosts []string
+	// AllowedOrigins are web origins ("https://ui.example:8443") whose
+	// pages may call the APIs; none by default.
+	AllowedOrigins []string
 }
 
 // ConnectConfig configures the mesh control plane.
@@ -86,6 +101,10 @@ type ClientConfig struct {
 	// Options: "driver.raw_exec.enable", "driver.exec.enable" ("true"/"false").
 	Options map[string]string
 	Meta    map[string]string
+	// ReservedPorts are host ports no job may take, in Nomad's
+	// reserved { reserved_ports = "22,80,8000-8100" } syntax. The agent's
+	// own ports are always reserved too.
+	ReservedPorts string
 }
 
 // DefaultConfig returns the defaults every configuration starts from.
@@ -144,6 +163,8 @@ func (c *Config) Validate() error {
 	}
 	if c.Client.MinDynamicPort < 1 || c.Client.MaxDynamicPort > 65535 || c.Client.MinDynamicPort > c.Client.MaxDynamicPort {
 		problems = append(problems, fmt.Sprintf("dynamic port range %d-%d is invalid", c.Client.MinDynamicPort, c.Client.MaxDynamicPort))
+	} else {
+		problems = append(problems, c.reservedPortProblems()...)
 	}
 	if _, _, err := net.ParseCIDR(c.Client.BridgeNetworkSubnet); err != nil {
 		problems = append(problems, fmt.Sprintf("bridge_network_subnet %q is not a CIDR", c.Client.BridgeNetworkSubnet))
@@ -161,6 +182,7 @@ func (c *Config) Validate() error {
 	if c.Connect.LeafTTL < 0 {
 		problems = append(problems, "connect.leaf_ttl must not be negative")
 	}
+	problems = append(problems, c.originProblems()...)
 	if !c.Dev && c.DataDir == "" {
 		problems = append(problems, "data_dir is required outside dev mode")
 	}
@@ -186,6 +208,16 @@ type fileConfig struct {
 	Sidecar     *string      `hcl:"sidecar"`
 	EnvoyBinary *string      `hcl:"envoy_binary"`
 	Connect     *fileConnect `hcl:"connect,block"`
+	HTTPAPI     *fileHTTPAPI `hcl:"http_api,block"`
+}
+
+type fileHTTPAPI struct {
+	AllowedHosts   []string `hcl:"allowed_hosts,optional"`
+	AllowedOrigins []string `hcl:"allowed_origins,optional"`
+}
+
+type fileReserved struct {
+	ReservedPorts *string `hcl:"reserved_ports"`
 }
 
 type fileConnect struct {
@@ -208,6 +240,7 @@ type fileClient struct {
 	MaxDynamicPort      *int              `hcl:"max_dynamic_port"`
 	Options             map[string]string `hcl:"options,optional"`
 	Meta                map[string]string `hcl:"meta,optional"`
+	Reserved            *fileReserved     `hcl:"reserved,block"`
 }
 
 // LoadConfigFile reads an HCL agent configuration over the defaults.
@@ -258,6 +291,12 @@ func ParseConfig(filename string, src []byte) (*Config, error) {
 			c.Client.Options[k] = v
 		}
 		c.Client.Meta = cl.Meta
+		if cl.Reserved != nil {
+			set(&c.Client.ReservedPorts, cl.Reserved.ReservedPorts)
+		}
+	}
+	if h := fc.HTTPAPI; h != nil {
+		c.HTTPAPI.AllowedHosts, c.HTTPAPI.AllowedOrigins = h.AllowedHosts, h.AllowedOrigins
 	}
 	if cn := fc.Connect; cn != nil {
 		set(&c.Connect.DefaultIntentionPolicy, cn.DefaultIntentionPolicy)

@@ -62,6 +62,30 @@ client {
 			wantErr: "dynamic port range 40000-30000 is invalid"},
 		{name: "bad sidecar", src: "data_dir = \"/x\"\nsidecar = \"nginx\"\n", wantErr: `sidecar "nginx" must be auto, envoy or builtin`},
 		{name: "data dir required", src: "region = \"x\"\n", wantErr: "data_dir is required outside dev mode"},
+		{name: "reserved ports and http_api", src: `
+data_dir = "/x"
+client {
+  reserved {
+    reserved_ports = "22,80,8000-8100"
+  }
+}
+http_api {
+  allowed_hosts   = ["meshlet.internal"]
+  allowed_origins = ["https://ui.example:8443"]
+}`, check: func(t *testing.T, c *Config) {
+			if c.Client.ReservedPorts != "22,80,8000-8100" || len(c.HTTPAPI.AllowedHosts) != 1 ||
+				c.HTTPAPI.AllowedHosts[0] != "meshlet.internal" || c.HTTPAPI.AllowedOrigins[0] != "https://ui.example:8443" {
+				t.Errorf("config = %+v", c)
+			}
+		}},
+		{name: "bad reserved ports", src: "data_dir = \"/x\"\nclient {\n reserved { reserved_ports = \"22,abc\" }\n}\n",
+			wantErr: `client.reserved.reserved_ports: invalid port list: "abc" is not a port`},
+		{name: "reserved ports in dynamic range", src: "data_dir = \"/x\"\nclient {\n reserved { reserved_ports = \"25000\" }\n}\n",
+			wantErr: "client.reserved.reserved_ports 25000-25000 overlaps the dynamic port range 20000-32000"},
+		{name: "agent port in dynamic range", src: "data_dir = \"/x\"\nports { http = 20001 }\n",
+			wantErr: "ports.http 20001 is inside the dynamic port range 20000-32000"},
+		{name: "bad origin", src: "data_dir = \"/x\"\nhttp_api { allowed_origins = [\"ui.example\"] }\n",
+			wantErr: `http_api.allowed_origins "ui.example" must be scheme://host[:port]`},
 		{name: "dev needs no data dir", src: "dev = true\n", check: func(t *testing.T, c *Config) {
 			if !c.Dev || c.DataDir != "" {
 				t.Errorf("config = %+v", c)

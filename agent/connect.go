@@ -16,6 +16,7 @@ import (
 	"github.com/meshlet/meshlet/client/connecthook"
 	"github.com/meshlet/meshlet/controlplane"
 	"github.com/meshlet/meshlet/envoy"
+	"github.com/meshlet/meshlet/scheduler"
 	"github.com/meshlet/meshlet/structs"
 	"github.com/meshlet/meshlet/xds"
 )
@@ -34,6 +35,8 @@ func (a *Agent) startControlPlane() error {
 		LeafTTL:      a.cfg.Connect.LeafTTL,
 		GRPCAddr:     net.JoinHostPort(a.cfg.BindAddr, strconv.Itoa(a.cfg.Ports.GRPC)),
 		HTTPAddr:     net.JoinHostPort(a.cfg.BindAddr, strconv.Itoa(a.cfg.Ports.ConnectHTTP)),
+		HTTPPolicy:   a.httpPolicy(),
+		StopGrace:    shutdownTimeout,
 		Logger:       a.logger,
 		Registerer:   a.metrics,
 	}, a.catalog)
@@ -41,7 +44,7 @@ func (a *Agent) startControlPlane() error {
 		return fmt.Errorf("failed to build control plane: %w", err)
 	}
 	if err := cp.Start(); err != nil {
-		cp.Stop()
+		_ = cp.Stop() // nothing was served
 		return err
 	}
 	a.controlPlane = cp
@@ -66,11 +69,13 @@ func (a *Agent) findEnvoy() string {
 	return bin
 }
 
-// connectAttributes are the node attributes the injected sidecar task uses.
+// connectAttributes are the node attributes the injected sidecar task uses,
+// and the ports the scheduler must never give a job.
 func (a *Agent) connectAttributes() map[string]string {
 	return map[string]string{
-		"meshlet.sidecar":      a.cfg.Sidecar,
-		"meshlet.envoy_binary": a.envoyBinary,
+		"meshlet.sidecar":                a.cfg.Sidecar,
+		"meshlet.envoy_binary":           a.envoyBinary,
+		scheduler.ReservedPortsAttribute: a.reservedPorts(),
 	}
 }
 

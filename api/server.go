@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/meshlet/meshlet/internal/httpsrv"
 )
 
 const (
@@ -20,6 +22,9 @@ const (
 	// defaultWait and maxWait bound blocking queries, as in Nomad.
 	defaultWait = 5 * time.Minute
 	maxWait     = 10 * time.Minute
+	// MaxIDLength bounds job IDs, names and namespaces, and every ID in a
+	// request path, in bytes.
+	MaxIDLength = 256
 )
 
 // errBadRequest marks malformed requests (bad JSON, bad parameters); it maps
@@ -101,7 +106,7 @@ func NewServer(b Backend, logger hclog.Logger, opts ...ServerOption) *Server {
 		o(s)
 	}
 	s.done, s.close = context.WithCancel(context.Background())
-	s.handler = s.recoverer(s.routes())
+	s.handler = s.recoverer(limitPath(s.routes()))
 	return s
 }
 
@@ -146,6 +151,20 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 				http.Error(w, "internal error", http.StatusInternalServerError)
 			}
 		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// limitPath answers 400 to a request whose path has a segment (an ID)
+// longer than MaxIDLength, before any lookup.
+func limitPath(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for seg := range strings.SplitSeq(r.URL.Path, "/") {
+			if len(seg) > MaxIDLength {
+				http.Error(w, fmt.Sprintf("request path segment is %d bytes long, at most %d are allowed", len(seg), MaxIDLength), http.StatusBadRequest)
+				return
+			}
+		}
 		next.ServeHTTP(w, r)
 	})
 }
@@ -297,15 +316,14 @@ func oneLine(s string) string {
 	return strings.Join(lines, "; ")
 }
 
-// decodeBody decodes a JSON request body into v; any failure is a 400.
+// decodeBody decodes exactly one JSON value from the request body into v;
+// any failure but an oversized body (413) is a 400.
 func decodeBody(r *http.Request, v any) error {
-	dec := json.NewDecoder(r.Body)
-	if err := dec.Decode(v); err != nil {
-		var maxErr *http.MaxBytesError
-		if errors.As(err, &maxErr) {
-			return err
+	if err := httpsrv.DecodeJSON(r.Body, v); err != nil {
+		if errors.Is(err, httpsrv.ErrBadBody) {
+			return fmt.Errorf("%w: %w", errBadRequest, err)
 		}
-		return fmt.Errorf("%w: failed to decode request body: %s", errBadRequest, err.Error())
+		return err
 	}
 	return nil
 }

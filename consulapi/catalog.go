@@ -9,7 +9,7 @@ import (
 )
 
 func (s *Server) catalogWait(r *http.Request) error {
-	return block(r, s.d.Catalog.Index, func(fn func()) func() {
+	return s.block(r, s.d.Catalog.Index, func(fn func()) func() {
 		return s.d.Catalog.Subscribe(func(catalog.Change) { fn() })
 	})
 }

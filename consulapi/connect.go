@@ -47,7 +47,7 @@ type leafCert struct {
 }
 
 func (s *Server) caWait(r *http.Request, current func() uint64) error {
-	return block(r, current, func(fn func()) func() {
+	return s.block(r, current, func(fn func()) func() {
 		return s.d.CA.Subscribe(func(ca.Event) { fn() })
 	})
 }

@@ -255,6 +255,9 @@ func TestInvalidRequestsChangeNothing(t *testing.T) {
 	}{
 		{"PUT", "/v1/connect/intentions/exact?source=web&destination=db", "{not json", 400},
 		{"PUT", "/v1/connect/intentions/exact?source=web&destination=db", `{"Action":"deny"} {}`, 400},
+		{"PUT", "/v1/connect/intentions/exact?source=web&destination=db", `{"Action":"deny"}}`, 400},
+		{"PUT", "/v1/connect/intentions/exact?source=web&destination=db", `{"Action":"deny"}]`, 400},
+		{"POST", "/v1/connect/intentions", `{"SourceName":"x","DestinationName":"y","Action":"allow"}]`, 400},
 		{"PUT", "/v1/connect/intentions/exact?source=web&destination=db", `{"SourceName":"api","Action":"deny"}`, 400},
 		{"PUT", "/v1/connect/intentions/exact?destination=db", `{"Action":"deny"}`, 400},
 		{"POST", "/v1/connect/intentions", `{"ID":"x","SourceName":"a","DestinationName":"b","Action":"allow"}`, 400},

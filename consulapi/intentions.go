@@ -74,7 +74,7 @@ func exactPair(r *http.Request) (srcNS, src, dstNS, dst string, err error) {
 }
 
 func (s *Server) intentionsWait(r *http.Request) error {
-	return block(r, s.d.Intentions.Index, s.d.Intentions.Subscribe)
+	return s.block(r, s.d.Intentions.Index, s.d.Intentions.Subscribe)
 }
 
 // GET /v1/connect/intentions

@@ -14,6 +14,7 @@
 package consulapi
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,8 +27,8 @@ import (
 
 	"github.com/meshlet/meshlet/authz"
 	"github.com/meshlet/meshlet/ca"
-	"github.com/meshlet/meshlet/catalog"
 	"github.com/meshlet/meshlet/intention"
+	"github.com/meshlet/meshlet/internal/httpsrv"
 )
 
 // Blocking query limits (Consul's).
@@ -39,10 +40,10 @@ const (
 
 // Deps is what the API serves.
 type Deps struct {
-	Catalog    *catalog.Catalog
-	CA         *ca.Manager
-	Intentions *intention.Store
-	Authz      *authz.Service
+	Catalog    Catalog
+	CA         CA
+	Intentions Intentions
+	Authz      Authorizer
 	Datacenter string // default "dc1"
 	NodeName   string // default "meshlet"
 	// NodeAddress is the node's address in catalog and health answers
@@ -55,6 +56,9 @@ type Server struct {
 	d      Deps
 	logger hclog.Logger
 	mux    *http.ServeMux
+	// done ends blocking queries when the server closes.
+	done  context.Context
+	close context.CancelFunc
 }
 
 // NewServer builds the routes.
@@ -72,12 +76,18 @@ func NewServer(d Deps, logger hclog.Logger) *Server {
 		d.NodeAddress = "127.0.0.1"
 	}
 	s := &Server{d: d, logger: logger.Named("consulapi"), mux: http.NewServeMux()}
+	s.done, s.close = context.WithCancel(context.Background())
 	s.routes()
 	return s
 }
 
 // Handler returns the API's handler.
 func (s *Server) Handler() http.Handler { return s.mux }
+
+// Close ends the blocking queries in flight and makes later ones answer at
+// once, so that stopping the HTTP server does not wait for them. Call it
+// before stopping the HTTP server.
+func (s *Server) Close() { s.close() }
 
 func (s *Server) routes() {
 	h := map[string]http.HandlerFunc{
@@ -156,22 +166,19 @@ func badRequest(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", errBadRequest, fmt.Sprintf(format, args...))
 }
 
-// decodeBody decodes a JSON body of at most maxBody bytes into v.
+// decodeBody decodes exactly one JSON value of at most maxBody bytes into v.
 func decodeBody(r *http.Request, v any) error {
-	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, maxBody))
-	if err := dec.Decode(v); err != nil {
-		return badRequest("failed to decode request body: %v", err)
-	}
-	if dec.More() {
-		return badRequest("failed to decode request body: trailing data")
+	if err := httpsrv.DecodeJSON(http.MaxBytesReader(nil, r.Body, maxBody), v); err != nil {
+		return fmt.Errorf("%w: %w", errBadRequest, err)
 	}
 	return nil
 }
 
 // block implements Consul's blocking queries: with ?index=N it waits until
-// current() > N, the ?wait= duration (default 5m, at most 10m) passes or
-// the client goes away. subscribe registers a change callback.
-func block(r *http.Request, current func() uint64, subscribe func(func()) (cancel func())) error {
+// current() > N, the ?wait= duration (default 5m, at most 10m) passes, the
+// client goes away or the server closes. subscribe registers a change
+// callback.
+func (s *Server) block(r *http.Request, current func() uint64, subscribe func(func()) (cancel func())) error {
 	q := r.URL.Query()
 	raw := q.Get("index")
 	if raw == "" {
@@ -207,6 +214,8 @@ func block(r *http.Request, current func() uint64, subscribe func(func()) (cance
 		case <-timer.C:
 			return nil
 		case <-r.Context().Done():
+			return nil
+		case <-s.done.Done():
 			return nil
 		}
 	}

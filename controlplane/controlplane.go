@@ -11,7 +11,6 @@
 package controlplane
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -37,6 +36,9 @@ import (
 // (sizeof(sun_path) - 1).
 const maxSocketPath = 107
 
+// defaultStopGrace is how long Stop waits for HTTP requests in flight.
+const defaultStopGrace = 5 * time.Second
+
 // ErrSocketPathTooLong is returned when an allocation's socket path does
 // not fit in a unix socket address.
 var ErrSocketPathTooLong = errors.New("control plane socket path too long")
@@ -53,7 +55,14 @@ type Config struct {
 	// GRPCAddr is the xDS/ext_authz TCP listener ("127.0.0.1:8502"; port 0 picks one).
 	GRPCAddr string
 	// HTTPAddr is the Consul-shaped API listener ("127.0.0.1:8500"; port 0 picks one).
-	HTTPAddr   string
+	HTTPAddr string
+	// HTTPPolicy says which Host and Origin headers the HTTP API accepts
+	// (the zero value: loopback names and addresses only, no cross-origin
+	// request); see httpsrv.Policy.
+	HTTPPolicy httpsrv.Policy
+	// StopGrace bounds how long Stop waits for HTTP requests in flight
+	// (default 5s).
+	StopGrace  time.Duration
 	Logger     hclog.Logger
 	Registerer prometheus.Registerer
 }
@@ -68,7 +77,8 @@ type ControlPlane struct {
 	Authz      *authz.Service
 	XDS        *xds.Server
 
-	httpSrv  *http.Server
+	api      *consulapi.Server
+	httpSrv  *httpsrv.Server
 	grpcAddr net.Addr
 	httpAddr net.Addr
 
@@ -84,6 +94,9 @@ func New(cfg Config, cat *catalog.Catalog) (*ControlPlane, error) {
 	}
 	if cfg.Datacenter == "" {
 		cfg.Datacenter = "dc1"
+	}
+	if cfg.StopGrace <= 0 {
+		cfg.StopGrace = defaultStopGrace
 	}
 	log := cfg.Logger.Named("controlplane")
 	caDir, ixDir := "", ""
@@ -127,11 +140,15 @@ func (c *ControlPlane) Start() error {
 		return fmt.Errorf("failed to listen for the connect API on %s: %w", c.cfg.HTTPAddr, err)
 	}
 	c.grpcAddr, c.httpAddr = gl.Addr(), hl.Addr()
-	api := consulapi.NewServer(consulapi.Deps{
+	c.api = consulapi.NewServer(consulapi.Deps{
 		Catalog: c.Catalog, CA: c.CA, Intentions: c.Intentions, Authz: c.Authz,
 		Datacenter: c.cfg.Datacenter, NodeName: c.cfg.NodeName,
 	}, c.cfg.Logger)
-	c.httpSrv = httpsrv.New(api.Handler())
+	policy := c.cfg.HTTPPolicy
+	if policy.Logger == nil {
+		policy.Logger = c.log.Named("http")
+	}
+	c.httpSrv = httpsrv.New(httpsrv.Protect(c.api.Handler(), policy))
 	c.serve("grpc", func() error { return c.XDS.Serve(gl) })
 	c.serve("http", func() error { return c.httpSrv.Serve(hl) })
 	c.log.Info("control plane started", "grpc_addr", gl.Addr().String(), "http_addr", hl.Addr().String(),
@@ -204,12 +221,16 @@ func (c *ControlPlane) RemoveAllocSocket(allocID string) {
 	}
 }
 
-// Stop shuts everything down.
-func (c *ControlPlane) Stop() {
+// Stop shuts everything down: blocking queries end at once, other HTTP
+// requests get StopGrace to finish and are cut after it (the error says
+// so), and no request goroutine outlives Stop.
+func (c *ControlPlane) Stop() error {
+	var err error
 	if c.httpSrv != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = c.httpSrv.Shutdown(ctx)
-		cancel()
+		c.api.Close()
+		if err = c.httpSrv.Stop(c.cfg.StopGrace); err != nil {
+			err = fmt.Errorf("failed to stop the connect API: %w", err)
+		}
 	}
 	c.XDS.Stop()
 	c.mu.Lock()
@@ -220,4 +241,5 @@ func (c *ControlPlane) Stop() {
 	c.mu.Unlock()
 	c.wg.Wait()
 	_ = c.CA.Close()
+	return err
 }

@@ -32,7 +32,7 @@ func TestComposedControlPlane(t *testing.T) {
 	if err := cp.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(cp.Stop)
+	t.Cleanup(func() { _ = cp.Stop() })
 
 	consul, err := consulapi.NewClient(&consulapi.Config{Address: cp.HTTPAddr()})
 	if err != nil {
@@ -86,7 +86,7 @@ func TestAllocSocketBindsStreams(t *testing.T) {
 	if err := cp.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(cp.Stop)
+	t.Cleanup(func() { _ = cp.Stop() })
 	for _, p := range []struct{ alloc, svc string }{{"a1", "web"}, {"a2", "db"}} {
 		cat.Register(catalog.ServiceInstance{ID: p.svc + "-1", Name: p.svc, AllocID: p.alloc, Address: "127.0.0.1", Port: 8080, Healthy: true, Connect: true})
 		cat.Register(catalog.ServiceInstance{

@@ -1,0 +1,87 @@
+package agent
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/meshlet/meshlet/internal/httpsrv"
+	"github.com/meshlet/meshlet/scheduler"
+)
+
+// ownPorts are the agent's configured listener ports by config key (0:
+// picked at start, reserved once known).
+func (c *Config) ownPorts() map[string]int {
+	return map[string]int{"ports.http": c.Ports.HTTP, "ports.connect_http": c.Ports.ConnectHTTP, "ports.grpc": c.Ports.GRPC}
+}
+
+// reservedPortProblems checks reserved_ports and that no port the agent
+// reserves lies in the dynamic range, where the scheduler would hand it to
+// a job.
+func (c *Config) reservedPortProblems() []string {
+	ranges, err := scheduler.ParsePortSpec(c.Client.ReservedPorts)
+	if err != nil {
+		return []string{fmt.Sprintf("client.reserved.reserved_ports: %v", err)}
+	}
+	lo, hi := c.Client.MinDynamicPort, c.Client.MaxDynamicPort
+	var problems []string
+	for _, r := range ranges {
+		if r.Lo <= hi && r.Hi >= lo {
+			problems = append(problems, fmt.Sprintf("client.reserved.reserved_ports %d-%d overlaps the dynamic port range %d-%d", r.Lo, r.Hi, lo, hi))
+		}
+	}
+	for key, p := range c.ownPorts() {
+		if p >= lo && p <= hi {
+			problems = append(problems, fmt.Sprintf("%s %d is inside the dynamic port range %d-%d", key, p, lo, hi))
+		}
+	}
+	slices.Sort(problems)
+	return problems
+}
+
+// reservedPorts is the node's meshlet.reserved_ports attribute: the
+// configured reserved_ports plus every port the agent listens on.
+func (a *Agent) reservedPorts() string {
+	parts := []string{}
+	if s := strings.TrimSpace(a.cfg.Client.ReservedPorts); s != "" {
+		parts = append(parts, s)
+	}
+	for _, addr := range []string{a.HTTPAddr(), a.controlPlane.HTTPAddr(), a.controlPlane.GRPCAddr()} {
+		if _, port, err := net.SplitHostPort(addr); err == nil {
+			parts = append(parts, port)
+		}
+	}
+	for _, p := range a.cfg.ownPorts() {
+		if p > 0 {
+			parts = append(parts, strconv.Itoa(p))
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// httpPolicy is the browser guard of both HTTP APIs: the agent's own
+// names and addresses plus http_api's allow lists.
+func (a *Agent) httpPolicy() httpsrv.Policy {
+	hosts := []string{a.cfg.BindAddr, a.cfg.NodeName}
+	if h, err := os.Hostname(); err == nil {
+		hosts = append(hosts, h)
+	}
+	hosts = append(hosts, a.cfg.HTTPAPI.AllowedHosts...)
+	return httpsrv.Policy{Hosts: hosts, Origins: a.cfg.HTTPAPI.AllowedOrigins, Logger: a.logger.Named("http")}
+}
+
+// originProblems checks http_api.allowed_origins.
+func (c *Config) originProblems() []string {
+	var problems []string
+	for _, o := range c.HTTPAPI.AllowedOrigins {
+		u, err := url.Parse(o)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
+			problems = append(problems, fmt.Sprintf("http_api.allowed_origins %q must be scheme://host[:port]", o))
+		}
+	}
+	return problems
+}
