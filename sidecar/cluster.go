@@ -54,6 +54,7 @@ type cluster struct {
 	state     atomic.Pointer[clusterState]
 	rr        atomic.Uint64
 	transport *h1Transport
+	plainIO   bool // Config.PlainIO
 
 	// applied is the CDS entry in effect (read by config_dump).
 	applied atomic.Pointer[entry]
@@ -62,8 +63,8 @@ type cluster struct {
 	hostStats map[string]*hostStats
 }
 
-func newCluster(name string, reg *statsRegistry, secrets *secretStore) *cluster {
-	c := &cluster{name: name, stats: newClusterStats(reg, name), secrets: secrets, hostStats: map[string]*hostStats{}}
+func newCluster(name string, reg *statsRegistry, secrets *secretStore, plainIO bool) *cluster {
+	c := &cluster{name: name, stats: newClusterStats(reg, name), secrets: secrets, hostStats: map[string]*hostStats{}, plainIO: plainIO}
 	c.transport = newH1Transport(c.dialAddr)
 	return c
 }
@@ -193,12 +194,12 @@ func (c *cluster) dialHost(ctx context.Context, st *clusterState, h *host) (net.
 	}
 	var conn net.Conn
 	if st.tlsConf == nil {
-		conn = withRawIO(raw)
+		conn = dataConn(raw, c.plainIO)
 	} else {
-		tr := newTLSTransport(raw)
-		tc := tls.Client(tr, st.tlsConf)
+		under := tlsUnder(raw, c.plainIO)
+		tc := tls.Client(under, st.tlsConf)
 		if err := tc.HandshakeContext(ctx); err != nil {
-			tr.Close()
+			under.Close()
 			c.stats.sslError.Add(1)
 			switch {
 			case errors.Is(err, ErrPeerSANMismatch):
@@ -268,6 +269,7 @@ func (c *closeNotifyConn) Close() error {
 type clusterManager struct {
 	reg     *statsRegistry
 	secrets *secretStore
+	plainIO bool // Config.PlainIO, for new clusters
 	byName  atomic.Pointer[map[string]*cluster]
 }
 
@@ -310,7 +312,7 @@ func (m *clusterManager) reconcile(cds, eds map[string]*entry) int {
 			continue
 		}
 		if c == nil {
-			c = newCluster(name, m.reg, m.secrets)
+			c = newCluster(name, m.reg, m.secrets, m.plainIO)
 		}
 		// Compare decoded values, not entries: a re-sent, unchanged resource
 		// gets a new entry (new version) but keeps its decoded value.

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -43,7 +45,20 @@ type Config struct {
 	// Logger is the parent logger; the proxy logs under "sidecar". A null
 	// logger is used if nil.
 	Logger hclog.Logger
+	// PlainIO makes the data path use only documented standard library
+	// behaviour: sockets read and written through net.Conn, crypto/tls
+	// straight over them, relays by io.Copy. The default path (raw
+	// system calls, a transport under crypto/tls that batches records,
+	// relays that release idle buffers) relies on crypto/tls and runtime
+	// details its tests check; PlainIO is the fallback should a Go
+	// upgrade break them. New also sets it when the environment has
+	// MESHLET_PROXY_PLAIN_IO=1 (see EnvPlainIO).
+	PlainIO bool
 }
+
+// EnvPlainIO is the environment variable that turns Config.PlainIO on
+// ("1", "true") or leaves it as configured ("0", "false", unset).
+const EnvPlainIO = "MESHLET_PROXY_PLAIN_IO"
 
 // DefaultConfig returns a Config with the documented defaults (delta xDS,
 // DefaultAdminBind, DefaultDrainTimeout) for the given node and control plane.
@@ -80,6 +95,13 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
+	}
+	if v, ok := os.LookupEnv(EnvPlainIO); ok && v != "" {
+		plain, err := strconv.ParseBool(v)
+		if err != nil {
+			return cfg, fmt.Errorf("%w: %s=%q is not a boolean", ErrInvalidConfig, EnvPlainIO, v)
+		}
+		cfg.PlainIO = cfg.PlainIO || plain
 	}
 	return cfg, nil
 }

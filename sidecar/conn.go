@@ -83,9 +83,9 @@ func (l *listener) handle(c net.Conn) {
 	chain := st.cfg.chain
 	var down net.Conn
 	if st.tlsConf == nil {
-		down = withRawIO(c)
+		down = dataConn(c, l.p.cfg.PlainIO)
 	} else {
-		tc := tls.Server(newTLSTransport(c), st.tlsConf)
+		tc := tls.Server(tlsUnder(c, l.p.cfg.PlainIO), st.tlsConf)
 		ctx, cancel := context.WithTimeout(l.ctx, handshakeTimeout)
 		err := tc.HandshakeContext(ctx)
 		cancel()
@@ -153,7 +153,7 @@ func (p *Proxy) proxyTCP(ctx context.Context, t *tcpProxyConfig, st *tcpStats, d
 	defer done()
 	stop := context.AfterFunc(ctx, func() { up.Close(); down.Close() })
 	defer stop()
-	tx, rx := pipe(down, up)
+	tx, rx := pipe(down, up, p.cfg.PlainIO)
 	c.stats.txBytes.Add(uint64(tx))
 	c.stats.rxBytes.Add(uint64(rx))
 	up.Close()
@@ -162,20 +162,27 @@ func (p *Proxy) proxyTCP(ctx context.Context, t *tcpProxyConfig, st *tcpStats, d
 // pipe copies a->b and b->a concurrently (one extra goroutine), propagating
 // half-closes, and returns the byte counts. It closes neither side on a
 // clean finish; an error in one direction closes both so the other stops.
-func pipe(a, b net.Conn) (aToB, bToA int64) {
+// plain copies with io.Copy (Config.PlainIO).
+func pipe(a, b net.Conn, plain bool) (aToB, bToA int64) {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		aToB = copyHalf(b, a)
+		aToB = copyHalf(b, a, plain)
 	}()
-	bToA = copyHalf(a, b)
+	bToA = copyHalf(a, b, plain)
 	wg.Wait()
 	return aToB, bToA
 }
 
-func copyHalf(dst, src net.Conn) int64 {
-	n, err := copyConn(dst, src)
+func copyHalf(dst, src net.Conn, plain bool) int64 {
+	var n int64
+	var err error
+	if plain {
+		n, err = io.Copy(dst, src)
+	} else {
+		n, err = copyConn(dst, src)
+	}
 	if err != nil {
 		dst.Close()
 		src.Close()

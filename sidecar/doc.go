@@ -39,5 +39,8 @@
 // with connect.ProxyConcurrency worker threads (GOMAXPROCS), as Envoy runs
 // with --concurrency; its sockets are read and written with raw system
 // calls (rawio.go), so one thread serves them without the runtime handing
-// its P to another thread during a write.
+// its P to another thread during a write. That path relies on undocumented
+// crypto/tls and runtime behaviour, checked by canary_test.go; Config.PlainIO
+// (MESHLET_PROXY_PLAIN_IO=1) replaces it with plain net.Conn I/O and
+// io.Copy relays.
 package sidecar

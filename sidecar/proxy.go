@@ -85,7 +85,7 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	p.connectedGauge = p.stats.gauge("control_plane.connected_state")
 	p.reconnects = p.stats.counter("control_plane.reconnects")
-	p.clusters = &clusterManager{reg: p.stats, secrets: p.secrets}
+	p.clusters = &clusterManager{reg: p.stats, secrets: p.secrets, plainIO: cfg.PlainIO}
 	p.listeners = newListenerManager(p)
 	p.authz = newAuthorizer(authv3.NewAuthorizationClient(conn), cfg.Token, log.Named("authz"))
 	return p, nil
@@ -117,7 +117,7 @@ func (p *Proxy) Start(ctx context.Context) error {
 		defer close(p.adsDone)
 		ads.run(adsCtx)
 	}()
-	p.log.Info("sidecar started", "xds_addr", p.cfg.XDSAddr, "admin_addr", ln.Addr().String(), "delta", p.cfg.Delta)
+	p.log.Info("sidecar started", "xds_addr", p.cfg.XDSAddr, "admin_addr", ln.Addr().String(), "delta", p.cfg.Delta, "plain_io", p.cfg.PlainIO)
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -71,6 +72,18 @@ type rawTCP struct {
 	writeFn func(fd uintptr) bool
 }
 
+// dataConn is c as the data path uses it: with raw I/O (withRawIO), or as
+// it is when plain (Config.PlainIO).
+func dataConn(c net.Conn, plain bool) net.Conn {
+	if plain {
+		return c
+	}
+	return withRawIO(c)
+}
+
+// rawConnsMade counts the connections given raw I/O (for tests).
+var rawConnsMade atomic.Int64
+
 // withRawIO returns c with raw reads and writes if it is a TCP connection
 // that exposes its socket, else c itself.
 func withRawIO(c net.Conn) net.Conn {
@@ -82,6 +95,7 @@ func withRawIO(c net.Conn) net.Conn {
 	if err != nil {
 		return c
 	}
+	rawConnsMade.Add(1)
 	r := &rawTCP{TCPConn: tc, rc: rc}
 	r.readFn, r.writeFn = r.readOnce, r.writeAll
 	return r

@@ -37,6 +37,9 @@ var (
 // tests): a transport holds one only while it has bytes not yet read.
 var tlsReadBuffersHeld atomic.Int64
 
+// tlsTransportsMade counts the tlsTransports made (for tests).
+var tlsTransportsMade atomic.Int64
+
 // errWouldBlock is returned by a polling read (see tlsTransport.pollRead)
 // when no byte can be read without waiting. It is a temporary net.Error,
 // so crypto/tls keeps a partly read record and the connection stays usable.
@@ -91,6 +94,7 @@ type tlsTransport struct {
 // connection's reads and writes become raw system calls (rawio.go).
 func newTLSTransport(c net.Conn) *tlsTransport {
 	c = withRawIO(c)
+	tlsTransportsMade.Add(1)
 	t := &tlsTransport{Conn: c}
 	t.fillFn = t.fillOnce
 	if r, ok := c.(*rawTCP); ok {
@@ -101,6 +105,15 @@ func newTLSTransport(c net.Conn) *tlsTransport {
 		}
 	}
 	return t
+}
+
+// tlsUnder is the connection to put under a tls.Conn over c: a
+// tlsTransport, or c itself when plain (Config.PlainIO).
+func tlsUnder(c net.Conn, plain bool) net.Conn {
+	if plain {
+		return c
+	}
+	return newTLSTransport(c)
 }
 
 // transportOf returns the tlsTransport under c, if c is a tls.Conn over one.
