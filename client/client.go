@@ -21,6 +21,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/hashicorp/go-hclog"
@@ -82,6 +83,12 @@ type Config struct {
 	Attributes map[string]string
 	HTTPAddr   string
 	Logger     hclog.Logger
+	// GCMaxAllocs, GCAllocTTL and GCInterval bound how many terminal
+	// allocations (runner, alloc dir, logs) the client keeps, and for how
+	// long (see gc.go); zero means the default.
+	GCMaxAllocs int
+	GCAllocTTL  time.Duration
+	GCInterval  time.Duration
 }
 
 // Client is the client role.
@@ -97,6 +104,12 @@ type Client struct {
 	seen     map[string]uint64 // alloc ID → last AllocModifyIndex acted on
 	pending  map[string]*structs.Allocation
 	updateCh chan struct{}
+	// serverTerminal: the server's copy of the allocation is terminal (it
+	// has the final status), so the client may garbage-collect it.
+	serverTerminal map[string]bool
+	// collected: garbage-collected allocations the server still lists;
+	// they must not be run again.
+	collected map[string]bool
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -111,6 +124,15 @@ func New(cfg Config) (*Client, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.GCMaxAllocs <= 0 {
+		cfg.GCMaxAllocs = DefaultGCMaxAllocs
+	}
+	if cfg.GCAllocTTL <= 0 {
+		cfg.GCAllocTTL = DefaultGCAllocTTL
+	}
+	if cfg.GCInterval <= 0 {
+		cfg.GCInterval = DefaultGCInterval
 	}
 	statePath := filepath.Join(cfg.DataDir, "client", "state.db")
 	db, err := clientstate.Open(statePath)
@@ -132,7 +154,8 @@ func New(cfg Config) (*Client, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Client{cfg: cfg, logger: cfg.Logger, db: db, drivers: map[string]driver.Driver{},
 		runners: map[string]*allocrunner.AllocRunner{}, seen: map[string]uint64{}, pending: map[string]*structs.Allocation{},
-		updateCh: make(chan struct{}, 1), ctx: ctx, cancel: cancel}
+		updateCh: make(chan struct{}, 1), serverTerminal: map[string]bool{}, collected: map[string]bool{},
+		ctx: ctx, cancel: cancel}
 	for _, d := range cfg.Drivers {
 		c.drivers[d.Name()] = d
 	}
@@ -193,9 +216,10 @@ func (c *Client) Start() error {
 		return fmt.Errorf("failed to register node: %w", err)
 	}
 	c.logger.Info("node registered", "node_name", c.node.Name, "drivers", len(c.drivers))
-	c.wg.Add(2)
+	c.wg.Add(3)
 	go c.watch()
 	go c.sendUpdates()
+	go c.gcLoop()
 	return nil
 }
 

@@ -42,9 +42,12 @@ func (c *Client) reconcile(allocs []*structs.Allocation) {
 	for _, a := range allocs {
 		present[a.ID] = true
 		c.mu.Lock()
-		ar, seen := c.runners[a.ID], c.seen[a.ID]
+		ar, seen, collected := c.runners[a.ID], c.seen[a.ID], c.collected[a.ID]
+		c.serverTerminal[a.ID] = a.TerminalStatus()
 		c.mu.Unlock()
 		switch {
+		case collected:
+			// Garbage-collected here; the server keeps its record.
 		case ar == nil && a.TerminalStatus():
 			// Finished before we knew it (e.g. state wiped): nothing to run.
 		case ar == nil:
@@ -65,11 +68,19 @@ func (c *Client) reconcile(allocs []*structs.Allocation) {
 			delete(c.seen, id)
 		}
 	}
+	for _, m := range []map[string]bool{c.serverTerminal, c.collected} {
+		for id := range m {
+			if !present[id] {
+				delete(m, id)
+			}
+		}
+	}
 	c.mu.Unlock()
 	for _, ar := range gone {
 		c.wg.Add(1)
 		go c.destroy(ar)
 	}
+	c.collect(time.Now())
 }
 
 func (c *Client) add(a *structs.Allocation) {

@@ -1,0 +1,105 @@
+package client
+
+import (
+	"slices"
+	"time"
+
+	"github.com/meshlet/meshlet/client/allocrunner"
+	"github.com/meshlet/meshlet/structs"
+)
+
+// Garbage collection of terminal allocations, as Nomad's client does: a
+// replaced or finished allocation keeps its runner, its alloc dir and its
+// logs (up to max_files × max_file_size per stream) only while it may still
+// be looked at. Once the server has recorded its terminal status, it is
+// destroyed when the node tracks more than GCMaxAllocs allocations (oldest
+// terminal first) or when it has been terminal for longer than GCAllocTTL.
+// The server keeps its record until the job is purged.
+
+// Defaults of the client's garbage collection (Nomad's gc_max_allocs and
+// gc_interval; GCAllocTTL has no Nomad counterpart).
+const (
+	DefaultGCMaxAllocs = 50
+	DefaultGCInterval  = time.Minute
+	DefaultGCAllocTTL  = time.Hour
+)
+
+// gcLoop collects terminal allocations every GCInterval.
+func (c *Client) gcLoop() {
+	defer c.wg.Done()
+	t := time.NewTicker(c.cfg.GCInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			c.collect(time.Now())
+		case <-c.ctx.Done():
+			return
+		}
+	}
+}
+
+// collect destroys the terminal allocations over the limits.
+func (c *Client) collect(now time.Time) {
+	type candidate struct {
+		ar    *allocrunner.AllocRunner
+		since time.Time
+	}
+	c.mu.Lock()
+	total := len(c.runners)
+	runners := make([]*allocrunner.AllocRunner, 0, total)
+	for id, ar := range c.runners {
+		if c.serverTerminal[id] {
+			runners = append(runners, ar)
+		}
+	}
+	c.mu.Unlock()
+	var terminal []candidate
+	for _, ar := range runners {
+		select {
+		case <-ar.WaitCh():
+		default:
+			continue // still stopping
+		}
+		if v := ar.ClientView(); v.TerminalStatus() {
+			terminal = append(terminal, candidate{ar, finishedAt(v, now)})
+		}
+	}
+	slices.SortFunc(terminal, func(a, b candidate) int { return a.since.Compare(b.since) })
+	excess := total - c.cfg.GCMaxAllocs
+	var victims []*allocrunner.AllocRunner
+	c.mu.Lock()
+	for i, cand := range terminal {
+		if i >= excess && now.Sub(cand.since) <= c.cfg.GCAllocTTL {
+			continue
+		}
+		id := cand.ar.ID()
+		if c.runners[id] != cand.ar {
+			continue // removed meanwhile
+		}
+		delete(c.runners, id)
+		delete(c.seen, id)
+		c.collected[id] = true
+		victims = append(victims, cand.ar)
+	}
+	c.mu.Unlock()
+	for _, ar := range victims {
+		c.logger.Info("garbage-collecting terminal allocation", "alloc_id", ar.ID())
+		c.wg.Add(1)
+		go c.destroy(ar)
+	}
+}
+
+// finishedAt is when the allocation's last task finished (now if unknown).
+func finishedAt(a *structs.Allocation, now time.Time) time.Time {
+	var last time.Time
+	for _, s := range a.TaskStates {
+		if s.FinishedAt.After(last) {
+			last = s.FinishedAt
+		}
+	}
+	if last.IsZero() {
+		return now
+	}
+	return last
+}
