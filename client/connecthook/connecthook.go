@@ -95,6 +95,9 @@ func (h *SidecarHook) Prerun(ctx context.Context, hc *allocrunner.AllocHookConte
 	if err := h.d.Sockets.ServeAllocSocket(hc.Alloc.ID, sock, hc.NetNSPath); err != nil {
 		return fmt.Errorf("failed to place the control plane socket in the allocation: %w", err)
 	}
+	if usesLegacySocket(hc, tg) {
+		linkLegacySocket(hc.AllocDir.SharedDir, hc.Logger)
+	}
 	mode, err := connect.ResolveSidecarMode(h.d.SidecarMode, h.d.EnvoyBinary)
 	if err != nil {
 		return fmt.Errorf("failed to choose the sidecar proxy: %w", err)

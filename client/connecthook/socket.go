@@ -6,10 +6,15 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/meshlet/meshlet/client/allocrunner"
+	"github.com/meshlet/meshlet/connect"
+	"github.com/meshlet/meshlet/structs"
 )
 
 // ErrUnsafeSocketDir: the directory meant for the control plane's socket
@@ -61,4 +66,63 @@ func ownedByAgent(fi os.FileInfo, path string) error {
 		return fmt.Errorf("%s: %w", path, ErrUnsafeSocketDir)
 	}
 	return nil
+}
+
+// legacySocketPath is where meshlet before 0b74768 placed the socket
+// (alloc/tmp, writable by every task). Sidecars started then, and jobs
+// registered then (their injected sidecar task names that path), still
+// dial it.
+func legacySocketPath(sharedDir string) string {
+	return filepath.Join(sharedDir, "tmp", connect.SocketName)
+}
+
+// usesLegacySocket: the allocation may have sidecars that dial the legacy
+// path (a restored allocation, or a sidecar task whose arguments name it).
+func usesLegacySocket(hc *allocrunner.AllocHookContext, tg *structs.TaskGroup) bool {
+	if hc.Restored {
+		return true
+	}
+	for _, t := range tg.Tasks {
+		args, _ := t.Config["args"].([]any)
+		for _, a := range args {
+			if s, ok := a.(string); ok && strings.HasSuffix(s, "/tmp/"+connect.SocketName) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// linkLegacySocket points the legacy path at the socket with a link the
+// agent owns (alloc/tmp is sticky: no task can remove or replace it). It
+// is best effort and never fails the allocation: a file someone else put
+// there is left alone (never followed) and logged; the sidecars that dial
+// that path then cannot connect, the others are unaffected.
+func linkLegacySocket(sharedDir string, logger hclog.Logger) {
+	legacy := legacySocketPath(sharedDir)
+	target := filepath.Join("..", connect.SocketDir, connect.SocketName)
+	fi, err := os.Lstat(legacy)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		logger.Warn("cannot check the legacy socket path", "path", legacy, "error", err)
+		return
+	case ownedByAgent(fi, legacy) == nil && fi.Mode()&os.ModeSymlink != 0:
+		if dest, _ := os.Readlink(legacy); dest == target {
+			return
+		}
+		fallthrough
+	case ownedByAgent(fi, legacy) == nil && fi.Mode()&(os.ModeSocket|os.ModeSymlink) != 0:
+		if err := os.Remove(legacy); err != nil {
+			logger.Warn("cannot replace the agent's old socket at the legacy path", "path", legacy, "error", err)
+			return
+		}
+	default:
+		logger.Warn("a file the agent did not make sits at the legacy socket path; sidecars dialling it cannot connect",
+			"path", legacy, "mode", fi.Mode().String())
+		return
+	}
+	if err := os.Symlink(target, legacy); err != nil {
+		logger.Warn("cannot link the legacy socket path", "path", legacy, "error", err)
+	}
 }

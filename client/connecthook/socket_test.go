@@ -15,6 +15,7 @@ import (
 	"github.com/meshlet/meshlet/client/allocrunner"
 	"github.com/meshlet/meshlet/connect"
 	"github.com/meshlet/meshlet/controlplane"
+	"github.com/meshlet/meshlet/internal/testutil"
 )
 
 // TestPlantedSocketFilesDoNotFailAllocation plants, as a task could, a link
@@ -99,5 +100,69 @@ func TestUnsafeSocketDirIsRefused(t *testing.T) {
 	}
 	if err := prepareSocket(filepath.Join(ad.RunDir, connect.SocketName), hclog.NewNullLogger()); err == nil {
 		t.Fatal("a world-writable socket dir was accepted")
+	}
+}
+
+// TestLegacySocketPathLinked: sidecars started before the socket moved
+// (a restored allocation) dial alloc/tmp/meshlet_grpc.sock; the agent links
+// it to the new socket, replacing its own stale socket there, but leaves a
+// file another user planted alone, without failing the allocation.
+func TestLegacySocketPathLinked(t *testing.T) {
+	testutil.RequireRoot(t)
+	uid, gid, err := allocdir.LookupUser("nobody")
+	if err != nil {
+		t.Skip(err)
+	}
+	for _, plant := range []string{"stale agent socket", "nobody's file"} {
+		t.Run(plant, func(t *testing.T) {
+			dir := t.TempDir()
+			cp, err := controlplane.New(controlplane.Config{DataDir: filepath.Join(dir, "cp"), DefaultAllow: true,
+				GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"}, catalog.New())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = cp.Stop() })
+			alloc := webAlloc(t, nil)
+			ad := allocdir.New(filepath.Join(dir, "alloc"), alloc.ID)
+			if err := ad.Build([]string{"web", "connect-proxy-web"}, nil); err != nil {
+				t.Fatal(err)
+			}
+			legacy := legacySocketPath(ad.SharedDir)
+			if plant == "stale agent socket" {
+				l, err := net.Listen("unix", legacy)
+				if err != nil {
+					t.Fatal(err)
+				}
+				l.(*net.UnixListener).SetUnlinkOnClose(false)
+				_ = l.Close()
+			} else {
+				if err := os.WriteFile(legacy, []byte("planted"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Chown(legacy, uid, gid); err != nil {
+					t.Fatal(err)
+				}
+			}
+			hc := &allocrunner.AllocHookContext{Alloc: alloc, AllocDir: ad, Logger: hclog.NewNullLogger(), Restored: true}
+			h := &SidecarHook{d: Deps{Sockets: cp, SidecarMode: "builtin"}}
+			if err := h.Prerun(context.Background(), hc); err != nil {
+				t.Fatalf("Prerun: %v", err)
+			}
+			t.Cleanup(func() { _ = h.Postrun(context.Background(), hc) })
+			c, err := net.Dial("unix", legacy)
+			if plant == "stale agent socket" {
+				if err != nil {
+					t.Fatalf("legacy path not linked to the socket: %v", err)
+				}
+				_ = c.Close()
+				return
+			}
+			if err == nil {
+				_ = c.Close()
+			}
+			if b, _ := os.ReadFile(legacy); string(b) != "planted" {
+				t.Fatalf("nobody's file was replaced: %q", b)
+			}
+		})
 	}
 }
