@@ -33,7 +33,7 @@ func TestShutdownEndsBlockingQueries(t *testing.T) {
 		_, _, _ = cc.Catalog().Services(&consul.QueryOptions{WaitIndex: 1 << 40, WaitTime: 10 * time.Minute})
 		returned <- "consul"
 	}()
-	waitStack(t, []string{"api.(*Server).block(", "consulapi.(*Server).block("})
+	waitStack(t, []string{"meshlet/api.(*Server).block(", "/consulapi/server.go:"})
 	done := make(chan error, 1)
 	go func() { done <- a.Shutdown() }()
 	select {
