@@ -66,7 +66,8 @@ var errNothingWritten = errors.New("nothing was written to the upstream")
 // gives the connection back to the pool once read to the end. A request
 // that finds a pooled connection closed is retried once on a new
 // connection under net/http's rule: only if it may be sent twice
-// (replayable) or nothing of it reached the old connection.
+// (replayable) or nothing of it reached the old connection. A request with
+// a body is never retried: part of the body may have been consumed.
 func (t *h1Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	replay := replayable(req)
 	for attempt := 0; ; attempt++ {
