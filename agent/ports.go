@@ -43,6 +43,23 @@ func (c *Config) reservedPortProblems() []string {
 	return problems
 }
 
+// checkBoundPorts refuses ports picked at start (configured as 0) that
+// fell inside the dynamic port range, where the scheduler would hand them
+// to a job.
+func (a *Agent) checkBoundPorts() error {
+	lo, hi := a.cfg.Client.MinDynamicPort, a.cfg.Client.MaxDynamicPort
+	for _, addr := range []string{a.HTTPAddr(), a.controlPlane.HTTPAddr(), a.controlPlane.GRPCAddr()} {
+		_, raw, err := net.SplitHostPort(addr)
+		if err != nil {
+			continue
+		}
+		if p, _ := strconv.Atoi(raw); p >= lo && p <= hi {
+			return fmt.Errorf("listener %s is inside the dynamic port range %d-%d: set its port explicitly or move the range", addr, lo, hi)
+		}
+	}
+	return nil
+}
+
 // reservedPorts is the node's meshlet.reserved_ports attribute: the
 // configured reserved_ports plus every port the agent listens on.
 func (a *Agent) reservedPorts() string {
