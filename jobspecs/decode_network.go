@@ -40,7 +40,9 @@ func (d *decoder) decodeNetwork(b *hclsyntax.Block, p path) *structs.NetworkReso
 		d.setInt(pc, scratch, "static", &port.Value)
 		d.setInt(pc, scratch, "to", &port.To)
 		var pp path
-		if port.Value != 0 {
+		// An explicit static = 0 lands among the reserved ports, where
+		// validation rejects it, instead of silently becoming dynamic.
+		if port.Value != 0 || pc.attrs["static"] != nil && !d.failed[scratch.attr("static").key] {
 			pp = p.item("reserved_port", len(n.ReservedPorts), port.Label)
 			n.ReservedPorts = append(n.ReservedPorts, port)
 		} else {

@@ -86,7 +86,7 @@ func tupleDoubling(n int) string {
 
 func TestLimitPosition(t *testing.T) {
 	src := "job \"j\" {\n  meta {\n    x = upper(join(\",\", split(\"\", format(\"%0200000d\", 0))))\n  }\n" +
-		"  group \"g\" {\n    task \"t\" {\n      driver = \"exec\"\n    }\n  }\n}\n"
+		"  group \"g\" {\n    task \"t\" {\n      driver = \"exec\"\n      config { command = \"x\" }\n    }\n  }\n}\n"
 	_, diags := Parse("t.hcl", []byte(src), nil)
 	errs := diags.Errs()
 	if len(errs) != 1 {
@@ -130,7 +130,7 @@ func TestSourceLimits(t *testing.T) {
 }
 
 func TestSourceSizeLimit(t *testing.T) {
-	body := "job \"j\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"exec\"\n    }\n  }\n}\n"
+	body := "job \"j\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"exec\"\n      config { command = \"x\" }\n    }\n  }\n}\n"
 	big := body + "#" + strings.Repeat("x", DefaultLimits.MaxSourceBytes)
 	_, diags := Parse("t.hcl", []byte(big), nil)
 	if errs := diags.Errs(); len(errs) != 1 || errs[0].Summary != "Jobspec too large" {

@@ -19,6 +19,8 @@ type ParseOptions struct {
 	// Limits bound the source size and the cost of evaluating it; nil
 	// (or a zero field) means DefaultLimits.
 	Limits *Limits
+	// Validate tunes the job's validation (count and size limits).
+	Validate *ValidateOptions
 }
 
 // Parse parses one jobspec. filename is used in diagnostics. The job is
@@ -74,7 +76,7 @@ func Parse(filename string, src []byte, opts *ParseOptions) (*structs.Job, Diagn
 	// Validate what the user wrote, then fill defaults: defaults are valid
 	// by construction, and values a task inherits from its group would
 	// otherwise be reported twice.
-	checkJob(job, d.report)
+	checkJob(job, opts.Validate.withDefaults(), d.report)
 	Canonicalize(job)
 	sortDiagnostics(d.diags)
 	return job, d.diags

@@ -120,6 +120,7 @@ func TestParseBatchDefaults(t *testing.T) {
       driver = "exec"
       restart { delay = "1m" }
       resources { cores = 2 }
+      config { command = "x" }
     }
   }
 }`), nil)
@@ -170,25 +171,25 @@ func TestParseStructuralErrors(t *testing.T) {
 	}{
 		{"no job", `variable "x" { default = 1 }`, false,
 			[]string{"t.hcl: error: Missing job block; A jobspec must contain one job \"name\" { ... } block."}},
-		{"two jobs", "job \"a\" {\n group \"g\" {\n task \"t\" { driver = \"exec\" }\n}\n}\njob \"b\" {}\n", true,
-			[]string{"t.hcl:6:1: error: Duplicate job block; Only one job block is allowed here; another was defined at line 1."}},
+		{"two jobs", "job \"a\" {\n group \"g\" {\n task \"t\" {\n driver = \"exec\"\n config { command = \"x\" }\n}\n}\n}\njob \"b\" {}\n", true,
+			[]string{"t.hcl:9:1: error: Duplicate job block; Only one job block is allowed here; another was defined at line 1."}},
 		{"job without label", "job {\n}\n", false,
 			[]string{"t.hcl:1:5: error: Missing name for job; All job blocks must have 1 label(s): name."}},
 		{"group with two labels", "job \"a\" {\n  group \"g\" \"h\" {}\n}\n", true, []string{
 			"t.hcl:1:1: error: Missing group; A job needs at least one group \"name\" { ... } block.",
 			"t.hcl:2:13: error: Extraneous label for group; group blocks take only 1 label(s): name.",
 		}},
-		{"network with label", "job \"a\" {\n  group \"g\" {\n    network \"x\" {}\n    task \"t\" { driver = \"exec\" }\n  }\n}\n", true,
+		{"network with label", "job \"a\" {\n  group \"g\" {\n    network \"x\" {}\n    task \"t\" {\n driver = \"exec\"\n config { command = \"x\" }\n}\n  }\n}\n", true,
 			[]string{"t.hcl:3:13: error: Extraneous label for network; network blocks take no labels."}},
 		{"block given as argument", "job \"a\" {\n  group = {}\n}\n", true, []string{
 			"t.hcl:1:1: error: Missing group; A job needs at least one group \"name\" { ... } block.",
 			"t.hcl:2:3: error: Unsupported argument; An argument named \"group\" is not expected here. Did you mean to define a block of type \"group\"?",
 		}},
-		{"argument given as block", "job \"a\" {\n  type {}\n  group \"g\" {\n    task \"t\" { driver = \"exec\" }\n  }\n}\n", true,
+		{"argument given as block", "job \"a\" {\n  type {}\n  group \"g\" {\n    task \"t\" {\n driver = \"exec\"\n config { command = \"x\" }\n}\n  }\n}\n", true,
 			[]string{"t.hcl:2:3: error: Unsupported block type; Blocks of type \"type\" are not expected here. Did you mean to define argument \"type\"? If so, use the equals sign to assign it a value."}},
-		{"duplicate resources", "job \"a\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"exec\"\n      resources {}\n      resources {}\n    }\n  }\n}\n", true,
+		{"duplicate resources", "job \"a\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"exec\"\n      resources {}\n      resources {}\n      config { command = \"x\" }\n    }\n  }\n}\n", true,
 			[]string{"t.hcl:6:7: error: Duplicate resources block; Only one resources block is allowed here; another was defined at line 5."}},
-		{"env block and argument", "job \"a\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"exec\"\n      env = {}\n      env {}\n    }\n  }\n}\n", true,
+		{"env block and argument", "job \"a\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"exec\"\n      env = {}\n      env {}\n      config { command = \"x\" }\n    }\n  }\n}\n", true,
 			[]string{"t.hcl:6:7: error: Duplicate env; env is already defined as an argument at line 5; use either the block or the argument."}},
 	}
 	for _, tc := range tests {

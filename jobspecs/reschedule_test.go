@@ -28,10 +28,16 @@ func TestRescheduleDecodeAndDefaults(t *testing.T) {
       max_delay      = "20m"
       unlimited      = false
     }
-    task "t" { driver = "exec" }
+    task "t" {
+      driver = "exec"
+      config { command = "x" }
+    }
   }
   group "b" {
-    task "t" { driver = "exec" }
+    task "t" {
+      driver = "exec"
+      config { command = "x" }
+    }
   }
 }`
 	for _, typ := range []string{structs.JobTypeService, structs.JobTypeBatch} {
@@ -94,7 +100,7 @@ func TestRescheduleValidation(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			src := "job \"j\" {\n  type = \"" + tc.typ + "\"\n  group \"g\" {\n    reschedule {\n      " + tc.block +
-				"\n    }\n    task \"t\" { driver = \"exec\" }\n  }\n}\n"
+				"\n    }\n    task \"t\" {\n driver = \"exec\"\n config { command = \"x\" }\n}\n  }\n}\n"
 			_, diags := parseJob(t, src)
 			if tc.want == "" {
 				if diags.HasErrors() {
@@ -113,7 +119,7 @@ func TestRescheduleValidation(t *testing.T) {
 // rules through Validate, and Canonicalize fills the defaults.
 func TestRescheduleJSON(t *testing.T) {
 	body := `{"ID": "j", "Type": "service", "Reschedule": {"DelayFunction": "fibonacci"},
-	  "TaskGroups": [{"Name": "g", "Tasks": [{"Name": "t", "Driver": "exec"}],
+	  "TaskGroups": [{"Name": "g", "Tasks": [{"Name": "t", "Driver": "exec", "Config": {"command": "x"}}],
 	    "ReschedulePolicy": {"Delay": 60000000000, "MaxDelay": 30000000000}}]}`
 	var job structs.Job
 	if err := json.Unmarshal([]byte(body), &job); err != nil {

@@ -22,7 +22,7 @@ func TestValidJobspecs(t *testing.T) {
 		"testdata/valid/countdash-docker.hcl":   {dockerWarning, dockerWarning},
 		"testdata/valid/multi-upstream.hcl":     nil,
 		"testdata/valid/batch-lifecycle.hcl":    nil,
-		"testdata/valid/runtime-references.hcl": nil,
+		"testdata/valid/runtime-references.hcl": {`Unknown raw_exec config key "nested"; ignored`},
 		"testdata/valid/sidecar-overrides.hcl":  {unsupportedMsg("template")},
 		"testdata/valid/unsupported-blocks.hcl": {
 			unsupportedMsg("all_at_once"), unsupportedMsg("spread"),

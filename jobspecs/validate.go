@@ -1,6 +1,7 @@
 package jobspecs
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -16,18 +17,57 @@ var ErrInvalidJob = errors.New("invalid job")
 // block) the finding is about.
 type reporter func(sev Severity, at path, summary, detail string)
 
-// Validate checks a job that did not come from HCL (JSON via the HTTP API)
-// with the same rules as Parse. Problems carry a path instead of a position
+// Defaults of ValidateOptions.
+const (
+	// DefaultMaxCount bounds a group's count, and the sum of a job's
+	// counts: meshlet places every allocation of a job in one plan, and
+	// one node runs far fewer.
+	DefaultMaxCount = 10_000
+	// DefaultMaxJobBytes bounds a job's JSON encoding, the size it is
+	// stored at (once per version).
+	DefaultMaxJobBytes = 4 << 20
+)
+
+// ValidateOptions tunes Validate and Parse. A nil *ValidateOptions, or a
+// zero field, means the default.
+type ValidateOptions struct {
+	// MaxCount bounds each group's count and their sum over the job
+	// (default DefaultMaxCount).
+	MaxCount int
+	// MaxJobBytes bounds the job's JSON encoding (default
+	// DefaultMaxJobBytes).
+	MaxJobBytes int
+}
+
+func (o *ValidateOptions) withDefaults() ValidateOptions {
+	out := ValidateOptions{MaxCount: DefaultMaxCount, MaxJobBytes: DefaultMaxJobBytes}
+	if o != nil && o.MaxCount > 0 {
+		out.MaxCount = o.MaxCount
+	}
+	if o != nil && o.MaxJobBytes > 0 {
+		out.MaxJobBytes = o.MaxJobBytes
+	}
+	return out
+}
+
+// Validate checks a job with the default ValidateOptions; see
+// ValidateWith.
+func Validate(job *structs.Job) (warnings []string, err error) {
+	return ValidateWith(job, nil)
+}
+
+// ValidateWith checks a job that did not come from HCL (JSON via the HTTP
+// API) with the same rules as Parse. Problems carry a path instead of a position
 // (`group "api": task "web": Missing driver; ...`). The error wraps
 // ErrInvalidJob and lists every problem, one per line; warnings are
 // returned separately. Validate neither needs nor applies Canonicalize:
 // unset values that Canonicalize would fill are accepted.
-func Validate(job *structs.Job) (warnings []string, err error) {
+func ValidateWith(job *structs.Job, opts *ValidateOptions) (warnings []string, err error) {
 	if job == nil {
 		return nil, fmt.Errorf("%w:\nmissing job", ErrInvalidJob)
 	}
 	var problems []string
-	checkJob(job, func(sev Severity, at path, summary, detail string) {
+	checkJob(job, opts.withDefaults(), func(sev Severity, at path, summary, detail string) {
 		line := joinHuman(at.human, summary)
 		if detail != "" {
 			line += "; " + detail
@@ -46,14 +86,18 @@ func Validate(job *structs.Job) (warnings []string, err error) {
 }
 
 // checkJob runs every rule over a job. It never mutates the job.
-func checkJob(job *structs.Job, report reporter) {
+func checkJob(job *structs.Job, opts ValidateOptions, report reporter) {
 	p := jobPath
 	if job.ID == "" && job.Name == "" {
 		report(SeverityError, p.attr("id"), "Missing job name", `A job needs a name: job "name" { ... }.`)
 	}
-	if strings.ContainsAny(job.ID, " \t\n\x00") {
+	if checkName("Job ID", job.ID, p.attr("id"), report) && strings.ContainsAny(job.ID, " ") {
 		report(SeverityError, p.attr("id"), "Invalid job ID", fmt.Sprintf("Job ID %q must not contain spaces or control characters.", job.ID))
 	}
+	if job.Name != job.ID {
+		checkName("Job name", job.Name, p.attr("name"), report)
+	}
+	checkSize(job, opts, p, report)
 	switch job.Type {
 	case "", structs.JobTypeService, structs.JobTypeBatch:
 	case "system", "sysbatch":
@@ -81,19 +125,23 @@ func checkJob(job *structs.Job, report reporter) {
 		switch {
 		case tg.Name == "":
 			report(SeverityError, gp, "Missing group name", "Every group needs a name.")
+		case !checkName("Group name", tg.Name, gp, report):
 		case seen[tg.Name]:
 			report(SeverityError, gp, "Duplicate group name",
 				fmt.Sprintf("Group name %q is used more than once; group names must be unique within a job.", tg.Name))
 		}
 		seen[tg.Name] = true
-		checkGroup(tg, gp, report)
+		checkGroup(tg, gp, opts, report)
 		checkReschedule(job.Type, gp.sub("reschedule"), report, tg.ReschedulePolicy, job.Reschedule)
 	}
 }
 
-func checkGroup(tg *structs.TaskGroup, p path, report reporter) {
+func checkGroup(tg *structs.TaskGroup, p path, opts ValidateOptions, report reporter) {
 	if tg.Count < 0 {
 		report(SeverityError, p.attr("count"), "Invalid count", fmt.Sprintf("Count %d must not be negative.", tg.Count))
+	}
+	if tg.Count > opts.MaxCount {
+		report(SeverityError, p.attr("count"), "Invalid count", fmt.Sprintf("Count %d is over the limit of %d.", tg.Count, opts.MaxCount))
 	}
 	checkConstraints(tg.Constraints, p, report)
 	checkRestart(tg.RestartPolicy, p.sub("restart"), report)
@@ -115,6 +163,8 @@ func checkGroup(tg *structs.TaskGroup, p path, report reporter) {
 		case seen[t.Name]:
 			report(SeverityError, tp, "Duplicate task name",
 				fmt.Sprintf("Task name %q is used more than once in group %q; task names must be unique within a group.", t.Name, tg.Name))
+		default:
+			checkTaskName(t.Name, tp, report)
 		}
 		seen[t.Name] = true
 		checkTask(t, tp, report)
@@ -159,12 +209,36 @@ func checkTask(t *structs.Task, p path, report reporter) {
 				fmt.Sprintf("Hook %q is not valid; use \"prestart\", \"poststart\" or \"poststop\".", l.Hook))
 		}
 	}
+	checkDriverConfig(t, p, report)
 	checkRestart(t.RestartPolicy, p.sub("restart"), report)
 	checkConstraints(t.Constraints, p, report)
 	checkResources(t.Resources, p.sub("resources"), report)
 	checkLogs(t.LogConfig, p.sub("logs"), report)
 	for i := range t.Templates {
 		report(SeverityWarning, p.item("template", i, ""), unsupportedMsg("template"), "")
+	}
+}
+
+// checkSize bounds the job's total count and its stored size.
+func checkSize(job *structs.Job, opts ValidateOptions, p path, report reporter) {
+	total := 0
+	for _, tg := range job.TaskGroups {
+		if tg != nil && tg.Count > 0 {
+			total += min(tg.Count, opts.MaxCount+1)
+		}
+	}
+	if total > opts.MaxCount && len(job.TaskGroups) > 1 {
+		report(SeverityError, p, "Too many allocations",
+			fmt.Sprintf("The groups' counts add up to more than %d allocations.", opts.MaxCount))
+	}
+	b, err := json.Marshal(job)
+	if err != nil {
+		report(SeverityError, p, "Invalid job", fmt.Sprintf("The job cannot be encoded: %v.", err))
+		return
+	}
+	if len(b) > opts.MaxJobBytes {
+		report(SeverityError, p, "Job too large",
+			fmt.Sprintf("The job is %d bytes as JSON; the limit is %d bytes.", len(b), opts.MaxJobBytes))
 	}
 }
 

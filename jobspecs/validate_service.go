@@ -31,6 +31,8 @@ func checkNetworks(tg *structs.TaskGroup, p path, report reporter) []string {
 		if !validNetworkMode(n.Mode) {
 			report(SeverityError, np.attr("mode"), "Invalid network mode",
 				fmt.Sprintf("Network mode %q is not valid; use \"host\", \"bridge\", \"none\" or \"cni/<name>\".", n.Mode))
+		} else {
+			checkCNIName(n.Mode, np.attr("mode"), report)
 		}
 		kinds := []struct {
 			kind  string
@@ -40,6 +42,10 @@ func checkNetworks(tg *structs.TaskGroup, p path, report reporter) []string {
 			for j, port := range k.ports {
 				pp := np.item(k.kind, j, port.Label)
 				checkPort(port, pp, report)
+				if k.kind == "reserved_port" && port.Value == 0 {
+					report(SeverityError, pp.attr("static"), "Invalid port", fmt.Sprintf(
+						"Port %q: static = 0 is not a port; omit static for a dynamic port.", port.Label))
+				}
 				if port.Label != "" && slices.Contains(labels, port.Label) {
 					report(SeverityError, pp, "Duplicate port label",
 						fmt.Sprintf("Port label %q is used more than once in group %q; port labels must be unique within a group.", port.Label, tg.Name))
@@ -62,6 +68,8 @@ func validNetworkMode(mode string) bool {
 func checkPort(port structs.Port, p path, report reporter) {
 	if port.Label == "" {
 		report(SeverityError, p, "Missing port label", `Every port needs a label: port "http" { ... }.`)
+	} else {
+		checkName("Port label", port.Label, p, report)
 	}
 	if port.Value < 0 || port.Value > 65535 {
 		report(SeverityError, p.attr("static"), "Invalid port",
@@ -86,6 +94,7 @@ func checkService(s *structs.Service, p path, tg *structs.TaskGroup, labels []st
 		report(SeverityError, p, "Missing service", "The service is null.")
 		return
 	}
+	checkName("Service name", s.Name, p.attr("name"), report)
 	if s.PortLabel != "" && !portRef(s.PortLabel, labels) {
 		report(SeverityError, p.attr("port"), "Unknown service port", fmt.Sprintf(
 			"Service %q port %q is neither a port label of group %q (%s) nor a port number 1-65535.",
@@ -185,6 +194,8 @@ func checkConnect(s *structs.Service, sp path, report reporter) {
 			if u.DestinationName == "" {
 				report(SeverityError, up.attr("destination_name"), "Missing upstream destination_name",
 					"Every upstreams block needs destination_name.")
+			} else {
+				checkName("Upstream destination_name", u.DestinationName, up.attr("destination_name"), report)
 			}
 			if u.LocalBindPort < 1 || u.LocalBindPort > 65535 {
 				report(SeverityError, up.attr("local_bind_port"), "Invalid local_bind_port",

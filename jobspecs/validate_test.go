@@ -23,7 +23,7 @@ func parseGroup(t *testing.T, body string) Diagnostics {
 	return diags
 }
 
-const okTask = `task "t" { driver = "exec" }`
+const okTask = "task \"t\" {\n  driver = \"exec\"\n  config { command = \"x\" }\n}"
 
 // bridge is a group body prefix with a bridge network (lines 3-5).
 const bridge = "network {\n  mode = \"bridge\"\n}\n"
@@ -38,12 +38,12 @@ func TestValidationRules(t *testing.T) {
 		{"no task", "count = 1",
 			[]string{`t.hcl:2:3: error: Missing task; Group "g" has no task; every group needs at least one task block.`}},
 		{"duplicate task", okTask + "\n" + okTask,
-			[]string{`t.hcl:4:1: error: Duplicate task name; Task name "t" is used more than once in group "g"; task names must be unique within a group.`}},
+			[]string{`t.hcl:7:1: error: Duplicate task name; Task name "t" is used more than once in group "g"; task names must be unique within a group.`}},
 		{"missing driver", `task "t" {}`,
 			[]string{`t.hcl:3:1: error: Missing driver; Task "t" needs a driver, e.g. driver = "raw_exec".`}},
 		{"docker driver warns", `task "t" { driver = "docker" }`,
 			[]string{`t.hcl:3:21: warning: Driver "docker" is not built into meshlet; meshlet ships the exec and raw_exec drivers; placement fails with "driver docker not available on node" unless a docker driver plugin is installed.`}},
-		{"lifecycle hook", "task \"t\" {\n  driver = \"exec\"\n  lifecycle { hook = \"prerun\" }\n}",
+		{"lifecycle hook", "task \"t\" {\n  driver = \"exec\"\n  lifecycle { hook = \"prerun\" }\n  config { command = \"x\" }\n}",
 			[]string{`t.hcl:5:22: error: Invalid lifecycle hook; Hook "prerun" is not valid; use "prestart", "poststart" or "poststop".`}},
 		{"restart", "restart {\n  mode = \"never\"\n  attempts = -1\n}\n" + okTask, []string{
 			`t.hcl:4:10: error: Invalid restart mode; Restart mode "never" is not valid; use "fail" or "delay".`,
@@ -144,15 +144,15 @@ service {
 			`t.hcl:5:22: warning: connect native is not supported by meshlet yet`,
 			`t.hcl:10:5: warning: connect gateway is not supported by meshlet yet`,
 		}},
-		{"task service with connect", bridge + "task \"t\" {\n  driver = \"exec\"\n  service {\n    name = \"s\"\n    connect {\n    sidecar_service {}\n  }\n  }\n}",
+		{"task service with connect", bridge + "task \"t\" {\n  driver = \"exec\"\n  service {\n    name = \"s\"\n    connect {\n    sidecar_service {}\n  }\n  }\n  config { command = \"x\" }\n}",
 			[]string{`t.hcl:10:5: error: Connect on a task service; connect is only allowed in group-level service blocks; move the service into the group.`}},
-		{"template warns", "task \"t\" {\n  driver = \"exec\"\n  template {\n    data = \"x\"\n    destination = \"local/x\"\n  }\n}",
+		{"template warns", "task \"t\" {\n  driver = \"exec\"\n  template {\n    data = \"x\"\n    destination = \"local/x\"\n  }\n  config { command = \"x\" }\n}",
 			[]string{`t.hcl:5:3: warning: template is not supported by meshlet yet; ignored`}},
 		{"constraint operator", "constraint {\n  attribute = \"${attr.x}\"\n  operator = \"~\"\n  value = \"1\"\n}\nconstraint {\n  operator = \">\"\n}\n" + okTask, []string{
 			`t.hcl:5:14: error: Invalid constraint operator; Operator "~" is not valid; use one of =, ==, is, !=, not, >, >=, <, <=, distinct_hosts, distinct_property, regexp, set_contains, set_contains_all, set_contains_any, version, semver, is_set, is_not_set.`,
 			`t.hcl:8:1: error: Missing constraint attribute; Operator ">" needs an attribute, e.g. attribute = "${attr.kernel.name}".`,
 		}},
-		{"resources and logs", "task \"t\" {\n  driver = \"exec\"\n  resources {\n    cpu = 100\n    cores = 1\n    memory = 5\n  }\n  logs { max_files = 0 }\n}", []string{
+		{"resources and logs", "task \"t\" {\n  driver = \"exec\"\n  resources {\n    cpu = 100\n    cores = 1\n    memory = 5\n  }\n  logs { max_files = 0 }\n  config { command = \"x\" }\n}", []string{
 			`t.hcl:7:13: error: Conflicting cpu and cores; Set either cpu (MHz) or cores, not both.`,
 			`t.hcl:8:14: error: Invalid memory; memory 5 MB must be at least 10.`,
 			`t.hcl:10:22: error: Invalid max_files; max_files 0 must be at least 1.`,
@@ -181,7 +181,7 @@ func TestJobLevelRules(t *testing.T) {
 			[]string{`t.hcl:2:10: error: Invalid job type; Job type "cron" is not valid; use "service" or "batch".`}},
 		{"priority", "job \"j\" {\n  priority = 0\n  group \"g\" { " + "\n    " + okTask + "\n  }\n}", nil},
 		{"duplicate group", "job \"j\" {\n  group \"g\" {\n    " + okTask + "\n  }\n  group \"g\" {\n    " + okTask + "\n  }\n}",
-			[]string{`t.hcl:5:3: error: Duplicate group name; Group name "g" is used more than once; group names must be unique within a job.`}},
+			[]string{`t.hcl:8:3: error: Duplicate group name; Group name "g" is used more than once; group names must be unique within a job.`}},
 		{"empty name", "job \"\" {\n  group \"g\" { " + "\n    " + okTask + "\n  }\n}",
 			[]string{`t.hcl:1:5: error: Missing job name; A job needs a name: job "name" { ... }.`}},
 		{"name with space", "job \"a b\" {\n  group \"g\" { " + "\n    " + okTask + "\n  }\n}",

@@ -242,7 +242,14 @@ func (d *decoder) freeform(c content, p path, name string) map[string]any {
 	if !d.labels(b) {
 		return nil
 	}
-	return d.freeformBody(b.Body)
+	errs := len(d.diags.Errs())
+	m := d.freeformBody(b.Body)
+	if len(d.diags.Errs()) > errs {
+		// Validation would otherwise report what failed to evaluate
+		// as missing.
+		d.failed[p.attr(name).key] = true
+	}
+	return m
 }
 
 // freeformBody decodes any body: arguments become values, a nested block

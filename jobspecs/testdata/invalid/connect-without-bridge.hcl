@@ -15,6 +15,7 @@ job "web" {
 
     task "web" {
       driver = "raw_exec"
+      config { command = "/bin/true" }
     }
   }
 
@@ -29,6 +30,7 @@ job "web" {
 
     task "web" {
       driver = "raw_exec"
+      config { command = "/bin/true" }
     }
   }
 }

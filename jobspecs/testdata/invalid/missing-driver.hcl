@@ -8,6 +8,7 @@ job "web" {
 
     task "web" {
       driver = "exec"
+      config { command = "/bin/true" }
     }
   }
 

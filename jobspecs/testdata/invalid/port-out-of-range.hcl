@@ -12,6 +12,7 @@ job "web" {
 
     task "web" {
       driver = "raw_exec"
+      config { command = "/bin/true" }
     }
   }
 }

@@ -4,6 +4,7 @@ job "node-exporter" {
   group "exporter" {
     task "exporter" {
       driver = "raw_exec"
+      config { command = "/bin/true" }
     }
   }
 }

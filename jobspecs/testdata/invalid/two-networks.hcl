@@ -10,6 +10,7 @@ job "web" {
 
     task "web" {
       driver = "raw_exec"
+      config { command = "/bin/true" }
     }
   }
 }

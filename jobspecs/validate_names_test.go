@@ -1,0 +1,143 @@
+package jobspecs
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/meshlet/meshlet/structs"
+)
+
+// validJob is a job that passes validation; tests break one thing in it.
+func validJob() *structs.Job {
+	return &structs.Job{ID: "web", Name: "web", TaskGroups: []*structs.TaskGroup{{
+		Name: "api", Count: 1,
+		Networks: []*structs.NetworkResource{{Mode: "bridge",
+			ReservedPorts: []structs.Port{{Label: "http", Value: 8080}}}},
+		Services: []*structs.Service{{Name: "api", PortLabel: "http"}},
+		Tasks: []*structs.Task{{Name: "server", Driver: "raw_exec",
+			Config: map[string]any{"command": "/bin/sleep", "args": []any{"10", 1, true}}}},
+	}}}
+}
+
+func TestValidateNamesAndConfig(t *testing.T) {
+	tests := []struct {
+		name   string
+		break_ func(j *structs.Job)
+		want   string // "" = valid
+	}{
+		{"valid", func(*structs.Job) {}, ""},
+		{"bidi override in job ID", func(j *structs.Job) { j.ID = "web\u202egnp.exe" },
+			`Invalid job id; Job ID "web\u202egnp.exe" contains the control or bidirectional formatting character U+202E`},
+		{"escape sequence in job name", func(j *structs.Job) { j.Name = "web\x1b[2J" },
+			`Job name "web\x1b[2J" contains the control or bidirectional formatting character U+001B`},
+		{"C1 control in group name", func(j *structs.Job) { j.TaskGroups[0].Name = "api\u0085" }, `character U+0085`},
+		{"isolate in task name", func(j *structs.Job) { j.TaskGroups[0].Tasks[0].Name = "srv\u2066" }, `character U+2066`},
+		{"newline in service name", func(j *structs.Job) { j.TaskGroups[0].Services[0].Name = "api\nx" }, `character U+000A`},
+		{"invalid UTF-8", func(j *structs.Job) { j.ID = "web\xff" }, `is not valid UTF-8`},
+		{"long job ID", func(j *structs.Job) { j.ID = strings.Repeat("a", 40<<10) }, "Job ID is 40960 bytes long; the limit is 128 bytes"},
+		{"128 bytes is fine", func(j *structs.Job) { j.ID = strings.Repeat("a", 128) }, ""},
+		{"task name with slash", func(j *structs.Job) { j.TaskGroups[0].Tasks[0].Name = "../etc" },
+			`Task name "../etc" names a directory in the allocation`},
+		{"task name dot dot", func(j *structs.Job) { j.TaskGroups[0].Tasks[0].Name = ".." }, `names a directory`},
+		{"cni name with slash", func(j *structs.Job) { j.TaskGroups[0].Networks[0].Mode = "cni/../../etc/x" },
+			`Invalid CNI network name; Network mode "cni/../../etc/x"`},
+		{"cni name ok", func(j *structs.Job) { j.TaskGroups[0].Networks[0].Mode = "cni/my-net_1.2" }, ""},
+		{"static port 0", func(j *structs.Job) { j.TaskGroups[0].Networks[0].ReservedPorts[0].Value = 0 },
+			`Port "http": static = 0 is not a port`},
+		{"missing command", func(j *structs.Job) { delete(j.TaskGroups[0].Tasks[0].Config, "command") },
+			`Missing driver config command; Task "server": the raw_exec driver needs config { command = "..." }`},
+		{"no config", func(j *structs.Job) { j.TaskGroups[0].Tasks[0].Config = nil }, `Missing driver config command`},
+		{"command not a string", func(j *structs.Job) { j.TaskGroups[0].Tasks[0].Config["command"] = []any{"/bin/sh"} },
+			`config command must be a string, not a list`},
+		{"empty command", func(j *structs.Job) { j.TaskGroups[0].Tasks[0].Config["command"] = "" }, `config command must not be empty`},
+		{"args not a list", func(j *structs.Job) { j.TaskGroups[0].Tasks[0].Config["args"] = "-c x" }, `config args must be a list, not a string`},
+		{"args element a map", func(j *structs.Job) { j.TaskGroups[0].Tasks[0].Config["args"] = []any{"a", map[string]any{}} },
+			`config args[1] must be a string, number or bool, not a map`},
+		{"plugin driver config is not checked", func(j *structs.Job) {
+			j.TaskGroups[0].Tasks[0].Driver = "docker"
+			j.TaskGroups[0].Tasks[0].Config = map[string]any{"image": "x"}
+		}, ""},
+		{"count over the limit", func(j *structs.Job) { j.TaskGroups[0].Count = 20_000_000 }, "Count 20000000 is over the limit of 10000"},
+		{"counts add up over the limit", func(j *structs.Job) {
+			g := *j.TaskGroups[0]
+			g.Name = "api2"
+			j.TaskGroups[0].Count, g.Count = 6000, 6000
+			j.TaskGroups = append(j.TaskGroups, &g)
+		}, "The groups' counts add up to more than 10000 allocations"},
+		{"job too large", func(j *structs.Job) { j.Meta = map[string]string{"big": strings.Repeat("x", 5<<20)} },
+			"Job too large; The job is 52432"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			j := validJob()
+			tc.break_(j)
+			_, err := Validate(j)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatal(err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("err = %v; want %q", err, tc.want)
+			}
+			// The message is safe to print: no raw control characters.
+			if err != nil && strings.ContainsFunc(strings.ReplaceAll(err.Error(), "\n", ""), unsafeRune) {
+				t.Fatalf("error contains raw control characters: %q", err.Error())
+			}
+		})
+	}
+}
+
+func TestValidateOptions(t *testing.T) {
+	j := validJob()
+	j.TaskGroups[0].Count = 20
+	if _, err := ValidateWith(j, &ValidateOptions{MaxCount: 10}); err == nil || !strings.Contains(err.Error(), "Count 20 is over the limit of 10") {
+		t.Fatalf("err = %v", err)
+	}
+	if _, err := ValidateWith(j, &ValidateOptions{MaxJobBytes: 100}); err == nil || !strings.Contains(err.Error(), "the limit is 100 bytes") {
+		t.Fatalf("err = %v", err)
+	}
+	src := "job \"j\" {\n  group \"g\" {\n    count = 11\n    task \"t\" {\n      driver = \"exec\"\n      config { command = \"x\" }\n    }\n  }\n}\n"
+	_, diags := Parse("t.hcl", []byte(src), &ParseOptions{Validate: &ValidateOptions{MaxCount: 10}})
+	if diags.Error() != "t.hcl:3:13: error: Invalid count; Count 11 is over the limit of 10." {
+		t.Fatalf("diags: %s", diags.Error())
+	}
+}
+
+func TestParseNameRules(t *testing.T) {
+	src := `job "a\u202eb" {
+  group "g" {
+    network {
+      mode = "cni/x y"
+      port "p" { static = 0 }
+    }
+    task "a/b" {
+      driver = "raw_exec"
+      config {
+        args   = "x"
+        work_dir = "/"
+        bogus  = 1
+      }
+    }
+  }
+}
+`
+	_, diags := Parse("t.hcl", []byte(src), nil)
+	var got []string
+	for _, d := range diags {
+		got = append(got, d.String())
+	}
+	want := []string{
+		`t.hcl:1:5: error: Invalid job id; Job ID "a\u202eb" contains the control or bidirectional formatting character U+202E; names may not contain them.`,
+		`t.hcl:4:14: error: Invalid CNI network name; Network mode "cni/x y": a CNI network name has letters, digits, '_', '.' and '-' only, starts with a letter or digit and is at most 128 bytes.`,
+		`t.hcl:5:27: error: Invalid port; Port "p": static = 0 is not a port; omit static for a dynamic port.`,
+		`t.hcl:7:5: error: Invalid task name; Task name "a/b" names a directory in the allocation: it may not contain '/' or '\' or be "." or "..".`,
+	}
+	if len(got) < len(want) || strings.Join(got[:len(want)], "\n") != strings.Join(want, "\n") {
+		t.Fatalf("diagnostics:\n%s\nwant first:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	rest := strings.Join(got[len(want):], "\n")
+	for _, w := range []string{"Missing driver config command", "config args must be a list", `config work_dir is not supported by meshlet's raw_exec driver; ignored`, `Unknown raw_exec config key "bogus"; ignored`} {
+		if !strings.Contains(rest, w) {
+			t.Errorf("missing %q in\n%s", w, rest)
+		}
+	}
+}
