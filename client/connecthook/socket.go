@@ -68,7 +68,7 @@ func ownedByAgent(fi os.FileInfo, path string) error {
 	return nil
 }
 
-// legacySocketPath is where meshlet before 0b74768 placed the socket
+// legacySocketPath is where meshlet placed the socket before alloc/run
 // (alloc/tmp, writable by every task). Sidecars started then, and jobs
 // registered then (their injected sidecar task names that path), still
 // dial it.
