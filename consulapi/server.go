@@ -10,7 +10,9 @@
 // intention on create is 409.
 //
 // Concurrency: a Server is safe for concurrent use; blocking queries
-// subscribe to the store they watch for the duration of the request.
+// subscribe to the store they watch for the duration of the request and
+// end when the client leaves or Close is called. The stores are reached
+// through small interfaces (Catalog, CA, Intentions, Authorizer).
 package consulapi
 
 import (
