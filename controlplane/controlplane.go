@@ -223,7 +223,7 @@ func (c *ControlPlane) RemoveAllocSocket(allocID string) {
 
 // Stop shuts everything down: blocking queries end at once, other HTTP
 // requests get StopGrace to finish and are cut after it (the error says
-// so), and no request goroutine outlives Stop.
+// so): every request's context is cancelled by the time Stop returns.
 func (c *ControlPlane) Stop() error {
 	var err error
 	if c.httpSrv != nil {
