@@ -4,6 +4,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"slices"
+	"strings"
 
 	consulapi "github.com/hashicorp/consul/api"
 )
@@ -21,13 +23,13 @@ func init() {
 			name: "intention create", args: "[options] SRC DST", synopsis: "Allow or deny traffic from SRC to DST",
 			help: `Creates an intention that allows (default) or denies connections from service
 SRC to service DST. Either may be "*" (all services). Fails if the intention
-exists, unless -replace.`,
-			example: "$ meshlet intention create -deny web db\n$ meshlet intention create -allow -replace web db",
+exists, unless -replace.` + intentionNameHelp,
+			example: "$ meshlet intention create -deny web db\n$ meshlet intention create -allow -replace web db\n$ meshlet intention create default/web default/db",
 			run:     runIntentionCreate,
 		},
 		&command{
 			name: "intention delete", args: "[options] SRC DST", synopsis: "Delete the intention from SRC to DST",
-			help:    "Deletes the intention from SRC to DST; the default policy applies again.",
+			help:    "Deletes the intention from SRC to DST; the default policy applies again." + intentionNameHelp,
 			example: "$ meshlet intention delete web db",
 			run:     runIntentionDelete,
 		},
@@ -41,11 +43,43 @@ exists, unless -replace.`,
 			name: "intention check", args: "[options] SRC DST", synopsis: "Check whether SRC may connect to DST",
 			help: `Prints "Allowed" or "Denied" for a connection from SRC to DST under the
 current intentions and default policy. Exit code 0 when allowed, 1 when
-denied, 2 on any error (as in Consul).`,
+denied, 2 on any error (as in Consul).` + intentionNameHelp,
 			example: "$ meshlet intention check web db",
 			run:     runIntentionCheck,
 		},
 	)
+}
+
+// intentionNameHelp says how SRC and DST are spelled, as in Consul's CLI.
+const intentionNameHelp = `
+
+SRC and DST are written as in Consul: <service>, <namespace>/<service> or
+<partition>/<namespace>/<service>. meshlet has the "default" namespace and
+partition only.`
+
+// serviceRef is a parsed SRC or DST: [partition/][namespace/]name.
+type serviceRef struct {
+	partition, namespace, name string
+}
+
+// parseServiceRef splits SRC or DST as Consul's CLI does.
+func parseServiceRef(s string) (serviceRef, error) {
+	parts := strings.Split(s, "/")
+	var ref serviceRef
+	switch len(parts) {
+	case 1:
+		ref.name = parts[0]
+	case 2:
+		ref.namespace, ref.name = parts[0], parts[1]
+	case 3:
+		ref.partition, ref.namespace, ref.name = parts[0], parts[1], parts[2]
+	default:
+		return ref, fmt.Errorf("%q: want <service>, <namespace>/<service> or <partition>/<namespace>/<service>", s)
+	}
+	if slices.Contains(parts, "") {
+		return ref, fmt.Errorf("%q: empty partition, namespace or service name", s)
+	}
+	return ref, nil
 }
 
 func consulClient(addr string) (*consulapi.Client, error) {
@@ -61,6 +95,9 @@ type intentionCall struct {
 	client   *consulapi.Client
 	addr     string
 	src, dst string
+	// srcRef and dstRef are SRC and DST split into partition, namespace
+	// and name (the exact-match API takes SRC and DST as written).
+	srcRef, dstRef serviceRef
 }
 
 // intentionArgs parses the common flags and SRC DST.
@@ -76,11 +113,19 @@ func (e *env) intentionArgs(c *command, args []string, extra func(fs *flag.FlagS
 	if fs.NArg() != 2 {
 		return nil, e.usageError(c, "expected two arguments: SRC DST"), false
 	}
+	src, err := parseServiceRef(fs.Arg(0))
+	if err != nil {
+		return nil, e.usageError(c, "invalid SRC "+err.Error()), false
+	}
+	dst, err := parseServiceRef(fs.Arg(1))
+	if err != nil {
+		return nil, e.usageError(c, "invalid DST "+err.Error()), false
+	}
 	client, err := consulClient(*addr)
 	if err != nil {
 		return nil, e.errorf("%v", err), false
 	}
-	return &intentionCall{client: client, addr: *addr, src: fs.Arg(0), dst: fs.Arg(1)}, 0, true
+	return &intentionCall{client: client, addr: *addr, src: fs.Arg(0), dst: fs.Arg(1), srcRef: src, dstRef: dst}, 0, true
 }
 
 func runIntentionCreate(e *env, c *command, args []string) int {
@@ -107,7 +152,11 @@ func runIntentionCreate(e *env, c *command, args []string) int {
 	if existing != nil && !*replace {
 		return e.errorf("intention %s => %s already exists; use -replace", ic.src, ic.dst)
 	}
-	ixn := &consulapi.Intention{SourceName: ic.src, DestinationName: ic.dst, Action: action}
+	ixn := &consulapi.Intention{
+		SourcePartition: ic.srcRef.partition, SourceNS: ic.srcRef.namespace, SourceName: ic.srcRef.name,
+		DestinationPartition: ic.dstRef.partition, DestinationNS: ic.dstRef.namespace, DestinationName: ic.dstRef.name,
+		Action: action,
+	}
 	if _, err := ic.client.Connect().IntentionUpsert(ixn, nil); err != nil {
 		return e.errorf("failed to create intention %s => %s: %s", ic.src, ic.dst, describeConsul(err, ic.addr))
 	}
@@ -161,7 +210,8 @@ func runIntentionList(e *env, c *command, args []string) int {
 	}
 	rows := []string{row("Source", "Action", "Destination", "Precedence")}
 	for _, ixn := range ixns {
-		rows = append(rows, row(ixn.SourceName, ixn.Action, ixn.DestinationName, ixn.Precedence))
+		rows = append(rows, row(qualified(ixn.SourceNS, ixn.SourceName), ixn.Action,
+			qualified(ixn.DestinationNS, ixn.DestinationName), ixn.Precedence))
 	}
 	writeTable(e.stdout, rows)
 	return exitOK
@@ -179,6 +229,12 @@ func runIntentionCheck(e *env, c *command, args []string) int {
 	if fs.NArg() != 2 {
 		e.usageError(c, "expected two arguments: SRC DST")
 		return exitCheckError
+	}
+	for _, arg := range fs.Args() {
+		if _, err := parseServiceRef(arg); err != nil {
+			e.usageError(c, "invalid service "+err.Error())
+			return exitCheckError
+		}
 	}
 	client, err := consulClient(*addr)
 	if err != nil {
@@ -198,6 +254,15 @@ func runIntentionCheck(e *env, c *command, args []string) int {
 	}
 	fmt.Fprintln(e.stdout, "Allowed")
 	return exitOK
+}
+
+// qualified spells a service with its namespace unless that is the
+// default one.
+func qualified(ns, name string) string {
+	if ns == "" || ns == "default" {
+		return name
+	}
+	return ns + "/" + name
 }
 
 // describeConsul renders a consul/api error on one line, with a hint when

@@ -78,3 +78,34 @@ func TestIntentionUnreachable(t *testing.T) {
 		}
 	}
 }
+
+// TestIntentionNamespaces: SRC and DST take Consul's [partition/][ns/]name
+// forms; meshlet has the default namespace only and says so.
+func TestIntentionNamespaces(t *testing.T) {
+	newConnectAPI(t)
+	steps := []struct {
+		args     []string
+		wantCode int
+		stdout   string // regexp
+		stderr   string // substring
+	}{
+		{[]string{"intention", "create", "-deny", "default/web", "default/db"}, 0, `^Created: default/web => default/db \(deny\)\n$`, ""},
+		{[]string{"intention", "check", "web", "db"}, 1, `^Denied\n$`, ""},
+		{[]string{"intention", "check", "default/web", "default/default/db"}, 1, `^Denied\n$`, ""},
+		{[]string{"intention", "create", "web", "db"}, 1, `^$`, "Error: intention web => db already exists; use -replace"},
+		{[]string{"intention", "create", "-allow", "-replace", "default/default/web", "db"}, 0, `^Replaced: default/default/web => db \(allow\)\n$`, ""},
+		{[]string{"intention", "list"}, 0, `(?s)Source\s+Action\s+Destination\s+Precedence\nweb\s+allow\s+db\s+9\n$`, ""},
+		{[]string{"intention", "create", "-replace", "other/web", "db"}, 1, `^$`, `only the "default" namespace is supported`},
+		{[]string{"intention", "create", "a/b/c/d", "db"}, 1, `^$`, `invalid SRC "a/b/c/d": want <service>, <namespace>/<service> or <partition>/<namespace>/<service>`},
+		{[]string{"intention", "create", "web", "/db"}, 1, `^$`, `invalid DST "/db": empty partition, namespace or service name`},
+		{[]string{"intention", "check", "web", "x//db"}, 2, `^$`, `invalid service "x//db"`},
+		{[]string{"intention", "delete", "default/web", "default/db"}, 0, `^Intention deleted\.\n$`, ""},
+		{[]string{"intention", "list"}, 0, `No intentions found\.`, ""},
+	}
+	for _, st := range steps {
+		r := runCLI(t, "", st.args...)
+		if r.code != st.wantCode || !regexp.MustCompile(st.stdout).MatchString(r.stdout) || !strings.Contains(r.stderr, st.stderr) {
+			t.Fatalf("%v: exit %d stdout %q stderr %q; want %d, /%s/, %q", st.args, r.code, r.stdout, r.stderr, st.wantCode, st.stdout, st.stderr)
+		}
+	}
+}

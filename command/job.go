@@ -151,7 +151,7 @@ func (e *env) progress(head bool, format string, args ...any) {
 	if head {
 		prefix = "==> "
 	}
-	fmt.Fprintf(e.stdout, "%s%s: %s\n", prefix, time.Now().Format(time.RFC3339), fmt.Sprintf(format, args...))
+	fmt.Fprintf(e.stdout, "%s%s: %s\n", prefix, time.Now().Format(time.RFC3339), escapeUnprintable(fmt.Sprintf(format, args...)))
 }
 
 func (e *env) interrupted(jobID string) int {

@@ -214,3 +214,53 @@ func TestJobRunVars(t *testing.T) {
 		t.Fatalf("undeclared -var: %d %q", r.code, r.stderr)
 	}
 }
+
+// TestJobStatusEscapesNames: names from the agent are printed with their
+// control and bidi characters escaped, never raw (state written before
+// validation rejected them may still hold such names).
+func TestJobStatusEscapesNames(t *testing.T) {
+	fb := newAgent(t)
+	hostile := "web\u202egnp.exe\x1b[2J"
+	job := &structs.Job{ID: hostile, Name: hostile, Type: structs.JobTypeService, Datacenters: []string{"dc\t1"},
+		TaskGroups: []*structs.TaskGroup{{Name: "grp\x07", Count: 1, Tasks: []*structs.Task{{Name: "t", Driver: "raw_exec"}}}}}
+	if _, err := fb.RegisterJob(context.Background(), job); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"job", "status"}, {"job", "status", hostile}} {
+		r := runCLI(t, "", args...)
+		if r.code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, r.code, r.stderr)
+		}
+		if strings.ContainsAny(r.stdout, "\u202e\x1b\x07") {
+			t.Fatalf("%v: raw control characters in output:\n%q", args, r.stdout)
+		}
+		if !strings.Contains(r.stdout, `"web\u202egnp.exe\x1b[2J"`) {
+			t.Fatalf("%v: escaped ID missing:\n%s", args, r.stdout)
+		}
+	}
+	r := runCLI(t, "", "job", "status", hostile)
+	for _, want := range []string{`Datacenters = "dc\t1"`, `"grp\a"`} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("output lacks %s:\n%s", want, r.stdout)
+		}
+	}
+}
+
+func TestPrintable(t *testing.T) {
+	tests := []struct{ in, quoted, escaped string }{
+		{"web-1 api", "web-1 api", "web-1 api"},
+		{"café", "café", "café"},
+		{"a\u202eb", `"a\u202eb"`, `a\u202eb`},
+		{"a\x1b[31mb", `"a\x1b[31mb"`, `a\x1b[31mb`},
+		{"a\xffb", `"a\xffb"`, `a\xffb`},
+		{"a\tb\n", `"a\tb\n"`, `a\tb\n`},
+	}
+	for _, tc := range tests {
+		if got := printable(tc.in); got != tc.quoted {
+			t.Errorf("printable(%q) = %s, want %s", tc.in, got, tc.quoted)
+		}
+		if got := escapeUnprintable(tc.in); got != tc.escaped {
+			t.Errorf("escapeUnprintable(%q) = %s, want %s", tc.in, got, tc.escaped)
+		}
+	}
+}

@@ -8,9 +8,12 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	nomadapi "github.com/hashicorp/nomad/api"
 )
@@ -104,24 +107,60 @@ func writeTable(w io.Writer, rows []string) {
 	_ = tw.Flush()
 }
 
-// row joins cells with tabs for writeTable.
+// row joins cells with tabs for writeTable. Cells are made printable, so
+// that a name from the agent cannot move the cursor, clear the screen or
+// reorder text (the agent rejects such names; old state may hold them).
 func row(cells ...any) string {
 	parts := make([]string, len(cells))
 	for i, c := range cells {
-		parts[i] = fmt.Sprint(c)
+		parts[i] = printable(fmt.Sprint(c))
 	}
 	return strings.Join(parts, "\t")
 }
 
-// writeKV prints "Key = value" lines with aligned '='.
+// writeKV prints "Key = value" lines with aligned '='; values are made
+// printable.
 func writeKV(w io.Writer, pairs [][2]string) {
 	width := 0
 	for _, p := range pairs {
 		width = max(width, len(p[0]))
 	}
 	for _, p := range pairs {
-		fmt.Fprintf(w, "%-*s = %s\n", width, p[0], p[1])
+		fmt.Fprintf(w, "%-*s = %s\n", width, p[0], printable(p[1]))
 	}
+}
+
+// escapeUnprintable replaces each character of s that does not print as
+// itself with its Go escape, leaving the rest as it is (for whole lines,
+// where quoting the line would be noise).
+func escapeUnprintable(s string) string {
+	if printable(s) == s {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		chunk := s[i : i+size]
+		if (r != utf8.RuneError || size > 1) && (r == ' ' || unicode.IsPrint(r)) {
+			b.WriteString(chunk)
+		} else {
+			q := strconv.Quote(chunk)
+			b.WriteString(q[1 : len(q)-1])
+		}
+		i += size
+	}
+	return b.String()
+}
+
+// printable returns s unchanged when every character prints as itself,
+// and otherwise s quoted with Go escapes: control characters (escape
+// sequences, tabs, newlines), bidirectional formatting characters and
+// invalid UTF-8 all become visible (\x1b, \u202e, \xff).
+func printable(s string) string {
+	if utf8.ValidString(s) && !strings.ContainsFunc(s, func(r rune) bool { return r != ' ' && !unicode.IsPrint(r) }) {
+		return s
+	}
+	return strconv.Quote(s)
 }
 
 // short returns an ID's first 8 characters.
