@@ -179,6 +179,11 @@ func (a *Agent) prepareDataDir() error {
 		if err != nil {
 			return fmt.Errorf("failed to create dev data dir: %w", err)
 		}
+		// MkdirTemp makes 0700; tasks running as another user (user =
+		// "nobody") must traverse it to reach their own directories.
+		if err := os.Chmod(dir, 0o755); err != nil {
+			return fmt.Errorf("failed to open up dev data dir: %w", err)
+		}
 		a.cfg.DataDir, a.tempData = dir, true
 	}
 	abs, err := filepath.Abs(a.cfg.DataDir)
@@ -227,6 +232,7 @@ func (a *Agent) startClient() error {
 		DataDir: a.cfg.DataDir, NodeName: a.cfg.NodeName, Datacenter: a.cfg.Datacenter, NodeMeta: a.cfg.Client.Meta,
 		Drivers: drivers, Networker: networker, NetworkUnavailable: why, Server: a.server,
 		Version: Version, BinaryPath: a.cfg.BinaryPath, Logger: a.logger.Named("client"),
+		GCInterval: a.cfg.Client.GCInterval, GCMaxAllocs: a.cfg.Client.GCMaxAllocs, GCAllocTTL: a.cfg.Client.GCAllocTTL,
 		Attributes: a.connectAttributes(),
 		Hooks: func(alloc *structs.Allocation) []allocrunner.AllocHook {
 			var out []allocrunner.AllocHook

@@ -105,6 +105,13 @@ type ClientConfig struct {
 	// reserved { reserved_ports = "22,80,8000-8100" } syntax. The agent's
 	// own ports are always reserved too.
 	ReservedPorts string
+	// GCInterval, GCMaxAllocs and GCAllocTTL bound the terminal
+	// allocations (runner, alloc dir, logs) the client keeps; zero means
+	// the client's defaults (1m, 50, 1h). Nomad's gc_interval and
+	// gc_max_allocs, plus gc_alloc_ttl.
+	GCInterval  time.Duration
+	GCMaxAllocs int
+	GCAllocTTL  time.Duration
 }
 
 // DefaultConfig returns the defaults every configuration starts from.
@@ -165,6 +172,9 @@ func (c *Config) Validate() error {
 		problems = append(problems, fmt.Sprintf("dynamic port range %d-%d is invalid", c.Client.MinDynamicPort, c.Client.MaxDynamicPort))
 	} else {
 		problems = append(problems, c.reservedPortProblems()...)
+	}
+	if c.Client.GCInterval < 0 || c.Client.GCAllocTTL < 0 || c.Client.GCMaxAllocs < 0 {
+		problems = append(problems, "client.gc_interval, gc_alloc_ttl and gc_max_allocs must not be negative")
 	}
 	if _, _, err := net.ParseCIDR(c.Client.BridgeNetworkSubnet); err != nil {
 		problems = append(problems, fmt.Sprintf("bridge_network_subnet %q is not a CIDR", c.Client.BridgeNetworkSubnet))
@@ -241,6 +251,9 @@ type fileClient struct {
 	Options             map[string]string `hcl:"options,optional"`
 	Meta                map[string]string `hcl:"meta,optional"`
 	Reserved            *fileReserved     `hcl:"reserved,block"`
+	GCInterval          *string           `hcl:"gc_interval"`
+	GCMaxAllocs         *int              `hcl:"gc_max_allocs"`
+	GCAllocTTL          *string           `hcl:"gc_alloc_ttl"`
 }
 
 // LoadConfigFile reads an HCL agent configuration over the defaults.
@@ -293,6 +306,21 @@ func ParseConfig(filename string, src []byte) (*Config, error) {
 		c.Client.Meta = cl.Meta
 		if cl.Reserved != nil {
 			set(&c.Client.ReservedPorts, cl.Reserved.ReservedPorts)
+		}
+		set(&c.Client.GCMaxAllocs, cl.GCMaxAllocs)
+		for _, d := range []struct {
+			key string
+			src *string
+			dst *time.Duration
+		}{{"gc_interval", cl.GCInterval, &c.Client.GCInterval}, {"gc_alloc_ttl", cl.GCAllocTTL, &c.Client.GCAllocTTL}} {
+			if d.src == nil {
+				continue
+			}
+			v, err := time.ParseDuration(*d.src)
+			if err != nil {
+				return nil, fmt.Errorf("%s: invalid agent configuration: client.%s: %w", filename, d.key, err)
+			}
+			*d.dst = v
 		}
 	}
 	if h := fc.HTTPAPI; h != nil {

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -84,6 +85,16 @@ http_api {
 			wantErr: "client.reserved.reserved_ports 25000-25000 overlaps the dynamic port range 20000-32000"},
 		{name: "agent port in dynamic range", src: "data_dir = \"/x\"\nports { http = 20001 }\n",
 			wantErr: "ports.http 20001 is inside the dynamic port range 20000-32000"},
+		{name: "client gc", src: "data_dir = \"/x\"\nclient {\n gc_interval = \"30s\"\n gc_max_allocs = 7\n gc_alloc_ttl = \"10m\"\n}\n",
+			check: func(t *testing.T, c *Config) {
+				if c.Client.GCInterval != 30*time.Second || c.Client.GCMaxAllocs != 7 || c.Client.GCAllocTTL != 10*time.Minute {
+					t.Errorf("client gc = %v %d %v", c.Client.GCInterval, c.Client.GCMaxAllocs, c.Client.GCAllocTTL)
+				}
+			}},
+		{name: "bad gc interval", src: "data_dir = \"/x\"\nclient {\n gc_interval = \"soon\"\n}\n",
+			wantErr: `client.gc_interval: time: invalid duration "soon"`},
+		{name: "negative gc", src: "data_dir = \"/x\"\nclient {\n gc_max_allocs = -1\n}\n",
+			wantErr: "gc_max_allocs must not be negative"},
 		{name: "bad origin", src: "data_dir = \"/x\"\nhttp_api { allowed_origins = [\"ui.example\"] }\n",
 			wantErr: `http_api.allowed_origins "ui.example" must be scheme://host[:port]`},
 		{name: "dev needs no data dir", src: "dev = true\n", check: func(t *testing.T, c *Config) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/meshlet/meshlet/driver/internal/cgroups"
+	"github.com/meshlet/meshlet/internal/atomicfile"
 )
 
 // Spec is what the driver asks the executor to run. It travels as a 0600
@@ -121,31 +122,15 @@ func ReadExitStatus(path string) (*ExitStatus, error) {
 	return &st, nil
 }
 
-// writeExitStatus replaces path atomically (temp file, fsync, rename), so a
+// writeExitStatus replaces path atomically (internal/atomicfile), so a
 // reader sees either no file or the whole record.
 func writeExitStatus(path string, st *ExitStatus) error {
 	b, err := json.Marshal(st)
 	if err != nil {
 		return fmt.Errorf("failed to encode exit status: %w", err)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".exit-*")
-	if err != nil {
-		return fmt.Errorf("failed to create exit status: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
+	if err := atomicfile.WriteFile(path, b, 0o600); err != nil {
 		return fmt.Errorf("failed to write exit status: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("failed to sync exit status: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("failed to close exit status: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("failed to rename exit status: %w", err)
 	}
 	return nil
 }
