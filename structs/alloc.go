@@ -39,6 +39,12 @@ type Allocation struct {
 	AllocModifyIndex   uint64                `json:"AllocModifyIndex"`
 	CreateTime         int64                 `json:"CreateTime"`
 	ModifyTime         int64                 `json:"ModifyTime"`
+	// RescheduleTracker is the history of reschedules that led to this
+	// allocation (Nomad's shape); nil for a first placement.
+	RescheduleTracker *RescheduleTracker `json:"RescheduleTracker,omitempty"`
+	// FollowupEvalID names the pending evaluation that will replace this
+	// failed allocation once its reschedule delay passed.
+	FollowupEvalID string `json:"FollowupEvalID,omitempty"`
 }
 
 // Index returns the allocation's index within its group, parsed from Name.
@@ -75,6 +81,22 @@ func (a *Allocation) TerminalStatus() bool {
 		return true
 	}
 	return false
+}
+
+// RescheduleTracker records the reschedules of an allocation's
+// predecessors, as Nomad's.
+type RescheduleTracker struct {
+	Events []*RescheduleEvent `json:"Events"`
+}
+
+// RescheduleEvent is one replacement of a failed allocation.
+type RescheduleEvent struct {
+	// RescheduleTime is when the replacement was placed (unix nanoseconds).
+	RescheduleTime int64  `json:"RescheduleTime"`
+	PrevAllocID    string `json:"PrevAllocID"`
+	PrevNodeID     string `json:"PrevNodeID"`
+	// Delay is the reschedule delay that applied.
+	Delay time.Duration `json:"Delay"`
 }
 
 // AllocatedResources records what the scheduler assigned.
