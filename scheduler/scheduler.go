@@ -34,7 +34,17 @@ type Scheduler interface {
 	// Process plans job against allocs (every allocation the caller knows
 	// of: the job's own and other jobs' on the same nodes, used for port
 	// conflicts) and nodes.
-	Process(job *structs.Job, allocs []*structs.Allocation, nodes []*structs.Node) (*Plan, error)
+	Process(job *structs.Job, allocs []*structs.Allocation, nodes []*structs.Node, opts Options) (*Plan, error)
+}
+
+// Options are the per-run inputs of Process.
+type Options struct {
+	// Now is the time reschedule delays are measured against; zero = the
+	// scheduler's clock.
+	Now time.Time
+	// ForceReschedule replaces failed allocations at once, whatever their
+	// delay and attempts (the operator submitted the job again).
+	ForceReschedule bool
 }
 
 // Plan is the outcome of one scheduler run.
@@ -48,6 +58,15 @@ type Plan struct {
 	Update []*structs.Allocation
 	// Failures explains the placements that could not be made, per group.
 	Failures []*Failure
+	// FollowUps are failed allocations to replace later, once their
+	// reschedule delay has passed.
+	FollowUps []*FollowUp
+}
+
+// FollowUp is a failed allocation waiting for its reschedule delay.
+type FollowUp struct {
+	Alloc     *structs.Allocation
+	WaitUntil time.Time
 }
 
 // Failure explains why a group's allocations could not be placed.
@@ -126,9 +145,12 @@ func New(cfg Config, logger hclog.Logger) (*Generic, error) {
 }
 
 // Process implements Scheduler.
-func (g *Generic) Process(job *structs.Job, allocs []*structs.Allocation, nodes []*structs.Node) (*Plan, error) {
+func (g *Generic) Process(job *structs.Job, allocs []*structs.Allocation, nodes []*structs.Node, opts Options) (*Plan, error) {
 	if job == nil {
 		return nil, fmt.Errorf("failed to schedule: no job")
+	}
+	if opts.Now.IsZero() {
+		opts.Now = g.cfg.Now()
 	}
 	plan := &Plan{}
 	var mine []*structs.Allocation
@@ -154,16 +176,27 @@ func (g *Generic) Process(job *structs.Job, allocs []*structs.Allocation, nodes 
 		byGroup[a.TaskGroup] = append(byGroup[a.TaskGroup], a)
 	}
 	for _, tg := range job.TaskGroups {
-		g.reconcileGroup(plan, pl, job, tg, byGroup[tg.Name])
+		g.reconcileGroup(plan, pl, job, tg, byGroup[tg.Name], opts)
 	}
 	g.logger.Debug("computed plan", "job_id", job.ID, "place", len(plan.Place), "stop", len(plan.Stop),
 		"update", len(plan.Update), "failed_groups", len(plan.Failures))
 	return plan, nil
 }
 
-// reconcileGroup keeps, replaces, updates or stops the group's allocations
-// slot by slot (one slot per index below Count) and places the missing ones.
-func (g *Generic) reconcileGroup(plan *Plan, pl *placer, job *structs.Job, tg *structs.TaskGroup, existing []*structs.Allocation) {
+// want is a slot to fill, replacing prev when set.
+type want struct {
+	index int
+	prev  *structs.Allocation
+	// desc is the stop description of prev; tracker the replacement's
+	// reschedule history.
+	desc    string
+	tracker *structs.RescheduleTracker
+}
+
+// reconcileGroup keeps, replaces, reschedules, updates or stops the group's
+// allocations slot by slot (one slot per index below Count) and places the
+// missing ones.
+func (g *Generic) reconcileGroup(plan *Plan, pl *placer, job *structs.Job, tg *structs.TaskGroup, existing []*structs.Allocation, opts Options) {
 	sort.Slice(existing, func(i, j int) bool { return existing[i].CreateIndex < existing[j].CreateIndex })
 	slots := map[int]*structs.Allocation{}
 	for _, a := range existing {
@@ -176,10 +209,6 @@ func (g *Generic) reconcileGroup(plan *Plan, pl *placer, job *structs.Job, tg *s
 		slots[idx] = a
 	}
 	// Replacements release their predecessors' ports before anything is placed.
-	type want struct {
-		index int
-		prev  *structs.Allocation
-	}
 	var wants []want
 	for idx := 0; idx < tg.Count; idx++ {
 		a := slots[idx]
@@ -187,14 +216,41 @@ func (g *Generic) reconcileGroup(plan *Plan, pl *placer, job *structs.Job, tg *s
 		case a == nil:
 			wants = append(wants, want{index: idx})
 		case a.Job == nil || groupChanged(a.Job, job, tg.Name):
-			wants = append(wants, want{index: idx, prev: a})
+			wants = append(wants, want{index: idx, prev: a, desc: DescJobUpdated})
 			pl.release(a)
+		case needsReschedule(a):
+			if w := reschedule(plan, job, tg, a, opts); w != nil {
+				wants = append(wants, *w)
+			}
 		case a.Job.Version != job.Version || a.Job.JobModifyIndex != job.JobModifyIndex:
 			cp := *a
 			cp.Job = job
 			plan.Update = append(plan.Update, &cp)
 		}
 	}
+	g.placeWants(plan, pl, tg, wants)
+}
+
+// reschedule decides about a failed allocation: replace it now (returns the
+// slot to fill), later (a follow-up), or never (attempts used up).
+func reschedule(plan *Plan, job *structs.Job, tg *structs.TaskGroup, a *structs.Allocation, opts Options) *want {
+	p := ReschedulePolicy(job, tg)
+	if opts.ForceReschedule {
+		return &want{index: a.Index(), prev: a, desc: DescRescheduled}
+	}
+	at, ok := NextReschedule(a, p)
+	switch {
+	case !ok:
+		return nil
+	case !at.After(opts.Now):
+		return &want{index: a.Index(), prev: a, desc: DescRescheduled, tracker: rescheduleTracker(a, p, opts.Now)}
+	case a.FollowupEvalID == "":
+		plan.FollowUps = append(plan.FollowUps, &FollowUp{Alloc: a, WaitUntil: at})
+	}
+	return nil
+}
+
+func (g *Generic) placeWants(plan *Plan, pl *placer, tg *structs.TaskGroup, wants []want) {
 	var failure *Failure
 	for _, w := range wants {
 		alloc, reasons := pl.place(tg, w.index)
@@ -208,7 +264,8 @@ func (g *Generic) reconcileGroup(plan *Plan, pl *placer, job *structs.Job, tg *s
 		}
 		if w.prev != nil {
 			alloc.PreviousAllocation = w.prev.ID
-			stop := stopCopy(w.prev, DescJobUpdated)
+			alloc.RescheduleTracker = w.tracker
+			stop := stopCopy(w.prev, w.desc)
 			stop.NextAllocation = alloc.ID
 			plan.Stop = append(plan.Stop, stop)
 		}

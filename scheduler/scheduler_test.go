@@ -43,7 +43,7 @@ func withPorts(static []int, dynamic ...string) func(*structs.Job) {
 // existing places job on n with the given indexes, as a previous plan would have.
 func existing(t *testing.T, s *Generic, j *structs.Job, n *structs.Node) []*structs.Allocation {
 	t.Helper()
-	p, err := s.Process(j, nil, []*structs.Node{n})
+	p, err := s.Process(j, nil, []*structs.Node{n}, Options{})
 	if err != nil || len(p.Failures) > 0 {
 		t.Fatalf("setup placement failed: %v %+v", err, p)
 	}
@@ -164,7 +164,7 @@ func TestProcess(t *testing.T) {
 			if tc.prev != nil {
 				prev = existing(t, s, tc.prev, n1)
 			}
-			p, err := s.Process(tc.cur, prev, tc.nodes)
+			p, err := s.Process(tc.cur, prev, tc.nodes, Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -221,7 +221,7 @@ func TestPorts(t *testing.T) {
 			if tc.other != nil {
 				others = existing(t, s, tc.other, n1)
 			}
-			p, err := s.Process(tc.cur, others, []*structs.Node{n1})
+			p, err := s.Process(tc.cur, others, []*structs.Node{n1}, Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -277,13 +277,13 @@ func TestReplacementReusesStaticPortAndTerminalAllocsFreePorts(t *testing.T) {
 	s := newTest(t, 20000, 20010)
 	prev := existing(t, s, job("a", 1, withPorts([]int{9002})), n1)
 	cur := job("a", 1, withPorts([]int{9002}), func(j *structs.Job) { j.Version = 1; j.Meta = map[string]string{"v": "2"} })
-	p, err := s.Process(cur, prev, []*structs.Node{n1})
+	p, err := s.Process(cur, prev, []*structs.Node{n1}, Options{})
 	if err != nil || len(p.Failures) != 0 || len(p.Place) != 1 || len(p.Stop) != 1 {
 		t.Fatalf("replacement with the same static port failed: %v %+v", err, p)
 	}
 	other := existing(t, s, job("x", 1, withPorts([]int{9003})), n1)
 	other[0].ClientStatus = structs.AllocClientStatusComplete
-	p, err = s.Process(job("b", 1, withPorts([]int{9003})), other, []*structs.Node{n1})
+	p, err = s.Process(job("b", 1, withPorts([]int{9003})), other, []*structs.Node{n1}, Options{})
 	if err != nil || len(p.Failures) != 0 {
 		t.Fatalf("terminal allocation still holds its port: %v %+v", err, p.Failures)
 	}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/meshlet/meshlet/state"
@@ -25,17 +27,9 @@ func (s *Server) RegisterNode(ctx context.Context, node *structs.Node) error {
 	if cp.Status == "" {
 		cp.Status = structs.NodeStatusReady
 	}
-	s.planMu.Lock()
-	defer s.planMu.Unlock()
-	old, err := s.store.Node(cp.ID)
-	if err != nil && !errors.Is(err, state.ErrNotFound) {
-		return fmt.Errorf("failed to read node %s: %w", cp.ID, err)
-	}
-	if old != nil && nodeEqual(old, &cp) {
-		return nil
-	}
-	if _, err := s.store.UpsertNode(&cp); err != nil {
-		return fmt.Errorf("failed to store node %s: %w", cp.ID, err)
+	changed, err := s.storeNode(&cp)
+	if err != nil || !changed {
+		return err
 	}
 	s.logger.Info("node registered", "node_id", cp.ID, "node_name", cp.Name)
 	jobs, err := s.store.Jobs()
@@ -46,11 +40,30 @@ func (s *Server) RegisterNode(ctx context.Context, node *structs.Node) error {
 		if j.Stop {
 			continue
 		}
-		if _, err := s.evaluate(j, TriggerNodeUpdate); err != nil {
+		_, err := s.plan(&planRequest{jobID: j.ID, trigger: TriggerNodeUpdate, prepare: storedJob})
+		if err != nil && !errors.Is(err, state.ErrNotFound) { // purged meanwhile
 			return err
 		}
 	}
 	return nil
+}
+
+// storeNode writes the node under the plan lock when it changed.
+func (s *Server) storeNode(node *structs.Node) (bool, error) {
+	s.planMu.Lock()
+	defer s.planMu.Unlock()
+	old, err := s.store.Node(node.ID)
+	if err != nil && !errors.Is(err, state.ErrNotFound) {
+		return false, fmt.Errorf("failed to read node %s: %w", node.ID, err)
+	}
+	if old != nil && nodeEqual(old, node) {
+		return false, nil
+	}
+	if _, err := s.store.UpsertNode(node); err != nil {
+		return false, fmt.Errorf("failed to store node %s: %w", node.ID, err)
+	}
+	s.planGen.Add(1)
+	return true, nil
 }
 
 func nodeEqual(a, b *structs.Node) bool {
@@ -83,48 +96,87 @@ func (s *Server) NodeAllocs(ctx context.Context, nodeID string, minIndex uint64)
 }
 
 // UpdateAllocs records what a client reports about its allocations
-// (ClientStatus, TaskStates, NetworkStatus) and removes allocations of
-// purged jobs once they are terminal.
+// (ClientStatus, TaskStates, NetworkStatus), removes allocations of purged
+// jobs once they are terminal, and evaluates the jobs of allocations that
+// failed so that they are rescheduled.
 func (s *Server) UpdateAllocs(ctx context.Context, updates []*structs.Allocation) error {
 	if len(updates) == 0 {
 		return nil
 	}
-	if _, err := s.store.UpdateAllocsFromClient(updates); err != nil {
-		return fmt.Errorf("failed to update allocations: %w", err)
-	}
+	now := s.now().UnixNano()
+	stamped := make([]*structs.Allocation, 0, len(updates))
+	var terminal []string
 	for _, u := range updates {
-		if u.TerminalStatus() {
-			return s.gcAllocs()
+		cp := *u
+		if cp.ModifyTime == 0 {
+			cp.ModifyTime = now
+		}
+		stamped = append(stamped, &cp)
+		if cp.TerminalStatus() {
+			terminal = append(terminal, cp.ID)
 		}
 	}
+	if _, err := s.store.UpdateAllocsFromClient(stamped); err != nil {
+		return fmt.Errorf("failed to update allocations: %w", err)
+	}
+	if len(terminal) == 0 {
+		return nil
+	}
+	failedJobs, err := s.collectPurged(terminal)
+	if err != nil {
+		return err
+	}
+	for _, id := range failedJobs {
+		if _, err := s.plan(&planRequest{jobID: id, trigger: TriggerAllocFailure, prepare: liveJob}); err != nil &&
+			!errors.Is(err, state.ErrNotFound) {
+			// The status is stored; the restart pass retries the reschedule.
+			s.logger.Error("failed to evaluate failed allocations", "job_id", id, "error", err)
+		}
+	}
+	s.maybeGC()
 	return nil
 }
 
-// gcAllocs deletes terminal allocations whose job was purged.
-func (s *Server) gcAllocs() error {
-	allocs, err := s.store.Allocs()
-	if err != nil {
-		return fmt.Errorf("failed to list allocations: %w", err)
+// liveJob prepares an evaluation of a stored job that is not stopped.
+func liveJob(stored *structs.Job) (*structs.Job, bool, error) {
+	if stored == nil || stored.Stop {
+		return nil, false, state.ErrNotFound
 	}
-	jobs := map[string]bool{}
+	return stored, false, nil
+}
+
+// collectPurged deletes, under the plan lock, the terminal allocations
+// among ids whose job was purged, and returns the jobs (sorted) whose
+// failed allocations need a reschedule decision.
+func (s *Server) collectPurged(ids []string) ([]string, error) {
+	s.planMu.Lock()
+	defer s.planMu.Unlock()
 	var dead []string
-	for _, a := range allocs {
-		exists, ok := jobs[a.JobID]
+	jobs, failed := map[string]*structs.Job{}, map[string]bool{}
+	for _, id := range ids {
+		a, err := s.store.Alloc(id)
+		if err != nil {
+			continue // unknown or deleted meanwhile
+		}
+		job, ok := jobs[a.JobID]
 		if !ok {
-			_, err := s.store.Job(a.JobID)
-			exists = err == nil
-			jobs[a.JobID] = exists
+			job, _ = s.store.Job(a.JobID)
+			jobs[a.JobID] = job
 		}
-		if !exists && a.TerminalStatus() {
+		switch {
+		case job == nil:
 			dead = append(dead, a.ID)
+		case !job.Stop && a.ClientStatus == structs.AllocClientStatusFailed &&
+			a.DesiredStatus == structs.AllocDesiredStatusRun && a.NextAllocation == "" && a.FollowupEvalID == "":
+			failed[a.JobID] = true
 		}
 	}
-	if len(dead) == 0 {
-		return nil
+	if len(dead) > 0 {
+		if _, err := s.store.ApplyPlan(&state.Plan{DeleteAllocs: dead}); err != nil {
+			return nil, fmt.Errorf("failed to delete allocations: %w", err)
+		}
+		s.planGen.Add(1)
+		s.logger.Debug("removed allocations of purged jobs", "count", len(dead))
 	}
-	if _, err := s.store.DeleteAllocs(dead); err != nil {
-		return fmt.Errorf("failed to delete allocations: %w", err)
-	}
-	s.logger.Debug("removed allocations of purged jobs", "count", len(dead))
-	return nil
+	return slices.Sorted(maps.Keys(failed)), nil
 }

@@ -47,79 +47,86 @@ func (s *Server) RegisterJob(ctx context.Context, job *structs.Job) (*RegisterRe
 		warnings = append(warnings, w...)
 	}
 
-	s.planMu.Lock()
-	defer s.planMu.Unlock()
+	if err := s.checkBounds(cp); err != nil {
+		return nil, invalid(err)
+	}
 	cp.Stop = false
 	cp.Status = ""
 	cp.SubmitTime = s.now().UnixNano()
-	old, err := s.store.Job(cp.ID)
-	changed := true
-	switch {
-	case errors.Is(err, state.ErrNotFound):
-		old, cp.Version = nil, 0
-	case err != nil:
-		return nil, fmt.Errorf("failed to read job %s: %w", cp.ID, err)
-	default:
-		changed = !specEqual(old, cp)
-		cp.Version = old.Version
-		if changed {
-			cp.Version++
-		}
-	}
-	stored := old
-	if changed {
-		if _, err := s.store.UpsertJob(cp); err != nil {
-			return nil, fmt.Errorf("failed to store job %s: %w", cp.ID, err)
-		}
-		if stored, err = s.store.Job(cp.ID); err != nil {
-			return nil, fmt.Errorf("failed to read job %s: %w", cp.ID, err)
-		}
-	}
-	eval, err := s.evaluate(stored, TriggerJobRegister)
+	cp.CreateIndex, cp.ModifyIndex, cp.JobModifyIndex = 0, 0, 0
+	var changed bool
+	res, err := s.plan(&planRequest{jobID: cp.ID, trigger: TriggerJobRegister, force: true,
+		prepare: func(old *structs.Job) (*structs.Job, bool, error) {
+			changed = old == nil || !specEqual(old, cp)
+			if !changed {
+				return old, false, nil
+			}
+			next := *cp
+			if old != nil {
+				next.Version = old.Version + 1
+			} else {
+				next.Version = 0
+			}
+			return &next, true, nil
+		}})
 	if err != nil {
 		return nil, err
 	}
-	s.logger.Info("registered job", "job_id", stored.ID, "version", stored.Version, "eval_id", eval.ID)
-	return &RegisterResult{EvalID: eval.ID, EvalCreateIndex: s.store.Index(), JobModifyIndex: stored.JobModifyIndex,
+	s.logger.Info("registered job", "job_id", res.job.ID, "version", res.job.Version, "changed", changed,
+		"eval_id", res.eval.ID)
+	s.maybeGC()
+	return &RegisterResult{EvalID: res.eval.ID, EvalCreateIndex: res.index, JobModifyIndex: res.job.JobModifyIndex,
 		Warnings: warnings}, nil
 }
 
-// StopJob marks the job stopped (a new version) and stops its allocations.
-// With purge the job and its history are removed at once; its allocations
-// are removed once their client reports them terminal.
+// checkBounds rejects a job asking for more allocations or bytes than the
+// configured limits, before any lock is taken or anything is expanded.
+func (s *Server) checkBounds(job *structs.Job) error {
+	if max := s.cfg.MaxJobCount; max > 0 {
+		total := 0
+		for _, tg := range job.TaskGroups {
+			if tg.Count > max || total+tg.Count > max {
+				return fmt.Errorf("job %q asks for more than %d allocations (group %q count %d)", job.ID, max, tg.Name, tg.Count)
+			}
+			total += tg.Count
+		}
+	}
+	if max := s.cfg.MaxJobSize; max > 0 {
+		buf, err := json.Marshal(job)
+		if err != nil {
+			return fmt.Errorf("failed to encode job: %w", err)
+		}
+		if len(buf) > max {
+			return fmt.Errorf("job %q is %d bytes encoded, more than the limit of %d bytes", job.ID, len(buf), max)
+		}
+	}
+	return nil
+}
+
+// StopJob marks the job stopped (a new version) and stops its allocations,
+// in one state transaction. With purge the job and its history are removed
+// at once; its allocations are removed once their client reports them
+// terminal.
 func (s *Server) StopJob(ctx context.Context, id string, purge bool) (string, error) {
-	s.planMu.Lock()
-	defer s.planMu.Unlock()
-	job, err := s.store.Job(id)
-	if err != nil {
-		return "", fmt.Errorf("failed to find job %q: %w", id, err)
-	}
-	if !job.Stop && !purge {
-		job.Stop = true
-		job.Version++
-		job.SubmitTime = s.now().UnixNano()
-		if _, err := s.store.UpsertJob(job); err != nil {
-			return "", fmt.Errorf("failed to store job %s: %w", id, err)
-		}
-		if job, err = s.store.Job(id); err != nil {
-			return "", fmt.Errorf("failed to read job %s: %w", id, err)
-		}
-	}
-	job.Stop = true
-	eval, err := s.evaluate(job, TriggerJobDeregister)
+	res, err := s.plan(&planRequest{jobID: id, trigger: TriggerJobDeregister, purge: purge,
+		prepare: func(old *structs.Job) (*structs.Job, bool, error) {
+			if old == nil {
+				return nil, false, fmt.Errorf("failed to find job %q: %w", id, state.ErrNotFound)
+			}
+			job := *old
+			job.Stop = true
+			if old.Stop || purge {
+				return &job, false, nil
+			}
+			job.Version++
+			job.SubmitTime = s.now().UnixNano()
+			return &job, true, nil
+		}})
 	if err != nil {
 		return "", err
 	}
-	if purge {
-		if _, err := s.store.DeleteJob(id); err != nil {
-			return "", fmt.Errorf("failed to purge job %s: %w", id, err)
-		}
-		if err := s.gcAllocs(); err != nil {
-			return "", err
-		}
-	}
-	s.logger.Info("stopped job", "job_id", id, "purge", purge, "eval_id", eval.ID)
-	return eval.ID, nil
+	s.logger.Info("stopped job", "job_id", id, "purge", purge, "eval_id", res.eval.ID)
+	return res.eval.ID, nil
 }
 
 // Job returns a job with its status derived from its allocations.

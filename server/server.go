@@ -5,10 +5,14 @@
 // NodeAllocs, UpdateAllocs) so that a network can later sit between the two
 // roles.
 //
-// Concurrency: every write that runs the scheduler (register, stop, node
-// changes) holds one mutex, so plans are computed and persisted one at a
-// time and never hand out the same port twice. Reads go straight to the
-// state store and run concurrently.
+// Concurrency: the scheduler computes a plan without locks from a snapshot
+// of the state; the plan is committed in ONE state transaction (job
+// version, allocations, evaluations) under one mutex, and only if no other
+// commit happened meanwhile (see plan.go), so plans never hand out the same
+// port twice and a crash never leaves half a plan. Garbage collection runs
+// under the same mutex. Reads go straight to the state store and run
+// concurrently. Follow-up timers (delayed reschedules) run plans like any
+// other caller.
 package server
 
 import (
@@ -18,9 +22,9 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/meshlet/meshlet/scheduler"
@@ -93,6 +97,20 @@ type JobMutator interface {
 	Mutate(job *structs.Job) (warnings []string, err error)
 }
 
+// Defaults of the Config bounds and collection thresholds.
+const (
+	// DefaultMaxJobCount bounds the allocations one job may ask for (the
+	// sum of its groups' counts).
+	DefaultMaxJobCount = 10000
+	// DefaultMaxJobSize bounds a job's encoded size.
+	DefaultMaxJobSize = 4 << 20
+	// DefaultEvalGCThreshold and DefaultAllocGCThreshold are Nomad's
+	// eval_gc_threshold; DefaultGCInterval how often collection runs at most.
+	DefaultEvalGCThreshold  = time.Hour
+	DefaultAllocGCThreshold = time.Hour
+	DefaultGCInterval       = 5 * time.Minute
+)
+
 // Config configures a Server.
 type Config struct {
 	Store     state.Store
@@ -102,6 +120,19 @@ type Config struct {
 	Logger    hclog.Logger
 	// Now stamps jobs and evaluations; nil = time.Now.
 	Now func() time.Time
+
+	// MaxJobCount and MaxJobSize (bytes, JSON-encoded) bound what a
+	// registration may ask for; zero = the defaults, negative = no limit.
+	MaxJobCount int
+	MaxJobSize  int
+	// EvalGCThreshold is the age after which finished evaluations (except
+	// each job's latest) are removed; AllocGCThreshold the age after which
+	// terminal allocations that were stopped or replaced are removed.
+	// GCInterval is the least time between two collections. Zero = the
+	// defaults.
+	EvalGCThreshold  time.Duration
+	AllocGCThreshold time.Duration
+	GCInterval       time.Duration
 }
 
 // Server is the server role.
@@ -112,12 +143,22 @@ type Server struct {
 	mutators  []JobMutator
 	logger    hclog.Logger
 	now       func() time.Time
+	cfg       Config
 
-	// planMu serializes every scheduler run and its persistence.
-	planMu sync.Mutex
+	// planMu serializes plan commits and collections; planGen counts the
+	// commits that may invalidate a plan computed without the lock.
+	planMu  sync.Mutex
+	planGen atomic.Uint64
+
+	// mu guards the follow-up timers and the last collection time.
+	mu       sync.Mutex
+	timers   map[string]*time.Timer
+	lastGC   time.Time
+	shutdown bool
 }
 
-// New returns a Server over cfg.Store.
+// New returns a Server over cfg.Store. It first evaluates what a crash may
+// have left unplanned (see recoverState) and re-arms pending reschedules.
 func New(cfg Config) (*Server, error) {
 	if cfg.Store == nil || cfg.Scheduler == nil {
 		return nil, fmt.Errorf("failed to create server: store and scheduler are required")
@@ -131,8 +172,43 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Server{store: cfg.Store, sched: cfg.Scheduler, admission: cfg.Admission, mutators: cfg.Mutators,
-		logger: cfg.Logger, now: cfg.Now}, nil
+	defaults := []struct {
+		v *int
+		d int
+	}{{&cfg.MaxJobCount, DefaultMaxJobCount}, {&cfg.MaxJobSize, DefaultMaxJobSize}}
+	for _, x := range defaults {
+		if *x.v == 0 {
+			*x.v = x.d
+		}
+	}
+	durations := []struct {
+		v *time.Duration
+		d time.Duration
+	}{{&cfg.EvalGCThreshold, DefaultEvalGCThreshold}, {&cfg.AllocGCThreshold, DefaultAllocGCThreshold},
+		{&cfg.GCInterval, DefaultGCInterval}}
+	for _, x := range durations {
+		if *x.v <= 0 {
+			*x.v = x.d
+		}
+	}
+	s := &Server{store: cfg.Store, sched: cfg.Scheduler, admission: cfg.Admission, mutators: cfg.Mutators,
+		logger: cfg.Logger, now: cfg.Now, cfg: cfg, timers: map[string]*time.Timer{}, lastGC: cfg.Now()}
+	if err := s.recoverState(); err != nil {
+		s.Shutdown()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Shutdown stops the follow-up timers; the server must not be used after.
+func (s *Server) Shutdown() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.shutdown = true
+	for id, t := range s.timers {
+		t.Stop()
+		delete(s.timers, id)
+	}
 }
 
 // Index is the state store's latest index.
@@ -141,67 +217,6 @@ func (s *Server) Index() uint64 { return s.store.Index() }
 // WaitIndex blocks until the index passes minIndex or ctx ends.
 func (s *Server) WaitIndex(ctx context.Context, minIndex uint64) uint64 {
 	return s.store.WaitIndex(ctx, minIndex)
-}
-
-// evaluate runs the scheduler for job and persists the plan and an
-// evaluation. Callers hold planMu.
-func (s *Server) evaluate(job *structs.Job, trigger string) (*state.Evaluation, error) {
-	allocs, err := s.store.Allocs()
-	if err != nil {
-		return nil, fmt.Errorf("failed to list allocations: %w", err)
-	}
-	nodes, err := s.store.Nodes()
-	if err != nil {
-		return nil, fmt.Errorf("failed to list nodes: %w", err)
-	}
-	plan, err := s.sched.Process(job, allocs, nodes)
-	if err != nil {
-		return nil, fmt.Errorf("failed to schedule job %s: %w", job.ID, err)
-	}
-	now := s.now().UnixNano()
-	eval := &state.Evaluation{ID: uuid.NewString(), Namespace: job.Namespace, Priority: job.Priority, Type: job.Type,
-		TriggeredBy: trigger, JobID: job.ID, JobModifyIndex: job.JobModifyIndex, Status: state.EvalStatusComplete,
-		CreateTime: now, ModifyTime: now}
-	var writes []*structs.Allocation
-	for _, a := range plan.Place {
-		a.EvalID = eval.ID
-		writes = append(writes, a)
-	}
-	for _, a := range append(plan.Stop, plan.Update...) {
-		a.ModifyTime = now
-		writes = append(writes, a)
-	}
-	if len(writes) > 0 {
-		if _, err := s.store.UpsertAllocs(writes); err != nil {
-			return nil, fmt.Errorf("failed to persist plan for job %s: %w", job.ID, err)
-		}
-	}
-	if len(plan.Failures) > 0 {
-		eval.FailedTGAllocs = map[string]*state.AllocMetric{}
-		var msgs []string
-		for _, f := range plan.Failures {
-			eval.FailedTGAllocs[f.Group] = &state.AllocMetric{NodesEvaluated: f.NodesEvaluated,
-				NodesFiltered: sum(f.Filtered), NodesExhausted: sum(f.Exhausted), ConstraintFiltered: f.Filtered,
-				DimensionExhausted: f.Exhausted, CoalescedFailures: f.Count - 1}
-			msgs = append(msgs, fmt.Sprintf("group %q: %s", f.Group, strings.Join(f.Reasons(), "; ")))
-		}
-		eval.StatusDescription = "placement failed: " + strings.Join(msgs, "; ")
-		s.logger.Warn("placement failed", "job_id", job.ID, "eval_id", eval.ID, "reason", eval.StatusDescription)
-	}
-	if _, err := s.store.UpsertEval(eval); err != nil {
-		return nil, fmt.Errorf("failed to persist evaluation: %w", err)
-	}
-	s.logger.Debug("evaluated job", "job_id", job.ID, "eval_id", eval.ID, "trigger", trigger,
-		"place", len(plan.Place), "stop", len(plan.Stop), "update", len(plan.Update))
-	return eval, nil
-}
-
-func sum(m map[string]int) int {
-	n := 0
-	for _, v := range m {
-		n += v
-	}
-	return n
 }
 
 // lookupPrefix resolves an exact ID or a unique prefix among ids.

@@ -1,0 +1,103 @@
+package server
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/meshlet/meshlet/state"
+	"github.com/meshlet/meshlet/structs"
+)
+
+// GC removes, in one transaction under the plan lock, what the cluster no
+// longer needs (job versions beyond the kept ones go at each job write):
+//   - terminal allocations of purged jobs;
+//   - terminal allocations that were stopped or replaced, once older than
+//     AllocGCThreshold;
+//   - evaluations of purged jobs, and finished evaluations older than
+//     EvalGCThreshold except each job's latest.
+//
+// Pending follow-up evaluations and allocations still meant to run are
+// never removed.
+func (s *Server) GC() error {
+	s.planMu.Lock()
+	defer s.planMu.Unlock()
+	jobs, err := s.store.Jobs()
+	if err != nil {
+		return fmt.Errorf("failed to list jobs: %w", err)
+	}
+	allocs, err := s.store.Allocs()
+	if err != nil {
+		return fmt.Errorf("failed to list allocations: %w", err)
+	}
+	evals, err := s.store.Evals()
+	if err != nil {
+		return fmt.Errorf("failed to list evaluations: %w", err)
+	}
+	live := map[string]bool{}
+	for _, j := range jobs {
+		live[j.ID] = true
+	}
+	now := s.now()
+	p := &state.Plan{DeleteAllocs: s.collectAllocs(allocs, live, now), DeleteEvals: s.collectEvals(evals, live, now)}
+	if len(p.DeleteAllocs) == 0 && len(p.DeleteEvals) == 0 {
+		return nil
+	}
+	if _, err := s.store.ApplyPlan(p); err != nil {
+		return fmt.Errorf("failed to collect garbage: %w", err)
+	}
+	s.planGen.Add(1)
+	s.logger.Debug("collected garbage", "allocs", len(p.DeleteAllocs), "evals", len(p.DeleteEvals))
+	return nil
+}
+
+func (s *Server) collectAllocs(allocs []*structs.Allocation, live map[string]bool, now time.Time) []string {
+	var out []string
+	for _, a := range allocs {
+		if !a.TerminalStatus() {
+			continue
+		}
+		old := now.Sub(time.Unix(0, a.ModifyTime)) >= s.cfg.AllocGCThreshold
+		replaced := a.DesiredStatus == structs.AllocDesiredStatusStop || a.NextAllocation != ""
+		if !live[a.JobID] || (replaced && old) {
+			out = append(out, a.ID)
+		}
+	}
+	return out
+}
+
+func (s *Server) collectEvals(evals []*state.Evaluation, live map[string]bool, now time.Time) []string {
+	latest := map[string]*state.Evaluation{}
+	for _, e := range evals {
+		if l := latest[e.JobID]; l == nil || e.CreateIndex > l.CreateIndex {
+			latest[e.JobID] = e
+		}
+	}
+	var out []string
+	for _, e := range evals {
+		switch {
+		case !live[e.JobID]:
+			out = append(out, e.ID)
+		case e.Status == state.EvalStatusPending, latest[e.JobID] == e:
+		case now.Sub(time.Unix(0, e.ModifyTime)) >= s.cfg.EvalGCThreshold:
+			out = append(out, e.ID)
+		}
+	}
+	return out
+}
+
+// maybeGC collects garbage when GCInterval passed since the last time.
+func (s *Server) maybeGC() {
+	s.mu.Lock()
+	now := s.now()
+	due := now.Sub(s.lastGC) >= s.cfg.GCInterval
+	if due {
+		s.lastGC = now
+	}
+	s.mu.Unlock()
+	if !due {
+		return
+	}
+	if err := s.GC(); err != nil {
+		s.logger.Error("failed to collect garbage", "error", err)
+	}
+}

@@ -1,0 +1,178 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/meshlet/meshlet/state"
+	"github.com/meshlet/meshlet/structs"
+)
+
+// fakeClock is a settable Config.Now.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+func TestJobVersionsAreCollected(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newServer(t)
+	for i := 0; i < 10; i++ {
+		j := testJob("web", "raw_exec", 1)
+		j.Meta = map[string]string{"v": fmt.Sprint(i)}
+		if _, err := s.RegisterJob(ctx, j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	vs, err := s.JobVersions(ctx, "web")
+	if err != nil || len(vs) != state.DefaultJobVersions || vs[0].Version != 9 {
+		t.Fatalf("kept %d versions (newest %d), want %d: %v", len(vs), vs[0].Version, state.DefaultJobVersions, err)
+	}
+}
+
+func ids[T any](items []T, id func(T) string) []string {
+	var out []string
+	for _, it := range items {
+		out = append(out, id(it))
+	}
+	slices.Sort(out)
+	return out
+}
+
+func allocIDs(t *testing.T, st state.Store) []string {
+	t.Helper()
+	all, err := st.Allocs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids(all, func(a *structs.Allocation) string { return a.ID })
+}
+
+func evalIDs(t *testing.T, st state.Store) []string {
+	t.Helper()
+	all, err := st.Evals()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids(all, func(e *state.Evaluation) string { return e.ID })
+}
+
+func TestGCRemovesOldEvalsAndReplacedAllocs(t *testing.T) {
+	ctx := context.Background()
+	clock := &fakeClock{t: time.Unix(1_000_000, 0)}
+	st := openStore(t)
+	s := startServer(t, st, Config{Now: clock.Now, GCInterval: 10 * time.Hour})
+	r0, err := s.RegisterJob(ctx, testJob("web", "raw_exec", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a0, _ := s.JobAllocs(ctx, "web")
+	setClientStatus(t, s, structs.AllocClientStatusRunning, a0...)
+	changed := testJob("web", "raw_exec", 1)
+	changed.Meta = map[string]string{"v": "1"}
+	r1, err := s.RegisterJob(ctx, changed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	setClientStatus(t, s, structs.AllocClientStatusComplete, a0...)
+	// A batch job whose failed allocation may not be rescheduled: it stays.
+	b := testJob("batch", "raw_exec", 1)
+	b.Type = structs.JobTypeBatch
+	b.TaskGroups[0].ReschedulePolicy = &structs.ReschedulePolicy{Attempts: ptr(0), Unlimited: ptr(false)}
+	if _, err := s.RegisterJob(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	ba, _ := s.JobAllocs(ctx, "batch")
+	setClientStatus(t, s, structs.AllocClientStatusFailed, ba...)
+
+	allocsBefore, evalsBefore := allocIDs(t, st), evalIDs(t, st)
+	clock.Advance(30 * time.Minute)
+	if err := s.GC(); err != nil {
+		t.Fatal(err)
+	}
+	if got := allocIDs(t, st); !slices.Equal(got, allocsBefore) {
+		t.Fatalf("GC before the threshold removed allocations: %v → %v", allocsBefore, got)
+	}
+	if got := evalIDs(t, st); !slices.Equal(got, evalsBefore) {
+		t.Fatalf("GC before the threshold removed evaluations: %v → %v", evalsBefore, got)
+	}
+
+	clock.Advance(time.Hour)
+	if err := s.GC(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Alloc(a0[0].ID); err == nil {
+		t.Fatal("replaced terminal allocation kept past the threshold")
+	}
+	if _, err := st.Alloc(ba[0].ID); err != nil {
+		t.Fatalf("failed allocation still meant to run was removed: %v", err)
+	}
+	if cur, _ := s.JobAllocs(ctx, "web"); len(cur) != 1 || cur[0].DesiredStatus != structs.AllocDesiredStatusRun {
+		t.Fatalf("current allocation: %+v", cur)
+	}
+	if _, err := st.Eval(r0.EvalID); err == nil {
+		t.Fatal("old evaluation kept past the threshold")
+	}
+	if _, err := st.Eval(r1.EvalID); err != nil {
+		t.Fatalf("the job's latest evaluation was removed: %v", err)
+	}
+	if evals, _ := s.JobEvals(ctx, "batch"); len(evals) != 1 {
+		t.Fatalf("batch job's latest evaluation: %d", len(evals))
+	}
+}
+
+// TestGCRunsFromClientUpdates: no operator action needed; a client update
+// after GCInterval collects.
+func TestGCRunsFromClientUpdates(t *testing.T) {
+	ctx := context.Background()
+	clock := &fakeClock{t: time.Unix(1_000_000, 0)}
+	st := openStore(t)
+	s := startServer(t, st, Config{Now: clock.Now, GCInterval: time.Minute, AllocGCThreshold: time.Minute,
+		EvalGCThreshold: time.Minute})
+	if _, err := s.RegisterJob(ctx, testJob("web", "raw_exec", 1)); err != nil {
+		t.Fatal(err)
+	}
+	a0, _ := s.JobAllocs(ctx, "web")
+	changed := testJob("web", "raw_exec", 1)
+	changed.Meta = map[string]string{"v": "1"}
+	if _, err := s.RegisterJob(ctx, changed); err != nil {
+		t.Fatal(err)
+	}
+	setClientStatus(t, s, structs.AllocClientStatusComplete, a0...)
+	if _, err := st.Alloc(a0[0].ID); err != nil {
+		t.Fatal("collected before the threshold")
+	}
+	clock.Advance(2 * time.Minute)
+	cur, _ := s.JobAllocs(ctx, "web")
+	var live *structs.Allocation
+	for _, a := range cur {
+		if a.DesiredStatus == structs.AllocDesiredStatusRun {
+			live = a
+		}
+	}
+	setClientStatus(t, s, structs.AllocClientStatusComplete, live)
+	if _, err := st.Alloc(a0[0].ID); err == nil {
+		t.Fatal("replaced allocation not collected by the periodic pass")
+	}
+	if evals, _ := st.Evals(); len(evals) != 1 {
+		t.Fatalf("evaluations left: %d, want the latest only", len(evals))
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
