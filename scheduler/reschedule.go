@@ -105,9 +105,9 @@ func nextDelay(events []*structs.RescheduleEvent, p structs.ReschedulePolicy, fa
 	if d <= 0 {
 		d = *p.Delay
 	}
-	if max := *p.MaxDelay; max > 0 && d > max {
-		d = max
-		if n := len(events); n > 0 && failed.Sub(time.Unix(0, events[n-1].RescheduleTime)) > max {
+	if limit := *p.MaxDelay; limit > 0 && d > limit {
+		d = limit
+		if n := len(events); n > 0 && failed.Sub(time.Unix(0, events[n-1].RescheduleTime)) > limit {
 			d = *p.Delay
 		}
 	}

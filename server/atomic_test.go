@@ -178,14 +178,9 @@ type gatedScheduler struct {
 	once    sync.Once
 	entered chan struct{}
 	release chan struct{}
-	calls   int
-	mu      sync.Mutex
 }
 
 func (g *gatedScheduler) Process(job *structs.Job, allocs []*structs.Allocation, nodes []*structs.Node, opts scheduler.Options) (*scheduler.Plan, error) {
-	g.mu.Lock()
-	g.calls++
-	g.mu.Unlock()
 	if job.ID == "big" {
 		g.once.Do(func() {
 			close(g.entered)
@@ -248,12 +243,14 @@ func TestPlanIsComputedWithoutThePlanLock(t *testing.T) {
 func TestBoundsAreCheckedBeforeThePlanLock(t *testing.T) {
 	ctx := context.Background()
 	st := openStore(t)
-	s := startServer(t, st, Config{MaxJobCount: 100, MaxJobSize: 64 << 10})
+	s := startServer(t, st, Config{MaxJobCount: 100, MaxJobSize: 64 << 10, MaxPlanSize: 1 << 20})
 	big := testJob("big", "raw_exec", 60)
 	big.TaskGroups = append(big.TaskGroups, &structs.TaskGroup{Name: "h", Count: 41, Tasks: big.TaskGroups[0].Tasks})
 	huge := testJob("huge", "raw_exec", 20_000_000)
 	fat := testJob("fat", "raw_exec", 1)
 	fat.Meta = map[string]string{"blob": strings.Repeat("x", 100<<10)}
+	wide := testJob("wide", "raw_exec", 40)
+	wide.Meta = map[string]string{"blob": strings.Repeat("x", 30<<10)}
 	tests := []struct {
 		job  *structs.Job
 		want string
@@ -261,6 +258,7 @@ func TestBoundsAreCheckedBeforeThePlanLock(t *testing.T) {
 		{big, `job "big" asks for more than 100 allocations (group "h" count 41)`},
 		{huge, `job "huge" asks for more than 100 allocations (group "g" count 20000000)`},
 		{fat, `job "fat" is 102`},
+		{wide, `job "wide" would store 40 allocations of 309`},
 	}
 	before := st.Index()
 	s.planMu.Lock() // a plan in progress: rejections must not wait for it

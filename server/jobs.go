@@ -82,23 +82,23 @@ func (s *Server) RegisterJob(ctx context.Context, job *structs.Job) (*RegisterRe
 // checkBounds rejects a job asking for more allocations or bytes than the
 // configured limits, before any lock is taken or anything is expanded.
 func (s *Server) checkBounds(job *structs.Job) error {
-	if max := s.cfg.MaxJobCount; max > 0 {
-		total := 0
-		for _, tg := range job.TaskGroups {
-			if tg.Count > max || total+tg.Count > max {
-				return fmt.Errorf("job %q asks for more than %d allocations (group %q count %d)", job.ID, max, tg.Name, tg.Count)
-			}
-			total += tg.Count
+	total := 0
+	for _, tg := range job.TaskGroups {
+		if limit := s.cfg.MaxJobCount; limit > 0 && (tg.Count > limit || total+tg.Count > limit) {
+			return fmt.Errorf("job %q asks for more than %d allocations (group %q count %d)", job.ID, limit, tg.Name, tg.Count)
 		}
+		total += max(tg.Count, 0)
 	}
-	if max := s.cfg.MaxJobSize; max > 0 {
-		buf, err := json.Marshal(job)
-		if err != nil {
-			return fmt.Errorf("failed to encode job: %w", err)
-		}
-		if len(buf) > max {
-			return fmt.Errorf("job %q is %d bytes encoded, more than the limit of %d bytes", job.ID, len(buf), max)
-		}
+	buf, err := json.Marshal(job)
+	if err != nil {
+		return fmt.Errorf("failed to encode job: %w", err)
+	}
+	if limit := s.cfg.MaxJobSize; limit > 0 && len(buf) > limit {
+		return fmt.Errorf("job %q is %d bytes encoded, more than the limit of %d bytes", job.ID, len(buf), limit)
+	}
+	if limit := s.cfg.MaxPlanSize; limit > 0 && total > 0 && len(buf) > limit/total {
+		return fmt.Errorf("job %q would store %d allocations of %d bytes each, more than the limit of %d bytes in all",
+			job.ID, total, len(buf), limit)
 	}
 	return nil
 }
@@ -205,9 +205,9 @@ func (s *Server) Eval(ctx context.Context, id string) (*state.Evaluation, error)
 }
 
 // JobStatus derives a job's status: running while any allocation runs;
-// else pending while any is pending; else dead once the job is stopped or
-// any of its allocations finished (batch and service jobs alike); else
-// pending, as while placement is outstanding.
+// else pending while any is pending or waits for its reschedule; else dead
+// once the job is stopped or any of its allocations finished (batch and
+// service jobs alike); else pending, as while placement is outstanding.
 func JobStatus(job *structs.Job, allocs []*structs.Allocation) string {
 	running, live, done := false, false, 0
 	for _, a := range allocs {
@@ -216,6 +216,8 @@ func JobStatus(job *structs.Job, allocs []*structs.Allocation) string {
 			running = true
 		case !a.TerminalStatus():
 			live = true
+		case a.FollowupEvalID != "" && a.NextAllocation == "" && a.DesiredStatus == structs.AllocDesiredStatusRun:
+			live = true // failed, a replacement is scheduled
 		case a.DesiredStatus == structs.AllocDesiredStatusRun:
 			done++
 		}

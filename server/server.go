@@ -104,6 +104,9 @@ const (
 	DefaultMaxJobCount = 10000
 	// DefaultMaxJobSize bounds a job's encoded size.
 	DefaultMaxJobSize = 4 << 20
+	// DefaultMaxPlanSize bounds a job's size times its count: every
+	// allocation stores a copy of its job.
+	DefaultMaxPlanSize = 512 << 20
 	// DefaultEvalGCThreshold and DefaultAllocGCThreshold are Nomad's
 	// eval_gc_threshold; DefaultGCInterval how often collection runs at most.
 	DefaultEvalGCThreshold  = time.Hour
@@ -121,10 +124,12 @@ type Config struct {
 	// Now stamps jobs and evaluations; nil = time.Now.
 	Now func() time.Time
 
-	// MaxJobCount and MaxJobSize (bytes, JSON-encoded) bound what a
-	// registration may ask for; zero = the defaults, negative = no limit.
+	// MaxJobCount, MaxJobSize (bytes, JSON-encoded) and MaxPlanSize (job
+	// size × count) bound what a registration may ask for; zero = the
+	// defaults, negative = no limit.
 	MaxJobCount int
 	MaxJobSize  int
+	MaxPlanSize int
 	// EvalGCThreshold is the age after which finished evaluations (except
 	// each job's latest) are removed; AllocGCThreshold the age after which
 	// terminal allocations that were stopped or replaced are removed.
@@ -175,7 +180,7 @@ func New(cfg Config) (*Server, error) {
 	defaults := []struct {
 		v *int
 		d int
-	}{{&cfg.MaxJobCount, DefaultMaxJobCount}, {&cfg.MaxJobSize, DefaultMaxJobSize}}
+	}{{&cfg.MaxJobCount, DefaultMaxJobCount}, {&cfg.MaxJobSize, DefaultMaxJobSize}, {&cfg.MaxPlanSize, DefaultMaxPlanSize}}
 	for _, x := range defaults {
 		if *x.v == 0 {
 			*x.v = x.d

@@ -377,6 +377,8 @@ func TestJobStatus(t *testing.T) {
 		{"stopping", &structs.Job{Stop: true}, []*structs.Allocation{a("running", "stop")}, structs.JobStatusRunning},
 		{"batch done", &structs.Job{Type: "batch"}, []*structs.Allocation{a("complete", "run")}, structs.JobStatusDead},
 		{"all failed", &structs.Job{}, []*structs.Allocation{a("failed", "run")}, structs.JobStatusDead},
+		{"failed, rescheduling", &structs.Job{}, []*structs.Allocation{{ClientStatus: "failed", DesiredStatus: "run",
+			FollowupEvalID: "e"}}, structs.JobStatusPending},
 	}
 	for _, tc := range tests {
 		if got := JobStatus(tc.job, tc.allocs); got != tc.want {
