@@ -38,6 +38,10 @@ type Options struct {
 	// OpenTimeout bounds the wait for the file lock another process holds;
 	// default 5 s.
 	OpenTimeout time.Duration
+	// MarkerPath is where the cluster marker lives (see integrity.go);
+	// default "<path>.marker". Outside the state file's dir it also
+	// catches that whole dir being removed.
+	MarkerPath string
 }
 
 // BoltStore is the bbolt implementation of Store. Jobs are keyed by ID
@@ -69,7 +73,11 @@ func OpenBoltOptions(path string, opts Options) (*BoltStore, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("failed to create state dir: %w", err)
 	}
-	mark, err := checkMarker(path)
+	f := files{db: path, marker: opts.MarkerPath}
+	if f.marker == "" {
+		f.marker = markerPath(path)
+	}
+	mark, err := checkMarker(f)
 	if err != nil {
 		return nil, err
 	}
@@ -78,7 +86,7 @@ func OpenBoltOptions(path string, opts Options) (*BoltStore, error) {
 		return nil, err
 	}
 	s := &BoltStore{db: db, versions: opts.JobVersions}
-	idx, err := s.initialise(path, mark)
+	idx, err := s.initialise(f, mark)
 	if err != nil {
 		_ = db.Close()
 		return nil, err

@@ -50,36 +50,39 @@ type marker struct {
 	CreatedAt string `json:"created_at"`
 }
 
+// files names the state file and its marker.
+type files struct{ db, marker string }
+
 func markerPath(path string) string { return path + ".marker" }
 
 // recoveryHint ends every refusal: what the operator can do.
-func recoveryHint(path string) string {
+func recoveryHint(f files) string {
 	return fmt.Sprintf("restore %s from a backup, or remove %s to start an empty cluster (this stops every running allocation)",
-		path, markerPath(path))
+		f.db, f.marker)
 }
 
 // checkMarker reads the marker, if any, and refuses a state file that is
 // missing or empty while the marker says it held state.
-func checkMarker(path string) (*marker, error) {
-	raw, err := os.ReadFile(markerPath(path))
+func checkMarker(f files) (*marker, error) {
+	raw, err := os.ReadFile(f.marker)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("failed to read %s: %w", markerPath(path), err)
+		return nil, fmt.Errorf("failed to read %s: %w", f.marker, err)
 	}
 	m := new(marker)
 	if err := json.Unmarshal(raw, m); err != nil || m.ClusterID == "" {
-		return nil, fmt.Errorf("%w: %s is unreadable; %s", ErrCorrupt, markerPath(path), recoveryHint(path))
+		return nil, fmt.Errorf("%w: %s is unreadable; %s", ErrCorrupt, f.marker, recoveryHint(f))
 	}
-	fi, err := os.Stat(path)
+	fi, err := os.Stat(f.db)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
-		return nil, fmt.Errorf("%w: %s is missing but held cluster %s; %s", ErrStateLost, path, m.ClusterID, recoveryHint(path))
+		return nil, fmt.Errorf("%w: %s is missing but held cluster %s; %s", ErrStateLost, f.db, m.ClusterID, recoveryHint(f))
 	case err != nil:
-		return nil, fmt.Errorf("failed to stat %s: %w", path, err)
+		return nil, fmt.Errorf("failed to stat %s: %w", f.db, err)
 	case fi.Size() == 0:
-		return nil, fmt.Errorf("%w: %s is empty but held cluster %s; %s", ErrStateLost, path, m.ClusterID, recoveryHint(path))
+		return nil, fmt.Errorf("%w: %s is empty but held cluster %s; %s", ErrStateLost, f.db, m.ClusterID, recoveryHint(f))
 	}
 	return m, nil
 }
@@ -135,7 +138,8 @@ func openBolt(path string, opts *bolt.Options) (db *bolt.DB, err error) {
 }
 
 func corrupt(path string, err error) error {
-	return fmt.Errorf("%w: %s: %w; %s", ErrCorrupt, path, err, recoveryHint(path))
+	return fmt.Errorf("%w: %s: %w; restore it from a backup, or move it and its marker away to start an empty cluster (this stops every running allocation)",
+		ErrCorrupt, path, err)
 }
 
 // recoverCorrupt turns a bbolt panic (a corrupt page) into an error.
@@ -154,7 +158,7 @@ func (s *BoltStore) update(fn func(tx *bolt.Tx) error) (err error) {
 
 // initialise creates the buckets, records or compares the
 // cluster ID and writes the marker. It returns the stored index.
-func (s *BoltStore) initialise(path string, mark *marker) (uint64, error) {
+func (s *BoltStore) initialise(f files, mark *marker) (uint64, error) {
 	var idx uint64
 	var clusterID string
 	err := s.update(func(tx *bolt.Tx) error {
@@ -165,7 +169,7 @@ func (s *BoltStore) initialise(path string, mark *marker) (uint64, error) {
 			}
 		}
 		var err error
-		if clusterID, err = checkClusterID(tx, path, mark); err != nil {
+		if clusterID, err = checkClusterID(tx, f, mark); err != nil {
 			return err
 		}
 		idx = readIndex(tx)
@@ -178,11 +182,11 @@ func (s *BoltStore) initialise(path string, mark *marker) (uint64, error) {
 	case errors.Is(err, ErrStateLost), errors.Is(err, ErrCorrupt):
 		return 0, err
 	case err != nil:
-		return 0, fmt.Errorf("failed to initialise state store %s: %w", path, err)
+		return 0, fmt.Errorf("failed to initialise state store %s: %w", f.db, err)
 	}
 	if mark == nil {
 		buf, _ := json.Marshal(&marker{Format: formatVersion, ClusterID: clusterID, CreatedAt: time.Now().UTC().Format(time.RFC3339)})
-		if err := atomicfile.WriteFile(markerPath(path), append(buf, '\n'), 0o600); err != nil {
+		if err := atomicfile.WriteFile(f.marker, append(buf, '\n'), 0o600); err != nil {
 			return 0, fmt.Errorf("failed to write state marker: %w", err)
 		}
 	}
@@ -191,20 +195,20 @@ func (s *BoltStore) initialise(path string, mark *marker) (uint64, error) {
 
 // checkClusterID compares the stored cluster ID with the marker's, or
 // records a new one for a fresh (or pre-marker) store.
-func checkClusterID(tx *bolt.Tx, path string, mark *marker) (string, error) {
+func checkClusterID(tx *bolt.Tx, f files, mark *marker) (string, error) {
 	meta := tx.Bucket(bucketMeta)
 	if v := meta.Get(keyFormat); len(v) == 8 && binary.BigEndian.Uint64(v) > formatVersion {
-		return "", fmt.Errorf("%w: %s has format %d, newer than this meshlet's %d", ErrCorrupt, path,
+		return "", fmt.Errorf("%w: %s has format %d, newer than this meshlet's %d", ErrCorrupt, f.db,
 			binary.BigEndian.Uint64(v), formatVersion)
 	}
 	id := string(meta.Get(keyClusterID))
 	switch {
 	case mark != nil && id == "":
-		return "", fmt.Errorf("%w: %s holds no cluster but %s says it held cluster %s; %s", ErrStateLost, path,
-			markerPath(path), mark.ClusterID, recoveryHint(path))
+		return "", fmt.Errorf("%w: %s holds no cluster but %s says it held cluster %s; %s", ErrStateLost, f.db,
+			f.marker, mark.ClusterID, recoveryHint(f))
 	case mark != nil && id != mark.ClusterID:
-		return "", fmt.Errorf("%w: %s holds cluster %s but %s says cluster %s; %s", ErrStateLost, path, id,
-			markerPath(path), mark.ClusterID, recoveryHint(path))
+		return "", fmt.Errorf("%w: %s holds cluster %s but %s says cluster %s; %s", ErrStateLost, f.db, id,
+			f.marker, mark.ClusterID, recoveryHint(f))
 	case id != "":
 		return id, nil
 	}

@@ -96,7 +96,7 @@ func TestLostStateIsRefused(t *testing.T) {
 			if !errors.Is(err, tc.want) || !strings.Contains(msg, path) || strings.Contains(msg, "\n") {
 				t.Fatalf("err = %q, want one line wrapping %v naming %s", msg, tc.want, path)
 			}
-			if !strings.Contains(msg, "restore") || !strings.Contains(msg, markerPath(path)) {
+			if !strings.Contains(msg, "restore") || !strings.Contains(msg, "marker") {
 				t.Fatalf("err = %q does not say how to recover", msg)
 			}
 		})
@@ -208,5 +208,21 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestMarkerElsewhere: with the marker outside the state dir, removing the
+// whole dir is detected too.
+func TestMarkerElsewhere(t *testing.T) {
+	root := t.TempDir()
+	path := filepath.Join(root, "server", "state.db")
+	opts := Options{MarkerPath: filepath.Join(root, "server-state.marker")}
+	s, err := OpenBoltOptions(path, opts)
+	must(t, err)
+	must(t, s.Close())
+	must(t, os.RemoveAll(filepath.Dir(path)))
+	_, err = OpenBoltOptions(path, opts)
+	if !errors.Is(err, ErrStateLost) || !strings.Contains(err.Error(), opts.MarkerPath) {
+		t.Fatalf("err = %v, want ErrStateLost naming %s", err, opts.MarkerPath)
 	}
 }
