@@ -273,3 +273,33 @@ func TestBoundsAreCheckedBeforeThePlanLock(t *testing.T) {
 		t.Fatal("a rejected job wrote something")
 	}
 }
+
+// TestStartSurvivesAnUnwritablePlan: when the start-up pass cannot write
+// (a full disk), the server still starts and the job is left as it was.
+func TestStartSurvivesAnUnwritablePlan(t *testing.T) {
+	st := openStore(t)
+	if _, err := st.UpsertNode(&structs.Node{ID: "node-1", Name: "n1",
+		Drivers: map[string]*structs.DriverInfo{"raw_exec": {Detected: true, Healthy: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.UpsertJob(withDefaults(testJob("web", "raw_exec", 1))); err != nil {
+		t.Fatal(err)
+	}
+	sched, err := scheduler.New(scheduler.Config{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Config{Store: failAllocWrites{st}, Scheduler: sched, Admission: testAdmission})
+	if err != nil {
+		t.Fatalf("server refused to start because a plan could not be written: %v", err)
+	}
+	defer s.Shutdown()
+	if allocs, _ := st.Allocs(); len(allocs) != 0 {
+		t.Fatalf("allocs = %d", len(allocs))
+	}
+	// Writable again: the next start plans it.
+	s2 := startServer(t, st, Config{})
+	if allocs, _ := s2.JobAllocs(context.Background(), "web"); len(allocs) != 1 {
+		t.Fatalf("job not planned at the next start: %d allocs", len(allocs))
+	}
+}

@@ -63,7 +63,9 @@ func (s *Server) runFollowUp(id string) {
 // recoverState is the start-up pass (belt and braces over the single-
 // transaction plans): it evaluates every job whose latest version no
 // evaluation planned and every live job with failed allocations nobody
-// decided about, then re-arms the pending follow-up evaluations.
+// decided about, then re-arms the pending follow-up evaluations. Only a
+// state that cannot be read fails it; a plan that cannot be written is
+// logged and retried at the next start.
 func (s *Server) recoverState() error {
 	jobs, err := s.store.Jobs()
 	if err != nil {
@@ -106,7 +108,9 @@ func (s *Server) recoverState() error {
 		}
 		s.logger.Info("evaluating job at start", "job_id", j.ID, "version", j.Version, "trigger", trigger)
 		if _, err := s.plan(&planRequest{jobID: j.ID, trigger: trigger, prepare: storedJob}); err != nil {
-			return fmt.Errorf("failed to evaluate job %s at start: %w", j.ID, err)
+			// A full disk must not keep the server (and what runs) from
+			// starting: the job stays as it was and the next start retries.
+			s.logger.Error("failed to evaluate job at start", "job_id", j.ID, "error", err)
 		}
 	}
 	for _, e := range pending {
