@@ -3,7 +3,9 @@
 // change and persists the resulting plans, and serves clients their
 // allocations through a narrow RPC-shaped surface (RegisterNode,
 // NodeAllocs, UpdateAllocs) so that a network can later sit between the two
-// roles.
+// roles. Failed allocations are replaced after their group's reschedule
+// delay (reschedule.go); old evaluations and replaced allocations are
+// collected (gc.go).
 //
 // Concurrency: the scheduler computes a plan without locks from a snapshot
 // of the state; the plan is committed in ONE state transaction (job

@@ -5,7 +5,13 @@
 //
 // Every write commits in one transaction and advances a single, monotonically
 // increasing modify index; readers may block until the index passes a value
-// (WaitIndex) to implement blocking queries. Reads return fresh copies that
+// (WaitIndex) to implement blocking queries. Everything one scheduler run
+// changes (job version, allocations, evaluations) is one ApplyPlan, so a
+// crash or a full disk never leaves half a plan. Only the latest
+// Options.JobVersions versions of a job are kept; allocations are also
+// indexed by node, in the same transactions. OpenBolt refuses a state file
+// that was lost, emptied or damaged instead of starting empty (see
+// integrity.go). Reads return fresh copies that
 // callers may keep and mutate. All methods are safe for concurrent use: writes
 // are serialized by the backend, reads run concurrently.
 //
