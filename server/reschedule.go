@@ -54,6 +54,8 @@ func (s *Server) runFollowUp(id string) {
 		if _, err := s.store.UpsertEval(e); err != nil {
 			s.logger.Error("failed to cancel follow-up evaluation", "eval_id", id, "error", err)
 		}
+	case errors.Is(err, state.ErrClosed):
+		// Shutting down without Shutdown: the next start re-arms it.
 	case err != nil:
 		s.logger.Error("failed to run follow-up evaluation", "eval_id", id, "job_id", e.JobID, "error", err)
 		s.armAfter(id, followUpRetry)

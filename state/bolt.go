@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/meshlet/meshlet/structs"
 )
@@ -110,7 +112,15 @@ func (s *BoltStore) WaitIndex(ctx context.Context, minIndex uint64) uint64 {
 // becomes an error wrapping ErrCorrupt.
 func (s *BoltStore) view(fn func(tx *bolt.Tx) error) (err error) {
 	defer recoverCorrupt(s.db.Path(), &err)
-	return s.db.View(fn)
+	return closedErr(s.db.View(fn))
+}
+
+// closedErr marks bbolt's "database not open" as ErrClosed.
+func closedErr(err error) error {
+	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
+		return fmt.Errorf("%w: %w", ErrClosed, err)
+	}
+	return err
 }
 
 func readIndex(tx *bolt.Tx) uint64 {

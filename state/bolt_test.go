@@ -261,3 +261,16 @@ func TestConcurrentReadersAndWriters(t *testing.T) {
 		t.Fatalf("index = %d, want 100 (one per write)", s.Index())
 	}
 }
+
+func TestUseAfterCloseIsErrClosed(t *testing.T) {
+	s, _ := openTest(t)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Jobs(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("read after close: %v", err)
+	}
+	if _, err := s.UpsertJob(testJob("a", 0)); !errors.Is(err, ErrClosed) {
+		t.Fatalf("write after close: %v", err)
+	}
+}

@@ -153,7 +153,7 @@ func recoverCorrupt(path string, err *error) {
 // update runs fn in a write transaction, recovering bbolt panics.
 func (s *BoltStore) update(fn func(tx *bolt.Tx) error) (err error) {
 	defer recoverCorrupt(s.db.Path(), &err)
-	return s.db.Update(fn)
+	return closedErr(s.db.Update(fn))
 }
 
 // initialise creates the buckets, records or compares the

@@ -29,6 +29,9 @@ import (
 // ErrNotFound is returned for an unknown job, allocation, node or evaluation.
 var ErrNotFound = errors.New("not found")
 
+// ErrClosed is returned by a store used after Close.
+var ErrClosed = errors.New("state store closed")
+
 // Store is the server's persistent state. Implementations must keep it free
 // of backend types so that another backend (etcd) can sit behind it.
 type Store interface {
