@@ -74,3 +74,31 @@ func TestDeregisterReleasesCALeaf(t *testing.T) {
 	s.Stop()
 	testutil.WaitFor(t, hangGuard, "every leaf released at Stop", func() bool { return m.LeafStats() == ca.LeafStats{} })
 }
+
+// TestDisconnectKeepsLeafOfRegisteredProxy: a stream that ends does not
+// release its proxy's leaf while the proxy is registered (the sidecar
+// reconnects to it), and a node that is no registered proxy holds nothing.
+func TestDisconnectKeepsLeafOfRegisteredProxy(t *testing.T) {
+	e := newEnv(t, hclog.Error)
+	e.proxy("p1", "web", "127.0.0.1", 21000)
+	e.waitProxy("p1", 21000)
+	c, ghost := e.dial("p1", false), e.dial("ghost", false)
+	c.req(listenerType, nil, "", "", "")
+	c.ack(c.next(listenerType))
+	ghost.req(listenerType, nil, "", "", "")
+	ghost.nack(ghost.next(listenerType), "") // gives the ghost a status entry
+	testutil.WaitFor(t, hangGuard, "connected", func() bool {
+		return e.srv.ProxyStatus("p1").Connected && e.srv.ProxyError("ghost") != nil
+	})
+	c.close()
+	ghost.close()
+	testutil.WaitFor(t, hangGuard, "closed streams reconciled", func() bool {
+		e.srv.statusMu.Lock()
+		_, ok := e.srv.status["ghost"]
+		e.srv.statusMu.Unlock()
+		return !ok && !e.srv.ProxyStatus("p1").Connected
+	})
+	if n, g := e.ca.holdCount("web"), e.ca.holdCount("ghost"); n != 1 || g != 0 {
+		t.Fatalf("holds after disconnect: web %d (want 1), ghost %d (want 0)", n, g)
+	}
+}
