@@ -127,3 +127,18 @@ func TestProcessReschedulesFailedAllocs(t *testing.T) {
 		t.Fatalf("exhausted batch: %v %+v", err, p)
 	}
 }
+
+func TestReschedulePolicyChangeUpdatesInPlace(t *testing.T) {
+	s := newTest(t, 20000, 20010)
+	n := node("n1", "raw_exec")
+	j := job("web", 1)
+	prev := existing(t, s, j, n)
+	j2 := job("web", 1, func(j *structs.Job) {
+		j.Version = 1
+		j.TaskGroups[0].ReschedulePolicy = &structs.ReschedulePolicy{Delay: ptr(time.Minute)}
+	})
+	p, err := s.Process(j2, prev, []*structs.Node{n}, Options{})
+	if err != nil || len(p.Update) != 1 || len(p.Place)+len(p.Stop) != 0 {
+		t.Fatalf("policy change: %v %+v", err, p)
+	}
+}

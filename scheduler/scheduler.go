@@ -316,8 +316,9 @@ func stopCopy(a *structs.Allocation, desc string) *structs.Allocation {
 	return &cp
 }
 
-// groupChanged reports whether the group's spec (ignoring its count) or the
-// job-level settings that reach tasks differ between two job versions.
+// groupChanged reports whether the group's spec (ignoring its count and
+// reschedule policy) or the job-level settings that reach tasks differ
+// between two job versions.
 func groupChanged(old, cur *structs.Job, group string) bool {
 	ot, ct := old.LookupTaskGroup(group), cur.LookupTaskGroup(group)
 	if ot == nil || ct == nil {
@@ -325,6 +326,9 @@ func groupChanged(old, cur *structs.Job, group string) bool {
 	}
 	o, c := *ot, *ct
 	o.Count, c.Count = 0, 0
+	// How failures are replaced does not change what runs (Nomad updates
+	// the reschedule policy in place).
+	o.ReschedulePolicy, c.ReschedulePolicy = nil, nil
 	return !jsonEqual(&o, &c) || !jsonEqual(old.Meta, cur.Meta) ||
 		old.Region != cur.Region || old.Namespace != cur.Namespace
 }

@@ -206,3 +206,27 @@ func TestAllocsByNodeReadsOnlyThatNode(t *testing.T) {
 		t.Fatalf("AllocsByNode(n1) = %v, %v", got, err)
 	}
 }
+
+// BenchmarkAllocsByNode reads one node's allocations among many nodes'.
+func BenchmarkAllocsByNode(b *testing.B) {
+	s, err := OpenBolt(filepath.Join(b.TempDir(), "state.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	var allocs []*structs.Allocation
+	for i := 0; i < 10000; i++ {
+		allocs = append(allocs, &structs.Allocation{ID: fmt.Sprintf("a%05d", i), NodeID: fmt.Sprint("n", i%100),
+			Job: testJob("web", 0)})
+	}
+	if _, err := s.UpsertAllocs(allocs); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		got, err := s.AllocsByNode("n7")
+		if err != nil || len(got) != 100 {
+			b.Fatalf("got %d, %v", len(got), err)
+		}
+	}
+}
