@@ -83,7 +83,11 @@ func loadState(dir string) (*stateFile, []*rootCA, error) {
 	for _, rs := range st.Roots {
 		r, err := loadRoot(dir, rs)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%w: restore %s from a backup", err, dir)
+			sentinel := ErrStateCorrupt
+			if errors.Is(err, fs.ErrNotExist) {
+				sentinel = ErrStateMissing
+			}
+			return nil, nil, fmt.Errorf("%w: %w: restore %s from a backup", sentinel, err, dir)
 		}
 		roots = append(roots, r)
 	}

@@ -56,11 +56,17 @@ func TestLostCAStateRefused(t *testing.T) {
 	if bytes.Equal(corrupt, good) {
 		t.Fatalf("test setup: no CreateIndex to corrupt in\n%s", good)
 	}
+	keys, _ := filepath.Glob(filepath.Join(dir, "root-*.key"))
+	if len(keys) != 1 {
+		t.Fatalf("root keys: %v", keys)
+	}
+	key, _ := os.ReadFile(keys[0])
 	cases := []struct {
 		name    string
 		prepare func() error
 		want    error
 	}{
+		{"root key deleted", func() error { return os.Remove(keys[0]) }, ErrStateMissing},
 		{"deleted", func() error { return os.Remove(path) }, ErrStateMissing},
 		{"deleted with marker gone", func() error {
 			_ = os.Remove(filepath.Join(dir, markerName))
@@ -77,17 +83,19 @@ func TestLostCAStateRefused(t *testing.T) {
 			}
 			t.Cleanup(func() {
 				_ = os.WriteFile(path, good, 0o600)
+				_ = os.WriteFile(keys[0], key, 0o600)
 				_ = ensureMarker(dir)
 			})
+			damaged, _ := os.ReadFile(path)
 			_, err := New(Config{Dir: dir}, nil, nil)
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("New = %v, want %v", err, tc.want)
 			}
-			if msg := err.Error(); !strings.Contains(msg, path) || !strings.Contains(msg, "backup") || strings.Contains(msg, "\n") {
+			if msg := err.Error(); !strings.Contains(msg, dir) || !strings.Contains(msg, "backup") || strings.Contains(msg, "\n") {
 				t.Fatalf("error does not name the file and the recovery on one line: %q", msg)
 			}
-			if _, err := os.Stat(path); tc.want == ErrStateMissing && err == nil {
-				t.Fatal("a refused start wrote a new state file")
+			if now, _ := os.ReadFile(path); !bytes.Equal(now, damaged) {
+				t.Fatal("a refused start rewrote the state file")
 			}
 		})
 	}
