@@ -112,6 +112,9 @@ func TestUnplannedJobIsPlannedAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	s2 := startServer(t, st, Config{})
+	if s2.ClusterID() == "" || s2.ClusterID() != s.ClusterID() {
+		t.Fatalf("cluster ID %q after restart, was %q", s2.ClusterID(), s.ClusterID())
+	}
 	allocs, err := s2.JobAllocs(ctx, "web")
 	if err != nil || len(allocs) != 2 {
 		t.Fatalf("unplanned job not placed at start: %d allocs, %v", len(allocs), err)

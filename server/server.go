@@ -218,6 +218,10 @@ func (s *Server) Shutdown() {
 	}
 }
 
+// ClusterID identifies the cluster (see state.Store); clients may record it
+// and refuse a server whose state was lost and started over.
+func (s *Server) ClusterID() string { return s.store.ClusterID() }
+
 // Index is the state store's latest index.
 func (s *Server) Index() uint64 { return s.store.Index() }
 

@@ -221,7 +221,7 @@ func checkClusterID(tx *bolt.Tx, f files, mark *marker) (string, error) {
 	return id, meta.Put(keyClusterID, []byte(id))
 }
 
-// ClusterID returns the ID recorded at the store's first open.
+// ClusterID implements Store.
 func (s *BoltStore) ClusterID() string {
 	var id string
 	_ = s.view(func(tx *bolt.Tx) error {

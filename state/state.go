@@ -35,6 +35,10 @@ var ErrClosed = errors.New("state store closed")
 // Store is the server's persistent state. Implementations must keep it free
 // of backend types so that another backend (etcd) can sit behind it.
 type Store interface {
+	// ClusterID identifies the cluster whose state this is, recorded when
+	// the store was first created (a store that lost its state gets a new
+	// one, so holders of the old ID can tell).
+	ClusterID() string
 	// Index is the latest modify index.
 	Index() uint64
 	// WaitIndex blocks until Index() > minIndex or ctx ends, and returns the
