@@ -137,8 +137,11 @@ func (m *Manager) removeCache(allocID string) error {
 // sweepIptables removes what the plugins left in iptables for the given
 // container IDs: nat rules whose comment carries one of the IDs (bridge
 // ipMasq, portmap), the per-container chains they jump to or that are named
-// after (network, ID), and CNI-FORWARD rules (firewall) for ips.
+// after (network, ID), and CNI-FORWARD rules (firewall) for ips. It holds
+// hostMu.
 func (m *Manager) sweepIptables(ids map[string]bool, networks []string, ips map[string]bool) error {
+	hostMu.Lock()
+	defer hostMu.Unlock()
 	t, err := m.iptables()
 	if err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
@@ -122,11 +123,16 @@ type Manager struct {
 	retryDelay func(attempt int) time.Duration
 
 	// mountShared records that NetNSDir was made a shared mount
-	// (guarded by the package lock).
+	// (guarded by hostMu).
 	mountShared bool
 	// natReady records that meshlet's nat rules were ensured (guarded by
-	// the package lock).
+	// hostMu).
 	natReady bool
+
+	mu sync.Mutex
+	// added holds the networks this Manager has run a successful ADD of
+	// (guarded by mu; see Manager.add).
+	added map[string]bool
 }
 
 // New validates cfg (after filling in defaults) and returns a Manager. It
@@ -157,6 +163,7 @@ func New(cfg Config, logger hclog.Logger) (*Manager, error) {
 		builtin:    builtin,
 		lookPath:   exec.LookPath,
 		retryDelay: defaultRetryDelay,
+		added:      map[string]bool{},
 	}, nil
 }
 

@@ -36,12 +36,17 @@
 // configs, used for DEL and CHECK after an agent restart) and "netns/<id>"
 // (a record for each namespace this package created: the marker GC trusts).
 //
-// Concurrency: a Manager is safe for concurrent use. Every public method
-// that touches namespaces, CNI plugins, leases or iptables (Setup, Restore,
-// Teardown, GC) holds one package-level mutex for its whole duration, because
-// iptables and the shared CNI chains are host-global and several Managers
-// may live in one process. The rule: lock in public methods, never in
-// private ones; private methods whose names end in "Locked" or that are
-// called only from public methods assume the lock is held. New, NetNSPath and
-// ModeOf take no lock.
+// Concurrency: a Manager is safe for concurrent use, and several Managers
+// may live in one process. Setup, Restore and Teardown of one allocation
+// are serialized by a lock keyed by its namespace path (waiting gives up
+// when the caller's context ends); different allocations never wait on
+// each other, since the plugins lock what they share themselves (host-local
+// its lease dir with a file lock, iptables the xtables lock via --wait). The
+// first ADD of each network by a Manager runs alone so the plugins create
+// their shared chains and the bridge without racing. meshlet's own
+// host-global work (the shared netns mount, its nat rules, iptables sweeps)
+// holds a narrow package lock for its duration only. GC takes each dead
+// allocation's lock in turn. See locks.go for the locks and their order.
+// Private methods whose names end in "Locked" assume the allocation's lock
+// is held. New, NetNSPath and ModeOf take no lock.
 package cni

@@ -28,6 +28,11 @@ var (
 	ErrPermission = errors.New("permission denied")
 	// ErrPluginFailed: a CNI plugin failed for another reason.
 	ErrPluginFailed = errors.New("CNI plugin failed")
+	// ErrNamespaceLost: Restore found the allocation's namespace gone and
+	// set its network up in a new one. It comes with the new network's
+	// status; tasks started in the old namespace have no network and must
+	// be restarted into the new one.
+	ErrNamespaceLost = errors.New("allocation network namespace lost; its tasks must be restarted")
 )
 
 // fixError is an error whose message tells the operator what to fix. It

@@ -5,17 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"net"
+
+	cniutils "github.com/containernetworking/cni/pkg/utils"
 )
 
 // GC removes what this Manager's allocations left behind that are not in
 // live (keyed by allocation ID): namespaces it has a record of, libcni
 // cache entries, leases of the built-in network, iptables rules and
 // chains tagged with the built-in network's name and a dead ID, and
-// CNI-FORWARD rules for addresses of the subnet no live allocation holds.
-// It keeps going after errors and returns them all.
+// CNI-FORWARD rules for addresses of the subnet that nobody holds a lease
+// of. It keeps going after errors and returns them all. It takes each dead
+// allocation's lock while removing it, so it may run while live
+// allocations are set up, restored or torn down.
 func (m *Manager) GC(ctx context.Context, live map[string]bool) error {
-	mu.Lock()
-	defer mu.Unlock()
 	found := map[string]bool{} // IDs something is left of
 	var errs []error
 	if atts, err := m.cni.GetCachedAttachments(""); err == nil {
@@ -44,26 +46,56 @@ func (m *Manager) GC(ctx context.Context, live map[string]bool) error {
 		}
 	}
 	for id := range found {
-		if live[id] {
-			continue
+		// An ID that cannot name a namespace (an empty lease file left by
+		// a crash) must never reach teardown: NetNSPath("") is NetNSDir.
+		if !live[id] && cniutils.ValidateContainerID(id) == nil {
+			errs = append(errs, m.collect(ctx, id))
 		}
-		m.logger.Info("removing leaked allocation network", "alloc_id", id)
-		errs = append(errs, m.teardownLocked(ctx, id, nil))
 	}
+	// Such leases are junk: host-local writes a lease under its lock, which
+	// releaseLeases holds, so an unreadable one is not being written.
+	errs = append(errs, m.releaseLeases(func(id string) bool { return cniutils.ValidateContainerID(id) != nil }))
 	if terr == nil {
-		liveIPs := map[string]bool{}
-		for _, l := range leases {
-			if live[l.id] {
-				liveIPs[l.ip] = true
-			}
-		}
-		errs = append(errs, m.sweepForward(t, func(ip string) bool {
-			addr := net.ParseIP(ip)
-			return addr != nil && m.subnet.Contains(addr) && !liveIPs[ip]
-		}))
+		errs = append(errs, m.sweepUnleased(t))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("failed to garbage-collect allocation networks: %w", err)
 	}
 	return nil
+}
+
+// collect removes everything of one dead allocation, holding its lock.
+func (m *Manager) collect(ctx context.Context, allocID string) error {
+	unlock, err := m.lockAlloc(ctx, allocID)
+	if err != nil {
+		return fmt.Errorf("allocation %s: %w", allocID, err)
+	}
+	defer unlock()
+	m.logger.Info("removing leaked allocation network", "alloc_id", allocID)
+	return m.teardownLocked(ctx, allocID, nil)
+}
+
+// sweepUnleased deletes the CNI-FORWARD rules of the subnet's addresses
+// that no allocation holds a lease of. The leases are read after the rules
+// are listed: host-local leases an address before the firewall plugin
+// adds its rules, so an allocation being set up meanwhile is seen holding
+// its address.
+func (m *Manager) sweepUnleased(t *ipt) error {
+	hostMu.Lock()
+	defer hostMu.Unlock()
+	var leased map[string]bool
+	var lerr error
+	err := m.sweepForward(t, func(ip string) bool {
+		if leased == nil {
+			leased = map[string]bool{}
+			var all []lease
+			all, lerr = m.leases()
+			for _, l := range all {
+				leased[l.ip] = true
+			}
+		}
+		addr := net.ParseIP(ip)
+		return lerr == nil && addr != nil && m.subnet.Contains(addr) && !leased[ip]
+	})
+	return errors.Join(err, lerr)
 }

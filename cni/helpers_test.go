@@ -119,6 +119,12 @@ func newTestNet(t *testing.T) *testNet {
 }
 
 func newTestNetWith(t testing.TB, plugins string, prefixLen int) *testNet {
+	return newTestNetIn(t, plugins, prefixLen, t.TempDir())
+}
+
+// newTestNetIn is newTestNetWith with the state dir given (e.g. a small
+// tmpfs the caller mounted before, so it is unmounted after the cleanup).
+func newTestNetIn(t testing.TB, plugins string, prefixLen int, stateDir string) *testNet {
 	b := make([]byte, 3)
 	_, _ = rand.Read(b)
 	suffix := hex.EncodeToString(b)
@@ -127,7 +133,7 @@ func newTestNetWith(t testing.TB, plugins string, prefixLen int) *testNet {
 	tn.cfg = Config{
 		PluginDir: plugins, ConfigDir: t.TempDir(), BridgeName: "mtb" + suffix,
 		Subnet: fmt.Sprintf("10.251.%d.0/%d", n, prefixLen), NetworkName: "mtest-" + suffix,
-		StateDir: t.TempDir(), AdminChain: "MT-ADMIN-" + suffix,
+		StateDir: stateDir, AdminChain: "MT-ADMIN-" + suffix,
 	}
 	tn.m = tn.newManager()
 	t.Cleanup(tn.cleanup)
@@ -189,7 +195,13 @@ func (tn *testNet) cleanup() {
 		_ = netlink.LinkDel(l)
 	}
 	if ipt, err := iptables.New(); err == nil {
-		_ = ipt.DeleteIfExists("filter", "CNI-FORWARD", "-m", "comment", "--comment", "CNI firewall plugin admin overrides", "-j", tn.cfg.AdminChain)
+		adminRule := []string{"-m", "comment", "--comment", "CNI firewall plugin admin overrides", "-j", tn.cfg.AdminChain}
+		for i := 0; i < 10; i++ { // concurrent first ADDs may have added it twice
+			if ok, err := ipt.Exists("filter", "CNI-FORWARD", adminRule...); err != nil || !ok {
+				break
+			}
+			_ = ipt.Delete("filter", "CNI-FORWARD", adminRule...)
+		}
 		_ = ipt.ClearAndDeleteChain("filter", tn.cfg.AdminChain)
 	}
 	removeBridgeNAT(t, tn.cfg.BridgeName)
@@ -230,8 +242,12 @@ func (tn *testNet) residue(ids ...string) []string {
 			out = append(out, "namespace "+id)
 		}
 	}
-	if recs, _ := tn.m.records(); len(recs) > 0 {
-		out = append(out, fmt.Sprintf("records %v", recs))
+	if recs, _ := os.ReadDir(recordDir(tn.cfg)); len(recs) > 0 {
+		names := make([]string, 0, len(recs))
+		for _, r := range recs {
+			names = append(names, r.Name())
+		}
+		out = append(out, fmt.Sprintf("record dir entries %v", names))
 	}
 	if n := tn.vethCount(); n > 0 {
 		out = append(out, fmt.Sprintf("%d veths on %s", n, tn.cfg.BridgeName))

@@ -13,9 +13,11 @@ import (
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/google/uuid"
 	"github.com/meshlet/meshlet/internal/testutil"
 	"github.com/meshlet/meshlet/structs"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 func TestBrokenPluginLeavesNothing(t *testing.T) {
@@ -157,8 +159,19 @@ func TestRestore(t *testing.T) {
 	if err := netlink.LinkDel(bVeth); err != nil && !errors.Is(err, syscall.ENODEV) {
 		t.Fatalf("delete the lost namespace's veth: %v", err)
 	}
-	if got, err := m2.Restore(t.Context(), b); err != nil || !strings.HasPrefix(got.Address, tn.prefix) {
-		t.Fatalf("Restore of a lost namespace = %+v, %v (was %s)", got, err, stB.Address)
+	got, err = m2.Restore(t.Context(), b)
+	if !errors.Is(err, ErrNamespaceLost) || got == nil || !strings.HasPrefix(got.Address, tn.prefix) {
+		t.Fatalf("Restore of a lost namespace = %+v, %v; want the new network's status and ErrNamespaceLost (was %s)", got, err, stB.Address)
+	}
+	if !strings.Contains(err.Error(), b.ID) || !strings.Contains(err.Error(), m2.NetNSPath(b.ID)) {
+		t.Fatalf("ErrNamespaceLost error %q does not name the allocation and its namespace", err)
+	}
+	if eth0 := addrOfEth0(t, m2.NetNSPath(b.ID)); eth0 != got.Address {
+		t.Fatalf("new namespace's eth0 has %s, status says %s", eth0, got.Address)
+	}
+	// Once recreated, the namespace is there: the next Restore is a plain one.
+	if again, err := m2.Restore(t.Context(), b); err != nil || again.Address != got.Address {
+		t.Fatalf("Restore after the recreation = %+v, %v; want %s and no error", again, err, got.Address)
 	}
 	for _, x := range []*structs.Allocation{a, b} {
 		if err := m2.Teardown(t.Context(), x); err != nil {
@@ -336,4 +349,68 @@ func hostVethOf(t *testing.T, nsPath string) netlink.Link {
 		t.Fatalf("host end of %s's veth (index %d): %v", nsPath, peer, err)
 	}
 	return l
+}
+
+// TestSetupOverLeftovers: a Setup that finds state of an earlier setup of
+// the allocation without its namespace (the agent lost the allocation's
+// client state, then the namespace) sets up afresh with one lease.
+func TestSetupOverLeftovers(t *testing.T) {
+	tn := newTestNet(t)
+	a := tn.alloc(structs.PortMapping{Label: "http", Value: freePort(t), To: 8080})
+	tn.setup(a)
+	path := tn.m.NetNSPath(a.ID)
+	veth := hostVethOf(t, path)
+	if err := removeNetNS(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := netlink.LinkDel(veth); err != nil && !errors.Is(err, syscall.ENODEV) {
+		t.Fatalf("delete the lost namespace's veth: %v", err)
+	}
+	got, err := tn.newManager().Setup(t.Context(), a)
+	if err != nil || !strings.HasPrefix(got.Address, tn.prefix) {
+		t.Fatalf("Setup over leftovers = %+v, %v", got, err)
+	}
+	if n := len(tn.m.leaseIPs(a.ID)); n != 1 {
+		t.Fatalf("%d leases for the allocation, want 1", n)
+	}
+	if err := tn.m.Teardown(t.Context(), a); err != nil {
+		t.Fatal(err)
+	}
+	tn.requireClean(a.ID)
+}
+
+// TestGCRemovesJunkKeepsLive: GC releases a lease with no container ID
+// (a crash between host-local creating and writing it) and removes a
+// record's leftover temp file, without mistaking the empty ID for an
+// allocation: NetNSPath("") is NetNSDir, whose unmount would take every
+// namespace with it.
+func TestGCRemovesJunkKeepsLive(t *testing.T) {
+	nsDir := t.TempDir()
+	t.Cleanup(func() { _ = unix.Unmount(nsDir, unix.MNT_DETACH) })
+	tn := newTestNet(t)
+	tn.cfg.NetNSDir = nsDir
+	tn.m = tn.newManager()
+	live := tn.alloc()
+	st := tn.setup(live)
+	junk := filepath.Join(tn.m.leaseDir(), tn.prefix+"200")
+	temp := filepath.Join(recordDir(tn.cfg), ".tmp-"+uuid.NewString()+"-123")
+	for _, f := range []string{junk, temp} {
+		if err := os.WriteFile(f, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tn.newManager().GC(t.Context(), map[string]bool{live.ID: true}); err != nil {
+		t.Fatalf("GC: %v", err)
+	}
+	if !netNSExists(tn.m.NetNSPath(live.ID)) {
+		t.Fatal("GC removed the live allocation's namespace")
+	}
+	if got := addrOfEth0(t, tn.m.NetNSPath(live.ID)); got != st.Address {
+		t.Fatalf("live eth0 = %s, want %s", got, st.Address)
+	}
+	for _, f := range []string{junk, temp} {
+		if _, err := os.Stat(f); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("GC kept %s (%v)", f, err)
+		}
+	}
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
@@ -15,11 +14,6 @@ import (
 	cniutils "github.com/containernetworking/cni/pkg/utils"
 	"github.com/meshlet/meshlet/structs"
 )
-
-// mu serializes every Setup, Restore, Teardown and GC in the process:
-// iptables and the plugins' shared chains are host-global. Public methods
-// lock it; private methods never do.
-var mu sync.Mutex
 
 // addAttempts is how many times Setup tries CNI ADD.
 const addAttempts = 3
@@ -97,27 +91,38 @@ func (m *Manager) networkFor(mode string) (*libcni.NetworkConfigList, error) {
 // network of its group's mode. For "host" and "none" it does nothing and
 // returns nil, nil. If the namespace already exists (an agent restarted
 // mid-setup) it behaves like Restore. On failure nothing is left behind
-// and the error says what to fix.
+// and the error says what to fix. Setups of different allocations
+// run in parallel; calls for one allocation wait for each other (or for
+// ctx).
 func (m *Manager) Setup(ctx context.Context, alloc *structs.Allocation) (*structs.AllocNetworkStatus, error) {
 	p, err := m.prepare(alloc)
 	if err != nil || p == nil {
 		return nil, wrapSetup(alloc, err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	unlock, err := m.lockAlloc(ctx, alloc.ID)
+	if err != nil {
+		return nil, wrapSetup(alloc, err)
+	}
+	defer unlock()
 	if netNSExists(m.NetNSPath(alloc.ID)) {
 		return m.restoreLocked(ctx, alloc, p)
 	}
-	if err := m.ensureHostLocked(p); err != nil {
+	if err := m.ensureHost(p); err != nil {
 		return nil, wrapSetup(alloc, err)
 	}
 	status, err := m.setupLocked(ctx, alloc, p)
 	return status, wrapSetup(alloc, err)
 }
 
-// ensureHostLocked prepares the host-wide state a plan's network relies
-// on before its ADD: meshlet's nat rules for the built-in network.
-func (m *Manager) ensureHostLocked(p *plan) error {
+// ensureHost prepares the host-wide state a plan's network relies on
+// before its ADD: NetNSDir as a shared mount and, for the built-in
+// network, meshlet's nat rules. It holds hostMu.
+func (m *Manager) ensureHost(p *plan) error {
+	hostMu.Lock()
+	defer hostMu.Unlock()
+	if err := m.ensureSharedDir(); err != nil {
+		return classify(err, p.list.Name, m.cfg.Subnet)
+	}
 	if p.list != m.builtin {
 		return nil
 	}
@@ -134,13 +139,13 @@ func wrapSetup(alloc *structs.Allocation, err error) error {
 	return fmt.Errorf("failed to set up network for allocation %s: %w", alloc.ID, err)
 }
 
-// setupLocked creates the namespace and runs ADD; on failure it undoes
-// everything.
+// setupLocked creates the record and the namespace and runs ADD; on
+// failure it undoes everything, a half-written record included.
 func (m *Manager) setupLocked(ctx context.Context, alloc *structs.Allocation, p *plan) (*structs.AllocNetworkStatus, error) {
-	if err := m.ensureSharedDir(); err != nil {
-		return nil, classify(err, p.list.Name, m.cfg.Subnet)
-	}
 	if err := m.writeRecord(alloc.ID, p.list.Name); err != nil {
+		if rerr := m.removeRecord(alloc.ID); rerr != nil {
+			return nil, fmt.Errorf("%w (and cleaning up failed: %w)", err, rerr)
+		}
 		return nil, err
 	}
 	if err := createNetNS(m.NetNSPath(alloc.ID)); err != nil {
@@ -154,7 +159,7 @@ func (m *Manager) setupLocked(ctx context.Context, alloc *structs.Allocation, p 
 	}
 	if err != nil {
 		if uerr := m.teardownLocked(context.WithoutCancel(ctx), alloc.ID, &attachment{list: p.list, rt: p.rt}); uerr != nil {
-			return nil, fmt.Errorf("%w (and cleaning up failed: %v)", err, uerr)
+			return nil, fmt.Errorf("%w (and cleaning up failed: %w)", err, uerr)
 		}
 		return nil, err
 	}
@@ -175,7 +180,7 @@ func (m *Manager) addWithRetry(ctx context.Context, allocID string, p *plan) (ty
 			case <-time.After(m.retryDelay(attempt)):
 			}
 		}
-		res, err := m.cni.AddNetworkList(ctx, p.list, p.rt)
+		res, err := m.add(ctx, p)
 		if err == nil {
 			return res, nil
 		}
@@ -189,6 +194,35 @@ func (m *Manager) addWithRetry(ctx context.Context, allocID string, p *plan) (ty
 		m.logger.Warn("CNI ADD failed; retrying", "alloc_id", allocID, "attempt", attempt, "error", err)
 	}
 	return nil, first
+}
+
+// add runs CNI ADD of the plan. The first ADD of a network by this
+// Manager holds firstAddLock (see locks.go).
+func (m *Manager) add(ctx context.Context, p *plan) (types.Result, error) {
+	if m.addedOnce(p.list.Name, false) {
+		return m.cni.AddNetworkList(ctx, p.list, p.rt)
+	}
+	unlock, err := firstAddLock.lock(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	res, err := m.cni.AddNetworkList(ctx, p.list, p.rt)
+	if err == nil {
+		m.addedOnce(p.list.Name, true)
+	}
+	return res, err
+}
+
+// addedOnce reports whether an ADD of network succeeded before; set
+// records that one did.
+func (m *Manager) addedOnce(network string, set bool) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if set {
+		m.added[network] = true
+	}
+	return m.added[network]
 }
 
 // afterAdd completes a successful ADD of the plan: route_localnet for
@@ -270,12 +304,17 @@ func toSet(ss []string) map[string]bool {
 // then removes the namespace. If DEL fails, the iptables rules and chains
 // tagged with the allocation ID are removed directly; the lease is always
 // released. Tearing down an allocation with nothing set up returns nil.
+// It waits for other calls on the same allocation (or for ctx), never for
+// other allocations.
 func (m *Manager) Teardown(ctx context.Context, alloc *structs.Allocation) error {
 	if alloc == nil || alloc.ID == "" || cniutils.ValidateContainerID(alloc.ID) != nil {
 		return nil // nothing this package could have created
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	unlock, err := m.lockAlloc(ctx, alloc.ID)
+	if err != nil {
+		return fmt.Errorf("failed to tear down network of allocation %s: %w", alloc.ID, err)
+	}
+	defer unlock()
 	if !m.hasState(alloc.ID) {
 		return nil
 	}
@@ -347,7 +386,7 @@ func (m *Manager) teardownLocked(ctx context.Context, allocID string, fallback *
 	)
 	switch {
 	case err != nil && delErr != nil:
-		return fmt.Errorf("%w (after CNI DEL failed: %v)", err, delErr)
+		return fmt.Errorf("%w (after CNI DEL failed: %w)", err, delErr)
 	case err != nil:
 		return err
 	case delErr != nil:

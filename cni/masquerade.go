@@ -93,7 +93,7 @@ func networkRules(bridge, subnet string) []natRule {
 }
 
 // ensureNATLocked makes meshlet's nat rules for the built-in network
-// present, once per Manager (that is, per agent start). It lists the nat
+// present, once per Manager (that is, per agent start). It needs hostMu. It lists the nat
 // table once and writes nothing when all is in place; a network whose
 // rules are missing, out of order or for another subnet gets them
 // rewritten.
@@ -203,8 +203,8 @@ func (m *Manager) routeLocalnet(p *plan) error {
 // ports through 127.0.0.1. The shared chain and its jump stay. A network
 // without rules, or a host without iptables, is not an error.
 func RemoveBridgeNAT(bridge string) error {
-	mu.Lock()
-	defer mu.Unlock()
+	hostMu.Lock()
+	defer hostMu.Unlock()
 	path, err := exec.LookPath("iptables")
 	if err != nil {
 		return nil // without iptables no rule was written

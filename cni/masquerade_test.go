@@ -117,9 +117,9 @@ func TestEnsureNAT(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		mu.Lock()
+		hostMu.Lock()
 		err = m.ensureNATLocked()
-		mu.Unlock()
+		hostMu.Unlock()
 		if err != nil {
 			t.Fatalf("%s: ensureNATLocked: %v", s.name, err)
 		}

@@ -112,6 +112,15 @@ func TestPortMappingOnHostLoopback(t *testing.T) {
 // addrOfEth0 returns the IPv4 address of eth0 inside a namespace.
 func addrOfEth0(t *testing.T, nsPath string) string {
 	t.Helper()
+	addr, err := eth0Addr(nsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
+// eth0Addr returns the IPv4 address of eth0 in the namespace at nsPath.
+func eth0Addr(nsPath string) (string, error) {
 	var addr string
 	err := ns.WithNetNSPath(nsPath, func(ns.NetNS) error {
 		l, err := netlink.LinkByName("eth0")
@@ -120,58 +129,13 @@ func addrOfEth0(t *testing.T, nsPath string) string {
 		}
 		addrs, err := netlink.AddrList(l, netlink.FAMILY_V4)
 		if err != nil || len(addrs) == 0 {
-			return fmt.Errorf("no IPv4 address on eth0: %v", err)
+			return fmt.Errorf("no IPv4 address on eth0: %w", err)
 		}
 		addr = addrs[0].IP.String()
 		return nil
 	})
 	if err != nil {
-		t.Fatalf("eth0 in %s: %v", nsPath, err)
+		return "", fmt.Errorf("eth0 in %s: %w", nsPath, err)
 	}
-	return addr
-}
-
-func TestConcurrentSetups(t *testing.T) {
-	tn := newTestNet(t)
-	const n = 4
-	allocs := make([]*structs.Allocation, n)
-	for i := range allocs {
-		allocs[i] = tn.alloc(structs.PortMapping{Label: "http", Value: freePort(t), To: 80})
-	}
-	type result struct {
-		st  *structs.AllocNetworkStatus
-		err error
-	}
-	results := make(chan result, n)
-	for _, a := range allocs {
-		go func() {
-			st, err := tn.m.Setup(t.Context(), a)
-			results <- result{st, err}
-		}()
-	}
-	seen := map[string]bool{}
-	for range n {
-		r := <-results
-		if r.err != nil {
-			t.Fatalf("concurrent Setup: %v", r.err)
-		}
-		if seen[r.st.Address] {
-			t.Fatalf("address %s handed out twice", r.st.Address)
-		}
-		seen[r.st.Address] = true
-	}
-	errs := make(chan error, n)
-	for _, a := range allocs {
-		go func() { errs <- tn.m.Teardown(t.Context(), a) }()
-	}
-	for range n {
-		if err := <-errs; err != nil {
-			t.Fatalf("concurrent Teardown: %v", err)
-		}
-	}
-	ids := make([]string, 0, n)
-	for _, a := range allocs {
-		ids = append(ids, a.ID)
-	}
-	tn.requireClean(ids...)
+	return addr, nil
 }

@@ -8,10 +8,13 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"time"
 
+	cniutils "github.com/containernetworking/cni/pkg/utils"
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/meshlet/meshlet/internal/atomicfile"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -29,9 +32,10 @@ func (m *Manager) recordPath(allocID string) string {
 	return filepath.Join(recordDir(m.cfg), allocID)
 }
 
-// writeRecord persists the marker of allocID's namespace. It is written
-// before the namespace is created, so a crash in between leaves something
-// GC can find.
+// writeRecord persists the marker of allocID's namespace (atomically: a
+// crash or a full disk leaves the old record or none, never a torn one).
+// It is written before the namespace is created, so a crash in between
+// leaves something GC can find.
 func (m *Manager) writeRecord(allocID, network string) error {
 	if err := os.MkdirAll(recordDir(m.cfg), 0o700); err != nil {
 		return fmt.Errorf("failed to create state dir: %w", err)
@@ -40,24 +44,68 @@ func (m *Manager) writeRecord(allocID, network string) error {
 	if err != nil {
 		return fmt.Errorf("failed to marshal namespace record: %w", err)
 	}
-	tmp := m.recordPath(allocID) + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return fmt.Errorf("failed to write namespace record: %w", err)
-	}
-	if err := os.Rename(tmp, m.recordPath(allocID)); err != nil {
+	if err := atomicfile.WriteFile(m.recordPath(allocID), data, 0o600); err != nil {
 		return fmt.Errorf("failed to write namespace record: %w", err)
 	}
 	return nil
 }
 
+// ensureRecord writes allocID's record unless a valid one for the same
+// namespace path is there already.
+func (m *Manager) ensureRecord(allocID, network string) error {
+	data, err := os.ReadFile(m.recordPath(allocID))
+	var rec nsRecord
+	if err == nil && json.Unmarshal(data, &rec) == nil && rec.AllocID == allocID && rec.Path == m.NetNSPath(allocID) {
+		return nil
+	}
+	return m.writeRecord(allocID, network)
+}
+
+// Temp files of a record write: atomicfile's ".tmp-<id>-<random>", and
+// "<id>.tmp" of older versions.
+const (
+	recordTempPrefix = ".tmp-"
+	legacyTempSuffix = ".tmp"
+)
+
+// recordOf returns the allocation ID a file of the record dir belongs to:
+// a record or a temp file left by an interrupted write.
+func recordOf(name string) (id string, temp bool) {
+	if rest, ok := strings.CutPrefix(name, recordTempPrefix); ok {
+		if i := strings.LastIndexByte(rest, '-'); i > 0 {
+			return rest[:i], true
+		}
+		return "", true
+	}
+	if id, ok := strings.CutSuffix(name, legacyTempSuffix); ok {
+		return id, true
+	}
+	return name, false
+}
+
+// removeRecord removes allocID's record and any temp file of a write of
+// it that did not finish.
 func (m *Manager) removeRecord(allocID string) error {
 	if err := os.Remove(m.recordPath(allocID)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("failed to remove namespace record: %w", err)
 	}
-	return nil
+	entries, err := os.ReadDir(recordDir(m.cfg))
+	if err != nil {
+		return nil // no dir: no temp files
+	}
+	var errs []error
+	for _, e := range entries {
+		if id, temp := recordOf(e.Name()); temp && id == allocID {
+			if err := os.Remove(filepath.Join(recordDir(m.cfg), e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, fmt.Errorf("failed to remove namespace record temp file: %w", err))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
-// records returns the alloc IDs that have a namespace record.
+// records returns the alloc IDs that have a namespace record, or a temp
+// file of one.
 func (m *Manager) records() ([]string, error) {
 	entries, err := os.ReadDir(recordDir(m.cfg))
 	if errors.Is(err, os.ErrNotExist) {
@@ -68,8 +116,8 @@ func (m *Manager) records() ([]string, error) {
 	}
 	var ids []string
 	for _, e := range entries {
-		if e.Type().IsRegular() && filepath.Ext(e.Name()) != ".tmp" {
-			ids = append(ids, e.Name())
+		if id, _ := recordOf(e.Name()); e.Type().IsRegular() && cniutils.ValidateContainerID(id) == nil {
+			ids = append(ids, id)
 		}
 	}
 	return ids, nil
@@ -77,7 +125,7 @@ func (m *Manager) records() ([]string, error) {
 
 // ensureSharedDir makes NetNSDir exist and be a shared mount point, as
 // `ip netns add` does, so namespace mounts propagate into mount namespaces
-// created later. Done once per Manager; needs the package lock.
+// created later. Done once per Manager; needs hostMu.
 func (m *Manager) ensureSharedDir() error {
 	if m.mountShared {
 		return nil

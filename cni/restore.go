@@ -11,16 +11,30 @@ import (
 // Restore re-adopts an allocation's network after an agent restart. If
 // its namespace still exists it is reused (tasks may be running in it) and
 // checked with CNI CHECK against the cached ADD; if the check fails the
-// network inside the same namespace is rebuilt once (DEL, then ADD). If
-// the namespace is gone (e.g. after a reboot) leftovers are removed and
-// the network is set up afresh. "host" and "none" return nil, nil.
+// network inside the same namespace is rebuilt once (DEL, then ADD). A
+// namespace record that cannot be written (a full disk) is logged, never
+// fatal: the running network is kept.
+//
+// If the namespace is gone (e.g. after a reboot) leftovers are removed
+// and the network is set up afresh in a new namespace at the same path;
+// Restore then returns the new network's status together with an error
+// wrapping ErrNamespaceLost: whatever ran in the old namespace has no
+// network and must be restarted (or the allocation replaced). If that
+// setup fails the status is nil and the error does not wrap
+// ErrNamespaceLost.
+//
+// "host" and "none" return nil, nil. Restore waits for other calls on the
+// same allocation (or for ctx), never for other allocations.
 func (m *Manager) Restore(ctx context.Context, alloc *structs.Allocation) (*structs.AllocNetworkStatus, error) {
 	p, err := m.prepare(alloc)
 	if err != nil || p == nil {
 		return nil, wrapRestore(alloc, err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	unlock, err := m.lockAlloc(ctx, alloc.ID)
+	if err != nil {
+		return nil, wrapRestore(alloc, err)
+	}
+	defer unlock()
 	return m.restoreLocked(ctx, alloc, p)
 }
 
@@ -35,19 +49,15 @@ func wrapRestore(alloc *structs.Allocation, err error) error {
 }
 
 func (m *Manager) restoreLocked(ctx context.Context, alloc *structs.Allocation, p *plan) (*structs.AllocNetworkStatus, error) {
-	if err := m.ensureHostLocked(p); err != nil {
+	if err := m.ensureHost(p); err != nil {
 		return nil, wrapRestore(alloc, err)
 	}
 	if !netNSExists(m.NetNSPath(alloc.ID)) {
-		m.logger.Info("allocation namespace is gone; setting its network up again", "alloc_id", alloc.ID)
-		if err := m.teardownLocked(ctx, alloc.ID, &attachment{list: p.list, rt: p.rt}); err != nil {
-			return nil, wrapRestore(alloc, err)
-		}
-		status, err := m.setupLocked(ctx, alloc, p)
-		return status, wrapRestore(alloc, err)
+		return m.recreate(ctx, alloc, p)
 	}
-	if err := m.writeRecord(alloc.ID, p.list.Name); err != nil {
-		return nil, wrapRestore(alloc, err)
+	if err := m.ensureRecord(alloc.ID, p.list.Name); err != nil {
+		m.logger.Warn("cannot write the namespace record; keeping the running network (written again at the next restore)",
+			"alloc_id", alloc.ID, "error", err)
 	}
 	status, err := m.checkCached(ctx, alloc)
 	if err == nil {
@@ -56,7 +66,7 @@ func (m *Manager) restoreLocked(ctx context.Context, alloc *structs.Allocation, 
 	}
 	m.logger.Warn("allocation network failed its check; rebuilding it once", "alloc_id", alloc.ID, "error", err)
 	m.undoAdd(ctx, alloc.ID, p)
-	res, err := m.cni.AddNetworkList(ctx, p.list, p.rt)
+	res, err := m.add(ctx, p)
 	if err == nil {
 		status, err = m.afterAdd(res, alloc, p)
 	}
@@ -66,6 +76,23 @@ func (m *Manager) restoreLocked(ctx context.Context, alloc *structs.Allocation, 
 		return nil, wrapRestore(alloc, classify(err, p.list.Name, m.cfg.Subnet))
 	}
 	return status, nil
+}
+
+// recreate sets up the network of an allocation whose namespace is gone,
+// after removing what is left of the old one, and reports the loss.
+func (m *Manager) recreate(ctx context.Context, alloc *structs.Allocation, p *plan) (*structs.AllocNetworkStatus, error) {
+	path := m.NetNSPath(alloc.ID)
+	m.logger.Warn("allocation namespace is gone; setting its network up in a new one (tasks of the old one must be restarted)",
+		"alloc_id", alloc.ID, "netns", path)
+	if err := m.teardownLocked(ctx, alloc.ID, &attachment{list: p.list, rt: p.rt}); err != nil {
+		return nil, wrapRestore(alloc, err)
+	}
+	status, err := m.setupLocked(ctx, alloc, p)
+	if err != nil {
+		return nil, wrapRestore(alloc, err)
+	}
+	return status, fmt.Errorf("network namespace of allocation %s was lost and set up again at %s (address %s): %w",
+		alloc.ID, path, status.Address, ErrNamespaceLost)
 }
 
 // errNotCached: there is no cached ADD to check.

@@ -1,0 +1,232 @@
+package cni
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/meshlet/meshlet/structs"
+)
+
+// hangingPlugin returns a copy of the real plugins in which plugin name,
+// on the CNI command cmd, creates the file started and then waits until
+// the returned release func is called (or the test ends); it then runs
+// the real plugin.
+func hangingPlugin(t *testing.T, name, cmd string) (dir, started string, release func()) {
+	t.Helper()
+	dir = copyPlugins(t, name)
+	ctl := t.TempDir()
+	started, gate := filepath.Join(ctl, "started"), filepath.Join(ctl, "release")
+	script := fmt.Sprintf("#!/bin/sh\nif [ \"$CNI_COMMAND\" = %q ]; then\n  : > %q\n  while [ ! -e %q ]; do sleep 0.05; done\nfi\nexec %q \"$@\"\n",
+		cmd, started, gate, filepath.Join(realPluginDir(t), name))
+	if err := os.WriteFile(filepath.Join(dir, name), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			if err := os.WriteFile(gate, nil, 0o644); err != nil {
+				t.Errorf("release the hanging plugin: %v", err)
+			}
+		})
+	}
+	t.Cleanup(release)
+	return dir, started, release
+}
+
+// waitFile waits up to d for path to exist.
+func waitFile(t *testing.T, path string, d time.Duration) {
+	t.Helper()
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+	}
+	t.Fatalf("%s did not appear within %s", path, d)
+}
+
+// TestHungTeardownBlocksNoOtherAllocation: while allocation B's teardown
+// hangs in its portmap plugin, allocation A is set up and torn down
+// (another Manager on the same network, as after an agent restart, so no
+// lock of a Manager's own could hide a process-wide one).
+func TestHungTeardownBlocksNoOtherAllocation(t *testing.T) {
+	tn := newTestNet(t)
+	b := tn.alloc(structs.PortMapping{Label: "http", Value: freePort(t), To: 80})
+	tn.setup(b)
+	cfg := tn.cfg
+	var started string
+	var release func()
+	cfg.PluginDir, started, release = hangingPlugin(t, "portmap", "DEL")
+	hung, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bDone := make(chan error, 1)
+	go func() { bDone <- hung.Teardown(context.Background(), b) }()
+	waitFile(t, started, 30*time.Second)
+
+	a := tn.alloc(structs.PortMapping{Label: "http", Value: freePort(t), To: 80})
+	m2 := tn.newManager()
+	aDone := make(chan error, 1)
+	go func() {
+		st, err := m2.Setup(context.Background(), a)
+		if err == nil && !strings.HasPrefix(st.Address, tn.prefix) {
+			err = fmt.Errorf("status %+v has no address in %s", st, tn.cfg.Subnet)
+		}
+		if err == nil {
+			err = m2.Teardown(context.Background(), a)
+		}
+		aDone <- err
+	}()
+	select {
+	case err := <-aDone:
+		if err != nil {
+			t.Fatalf("A's Setup/Teardown while B's teardown hangs: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		release()
+		<-aDone
+		t.Fatal("A's Setup/Teardown waited for B's hung teardown (a lock wider than one allocation)")
+	}
+	select {
+	case err := <-bDone:
+		t.Fatalf("B's teardown returned (%v) before its plugin was released: the hang was not real", err)
+	default:
+	}
+	release()
+	if err := <-bDone; err != nil {
+		t.Fatalf("B's teardown after the release: %v", err)
+	}
+	tn.requireClean(a.ID, b.ID)
+}
+
+// TestSameAllocationWaitsForItsLock: operations on one allocation are
+// still serialized, and a waiter gives up when its context ends.
+func TestSameAllocationWaitsForItsLock(t *testing.T) {
+	tn := newTestNet(t)
+	b := tn.alloc()
+	tn.setup(b)
+	cfg := tn.cfg
+	var started string
+	var release func()
+	cfg.PluginDir, started, release = hangingPlugin(t, "portmap", "DEL")
+	hung, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bDone := make(chan error, 1)
+	go func() { bDone <- hung.Teardown(context.Background(), b) }()
+	waitFile(t, started, 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	restored := make(chan error, 1)
+	go func() {
+		_, err := tn.m.Restore(ctx, b)
+		restored <- err
+	}()
+	select {
+	case err := <-restored:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Restore of an allocation being torn down = %v; want it to wait and give up with its context", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Error("Restore of an allocation being torn down ignored its context")
+		release()
+		<-restored
+	}
+	release()
+	if err := <-bDone; err != nil {
+		t.Fatalf("Teardown: %v", err)
+	}
+	tn.requireClean(b.ID)
+}
+
+// TestConcurrentSetupTeardown sets up allocations concurrently, then tears
+// half of them down while setting up as many new ones, then tears all down:
+// every call succeeds, addresses are distinct, nothing is left, and the
+// firewall's shared rules were added once.
+func TestConcurrentSetupTeardown(t *testing.T) {
+	tn := newTestNet(t)
+	const n = 16
+	first := make([]*structs.Allocation, n)
+	second := make([]*structs.Allocation, n/2)
+	for i := range first {
+		first[i] = tn.alloc(structs.PortMapping{Label: "http", Value: freePort(t), To: 8080})
+	}
+	for i := range second {
+		second[i] = tn.alloc()
+	}
+	var mu sync.Mutex
+	addrs := map[string]string{}
+	setup := func(a *structs.Allocation) error {
+		st, err := tn.m.Setup(t.Context(), a)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if other, dup := addrs[st.Address]; dup {
+			return fmt.Errorf("address %s given to %s and %s", st.Address, other, a.ID)
+		}
+		addrs[st.Address] = a.ID
+		if got, err := eth0Addr(tn.m.NetNSPath(a.ID)); err != nil || got != st.Address {
+			return fmt.Errorf("eth0 of %s has %q (%v), status says %s", a.ID, got, err, st.Address)
+		}
+		return nil
+	}
+	teardown := func(a *structs.Allocation) error { return tn.m.Teardown(t.Context(), a) }
+	run := func(phase string, jobs []func() error) {
+		t.Helper()
+		errs := make(chan error, len(jobs))
+		for _, j := range jobs {
+			go func() { errs <- j() }()
+		}
+		for range jobs {
+			if err := <-errs; err != nil {
+				t.Errorf("%s: %v", phase, err)
+			}
+		}
+		if t.Failed() {
+			t.FailNow()
+		}
+	}
+	var jobs []func() error
+	for _, a := range first {
+		jobs = append(jobs, func() error { return setup(a) })
+	}
+	run("concurrent Setup", jobs)
+	jobs = nil
+	for i, a := range first[:n/2] {
+		jobs = append(jobs, func() error { return teardown(a) }, func() error { return setup(second[i]) })
+	}
+	run("concurrent Teardown and Setup", jobs)
+	jobs = nil
+	for _, a := range append(first[n/2:], second...) {
+		jobs = append(jobs, func() error { return teardown(a) })
+	}
+	run("concurrent Teardown", jobs)
+	ids := make([]string, 0, len(first)+len(second))
+	for _, a := range append(first, second...) {
+		ids = append(ids, a.ID)
+	}
+	tn.requireClean(ids...)
+	if got := adminRuleCount(t, tn.cfg.AdminChain); got != 1 {
+		t.Fatalf("CNI-FORWARD jumps to %s %d times, want once (the first ADD sets the shared rules up alone)", tn.cfg.AdminChain, got)
+	}
+}
+
+// adminRuleCount counts the firewall plugin's jumps to chain in CNI-FORWARD.
+func adminRuleCount(t *testing.T, chain string) int {
+	out, err := exec.Command("iptables", "-w", "10", "-t", "filter", "-S", "CNI-FORWARD").Output()
+	if err != nil {
+		t.Fatalf("iptables -S CNI-FORWARD: %v", err)
+	}
+	return strings.Count(string(out), "-j "+chain+"\n")
+}
