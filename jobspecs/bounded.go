@@ -58,19 +58,20 @@ func (b *budget) functions() map[string]function.Function {
 	}
 	out[chargeFunc] = b.passThrough(b.charge)
 	out[iterFunc] = b.passThrough(b.chargeIterations)
-	b.funcs = out
+	b.tables = append(b.tables, out)
 	return out
 }
 
-// internal returns the table's internal functions only (for -var values,
-// which may not call functions), or an empty table once exhausted.
+// internal returns a table of the internal functions only (for values
+// that may not call functions: -var values, variables files); empty once
+// the budget is exhausted, and emptied when it runs out.
 func (b *budget) internal() map[string]function.Function {
 	out := map[string]function.Function{}
-	for _, name := range []string{chargeFunc, iterFunc} {
-		if f, ok := b.funcs[name]; ok {
-			out[name] = f
-		}
+	if !b.exhausted {
+		out[chargeFunc] = b.passThrough(b.charge)
+		out[iterFunc] = b.passThrough(b.chargeIterations)
 	}
+	b.tables = append(b.tables, out)
 	return out
 }
 

@@ -16,6 +16,28 @@ func FuzzParse(f *testing.F) {
 		}
 		f.Add(src)
 	}
+	// Expressions that exercise the evaluation limits and the source scan.
+	f.Add([]byte(`locals {
+  s = split("", format("%05d", 0))
+  l = [for i, x in local.s : "${i}:${x}" if x != "1"]
+  m = merge({ a = 1 }, { b = [1, 2 * 3, -4] })
+}
+job "j" {
+  meta { x = join(",", local.l) }
+  group "g" {
+    task "t" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", <<-EOT
+          echo %{ if true }${jsonencode(local.m)}%{ endif } $${HOME}
+          EOT
+        ]
+      }
+    }
+  }
+}
+`))
 	f.Fuzz(func(t *testing.T, src []byte) {
 		job, diags := Parse("fuzz.hcl", src, &ParseOptions{Vars: map[string]string{}})
 		if job == nil {

@@ -108,12 +108,12 @@ func limitErr(format string, args ...any) error {
 type budget struct {
 	lim   Limits
 	spent int64
-	// funcs is the parse's function table, emptied when the budget runs
-	// out: HCL looks a function up before evaluating its arguments, so
-	// every later call (the charge wrappers included) fails at once
+	// tables are the parse's function tables, emptied when the budget
+	// runs out: HCL looks a function up before evaluating its arguments,
+	// so every later call (the charge wrappers included) fails at once
 	// instead of walking its arguments (cty walks every argument deeply
 	// before a function runs) or running the loops inside them.
-	funcs     map[string]function.Function
+	tables    []map[string]function.Function
 	exhausted bool
 }
 
@@ -123,7 +123,9 @@ func (b *budget) spend(n int64) error {
 	if b.spent > b.lim.MaxEvalCost {
 		if !b.exhausted {
 			b.exhausted = true
-			clear(b.funcs)
+			for _, t := range b.tables {
+				clear(t)
+			}
 		}
 		return limitErr("Evaluating the jobspec costs more than %d units (bytes of strings produced plus %d per collection element); simplify its expressions",
 			b.lim.MaxEvalCost, elemCost)
@@ -139,7 +141,10 @@ func (b *budget) charge(v cty.Value) error {
 	if err != nil {
 		return err
 	}
-	return b.spend(n)
+	// A charge is itself a function call that allocates: it costs one
+	// element on top of the value, or a loop building a list of
+	// literals would cost almost nothing per element.
+	return b.spend(n + elemCost)
 }
 
 // measure returns v's size, stopping once it exceeds limit.

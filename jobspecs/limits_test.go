@@ -46,6 +46,8 @@ func TestExpressionLimits(t *testing.T) {
 		{"template doubling", "a0 = " + mb + "\na1 = \"${local.a0}${local.a0}\"", `local.a1`, "A string of 2000000 bytes"},
 		{"tuple doubling", tupleDoubling(40), `jsonencode(local.l40)`, "costs more than"},
 		{"nested for", `s = split("", format("%010000d", 0))`, `[for a in local.s : [for b in local.s : b]]`, "costs more than"},
+		{"nested for over literal lists", "", `[for a in ` + literalList(10_000) + ` : [for b in ` + literalList(10_000) + ` : b]]`, "costs more than"},
+		{"loop of literal lists", "", `[for a in split("", format("%050000d", 0)) : ` + literalList(5_000) + `]`, "costs more than"},
 		{"for over a huge list", "", `[for x in split("", format("%0500000d", 0)) : x]`, "split would produce"},
 		{"number literal", "", `1e999999999`, "out of range"},
 		{"number product", "", `"${1e1000 * 1e1000}"`, "out of range"},
@@ -58,6 +60,7 @@ func TestExpressionLimits(t *testing.T) {
 			src := "locals {\n" + tc.locals + "\n}\njob \"j\" {\n  group \"g\" {\n    task \"t\" {\n" +
 				"      driver = \"exec\"\n      config {\n        x = " + tc.expr + "\n      }\n    }\n  }\n}\n"
 			diags, alloc := parseAllocs(t, src, nil)
+			t.Logf("allocated %d MiB", alloc>>20)
 			if alloc > allocGuard {
 				t.Errorf("parse allocated %d MiB", alloc>>20)
 			}
@@ -71,6 +74,11 @@ func TestExpressionLimits(t *testing.T) {
 			}
 		})
 	}
+}
+
+// literalList is [1,1,...] with n elements.
+func literalList(n int) string {
+	return "[" + strings.Repeat("1,", n-1) + "1]"
 }
 
 // tupleDoubling defines l0 ... ln where each list holds the previous one
@@ -167,7 +175,20 @@ func TestLimitsConfigurable(t *testing.T) {
 	if !strings.Contains(diags.Error(), "concat would produce 12 elements; the limit is 10") {
 		t.Fatalf("errors: %s", diags.Error())
 	}
-	// -var values are bounded too.
+	// -var values are bounded too, loops included.
+	list := literalList(20_000)
+	diags, alloc := parseAllocs(t, `variable "v" { type = list(list(number)) }
+job "j" {
+  group "g" {
+    task "t" {
+      driver = "exec"
+      config { command = "x" }
+    }
+  }
+}`, &ParseOptions{Vars: map[string]string{"v": "[for a in " + list + " : [for b in " + list + " : b]]"}})
+	if alloc > allocGuard || !strings.Contains(diags.Error(), "Invalid value for variable v; Evaluating the jobspec costs more than") {
+		t.Fatalf("allocated %d MiB; errors: %s", alloc>>20, diags.Error())
+	}
 	_, diags = parseTask(t, `variable "v" { type = list(string) }`, `config { x = var.v }`,
 		&ParseOptions{Vars: map[string]string{"v": `["a","b","c"]`}, Limits: &Limits{MaxCollectionLen: 2}})
 	if !strings.Contains(diags.Error(), "A collection of 3 elements is longer than the limit of 2") {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
@@ -89,7 +90,7 @@ func limitDiags(ds Diagnostics) Diagnostics {
 	var out Diagnostics
 	seen := map[string]bool{}
 	for _, d := range ds {
-		if d.Summary == limitSummary && !seen[d.Detail] {
+		if (d.Summary == limitSummary || strings.HasPrefix(d.Summary, "Invalid value for variable")) && !seen[d.Detail] {
 			seen[d.Detail] = true
 			out = append(out, d)
 		}

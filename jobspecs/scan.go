@@ -16,7 +16,7 @@ import (
 func scanSource(src []byte, filename string, lim Limits) Diagnostics {
 	s := scanner{src: src, lim: lim}
 	if msg, detail := s.run(); msg != "" {
-		line, col := position(src, s.i)
+		line, col := position(src, s.at)
 		return Diagnostics{{Severity: SeverityError, Summary: msg, Detail: detail,
 			Filename: filename, Line: line, Column: col}}
 	}
@@ -35,10 +35,12 @@ type scanner struct {
 	directives int // open %{ if } and %{ for } directives
 	ops        int
 	tokens     int
+	at         int // start of the last piece consumed
 }
 
 func (s *scanner) run() (summary, detail string) {
 	for s.i < len(s.src) {
+		s.at = s.i
 		mode := byte('c')
 		if len(s.stack) > 0 {
 			mode = s.stack[len(s.stack)-1]
