@@ -17,6 +17,15 @@
 // artifact...) are parsed and reported as warnings at their position, never
 // dropped silently; unknown attributes and blocks are errors.
 //
+// Parsing is bounded (Limits): the source's size, nesting and tokens are
+// checked before HCL's recursive parser sees it, every function checks the
+// size of its result before building it, and templates, collections, for
+// loops and operators are charged to a per-parse budget through identity
+// functions inserted into the syntax tree (rewrite.go). A jobspec that
+// asks for too much gets an "Evaluation limit exceeded" error at the
+// expression's position instead of exhausting the process. Validate bounds
+// group counts and the job's size (ValidateOptions).
+//
 // Concurrency: every function is safe for concurrent use; nothing is shared
 // between calls. Canonicalize mutates the job it is given, so callers must
 // not share that job with other goroutines while it runs.

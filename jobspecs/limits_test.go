@@ -232,3 +232,14 @@ func TestBoundedFunctionsStillWork(t *testing.T) {
 		t.Fatalf("a string at the limit: %s", diags.Error())
 	}
 }
+
+// TestUnavailableFunctions: functions that only build big values (range,
+// chunklist, setproduct...) are not offered at all.
+func TestUnavailableFunctions(t *testing.T) {
+	for _, expr := range []string{`range(1e9)`, `setproduct(["a"], ["b"])`, `chunklist([1], 1)`, `strrev("a")`} {
+		_, diags := parseTask(t, "", "config { x = "+expr+" }", nil)
+		if errs := diags.Errs(); len(errs) != 1 || errs[0].Summary != "Call to unknown function" {
+			t.Errorf("%s: %s", expr, diags.Error())
+		}
+	}
+}
