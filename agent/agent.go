@@ -198,7 +198,12 @@ func (a *Agent) prepareDataDir() error {
 }
 
 func (a *Agent) startServer() error {
-	st, err := state.OpenBolt(filepath.Join(a.cfg.DataDir, "server", "state.db"))
+	// The marker sits outside server/, so losing that whole directory is
+	// refused too instead of starting a new cluster.
+	st, err := state.OpenBoltOptions(filepath.Join(a.cfg.DataDir, "server", "state.db"), state.Options{
+		JobVersions: a.cfg.Server.JobTrackedVersions,
+		MarkerPath:  filepath.Join(a.cfg.DataDir, "server-state.marker"),
+	})
 	if err != nil {
 		return err
 	}
@@ -209,8 +214,11 @@ func (a *Agent) startServer() error {
 		return err
 	}
 	srv, err := server.New(server.Config{Store: st, Scheduler: sched, Mutators: a.mutators,
-		Admission: server.AdmissionFuncs{CanonicalizeFunc: jobspecs.Canonicalize, ValidateFunc: jobspecs.Validate},
-		Logger:    a.logger.Named("server")})
+		Admission:   server.AdmissionFuncs{CanonicalizeFunc: jobspecs.Canonicalize, ValidateFunc: jobspecs.Validate},
+		Logger:      a.logger.Named("server"),
+		MaxJobCount: a.cfg.Server.JobMaxCount, MaxJobSize: a.cfg.Server.JobMaxSize,
+		EvalGCThreshold: a.cfg.Server.EvalGCThreshold, AllocGCThreshold: a.cfg.Server.AllocGCThreshold,
+		GCInterval: a.cfg.Server.GCInterval})
 	if err != nil {
 		return err
 	}
@@ -322,6 +330,9 @@ func (a *Agent) stop() error {
 		a.cleanups[i]()
 	}
 	a.cleanups = nil
+	if a.server != nil {
+		a.server.Shutdown() // follow-up timers must not fire into a closed store
+	}
 	if a.store != nil {
 		if err := a.store.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("failed to close state store: %w", err))

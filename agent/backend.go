@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/meshlet/meshlet/api"
 	"github.com/meshlet/meshlet/client"
@@ -200,7 +201,10 @@ func toAPIEval(e *state.Evaluation) *api.Evaluation {
 	out := &api.Evaluation{ID: e.ID, Namespace: e.Namespace, Priority: e.Priority, Type: e.Type, TriggeredBy: e.TriggeredBy,
 		JobID: e.JobID, JobModifyIndex: e.JobModifyIndex, NodeID: e.NodeID, Status: e.Status,
 		StatusDescription: e.StatusDescription, CreateIndex: e.CreateIndex, ModifyIndex: e.ModifyIndex,
-		CreateTime: e.CreateTime, ModifyTime: e.ModifyTime}
+		CreateTime: e.CreateTime, ModifyTime: e.ModifyTime, PreviousEval: e.PreviousEval}
+	if e.WaitUntil != 0 {
+		out.WaitUntil = time.Unix(0, e.WaitUntil).UTC()
+	}
 	if len(e.FailedTGAllocs) > 0 {
 		out.FailedTGAllocs = map[string]*api.AllocationMetric{}
 		for g, m := range e.FailedTGAllocs {

@@ -59,6 +59,8 @@ type Config struct {
 	Connect ConnectConfig
 	// HTTPAPI hardens the HTTP APIs against browser pages.
 	HTTPAPI HTTPAPIConfig
+	// Server bounds the server role's state and what a job may ask for.
+	Server ServerConfig
 }
 
 // HTTPAPIConfig says which browser-visible names and origins the HTTP APIs
@@ -193,6 +195,7 @@ func (c *Config) Validate() error {
 		problems = append(problems, "connect.leaf_ttl must not be negative")
 	}
 	problems = append(problems, c.originProblems()...)
+	problems = append(problems, c.Server.problems()...)
 	if !c.Dev && c.DataDir == "" {
 		problems = append(problems, "data_dir is required outside dev mode")
 	}
@@ -219,6 +222,7 @@ type fileConfig struct {
 	EnvoyBinary *string      `hcl:"envoy_binary"`
 	Connect     *fileConnect `hcl:"connect,block"`
 	HTTPAPI     *fileHTTPAPI `hcl:"http_api,block"`
+	Server      *fileServer  `hcl:"server,block"`
 }
 
 type fileHTTPAPI struct {
@@ -322,6 +326,9 @@ func ParseConfig(filename string, src []byte) (*Config, error) {
 			}
 			*d.dst = v
 		}
+	}
+	if err := fc.Server.apply(filename, &c.Server); err != nil {
+		return nil, err
 	}
 	if h := fc.HTTPAPI; h != nil {
 		c.HTTPAPI.AllowedHosts, c.HTTPAPI.AllowedOrigins = h.AllowedHosts, h.AllowedOrigins

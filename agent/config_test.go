@@ -95,6 +95,18 @@ http_api {
 			wantErr: `client.gc_interval: time: invalid duration "soon"`},
 		{name: "negative gc", src: "data_dir = \"/x\"\nclient {\n gc_max_allocs = -1\n}\n",
 			wantErr: "gc_max_allocs must not be negative"},
+		{name: "server bounds", src: "data_dir = \"/x\"\nserver {\n job_tracked_versions = 3\n job_max_count = 500\n job_max_size = 65536\n eval_gc_threshold = \"2h\"\n alloc_gc_threshold = \"30m\"\n gc_interval = \"1m\"\n}\n",
+			check: func(t *testing.T, c *Config) {
+				s := c.Server
+				if s.JobTrackedVersions != 3 || s.JobMaxCount != 500 || s.JobMaxSize != 65536 || s.EvalGCThreshold != 2*time.Hour ||
+					s.AllocGCThreshold != 30*time.Minute || s.GCInterval != time.Minute {
+					t.Errorf("server = %+v", s)
+				}
+			}},
+		{name: "bad server duration", src: "data_dir = \"/x\"\nserver {\n eval_gc_threshold = \"soon\"\n}\n",
+			wantErr: `server.eval_gc_threshold: time: invalid duration "soon"`},
+		{name: "negative versions", src: "data_dir = \"/x\"\nserver {\n job_tracked_versions = -2\n}\n",
+			wantErr: "server.job_tracked_versions must not be negative"},
 		{name: "bad origin", src: "data_dir = \"/x\"\nhttp_api { allowed_origins = [\"ui.example\"] }\n",
 			wantErr: `http_api.allowed_origins "ui.example" must be scheme://host[:port]`},
 		{name: "dev needs no data dir", src: "dev = true\n", check: func(t *testing.T, c *Config) {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"sort"
 	"sync"
+	"time"
 )
 
 // Evaluation statuses, as in Nomad.
@@ -31,6 +32,10 @@ type Evaluation struct {
 	Status            string
 	StatusDescription string
 	BlockedEval       string
+	// PreviousEval is the evaluation that created this follow-up one;
+	// WaitUntil when a delayed (reschedule) evaluation runs.
+	PreviousEval      string
+	WaitUntil         time.Time
 	FailedTGAllocs    map[string]*AllocationMetric `json:",omitempty"`
 	QueuedAllocations map[string]int               `json:",omitempty"`
 	CreateIndex       uint64

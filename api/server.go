@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -290,6 +291,9 @@ func statusFor(err error) int {
 		return http.StatusBadRequest
 	case errors.As(err, &maxErr):
 		return http.StatusRequestEntityTooLarge
+	case errors.Is(err, syscall.ENOSPC):
+		// A full disk: nothing was stored (writes are all-or-nothing).
+		return http.StatusInsufficientStorage
 	}
 	return http.StatusInternalServerError
 }

@@ -100,6 +100,7 @@ type AllocListStub struct {
 	TaskStates         map[string]*structs.TaskState
 	FollowupEvalID     string
 	NextAllocation     string
+	RescheduleTracker  *structs.RescheduleTracker `json:",omitempty"`
 	CreateIndex        uint64
 	ModifyIndex        uint64
 	CreateTime         int64
@@ -151,6 +152,8 @@ func NewAllocListStub(a *structs.Allocation) *AllocListStub {
 		ClientDescription:  a.ClientDescription,
 		TaskStates:         a.TaskStates,
 		NextAllocation:     a.NextAllocation,
+		FollowupEvalID:     a.FollowupEvalID,
+		RescheduleTracker:  a.RescheduleTracker,
 		CreateIndex:        a.CreateIndex,
 		ModifyIndex:        a.ModifyIndex,
 		CreateTime:         a.CreateTime,

@@ -23,6 +23,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -158,6 +159,9 @@ func (s *Server) failFor(w http.ResponseWriter, r *http.Request, err error) {
 		code = http.StatusNotFound
 	case errors.Is(err, intention.ErrExists):
 		code = http.StatusConflict
+	case errors.Is(err, syscall.ENOSPC):
+		// Nothing was stored; the operator must free space.
+		code = http.StatusInsufficientStorage
 	}
 	s.fail(w, r, code, err)
 }

@@ -1,0 +1,72 @@
+package agent
+
+import (
+	"fmt"
+	"time"
+)
+
+// ServerConfig bounds the server role's state (Nomad's server block where
+// Nomad has the knob). Zero values mean the server's defaults.
+type ServerConfig struct {
+	// JobTrackedVersions is how many versions of each job are kept
+	// (Nomad's job_tracked_versions; default 6).
+	JobTrackedVersions int
+	// JobMaxCount caps a job's allocations, JobMaxSize its JSON-encoded
+	// size in bytes (defaults 10,000 and 4 MiB); negative = no limit.
+	JobMaxCount int
+	JobMaxSize  int
+	// EvalGCThreshold (Nomad's eval_gc_threshold), AllocGCThreshold and
+	// GCInterval govern what the server collects (defaults 1h, 1h, 5m).
+	EvalGCThreshold  time.Duration
+	AllocGCThreshold time.Duration
+	GCInterval       time.Duration
+}
+
+type fileServer struct {
+	JobTrackedVersions *int    `hcl:"job_tracked_versions"`
+	JobMaxCount        *int    `hcl:"job_max_count"`
+	JobMaxSize         *int    `hcl:"job_max_size"`
+	EvalGCThreshold    *string `hcl:"eval_gc_threshold"`
+	AllocGCThreshold   *string `hcl:"alloc_gc_threshold"`
+	GCInterval         *string `hcl:"gc_interval"`
+}
+
+// apply copies the file's server block over c.
+func (fs *fileServer) apply(filename string, c *ServerConfig) error {
+	if fs == nil {
+		return nil
+	}
+	set(&c.JobTrackedVersions, fs.JobTrackedVersions)
+	set(&c.JobMaxCount, fs.JobMaxCount)
+	set(&c.JobMaxSize, fs.JobMaxSize)
+	for _, d := range []struct {
+		key string
+		src *string
+		dst *time.Duration
+	}{
+		{"eval_gc_threshold", fs.EvalGCThreshold, &c.EvalGCThreshold},
+		{"alloc_gc_threshold", fs.AllocGCThreshold, &c.AllocGCThreshold},
+		{"gc_interval", fs.GCInterval, &c.GCInterval},
+	} {
+		if d.src == nil {
+			continue
+		}
+		v, err := time.ParseDuration(*d.src)
+		if err != nil {
+			return fmt.Errorf("%s: invalid agent configuration: server.%s: %w", filename, d.key, err)
+		}
+		*d.dst = v
+	}
+	return nil
+}
+
+func (c *ServerConfig) problems() []string {
+	var out []string
+	if c.JobTrackedVersions < 0 {
+		out = append(out, "server.job_tracked_versions must not be negative")
+	}
+	if c.EvalGCThreshold < 0 || c.AllocGCThreshold < 0 || c.GCInterval < 0 {
+		out = append(out, "server.eval_gc_threshold, alloc_gc_threshold and gc_interval must not be negative")
+	}
+	return out
+}
