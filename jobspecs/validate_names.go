@@ -38,8 +38,15 @@ func unsafeRune(r rune) bool {
 // characters. kind is "Job ID", "Group name"...; an empty name is left to
 // the caller's own rule.
 func checkName(kind, name string, p path, report reporter) bool {
-	if len(name) > MaxNameBytes {
-		report(SeverityError, p, "Invalid "+strings.ToLower(kind), fmt.Sprintf("%s is %d bytes long; the limit is %d bytes.", kind, len(name), MaxNameBytes))
+	return checkNameLen(kind, name, MaxNameBytes, p, report)
+}
+
+// checkNameLen is checkName with another length limit; 0 means none
+// (service names default to "<job>-<group>-<task>", longer than any one
+// name, and are bounded by the job's size).
+func checkNameLen(kind, name string, maxLen int, p path, report reporter) bool {
+	if maxLen > 0 && len(name) > maxLen {
+		report(SeverityError, p, "Invalid "+strings.ToLower(kind), fmt.Sprintf("%s is %d bytes long; the limit is %d bytes.", kind, len(name), maxLen))
 		return false
 	}
 	if !utf8.ValidString(name) {

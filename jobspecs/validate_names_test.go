@@ -36,6 +36,11 @@ func TestValidateNamesAndConfig(t *testing.T) {
 		{"invalid UTF-8", func(j *structs.Job) { j.ID = "web\xff" }, `is not valid UTF-8`},
 		{"long job ID", func(j *structs.Job) { j.ID = strings.Repeat("a", 40<<10) }, "Job ID is 40960 bytes long; the limit is 128 bytes"},
 		{"128 bytes is fine", func(j *structs.Job) { j.ID = strings.Repeat("a", 128) }, ""},
+		{"default service name of long names", func(j *structs.Job) {
+			j.ID, j.TaskGroups[0].Name, j.TaskGroups[0].Services[0].Name = strings.Repeat("a", 128), strings.Repeat("b", 128), ""
+			Canonicalize(j)
+		}, ""},
+		{"long group name", func(j *structs.Job) { j.TaskGroups[0].Name = strings.Repeat("b", 129) }, "Group name is 129 bytes long"},
 		{"task name with slash", func(j *structs.Job) { j.TaskGroups[0].Tasks[0].Name = "../etc" },
 			`Task name "../etc" names a directory in the allocation`},
 		{"task name dot dot", func(j *structs.Job) { j.TaskGroups[0].Tasks[0].Name = ".." }, `names a directory`},

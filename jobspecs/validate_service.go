@@ -94,7 +94,7 @@ func checkService(s *structs.Service, p path, tg *structs.TaskGroup, labels []st
 		report(SeverityError, p, "Missing service", "The service is null.")
 		return
 	}
-	checkName("Service name", s.Name, p.attr("name"), report)
+	checkNameLen("Service name", s.Name, 0, p.attr("name"), report)
 	if s.PortLabel != "" && !portRef(s.PortLabel, labels) {
 		report(SeverityError, p.attr("port"), "Unknown service port", fmt.Sprintf(
 			"Service %q port %q is neither a port label of group %q (%s) nor a port number 1-65535.",
