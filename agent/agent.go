@@ -158,9 +158,6 @@ func (a *Agent) Start() (err error) {
 	if err := a.listenHTTP(); err != nil {
 		return err
 	}
-	if err := a.checkBoundPorts(); err != nil {
-		return err
-	}
 	if err := a.startClient(); err != nil {
 		return err
 	}

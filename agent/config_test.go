@@ -81,10 +81,14 @@ http_api {
 		}},
 		{name: "bad reserved ports", src: "data_dir = \"/x\"\nclient {\n reserved { reserved_ports = \"22,abc\" }\n}\n",
 			wantErr: `client.reserved.reserved_ports: invalid port list: "abc" is not a port`},
-		{name: "reserved ports in dynamic range", src: "data_dir = \"/x\"\nclient {\n reserved { reserved_ports = \"25000\" }\n}\n",
-			wantErr: "client.reserved.reserved_ports 25000-25000 overlaps the dynamic port range 20000-32000"},
-		{name: "agent port in dynamic range", src: "data_dir = \"/x\"\nports { http = 20001 }\n",
-			wantErr: "ports.http 20001 is inside the dynamic port range 20000-32000"},
+		// As in Nomad, reserved ports may lie in the dynamic range: the
+		// scheduler skips them when it picks a dynamic port.
+		{name: "reserved ports in dynamic range", src: "data_dir = \"/x\"\nclient {\n reserved { reserved_ports = \"25000\" }\n}\nports { http = 20001 }\n",
+			check: func(t *testing.T, c *Config) {
+				if c.Client.ReservedPorts != "25000" || c.Ports.HTTP != 20001 {
+					t.Errorf("config = %+v", c)
+				}
+			}},
 		{name: "client gc", src: "data_dir = \"/x\"\nclient {\n gc_interval = \"30s\"\n gc_max_allocs = 7\n gc_alloc_ttl = \"10m\"\n}\n",
 			check: func(t *testing.T, c *Config) {
 				if c.Client.GCInterval != 30*time.Second || c.Client.GCMaxAllocs != 7 || c.Client.GCAllocTTL != 10*time.Minute {

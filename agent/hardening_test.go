@@ -197,23 +197,3 @@ job "`+id+`" {
 	}
 }
 
-// A listener port picked at start that falls inside the dynamic port range
-// is refused: the scheduler could give it to a job.
-func TestBoundPortInDynamicRangeRefused(t *testing.T) {
-	cfg := DevConfig()
-	cfg.DataDir = t.TempDir()
-	cfg.Ports = Ports{}
-	cfg.Client.MinDynamicPort, cfg.Client.MaxDynamicPort = 1024, 65535
-	a, err := New(cfg, testLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = a.Start()
-	if err == nil {
-		_ = a.Shutdown()
-		t.Fatal("agent started with its listeners inside the dynamic port range")
-	}
-	if !strings.Contains(err.Error(), "is inside the dynamic port range 1024-65535") {
-		t.Fatalf("error %q", err)
-	}
-}

@@ -5,7 +5,6 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -19,43 +18,12 @@ func (c *Config) ownPorts() map[string]int {
 	return map[string]int{"ports.http": c.Ports.HTTP, "ports.connect_http": c.Ports.ConnectHTTP, "ports.grpc": c.Ports.GRPC}
 }
 
-// reservedPortProblems checks reserved_ports and that no port the agent
-// reserves lies in the dynamic range, where the scheduler would hand it to
-// a job.
+// reservedPortProblems checks the reserved_ports syntax. Reserved ports
+// (and the agent's own) may lie inside the dynamic range, as in Nomad: the
+// scheduler skips the node's reserved ports when it picks dynamic ones.
 func (c *Config) reservedPortProblems() []string {
-	ranges, err := scheduler.ParsePortSpec(c.Client.ReservedPorts)
-	if err != nil {
+	if _, err := scheduler.ParsePortSpec(c.Client.ReservedPorts); err != nil {
 		return []string{fmt.Sprintf("client.reserved.reserved_ports: %v", err)}
-	}
-	lo, hi := c.Client.MinDynamicPort, c.Client.MaxDynamicPort
-	var problems []string
-	for _, r := range ranges {
-		if r.Lo <= hi && r.Hi >= lo {
-			problems = append(problems, fmt.Sprintf("client.reserved.reserved_ports %d-%d overlaps the dynamic port range %d-%d", r.Lo, r.Hi, lo, hi))
-		}
-	}
-	for key, p := range c.ownPorts() {
-		if p >= lo && p <= hi {
-			problems = append(problems, fmt.Sprintf("%s %d is inside the dynamic port range %d-%d", key, p, lo, hi))
-		}
-	}
-	slices.Sort(problems)
-	return problems
-}
-
-// checkBoundPorts refuses ports picked at start (configured as 0) that
-// fell inside the dynamic port range, where the scheduler would hand them
-// to a job.
-func (a *Agent) checkBoundPorts() error {
-	lo, hi := a.cfg.Client.MinDynamicPort, a.cfg.Client.MaxDynamicPort
-	for _, addr := range []string{a.HTTPAddr(), a.controlPlane.HTTPAddr(), a.controlPlane.GRPCAddr()} {
-		_, raw, err := net.SplitHostPort(addr)
-		if err != nil {
-			continue
-		}
-		if p, _ := strconv.Atoi(raw); p >= lo && p <= hi {
-			return fmt.Errorf("listener %s is inside the dynamic port range %d-%d: set its port explicitly or move the range", addr, lo, hi)
-		}
 	}
 	return nil
 }

@@ -152,9 +152,20 @@ func (p *placer) freeDynamicPort(used map[int]*structs.Allocation, taken map[int
 	lo, hi := p.g.cfg.MinDynamicPort, p.g.cfg.MaxDynamicPort
 	size := hi - lo + 1
 	start := p.g.cfg.Rand(size)
+	// The node's reserved ports (the agent's listeners, reserved_ports)
+	// may lie inside the dynamic range, as in Nomad: the scan skips them.
+	reserved, _ := ParsePortSpec(n.Attributes[ReservedPortsAttribute])
+	isReserved := func(v int) bool {
+		for _, r := range reserved {
+			if v >= r.Lo && v <= r.Hi {
+				return true
+			}
+		}
+		return false
+	}
 	for i := 0; i < size; i++ {
 		v := lo + (start+i)%size
-		if used[v] == nil && !taken[v] {
+		if used[v] == nil && !taken[v] && !isReserved(v) {
 			return v, nil
 		}
 	}

@@ -191,6 +191,13 @@ func TestProcess(t *testing.T) {
 	}
 }
 
+// reservedNode is n1 with reserved ports (meshlet.reserved_ports).
+func reservedNode(spec string) *structs.Node {
+	n := node("n1", "raw_exec")
+	n.Attributes[ReservedPortsAttribute] = spec
+	return n
+}
+
 func TestPorts(t *testing.T) {
 	n1 := node("n1", "raw_exec")
 	tests := []struct {
@@ -200,6 +207,7 @@ func TestPorts(t *testing.T) {
 		cur        *structs.Job
 		wantReason string
 		wantPorts  map[string]int
+		node       *structs.Node // default n1
 	}{
 		{name: "static and dynamic assigned", lo: 20000, hi: 20005, cur: job("a", 1, withPorts([]int{9002}, "http")),
 			wantPorts: map[string]int{"sa": 9002, "http": 20000}},
@@ -211,17 +219,25 @@ func TestPorts(t *testing.T) {
 			cur: job("a", 1, withPorts(nil, "http")), wantPorts: map[string]int{"http": 20001}},
 		{name: "dynamic exhausted", lo: 20000, hi: 20001, other: job("x", 1, withPorts(nil, "p", "q")),
 			cur: job("a", 1, withPorts(nil, "http")), wantReason: "no free dynamic port in range 20000-20001 on node n1"},
+		{name: "dynamic skips the node's reserved ports", lo: 20000, hi: 20003, node: reservedNode("20000-20001,20003"),
+			cur: job("a", 1, withPorts(nil, "http")), wantPorts: map[string]int{"http": 20002}},
+		{name: "reserved ports exhaust the range", lo: 20000, hi: 20001, node: reservedNode("20000-20001"),
+			cur: job("a", 1, withPorts(nil, "http")), wantReason: "no free dynamic port in range 20000-20001 on node n1"},
 		{name: "count 2 with static port conflicts with itself", lo: 20000, hi: 20005, cur: job("a", 2, withPorts([]int{9002})),
 			wantReason: "port 9002 already in use by allocation <self> (job a)"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newTest(t, tc.lo, tc.hi)
+			n := n1
+			if tc.node != nil {
+				n = tc.node
+			}
 			var others []*structs.Allocation
 			if tc.other != nil {
-				others = existing(t, s, tc.other, n1)
+				others = existing(t, s, tc.other, n)
 			}
-			p, err := s.Process(tc.cur, others, []*structs.Node{n1}, Options{})
+			p, err := s.Process(tc.cur, others, []*structs.Node{n}, Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
