@@ -230,3 +230,38 @@ func adminRuleCount(t *testing.T, chain string) int {
 	}
 	return strings.Count(string(out), "-j "+chain+"\n")
 }
+
+// TestKeyedMutex: one key is exclusive, other keys are not blocked, a
+// waiter gives up with its context, and no entry outlives its users.
+func TestKeyedMutex(t *testing.T) {
+	k := newKeyedMutex()
+	unlockA, err := k.lock(t.Context(), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlockB, err := k.lock(t.Context(), "b")
+	if err != nil {
+		t.Fatalf("lock of another key while a is held: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := k.lock(ctx, "a"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("second lock of a held key = %v; want it to give up with its context", err)
+	}
+	got := make(chan func(), 1)
+	go func() {
+		u, err := k.lock(context.Background(), "a")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- u
+	}()
+	unlockA()
+	(<-got)()
+	unlockB()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if len(k.entries) != 0 {
+		t.Fatalf("%d entries left after every lock was released", len(k.entries))
+	}
+}
