@@ -1,10 +1,13 @@
 package jobspecs
 
 import (
+	"cmp"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/zclconf/go-cty/cty"
+	"github.com/zclconf/go-cty/cty/convert"
 	"github.com/zclconf/go-cty/cty/function"
 	"github.com/zclconf/go-cty/cty/function/stdlib"
 )
@@ -35,6 +38,7 @@ var stdFunctions = map[string]function.Function{
 // checked and charged after the call.
 var preChecks = map[string]func(b *budget, args []cty.Value) error{
 	"format":     checkFormat,
+	"tonumber":   func(_ *budget, args []cty.Value) error { return checkNumberText(args[0]) },
 	"join":       checkJoin,
 	"split":      checkSplit,
 	"replace":    checkReplace,
@@ -47,6 +51,9 @@ var preChecks = map[string]func(b *budget, args []cty.Value) error{
 const (
 	chargeFunc = "__meshlet_charge"
 	iterFunc   = "__meshlet_iter"
+	// numFunc wraps what HCL converts to a number (operands of
+	// arithmetic and comparisons, index keys).
+	numFunc = "__meshlet_num"
 )
 
 // functions returns the function table of one parse, every function bounded
@@ -56,10 +63,20 @@ func (b *budget) functions() map[string]function.Function {
 	for name, f := range stdFunctions {
 		out[name] = b.bound(f, preChecks[name])
 	}
-	out[chargeFunc] = b.passThrough(b.charge)
-	out[iterFunc] = b.passThrough(b.chargeIterations)
+	b.addInternal(out)
 	b.tables = append(b.tables, out)
 	return out
+}
+
+func (b *budget) addInternal(table map[string]function.Function) {
+	table[chargeFunc] = b.passThrough(b.charge)
+	table[iterFunc] = b.passThrough(b.chargeIterations)
+	table[numFunc] = b.passThrough(func(v cty.Value) error {
+		if err := checkNumberText(v); err != nil {
+			return err
+		}
+		return b.charge(v)
+	})
 }
 
 // internal returns a table of the internal functions only (for values
@@ -68,22 +85,37 @@ func (b *budget) functions() map[string]function.Function {
 func (b *budget) internal() map[string]function.Function {
 	out := map[string]function.Function{}
 	if !b.exhausted {
-		out[chargeFunc] = b.passThrough(b.charge)
-		out[iterFunc] = b.passThrough(b.chargeIterations)
+		b.addInternal(out)
 	}
 	b.tables = append(b.tables, out)
 	return out
 }
 
 // bound wraps f: pre (if any) runs on known arguments before f, and f's
-// result is checked and charged.
+// result is checked and charged. Number parameters take any type in the
+// wrapper, so that HCL does not convert a string of a million digits
+// before the wrapper sees it; f converts what passed the check.
 func (b *budget) bound(f function.Function, pre func(*budget, []cty.Value) error) function.Function {
+	params, varParam := f.Params(), f.VarParam()
+	for i := range params {
+		relaxNumber(&params[i])
+	}
+	if varParam != nil {
+		relaxNumber(varParam)
+	}
 	return function.New(&function.Spec{
 		Description: f.Description(),
-		Params:      f.Params(),
-		VarParam:    f.VarParam(),
-		Type:        f.ReturnTypeForValues,
+		Params:      params,
+		VarParam:    varParam,
+		Type: func(args []cty.Value) (cty.Type, error) {
+			args, _ = numberArgs(f, args)
+			return f.ReturnTypeForValues(args)
+		},
 		Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
+			args, err := numberArgs(f, args)
+			if err != nil {
+				return cty.DynamicVal, err
+			}
 			if pre != nil && allKnown(args) {
 				if err := pre(b, args); err != nil {
 					return cty.DynamicVal, err
@@ -99,6 +131,52 @@ func (b *budget) bound(f function.Function, pre func(*budget, []cty.Value) error
 			return v, nil
 		},
 	})
+}
+
+// relaxNumber lets a number parameter take any type.
+func relaxNumber(p *function.Parameter) {
+	if p.Type == cty.Number {
+		p.Type = cty.DynamicPseudoType
+	}
+}
+
+// numberArgs converts the arguments of f's number parameters to numbers,
+// as HCL would have before the call, refusing strings too long to be one
+// (they are typed as unknown numbers, with the error).
+func numberArgs(f function.Function, args []cty.Value) ([]cty.Value, error) {
+	var out []cty.Value
+	var firstErr error
+	for i, a := range args {
+		if paramType(f, i) != cty.Number || a.Type() == cty.Number {
+			continue
+		}
+		if out == nil {
+			out = slices.Clone(args)
+		}
+		if err := checkNumberText(a); err != nil {
+			out[i] = cty.UnknownVal(cty.Number)
+			firstErr = cmp.Or(firstErr, err)
+			continue
+		}
+		if n, err := convert.Convert(a, cty.Number); err == nil {
+			out[i] = n
+		}
+	}
+	if out == nil {
+		return args, nil
+	}
+	return out, firstErr
+}
+
+// paramType is the type f declares for its i-th argument.
+func paramType(f function.Function, i int) cty.Type {
+	if params := f.Params(); i < len(params) {
+		return params[i].Type
+	}
+	if vp := f.VarParam(); vp != nil {
+		return vp.Type
+	}
+	return cty.NilType
 }
 
 // passThrough is an identity function that runs check on its argument.

@@ -1,6 +1,8 @@
 package jobspecs
 
 import (
+	"strings"
+
 	"github.com/zclconf/go-cty/cty"
 )
 
@@ -38,6 +40,11 @@ func checkFormat(b *budget, args []cty.Value) error {
 			arg = vals[next-1]
 		}
 		next++
+		if strings.IndexByte("bdoxXeEfgG", v.mode) >= 0 && arg != cty.NilVal {
+			if err := checkNumberText(arg); err != nil {
+				return err
+			}
+		}
 		total += max(v.width, verbArgSize(v.mode, arg, limit)+v.prec)
 	}
 	return b.checkString("format", total)

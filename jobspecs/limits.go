@@ -187,6 +187,59 @@ func (b *budget) measure(v cty.Value, depth int, limit int64) (int64, error) {
 	return 1, nil
 }
 
+// maxNumberText bounds the text of a number: converting a string of a
+// million digits to a number takes seconds and gigabytes (the parser reads
+// every digit), and no number in range needs more than ~1,250 characters.
+const maxNumberText = 2048
+
+// checkNumberText rejects a string too long to be converted to a number.
+func checkNumberText(v cty.Value) error {
+	v, _ = v.Unmark()
+	if v.IsKnown() && !v.IsNull() && v.Type() == cty.String && len(v.AsString()) > maxNumberText {
+		return limitErr("a number written with %d characters is longer than the limit of %d", len(v.AsString()), maxNumberText)
+	}
+	return nil
+}
+
+// checkConvertible rejects converting v to typ when typ holds numbers
+// and v holds a string too long to be one.
+func checkConvertible(v cty.Value, typ cty.Type) error {
+	if !hasNumber(typ) {
+		return nil
+	}
+	var err error
+	_ = cty.Walk(v, func(_ cty.Path, e cty.Value) (bool, error) {
+		if err == nil {
+			err = checkNumberText(e)
+		}
+		return err == nil, nil
+	})
+	return err
+}
+
+// hasNumber reports whether typ is or contains cty.Number.
+func hasNumber(typ cty.Type) bool {
+	switch {
+	case typ == cty.Number:
+		return true
+	case typ.IsCollectionType():
+		return hasNumber(typ.ElementType())
+	case typ.IsObjectType():
+		for _, at := range typ.AttributeTypes() {
+			if hasNumber(at) {
+				return true
+			}
+		}
+	case typ.IsTupleType():
+		for _, et := range typ.TupleElementTypes() {
+			if hasNumber(et) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // checkNumber rejects numbers too large or too small to render as text.
 func checkNumber(v cty.Value) error {
 	v, _ = v.Unmark()

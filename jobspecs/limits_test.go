@@ -54,6 +54,13 @@ func TestExpressionLimits(t *testing.T) {
 		{"number product chain", "", `1e1000 * 1e1000 * 1e1000`, "out of range"},
 		{"tonumber", "", `tonumber("1e999999")`, "out of range"},
 		{"jsonencode", `s = format("%0600000d", 0)`, `jsonencode([local.s, local.s])`, "jsonencode would produce"},
+		// Converting a million digits to a number took 3.6 s and 2 GB.
+		{"tonumber of a million digits", `d = format("1%0999999d", 0)`, `tonumber(local.d)`, "a number written with 1000000 characters"},
+		{"arithmetic on digits", `d = format("1%0999999d", 0)`, `local.d + 1`, "a number written with 1000000 characters"},
+		{"comparison of digits", `d = format("1%0999999d", 0)`, `local.d < 1`, "a number written with 1000000 characters"},
+		{"max of digits", `d = format("1%0999999d", 0)`, `max(local.d, 1)`, "a number written with 1000000 characters"},
+		{"index by digits", `d = format("1%0999999d", 0)`, `[1][local.d]`, "a number written with 1000000 characters"},
+		{"format %d of digits", `d = format("1%0999999d", 0)`, `format("%d", local.d)`, "a number written with 1000000 characters"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -122,6 +129,7 @@ func TestSourceLimits(t *testing.T) {
 		{"unary", strings.Repeat("!", n) + "true", "Jobspec has too many operators"},
 		{"conditionals", strings.Repeat("true ? 1 : ", n/10) + "1", "Jobspec has too many operators"},
 		{"sum", "1" + strings.Repeat("+1", n/2), "Jobspec has too many operators"},
+		{"long number", "1" + strings.Repeat("0", n), "Number too long"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -194,6 +202,21 @@ job "j" {
 	if !strings.Contains(diags.Error(), "A collection of 3 elements is longer than the limit of 2") {
 		t.Fatalf("errors: %s", diags.Error())
 	}
+	// Strings converted to numbers by a variable's type, as a default or
+	// a -var value.
+	digits := "1" + strings.Repeat("0", 999_999)
+	_, diags = parseTask(t, `variable "n" {
+  type    = number
+  default = "`+digits+`"
+}`, `config { x = var.n }`, nil)
+	if !strings.Contains(diags.Error(), "t.hcl:3:13: error: Evaluation limit exceeded; a number written with 1000000 characters") {
+		t.Fatalf("errors: %.300s", diags.Error())
+	}
+	_, diags = parseTask(t, `variable "n" { type = list(number) }`, `config { x = var.n }`,
+		&ParseOptions{Vars: map[string]string{"n": `["` + digits + `"]`}})
+	if !strings.Contains(diags.Error(), "Invalid value for variable n; a number written with 1000000 characters") {
+		t.Fatalf("errors: %.300s", diags.Error())
+	}
 	if !errors.Is(fmt.Errorf("x: %w", limitErr("y")), ErrLimitExceeded) {
 		t.Fatal("limit errors must wrap ErrLimitExceeded")
 	}
@@ -215,13 +238,15 @@ func TestBoundedFunctionsStillWork(t *testing.T) {
   str     = tostring(tonumber("42"))
   trim    = trimspace(lower("  HeLLo "))
   coal    = coalesce(null, "x")
+  strnum  = max("5", 1) + "2" * 2
+  index   = ["a", "b"]["1"]
 }`
 	task, diags := parseTask(t, locals, body, nil)
 	if diags.HasErrors() {
 		t.Fatal(diags.Error())
 	}
 	want := map[string]any{"join": "0=A-2=C-z", "format": `ab  |  3.1|007|true|"q"|[1]`, "replace": "a::b::c",
-		"json": `{"a":1,"b":2}`, "num": 9, "str": "42", "trim": "hello", "coal": "x"}
+		"json": `{"a":1,"b":2}`, "num": 9, "str": "42", "trim": "hello", "coal": "x", "strnum": 9, "index": "b"}
 	for k, v := range want {
 		if task.Config[k] != v {
 			t.Errorf("%s = %#v, want %#v", k, task.Config[k], v)

@@ -17,7 +17,9 @@ import (
 //   - the collection of a for expression (charged by length on every
 //     evaluation, so nested loops multiply) and each value it produces;
 //   - the operands of binary operators (numbers out of range, and the
-//     size of what == compares).
+//     size of what == compares) and index keys; where HCL converts them
+//     to numbers, strings too long to be a number in range are refused
+//     (parsing a million digits takes seconds and gigabytes).
 //
 // Wrappers keep the wrapped expression's range, so diagnostics and
 // runtime interpolations ("${...}" kept as source text) are unchanged.
@@ -74,8 +76,14 @@ func boundExpr(expr hclsyntax.Expression) hcl.Diagnostics {
 			}
 			e.ValExpr = wrapCall(chargeFunc, e.ValExpr)
 		case *hclsyntax.BinaryOpExpr:
-			e.LHS = wrapCall(chargeFunc, e.LHS)
-			e.RHS = wrapCall(chargeFunc, e.RHS)
+			fn := chargeFunc
+			if e.Op != hclsyntax.OpEqual && e.Op != hclsyntax.OpNotEqual && e.Op != hclsyntax.OpLogicalAnd && e.Op != hclsyntax.OpLogicalOr {
+				fn = numFunc // arithmetic and comparisons convert to numbers
+			}
+			e.LHS = wrapCall(fn, e.LHS)
+			e.RHS = wrapCall(fn, e.RHS)
+		case *hclsyntax.IndexExpr:
+			e.Key = wrapCall(numFunc, e.Key)
 		}
 		return nil
 	})
@@ -93,7 +101,7 @@ func wrapCall(name string, expr hclsyntax.Expression) hclsyntax.Expression {
 
 func isWrapper(expr hclsyntax.Expression) bool {
 	fc, ok := expr.(*hclsyntax.FunctionCallExpr)
-	return ok && (fc.Name == chargeFunc || fc.Name == iterFunc) && len(fc.Args) == 1
+	return ok && (fc.Name == chargeFunc || fc.Name == iterFunc || fc.Name == numFunc) && len(fc.Args) == 1
 }
 
 // unwrapCharge returns the expression a charge wrapper holds, or nil.

@@ -35,7 +35,8 @@ type scanner struct {
 	directives int // open %{ if } and %{ for } directives
 	ops        int
 	tokens     int
-	at         int // start of the last piece consumed
+	at         int  // start of the last piece consumed
+	longNumber bool // a number literal longer than maxNumberText
 }
 
 func (s *scanner) run() (summary, detail string) {
@@ -57,6 +58,8 @@ func (s *scanner) run() (summary, detail string) {
 				"Brackets, braces, parentheses, quotes, interpolations and template directives nest more than %d levels deep here.", s.lim.MaxNesting)
 		case s.ops > s.lim.MaxOperators:
 			return "Jobspec has too many operators", fmt.Sprintf("The jobspec uses more than %d operators.", s.lim.MaxOperators)
+		case s.longNumber:
+			return "Number too long", fmt.Sprintf("A number literal is written with more than %d characters.", maxNumberText)
 		case s.tokens > s.lim.MaxTokens:
 			return "Jobspec has too many tokens", fmt.Sprintf("The jobspec has more than %d tokens.", s.lim.MaxTokens)
 		}
@@ -113,8 +116,12 @@ func (s *scanner) code() {
 	case bytes.IndexByte([]byte("!?+-*/%<>"), c) >= 0:
 		s.ops++
 	case isIdentByte(c):
+		start := s.i
 		for s.i < len(s.src) && (isIdentByte(s.src[s.i]) || s.src[s.i] == '-') {
 			s.i++
+		}
+		if c >= '0' && c <= '9' && s.i-start > maxNumberText {
+			s.longNumber = true
 		}
 		return
 	}

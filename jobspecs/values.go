@@ -109,6 +109,9 @@ func convString(v cty.Value) (string, error) {
 }
 
 func convInt(v cty.Value) (int, error) {
+	if checkNumberText(v) != nil {
+		return 0, errors.New("a number is required")
+	}
 	n, err := convert.Convert(v, cty.Number)
 	if err != nil || !n.IsKnown() || n.IsNull() {
 		return 0, errors.New("a number is required")

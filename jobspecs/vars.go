@@ -96,11 +96,19 @@ func (d *decoder) declareVariable(b *hclsyntax.Block, declared map[string]*decla
 	}
 	if a := c.attrs["default"]; a != nil {
 		if def := d.constant(a.Expr); def != cty.NilVal {
-			cv, err := convert.Convert(def, v.typ)
+			cv, err := cty.DynamicVal, checkConvertible(def, v.typ)
 			if err != nil {
+				d.add(SeverityError, a.Expr.Range(), limitSummary, limitDetail(err))
+			} else {
+				cv, err = convert.Convert(def, v.typ)
+			}
+			switch {
+			case errors.Is(err, ErrLimitExceeded):
+				v.value = cv
+			case err != nil:
 				d.add(SeverityError, a.Expr.Range(), "Invalid default value for variable "+b.Labels[0],
 					fmt.Sprintf("The default does not match the variable's type: %v.", err))
-			} else {
+			default:
 				v.value = cv
 			}
 		}
@@ -137,6 +145,11 @@ func (d *decoder) override(name, raw string, v *declaredVar, filename string) ct
 			return cty.DynamicVal
 		}
 	} else if err := d.budget.charge(val); err != nil {
+		d.diags = append(d.diags, Diagnostic{Severity: SeverityError, Filename: filename,
+			Summary: "Invalid value for variable " + name, Detail: limitDetail(err)})
+		return cty.DynamicVal
+	}
+	if err := checkConvertible(val, v.typ); err != nil {
 		d.diags = append(d.diags, Diagnostic{Severity: SeverityError, Filename: filename,
 			Summary: "Invalid value for variable " + name, Detail: limitDetail(err)})
 		return cty.DynamicVal
