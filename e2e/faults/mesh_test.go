@@ -25,7 +25,7 @@ const upstream = "127.0.0.1:9191"
 // SIGKILLed.
 func TestMeshSurvivesControlPlaneFaults(t *testing.T) {
 	a := framework.NewAgent(t, framework.Options{})
-	job := a.RunJob("input/echo.hcl")
+	job := a.RunJob("../connect/input/echo.hcl") // the connect tests' own mesh
 	allocs := a.RunningAllocs(job, 2)
 	web, db := a.AllocByGroup(allocs, "web"), a.AllocByGroup(allocs, "db")
 	webNS, dbNS := netnsPath(web.ID), netnsPath(db.ID)
