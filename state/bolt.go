@@ -111,7 +111,7 @@ func (s *BoltStore) WaitIndex(ctx context.Context, minIndex uint64) uint64 {
 // view runs fn in a read transaction; a bbolt panic on a corrupt page
 // becomes an error wrapping ErrCorrupt.
 func (s *BoltStore) view(fn func(tx *bolt.Tx) error) (err error) {
-	defer recoverCorrupt(s.db.Path(), &err)
+	defer boltFiles.Recover(s.db.Path(), &err)
 	return closedErr(s.db.View(fn))
 }
 

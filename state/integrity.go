@@ -6,12 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	bolt "go.etcd.io/bbolt"
-	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/meshlet/meshlet/internal/boltsafe"
 
 	"github.com/meshlet/meshlet/internal/atomicfile"
 )
@@ -87,54 +87,18 @@ func checkMarker(f files) (*marker, error) {
 	return m, nil
 }
 
-// openDB checks the bbolt file (read-only: a panic while a writable open
-// loads a corrupt freelist would leave the file mapped and locked) and
-// opens it, turning a lock timeout and a damaged file (error or panic) into
-// one-line errors.
+// boltFiles opens the state file: damage is ErrCorrupt (with how to
+// recover), another process holding it ErrLocked.
+var boltFiles = boltsafe.Files{
+	Corrupt: corrupt,
+	Locked: func(path string) error {
+		return fmt.Errorf("%w: %s is held by another process (another meshlet agent on this data dir?)", ErrLocked, path)
+	},
+}
+
+// openDB checks an existing file page by page and opens it (see boltsafe).
 func openDB(path string, timeout time.Duration) (*bolt.DB, error) {
-	if fi, err := os.Stat(path); err == nil && fi.Size() > 0 {
-		if err := checkFile(path, timeout); err != nil {
-			return nil, err
-		}
-	}
-	return openBolt(path, &bolt.Options{Timeout: timeout})
-}
-
-// checkFile walks every page once with bbolt's own check, so that a damaged
-// file is refused at start, not at the first read of a bad page.
-func checkFile(path string, timeout time.Duration) (err error) {
-	db, err := openBolt(path, &bolt.Options{Timeout: timeout, ReadOnly: true})
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if cerr := db.Close(); cerr != nil && err == nil {
-			err = fmt.Errorf("failed to close %s after checking it: %w", path, cerr)
-		}
-	}()
-	defer recoverCorrupt(path, &err)
-	return db.View(func(tx *bolt.Tx) error {
-		for err := range tx.Check() {
-			if err != nil {
-				return corrupt(path, errors.New(strings.ReplaceAll(err.Error(), "\n", " ")))
-			}
-		}
-		return nil
-	})
-}
-
-func openBolt(path string, opts *bolt.Options) (db *bolt.DB, err error) {
-	defer recoverCorrupt(path, &err)
-	db, err = bolt.Open(path, 0o600, opts)
-	switch {
-	case errors.Is(err, berrors.ErrTimeout):
-		return nil, fmt.Errorf("%w: %s is held by another process (another meshlet agent on this data dir?)", ErrLocked, path)
-	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum), errors.Is(err, berrors.ErrVersionMismatch):
-		return nil, corrupt(path, err)
-	case err != nil:
-		return nil, fmt.Errorf("failed to open state store %s: %w", path, err)
-	}
-	return db, nil
+	return boltFiles.Open(path, timeout)
 }
 
 func corrupt(path string, err error) error {
@@ -142,17 +106,9 @@ func corrupt(path string, err error) error {
 		ErrCorrupt, path, err)
 }
 
-// recoverCorrupt turns a bbolt panic (a corrupt page) into an error.
-func recoverCorrupt(path string, err *error) {
-	if r := recover(); r != nil {
-		msg := strings.ReplaceAll(fmt.Sprint(r), "\n", " ")
-		*err = corrupt(path, errors.New(msg))
-	}
-}
-
 // update runs fn in a write transaction, recovering bbolt panics.
 func (s *BoltStore) update(fn func(tx *bolt.Tx) error) (err error) {
-	defer recoverCorrupt(s.db.Path(), &err)
+	defer boltFiles.Recover(s.db.Path(), &err)
 	return closedErr(s.db.Update(fn))
 }
 

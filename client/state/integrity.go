@@ -6,13 +6,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
-	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/meshlet/meshlet/internal/atomicfile"
+	"github.com/meshlet/meshlet/internal/boltsafe"
 )
 
 // A client state file that held a node is never replaced by an empty one:
@@ -95,62 +94,22 @@ func writeMarker(path, nodeID string) error {
 	return nil
 }
 
-// openDB checks an existing file with bbolt's own page check (read-only: a
-// panic while a writable open loads a corrupt freelist would leave the
-// file mapped and locked), then opens it.
+// boltFiles opens the state file: damage is ErrCorrupt (with how to
+// recover), another process holding it ErrLocked.
+var boltFiles = boltsafe.Files{
+	Corrupt: corrupt,
+	Locked: func(path string) error {
+		return fmt.Errorf("%w: %s is held by another process (another meshlet agent on this data dir?)", ErrLocked, path)
+	},
+}
+
+// openDB checks an existing file page by page and opens it (see boltsafe).
 func openDB(path string, timeout time.Duration) (*bolt.DB, error) {
-	if fi, err := os.Stat(path); err == nil && fi.Size() > 0 {
-		if err := checkFile(path, timeout); err != nil {
-			return nil, err
-		}
-	}
-	return openBolt(path, &bolt.Options{Timeout: timeout})
-}
-
-func checkFile(path string, timeout time.Duration) (err error) {
-	db, err := openBolt(path, &bolt.Options{Timeout: timeout, ReadOnly: true})
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if cerr := db.Close(); cerr != nil && err == nil {
-			err = fmt.Errorf("failed to close %s after checking it: %w", path, cerr)
-		}
-	}()
-	defer recoverCorrupt(path, &err)
-	return db.View(func(tx *bolt.Tx) error {
-		for err := range tx.Check() {
-			if err != nil {
-				return corrupt(path, errors.New(strings.ReplaceAll(err.Error(), "\n", " ")))
-			}
-		}
-		return nil
-	})
-}
-
-func openBolt(path string, opts *bolt.Options) (db *bolt.DB, err error) {
-	defer recoverCorrupt(path, &err)
-	db, err = bolt.Open(path, 0o600, opts)
-	switch {
-	case errors.Is(err, berrors.ErrTimeout):
-		return nil, fmt.Errorf("%w: %s is held by another process (another meshlet agent on this data dir?)", ErrLocked, path)
-	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum), errors.Is(err, berrors.ErrVersionMismatch):
-		return nil, corrupt(path, err)
-	case err != nil:
-		return nil, fmt.Errorf("failed to open client state %s: %w", path, err)
-	}
-	return db, nil
+	return boltFiles.Open(path, timeout)
 }
 
 func corrupt(path string, err error) error {
 	return fmt.Errorf("%w: %s: %w; %s", ErrCorrupt, path, err, RecoveryHint(path))
-}
-
-// recoverCorrupt turns a bbolt panic (a corrupt page) into an error.
-func recoverCorrupt(path string, err *error) {
-	if r := recover(); r != nil {
-		*err = corrupt(path, errors.New(strings.ReplaceAll(fmt.Sprint(r), "\n", " ")))
-	}
 }
 
 // initialise creates the buckets and checks the format and the node ID
@@ -181,11 +140,11 @@ func (d *DB) initialise(mark *marker) error {
 
 // view and update run a transaction, turning bbolt panics into ErrCorrupt.
 func (d *DB) view(fn func(tx *bolt.Tx) error) (err error) {
-	defer recoverCorrupt(d.path, &err)
+	defer boltFiles.Recover(d.path, &err)
 	return d.db.View(fn)
 }
 
 func (d *DB) update(fn func(tx *bolt.Tx) error) (err error) {
-	defer recoverCorrupt(d.path, &err)
+	defer boltFiles.Recover(d.path, &err)
 	return d.db.Update(fn)
 }

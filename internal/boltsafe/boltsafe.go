@@ -1,0 +1,86 @@
+// Package boltsafe opens meshlet's bbolt files so that damage and contention
+// become one-line errors, never a panic or a hang: an existing file is first
+// walked page by page read-only (a panic while a writable open loads a
+// corrupt freelist would leave the file mapped and locked), bbolt's panics on
+// bad pages are recovered, and the file lock is taken with a timeout.
+//
+// Each store keeps its own sentinels and recovery hints through Files.
+package boltsafe
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+)
+
+// Files opens the bbolt files of one store. Corrupt wraps the cause of
+// damage at path into the store's error (with how to recover); Locked says
+// that another process holds path. Both are required.
+type Files struct {
+	Corrupt func(path string, cause error) error
+	Locked  func(path string) error
+}
+
+// Open checks an existing, non-empty file with bbolt's own page check and
+// opens it (or creates it) for writing, waiting at most timeout for the
+// file lock.
+func (f Files) Open(path string, timeout time.Duration) (*bolt.DB, error) {
+	if fi, err := os.Stat(path); err == nil && fi.Size() > 0 {
+		if err := f.check(path, timeout); err != nil {
+			return nil, err
+		}
+	}
+	return f.open(path, &bolt.Options{Timeout: timeout})
+}
+
+// Recover turns a bbolt panic (a corrupt page met by a read or a write)
+// into the store's corruption error in *err. Use it directly in a defer.
+func (f Files) Recover(path string, err *error) {
+	if r := recover(); r != nil {
+		*err = f.Corrupt(path, errors.New(oneLine(fmt.Sprint(r))))
+	}
+}
+
+// check walks every page once, so that a damaged file is refused at start,
+// not at the first read of a bad page.
+func (f Files) check(path string, timeout time.Duration) (err error) {
+	db, err := f.open(path, &bolt.Options{Timeout: timeout, ReadOnly: true})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := db.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("failed to close %s after checking it: %w", path, cerr)
+		}
+	}()
+	defer f.Recover(path, &err)
+	return db.View(func(tx *bolt.Tx) error {
+		for err := range tx.Check() {
+			if err != nil {
+				return f.Corrupt(path, errors.New(oneLine(err.Error())))
+			}
+		}
+		return nil
+	})
+}
+
+func (f Files) open(path string, opts *bolt.Options) (db *bolt.DB, err error) {
+	defer f.Recover(path, &err)
+	db, err = bolt.Open(path, 0o600, opts)
+	switch {
+	case errors.Is(err, berrors.ErrTimeout):
+		return nil, f.Locked(path)
+	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum), errors.Is(err, berrors.ErrVersionMismatch):
+		return nil, f.Corrupt(path, err)
+	case err != nil:
+		return nil, fmt.Errorf("failed to open %s: %w", path, err)
+	}
+	return db, nil
+}
+
+func oneLine(s string) string { return strings.ReplaceAll(s, "\n", " ") }
