@@ -1,10 +1,6 @@
 package ca
 
 import (
-	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -13,14 +9,12 @@ import (
 	"time"
 
 	"github.com/meshlet/meshlet/internal/atomicfile"
+	"github.com/meshlet/meshlet/internal/sealedjson"
 )
 
 const (
 	stateFileName = "ca-state.json"
 	markerName    = "ca.initialized"
-	// stateVersion 2 wraps the state in an envelope with its SHA-256;
-	// version 1 (no checksum) is still read and rewritten as 2.
-	stateVersion = 2
 )
 
 // Sentinel errors of loading; test with errors.Is.
@@ -40,13 +34,6 @@ type stateFile struct {
 	ClusterID string
 	Index     uint64
 	Roots     []rootState
-}
-
-// envelope is the on-disk shape of version 2.
-type envelope struct {
-	Version int
-	SHA256  string          `json:",omitempty"`
-	State   json.RawMessage `json:",omitempty"`
 }
 
 type rootState struct {
@@ -130,29 +117,9 @@ func ensureMarker(dir string) error {
 
 // decodeState parses a state file of version 1 or 2.
 func decodeState(b []byte) (*stateFile, error) {
-	var env envelope
-	if err := json.Unmarshal(b, &env); err != nil {
-		return nil, err
-	}
 	var st stateFile
-	switch env.Version {
-	case 1:
-		if err := json.Unmarshal(b, &st); err != nil {
-			return nil, err
-		}
-	case 2:
-		var compact bytes.Buffer
-		if err := json.Compact(&compact, env.State); err != nil {
-			return nil, err
-		}
-		if sum := sha256.Sum256(compact.Bytes()); hex.EncodeToString(sum[:]) != env.SHA256 {
-			return nil, errors.New("checksum mismatch")
-		}
-		if err := json.Unmarshal(env.State, &st); err != nil {
-			return nil, err
-		}
-	default:
-		return nil, fmt.Errorf("unsupported version %d", env.Version)
+	if err := sealedjson.Unmarshal(b, &st); err != nil {
+		return nil, err
 	}
 	if st.ClusterID == "" {
 		return nil, errors.New("no cluster ID")
@@ -215,12 +182,7 @@ func saveState(dir string, st stateFile, roots []*rootCA) error {
 	for _, r := range roots {
 		st.Roots = append(st.Roots, rootState{Root: r.Root, KeyFile: r.keyFile, RotatedOutAt: r.rotatedOutAt})
 	}
-	state, err := json.Marshal(st)
-	if err != nil {
-		return fmt.Errorf("failed to encode CA state: %w", err)
-	}
-	sum := sha256.Sum256(state)
-	b, err := json.MarshalIndent(envelope{Version: stateVersion, SHA256: hex.EncodeToString(sum[:]), State: state}, "", "  ")
+	b, err := sealedjson.Marshal(st)
 	if err != nil {
 		return fmt.Errorf("failed to encode CA state: %w", err)
 	}

@@ -113,7 +113,10 @@ func TestLoadsCAStateVersion1(t *testing.T) {
 	_ = m.Close()
 	path := filepath.Join(dir, stateFileName)
 	b, _ := os.ReadFile(path)
-	var env envelope
+	var env struct {
+		Version int
+		State   json.RawMessage
+	}
 	if err := json.Unmarshal(b, &env); err != nil || env.Version != 2 {
 		t.Fatalf("state is not version 2: %v\n%s", err, b)
 	}

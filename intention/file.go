@@ -1,10 +1,6 @@
 package intention
 
 import (
-	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -12,14 +8,12 @@ import (
 	"path/filepath"
 
 	"github.com/meshlet/meshlet/internal/atomicfile"
+	"github.com/meshlet/meshlet/internal/sealedjson"
 )
 
 const (
 	fileName   = "intentions.json"
 	markerName = "intentions.initialized"
-	// fileVersion 2 wraps the state in an envelope with its SHA-256;
-	// version 1 (no checksum) is still read and rewritten as 2.
-	fileVersion = 2
 )
 
 // Sentinel errors of loading; test with errors.Is.
@@ -36,13 +30,6 @@ var (
 type persisted struct {
 	Index      uint64
 	Intentions []Intention
-}
-
-// envelope is the on-disk shape of version 2.
-type envelope struct {
-	Version int
-	SHA256  string          `json:",omitempty"`
-	State   json.RawMessage `json:",omitempty"`
 }
 
 // load reads dir's intentions. A directory without the state file and
@@ -84,29 +71,9 @@ func load(dir string) ([]*Intention, uint64, error) {
 
 // decode parses and validates a state file of version 1 or 2.
 func decode(b []byte) ([]*Intention, uint64, error) {
-	var env envelope
-	if err := json.Unmarshal(b, &env); err != nil {
-		return nil, 0, err
-	}
 	var p persisted
-	switch env.Version {
-	case 1:
-		if err := json.Unmarshal(b, &p); err != nil {
-			return nil, 0, err
-		}
-	case 2:
-		var compact bytes.Buffer
-		if err := json.Compact(&compact, env.State); err != nil {
-			return nil, 0, err
-		}
-		if sum := sha256.Sum256(compact.Bytes()); hex.EncodeToString(sum[:]) != env.SHA256 {
-			return nil, 0, errors.New("checksum mismatch")
-		}
-		if err := json.Unmarshal(env.State, &p); err != nil {
-			return nil, 0, err
-		}
-	default:
-		return nil, 0, fmt.Errorf("unsupported version %d", env.Version)
+	if err := sealedjson.Unmarshal(b, &p); err != nil {
+		return nil, 0, err
 	}
 	ids, pairs := map[string]bool{}, map[pairKey]bool{}
 	list := make([]*Intention, 0, len(p.Intentions))
@@ -131,12 +98,7 @@ func encode(list []*Intention, index uint64) ([]byte, error) {
 	for _, ix := range list {
 		p.Intentions = append(p.Intentions, *ix)
 	}
-	state, err := json.Marshal(p)
-	if err != nil {
-		return nil, fmt.Errorf("failed to encode intentions: %w", err)
-	}
-	sum := sha256.Sum256(state)
-	b, err := json.MarshalIndent(envelope{Version: fileVersion, SHA256: hex.EncodeToString(sum[:]), State: state}, "", "  ")
+	b, err := sealedjson.Marshal(p)
 	if err != nil {
 		return nil, fmt.Errorf("failed to encode intentions: %w", err)
 	}
