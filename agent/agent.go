@@ -211,7 +211,7 @@ func (a *Agent) startServer() error {
 		return err
 	}
 	srv, err := server.New(server.Config{Store: st, Scheduler: sched, Mutators: a.mutators,
-		Admission:   server.AdmissionFuncs{CanonicalizeFunc: jobspecs.Canonicalize, ValidateFunc: jobspecs.Validate},
+		Admission:   server.AdmissionFuncs{CanonicalizeFunc: jobspecs.Canonicalize, ValidateFunc: a.validateJob},
 		Logger:      a.logger.Named("server"),
 		MaxJobCount: a.cfg.Server.JobMaxCount, MaxJobSize: a.cfg.Server.JobMaxSize,
 		EvalGCThreshold: a.cfg.Server.EvalGCThreshold, AllocGCThreshold: a.cfg.Server.AllocGCThreshold,

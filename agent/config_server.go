@@ -2,7 +2,11 @@ package agent
 
 import (
 	"fmt"
+	"math"
 	"time"
+
+	"github.com/meshlet/meshlet/jobspecs"
+	"github.com/meshlet/meshlet/structs"
 )
 
 // ServerConfig bounds the server role's state (Nomad's server block where
@@ -69,4 +73,21 @@ func (c *ServerConfig) problems() []string {
 		out = append(out, "server.eval_gc_threshold, alloc_gc_threshold and gc_interval must not be negative")
 	}
 	return out
+}
+
+// validateOptions are the jobspec checks' bounds from the server block
+// (negative: no limit, zero: the defaults).
+func (c *ServerConfig) validateOptions() *jobspecs.ValidateOptions {
+	unlimited := func(v int) int {
+		if v < 0 {
+			return math.MaxInt
+		}
+		return v
+	}
+	return &jobspecs.ValidateOptions{MaxCount: unlimited(c.JobMaxCount), MaxJobBytes: unlimited(c.JobMaxSize)}
+}
+
+// validateJob is the server's admission check with the configured bounds.
+func (a *Agent) validateJob(job *structs.Job) ([]string, error) {
+	return jobspecs.ValidateWith(job, a.cfg.Server.validateOptions())
 }

@@ -196,4 +196,3 @@ job "`+id+`" {
 		t.Fatalf("node reserved ports %q", spec)
 	}
 }
-

@@ -2,11 +2,6 @@ package api
 
 import (
 	"fmt"
-	"strings"
-
-	"github.com/hashicorp/hcl/v2"
-	"github.com/hashicorp/hcl/v2/hclsyntax"
-	"github.com/zclconf/go-cty/cty"
 
 	"github.com/meshlet/meshlet/jobspecs"
 	"github.com/meshlet/meshlet/structs"
@@ -34,31 +29,12 @@ func parseHCL(src, vars string, canonicalize bool) (*structs.Job, error) {
 	return job, nil
 }
 
-// parseVariables turns a variables file into -var style overrides: string
-// values unquoted, other constants as written.
+// parseVariables turns a variables file into -var style overrides, with
+// the same bounds on what evaluating it may cost as a jobspec has.
 func parseVariables(src string) (map[string]string, error) {
-	if strings.TrimSpace(src) == "" {
-		return nil, nil
-	}
-	f, diags := hclsyntax.ParseConfig([]byte(src), "variables.hcl", hcl.InitialPos)
-	if diags.HasErrors() {
-		return nil, fmt.Errorf("%w: invalid Variables: %s", ErrInvalid, oneLine(diags.Error()))
-	}
-	attrs, diags := f.Body.JustAttributes()
-	if diags.HasErrors() {
-		return nil, fmt.Errorf("%w: invalid Variables: %s", ErrInvalid, oneLine(diags.Error()))
-	}
-	out := make(map[string]string, len(attrs))
-	for name, a := range attrs {
-		v, d := a.Expr.Value(nil)
-		if d.HasErrors() {
-			return nil, fmt.Errorf("%w: variable %q must be a constant: %s", ErrInvalid, name, oneLine(d.Error()))
-		}
-		if v.Type() == cty.String && v.IsKnown() && !v.IsNull() {
-			out[name] = v.AsString()
-			continue
-		}
-		out[name] = string(a.Expr.Range().SliceBytes([]byte(src)))
+	out, err := jobspecs.ParseVariables("variables.hcl", []byte(src), nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s", ErrInvalid, oneLine(err.Error()))
 	}
 	return out, nil
 }

@@ -37,6 +37,7 @@ func TestParseEndpoint(t *testing.T) {
 		raw, _ := json.Marshal(api.JobsParseRequest{JobHCL: hcl, Variables: vars, Canonicalize: true})
 		return string(raw)
 	}
+	thousand := "[" + strings.Repeat("0,", 1000) + "]"
 	tests := []struct {
 		name       string
 		body       string
@@ -48,6 +49,10 @@ func TestParseEndpoint(t *testing.T) {
 		{"undeclared variable", body(varJobHCL, "nope = 1\n"), 400, []string{"Undefined variable nope"}},
 		{"bad variables", body(varJobHCL, "count = \n"), 400, []string{"invalid Variables"}},
 		{"non-constant variable", body(varJobHCL, "count = var.x\n"), 400, []string{`variable "count" must be a constant`}},
+		// Evaluating a variables file is bounded like a jobspec: nested
+		// loops over literal lists would otherwise build 10^12 elements.
+		{"expensive variables", body(varJobHCL, "count = [for a in "+thousand+" : [for b in "+thousand+" : [for c in "+thousand+" : 0]]]\n"),
+			400, []string{"invalid Variables", "limit"}},
 		{"syntax error", body("job \"x\" {\n  group \"g\" {\n", ""), 400, []string{"job.hcl:", ": error: "}},
 		{"unknown attribute", body("job \"x\" {\n  bogus = 1\n  group \"g\" {\n    task \"t\" {\n      driver = \"raw_exec\"\n    }\n  }\n}\n", ""), 400, []string{`job.hcl:2:3: error: Unsupported argument`}},
 		{"empty", body("  ", ""), 400, []string{"JobHCL is empty"}},
