@@ -267,6 +267,11 @@ func TestInvalidRequestsChangeNothing(t *testing.T) {
 		{"GET", "/v1/connect/intentions/check?source=web", "", 400},
 		{"GET", "/v1/connect/intentions?index=abc", "", 400},
 		{"GET", "/v1/connect/intentions/exact?source=a/b/c/d&destination=db", "", 400},
+		// Only the default namespace exists: a name in another one is not
+		// answered for the same name in the default namespace.
+		{"GET", "/v1/connect/intentions/exact?source=other/web&destination=db", "", 400},
+		{"GET", "/v1/connect/intentions/check?source=other/web&destination=db", "", 400},
+		{"DELETE", "/v1/connect/intentions/exact?source=web&destination=default/other/db", "", 400},
 		{"GET", "/v1/agent/connect/ca/leaf/bad*name", "", 400},
 		{"GET", "/v1/no/such/endpoint", "", 404},
 		{"PATCH", "/v1/connect/intentions/exact", "", 405},

@@ -47,7 +47,9 @@ func (b intentionBody) toIntention() (intention.Intention, error) {
 
 func defaultPartition(p string) bool { return p == "" || p == "default" }
 
-// parseName splits "[partition/][ns/]name" as consul/api sends it.
+// parseName splits "[partition/][ns/]name" as consul/api sends it. Only the
+// default namespace exists (as Upsert enforces): a name in another one is
+// refused rather than answered for the same name in the default namespace.
 func parseName(param, v string) (ns, name string, err error) {
 	parts := strings.Split(v, "/")
 	switch {
@@ -56,11 +58,16 @@ func parseName(param, v string) (ns, name string, err error) {
 	case len(parts) == 1:
 		return "", parts[0], nil
 	case len(parts) == 2:
-		return parts[0], parts[1], nil
+		ns, name = parts[0], parts[1]
 	case len(parts) == 3 && defaultPartition(parts[0]):
-		return parts[1], parts[2], nil
+		ns, name = parts[1], parts[2]
+	default:
+		return "", "", badRequest("invalid %s %q: want [partition/][namespace/]name with the default partition", param, v)
 	}
-	return "", "", badRequest("invalid %s %q: want [partition/][namespace/]name with the default partition", param, v)
+	if ns != "" && ns != intention.DefaultNamespace {
+		return "", "", badRequest("invalid %s %q: only the %q namespace is supported", param, v, intention.DefaultNamespace)
+	}
+	return ns, name, nil
 }
 
 // exactPair reads ?source=&destination=.
