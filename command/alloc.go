@@ -47,7 +47,7 @@ func runAllocStatus(e *env, c *command, args []string) int {
 	if err != nil {
 		return e.errorf("failed to query allocation %q: %s", fs.Arg(0), describe(err, *addr))
 	}
-	writeAllocStatus(e.stdout, alloc, time.Now(), sidecarProxyMode(client, alloc.NodeID))
+	writeAllocStatus(e.stdout, alloc, time.Now(), sidecarProxyMode(client, alloc.NodeID), followupTime(client, alloc.FollowupEvalID))
 	return exitOK
 }
 
@@ -84,8 +84,9 @@ func (e *env) rawAlloc(client *nomadapi.Client, addr, id string) int {
 }
 
 // writeAllocStatus renders `alloc status` like Nomad's CLI.
-func writeAllocStatus(w io.Writer, a *nomadapi.Allocation, now time.Time, proxyMode string) {
-	writeKV(w, [][2]string{
+// eligible is when a pending replacement will be placed (zero: none).
+func writeAllocStatus(w io.Writer, a *nomadapi.Allocation, now time.Time, proxyMode string, eligible time.Time) {
+	kv := [][2]string{
 		{"ID", a.ID},
 		{"Eval ID", short(a.EvalID)},
 		{"Name", a.Name},
@@ -99,7 +100,8 @@ func writeAllocStatus(w io.Writer, a *nomadapi.Allocation, now time.Time, proxyM
 		{"Desired Description", orNone(a.DesiredDescription)},
 		{"Created", ago(a.CreateTime, now)},
 		{"Modified", ago(a.ModifyTime, now)},
-	})
+	}
+	writeKV(w, append(kv, rescheduleKV(a, eligible, now)...))
 	writeAllocAddresses(w, a)
 	if a.NetworkStatus != nil && a.NetworkStatus.Address != "" {
 		fmt.Fprintf(w, "\nAllocation Address: %s\n", a.NetworkStatus.Address)

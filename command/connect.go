@@ -33,7 +33,7 @@ in memory, never written to disk) and any arguments after --.
 The proxy is found with -proxy-id, or with -sidecar-for SERVICE-ID (the
 proxy whose destination service ID that is) through the connect API.`,
 			example: "$ meshlet connect envoy -sidecar-for _nomad-task-8c3a...-group-web-web-8080 -bootstrap\n" +
-				"$ meshlet connect envoy -proxy-id web-sidecar-proxy -grpc-addr unix:///alloc/tmp/meshlet_grpc.sock -- -l debug",
+				"$ meshlet connect envoy -proxy-id web-sidecar-proxy -grpc-addr unix:///alloc/run/meshlet_grpc.sock -- -l debug",
 			run: runConnectEnvoy,
 		},
 		&command{
@@ -45,7 +45,7 @@ mTLS public listener with ext_authz, upstream listeners, round-robin
 clusters, and an admin listener with /ready, /stats, /clusters and
 /config_dump in Envoy's formats.`,
 			example: "$ meshlet connect proxy -sidecar-for _nomad-task-8c3a...-group-web-web-8080\n" +
-				"$ meshlet connect proxy -proxy-id web-sidecar-proxy -service web -grpc-addr unix:///alloc/tmp/meshlet_grpc.sock",
+				"$ meshlet connect proxy -proxy-id web-sidecar-proxy -service web -grpc-addr unix:///alloc/run/meshlet_grpc.sock",
 			run: runConnectProxy,
 		},
 		&command{
@@ -55,7 +55,7 @@ clusters, and an admin listener with /ready, /stats, /clusters and
 the data plane like the client does (agent config sidecar = auto|envoy|builtin
 and the envoy binary found on the node): Envoy with the bootstrap the client
 wrote to the task's secrets/envoy_bootstrap.json, or the built-in proxy.`,
-			example: "$ meshlet connect sidecar -proxy-id ID -service web -grpc-addr unix:///alloc/tmp/meshlet_grpc.sock -mode auto",
+			example: "$ meshlet connect sidecar -proxy-id ID -service web -grpc-addr unix:///alloc/run/meshlet_grpc.sock -mode auto",
 			run:     runConnectSidecar,
 		},
 	)

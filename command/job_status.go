@@ -109,12 +109,16 @@ func (e *env) showJob(client *nomadapi.Client, addr string, job *nomadapi.Job) i
 	if err != nil {
 		return e.errorf("failed to list allocations of job %q: %s", id, describe(err, addr))
 	}
+	now := time.Now()
+	if future := futureReschedules(client, allocs, now); len(future) > 0 {
+		fmt.Fprintf(e.stdout, "\nFuture Rescheduling Attempts\n")
+		writeTable(e.stdout, append([]string{row("Task Group", "Eval ID", "Eval Time")}, future...))
+	}
 	fmt.Fprintf(e.stdout, "\nAllocations\n")
 	if len(allocs) == 0 {
 		fmt.Fprintln(e.stdout, "No allocations placed")
 		return exitOK
 	}
-	now := time.Now()
 	rows = []string{row("ID", "Node ID", "Task Group", "Version", "Desired", "Status", "Created")}
 	for _, a := range allocs {
 		rows = append(rows, row(short(a.ID), short(a.NodeID), a.TaskGroup, a.JobVersion, a.DesiredStatus, a.ClientStatus, ago(a.CreateTime, now)))

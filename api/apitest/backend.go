@@ -387,6 +387,16 @@ func (b *Backend) JobEvaluations(_ context.Context, jobID string) ([]*api.Evalua
 	return out, nil
 }
 
+// AddEvaluation stores ev (e.g. a pending follow-up evaluation) as is.
+func (b *Backend) AddEvaluation(ev *api.Evaluation) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ev = clone(ev)
+	ev.CreateIndex = b.bump()
+	ev.ModifyIndex = ev.CreateIndex
+	b.evals[ev.ID] = ev
+}
+
 // UpdateAlloc applies fn to allocation id under the lock and bumps the
 // index, waking blocking queries. It reports whether the allocation exists.
 func (b *Backend) UpdateAlloc(id string, fn func(a *structs.Allocation)) bool {
