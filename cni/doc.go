@@ -39,10 +39,11 @@
 // Concurrency: a Manager is safe for concurrent use, and several Managers
 // may live in one process. Setup, Restore and Teardown of one allocation
 // are serialized by a lock keyed by its namespace path (waiting gives up
-// when the caller's context ends); different allocations never wait on
-// each other, since the plugins lock what they share themselves (host-local
-// its lease dir with a file lock, iptables the xtables lock via --wait). The
-// first ADD of each network by a Manager runs alone so the plugins create
+// when the caller's context ends); different allocations run in parallel,
+// since the plugins lock what they share themselves (host-local its lease
+// dir with a file lock, iptables the xtables lock via --wait), up to a
+// bound of a few per CPU (more only compete for CPU; a hung plugin holds
+// one of them until its context ends). The first ADD of each network by a Manager runs alone so the plugins create
 // their shared chains and the bridge without racing. meshlet's own
 // host-global work (the shared netns mount, its nat rules, iptables sweeps)
 // holds a narrow package lock for its duration only. GC takes each dead
