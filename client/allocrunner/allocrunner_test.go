@@ -256,7 +256,8 @@ func TestFailures(t *testing.T) {
 			hookErr:    errors.New(`CNI plugin "bridge" not found in /opt/cni/bin; run make cni or set cni_path`),
 			wantStatus: structs.AllocClientStatusFailed, notStarted: []string{"app"},
 			wantEvent: map[string]string{"app": structs.TaskSetupFailure},
-			wantHooks: "prerun a restored=false,prerun b restored=false,postrun a"},
+			// b failed part way: it is rolled back too, before a.
+			wantHooks: "prerun a restored=false,prerun b restored=false,postrun b,postrun a"},
 		{name: "batch main completes and stops the sidecar",
 			tasks:      []*structs.Task{task("proxy", "prestart", true), task("app", "", false)},
 			script:     map[string]fakedriver.Behavior{"app": {ExitAfter: 20 * time.Millisecond}},

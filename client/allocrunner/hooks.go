@@ -2,6 +2,7 @@ package allocrunner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/meshlet/meshlet/client/allocdir"
 	clientstate "github.com/meshlet/meshlet/client/state"
 	"github.com/meshlet/meshlet/client/taskenv"
+	"github.com/meshlet/meshlet/cni"
 	"github.com/meshlet/meshlet/structs"
 )
 
@@ -129,18 +131,23 @@ func (h *NetworkHook) attach(hc *AllocHookContext, st *structs.AllocNetworkStatu
 // the runner to restart the tasks into the new one. When restoring fails,
 // hc keeps the namespace path and the last persisted status, so the tasks
 // that still run are described as they are.
+//
+// A Networker reports a namespace it had to make anew with an error
+// wrapping cni.ErrNamespaceLost and the new status; the inode comparison
+// catches the same for Networkers that do not say so.
 func (h *NetworkHook) restore(ctx context.Context, hc *AllocHookContext, mode string) error {
 	path := h.net.NetNSPath(hc.Alloc.ID)
 	before, errBefore := NetNSInode(path)
 	st, err := h.net.Restore(ctx, hc.Alloc)
-	if err != nil {
+	lost := errors.Is(err, cni.ErrNamespaceLost) && st != nil
+	if err != nil && !lost {
 		hc.NetNSPath = path
 		if h.state != nil {
 			hc.NetworkStatus, _ = h.state.NetworkStatus(hc.Alloc.ID)
 		}
 		return fmt.Errorf("network mode %q: %w", mode, err)
 	}
-	if after, err := NetNSInode(path); err == nil && (errBefore != nil || before != after) {
+	if after, err := NetNSInode(path); lost || (err == nil && (errBefore != nil || before != after)) {
 		hc.NetworkRecreated = true
 		hc.Logger.Warn("allocation network namespace was recreated; its tasks will be restarted into it",
 			"alloc_id", hc.Alloc.ID, "netns", path)

@@ -18,6 +18,7 @@ import (
 	"github.com/meshlet/meshlet/client/allocdir"
 	clientstate "github.com/meshlet/meshlet/client/state"
 	"github.com/meshlet/meshlet/client/taskrunner"
+	"github.com/meshlet/meshlet/cni"
 	"github.com/meshlet/meshlet/driver"
 	"github.com/meshlet/meshlet/driver/rawexec"
 	"github.com/meshlet/meshlet/internal/testutil"
@@ -143,7 +144,12 @@ func (n ipNetns) Restore(ctx context.Context, a *structs.Allocation) (*structs.A
 		return &structs.AllocNetworkStatus{InterfaceName: "eth0", Address: "10.9.0.2"}, nil
 	}
 	_ = exec.Command("ip", "netns", "del", n.name).Run()
-	return n.Setup(ctx, a)
+	st, err := n.Setup(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	// The CNI manager's contract: the new status with ErrNamespaceLost.
+	return st, fmt.Errorf("allocation %s: %w (new address %s)", a.ID, cni.ErrNamespaceLost, st.Address)
 }
 func (n ipNetns) Teardown(context.Context, *structs.Allocation) error {
 	_ = exec.Command("ip", "netns", "del", n.name).Run()
@@ -233,5 +239,34 @@ func TestRestoreIntoRecreatedNamespace(t *testing.T) {
 	}
 	if err := syscall.Kill(int(first[0]), 0); !errors.Is(err, syscall.ESRCH) {
 		t.Fatalf("the task left in the old namespace (pid %d) is still alive: %v", first[0], err)
+	}
+}
+
+// lostNet reports, as the CNI manager does, that it had to make the
+// allocation's namespace anew: the new status and cni.ErrNamespaceLost.
+type lostNet struct{ staticNet }
+
+func (lostNet) Restore(context.Context, *structs.Allocation) (*structs.AllocNetworkStatus, error) {
+	return &structs.AllocNetworkStatus{InterfaceName: "eth0", Address: "10.9.0.77"},
+		fmt.Errorf("allocation x: %w", cni.ErrNamespaceLost)
+}
+
+// A namespace the Networker says it recreated is not a failed restore: the
+// hook takes the new status and asks for the tasks to be restarted into it.
+func TestNetworkHookTakesRecreatedNamespace(t *testing.T) {
+	h := newHarness(t, "service", task("app", "", false))
+	h.alloc.Job.TaskGroups[0].Networks = []*structs.NetworkResource{{Mode: "bridge"}}
+	hc := &AllocHookContext{Alloc: h.alloc, Restored: true, Logger: hclog.NewNullLogger()}
+	if err := NewNetworkHook(lostNet{}, "", h.db).Prerun(context.Background(), hc); err != nil {
+		t.Fatalf("Prerun: %v", err)
+	}
+	if !hc.NetworkRecreated {
+		t.Error("NetworkRecreated not set: the tasks would stay in the lost namespace")
+	}
+	if hc.NetworkStatus == nil || hc.NetworkStatus.Address != "10.9.0.77" {
+		t.Errorf("network status = %+v, want the new namespace's address", hc.NetworkStatus)
+	}
+	if st, err := h.db.NetworkStatus(h.alloc.ID); err != nil || st == nil || st.Address != "10.9.0.77" {
+		t.Errorf("persisted network status = %+v, %v", st, err)
 	}
 }

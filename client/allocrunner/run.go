@@ -81,7 +81,8 @@ func (ar *AllocRunner) stopped() bool {
 }
 
 // prerun builds the alloc dir and runs every hook's Prerun in order. It
-// returns how many hooks succeeded (they are the ones to roll back).
+// returns how many hooks to roll back: those that ran, the failing one
+// included.
 //
 // A restored allocation whose tasks were running is never rolled back
 // because a step failed at an agent restart (a full disk, a socket that
@@ -105,7 +106,9 @@ func (ar *AllocRunner) prerun() (int, error) {
 		}
 		if err != nil {
 			if err = ar.degrade(err); err != nil {
-				return i, err
+				// The failing hook is rolled back too: its Prerun may
+				// have done part of its work (Postrun is idempotent).
+				return i + 1, err
 			}
 		}
 	}
