@@ -55,13 +55,13 @@ type AgentOptions struct {
 func StartAgent(ctx context.Context, o AgentOptions) (*Agent, error) {
 	ports, err := freePorts(3)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrAgent, err)
+		return nil, fmt.Errorf("%w: %w", ErrAgent, err)
 	}
 	// The data dir is short: allocation sockets live below it and a unix
 	// socket path is limited to 107 bytes.
 	data, err := os.MkdirTemp("", "mlb")
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrAgent, err)
+		return nil, fmt.Errorf("%w: %w", ErrAgent, err)
 	}
 	started := false
 	defer func() {
@@ -78,7 +78,7 @@ func StartAgent(ctx context.Context, o AgentOptions) (*Agent, error) {
 	// A private subnet, used only inside the namespaces meshlet creates.
 	subnet := fmt.Sprintf("10.253.%d.0/24", o.Seq%250)
 	if err := os.MkdirAll(a.logDir, 0o700); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrAgent, err)
+		return nil, fmt.Errorf("%w: %w", ErrAgent, err)
 	}
 	cfg := fmt.Sprintf(`data_dir  = %q
 bind_addr = "127.0.0.1"
@@ -100,10 +100,10 @@ client {
 `, filepath.Join(a.DataDir, "d"), ports[0], ports[1], ports[2], o.CNIPath, a.Bridge, subnet)
 	cfgPath := filepath.Join(a.logDir, "agent.hcl")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrAgent, err)
+		return nil, fmt.Errorf("%w: %w", ErrAgent, err)
 	}
 	if a.log, err = os.Create(filepath.Join(a.logDir, "agent.log")); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrAgent, err)
+		return nil, fmt.Errorf("%w: %w", ErrAgent, err)
 	}
 	a.cmd = exec.Command(a.Bin, "agent", "-config", cfgPath)
 	a.cmd.Stdout, a.cmd.Stderr = a.log, a.log

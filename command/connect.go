@@ -155,6 +155,7 @@ func runConnectProxy(e *env, c *command, args []string) int {
 	grpcAddr := grpcAddrFlag(fs)
 	sotw := fs.Bool("sotw", false, "speak state-of-the-world xDS instead of delta")
 	concurrency := fs.Int("concurrency", 0, "worker `THREADS` (GOMAXPROCS); 0: one per CPU")
+	plainIO := fs.Bool("plain-io", false, "relay with plain net.Conn I/O only (the fallback data path; also "+sidecar.EnvPlainIO+"=1)")
 	logLevel := fs.String("log-level", "info", "`LEVEL`: trace, debug, info, warn or error")
 	connectAddr := connectAddressFlag(fs)
 	if code, ok := e.parse(c, fs, args); !ok {
@@ -171,18 +172,24 @@ func runConnectProxy(e *env, c *command, args []string) int {
 		}
 		id, svc = target.ID, target.Service
 	}
-	return e.runBuiltinProxy(id, svc, *grpcAddr, *adminBind, !*sotw, *logLevel, *concurrency)
+	cfg := sidecar.Config{ProxyID: id, Cluster: svc, XDSAddr: *grpcAddr, AdminBind: *adminBind, Delta: !*sotw, PlainIO: *plainIO}
+	return e.runBuiltinProxy(cfg, *logLevel, *concurrency)
 }
 
-// runBuiltinProxy runs the built-in proxy until the command's context ends;
-// concurrency > 0 caps the threads running Go code (GOMAXPROCS).
-func (e *env) runBuiltinProxy(id, service, grpcAddr, adminBind string, delta bool, level string, concurrency int) int {
+// runBuiltinProxy runs the built-in proxy configured by cfg until the
+// command's context ends; concurrency > 0 caps the threads running Go code
+// (GOMAXPROCS).
+func (e *env) runBuiltinProxy(cfg sidecar.Config, level string, concurrency int) int {
 	if concurrency > 0 {
 		runtime.GOMAXPROCS(concurrency)
 	}
-	logger := hclog.New(&hclog.LoggerOptions{Name: "meshlet", Level: hclog.LevelFromString(level), Output: e.stderr})
-	fmt.Fprintf(e.stdout, "==> meshlet built-in proxy for %s (%s): xDS %s, admin %s\n", service, id, grpcAddr, adminBind)
-	err := sidecar.Run(e.ctx, sidecar.Config{ProxyID: id, Cluster: service, XDSAddr: grpcAddr, AdminBind: adminBind, Delta: delta, Logger: logger})
+	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "meshlet", Level: hclog.LevelFromString(level), Output: e.stderr})
+	mode := ""
+	if cfg.PlainIO {
+		mode = ", plain I/O"
+	}
+	fmt.Fprintf(e.stdout, "==> meshlet built-in proxy for %s (%s): xDS %s, admin %s%s\n", cfg.Cluster, cfg.ProxyID, cfg.XDSAddr, cfg.AdminBind, mode)
+	err := sidecar.Run(e.ctx, cfg)
 	if err != nil {
 		return e.errorf("built-in proxy: %v", err)
 	}
@@ -213,5 +220,6 @@ func runConnectSidecar(e *env, c *command, args []string) int {
 		argv := append([]string{*binary}, connect.EnvoyArgs(*bootstrapPath)...)
 		return e.errorf("failed to exec envoy: %v", execve(*binary, argv))
 	}
-	return e.runBuiltinProxy(*proxyID, *service, *grpcAddr, *adminBind, true, "info", connect.ProxyConcurrency)
+	cfg := sidecar.Config{ProxyID: *proxyID, Cluster: *service, XDSAddr: *grpcAddr, AdminBind: *adminBind, Delta: true}
+	return e.runBuiltinProxy(cfg, "info", connect.ProxyConcurrency)
 }

@@ -1,11 +1,13 @@
 package command
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // `connect proxy -concurrency` rejects a negative thread count before
@@ -32,4 +34,29 @@ func TestConnectProxyConcurrencyFlag(t *testing.T) {
 	if n := hits.Load(); n != 0 {
 		t.Fatalf("the catalog was asked %d times", n)
 	}
+}
+
+// `connect proxy -plain-io` runs the built-in proxy on the fallback data
+// path (documented net.Conn I/O only) and says so.
+func TestConnectProxyPlainIOFlag(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// Nothing listens at the xDS address: the proxy starts and waits for
+	// its control plane until the context ends.
+	stdout, stderr, done := startCLI(ctx, "connect", "proxy", "-plain-io", "-proxy-id", "web-sidecar-proxy", "-service", "web",
+		"-grpc-addr", "127.0.0.1:1", "-admin-bind", "127.0.0.1:0")
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(stdout.String(), "plain I/O") {
+		select {
+		case code := <-done:
+			t.Fatalf("proxy exited %d: %s %s", code, stdout.String(), stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no plain I/O banner after 10s: %q", stdout.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	<-done
 }
