@@ -297,35 +297,8 @@ func ParseConfig(filename string, src []byte) (*Config, error) {
 		set(&c.Ports.ConnectHTTP, p.ConnectHTTP)
 		set(&c.Ports.GRPC, p.GRPC)
 	}
-	if cl := fc.Client; cl != nil {
-		set(&c.Client.CNIPath, cl.CNIPath)
-		set(&c.Client.CNIConfigDir, cl.CNIConfigDir)
-		set(&c.Client.BridgeNetworkSubnet, cl.BridgeNetworkSubnet)
-		set(&c.Client.BridgeNetworkName, cl.BridgeNetworkName)
-		set(&c.Client.MinDynamicPort, cl.MinDynamicPort)
-		set(&c.Client.MaxDynamicPort, cl.MaxDynamicPort)
-		for k, v := range cl.Options {
-			c.Client.Options[k] = v
-		}
-		c.Client.Meta = cl.Meta
-		if cl.Reserved != nil {
-			set(&c.Client.ReservedPorts, cl.Reserved.ReservedPorts)
-		}
-		set(&c.Client.GCMaxAllocs, cl.GCMaxAllocs)
-		for _, d := range []struct {
-			key string
-			src *string
-			dst *time.Duration
-		}{{"gc_interval", cl.GCInterval, &c.Client.GCInterval}, {"gc_alloc_ttl", cl.GCAllocTTL, &c.Client.GCAllocTTL}} {
-			if d.src == nil {
-				continue
-			}
-			v, err := time.ParseDuration(*d.src)
-			if err != nil {
-				return nil, fmt.Errorf("%s: invalid agent configuration: client.%s: %w", filename, d.key, err)
-			}
-			*d.dst = v
-		}
+	if err := fc.Client.apply(filename, &c.Client); err != nil {
+		return nil, err
 	}
 	if err := fc.Server.apply(filename, &c.Server); err != nil {
 		return nil, err

@@ -112,44 +112,7 @@ func TestLostOrCorruptStateRefusesToStart(t *testing.T) {
 			t.Fatalf("the workload (pid %d) is gone; the remaining faults cannot be judged", pid)
 		}
 		t.Run(f.name, func(t *testing.T) {
-			path := filepath.Join(stateDir, f.file)
-			good, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("state file %s: %v", f.file, err)
-			}
-			defer func() {
-				if err := os.WriteFile(path, good, 0o600); err != nil {
-					t.Fatalf("failed to restore %s: %v", path, err)
-				}
-			}()
-			if err := f.apply(path); err != nil {
-				t.Fatalf("failed to damage %s: %v", path, err)
-			}
-			damaged, _ := os.ReadFile(path)
-			code, out, refused := a.StartFailure(30 * time.Second)
-			if !refused {
-				t.Errorf("the agent started on %s instead of refusing:\n%s", f.name, lastLines(out, 15))
-			} else if code == 0 {
-				t.Errorf("agent exited 0 on %s", f.name)
-			}
-			for _, l := range strings.Split(out, "\n") {
-				if strings.HasPrefix(l, "Error:") {
-					t.Logf("%s", l)
-				}
-			}
-			if !strings.Contains(out, filepath.Base(f.file)) {
-				t.Errorf("the error does not name %s:\n%s", f.file, lastLines(out, 15))
-			}
-			if strings.Contains(out, "goroutine ") && strings.Contains(out, ".go:") {
-				t.Errorf("the agent crashed with a stack trace instead of giving an error:\n%s", lastLines(out, 30))
-			}
-			now, statErr := os.ReadFile(path)
-			if !bytes.Equal(now, damaged) || (errors.Is(statErr, os.ErrNotExist) != (damaged == nil)) {
-				t.Errorf("the agent replaced the damaged %s with new state instead of refusing", f.file)
-			}
-			if !alive(pid) {
-				t.Fatalf("the workload (pid %d) was killed by a start on %s", pid, f.name)
-			}
+			refuseDamaged(t, a, filepath.Join(stateDir, f.file), f, pid)
 			if !t.Failed() {
 				handled++
 			}
@@ -163,6 +126,50 @@ func TestLostOrCorruptStateRefusesToStart(t *testing.T) {
 	}
 	if r := a.CLI("intention", "check", "faults-a", "faults-b"); r.Code != 1 {
 		t.Errorf("intention check after recovery: exit %d (%s), want 1: the deny intention survived", r.Code, r.Stdout)
+	}
+}
+
+// refuseDamaged damages path with f, expects the stopped agent to refuse to
+// start with an error naming the file, leaving the damaged file as it is
+// and the workload pid running, then puts the good file back.
+func refuseDamaged(t *testing.T, a *framework.Agent, path string, f stateFault, pid int) {
+	t.Helper()
+	good, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("state file %s: %v", f.file, err)
+	}
+	defer func() {
+		if err := os.WriteFile(path, good, 0o600); err != nil {
+			t.Fatalf("failed to restore %s: %v", path, err)
+		}
+	}()
+	if err := f.apply(path); err != nil {
+		t.Fatalf("failed to damage %s: %v", path, err)
+	}
+	damaged, _ := os.ReadFile(path)
+	code, out, refused := a.StartFailure(30 * time.Second)
+	if !refused {
+		t.Errorf("the agent started on %s instead of refusing:\n%s", f.name, lastLines(out, 15))
+	} else if code == 0 {
+		t.Errorf("agent exited 0 on %s", f.name)
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "Error:") {
+			t.Logf("%s", l)
+		}
+	}
+	if !strings.Contains(out, filepath.Base(f.file)) {
+		t.Errorf("the error does not name %s:\n%s", f.file, lastLines(out, 15))
+	}
+	if strings.Contains(out, "goroutine ") && strings.Contains(out, ".go:") {
+		t.Errorf("the agent crashed with a stack trace instead of giving an error:\n%s", lastLines(out, 30))
+	}
+	now, statErr := os.ReadFile(path)
+	if !bytes.Equal(now, damaged) || (errors.Is(statErr, os.ErrNotExist) != (damaged == nil)) {
+		t.Errorf("the agent replaced the damaged %s with new state instead of refusing", f.file)
+	}
+	if !alive(pid) {
+		t.Fatalf("the workload (pid %d) was killed by a start on %s", pid, f.name)
 	}
 }
 

@@ -43,21 +43,53 @@ func (fs *fileServer) apply(filename string, c *ServerConfig) error {
 	set(&c.JobTrackedVersions, fs.JobTrackedVersions)
 	set(&c.JobMaxCount, fs.JobMaxCount)
 	set(&c.JobMaxSize, fs.JobMaxSize)
-	for _, d := range []struct {
-		key string
-		src *string
-		dst *time.Duration
-	}{
-		{"eval_gc_threshold", fs.EvalGCThreshold, &c.EvalGCThreshold},
-		{"alloc_gc_threshold", fs.AllocGCThreshold, &c.AllocGCThreshold},
-		{"gc_interval", fs.GCInterval, &c.GCInterval},
-	} {
+	return setDurations(filename, "server",
+		durationField{"eval_gc_threshold", fs.EvalGCThreshold, &c.EvalGCThreshold},
+		durationField{"alloc_gc_threshold", fs.AllocGCThreshold, &c.AllocGCThreshold},
+		durationField{"gc_interval", fs.GCInterval, &c.GCInterval})
+}
+
+// apply copies the file's client block over c.
+func (cl *fileClient) apply(filename string, c *ClientConfig) error {
+	if cl == nil {
+		return nil
+	}
+	set(&c.CNIPath, cl.CNIPath)
+	set(&c.CNIConfigDir, cl.CNIConfigDir)
+	set(&c.BridgeNetworkSubnet, cl.BridgeNetworkSubnet)
+	set(&c.BridgeNetworkName, cl.BridgeNetworkName)
+	set(&c.MinDynamicPort, cl.MinDynamicPort)
+	set(&c.MaxDynamicPort, cl.MaxDynamicPort)
+	for k, v := range cl.Options {
+		c.Options[k] = v
+	}
+	c.Meta = cl.Meta
+	if cl.Reserved != nil {
+		set(&c.ReservedPorts, cl.Reserved.ReservedPorts)
+	}
+	set(&c.GCMaxAllocs, cl.GCMaxAllocs)
+	return setDurations(filename, "client",
+		durationField{"gc_interval", cl.GCInterval, &c.GCInterval},
+		durationField{"gc_alloc_ttl", cl.GCAllocTTL, &c.GCAllocTTL})
+}
+
+// durationField is a Go duration string of a config block and where it goes.
+type durationField struct {
+	key string
+	src *string
+	dst *time.Duration
+}
+
+// setDurations parses the set fields of block; a bad one is a one-line
+// error naming the file and the key.
+func setDurations(filename, block string, fields ...durationField) error {
+	for _, d := range fields {
 		if d.src == nil {
 			continue
 		}
 		v, err := time.ParseDuration(*d.src)
 		if err != nil {
-			return fmt.Errorf("%s: invalid agent configuration: server.%s: %w", filename, d.key, err)
+			return fmt.Errorf("%s: invalid agent configuration: %s.%s: %w", filename, block, d.key, err)
 		}
 		*d.dst = v
 	}
