@@ -308,12 +308,8 @@ func ParseConfig(filename string, src []byte) (*Config, error) {
 	}
 	if cn := fc.Connect; cn != nil {
 		set(&c.Connect.DefaultIntentionPolicy, cn.DefaultIntentionPolicy)
-		if cn.LeafTTL != nil {
-			d, err := time.ParseDuration(*cn.LeafTTL)
-			if err != nil {
-				return nil, fmt.Errorf("%s: invalid agent configuration: connect.leaf_ttl: %w", filename, err)
-			}
-			c.Connect.LeafTTL = d
+		if err := setDurations(filename, "connect", durationField{"leaf_ttl", cn.LeafTTL, &c.Connect.LeafTTL}); err != nil {
+			return nil, err
 		}
 	}
 	if c.DataDir != "" {
