@@ -149,6 +149,9 @@ func (a *Agent) Start() (err error) {
 	if err := a.prepareDataDir(); err != nil {
 		return err
 	}
+	if err := checkConnectState(a.cfg.DataDir, startedBefore(a.cfg.DataDir)); err != nil {
+		return err
+	}
 	if err := a.startServer(); err != nil {
 		return err
 	}
@@ -199,7 +202,7 @@ func (a *Agent) startServer() error {
 	// refused too instead of starting a new cluster.
 	st, err := state.OpenBoltOptions(filepath.Join(a.cfg.DataDir, "server", "state.db"), state.Options{
 		JobVersions: a.cfg.Server.JobTrackedVersions,
-		MarkerPath:  filepath.Join(a.cfg.DataDir, "server-state.marker"),
+		MarkerPath:  serverMarker(a.cfg.DataDir),
 	})
 	if err != nil {
 		return err

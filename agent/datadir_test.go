@@ -1,7 +1,10 @@
 package agent
 
 import (
+	"errors"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -22,5 +25,44 @@ func TestDevDataDirTraversable(t *testing.T) {
 	}
 	if !a.tempData {
 		t.Error("dev data dir not marked temporary")
+	}
+}
+
+// Losing connect/ as a whole (not one file in it) after an agent ran on
+// the data dir is refused: a fresh CA would be a new trust domain. A data
+// dir no agent ever got through is not taken for a lost one.
+func TestLostConnectDirRefused(t *testing.T) {
+	dir := t.TempDir()
+	if err := checkConnectState(dir, startedBefore(dir)); err != nil {
+		t.Fatalf("fresh data dir: %v", err)
+	}
+	a := startAgent(t, dir)
+	if err := a.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	if !startedBefore(dir) {
+		t.Fatal("a completed start left no client marker")
+	}
+	if err := checkConnectState(dir, true); err != nil {
+		t.Fatalf("intact data dir refused: %v", err)
+	}
+	if err := os.RemoveAll(filepath.Join(dir, "connect")); err != nil {
+		t.Fatal(err)
+	}
+	cfg := a.Config()
+	b, err := New(&cfg, testLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = b.Start()
+	if err == nil {
+		_ = b.Shutdown()
+		t.Fatal("agent started with connect/ gone")
+	}
+	if !errors.Is(err, ErrConnectStateLost) || !strings.Contains(err.Error(), filepath.Join(dir, "connect", "ca")) {
+		t.Fatalf("err = %v, want ErrConnectStateLost naming connect/ca", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "connect")); err == nil {
+		t.Error("the refused start created connect/ again")
 	}
 }

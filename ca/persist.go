@@ -14,7 +14,9 @@ import (
 
 const (
 	stateFileName = "ca-state.json"
-	markerName    = "ca.initialized"
+	// MarkerName is the file written at the first start of a CA dir; a
+	// dir that has it held a CA.
+	MarkerName = "ca.initialized"
 )
 
 // Sentinel errors of loading; test with errors.Is.
@@ -47,7 +49,7 @@ type rootState struct {
 // from a directory that held one, or is corrupt, is an error naming the file
 // and how to recover: the CA never silently makes a new trust domain.
 func loadState(dir string) (*stateFile, []*rootCA, error) {
-	path, marker := filepath.Join(dir, stateFileName), filepath.Join(dir, markerName)
+	path, marker := filepath.Join(dir, stateFileName), filepath.Join(dir, MarkerName)
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		held, herr := heldState(dir)
@@ -86,7 +88,7 @@ func loadState(dir string) (*stateFile, []*rootCA, error) {
 
 // heldState reports whether dir shows signs of a CA: its marker or a root key.
 func heldState(dir string) (bool, error) {
-	_, err := os.Stat(filepath.Join(dir, markerName))
+	_, err := os.Stat(filepath.Join(dir, MarkerName))
 	if err == nil {
 		return true, nil
 	}
@@ -103,7 +105,7 @@ func heldState(dir string) (bool, error) {
 // ensureMarker writes dir's marker if it is missing: from now on a lost
 // state file is detected.
 func ensureMarker(dir string) error {
-	path := filepath.Join(dir, markerName)
+	path := filepath.Join(dir, MarkerName)
 	if _, err := os.Stat(path); err == nil {
 		return nil
 	}

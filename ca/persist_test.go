@@ -30,7 +30,7 @@ func TestVerifyPeerKeepsCause(t *testing.T) {
 func TestNewCADirStartsFresh(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "ca")
 	m := newTestManager(t, Config{Dir: dir})
-	for _, name := range []string{stateFileName, markerName} {
+	for _, name := range []string{stateFileName, MarkerName} {
 		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
 			t.Fatalf("fresh CA did not write %s: %v", name, err)
 		}
@@ -69,7 +69,7 @@ func TestLostCAStateRefused(t *testing.T) {
 		{"root key deleted", func() error { return os.Remove(keys[0]) }, ErrStateMissing},
 		{"deleted", func() error { return os.Remove(path) }, ErrStateMissing},
 		{"deleted with marker gone", func() error {
-			_ = os.Remove(filepath.Join(dir, markerName))
+			_ = os.Remove(filepath.Join(dir, MarkerName))
 			return os.Remove(path)
 		}, ErrStateMissing}, // the root key still shows a CA lived here
 		{"empty", func() error { return os.WriteFile(path, nil, 0o600) }, ErrStateCorrupt},
@@ -129,14 +129,14 @@ func TestLoadsCAStateVersion1(t *testing.T) {
 	if err := os.WriteFile(path, v1, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Remove(filepath.Join(dir, markerName)); err != nil {
+	if err := os.Remove(filepath.Join(dir, MarkerName)); err != nil {
 		t.Fatal(err)
 	}
 	again := newTestManager(t, Config{Dir: dir})
 	if again.TrustDomain() != td {
 		t.Fatal("version 1 state not loaded")
 	}
-	if _, err := os.Stat(filepath.Join(dir, markerName)); err != nil {
+	if _, err := os.Stat(filepath.Join(dir, MarkerName)); err != nil {
 		t.Fatalf("no marker after loading version 1 state: %v", err)
 	}
 }

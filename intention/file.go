@@ -12,8 +12,10 @@ import (
 )
 
 const (
-	fileName   = "intentions.json"
-	markerName = "intentions.initialized"
+	fileName = "intentions.json"
+	// MarkerName is the file written at the first start of an intentions
+	// dir; a dir that has it held intentions.
+	MarkerName = "intentions.initialized"
 )
 
 // Sentinel errors of loading; test with errors.Is.
@@ -39,7 +41,7 @@ type persisted struct {
 // file and the way to recover: the store never starts empty in their place
 // (that would fail open under a default-allow policy).
 func load(dir string) ([]*Intention, uint64, error) {
-	path, marker := filepath.Join(dir, fileName), filepath.Join(dir, markerName)
+	path, marker := filepath.Join(dir, fileName), filepath.Join(dir, MarkerName)
 	_, merr := os.Stat(marker)
 	if merr != nil && !errors.Is(merr, fs.ErrNotExist) {
 		return nil, 0, fmt.Errorf("failed to check intentions marker %s: %w", marker, merr)

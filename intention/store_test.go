@@ -86,7 +86,7 @@ func TestNewDirStartsFresh(t *testing.T) {
 	if len(s.List()) != 0 {
 		t.Fatalf("fresh store holds %d intentions", len(s.List()))
 	}
-	for _, name := range []string{fileName, markerName} {
+	for _, name := range []string{fileName, MarkerName} {
 		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
 			t.Fatalf("fresh store did not write %s: %v", name, err)
 		}
@@ -122,7 +122,7 @@ func TestLostStateRefused(t *testing.T) {
 				t.Fatalf("New = %v, want %v", err, tc.want)
 			}
 			msg := err.Error()
-			if !strings.Contains(msg, path) || !strings.Contains(msg, markerName) || strings.Contains(msg, "\n") {
+			if !strings.Contains(msg, path) || !strings.Contains(msg, MarkerName) || strings.Contains(msg, "\n") {
 				t.Fatalf("error does not name the file and the marker on one line: %q", msg)
 			}
 		})
@@ -131,7 +131,7 @@ func TestLostStateRefused(t *testing.T) {
 		t.Fatal("restored file does not load")
 	}
 	// Removing the marker and the file is the documented way to start over.
-	if err := os.Remove(filepath.Join(dir, markerName)); err != nil {
+	if err := os.Remove(filepath.Join(dir, MarkerName)); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Remove(filepath.Join(dir, fileName)); err != nil {
@@ -154,7 +154,7 @@ func TestLoadsVersion1(t *testing.T) {
 	if allowed, _ := s.Check("web", "db"); !allowed || s.Index() != 4 {
 		t.Fatalf("version 1 file not loaded: index %d", s.Index())
 	}
-	if _, err := os.Stat(filepath.Join(dir, markerName)); err != nil {
+	if _, err := os.Stat(filepath.Join(dir, MarkerName)); err != nil {
 		t.Fatalf("no marker after loading a version 1 file: %v", err)
 	}
 	if _, err := s.Upsert(ixn("api", "db", "allow"), false); err != nil {

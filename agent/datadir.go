@@ -1,0 +1,51 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	clientstate "github.com/meshlet/meshlet/client/state"
+)
+
+// ErrConnectStateLost: an earlier agent completed a start on this data dir
+// but the control plane's state under connect/ is gone. Starting anyway
+// would make a new trust domain that no running sidecar trusts, with no
+// intentions.
+var ErrConnectStateLost = errors.New("connect state lost")
+
+// serverMarker is the server state's marker (see state.Options.MarkerPath).
+func serverMarker(dataDir string) string { return filepath.Join(dataDir, "server-state.marker") }
+
+// startedBefore reports whether an agent got past the control plane's start
+// on dataDir before: the client writes its node marker only after that.
+func startedBefore(dataDir string) bool {
+	_, err := os.Stat(clientstate.MarkerPath(filepath.Join(dataDir, "client", "state.db")))
+	return err == nil
+}
+
+// checkConnectState refuses to start when an earlier agent started on
+// dataDir but connect/ca or connect/intentions is gone as a whole (deleted
+// or replaced by a fresh dir). The stores catch a lost file inside their own
+// dirs through their markers; removing a marker with its files, as the
+// documented reset does, leaves the dir and is allowed. A first start that
+// failed before the control plane was up is not taken for a lost one.
+func checkConnectState(dataDir string, startedBefore bool) error {
+	if !startedBefore {
+		return nil
+	}
+	connectDir := filepath.Join(dataDir, "connect")
+	for _, d := range []string{filepath.Join(connectDir, "ca"), filepath.Join(connectDir, "intentions")} {
+		_, err := os.Stat(d)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return fmt.Errorf("%w: %s is missing but an agent ran on this data dir before; restore it from a backup (a new trust domain would cut every running sidecar off, no intentions would fail open), or create it empty to start over deliberately",
+				ErrConnectStateLost, d)
+		case err != nil:
+			return fmt.Errorf("failed to check %s: %w", d, err)
+		}
+	}
+	return nil
+}
