@@ -61,6 +61,7 @@ func echoOnce(path, addr string, seq int) error {
 type traffic struct {
 	ok, failed int
 	errs       []string
+	failedAt   []time.Time
 	mu         sync.Mutex
 	stop       chan struct{}
 	done       chan struct{}
@@ -85,6 +86,7 @@ func startTraffic(path, addr string, interval time.Duration, max int, maxDur tim
 			tr.mu.Lock()
 			if err != nil {
 				tr.failed++
+				tr.failedAt = append(tr.failedAt, time.Now())
 				if len(tr.errs) < 10 {
 					tr.errs = append(tr.errs, time.Now().Format("15:04:05.000")+" "+err.Error())
 				}
@@ -104,6 +106,19 @@ func (tr *traffic) Stop() (ok, failed int, errs []string) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	return tr.ok, tr.failed, tr.errs
+}
+
+// FailedOutside counts the failures outside [from, to].
+func (tr *traffic) FailedOutside(from, to time.Time) int {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	n := 0
+	for _, at := range tr.failedAt {
+		if at.Before(from) || at.After(to) {
+			n++
+		}
+	}
+	return n
 }
 
 // Counts returns the counts so far.
