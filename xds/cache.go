@@ -61,6 +61,7 @@ type watch struct {
 	out      chan cache.Response
 	dreq     *discovery.DeltaDiscoveryRequest // delta
 	dout     chan cache.DeltaResponse
+	reply    bool // parked before its first answer (warmup.go)
 }
 
 type watchSet map[uint64]*watch
@@ -76,17 +77,22 @@ type xdsCache struct {
 	byNode  map[string]map[string]watchSet          // type -> node -> wildcard watches
 	nextID  uint64
 	log     hclog.Logger
+	// expected tells the registered connect proxies; waiting holds their
+	// watches until their resources are built (warmup.go). Set before use.
+	expected func(node string) bool
+	waiting  map[string]watchSet // node -> watches
 }
 
 var _ cache.Cache = (*xdsCache)(nil)
 
 func newCache(log hclog.Logger) *xdsCache {
 	return &xdsCache{
-		shared: map[string]map[string]*entry{},
-		nodes:  map[string]map[string]map[string]*entry{},
-		byName: map[string]map[string]watchSet{},
-		byNode: map[string]map[string]watchSet{},
-		log:    log,
+		shared:  map[string]map[string]*entry{},
+		nodes:   map[string]map[string]map[string]*entry{},
+		byName:  map[string]map[string]watchSet{},
+		byNode:  map[string]map[string]watchSet{},
+		waiting: map[string]watchSet{},
+		log:     log,
 	}
 }
 
@@ -138,6 +144,13 @@ func (c *xdsCache) publish(typeURL string, ops []op) error {
 	for _, w := range woken {
 		if c.respond(w, false) {
 			c.untrack(w)
+		}
+	}
+	if typeURL == listenerType {
+		for _, o := range ops {
+			if o.node != "" {
+				c.built(o.node)
+			}
 		}
 	}
 	return nil
@@ -205,6 +218,10 @@ func (c *xdsCache) visible(w *watch, name string) *entry {
 // or everything when reply is set. A resource counts as received when it
 // was sent, ACKed or not: that is what stops the NACK re-send loop.
 func (c *xdsCache) respond(w *watch, reply bool) bool {
+	if c.awaitingBuild(w) {
+		c.wait(w, reply)
+		return false
+	}
 	known := w.sub.ReturnedResources()
 	var all, changed []*entry
 	visit := func(e *entry) {
@@ -340,6 +357,7 @@ func removeWatch(idx map[string]map[string]watchSet, typeURL, key string, id uin
 
 // untrack is idempotent: a fired watch may be cancelled again by the server.
 func (c *xdsCache) untrack(w *watch) {
+	c.unwait(w)
 	if w.wildcard {
 		removeWatch(c.byNode, w.typeURL, w.node, w.id)
 	}

@@ -53,10 +53,16 @@ type testEnv struct {
 
 func newEnv(t testing.TB, level hclog.Level) *testEnv {
 	t.Helper()
+	return newEnvCoalesce(t, level, 2*time.Millisecond)
+}
+
+// newEnvCoalesce is newEnv with the reconciler batching changes for d.
+func newEnvCoalesce(t testing.TB, level hclog.Level, d time.Duration) *testEnv {
+	t.Helper()
 	e := &testEnv{t: t, cat: catalog.New(), ca: newTestCA(t), reg: prometheus.NewRegistry()}
 	w := &testLog{t: t}
 	s, err := NewServer(Config{
-		Catalog: e.cat, Certs: e.ca, Datacenter: "dc1", Coalesce: 2 * time.Millisecond, Registerer: e.reg,
+		Catalog: e.cat, Certs: e.ca, Datacenter: "dc1", Coalesce: d, Registerer: e.reg,
 		Logger: hclog.New(&hclog.LoggerOptions{Name: "test", Level: level, Output: w}),
 	})
 	if err != nil {

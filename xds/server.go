@@ -112,6 +112,7 @@ func NewServer(cfg Config) (*Server, error) {
 		rec:    newReconciler(),
 	}
 	s.cache = newCache(s.log)
+	s.cache.expected = s.expectProxy
 	s.tracker = newTracker(s)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	xs := serverv3.NewServer(s.ctx, s.cache, s.tracker, sotw.WithOrderedADS(), sotw.WithLogger(cpLogger{s.log.Named("server")}))

@@ -1,0 +1,64 @@
+package xds
+
+import "github.com/meshlet/meshlet/catalog"
+
+// Warm-up: a connect proxy that (re)connects before the reconciler has built
+// its resources (just after the agent restarted, or in the coalescing window
+// after its registration) must not be told that what it already holds is
+// gone. Its delta stream claims the resources it got from the previous
+// server (initial_resource_versions); answering before they are built would
+// send them as removed_resources, and the proxy would drop its listeners,
+// clusters and endpoints until the next push: new connections through it
+// fail meanwhile. So every watch of such a node waits, unanswered, until the
+// reconciler publishes the node's listeners (the last type of a plan, so its
+// secrets, endpoints and clusters are in place by then).
+
+// awaitingBuild reports whether w's node is a registered connect proxy whose
+// resources are not built yet. Callers hold c.mu.
+func (c *xdsCache) awaitingBuild(w *watch) bool {
+	return w.node != "" && c.expected != nil && c.nodes[listenerType][w.node] == nil && c.expected(w.node)
+}
+
+// wait parks w until its node is built; reply is what its first answer
+// owes (a first request is answered even when empty). Callers hold c.mu.
+func (c *xdsCache) wait(w *watch, reply bool) {
+	w.reply = w.reply || reply
+	set := c.waiting[w.node]
+	if set == nil {
+		set = watchSet{}
+		c.waiting[w.node] = set
+	}
+	set[w.id] = w
+}
+
+// built answers the watches parked for node once its listeners exist.
+// Callers hold c.mu.
+func (c *xdsCache) built(node string) {
+	set := c.waiting[node]
+	if len(set) == 0 || c.nodes[listenerType][node] == nil {
+		return
+	}
+	delete(c.waiting, node)
+	for _, w := range set {
+		if c.respond(w, w.reply) {
+			c.untrack(w)
+		}
+	}
+}
+
+// unwait forgets a parked watch (its stream went away). Callers hold c.mu.
+func (c *xdsCache) unwait(w *watch) {
+	if set := c.waiting[w.node]; set != nil {
+		delete(set, w.id)
+		if len(set) == 0 {
+			delete(c.waiting, w.node)
+		}
+	}
+}
+
+// expectProxy tells whether node is a connect proxy registered in the
+// catalog: the nodes whose watches wait for their resources to be built.
+func (s *Server) expectProxy(node string) bool {
+	inst, ok := s.cfg.Catalog.Get(node)
+	return ok && inst.Kind == catalog.KindConnectProxy
+}
