@@ -128,7 +128,9 @@ func logSidecars(t *testing.T, a *framework.Agent, pairs ...string) {
 // mesh must not fail outside the restart (plus a second for the sidecars'
 // streams to come back), and at most 1% may fail inside it: the bench's
 // Faults area reports the count against its target of 0. Any failure is
-// logged with the sidecars' logs.
+// logged with the sidecars' logs. (Once, 7 of 1,918 failed within 26 ms
+// of the restart: reconnecting sidecars were told their resources were
+// removed before the new agent had built them; xds/warmup.go fixed that.)
 func checkFailures(t *testing.T, a *framework.Agent, tr *traffic, what string, restarting, restarted time.Time, webID, dbID string) {
 	t.Helper()
 	ok, failed := tr.Counts()
