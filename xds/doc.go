@@ -37,7 +37,10 @@
 //     an ACL-token check to tighten later.
 //
 // A node whose ID is not a registered connect-proxy gets no per-proxy
-// resources.
+// resources. A registered one whose resources are not built yet (it
+// reconnected to a restarted agent, or beat the reconciler) is not answered
+// until they are, so the resources it claims from an earlier stream are
+// never reported removed in between (warmup.go).
 //
 // # Leaf references
 //
