@@ -83,6 +83,11 @@ type ConnectConfig struct {
 	DefaultIntentionPolicy string
 	// LeafTTL is the lifetime of service leaf certificates (default 72h).
 	LeafTTL time.Duration
+	// MaxAPILeaves caps the leaves minted only for API callers of
+	// /v1/agent/connect/ca/leaf (default 1024); LeafIdleTTL releases such a
+	// leaf nobody asked for that long (default 72h). Zero: the defaults.
+	MaxAPILeaves int
+	LeafIdleTTL  time.Duration
 }
 
 // Ports are the agent's listener ports.
@@ -191,8 +196,8 @@ func (c *Config) Validate() error {
 	default:
 		problems = append(problems, fmt.Sprintf("connect.default_intention_policy %q must be allow or deny", c.Connect.DefaultIntentionPolicy))
 	}
-	if c.Connect.LeafTTL < 0 {
-		problems = append(problems, "connect.leaf_ttl must not be negative")
+	if c.Connect.LeafTTL < 0 || c.Connect.LeafIdleTTL < 0 || c.Connect.MaxAPILeaves < 0 {
+		problems = append(problems, "connect.leaf_ttl, leaf_idle_ttl and max_api_leaves must not be negative")
 	}
 	problems = append(problems, c.originProblems()...)
 	problems = append(problems, c.Server.problems()...)
@@ -237,6 +242,8 @@ type fileReserved struct {
 type fileConnect struct {
 	DefaultIntentionPolicy *string `hcl:"default_intention_policy"`
 	LeafTTL                *string `hcl:"leaf_ttl"`
+	MaxAPILeaves           *int    `hcl:"max_api_leaves"`
+	LeafIdleTTL            *string `hcl:"leaf_idle_ttl"`
 }
 
 type filePorts struct {
@@ -308,7 +315,9 @@ func ParseConfig(filename string, src []byte) (*Config, error) {
 	}
 	if cn := fc.Connect; cn != nil {
 		set(&c.Connect.DefaultIntentionPolicy, cn.DefaultIntentionPolicy)
-		if err := setDurations(filename, "connect", durationField{"leaf_ttl", cn.LeafTTL, &c.Connect.LeafTTL}); err != nil {
+		set(&c.Connect.MaxAPILeaves, cn.MaxAPILeaves)
+		if err := setDurations(filename, "connect", durationField{"leaf_ttl", cn.LeafTTL, &c.Connect.LeafTTL},
+			durationField{"leaf_idle_ttl", cn.LeafIdleTTL, &c.Connect.LeafIdleTTL}); err != nil {
 			return nil, err
 		}
 	}

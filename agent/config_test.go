@@ -111,6 +111,14 @@ http_api {
 			wantErr: `server.eval_gc_threshold: time: invalid duration "soon"`},
 		{name: "negative versions", src: "data_dir = \"/x\"\nserver {\n job_tracked_versions = -2\n}\n",
 			wantErr: "server.job_tracked_versions must not be negative"},
+		{name: "connect leaf bounds", src: "data_dir = \"/x\"\nconnect {\n max_api_leaves = 16\n leaf_idle_ttl = \"2h\"\n}\n",
+			check: func(t *testing.T, c *Config) {
+				if c.Connect.MaxAPILeaves != 16 || c.Connect.LeafIdleTTL != 2*time.Hour {
+					t.Errorf("connect = %+v", c.Connect)
+				}
+			}},
+		{name: "negative api leaves", src: "data_dir = \"/x\"\nconnect {\n max_api_leaves = -1\n}\n",
+			wantErr: "max_api_leaves must not be negative"},
 		{name: "bad origin", src: "data_dir = \"/x\"\nhttp_api { allowed_origins = [\"ui.example\"] }\n",
 			wantErr: `http_api.allowed_origins "ui.example" must be scheme://host[:port]`},
 		{name: "dev needs no data dir", src: "dev = true\n", check: func(t *testing.T, c *Config) {

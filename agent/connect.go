@@ -33,6 +33,8 @@ func (a *Agent) startControlPlane() error {
 		NodeName:     a.cfg.NodeName,
 		DefaultAllow: a.cfg.Connect.DefaultIntentionPolicy != "deny",
 		LeafTTL:      a.cfg.Connect.LeafTTL,
+		MaxAPILeaves: a.cfg.Connect.MaxAPILeaves,
+		LeafIdleTTL:  a.cfg.Connect.LeafIdleTTL,
 		GRPCAddr:     net.JoinHostPort(a.cfg.BindAddr, strconv.Itoa(a.cfg.Ports.GRPC)),
 		HTTPAddr:     net.JoinHostPort(a.cfg.BindAddr, strconv.Itoa(a.cfg.Ports.ConnectHTTP)),
 		HTTPPolicy:   a.httpPolicy(),

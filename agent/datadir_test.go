@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -64,5 +65,30 @@ func TestLostConnectDirRefused(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "connect")); err == nil {
 		t.Error("the refused start created connect/ again")
+	}
+}
+
+// connect { max_api_leaves } reaches the CA: leaves minted for API callers
+// only are capped at it.
+func TestAPILeafCapFromConfig(t *testing.T) {
+	cfg := DevConfig()
+	cfg.DataDir, cfg.Ports, cfg.NodeName = t.TempDir(), Ports{}, "test-node"
+	cfg.Connect.MaxAPILeaves = 2
+	a, err := New(cfg, testLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Shutdown() })
+	ca := a.ControlPlane().CA
+	for _, svc := range []string{"a", "b", "c", "d"} {
+		if _, err := ca.Leaf(context.Background(), svc); err != nil {
+			t.Fatalf("leaf %s: %v", svc, err)
+		}
+	}
+	if n := ca.LeafStats().Cached; n != 2 {
+		t.Fatalf("%d API-only leaves cached, want the configured cap 2", n)
 	}
 }

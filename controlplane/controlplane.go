@@ -52,6 +52,10 @@ type Config struct {
 	// DefaultAllow is the intentions default policy (allow in dev mode).
 	DefaultAllow bool
 	LeafTTL      time.Duration
+	// MaxAPILeaves and LeafIdleTTL bound the leaves minted only for API
+	// callers (ca.Config; zero: the CA's defaults).
+	MaxAPILeaves int
+	LeafIdleTTL  time.Duration
 	// GRPCAddr is the xDS/ext_authz TCP listener ("127.0.0.1:8502"; port 0 picks one).
 	GRPCAddr string
 	// HTTPAddr is the Consul-shaped API listener ("127.0.0.1:8500"; port 0 picks one).
@@ -103,7 +107,8 @@ func New(cfg Config, cat *catalog.Catalog) (*ControlPlane, error) {
 	if cfg.DataDir != "" {
 		caDir, ixDir = filepath.Join(cfg.DataDir, "ca"), filepath.Join(cfg.DataDir, "intentions")
 	}
-	caMgr, err := ca.New(ca.Config{Dir: caDir, Datacenter: cfg.Datacenter, LeafTTL: cfg.LeafTTL}, cfg.Logger, cfg.Registerer)
+	caMgr, err := ca.New(ca.Config{Dir: caDir, Datacenter: cfg.Datacenter, LeafTTL: cfg.LeafTTL,
+		MaxAPILeaves: cfg.MaxAPILeaves, LeafIdleTTL: cfg.LeafIdleTTL}, cfg.Logger, cfg.Registerer)
 	if err != nil {
 		return nil, fmt.Errorf("failed to start CA: %w", err)
 	}
