@@ -267,6 +267,7 @@ func TestInvalidRequestsChangeNothing(t *testing.T) {
 		{"GET", "/v1/connect/intentions/check?source=web", "", 400},
 		{"GET", "/v1/connect/intentions?index=abc", "", 400},
 		{"GET", "/v1/connect/intentions/exact?source=a/b/c/d&destination=db", "", 400},
+		{"PUT", "/v1/connect/intentions/exact?source=web&destination=db", `{"Action":"deny","Description":"` + strings.Repeat("x", maxBody) + `"}`, 413},
 		// Only the default namespace exists: a name in another one is not
 		// answered for the same name in the default namespace.
 		{"GET", "/v1/connect/intentions/exact?source=other/web&destination=db", "", 400},

@@ -151,7 +151,10 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, code int, err erro
 // failFor maps store errors to status codes.
 func (s *Server) failFor(w http.ResponseWriter, r *http.Request, err error) {
 	code := http.StatusInternalServerError
+	var tooLarge *http.MaxBytesError
 	switch {
+	case errors.As(err, &tooLarge):
+		code = http.StatusRequestEntityTooLarge
 	case errors.Is(err, intention.ErrInvalid), errors.Is(err, errBadRequest),
 		errors.Is(err, ca.ErrInvalidService), errors.Is(err, authz.ErrInvalidRequest):
 		code = http.StatusBadRequest

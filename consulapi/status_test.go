@@ -26,6 +26,7 @@ func TestFailForStatuses(t *testing.T) {
 		{fmt.Errorf("%w: bad name", intention.ErrInvalid), http.StatusBadRequest},
 		{intention.ErrNotFound, http.StatusNotFound},
 		{intention.ErrExists, http.StatusConflict},
+		{fmt.Errorf("%w: %w", errBadRequest, &http.MaxBytesError{Limit: maxBody}), http.StatusRequestEntityTooLarge},
 	} {
 		rec := httptest.NewRecorder()
 		s.failFor(rec, httptest.NewRequest("PUT", "/v1/connect/intentions/exact", nil), tc.err)
