@@ -52,13 +52,6 @@ func ReschedulePolicy(job *structs.Job, tg *structs.TaskGroup) structs.Reschedul
 	return out
 }
 
-// needsReschedule reports whether a is a failed allocation still meant to
-// run that nothing replaced yet.
-func needsReschedule(a *structs.Allocation) bool {
-	return a.ClientStatus == structs.AllocClientStatusFailed && a.DesiredStatus == structs.AllocDesiredStatusRun &&
-		a.NextAllocation == ""
-}
-
 // NextReschedule returns when the failed allocation a may be replaced under
 // policy p, and false when its attempts are used up.
 func NextReschedule(a *structs.Allocation, p structs.ReschedulePolicy) (time.Time, bool) {

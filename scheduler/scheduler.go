@@ -218,7 +218,7 @@ func (g *Generic) reconcileGroup(plan *Plan, pl *placer, job *structs.Job, tg *s
 		case a.Job == nil || groupChanged(a.Job, job, tg.Name):
 			wants = append(wants, want{index: idx, prev: a, desc: DescJobUpdated})
 			pl.release(a)
-		case needsReschedule(a):
+		case a.NeedsReschedule():
 			if w := reschedule(plan, job, tg, a, opts); w != nil {
 				wants = append(wants, *w)
 			}

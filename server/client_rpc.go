@@ -166,8 +166,7 @@ func (s *Server) collectPurged(ids []string) ([]string, error) {
 		switch {
 		case job == nil:
 			dead = append(dead, a.ID)
-		case !job.Stop && a.ClientStatus == structs.AllocClientStatusFailed &&
-			a.DesiredStatus == structs.AllocDesiredStatusRun && a.NextAllocation == "" && a.FollowupEvalID == "":
+		case !job.Stop && a.NeedsReschedule() && a.FollowupEvalID == "":
 			failed[a.JobID] = true
 		}
 	}

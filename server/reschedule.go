@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/meshlet/meshlet/state"
-	"github.com/meshlet/meshlet/structs"
 )
 
 // Delayed reschedules are persisted as pending follow-up evaluations
@@ -91,8 +90,7 @@ func (s *Server) recoverState() error {
 	}
 	failed := map[string]bool{}
 	for _, a := range allocs {
-		if a.ClientStatus == structs.AllocClientStatusFailed && a.DesiredStatus == structs.AllocDesiredStatusRun &&
-			a.NextAllocation == "" && a.FollowupEvalID == "" {
+		if a.NeedsReschedule() && a.FollowupEvalID == "" {
 			failed[a.JobID] = true
 		}
 	}

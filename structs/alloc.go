@@ -83,6 +83,13 @@ func (a *Allocation) TerminalStatus() bool {
 	return false
 }
 
+// NeedsReschedule reports whether the allocation failed while still meant
+// to run and nothing replaced it yet (its follow-up evaluation, when
+// FollowupEvalID is set, may still be pending).
+func (a *Allocation) NeedsReschedule() bool {
+	return a.ClientStatus == AllocClientStatusFailed && a.DesiredStatus == AllocDesiredStatusRun && a.NextAllocation == ""
+}
+
 // RescheduleTracker records the reschedules of an allocation's
 // predecessors, as Nomad's.
 type RescheduleTracker struct {
