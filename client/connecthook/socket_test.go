@@ -18,6 +18,25 @@ import (
 	"github.com/meshlet/meshlet/internal/testutil"
 )
 
+// socketHook returns the sidecar hook, served by a real control plane, and
+// the hook context of a connect allocation whose alloc dir is built in dir.
+func socketHook(t *testing.T, dir string) (*SidecarHook, *allocrunner.AllocHookContext) {
+	t.Helper()
+	cp, err := controlplane.New(controlplane.Config{DataDir: filepath.Join(dir, "cp"), DefaultAllow: true,
+		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"}, catalog.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cp.Stop() })
+	alloc := webAlloc(t, nil)
+	ad := allocdir.New(filepath.Join(dir, "alloc"), alloc.ID)
+	if err := ad.Build([]string{"web", "connect-proxy-web"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	hc := &allocrunner.AllocHookContext{Alloc: alloc, AllocDir: ad, Logger: hclog.NewNullLogger()}
+	return &SidecarHook{d: Deps{Sockets: cp, SidecarMode: "builtin"}}, hc
+}
+
 // TestPlantedSocketFilesDoNotFailAllocation plants, as a task could, a link
 // to a victim file and a regular file at the old socket path (alloc/tmp,
 // writable by every task) and at the new one; the real control plane must
@@ -27,23 +46,15 @@ func TestPlantedSocketFilesDoNotFailAllocation(t *testing.T) {
 	for _, plant := range []string{"symlink", "file", "dir"} {
 		t.Run(plant, func(t *testing.T) {
 			dir := t.TempDir()
-			cp, err := controlplane.New(controlplane.Config{DataDir: filepath.Join(dir, "cp"), DefaultAllow: true,
-				GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"}, catalog.New())
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = cp.Stop() })
-			alloc := webAlloc(t, nil)
-			ad := allocdir.New(filepath.Join(dir, "alloc"), alloc.ID)
-			if err := ad.Build([]string{"web", "connect-proxy-web"}, nil); err != nil {
-				t.Fatal(err)
-			}
+			h, hc := socketHook(t, dir)
+			ad := hc.AllocDir
 			victim := filepath.Join(dir, "victim")
 			if err := os.WriteFile(victim, []byte("keep"), 0o600); err != nil {
 				t.Fatal(err)
 			}
 			sock := connect.SocketPath(ad.SharedDir)
 			for _, p := range []string{filepath.Join(ad.SharedDir, "tmp", connect.SocketName), sock} {
+				var err error
 				switch plant {
 				case "symlink":
 					err = os.Symlink(victim, p)
@@ -56,8 +67,6 @@ func TestPlantedSocketFilesDoNotFailAllocation(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			hc := &allocrunner.AllocHookContext{Alloc: alloc, AllocDir: ad, Logger: hclog.NewNullLogger()}
-			h := &SidecarHook{d: Deps{Sockets: cp, SidecarMode: "builtin"}}
 			if err := h.Prerun(context.Background(), hc); err != nil {
 				t.Fatalf("planted %s failed the allocation: %v", plant, err)
 			}
@@ -116,17 +125,8 @@ func TestLegacySocketPathLinked(t *testing.T) {
 	for _, plant := range []string{"stale agent socket", "nobody's file"} {
 		t.Run(plant, func(t *testing.T) {
 			dir := t.TempDir()
-			cp, err := controlplane.New(controlplane.Config{DataDir: filepath.Join(dir, "cp"), DefaultAllow: true,
-				GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"}, catalog.New())
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = cp.Stop() })
-			alloc := webAlloc(t, nil)
-			ad := allocdir.New(filepath.Join(dir, "alloc"), alloc.ID)
-			if err := ad.Build([]string{"web", "connect-proxy-web"}, nil); err != nil {
-				t.Fatal(err)
-			}
+			h, hc := socketHook(t, dir)
+			ad := hc.AllocDir
 			legacy := legacySocketPath(ad.SharedDir)
 			if plant == "stale agent socket" {
 				l, err := net.Listen("unix", legacy)
@@ -143,8 +143,7 @@ func TestLegacySocketPathLinked(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			hc := &allocrunner.AllocHookContext{Alloc: alloc, AllocDir: ad, Logger: hclog.NewNullLogger(), Restored: true}
-			h := &SidecarHook{d: Deps{Sockets: cp, SidecarMode: "builtin"}}
+			hc.Restored = true
 			if err := h.Prerun(context.Background(), hc); err != nil {
 				t.Fatalf("Prerun: %v", err)
 			}
