@@ -174,14 +174,15 @@ func ParsePortSpec(spec string) ([]PortRange, error) {
 	return out, nil
 }
 
-// nodeReserved reports whether port is in the node's reserved ports. An
-// unparsable attribute reserves nothing more (the agent validated it).
-func nodeReserved(n *structs.Node, port int) bool {
-	spec := n.Attributes[ReservedPortsAttribute]
-	if spec == "" {
-		return false
-	}
-	ranges, _ := ParsePortSpec(spec)
+// reservedPorts returns the node's reserved ports. An unparsable attribute
+// reserves nothing more (the agent validated it).
+func reservedPorts(n *structs.Node) []PortRange {
+	ranges, _ := ParsePortSpec(n.Attributes[ReservedPortsAttribute])
+	return ranges
+}
+
+// inRanges reports whether port lies in one of ranges.
+func inRanges(ranges []PortRange, port int) bool {
 	for _, r := range ranges {
 		if port >= r.Lo && port <= r.Hi {
 			return true
@@ -193,12 +194,13 @@ func nodeReserved(n *structs.Node, port int) bool {
 // portsFeasible refuses a group whose static ports are invalid or collide
 // with the node's reserved ports, in Nomad's words.
 func portsFeasible(tg *structs.TaskGroup, n *structs.Node) string {
+	reserved := reservedPorts(n)
 	for _, net := range tg.Networks {
 		for _, p := range net.ReservedPorts {
 			switch {
 			case p.Value < 1 || p.Value > 65535:
 				return fmt.Sprintf("network: invalid static port %s=%d (a static port must be 1-65535; omit static for a dynamic port)", p.Label, p.Value)
-			case nodeReserved(n, p.Value):
+			case inRanges(reserved, p.Value):
 				return fmt.Sprintf("network: reserved port collision %s=%d on node %s", p.Label, p.Value, n.Name)
 			}
 		}

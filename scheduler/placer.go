@@ -154,18 +154,10 @@ func (p *placer) freeDynamicPort(used map[int]*structs.Allocation, taken map[int
 	start := p.g.cfg.Rand(size)
 	// The node's reserved ports (the agent's listeners, reserved_ports)
 	// may lie inside the dynamic range, as in Nomad: the scan skips them.
-	reserved, _ := ParsePortSpec(n.Attributes[ReservedPortsAttribute])
-	isReserved := func(v int) bool {
-		for _, r := range reserved {
-			if v >= r.Lo && v <= r.Hi {
-				return true
-			}
-		}
-		return false
-	}
+	reserved := reservedPorts(n)
 	for i := 0; i < size; i++ {
 		v := lo + (start+i)%size
-		if used[v] == nil && !taken[v] && !isReserved(v) {
+		if used[v] == nil && !taken[v] && !inRanges(reserved, v) {
 			return v, nil
 		}
 	}
