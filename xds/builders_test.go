@@ -232,6 +232,22 @@ func TestProxyConfigErrors(t *testing.T) {
 	}
 }
 
+// An escape-hatch listener that fails to decode or validate keeps the
+// decoder's or validator's error in the chain.
+func TestProxyConfigErrorsKeepCause(t *testing.T) {
+	b := builder{dc: "dc1", trustDomain: testTD}
+	_, err := b.proxy(testProxy("p", "web", 21000, map[string]any{"envoy_public_listener_json": "{nope"}))
+	if u, ok := err.(interface{ Unwrap() []error }); !ok || len(u.Unwrap()) != 2 {
+		t.Errorf("invalid JSON: %v does not wrap the decoder's error", err)
+	}
+	bad := `{"filter_chains":[{"filters":[{"name":"envoy.filters.network.tcp_proxy","typed_config":{"@type":"type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy","cluster":"local_app"}}]}]}`
+	_, err = b.proxy(testProxy("p", "web", 21000, map[string]any{"envoy_public_listener_json": bad}))
+	var multi tcpproxy.TcpProxyMultiError
+	if !errors.Is(err, ErrInvalidProxyConfig) || !errors.As(err, &multi) {
+		t.Errorf("failed validation: %v does not wrap the validator's error", err)
+	}
+}
+
 // ValidateAll stops at Any fields; envoyvalidate.All must not.
 func TestValidateDeepLooksInsideAny(t *testing.T) {
 	f, err := networkFilter(tcpProxyFilter, &tcpproxy.TcpProxy{ClusterSpecifier: &tcpproxy.TcpProxy_Cluster{Cluster: "x"}}) // no stat_prefix

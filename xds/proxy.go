@@ -95,13 +95,13 @@ func (b builder) publicListener(inst catalog.ServiceInstance, prot protocol) (*l
 	}
 	l := &listener.Listener{}
 	if err := protojson.Unmarshal([]byte(raw), l); err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrInvalidProxyConfig, cfgPublicListenerJSON, err)
+		return nil, fmt.Errorf("%w: %s: %w", ErrInvalidProxyConfig, cfgPublicListenerJSON, err)
 	}
 	if l.Name == "" {
 		l.Name = PublicListenerName(inst.Port)
 	}
 	if err := envoyvalidate.All(l); err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrInvalidProxyConfig, cfgPublicListenerJSON, err)
+		return nil, fmt.Errorf("%w: %s: %w", ErrInvalidProxyConfig, cfgPublicListenerJSON, err)
 	}
 	return l, nil
 }
