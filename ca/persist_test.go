@@ -2,6 +2,7 @@ package ca
 
 import (
 	"bytes"
+	"context"
 	"crypto/x509"
 	"encoding/json"
 	"errors"
@@ -138,5 +139,12 @@ func TestLoadsCAStateVersion1(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, MarkerName)); err != nil {
 		t.Fatalf("no marker after loading version 1 state: %v", err)
+	}
+	if err := again.Rotate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	b, _ = os.ReadFile(path)
+	if !bytes.Contains(b, []byte(`"Version": 2`)) || !bytes.Contains(b, []byte(`"SHA256"`)) {
+		t.Fatalf("state is not rewritten as version 2 at the next change:\n%s", b)
 	}
 }
