@@ -3,7 +3,6 @@ package state
 import (
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +11,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/meshlet/meshlet/internal/boltsafe/boltsafetest"
 	"github.com/meshlet/meshlet/structs"
 )
 
@@ -146,49 +146,19 @@ func TestStoreWithoutMarkerGetsOne(t *testing.T) {
 // open with ErrCorrupt.
 func TestRandomPageCorruption(t *testing.T) {
 	path := populated(t, 300)
-	orig, err := os.ReadFile(path)
-	must(t, err)
-	const page = 4096
-	rng := rand.New(rand.NewPCG(3, 4))
-	refused := 0
-	for p := 0; p < len(orig)/page; p++ {
-		buf := append([]byte(nil), orig...)
-		for i := p * page; i < (p+1)*page; i++ {
-			buf[i] = byte(rng.Uint32())
-		}
-		must(t, os.WriteFile(path, buf, 0o600))
-		err := func() (err error) {
-			defer func() {
-				if r := recover(); r != nil {
-					t.Fatalf("page %d: panic escaped: %v", p, r)
-				}
-			}()
-			s, err := OpenBolt(path)
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			if _, err := s.Allocs(); err != nil {
-				return err
-			}
-			_, err = s.Jobs()
+	refused := boltsafetest.EachPageDamaged(t, path, 3, ErrCorrupt, func() error {
+		s, err := OpenBolt(path)
+		if err != nil {
 			return err
-		}()
-		switch {
-		case err == nil:
-		case errors.Is(err, ErrCorrupt):
-			refused++
-			if strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), path) {
-				t.Fatalf("page %d: error %q is not one line naming the file", p, err)
-			}
-		default:
-			t.Fatalf("page %d: err = %v, want ErrCorrupt", p, err)
 		}
-	}
-	if refused == 0 {
-		t.Fatal("no corrupted page was detected")
-	}
-	t.Logf("%d of %d corrupted pages refused (the others were free pages)", refused, len(orig)/page)
+		defer s.Close()
+		if _, err := s.Allocs(); err != nil {
+			return err
+		}
+		_, err = s.Jobs()
+		return err
+	})
+	t.Logf("%d corrupted pages refused (the others were free pages)", refused)
 }
 
 func TestLockedByAnotherOpen(t *testing.T) {
