@@ -80,9 +80,6 @@ func loadState(dir string) (*stateFile, []*rootCA, error) {
 		}
 		roots = append(roots, r)
 	}
-	if err := ensureMarker(dir); err != nil {
-		return nil, nil, err
-	}
 	return st, roots, nil
 }
 
