@@ -88,13 +88,13 @@ func New(dir string, defaultAllow bool, logger hclog.Logger) (*Store, error) {
 // nothing changes. The caller holds writeMu; readers keep reading the
 // previous snapshot meanwhile.
 func (s *Store) commitLocked(list []*Intention, index uint64) error {
-	sortIntentions(list)
+	sn := newSnapshot(list, index)
 	if s.dir != "" {
-		if err := s.persist(s.dir, list, index); err != nil {
+		if err := s.persist(s.dir, sn.sorted, index); err != nil {
 			return err
 		}
 	}
-	s.snap.Store(newSnapshot(list, index))
+	s.snap.Store(sn)
 	return nil
 }
 
