@@ -172,29 +172,14 @@ func allocGroup(a *structs.Allocation) *structs.TaskGroup {
 	return a.Job.LookupTaskGroup(a.TaskGroup)
 }
 
-// checkJobBounds rejects, before the backend sees them, what no layer
-// below handles well: IDs too long to be a key (a 40 KB ID failed deep in
-// the state store with a 500) and static ports outside 1-65535 (a static
-// port 0 would be handed out as port 0).
+// checkJobBounds rejects, before the backend sees them, IDs too long to be
+// a key (a 40 KB ID failed deep in the state store with a 500, and would
+// be echoed in every validation message). The rest of the job, static
+// ports included, is the backend's validation (jobspecs).
 func checkJobBounds(j *structs.Job) error {
 	for what, v := range map[string]string{"job ID": j.ID, "job name": j.Name, "namespace": j.Namespace} {
 		if len(v) > MaxIDLength {
 			return fmt.Errorf("%w: %s is %d bytes long, at most %d are allowed", ErrInvalid, what, len(v), MaxIDLength)
-		}
-	}
-	for _, tg := range j.TaskGroups {
-		if tg == nil {
-			continue
-		}
-		for _, n := range tg.Networks {
-			if n == nil {
-				continue
-			}
-			for _, p := range n.ReservedPorts {
-				if p.Value < 1 || p.Value > 65535 {
-					return fmt.Errorf("%w: group %q port %q: static port %d is out of range 1-65535 (omit static for a dynamic port)", ErrInvalid, tg.Name, p.Label, p.Value)
-				}
-			}
 		}
 	}
 	return nil

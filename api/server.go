@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/meshlet/meshlet/internal/httpsrv"
+	"github.com/meshlet/meshlet/jobspecs"
 )
 
 const (
@@ -24,8 +25,9 @@ const (
 	defaultWait = 5 * time.Minute
 	maxWait     = 10 * time.Minute
 	// MaxIDLength bounds job IDs, names and namespaces, and every ID in a
-	// request path, in bytes.
-	MaxIDLength = 256
+	// request path, in bytes: the jobspec's name limit, so that the API
+	// and the server's validation agree.
+	MaxIDLength = jobspecs.MaxNameBytes
 )
 
 // errBadRequest marks malformed requests (bad JSON, bad parameters); it maps
