@@ -102,3 +102,17 @@ func TestDisconnectKeepsLeafOfRegisteredProxy(t *testing.T) {
 		t.Fatalf("holds after disconnect: web %d (want 1), ghost %d (want 0)", n, g)
 	}
 }
+
+// TestProxyLosingDestinationReleasesHold: a proxy re-registered without a
+// destination service (a config error) no longer holds its old service's
+// leaf.
+func TestProxyLosingDestinationReleasesHold(t *testing.T) {
+	e := newEnv(t, hclog.Error)
+	e.cat.Register(testProxy("p1", "web", 21000, nil))
+	e.waitProxy("p1", 21000)
+	testutil.WaitFor(t, hangGuard, "web held", func() bool { return e.ca.holdCount("web") == 1 })
+	bad := testProxy("p1", "web", 21000, nil)
+	bad.Proxy.DestinationServiceName = ""
+	e.cat.Register(bad)
+	testutil.WaitFor(t, hangGuard, "web released", func() bool { return e.ca.holdCount("web") == 0 })
+}

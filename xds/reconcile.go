@@ -230,6 +230,8 @@ func (s *Server) stageProxies(ch changes, p *plan) map[string]*proxyResources {
 		}
 		if inst.Proxy != nil && inst.Proxy.DestinationServiceName != "" {
 			s.holdProxy(id, inst.Proxy.DestinationServiceName)
+		} else {
+			s.unholdProxy(id) // no destination: a config error below
 		}
 		res, err := s.b.proxy(inst)
 		if err != nil {
