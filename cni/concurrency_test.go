@@ -52,17 +52,13 @@ func waitFile(t *testing.T, path string, d time.Duration) {
 	t.Fatalf("%s did not appear within %s", path, d)
 }
 
-// TestHungTeardownBlocksNoOtherAllocation: while allocation B's teardown
-// hangs in its portmap plugin, allocation A is set up and torn down
-// (another Manager on the same network, as after an agent restart, so no
-// lock of a Manager's own could hide a process-wide one).
-func TestHungTeardownBlocksNoOtherAllocation(t *testing.T) {
-	tn := newTestNet(t)
-	b := tn.alloc(structs.PortMapping{Label: "http", Value: freePort(t), To: 80})
-	tn.setup(b)
+// hungTeardown starts tearing down b with another Manager whose portmap
+// plugin hangs on DEL, and returns once the plugin hangs. The teardown's
+// result arrives on done after release.
+func hungTeardown(t *testing.T, tn *testNet, b *structs.Allocation) (done <-chan error, release func()) {
+	t.Helper()
 	cfg := tn.cfg
 	var started string
-	var release func()
 	cfg.PluginDir, started, release = hangingPlugin(t, "portmap", "DEL")
 	hung, err := New(cfg, nil)
 	if err != nil {
@@ -71,6 +67,18 @@ func TestHungTeardownBlocksNoOtherAllocation(t *testing.T) {
 	bDone := make(chan error, 1)
 	go func() { bDone <- hung.Teardown(context.Background(), b) }()
 	waitFile(t, started, 30*time.Second)
+	return bDone, release
+}
+
+// TestHungTeardownBlocksNoOtherAllocation: while allocation B's teardown
+// hangs in its portmap plugin, allocation A is set up and torn down
+// (another Manager on the same network, as after an agent restart, so no
+// lock of a Manager's own could hide a process-wide one).
+func TestHungTeardownBlocksNoOtherAllocation(t *testing.T) {
+	tn := newTestNet(t)
+	b := tn.alloc(structs.PortMapping{Label: "http", Value: freePort(t), To: 80})
+	tn.setup(b)
+	bDone, release := hungTeardown(t, tn, b)
 
 	a := tn.alloc(structs.PortMapping{Label: "http", Value: freePort(t), To: 80})
 	m2 := tn.newManager()
@@ -113,17 +121,7 @@ func TestSameAllocationWaitsForItsLock(t *testing.T) {
 	tn := newTestNet(t)
 	b := tn.alloc()
 	tn.setup(b)
-	cfg := tn.cfg
-	var started string
-	var release func()
-	cfg.PluginDir, started, release = hangingPlugin(t, "portmap", "DEL")
-	hung, err := New(cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bDone := make(chan error, 1)
-	go func() { bDone <- hung.Teardown(context.Background(), b) }()
-	waitFile(t, started, 30*time.Second)
+	bDone, release := hungTeardown(t, tn, b)
 	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	defer cancel()
 	restored := make(chan error, 1)
