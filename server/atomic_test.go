@@ -306,3 +306,35 @@ func TestStartSurvivesAnUnwritablePlan(t *testing.T) {
 		t.Fatalf("job not planned at the next start: %d allocs", len(allocs))
 	}
 }
+
+// TestNodeRegistrationSurvivesAnUnwritablePlan: a node whose re-evaluation
+// of the jobs cannot be written (a full disk) is still registered, so the
+// client starts and keeps what it runs.
+func TestNodeRegistrationSurvivesAnUnwritablePlan(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	sched, err := scheduler.New(scheduler.Config{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Config{Store: failAllocWrites{st}, Scheduler: sched, Admission: testAdmission})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown()
+	// No node yet: the plan places nothing and is written.
+	if _, err := s.RegisterJob(ctx, testJob("web", "raw_exec", 1)); err != nil {
+		t.Fatal(err)
+	}
+	n := &structs.Node{ID: "node-1", Name: "n1", Datacenter: "dc1",
+		Drivers: map[string]*structs.DriverInfo{"raw_exec": {Detected: true, Healthy: true}}}
+	if err := s.RegisterNode(ctx, n); err != nil {
+		t.Fatalf("node registration failed because a job's plan could not be written: %v", err)
+	}
+	if _, err := st.Node("node-1"); err != nil {
+		t.Fatalf("node not stored: %v", err)
+	}
+	if allocs, _ := st.Allocs(); len(allocs) != 0 {
+		t.Fatalf("half a plan stored: %d allocs", len(allocs))
+	}
+}

@@ -18,7 +18,10 @@ import (
 
 // RegisterNode stores (or refreshes) a client node. When the node is new or
 // its drivers, attributes or status changed, every job that is not stopped
-// is re-evaluated so that placements blocked on this node are retried.
+// is re-evaluated so that placements blocked on this node are retried. A
+// plan that cannot be written (a full disk) is logged, not returned: the
+// node is registered, and failing here would keep the client (and what it
+// runs) from starting.
 func (s *Server) RegisterNode(ctx context.Context, node *structs.Node) error {
 	if node == nil || node.ID == "" {
 		return invalid(errors.New("node ID is required"))
@@ -42,7 +45,7 @@ func (s *Server) RegisterNode(ctx context.Context, node *structs.Node) error {
 		}
 		_, err := s.plan(&planRequest{jobID: j.ID, trigger: TriggerNodeUpdate, prepare: storedJob})
 		if err != nil && !errors.Is(err, state.ErrNotFound) { // purged meanwhile
-			return err
+			s.logger.Error("failed to evaluate job for node update", "job_id", j.ID, "node_id", cp.ID, "error", err)
 		}
 	}
 	return nil
