@@ -14,10 +14,12 @@ import (
 // Policy says which requests Protect lets through.
 //
 // Host: a request's Host (port ignored) must be "localhost", a loopback
-// address or one of Hosts. A name in Hosts is compared case-insensitively;
-// an unspecified address ("0.0.0.0", "::") in Hosts stands for every
-// address of the host's interfaces. Anything else is refused with 421: a
-// page whose DNS name was rebound to 127.0.0.1 sends its own name.
+// address, the address the request came in on (so that a listener on
+// "0.0.0.0" or "::" takes each of the host's addresses, including one
+// added after start) or one of Hosts. A name in Hosts is compared
+// case-insensitively; an unspecified address in Hosts adds nothing.
+// Anything else is refused with 421: a page whose DNS name was rebound to
+// 127.0.0.1 sends its own name.
 //
 // Origin: a request that carries an Origin header is refused with 403
 // unless the origin is the request's own (scheme http or https, host:port
@@ -61,7 +63,7 @@ func Protect(next http.Handler, p Policy) http.Handler {
 				g.names[h] = true
 			}
 		case ip.IsUnspecified():
-			g.ips = append(g.ips, interfaceIPs()...)
+			// Covered by the request's local address.
 		default:
 			g.ips = append(g.ips, ip)
 		}
@@ -73,7 +75,7 @@ func Protect(next http.Handler, p Policy) http.Handler {
 }
 
 func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !g.hostAllowed(r.Host) {
+	if !g.hostAllowed(r.Host, localIP(r)) {
 		g.refuse(w, r, http.StatusMisdirectedRequest, fmt.Sprintf("host %q is not one of this agent's names or addresses; add it to http_api.allowed_hosts to allow it", r.Host))
 		return
 	}
@@ -97,7 +99,7 @@ func (g *guard) refuse(w http.ResponseWriter, r *http.Request, code int, msg str
 	http.Error(w, msg, code)
 }
 
-func (g *guard) hostAllowed(hostport string) bool {
+func (g *guard) hostAllowed(hostport string, local net.IP) bool {
 	if hostport == "" {
 		return true // HTTP/1.0 without Host: no browser sends that
 	}
@@ -110,7 +112,7 @@ func (g *guard) hostAllowed(hostport string) bool {
 	if ip == nil {
 		return g.names[h]
 	}
-	if ip.IsLoopback() {
+	if ip.IsLoopback() || ip.Equal(local) {
 		return true
 	}
 	for _, own := range g.ips {
@@ -151,17 +153,11 @@ func normalizeOrigin(o string) string {
 	return strings.TrimSuffix(strings.ToLower(strings.TrimSpace(o)), "/")
 }
 
-// interfaceIPs lists the host's interface addresses (none on error).
-func interfaceIPs() []net.IP {
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		return nil
+// localIP is the address the request's connection was accepted on (nil
+// when unknown).
+func localIP(r *http.Request) net.IP {
+	if a, ok := r.Context().Value(http.LocalAddrContextKey).(*net.TCPAddr); ok {
+		return a.IP
 	}
-	var out []net.IP
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok {
-			out = append(out, n.IP)
-		}
-	}
-	return out
+	return nil
 }

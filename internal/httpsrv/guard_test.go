@@ -1,6 +1,8 @@
 package httpsrv
 
 import (
+	"context"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -69,28 +71,47 @@ func TestProtect(t *testing.T) {
 	}
 }
 
-// An unspecified bind address accepts the host's own interface addresses
-// (127.0.0.1 is always one of them), nothing else.
+// A listener on an unspecified address accepts, as Host, the address each
+// request came in on, whatever the host's addresses were at start (one
+// added later by DHCP was refused until a restart), and no other.
 func TestProtectUnspecifiedBind(t *testing.T) {
-	h := Protect(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}), Policy{Hosts: []string{"0.0.0.0"}})
-	ips := interfaceIPs()
-	if len(ips) == 0 {
-		t.Skip("no interface addresses")
-	}
-	for _, ip := range ips {
+	h := Protect(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}), Policy{Hosts: []string{"0.0.0.0", "::"}})
+	local := &net.TCPAddr{IP: net.ParseIP("192.0.2.7"), Port: 4646}
+	for _, tc := range []struct {
+		host  string
+		local net.Addr
+		want  int
+	}{
+		{"192.0.2.7:4646", local, http.StatusOK},
+		{"192.0.2.8:4646", local, http.StatusMisdirectedRequest},
+		{"192.0.2.7:4646", nil, http.StatusMisdirectedRequest},
+		{"0.0.0.0:4646", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 4646}, http.StatusMisdirectedRequest},
+		{"evil.example", local, http.StatusMisdirectedRequest},
+	} {
 		r := httptest.NewRequest("GET", "/", nil)
-		r.Host = "[" + ip.String() + "]:4646"
+		if tc.local != nil {
+			r = r.WithContext(context.WithValue(r.Context(), http.LocalAddrContextKey, tc.local))
+		}
+		r.Host = tc.host
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)
-		if w.Code != http.StatusOK {
-			t.Fatalf("own address %s refused: %d", ip, w.Code)
+		if w.Code != tc.want {
+			t.Errorf("Host %s on local address %v: %d, want %d", tc.host, tc.local, w.Code, tc.want)
 		}
 	}
-	r := httptest.NewRequest("GET", "/", nil)
-	r.Host = "evil.example"
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, r)
-	if w.Code != http.StatusMisdirectedRequest {
-		t.Fatalf("foreign name: %d", w.Code)
+}
+
+// localIP reads the address a real connection was accepted on.
+func TestLocalIPOfRealConnection(t *testing.T) {
+	got := make(chan net.IP, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { got <- localIP(r) }))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if ip := <-got; !ip.Equal(net.IPv4(127, 0, 0, 1)) {
+		t.Fatalf("local IP %v, want 127.0.0.1", ip)
 	}
 }
