@@ -67,32 +67,27 @@ const elemCost = 256
 const maxNumberExp = 4096
 
 func (l *Limits) withDefaults() Limits {
-	out := DefaultLimits
+	d := DefaultLimits
 	if l == nil {
-		return out
+		return d
 	}
-	if l.MaxSourceBytes > 0 {
-		out.MaxSourceBytes = l.MaxSourceBytes
+	return Limits{
+		MaxSourceBytes:   positiveOr(l.MaxSourceBytes, d.MaxSourceBytes),
+		MaxStringBytes:   positiveOr(l.MaxStringBytes, d.MaxStringBytes),
+		MaxCollectionLen: positiveOr(l.MaxCollectionLen, d.MaxCollectionLen),
+		MaxEvalCost:      positiveOr(l.MaxEvalCost, d.MaxEvalCost),
+		MaxNesting:       positiveOr(l.MaxNesting, d.MaxNesting),
+		MaxOperators:     positiveOr(l.MaxOperators, d.MaxOperators),
+		MaxTokens:        positiveOr(l.MaxTokens, d.MaxTokens),
 	}
-	if l.MaxStringBytes > 0 {
-		out.MaxStringBytes = l.MaxStringBytes
+}
+
+// positiveOr is v when it is set (positive), else def.
+func positiveOr[T int | int64](v, def T) T {
+	if v > 0 {
+		return v
 	}
-	if l.MaxCollectionLen > 0 {
-		out.MaxCollectionLen = l.MaxCollectionLen
-	}
-	if l.MaxEvalCost > 0 {
-		out.MaxEvalCost = l.MaxEvalCost
-	}
-	if l.MaxNesting > 0 {
-		out.MaxNesting = l.MaxNesting
-	}
-	if l.MaxOperators > 0 {
-		out.MaxOperators = l.MaxOperators
-	}
-	if l.MaxTokens > 0 {
-		out.MaxTokens = l.MaxTokens
-	}
-	return out
+	return def
 }
 
 // limitDetail renders a limit error as a diagnostic's detail sentence.

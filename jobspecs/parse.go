@@ -101,13 +101,11 @@ func limitDiags(ds Diagnostics) Diagnostics {
 
 // ParseFile reads and parses a jobspec file; diagnostics name it by path.
 func ParseFile(path string, opts *ParseOptions) (*structs.Job, Diagnostics) {
-	var lim Limits
+	var lim *Limits
 	if opts != nil {
-		lim = opts.Limits.withDefaults()
-	} else {
-		lim = DefaultLimits
+		lim = opts.Limits
 	}
-	src, err := readLimited(path, lim.MaxSourceBytes)
+	src, err := readLimited(path, lim.withDefaults().MaxSourceBytes)
 	if err != nil {
 		return nil, Diagnostics{{Severity: SeverityError, Filename: path,
 			Summary: "Failed to read jobspec", Detail: fmt.Sprintf("failed to read %s: %v", filepath.Base(path), err)}}

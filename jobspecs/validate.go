@@ -40,14 +40,10 @@ type ValidateOptions struct {
 }
 
 func (o *ValidateOptions) withDefaults() ValidateOptions {
-	out := ValidateOptions{MaxCount: DefaultMaxCount, MaxJobBytes: DefaultMaxJobBytes}
-	if o != nil && o.MaxCount > 0 {
-		out.MaxCount = o.MaxCount
+	if o == nil {
+		o = &ValidateOptions{}
 	}
-	if o != nil && o.MaxJobBytes > 0 {
-		out.MaxJobBytes = o.MaxJobBytes
-	}
-	return out
+	return ValidateOptions{MaxCount: positiveOr(o.MaxCount, DefaultMaxCount), MaxJobBytes: positiveOr(o.MaxJobBytes, DefaultMaxJobBytes)}
 }
 
 // Validate checks a job with the default ValidateOptions; see
