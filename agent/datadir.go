@@ -27,10 +27,10 @@ func startedBefore(dataDir string) bool {
 }
 
 // checkConnectState refuses to start when an earlier agent started on
-// dataDir but connect/ca or connect/intentions is gone as a whole (deleted
-// or replaced by a fresh dir). The stores catch a lost file inside their own
-// dirs through their markers; removing a marker with its files, as the
-// documented reset does, leaves the dir and is allowed. A first start that
+// dataDir but connect/ca or connect/intentions is gone as a whole. The
+// stores catch a lost file inside their own dirs through their markers; an
+// empty dir (no marker, no files: what the documented reset leaves, or a
+// deliberate fresh start) is allowed. A first start that
 // failed before the control plane was up is not taken for a lost one.
 func checkConnectState(dataDir string, startedBefore bool) error {
 	if !startedBefore {
