@@ -8,8 +8,8 @@ import (
 	"github.com/meshlet/meshlet/structs"
 )
 
-// GC removes, in one transaction under the plan lock, what the cluster no
-// longer needs (job versions beyond the kept ones go at each job write):
+// GC removes, in one transaction, what the cluster no longer needs (job
+// versions beyond the kept ones go at each job write):
 //   - terminal allocations of purged jobs;
 //   - terminal allocations that were stopped or replaced, once older than
 //     AllocGCThreshold;
@@ -17,37 +17,50 @@ import (
 //     EvalGCThreshold except each job's latest.
 //
 // Pending follow-up evaluations and allocations still meant to run are
-// never removed.
+// never removed. What to remove is read without the plan lock (decoding
+// every allocation must not stall registrations); the removal commits
+// under it. What the reads saw stays garbage: a terminal allocation never
+// runs again and a job's newer evaluations only make older ones older.
 func (s *Server) GC() error {
+	p, err := s.garbage()
+	if err != nil || (len(p.DeleteAllocs) == 0 && len(p.DeleteEvals) == 0) {
+		return err
+	}
 	s.planMu.Lock()
 	defer s.planMu.Unlock()
-	jobs, err := s.store.Jobs()
-	if err != nil {
-		return fmt.Errorf("failed to list jobs: %w", err)
-	}
-	allocs, err := s.store.Allocs()
-	if err != nil {
-		return fmt.Errorf("failed to list allocations: %w", err)
-	}
-	evals, err := s.store.Evals()
-	if err != nil {
-		return fmt.Errorf("failed to list evaluations: %w", err)
-	}
-	live := map[string]bool{}
-	for _, j := range jobs {
-		live[j.ID] = true
-	}
-	now := s.now()
-	p := &state.Plan{DeleteAllocs: s.collectAllocs(allocs, live, now), DeleteEvals: s.collectEvals(evals, live, now)}
-	if len(p.DeleteAllocs) == 0 && len(p.DeleteEvals) == 0 {
-		return nil
-	}
 	if _, err := s.store.ApplyPlan(p); err != nil {
 		return fmt.Errorf("failed to collect garbage: %w", err)
 	}
 	s.planGen.Add(1)
 	s.logger.Debug("collected garbage", "allocs", len(p.DeleteAllocs), "evals", len(p.DeleteEvals))
 	return nil
+}
+
+// garbage reads the state, without the plan lock, and returns the
+// deletions of a collection.
+func (s *Server) garbage() (*state.Plan, error) {
+	allocs, err := s.store.Allocs()
+	if err != nil {
+		return nil, fmt.Errorf("failed to list allocations: %w", err)
+	}
+	evals, err := s.store.Evals()
+	if err != nil {
+		return nil, fmt.Errorf("failed to list evaluations: %w", err)
+	}
+	// Jobs last: a job that allocations or evaluations read above belong
+	// to is still listed unless it was purged since (a job and its first
+	// evaluation commit together), so nothing of a live job counts as a
+	// purged job's.
+	jobs, err := s.store.Jobs()
+	if err != nil {
+		return nil, fmt.Errorf("failed to list jobs: %w", err)
+	}
+	live := map[string]bool{}
+	for _, j := range jobs {
+		live[j.ID] = true
+	}
+	now := s.now()
+	return &state.Plan{DeleteAllocs: s.collectAllocs(allocs, live, now), DeleteEvals: s.collectEvals(evals, live, now)}, nil
 }
 
 func (s *Server) collectAllocs(allocs []*structs.Allocation, live map[string]bool, now time.Time) []string {

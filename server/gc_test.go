@@ -176,3 +176,62 @@ func TestGCRunsFromClientUpdates(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// signalAllocs reports each Allocs call on called.
+type signalAllocs struct {
+	*state.BoltStore
+	called chan struct{}
+}
+
+func (s signalAllocs) Allocs() ([]*structs.Allocation, error) {
+	select {
+	case s.called <- struct{}{}:
+	default:
+	}
+	return s.BoltStore.Allocs()
+}
+
+// TestGCReadsWithoutThePlanLock: a collection decodes every allocation
+// while a plan holds the lock (a big state must not stall registrations),
+// and commits its deletions only once the lock is free.
+func TestGCReadsWithoutThePlanLock(t *testing.T) {
+	ctx := context.Background()
+	clock := &fakeClock{t: time.Unix(1_000_000, 0)}
+	st := openStore(t)
+	wrapped := signalAllocs{BoltStore: st, called: make(chan struct{}, 1)}
+	s := startServer(t, wrapped, Config{Now: clock.Now, GCInterval: 10 * time.Hour})
+	if _, err := s.RegisterJob(ctx, testJob("web", "raw_exec", 1)); err != nil {
+		t.Fatal(err)
+	}
+	a0, _ := s.JobAllocs(ctx, "web")
+	if _, err := s.StopJob(ctx, "web", false); err != nil {
+		t.Fatal(err)
+	}
+	setClientStatus(t, s, structs.AllocClientStatusComplete, a0...)
+	clock.Advance(2 * time.Hour)
+	select {
+	case <-wrapped.called: // drain the calls of the setup
+	default:
+	}
+
+	s.planMu.Lock()
+	done := make(chan error, 1)
+	go func() { done <- s.GC() }()
+	select {
+	case <-wrapped.called:
+	case <-time.After(10 * time.Second):
+		s.planMu.Unlock()
+		t.Fatal("the collection waited for the plan lock before reading the state")
+	}
+	if _, err := st.Alloc(a0[0].ID); err != nil {
+		s.planMu.Unlock()
+		t.Fatalf("allocation removed while a plan held the lock: %v", err)
+	}
+	s.planMu.Unlock()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Alloc(a0[0].ID); err == nil {
+		t.Fatal("stopped terminal allocation kept past the threshold")
+	}
+}

@@ -11,8 +11,8 @@
 // of the state; the plan is committed in ONE state transaction (job
 // version, allocations, evaluations) under one mutex, and only if no other
 // commit happened meanwhile (see plan.go), so plans never hand out the same
-// port twice and a crash never leaves half a plan. Garbage collection runs
-// under the same mutex. Reads go straight to the state store and run
+// port twice and a crash never leaves half a plan. Garbage collection reads
+// without it and commits under it. Reads go straight to the state store and run
 // concurrently. Follow-up timers (delayed reschedules) run plans like any
 // other caller.
 package server
