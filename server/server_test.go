@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/meshlet/meshlet/scheduler"
 	"github.com/meshlet/meshlet/state"
 	"github.com/meshlet/meshlet/structs"
 )
@@ -45,27 +43,11 @@ type mutatorFunc func(*structs.Job) ([]string, error)
 func (mutatorFunc) Name() string                              { return "test" }
 func (m mutatorFunc) Mutate(j *structs.Job) ([]string, error) { return m(j) }
 
+// newServer makes a server over a fresh store with node-1 registered.
 func newServer(t *testing.T, mutators ...JobMutator) (*Server, state.Store) {
 	t.Helper()
-	st, err := state.OpenBolt(filepath.Join(t.TempDir(), "state.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	sched, err := scheduler.New(scheduler.Config{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(Config{Store: st, Scheduler: sched, Admission: testAdmission, Mutators: mutators})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := &structs.Node{ID: "node-1", Name: "n1", Datacenter: "dc1",
-		Drivers: map[string]*structs.DriverInfo{"raw_exec": {Detected: true, Healthy: true}}}
-	if err := s.RegisterNode(context.Background(), n); err != nil {
-		t.Fatal(err)
-	}
-	return s, st
+	st := openStore(t)
+	return startServer(t, st, Config{Mutators: mutators}), st
 }
 
 func testJob(id, driver string, count int) *structs.Job {
