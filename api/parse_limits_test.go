@@ -1,4 +1,4 @@
-package jobspecs_test
+package api_test
 
 import (
 	"bytes"
