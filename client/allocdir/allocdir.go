@@ -29,6 +29,8 @@ import (
 	"slices"
 	"strconv"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // RunDirName is the shared directory holding meshlet's sockets.
@@ -153,7 +155,8 @@ func LookupUser(name string) (uid, gid int, err error) {
 // WriteSecret writes a file into a task's secrets/ dir, mode 0600, owned by
 // the task's user (userName; "" keeps the agent's user) so the task can read
 // it. Whatever sits at the name (a link the task planted) is replaced,
-// never followed.
+// never followed; a secrets dir that is not a directory (swapped for a
+// link) is an error.
 func (d *AllocDir) WriteSecret(task, name, userName string, data []byte) error {
 	if err := validTaskName(task); err != nil {
 		return fmt.Errorf("failed to write secret: %w", err)
@@ -165,14 +168,26 @@ func (d *AllocDir) WriteSecret(task, name, userName string, data []byte) error {
 			return err
 		}
 	}
-	p := filepath.Join(d.TaskDir(task).SecretsDir, filepath.Base(name))
-	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+	// secrets/ sits in the task dir, which the task's user owns: it is
+	// opened without following a link and the file is made relative to
+	// it, so a task that swaps it for a link cannot redirect the write.
+	secrets := d.TaskDir(task).SecretsDir
+	dir, err := openDirNoFollow(secrets)
+	if err != nil {
+		return fmt.Errorf("failed to open secrets dir: %w", err)
+	}
+	defer dir.Close()
+	base := filepath.Base(name)
+	p := filepath.Join(secrets, base)
+	dfd := int(dir.Fd())
+	if err := unix.Unlinkat(dfd, base, 0); err != nil && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("failed to replace %s: %w", p, err)
 	}
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	fd, err := unix.Openat(dfd, base, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return fmt.Errorf("failed to create %s: %w", p, err)
 	}
+	f := os.NewFile(uintptr(fd), p)
 	err = f.Chown(uid, gid)
 	if err == nil {
 		_, err = f.Write(data)
@@ -184,7 +199,7 @@ func (d *AllocDir) WriteSecret(task, name, userName string, data []byte) error {
 		err = cerr
 	}
 	if err != nil {
-		_ = os.Remove(p)
+		_ = unix.Unlinkat(dfd, base, 0)
 		return fmt.Errorf("failed to write %s: %w", p, err)
 	}
 	return nil

@@ -185,3 +185,35 @@ func TestWriteSecretOwnedByTaskUserAndNoFollow(t *testing.T) {
 		t.Fatalf("secret %v owned by %d:%d", fi.Mode(), st.Uid, st.Gid)
 	}
 }
+
+// TestWriteSecretSecretsDirSwappedForLink: secrets/ sits in the task dir,
+// which the task's user owns; a task that swaps secrets/ for a link to
+// another directory must not make the agent delete or create files there.
+func TestWriteSecretSecretsDirSwappedForLink(t *testing.T) {
+	root := t.TempDir()
+	elsewhere := filepath.Join(root, "elsewhere")
+	if err := os.Mkdir(elsewhere, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	victim := filepath.Join(elsewhere, "envoy_bootstrap.json")
+	if err := os.WriteFile(victim, []byte("keep"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := New(filepath.Join(root, "alloc"), "a1")
+	if err := d.Build([]string{"proxy"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	secrets := d.TaskDir("proxy").SecretsDir
+	if err := os.Remove(secrets); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(elsewhere, secrets); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.WriteSecret("proxy", "envoy_bootstrap.json", "", []byte("{}")); err == nil {
+		t.Error("WriteSecret through a linked secrets dir succeeded")
+	}
+	if b, err := os.ReadFile(victim); err != nil || string(b) != "keep" {
+		t.Fatalf("the file behind the link changed: %q, %v", b, err)
+	}
+}
