@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -145,5 +146,27 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestConcurrentNodeIDOfStateWithoutMarker: NodeID, which writes the
+// missing marker, is safe for concurrent use as every method is.
+func TestConcurrentNodeIDOfStateWithoutMarker(t *testing.T) {
+	path := populated(t, 1)
+	must(t, os.Remove(MarkerPath(path)))
+	db, err := Open(path)
+	must(t, err)
+	defer db.Close()
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			if id, err := db.NodeID(); err != nil || id != "n1" {
+				t.Errorf("node id %q, %v", id, err)
+			}
+		})
+	}
+	wg.Wait()
+	if _, err := os.Stat(MarkerPath(path)); err != nil {
+		t.Fatalf("no marker written: %v", err)
 	}
 }

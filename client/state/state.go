@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -56,7 +57,7 @@ type DB struct {
 	db   *bolt.DB
 	path string
 	// marked: the marker file exists (written with the node ID).
-	marked bool
+	marked atomic.Bool
 }
 
 var _ Store = (*DB)(nil)
@@ -76,7 +77,8 @@ func Open(path string) (*DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &DB{db: db, path: path, marked: mark != nil}
+	d := &DB{db: db, path: path}
+	d.marked.Store(mark != nil)
 	if err := d.initialise(mark); err != nil {
 		_ = db.Close()
 		return nil, err
@@ -95,9 +97,9 @@ func (d *DB) NodeID() (string, error) {
 		id = string(tx.Bucket(bucketMeta).Get(keyNodeID))
 		return nil
 	})
-	if err == nil && id != "" && !d.marked {
+	if err == nil && id != "" && !d.marked.Load() {
 		if err = writeMarker(d.path, id); err == nil {
-			d.marked = true
+			d.marked.Store(true)
 		}
 	}
 	return id, err
@@ -112,7 +114,7 @@ func (d *DB) PutNodeID(id string) error {
 	if err := writeMarker(d.path, id); err != nil {
 		return err
 	}
-	d.marked = true
+	d.marked.Store(true)
 	return nil
 }
 
