@@ -1,6 +1,7 @@
 package ca
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -158,8 +159,18 @@ func loadRoot(dir string, rs rootState) (*rootCA, error) {
 }
 
 // saveState writes the key files that do not exist yet, then the state
-// file atomically.
-func saveState(dir string, st stateFile, roots []*rootCA) error {
+// file atomically. When that fails, the key files it wrote are removed
+// again (a first start on a full disk must not leave a key that looks like
+// a CA whose state was lost), unless the new state did reach the disk.
+func saveState(dir string, st stateFile, roots []*rootCA) (err error) {
+	var written []string
+	defer func() {
+		if err != nil {
+			for _, path := range written {
+				_ = os.Remove(path)
+			}
+		}
+	}()
 	for _, r := range roots {
 		if r.keyFile == "" {
 			r.keyFile = fmt.Sprintf("root-%016x.key", r.SerialNumber)
@@ -175,6 +186,7 @@ func saveState(dir string, st stateFile, roots []*rootCA) error {
 		if err := atomicfile.WriteFile(path, []byte(kp), 0o600); err != nil {
 			return fmt.Errorf("failed to persist CA root key: %w", err)
 		}
+		written = append(written, path)
 	}
 	st.Version = 0
 	st.Roots = make([]rootState, 0, len(roots))
@@ -185,8 +197,22 @@ func saveState(dir string, st stateFile, roots []*rootCA) error {
 	if err != nil {
 		return fmt.Errorf("failed to encode CA state: %w", err)
 	}
-	if err := atomicfile.WriteFile(filepath.Join(dir, stateFileName), b, 0o600); err != nil {
+	path := filepath.Join(dir, stateFileName)
+	if err := atomicfile.WriteFile(path, b, 0o600); err != nil {
+		if mayHold(path, b) {
+			written = nil // the new state may be in place: keep its keys
+		}
 		return fmt.Errorf("failed to persist CA state: %w", err)
 	}
 	return nil
+}
+
+// mayHold reports whether path may hold b after a failed atomic write (it
+// was renamed in but the directory sync failed, or it cannot be read back).
+func mayHold(path string, b []byte) bool {
+	cur, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false
+	}
+	return err != nil || bytes.Equal(cur, b)
 }

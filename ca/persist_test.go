@@ -9,7 +9,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+
+	"github.com/meshlet/meshlet/internal/testutil"
 )
 
 // TestVerifyPeerKeepsCause: the x509 reason stays in the error chain.
@@ -146,5 +149,31 @@ func TestLoadsCAStateVersion1(t *testing.T) {
 	b, _ = os.ReadFile(path)
 	if !bytes.Contains(b, []byte(`"Version": 2`)) || !bytes.Contains(b, []byte(`"SHA256"`)) {
 		t.Fatalf("state is not rewritten as version 2 at the next change:\n%s", b)
+	}
+}
+
+// TestFirstStartOnFullDiskLeavesNothing: a first start whose state write
+// fails (a full disk) removes the root key it wrote, so the next start,
+// with space again, makes the CA instead of refusing a directory that
+// seems to have lost its state.
+func TestFirstStartOnFullDiskLeavesNothing(t *testing.T) {
+	testutil.RequireRoot(t)
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=4096"); err != nil {
+		t.Skipf("cannot mount a small tmpfs: %v", err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(dir, 0) })
+	if _, err := New(Config{Dir: dir}, nil, nil); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("New on a one-page tmpfs = %v, want ENOSPC writing the state", err)
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Fatalf("a failed first start left %v", left)
+	}
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", syscall.MS_REMOUNT, "size=1m"); err != nil {
+		t.Fatalf("remount: %v", err)
+	}
+	m := newTestManager(t, Config{Dir: dir})
+	if m.TrustDomain() == "" {
+		t.Fatal("no trust domain")
 	}
 }

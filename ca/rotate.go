@@ -45,8 +45,7 @@ func (m *Manager) Rotate(ctx context.Context) error {
 	if err := m.persistLocked(); err != nil {
 		m.roots = m.roots[:len(m.roots)-1]
 		prev.Active, prev.rotatedOutAt, prev.ModifyIndex = true, time.Time{}, prevModify
-		m.index--
-		m.removeKeyFiles([]*rootCA{next})
+		m.index-- // saveState removed next's key file unless the state got out
 		m.mu.Unlock()
 		return fmt.Errorf("failed to rotate CA root: %w", err)
 	}
