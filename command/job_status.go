@@ -99,10 +99,12 @@ func (e *env) showJob(client *nomadapi.Client, addr string, job *nomadapi.Job) i
 	}
 	writeTable(e.stdout, rows)
 
-	if evals, _, err := client.Jobs().Evaluations(id, nil); err == nil {
-		if lines := latestPlacementFailures(evals); len(lines) > 0 {
-			fmt.Fprintf(e.stdout, "\nPlacement Failure\n%s\n", strings.Join(lines, "\n"))
-		}
+	evals, _, err := client.Jobs().Evaluations(id, nil)
+	if err != nil {
+		evals = nil // both sections are best effort
+	}
+	if lines := latestPlacementFailures(evals); len(lines) > 0 {
+		fmt.Fprintf(e.stdout, "\nPlacement Failure\n%s\n", strings.Join(lines, "\n"))
 	}
 
 	allocs, _, err := client.Jobs().Allocations(id, true, nil)
@@ -110,7 +112,7 @@ func (e *env) showJob(client *nomadapi.Client, addr string, job *nomadapi.Job) i
 		return e.errorf("failed to list allocations of job %q: %s", id, describe(err, addr))
 	}
 	now := time.Now()
-	if future := futureReschedules(client, allocs, now); len(future) > 0 {
+	if future := futureReschedules(evals, allocs, now); len(future) > 0 {
 		fmt.Fprintf(e.stdout, "\nFuture Rescheduling Attempts\n")
 		writeTable(e.stdout, append([]string{row("Task Group", "Eval ID", "Eval Time")}, future...))
 	}

@@ -59,14 +59,18 @@ func followupTime(client *nomadapi.Client, id string) time.Time {
 }
 
 // futureReschedules are the rows of `job status`'s "Future Rescheduling
-// Attempts" section: one per failed allocation with a pending replacement.
-func futureReschedules(client *nomadapi.Client, allocs []*nomadapi.AllocationListStub, now time.Time) []string {
+// Attempts" section: one per failed allocation whose follow-up evaluation
+// (one of the job's evals) is pending.
+func futureReschedules(evals []*nomadapi.Evaluation, allocs []*nomadapi.AllocationListStub, now time.Time) []string {
+	pending := map[string]time.Time{}
+	for _, ev := range evals {
+		if ev != nil && ev.Status == nomadapi.EvalStatusPending && !ev.WaitUntil.IsZero() {
+			pending[ev.ID] = ev.WaitUntil
+		}
+	}
 	var rows []string
 	for _, a := range allocs {
-		if a.FollowupEvalID == "" || a.NextAllocation != "" {
-			continue
-		}
-		if when := followupTime(client, a.FollowupEvalID); !when.IsZero() {
+		if when, ok := pending[a.FollowupEvalID]; ok && a.NextAllocation == "" {
 			rows = append(rows, row(a.TaskGroup, short(a.FollowupEvalID), fromNow(when, now)))
 		}
 	}
