@@ -264,7 +264,7 @@ func (c *Client) restore() (map[string]bool, bool, error) {
 		}
 		ar, err := c.newRunner(a, true, tasks)
 		if err != nil {
-			c.logger.Error("failed to restore allocation", "alloc_id", a.ID, "error", err)
+			c.logger.Error("failed to restore allocation; its tasks are re-attached once the server sends it", "alloc_id", a.ID, "error", err)
 			complete = false
 			continue
 		}

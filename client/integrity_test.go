@@ -12,6 +12,7 @@ import (
 	"github.com/meshlet/meshlet/client/internal/fakedriver"
 	clientstate "github.com/meshlet/meshlet/client/state"
 	"github.com/meshlet/meshlet/driver"
+	"github.com/meshlet/meshlet/internal/testutil"
 	"github.com/meshlet/meshlet/structs"
 )
 
@@ -113,5 +114,38 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestUnrestorableAllocationReattachesItsTasks: an allocation whose local
+// record cannot be restored (here it lost its job) but whose tasks still
+// run is taken from the server again and re-attached to its tasks, not
+// started a second time beside them.
+func TestUnrestorableAllocationReattachesItsTasks(t *testing.T) {
+	srv := newServer(t)
+	drv := fakedriver.New("raw_exec")
+	dir := t.TempDir()
+	c := newClient(t, srv, dir, drv)
+	if _, err := srv.RegisterJob(context.Background(), job("a", "")); err != nil {
+		t.Fatal(err)
+	}
+	alloc := waitStatus(t, srv, "a", structs.AllocClientStatusRunning)
+	must(t, c.Shutdown())
+	db, err := clientstate.Open(filepath.Join(dir, "client", "state.db"))
+	must(t, err)
+	broken := *alloc
+	broken.Job = nil
+	must(t, db.PutAlloc(&broken))
+	must(t, db.Close())
+
+	c = newClient(t, srv, dir, drv)
+	defer c.Shutdown()
+	testutil.WaitFor(t, hang, "the allocation taken from the server", func() bool { return c.runner(alloc.ID) != nil })
+	calls := func() string { return strings.Join(drv.Calls(), ",") }
+	testutil.WaitFor(t, hang, "its task re-attached or started again", func() bool {
+		return strings.Contains(calls(), "Recover t") || strings.Count(calls(), "Start t") > 1
+	})
+	if n := strings.Count(calls(), "Start t"); n != 1 || len(drv.Running()) != 1 || !strings.Contains(calls(), "Recover t") {
+		t.Fatalf("task started %d times, %d running (calls %s); want the running one re-attached", n, len(drv.Running()), calls())
 	}
 }

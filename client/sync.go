@@ -88,7 +88,15 @@ func (c *Client) add(a *structs.Allocation) {
 		c.logger.Error("failed to persist allocation", "alloc_id", a.ID, "error", err)
 		return
 	}
-	ar, err := c.newRunner(a, false, nil)
+	// Task states without a runner: a previous agent ran the allocation
+	// but its local record could not be restored (see restore). Its tasks
+	// may still run: re-attach to them rather than start them again.
+	tasks, err := c.db.TaskStates(a.ID)
+	if err != nil {
+		c.logger.Error("failed to read task states; not running the allocation", "alloc_id", a.ID, "error", err)
+		return
+	}
+	ar, err := c.newRunner(a, len(tasks) > 0, tasks)
 	if err != nil {
 		c.logger.Error("failed to create alloc runner", "alloc_id", a.ID, "error", err)
 		c.queueUpdate(&structs.Allocation{ID: a.ID, ClientStatus: structs.AllocClientStatusFailed, ClientDescription: err.Error()})
