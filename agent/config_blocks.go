@@ -2,7 +2,6 @@ package agent
 
 import (
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/meshlet/meshlet/jobspecs"
@@ -108,15 +107,9 @@ func (c *ServerConfig) problems() []string {
 }
 
 // validateOptions are the jobspec checks' bounds from the server block
-// (negative: no limit, zero: the defaults).
+// (negative: no limit, zero: the defaults, as in jobspecs.ValidateOptions).
 func (c *ServerConfig) validateOptions() *jobspecs.ValidateOptions {
-	unlimited := func(v int) int {
-		if v < 0 {
-			return math.MaxInt
-		}
-		return v
-	}
-	return &jobspecs.ValidateOptions{MaxCount: unlimited(c.JobMaxCount), MaxJobBytes: unlimited(c.JobMaxSize)}
+	return &jobspecs.ValidateOptions{MaxCount: c.JobMaxCount, MaxJobBytes: c.JobMaxSize}
 }
 
 // validateJob is the server's admission check with the configured bounds.

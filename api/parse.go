@@ -10,13 +10,14 @@ import (
 // parseHCL parses a jobspec for PUT /v1/jobs/parse. vars is the content of
 // a variables file ("name = value" lines). Diagnostics with errors become
 // one ErrInvalid line; warnings are dropped (the CLI parses locally and
-// prints them). jobspecs.Parse always canonicalizes.
+// prints them). jobspecs.Parse always canonicalizes. Count and size are
+// checked at submission, against the server's configured bounds.
 func parseHCL(src, vars string, canonicalize bool) (*structs.Job, error) {
 	overrides, err := parseVariables(vars)
 	if err != nil {
 		return nil, err
 	}
-	job, diags := jobspecs.Parse("job.hcl", []byte(src), &jobspecs.ParseOptions{Vars: overrides})
+	job, diags := jobspecs.Parse("job.hcl", []byte(src), &jobspecs.ParseOptions{Vars: overrides, Validate: jobspecs.SubmitterOptions()})
 	if diags.HasErrors() {
 		return nil, fmt.Errorf("%w: %s", ErrInvalid, oneLine(diags.Error()))
 	}

@@ -46,6 +46,9 @@ func TestParseEndpoint(t *testing.T) {
 	}{
 		{"defaults", body(varJobHCL, ""), 200, []string{`"ID":"vars"`, `"Count":1`, `"command":"/bin/true"`}},
 		{"variables file", body(varJobHCL, "count = 3\ncmd = \"/bin/echo\"\n"), 200, []string{`"Count":3`, `"command":"/bin/echo"`}},
+		// The server checks count against its own job_max_count at
+		// submission; the parse endpoint does not know it.
+		{"count over the default bound", body(varJobHCL, "count = 15000\n"), 200, []string{`"Count":15000`}},
 		{"undeclared variable", body(varJobHCL, "nope = 1\n"), 400, []string{"Undefined variable nope"}},
 		{"bad variables", body(varJobHCL, "count = \n"), 400, []string{"invalid Variables"}},
 		{"non-constant variable", body(varJobHCL, "count = var.x\n"), 400, []string{`variable "count" must be a constant`}},

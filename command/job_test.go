@@ -24,6 +24,9 @@ func TestJobValidate(t *testing.T) {
 		wantStderr []string // regexps
 	}{
 		{"valid", webJobHCL, 0, "Job validation successful", nil},
+		// The server's job_max_count may be above the default: it is
+		// checked at submission.
+		{"count over the default bound", strings.Replace(webJobHCL, "count = 2", "count = 15000", 1), 0, "Job validation successful", nil},
 		{"unknown attribute", "job \"web\" {\n  group \"web\" {\n    bogus = 1\n    task \"app\" {\n      driver = \"raw_exec\"\n      config {\n        command = \"/bin/true\"\n      }\n    }\n  }\n}\n",
 			1, "", []string{`bad\.hcl:3:5: error: Unsupported argument`, `Error: job validation failed: 1 error\(s\)`}},
 		{"syntax error", "job \"web\" {\n  group \"web\" {\n", 1, "", []string{`bad\.hcl:\d+:\d+: error: `}},

@@ -40,9 +40,10 @@ type parsedJob struct {
 
 // parseJobFile parses a jobspec locally, printing every diagnostic (one
 // "file:line:col: severity: ..." line each) to w. job is nil when the
-// jobspec has errors.
+// jobspec has errors. Count and size are the server's to check (its
+// job_max_count and job_max_size are not known here).
 func parseJobFile(path string, vars map[string]string, w io.Writer) parsedJob {
-	job, diags := jobspecs.ParseFile(path, &jobspecs.ParseOptions{Vars: vars})
+	job, diags := jobspecs.ParseFile(path, &jobspecs.ParseOptions{Vars: vars, Validate: jobspecs.SubmitterOptions()})
 	for _, d := range diags {
 		fmt.Fprintln(w, d.String())
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -29,7 +30,7 @@ const (
 )
 
 // ValidateOptions tunes Validate and Parse. A nil *ValidateOptions, or a
-// zero field, means the default.
+// zero field, means the default; a negative field means no limit.
 type ValidateOptions struct {
 	// MaxCount bounds each group's count and their sum over the job
 	// (default DefaultMaxCount).
@@ -43,7 +44,23 @@ func (o *ValidateOptions) withDefaults() ValidateOptions {
 	if o == nil {
 		o = &ValidateOptions{}
 	}
-	return ValidateOptions{MaxCount: positiveOr(o.MaxCount, DefaultMaxCount), MaxJobBytes: positiveOr(o.MaxJobBytes, DefaultMaxJobBytes)}
+	return ValidateOptions{MaxCount: boundOr(o.MaxCount, DefaultMaxCount), MaxJobBytes: boundOr(o.MaxJobBytes, DefaultMaxJobBytes)}
+}
+
+// boundOr is v when positive, def when zero and no bound when negative.
+func boundOr(v, def int) int {
+	if v < 0 {
+		return math.MaxInt
+	}
+	return positiveOr(v, def)
+}
+
+// SubmitterOptions are the ValidateOptions of a parse on behalf of a server
+// whose bounds are not known here (the CLI, PUT /v1/jobs/parse): count and
+// size are left to the server, which checks its configured job_max_count
+// and job_max_size when the job is submitted.
+func SubmitterOptions() *ValidateOptions {
+	return &ValidateOptions{MaxCount: -1, MaxJobBytes: -1}
 }
 
 // Validate checks a job with the default ValidateOptions; see
