@@ -251,12 +251,15 @@ func (c *Client) Shutdown() error {
 // returns the IDs of those that are still live, and whether every
 // allocation could be restored.
 func (c *Client) restore() (map[string]bool, bool, error) {
-	allocs, err := c.db.Allocs()
+	allocs, orphans, err := c.db.AllocsAndOrphans()
 	if err != nil {
 		return nil, false, fmt.Errorf("failed to read client state: %w", err)
 	}
 	live := map[string]bool{}
-	complete := true
+	complete := len(orphans) == 0
+	for _, id := range orphans {
+		c.logger.Error("allocation has task state but no allocation record; its tasks are re-attached once the server sends it", "alloc_id", id)
+	}
 	for _, a := range allocs {
 		tasks, err := c.db.TaskStates(a.ID)
 		if err != nil {

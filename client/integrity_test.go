@@ -110,6 +110,32 @@ func TestUnrestorableAllocationSkipsNetworkGC(t *testing.T) {
 	}
 }
 
+// An allocation entry with task state but no allocation record (the record
+// write failed after its tasks started) counts as unrestorable: the network
+// GC must not take its namespace for a leak.
+func TestAllocWithoutRecordSkipsNetworkGC(t *testing.T) {
+	srv := newServer(t)
+	dir := t.TempDir()
+	db, err := clientstate.Open(filepath.Join(dir, "client", "state.db"))
+	must(t, err)
+	must(t, db.PutNodeID("n-test"))
+	must(t, db.PutTaskState("recordless", "web", &clientstate.LocalTaskState{}))
+	allocs, orphans, err := db.AllocsAndOrphans()
+	must(t, err)
+	if len(allocs) != 0 || len(orphans) != 1 || orphans[0] != "recordless" {
+		t.Fatalf("allocs %v, orphans %v; want only the orphan recordless", allocs, orphans)
+	}
+	must(t, db.Close())
+	gc := &gcRecorder{}
+	c, err := New(Config{DataDir: dir, NodeName: "n1", Drivers: []driver.Driver{fakedriver.New("raw_exec")}, Server: srv, Networker: gc})
+	must(t, err)
+	must(t, c.Start())
+	defer c.Shutdown()
+	if gc.count() != 0 {
+		t.Fatalf("network GC ran with live set %v while an allocation had no record", gc.gcs)
+	}
+}
+
 func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {

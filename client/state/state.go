@@ -151,11 +151,22 @@ func (d *DB) PutAlloc(a *structs.Allocation) error {
 
 // Allocs returns every stored allocation.
 func (d *DB) Allocs() ([]*structs.Allocation, error) {
+	allocs, _, err := d.AllocsAndOrphans()
+	return allocs, err
+}
+
+// AllocsAndOrphans is Allocs plus the IDs of allocation entries that hold
+// task states but no allocation record (its write failed, e.g. on a full
+// disk, after tasks had started): their tasks may run, so they must count
+// as allocations that could not be restored, never as absent.
+func (d *DB) AllocsAndOrphans() ([]*structs.Allocation, []string, error) {
 	var out []*structs.Allocation
+	var orphans []string
 	err := d.view(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketAllocs).ForEachBucket(func(k []byte) error {
 			raw := tx.Bucket(bucketAllocs).Bucket(k).Get(keyAlloc)
 			if raw == nil {
+				orphans = append(orphans, string(k))
 				return nil
 			}
 			a := new(structs.Allocation)
@@ -166,7 +177,7 @@ func (d *DB) Allocs() ([]*structs.Allocation, error) {
 			return nil
 		})
 	})
-	return out, err
+	return out, orphans, err
 }
 
 // DeleteAlloc removes an allocation and everything stored under it.
