@@ -79,7 +79,7 @@ func proxyTask(group string, s *structs.Service, index int) *structs.Task {
 				"connect", "sidecar",
 				"-proxy-id", id,
 				"-service", s.Name,
-				"-grpc-addr", "unix://${NOMAD_ALLOC_DIR}/" + SocketDir + "/" + SocketName,
+				"-grpc-addr", "unix://" + SocketPath("${NOMAD_ALLOC_DIR}"),
 				"-admin-bind", fmt.Sprintf("127.0.0.2:%d", AdminBasePort+index),
 				"-mode", "${attr.meshlet.sidecar}",
 				"-envoy-binary", "${attr.meshlet.envoy_binary}",
