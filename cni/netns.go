@@ -61,21 +61,15 @@ func (m *Manager) ensureRecord(allocID, network string) error {
 	return m.writeRecord(allocID, network)
 }
 
-// Temp files of a record write: atomicfile's ".tmp-<id>-<random>", and
-// "<id>.tmp" of older versions.
-const (
-	recordTempPrefix = ".tmp-"
-	legacyTempSuffix = ".tmp"
-)
+// legacyTempSuffix ends the temp files ("<id>.tmp") of older versions'
+// record writes; current ones are atomicfile's.
+const legacyTempSuffix = ".tmp"
 
 // recordOf returns the allocation ID a file of the record dir belongs to:
 // a record or a temp file left by an interrupted write.
 func recordOf(name string) (id string, temp bool) {
-	if rest, ok := strings.CutPrefix(name, recordTempPrefix); ok {
-		if i := strings.LastIndexByte(rest, '-'); i > 0 {
-			return rest[:i], true
-		}
-		return "", true
+	if id, ok := atomicfile.TempTarget(name); ok {
+		return id, true
 	}
 	if id, ok := strings.CutSuffix(name, legacyTempSuffix); ok {
 		return id, true

@@ -11,13 +11,32 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 )
+
+// tempPrefix starts the name of WriteFile's temp files:
+// ".tmp-<target>-<random>" in the target's directory.
+const tempPrefix = ".tmp-"
+
+// TempTarget tells whether name (a base name) is a temp file of WriteFile
+// and, if so, the base name of the file it was writing ("" when the name
+// cannot say). A crash can leave such a file behind; its owner removes it.
+func TempTarget(name string) (target string, ok bool) {
+	rest, ok := strings.CutPrefix(name, tempPrefix)
+	if !ok {
+		return "", false
+	}
+	if i := strings.LastIndexByte(rest, '-'); i > 0 {
+		return rest[:i], true
+	}
+	return "", true
+}
 
 // WriteFile atomically replaces path with data, created with perm. On any
 // error the target is untouched and the temp file is removed.
 func WriteFile(path string, data []byte, perm os.FileMode) (err error) {
 	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, ".tmp-"+filepath.Base(path)+"-*")
+	f, err := os.CreateTemp(dir, tempPrefix+filepath.Base(path)+"-*")
 	if err != nil {
 		return fmt.Errorf("failed to create temp file for %s: %w", path, err)
 	}

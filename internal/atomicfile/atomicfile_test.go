@@ -70,3 +70,24 @@ func TestWriteFileMissingDir(t *testing.T) {
 		t.Fatalf("err = %v, want one wrapping os.ErrNotExist", err)
 	}
 }
+
+// A temp file left by an interrupted write names the file it was writing.
+func TestTempTarget(t *testing.T) {
+	dir := t.TempDir()
+	f, err := os.CreateTemp(dir, tempPrefix+"abc-123.json-*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if got, ok := TempTarget(filepath.Base(f.Name())); !ok || got != "abc-123.json" {
+		t.Fatalf("TempTarget(%q) = %q, %v; want abc-123.json", filepath.Base(f.Name()), got, ok)
+	}
+	for _, name := range []string{"abc-123.json", "x.tmp", "tmp-a-1"} {
+		if got, ok := TempTarget(name); ok {
+			t.Errorf("TempTarget(%q) = %q, true; want not a temp file", name, got)
+		}
+	}
+	if got, ok := TempTarget(".tmp-x"); !ok || got != "" {
+		t.Errorf(`TempTarget(".tmp-x") = %q, %v; want a temp file of unknown target`, got, ok)
+	}
+}
