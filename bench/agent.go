@@ -109,7 +109,7 @@ client {
 	a.cmd.Stdout, a.cmd.Stderr = a.log, a.log
 	if err := a.cmd.Start(); err != nil {
 		a.log.Close()
-		return nil, fmt.Errorf("%w: failed to start: %v", ErrAgent, err)
+		return nil, fmt.Errorf("%w: failed to start: %w", ErrAgent, err)
 	}
 	started = true
 	go func() { _ = a.cmd.Wait(); close(a.done) }()
