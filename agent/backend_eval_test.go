@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,26 +24,40 @@ func TestToAPIEvalFollowup(t *testing.T) {
 	}
 }
 
-// The server block's job bounds reach the jobspec checks at submission.
-func TestServerBoundsReachValidation(t *testing.T) {
-	job := func(count int) *structs.Job {
-		return &structs.Job{ID: "j", Name: "j", Type: structs.JobTypeService, Datacenters: []string{"dc1"},
+// The server block's job bounds reach the server's admission, which alone
+// enforces them (the jobspec checks leave count and size to it, instead of
+// checking the same bounds a second time).
+func TestServerBoundsFromConfig(t *testing.T) {
+	job := func(id string, count int) *structs.Job {
+		return &structs.Job{ID: id, Name: id, Type: structs.JobTypeBatch, Datacenters: []string{"dc1"},
 			TaskGroups: []*structs.TaskGroup{{Name: "g", Count: count, Tasks: []*structs.Task{{
 				Name: "t", Driver: "raw_exec", Config: map[string]any{"command": "/bin/true"}}}}}}
 	}
-	a := &Agent{cfg: &Config{Server: ServerConfig{JobMaxCount: 5}}}
-	if _, err := a.validateJob(job(5)); err != nil {
-		t.Fatalf("count 5 with job_max_count 5: %v", err)
+	a := &Agent{cfg: &Config{}}
+	if _, err := a.validateJob(job("j", 20_000)); err != nil {
+		t.Fatalf("the jobspec checks bound count again: %v", err)
 	}
-	if _, err := a.validateJob(job(6)); err == nil {
-		t.Fatal("count 6 accepted with job_max_count 5")
+	cfg := DevConfig()
+	cfg.DataDir, cfg.Ports, cfg.NodeName = t.TempDir(), Ports{}, "test-node"
+	cfg.Server.JobMaxCount, cfg.Server.JobMaxSize = 5, 2048
+	b, err := New(cfg, testLogger())
+	if err != nil {
+		t.Fatal(err)
 	}
-	a.cfg.Server.JobMaxCount = -1
-	if _, err := a.validateJob(job(20000)); err != nil {
-		t.Fatalf("count 20000 with no limit: %v", err)
+	if err := b.Start(); err != nil {
+		t.Fatal(err)
 	}
-	a.cfg.Server.JobMaxCount = 0
-	if _, err := a.validateJob(job(20000)); err == nil {
-		t.Fatal("count 20000 accepted under the default limit")
+	t.Cleanup(func() { _ = b.Shutdown() })
+	ctx := context.Background()
+	if _, err := b.Backend().RegisterJob(ctx, job("six", 6)); err == nil || !strings.Contains(err.Error(), "more than 5 allocations") {
+		t.Fatalf("count 6 with job_max_count 5: %v", err)
+	}
+	big := job("big", 1)
+	big.Meta = map[string]string{"pad": strings.Repeat("x", 4096)}
+	if _, err := b.Backend().RegisterJob(ctx, big); err == nil || !strings.Contains(err.Error(), "more than the limit of 2048 bytes") {
+		t.Fatalf("a 4 KB job with job_max_size 2048: %v", err)
+	}
+	if jobs, _ := b.Backend().ListJobs(ctx); len(jobs) != 0 {
+		t.Fatalf("%d jobs stored", len(jobs))
 	}
 }

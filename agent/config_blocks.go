@@ -106,13 +106,9 @@ func (c *ServerConfig) problems() []string {
 	return out
 }
 
-// validateOptions are the jobspec checks' bounds from the server block
-// (negative: no limit, zero: the defaults, as in jobspecs.ValidateOptions).
-func (c *ServerConfig) validateOptions() *jobspecs.ValidateOptions {
-	return &jobspecs.ValidateOptions{MaxCount: c.JobMaxCount, MaxJobBytes: c.JobMaxSize}
-}
-
-// validateJob is the server's admission check with the configured bounds.
+// validateJob is the server's admission check. Count and size are not
+// checked here: the server enforces job_max_count and job_max_size itself
+// (server.Config), before its plan lock, and also caps count × size.
 func (a *Agent) validateJob(job *structs.Job) ([]string, error) {
-	return jobspecs.ValidateWith(job, a.cfg.Server.validateOptions())
+	return jobspecs.ValidateWith(job, jobspecs.Unbounded())
 }

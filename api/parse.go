@@ -17,7 +17,7 @@ func parseHCL(src, vars string, canonicalize bool) (*structs.Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	job, diags := jobspecs.Parse("job.hcl", []byte(src), &jobspecs.ParseOptions{Vars: overrides, Validate: jobspecs.SubmitterOptions()})
+	job, diags := jobspecs.Parse("job.hcl", []byte(src), &jobspecs.ParseOptions{Vars: overrides, Validate: jobspecs.Unbounded()})
 	if diags.HasErrors() {
 		return nil, fmt.Errorf("%w: %s", ErrInvalid, oneLine(diags.Error()))
 	}

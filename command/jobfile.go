@@ -43,7 +43,7 @@ type parsedJob struct {
 // jobspec has errors. Count and size are the server's to check (its
 // job_max_count and job_max_size are not known here).
 func parseJobFile(path string, vars map[string]string, w io.Writer) parsedJob {
-	job, diags := jobspecs.ParseFile(path, &jobspecs.ParseOptions{Vars: vars, Validate: jobspecs.SubmitterOptions()})
+	job, diags := jobspecs.ParseFile(path, &jobspecs.ParseOptions{Vars: vars, Validate: jobspecs.Unbounded()})
 	for _, d := range diags {
 		fmt.Fprintln(w, d.String())
 	}

@@ -55,11 +55,12 @@ func boundOr(v, def int) int {
 	return positiveOr(v, def)
 }
 
-// SubmitterOptions are the ValidateOptions of a parse on behalf of a server
-// whose bounds are not known here (the CLI, PUT /v1/jobs/parse): count and
-// size are left to the server, which checks its configured job_max_count
-// and job_max_size when the job is submitted.
-func SubmitterOptions() *ValidateOptions {
+// Unbounded are ValidateOptions that check neither count nor size, for
+// callers that leave them to the server's admission (server.Config's
+// MaxJobCount and MaxJobSize, from the agent's job_max_count and
+// job_max_size): the CLI, PUT /v1/jobs/parse and the agent's own
+// validation.
+func Unbounded() *ValidateOptions {
 	return &ValidateOptions{MaxCount: -1, MaxJobBytes: -1}
 }
 

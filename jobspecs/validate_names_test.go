@@ -147,15 +147,15 @@ func TestParseNameRules(t *testing.T) {
 	}
 }
 
-// A negative bound is no bound; SubmitterOptions leave count and size to
-// the server (whose job_max_count may be above the default).
+// A negative bound is no bound; Unbounded leaves count and size to the
+// server (whose job_max_count may be above the default).
 func TestValidateOptionsUnbounded(t *testing.T) {
 	j := validJob()
 	j.TaskGroups[0].Count = DefaultMaxCount + 1
 	if _, err := ValidateWith(j, nil); err == nil {
 		t.Fatal("count over the default accepted by default")
 	}
-	for _, o := range []*ValidateOptions{{MaxCount: -1}, SubmitterOptions()} {
+	for _, o := range []*ValidateOptions{{MaxCount: -1}, Unbounded()} {
 		if _, err := ValidateWith(j, o); err != nil {
 			t.Fatalf("%+v: %v", *o, err)
 		}
