@@ -29,6 +29,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/meshlet/meshlet/jobspecs"
 	"github.com/meshlet/meshlet/scheduler"
 	"github.com/meshlet/meshlet/state"
 	"github.com/meshlet/meshlet/structs"
@@ -102,10 +103,10 @@ type JobMutator interface {
 // Defaults of the Config bounds and collection thresholds.
 const (
 	// DefaultMaxJobCount bounds the allocations one job may ask for (the
-	// sum of its groups' counts).
-	DefaultMaxJobCount = 10000
-	// DefaultMaxJobSize bounds a job's encoded size.
-	DefaultMaxJobSize = 4 << 20
+	// sum of its groups' counts): the jobspec's limit, kept in one place.
+	DefaultMaxJobCount = jobspecs.DefaultMaxCount
+	// DefaultMaxJobSize bounds a job's encoded size (the jobspec's limit).
+	DefaultMaxJobSize = jobspecs.DefaultMaxJobBytes
 	// DefaultMaxPlanSize bounds a job's size times its count: every
 	// allocation stores a copy of its job.
 	DefaultMaxPlanSize = 512 << 20
