@@ -93,6 +93,13 @@ func New(cfg Config) (*AllocRunner, error) {
 		updateCh: make(chan struct{}, 1), ctx: ctx, cancel: cancel}
 	ar.hc = &AllocHookContext{Alloc: cfg.Alloc, Node: cfg.Node, AllocDir: cfg.AllocDir, Restored: cfg.Restored,
 		Env: map[string]string{}, Logger: logger}
+	if cfg.Restored && cfg.State != nil {
+		// The view published before the network hook re-attaches keeps the
+		// address the allocation had: its tasks still use it.
+		if st, err := cfg.State.NetworkStatus(cfg.Alloc.ID); err == nil {
+			ar.netStatus = st
+		}
+	}
 	for _, t := range tg.Tasks {
 		drv, err := cfg.Driver(t.Driver)
 		if err != nil {

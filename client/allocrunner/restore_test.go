@@ -270,3 +270,18 @@ func TestNetworkHookTakesRecreatedNamespace(t *testing.T) {
 		t.Errorf("persisted network status = %+v, %v", st, err)
 	}
 }
+
+// A restored allocation's first published view (before the network hook
+// re-attached) keeps the address its tasks still use: it was reported
+// running without one, then with it again.
+func TestRestoredViewKeepsNetworkStatus(t *testing.T) {
+	h := newHarness(t, "service", task("app", "", false))
+	st := &structs.AllocNetworkStatus{InterfaceName: "eth0", Address: "10.9.0.5"}
+	if err := h.db.PutNetworkStatus(h.alloc.ID, st); err != nil {
+		t.Fatal(err)
+	}
+	ar := h.runner(true)
+	if v := ar.ClientView(); v.NetworkStatus == nil || v.NetworkStatus.Address != "10.9.0.5" {
+		t.Fatalf("restored view before prerun has network status %+v, want the stored 10.9.0.5", v.NetworkStatus)
+	}
+}
