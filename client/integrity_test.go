@@ -91,48 +91,35 @@ func TestLostClientStateRefusesToStart(t *testing.T) {
 
 // TestUnrestorableAllocationSkipsNetworkGC: an allocation that cannot be
 // restored is missing from the live set, so the network GC (which would
-// tear its network down as leaked) does not run.
+// tear its network down as leaked) does not run. That covers a record that
+// cannot be turned into a runner, and an entry with task state but no
+// record (its write failed after the tasks started).
 func TestUnrestorableAllocationSkipsNetworkGC(t *testing.T) {
-	srv := newServer(t)
-	dir := t.TempDir()
-	db, err := clientstate.Open(filepath.Join(dir, "client", "state.db"))
-	must(t, err)
-	must(t, db.PutNodeID("n-test"))
-	must(t, db.PutAlloc(&structs.Allocation{ID: "broken", JobID: "gone"})) // no job: cannot be restored
-	must(t, db.Close())
-	gc := &gcRecorder{}
-	c, err := New(Config{DataDir: dir, NodeName: "n1", Drivers: []driver.Driver{fakedriver.New("raw_exec")}, Server: srv, Networker: gc})
-	must(t, err)
-	must(t, c.Start())
-	defer c.Shutdown()
-	if gc.count() != 0 {
-		t.Fatalf("network GC ran with live set %v", gc.gcs)
-	}
-}
-
-// An allocation entry with task state but no allocation record (the record
-// write failed after its tasks started) counts as unrestorable: the network
-// GC must not take its namespace for a leak.
-func TestAllocWithoutRecordSkipsNetworkGC(t *testing.T) {
-	srv := newServer(t)
-	dir := t.TempDir()
-	db, err := clientstate.Open(filepath.Join(dir, "client", "state.db"))
-	must(t, err)
-	must(t, db.PutNodeID("n-test"))
-	must(t, db.PutTaskState("recordless", "web", &clientstate.LocalTaskState{}))
-	allocs, orphans, err := db.AllocsAndOrphans()
-	must(t, err)
-	if len(allocs) != 0 || len(orphans) != 1 || orphans[0] != "recordless" {
-		t.Fatalf("allocs %v, orphans %v; want only the orphan recordless", allocs, orphans)
-	}
-	must(t, db.Close())
-	gc := &gcRecorder{}
-	c, err := New(Config{DataDir: dir, NodeName: "n1", Drivers: []driver.Driver{fakedriver.New("raw_exec")}, Server: srv, Networker: gc})
-	must(t, err)
-	must(t, c.Start())
-	defer c.Shutdown()
-	if gc.count() != 0 {
-		t.Fatalf("network GC ran with live set %v while an allocation had no record", gc.gcs)
+	for name, damage := range map[string]func(db *clientstate.DB) error{
+		"record without job": func(db *clientstate.DB) error {
+			return db.PutAlloc(&structs.Allocation{ID: "broken", JobID: "gone"})
+		},
+		"task state without record": func(db *clientstate.DB) error {
+			return db.PutTaskState("recordless", "web", &clientstate.LocalTaskState{})
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			srv := newServer(t)
+			dir := t.TempDir()
+			db, err := clientstate.Open(filepath.Join(dir, "client", "state.db"))
+			must(t, err)
+			must(t, db.PutNodeID("n-test"))
+			must(t, damage(db))
+			must(t, db.Close())
+			gc := &gcRecorder{}
+			c, err := New(Config{DataDir: dir, NodeName: "n1", Drivers: []driver.Driver{fakedriver.New("raw_exec")}, Server: srv, Networker: gc})
+			must(t, err)
+			must(t, c.Start())
+			defer c.Shutdown()
+			if gc.count() != 0 {
+				t.Fatalf("network GC ran with live set %v", gc.gcs)
+			}
+		})
 	}
 }
 

@@ -77,3 +77,22 @@ func TestClientStateRoundTripAndReopen(t *testing.T) {
 		t.Fatalf("allocs after delete = %d", len(allocs))
 	}
 }
+
+// An allocation entry with task state but no record is reported apart.
+func TestAllocsAndOrphans(t *testing.T) {
+	db, err := Open(filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.PutNodeID("n1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.PutTaskState("recordless", "web", &LocalTaskState{}); err != nil {
+		t.Fatal(err)
+	}
+	allocs, orphans, err := db.AllocsAndOrphans()
+	if err != nil || len(allocs) != 0 || len(orphans) != 1 || orphans[0] != "recordless" {
+		t.Fatalf("allocs %v, orphans %v, err %v; want only the orphan recordless", allocs, orphans, err)
+	}
+}
