@@ -1,0 +1,93 @@
+package etcdembed
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/meshlet/meshlet/internal/testutil"
+)
+
+// logBuffer collects a test's log lines; they are printed if the test
+// fails. Goroutines may write to it after the test ended, unlike t.Log.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// testLogger returns a logger at trace level (so the member's own level
+// filter is what is tested) and its buffer.
+func testLogger(t *testing.T) (hclog.Logger, *logBuffer) {
+	t.Helper()
+	b := &logBuffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("logs:\n%s", b.String())
+		}
+	})
+	return hclog.New(&hclog.LoggerOptions{Name: t.Name(), Level: hclog.Trace, Output: b}), b
+}
+
+// memberConfig is a Dev member on 127.0.0.1 with free ports in its own dir.
+func memberConfig(t *testing.T, name string) Config {
+	t.Helper()
+	lg, _ := testLogger(t)
+	return Config{
+		DataDir:   filepath.Join(t.TempDir(), "etcd"),
+		Name:      name,
+		ClientURL: fmt.Sprintf("http://127.0.0.1:%d", testutil.FreePort(t)),
+		PeerURL:   fmt.Sprintf("http://127.0.0.1:%d", testutil.FreePort(t)),
+		Logger:    lg,
+		Dev:       true,
+	}
+}
+
+// start starts a member and closes it when the test ends.
+func start(t *testing.T, cfg Config) *Member {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	m, err := Start(ctx, cfg)
+	if err != nil {
+		t.Fatalf("Start(%s): %v", cfg.Name, err)
+	}
+	t.Cleanup(func() {
+		if err := m.Close(); err != nil {
+			t.Errorf("Close(%s): %v", cfg.Name, err)
+		}
+	})
+	return m
+}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// checkOneLine fails when an error message spans lines.
+func checkOneLine(t *testing.T, err error) {
+	t.Helper()
+	if strings.Contains(err.Error(), "\n") {
+		t.Errorf("error is not one line: %q", err)
+	}
+}
