@@ -33,8 +33,7 @@ func putServerAlloc(tx *bolt.Tx, index uint64, a *structs.Allocation) error {
 	switch {
 	case err == nil:
 		cp.CreateIndex = old.CreateIndex
-		cp.ClientStatus, cp.ClientDescription = old.ClientStatus, old.ClientDescription
-		cp.TaskStates, cp.NetworkStatus = old.TaskStates, old.NetworkStatus
+		keepClientFields(&cp, old)
 		if old.NodeID != cp.NodeID {
 			if err := tx.Bucket(bucketAllocByNode).Delete(nodeKey(old.NodeID, old.ID)); err != nil {
 				return err
@@ -51,6 +50,18 @@ func putServerAlloc(tx *bolt.Tx, index uint64, a *structs.Allocation) error {
 		return err
 	}
 	return tx.Bucket(bucketAllocByNode).Put(nodeKey(cp.NodeID, cp.ID), nil)
+}
+
+// keepClientFields copies what the client reports from the stored
+// allocation old into the server's write cp. The one client status the
+// server decides itself is "lost" (its node is down), as Nomad does.
+func keepClientFields(cp, old *structs.Allocation) {
+	if cp.ClientStatus == structs.AllocClientStatusLost && old.ClientStatus != structs.AllocClientStatusLost {
+		cp.TaskStates, cp.NetworkStatus = old.TaskStates, old.NetworkStatus
+		return
+	}
+	cp.ClientStatus, cp.ClientDescription = old.ClientStatus, old.ClientDescription
+	cp.TaskStates, cp.NetworkStatus = old.TaskStates, old.NetworkStatus
 }
 
 func nodeKey(nodeID, allocID string) []byte { return []byte(nodeID + "\x00" + allocID) }

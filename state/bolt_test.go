@@ -22,14 +22,59 @@ func openTest(t *testing.T) (*BoltStore, string) {
 	return s, path
 }
 
+// storage is where one test's state lives in one backend: a file for
+// bolt, a key prefix of the shared etcd member for etcd.
+type storage struct {
+	name   string
+	openFn func(jobVersions int) (Store, error)
+}
+
+// open opens a store on the storage, closed at the end of the test.
+func (st *storage) open(t *testing.T) Store { return st.openVersions(t, 0) }
+
+func (st *storage) openVersions(t *testing.T, jobVersions int) Store {
+	t.Helper()
+	s, err := st.openFn(jobVersions)
+	if err != nil {
+		t.Fatalf("open %s store: %v", st.name, err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// forEachBackend runs fn once per Store implementation, each on fresh
+// storage.
+func forEachBackend(t *testing.T, fn func(t *testing.T, st *storage)) {
+	t.Run("bolt", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "server", "state.db")
+		fn(t, &storage{name: "bolt", openFn: func(versions int) (Store, error) {
+			return OpenBoltOptions(path, Options{JobVersions: versions})
+		}})
+	})
+	t.Run("etcd", func(t *testing.T) {
+		c, prefix := newTestClient(t), testPrefix(t)
+		fn(t, &storage{name: "etcd", openFn: func(versions int) (Store, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			return OpenEtcd(ctx, c, EtcdOptions{Prefix: prefix, JobVersions: versions})
+		}})
+	})
+}
+
+// eachStore runs fn once per Store implementation with a fresh store.
+func eachStore(t *testing.T, fn func(t *testing.T, s Store)) {
+	forEachBackend(t, func(t *testing.T, st *storage) { fn(t, st.open(t)) })
+}
+
 func testJob(id string, version uint64) *structs.Job {
 	return &structs.Job{ID: id, Name: id, Type: structs.JobTypeService, Version: version,
 		TaskGroups: []*structs.TaskGroup{{Name: "web", Count: 1, Tasks: []*structs.Task{{Name: "t", Driver: "raw_exec",
 			Config: map[string]any{"command": "/bin/sh", "args": []any{"-c", "true"}}}}}}}
 }
 
-func TestJobCRUDAndVersions(t *testing.T) {
-	s, _ := openTest(t)
+func TestJobCRUDAndVersions(t *testing.T) { eachStore(t, testJobCRUDAndVersions) }
+
+func testJobCRUDAndVersions(t *testing.T, s Store) {
 	i1, err := s.UpsertJob(testJob("a", 0))
 	if err != nil {
 		t.Fatal(err)
@@ -90,7 +135,10 @@ func TestJobCRUDAndVersions(t *testing.T) {
 }
 
 func TestAllocUpdatesKeepAllocModifyIndex(t *testing.T) {
-	s, _ := openTest(t)
+	eachStore(t, testAllocUpdatesKeepAllocModifyIndex)
+}
+
+func testAllocUpdatesKeepAllocModifyIndex(t *testing.T, s Store) {
 	allocs := []*structs.Allocation{
 		{ID: "1", JobID: "a", NodeID: "n1", DesiredStatus: structs.AllocDesiredStatusRun, ClientStatus: structs.AllocClientStatusPending},
 		{ID: "2", JobID: "b", NodeID: "n1", DesiredStatus: structs.AllocDesiredStatusRun},
@@ -156,8 +204,10 @@ func TestAllocUpdatesKeepAllocModifyIndex(t *testing.T) {
 	}
 }
 
-func TestReopenKeepsDataAndIndex(t *testing.T) {
-	s, path := openTest(t)
+func TestReopenKeepsDataAndIndex(t *testing.T) { forEachBackend(t, testReopenKeepsDataAndIndex) }
+
+func testReopenKeepsDataAndIndex(t *testing.T, st *storage) {
+	s := st.open(t)
 	if _, err := s.UpsertJob(testJob("a", 3)); err != nil {
 		t.Fatal(err)
 	}
@@ -168,11 +218,7 @@ func TestReopenKeepsDataAndIndex(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	s2, err := OpenBolt(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s2.Close()
+	s2 := st.open(t)
 	if s2.Index() != idx {
 		t.Fatalf("index after reopen = %d, want %d", s2.Index(), idx)
 	}
@@ -190,8 +236,9 @@ func TestReopenKeepsDataAndIndex(t *testing.T) {
 	}
 }
 
-func TestWaitIndex(t *testing.T) {
-	s, _ := openTest(t)
+func TestWaitIndex(t *testing.T) { eachStore(t, testWaitIndex) }
+
+func testWaitIndex(t *testing.T, s Store) {
 	start := s.Index()
 	got := make(chan uint64, 1)
 	go func() { got <- s.WaitIndex(context.Background(), start) }()
@@ -213,8 +260,9 @@ func TestWaitIndex(t *testing.T) {
 	}
 }
 
-func TestConcurrentReadersAndWriters(t *testing.T) {
-	s, _ := openTest(t)
+func TestConcurrentReadersAndWriters(t *testing.T) { eachStore(t, testConcurrentReadersAndWriters) }
+
+func testConcurrentReadersAndWriters(t *testing.T, s Store) {
 	var wg sync.WaitGroup
 	errs := make(chan error, 64)
 	for w := 0; w < 4; w++ {
@@ -262,8 +310,9 @@ func TestConcurrentReadersAndWriters(t *testing.T) {
 	}
 }
 
-func TestUseAfterCloseIsErrClosed(t *testing.T) {
-	s, _ := openTest(t)
+func TestUseAfterCloseIsErrClosed(t *testing.T) { eachStore(t, testUseAfterCloseIsErrClosed) }
+
+func testUseAfterCloseIsErrClosed(t *testing.T, s Store) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -64,16 +64,9 @@ func recoveryHint(f files) string {
 // checkMarker reads the marker, if any, and refuses a state file that is
 // missing or empty while the marker says it held state.
 func checkMarker(f files) (*marker, error) {
-	raw, err := os.ReadFile(f.marker)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("failed to read %s: %w", f.marker, err)
-	}
-	m := new(marker)
-	if err := json.Unmarshal(raw, m); err != nil || m.ClusterID == "" {
-		return nil, fmt.Errorf("%w: %s is unreadable; %s", ErrCorrupt, f.marker, recoveryHint(f))
+	m, err := readMarker(f)
+	if m == nil || err != nil {
+		return nil, err
 	}
 	fi, err := os.Stat(f.db)
 	switch {
@@ -85,6 +78,31 @@ func checkMarker(f files) (*marker, error) {
 		return nil, fmt.Errorf("%w: %s is empty but held cluster %s; %s", ErrStateLost, f.db, m.ClusterID, recoveryHint(f))
 	}
 	return m, nil
+}
+
+// readMarker returns the marker, or nil if there is none.
+func readMarker(f files) (*marker, error) {
+	raw, err := os.ReadFile(f.marker)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("failed to read %s: %w", f.marker, err)
+	}
+	m := new(marker)
+	if err := json.Unmarshal(raw, m); err != nil || m.ClusterID == "" {
+		return nil, fmt.Errorf("%w: %s is unreadable; %s", ErrCorrupt, f.marker, recoveryHint(f))
+	}
+	return m, nil
+}
+
+// writeMarker records clusterID in the marker file.
+func writeMarker(path, clusterID string) error {
+	buf, _ := json.Marshal(&marker{Format: formatVersion, ClusterID: clusterID, CreatedAt: time.Now().UTC().Format(time.RFC3339)})
+	if err := atomicfile.WriteFile(path, append(buf, '\n'), 0o600); err != nil {
+		return fmt.Errorf("failed to write state marker: %w", err)
+	}
+	return nil
 }
 
 // boltFiles opens the state file: damage is ErrCorrupt (with how to
@@ -141,9 +159,8 @@ func (s *BoltStore) initialise(f files, mark *marker) (uint64, error) {
 		return 0, fmt.Errorf("failed to initialise state store %s: %w", f.db, err)
 	}
 	if mark == nil {
-		buf, _ := json.Marshal(&marker{Format: formatVersion, ClusterID: clusterID, CreatedAt: time.Now().UTC().Format(time.RFC3339)})
-		if err := atomicfile.WriteFile(f.marker, append(buf, '\n'), 0o600); err != nil {
-			return 0, fmt.Errorf("failed to write state marker: %w", err)
+		if err := writeMarker(f.marker, clusterID); err != nil {
+			return 0, err
 		}
 	}
 	return idx, nil
@@ -158,15 +175,8 @@ func checkClusterID(tx *bolt.Tx, f files, mark *marker) (string, error) {
 			binary.BigEndian.Uint64(v), formatVersion)
 	}
 	id := string(meta.Get(keyClusterID))
-	switch {
-	case mark != nil && id == "":
-		return "", fmt.Errorf("%w: %s holds no cluster but %s says it held cluster %s; %s", ErrStateLost, f.db,
-			f.marker, mark.ClusterID, recoveryHint(f))
-	case mark != nil && id != mark.ClusterID:
-		return "", fmt.Errorf("%w: %s holds cluster %s but %s says cluster %s; %s", ErrStateLost, f.db, id,
-			f.marker, mark.ClusterID, recoveryHint(f))
-	case id != "":
-		return id, nil
+	if err := compareClusterID(f, mark, id); err != nil || id != "" {
+		return id, err
 	}
 	id = uuid.NewString()
 	var buf [8]byte
@@ -175,6 +185,20 @@ func checkClusterID(tx *bolt.Tx, f files, mark *marker) (string, error) {
 		return "", err
 	}
 	return id, meta.Put(keyClusterID, []byte(id))
+}
+
+// compareClusterID refuses a stored cluster ID (empty: none) that is not
+// the one the marker (nil: none) recorded.
+func compareClusterID(f files, mark *marker, id string) error {
+	switch {
+	case mark != nil && id == "":
+		return fmt.Errorf("%w: %s holds no cluster but %s says it held cluster %s; %s", ErrStateLost, f.db,
+			f.marker, mark.ClusterID, recoveryHint(f))
+	case mark != nil && id != mark.ClusterID:
+		return fmt.Errorf("%w: %s holds cluster %s but %s says cluster %s; %s", ErrStateLost, f.db, id,
+			f.marker, mark.ClusterID, recoveryHint(f))
+	}
+	return nil
 }
 
 // ClusterID implements Store.

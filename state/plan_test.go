@@ -22,8 +22,9 @@ func poisonAlloc() *structs.Allocation {
 	return &structs.Allocation{ID: "poison", JobID: "a", NodeID: "n1", Job: j}
 }
 
-func TestApplyPlanIsAllOrNothing(t *testing.T) {
-	s, _ := openTest(t)
+func TestApplyPlanIsAllOrNothing(t *testing.T) { eachStore(t, testApplyPlanIsAllOrNothing) }
+
+func testApplyPlanIsAllOrNothing(t *testing.T, s Store) {
 	before := s.Index()
 	_, err := s.ApplyPlan(&Plan{
 		Job:    testJob("a", 0),
@@ -70,8 +71,9 @@ func TestApplyPlanIsAllOrNothing(t *testing.T) {
 	}
 }
 
-func TestApplyPlanKeepsClientFields(t *testing.T) {
-	s, _ := openTest(t)
+func TestApplyPlanKeepsClientFields(t *testing.T) { eachStore(t, testApplyPlanKeepsClientFields) }
+
+func testApplyPlanKeepsClientFields(t *testing.T, s Store) {
 	if _, err := s.UpsertAllocs([]*structs.Allocation{{ID: "a1", JobID: "a", NodeID: "n1",
 		DesiredStatus: structs.AllocDesiredStatusRun, ClientStatus: structs.AllocClientStatusPending}}); err != nil {
 		t.Fatal(err)
@@ -94,45 +96,60 @@ func TestApplyPlanKeepsClientFields(t *testing.T) {
 func TestJobVersionsAreBounded(t *testing.T) {
 	for _, keep := range []int{0, 3} {
 		t.Run(fmt.Sprint("keep ", keep), func(t *testing.T) {
-			s, err := OpenBoltOptions(filepath.Join(t.TempDir(), "state.db"), Options{JobVersions: keep})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			for v := uint64(0); v < 10; v++ {
-				if v%2 == 0 {
-					_, err = s.UpsertJob(testJob("a", v))
-				} else {
-					_, err = s.ApplyPlan(&Plan{Job: testJob("a", v)})
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-			}
-			want := keep
-			if want == 0 {
-				want = DefaultJobVersions
-			}
-			vs, err := s.JobVersions("a")
-			if err != nil || len(vs) != want || vs[0].Version != 9 || vs[len(vs)-1].Version != uint64(10-want) {
-				t.Fatalf("kept %d versions (%v), want the %d newest", len(vs), err, want)
-			}
+			forEachBackend(t, func(t *testing.T, st *storage) { testJobVersionsAreBounded(t, st.openVersions(t, keep), keep) })
 		})
 	}
 }
 
-// TestNodeIndexConsistency runs random writes through every write path and
-// checks after each that the node index returns exactly the allocations a
-// full scan finds.
-func TestNodeIndexConsistency(t *testing.T) {
-	s, path := openTest(t)
-	rng := rand.New(rand.NewPCG(1, 2))
-	nodes := []string{"n1", "n2", "n3"}
-	alloc := func() *structs.Allocation {
-		return &structs.Allocation{ID: fmt.Sprint("a", rng.IntN(30)), JobID: fmt.Sprint("j", rng.IntN(3)),
-			NodeID: nodes[rng.IntN(len(nodes))], DesiredStatus: structs.AllocDesiredStatusRun}
+func testJobVersionsAreBounded(t *testing.T, s Store, keep int) {
+	var err error
+	for v := uint64(0); v < 10; v++ {
+		if v%2 == 0 {
+			_, err = s.UpsertJob(testJob("a", v))
+		} else {
+			_, err = s.ApplyPlan(&Plan{Job: testJob("a", v)})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
-	for i := 0; i < 300; i++ {
+	want := keep
+	if want == 0 {
+		want = DefaultJobVersions
+	}
+	vs, err := s.JobVersions("a")
+	if err != nil || len(vs) != want || vs[0].Version != 9 || vs[len(vs)-1].Version != uint64(10-want) {
+		t.Fatalf("kept %d versions (%v), want the %d newest", len(vs), err, want)
+	}
+}
+
+// TestNodeIndexConsistency runs random writes through every write path and
+// checks after each that the node and job indexes return exactly the
+// allocations a full scan finds.
+func TestNodeIndexConsistency(t *testing.T) {
+	eachStore(t, func(t *testing.T, s Store) {
+		n := 300
+		if _, ok := s.(*EtcdStore); ok {
+			n = 150 // each call is a few round trips to the member
+		}
+		randomAllocWrites(t, s, n, func() { checkNodeIndex(t, s) })
+	})
+}
+
+// randomAllocWrites makes n random allocation writes (of three jobs with
+// two versions each, on three nodes), calling check after each.
+func randomAllocWrites(t *testing.T, s Store, n int, check func()) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(1, 2))
+	alloc := func() *structs.Allocation {
+		a := &structs.Allocation{ID: fmt.Sprint("a", rng.IntN(30)), JobID: fmt.Sprint("j", rng.IntN(3)),
+			NodeID: testNodes[rng.IntN(len(testNodes))], DesiredStatus: structs.AllocDesiredStatusRun}
+		if v := rng.IntN(3); v < 2 {
+			a.Job = testJob(a.JobID, uint64(v))
+		}
+		return a
+	}
+	for i := 0; i < n; i++ {
 		var err error
 		switch rng.IntN(4) {
 		case 0:
@@ -147,9 +164,17 @@ func TestNodeIndexConsistency(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		checkNodeIndex(t, s, nodes)
+		check()
 	}
-	// A store written before the index existed gets it rebuilt at open.
+}
+
+var testNodes = []string{"n1", "n2", "n3"}
+
+// TestBoltRebuildsNodeIndex: a store written before the index existed
+// gets it rebuilt at open.
+func TestBoltRebuildsNodeIndex(t *testing.T) {
+	s, path := openTest(t)
+	randomAllocWrites(t, s, 50, func() {})
 	if err := s.db.Update(func(tx *bolt.Tx) error { return tx.DeleteBucket(bucketAllocByNode) }); err != nil {
 		t.Fatal(err)
 	}
@@ -161,34 +186,39 @@ func TestNodeIndexConsistency(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s2.Close()
-	checkNodeIndex(t, s2, nodes)
+	checkNodeIndex(t, s2)
 }
 
-func checkNodeIndex(t *testing.T, s *BoltStore, nodes []string) {
+func checkNodeIndex(t *testing.T, s Store) {
 	t.Helper()
 	all, err := s.Allocs()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range nodes {
-		var want, got []string
-		for _, a := range all {
-			if a.NodeID == n {
-				want = append(want, a.ID)
+	check := func(what string, byIndex func(string) ([]*structs.Allocation, error), field func(*structs.Allocation) string, values []string) {
+		t.Helper()
+		for _, v := range values {
+			var want, got []string
+			for _, a := range all {
+				if field(a) == v {
+					want = append(want, a.ID)
+				}
+			}
+			found, err := byIndex(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, a := range found {
+				got = append(got, a.ID)
+			}
+			slices.Sort(want)
+			if !slices.Equal(got, want) {
+				t.Fatalf("%s %s: index gives %v, scan gives %v", what, v, got, want)
 			}
 		}
-		byNode, err := s.AllocsByNode(n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, a := range byNode {
-			got = append(got, a.ID)
-		}
-		slices.Sort(want)
-		if !slices.Equal(got, want) {
-			t.Fatalf("node %s: index gives %v, scan gives %v", n, got, want)
-		}
 	}
+	check("node", s.AllocsByNode, func(a *structs.Allocation) string { return a.NodeID }, testNodes)
+	check("job", s.AllocsByJob, func(a *structs.Allocation) string { return a.JobID }, []string{"j0", "j1", "j2"})
 }
 
 // TestAllocsByNodeReadsOnlyThatNode: another node's record is never

@@ -1,7 +1,10 @@
 // Package state owns the server role's persistent state: jobs (with their
 // versions), allocations, nodes and evaluations, behind the small Store
 // interface, plus a bbolt implementation (BoltStore) kept in
-// <data_dir>/server/state.db.
+// <data_dir>/server/state.db and an etcd implementation (EtcdStore, see
+// etcd.go) that keeps the state of a cluster of servers under one key
+// prefix, with optimistic concurrency between servers and an optional
+// leader guard on every write.
 //
 // Every write commits in one transaction and advances a single, monotonically
 // increasing modify index; readers may block until the index passes a value

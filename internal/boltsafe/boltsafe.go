@@ -38,6 +38,41 @@ func (f Files) Open(path string, timeout time.Duration) (*bolt.DB, error) {
 	return f.open(path, &bolt.Options{Timeout: timeout})
 }
 
+// Walk reads every key and value of an existing, non-empty file
+// read-only, in this goroutine (for a file another program opens
+// afterwards, such as etcd's database). Unlike bbolt's own check it does
+// not rebuild the freelist of a file that does not sync it, which bbolt
+// does in a goroutine whose panic on a bad page no recover can catch.
+func (f Files) Walk(path string, timeout time.Duration) (err error) {
+	if fi, serr := os.Stat(path); serr != nil || fi.Size() == 0 {
+		return nil
+	}
+	db, err := f.open(path, &bolt.Options{Timeout: timeout, ReadOnly: true})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := db.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("failed to close %s after checking it: %w", path, cerr)
+		}
+	}()
+	defer f.Recover(path, &err)
+	return db.View(func(tx *bolt.Tx) error {
+		return tx.ForEach(func(_ []byte, b *bolt.Bucket) error { return walkBucket(b) })
+	})
+}
+
+func walkBucket(b *bolt.Bucket) error {
+	return b.ForEach(func(k, v []byte) error {
+		if v == nil {
+			if child := b.Bucket(k); child != nil {
+				return walkBucket(child)
+			}
+		}
+		return nil
+	})
+}
+
 // Recover turns a bbolt panic (a corrupt page met by a read or a write)
 // into the store's corruption error in *err. Use it directly in a defer.
 func (f Files) Recover(path string, err *error) {
