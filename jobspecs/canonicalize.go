@@ -60,6 +60,7 @@ func Canonicalize(job *structs.Job) {
 		job.Priority = DefaultPriority
 	}
 	canonicalizeConstraints(job.Constraints)
+	canonicalizeSpreads(job.Spreads)
 	for _, tg := range job.TaskGroups {
 		if tg != nil {
 			canonicalizeGroup(job, tg)
@@ -71,6 +72,7 @@ func canonicalizeGroup(job *structs.Job, tg *structs.TaskGroup) {
 	// Count is not defaulted here: the HCL decoder and TaskGroup's JSON
 	// decoding default an unset count to 1, so an explicit 0 stays 0.
 	canonicalizeConstraints(tg.Constraints)
+	canonicalizeSpreads(tg.Spreads)
 	def := defaultRestart(job.Type)
 	if tg.RestartPolicy == nil {
 		tg.RestartPolicy = &structs.RestartPolicy{}
@@ -145,6 +147,19 @@ func canonicalizeConstraints(cs []*structs.Constraint) {
 	for _, c := range cs {
 		if c != nil {
 			setDefault(&c.Operand, "=")
+		}
+	}
+}
+
+// DefaultSpreadWeight is the weight of a spread block that sets none, as
+// Nomad's.
+const DefaultSpreadWeight = 50
+
+// canonicalizeSpreads defaults an unset spread weight.
+func canonicalizeSpreads(ss []*structs.Spread) {
+	for _, s := range ss {
+		if s != nil {
+			fillPtr(&s.Weight, DefaultSpreadWeight)
 		}
 	}
 }

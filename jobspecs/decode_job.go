@@ -8,18 +8,18 @@ import (
 
 var jobSpec = spec{
 	attrs:  []string{"region", "namespace", "datacenters", "type", "priority", "name"},
-	blocks: []string{"group", "constraint", "update", "reschedule"},
+	blocks: []string{"group", "constraint", "spread", "update", "reschedule"},
 	maps:   []string{"meta"},
-	unsupported: []string{"periodic", "parameterized", "multiregion", "spread", "affinity",
+	unsupported: []string{"periodic", "parameterized", "multiregion", "affinity",
 		"migrate", "vault", "consul", "ui", "all_at_once", "node_pool", "vault_token", "consul_token",
 		"consul_namespace", "vault_namespace"},
 }
 
 var groupSpec = spec{
 	attrs:  []string{"count", "shutdown_delay"},
-	blocks: []string{"task", "network", "service", "constraint", "restart", "update", "reschedule"},
+	blocks: []string{"task", "network", "service", "constraint", "spread", "restart", "update", "reschedule"},
 	maps:   []string{"meta"},
-	unsupported: []string{"ephemeral_disk", "volume", "scaling", "spread", "affinity",
+	unsupported: []string{"ephemeral_disk", "volume", "scaling", "affinity",
 		"migrate", "disconnect", "consul", "vault", "artifact", "stop_after_client_disconnect",
 		"max_client_disconnect", "prevent_reschedule_on_lost"},
 }
@@ -42,6 +42,7 @@ func (d *decoder) decodeJob(b *hclsyntax.Block) *structs.Job {
 	d.setInt(c, p, "priority", &job.Priority)
 	job.Meta = d.strMap(c, p, "meta")
 	job.Constraints = d.constraints(c, p)
+	job.Spreads = d.spreads(c, p)
 	if ub := d.one(c, "update"); ub != nil {
 		job.Update = d.decodeUpdate(ub, p.sub("update"))
 	}
@@ -65,6 +66,7 @@ func (d *decoder) decodeGroup(b *hclsyntax.Block, p path) *structs.TaskGroup {
 	d.setDurPtr(c, p, "shutdown_delay", &tg.ShutdownDelay)
 	tg.Meta = d.strMap(c, p, "meta")
 	tg.Constraints = d.constraints(c, p)
+	tg.Spreads = d.spreads(c, p)
 	if rb := d.one(c, "restart"); rb != nil {
 		tg.RestartPolicy = d.decodeRestart(rb, p.sub("restart"))
 	}

@@ -24,8 +24,9 @@ func TestValidJobspecs(t *testing.T) {
 		"testdata/valid/batch-lifecycle.hcl":    nil,
 		"testdata/valid/runtime-references.hcl": {`Unknown raw_exec config key "nested"; ignored`},
 		"testdata/valid/sidecar-overrides.hcl":  {unsupportedMsg("template")},
+		"testdata/valid/spread.hcl":             nil,
 		"testdata/valid/unsupported-blocks.hcl": {
-			unsupportedMsg("all_at_once"), unsupportedMsg("spread"),
+			unsupportedMsg("all_at_once"),
 			unsupportedMsg("stop_after_client_disconnect"), unsupportedMsg("ephemeral_disk"),
 			unsupportedMsg("volume"), unsupportedMsg("affinity"),
 			unsupportedMsg("migrate"), unsupportedMsg("enable_tag_override"), unsupportedMsg("header"),

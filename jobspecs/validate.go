@@ -125,6 +125,7 @@ func checkJob(job *structs.Job, opts ValidateOptions, report reporter) {
 		report(SeverityError, p.attr("priority"), "Invalid priority", fmt.Sprintf("Priority %d is out of range 1-100.", job.Priority))
 	}
 	checkConstraints(job.Constraints, p, report)
+	checkSpreads(job.Spreads, p, report)
 	checkReschedule(job.Type, p.sub("reschedule"), report, job.Reschedule)
 	if len(job.TaskGroups) == 0 {
 		report(SeverityError, p, "Missing group", `A job needs at least one group "name" { ... } block.`)
@@ -158,6 +159,7 @@ func checkGroup(tg *structs.TaskGroup, p path, opts ValidateOptions, report repo
 		report(SeverityError, p.attr("count"), "Invalid count", fmt.Sprintf("Count %d is over the limit of %d.", tg.Count, opts.MaxCount))
 	}
 	checkConstraints(tg.Constraints, p, report)
+	checkSpreads(tg.Spreads, p, report)
 	checkRestart(tg.RestartPolicy, p.sub("restart"), report)
 	labels := checkNetworks(tg, p, report)
 	if len(tg.Tasks) == 0 {

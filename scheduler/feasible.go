@@ -11,10 +11,25 @@ import (
 	"github.com/meshlet/meshlet/structs"
 )
 
-// feasible returns "" when node can run the group, else the reason it cannot.
+// Reasons for nodes that take no new allocations whatever the job, as
+// keys of Failure.Filtered.
+const (
+	ReasonNodeNotReady   = "node not ready"
+	ReasonNodeIneligible = "node ineligible"
+	ReasonNodeDraining   = "node draining"
+)
+
+// feasible returns "" when node can run the group, else the reason it
+// cannot. The rules that depend on other allocations (distinct_hosts,
+// distinct_property, ports in use, cpu and memory) are the placer's.
 func feasible(job *structs.Job, tg *structs.TaskGroup, n *structs.Node) string {
-	if n.Status != "" && n.Status != structs.NodeStatusReady {
-		return fmt.Sprintf("node %s is %s", n.Name, n.Status)
+	switch {
+	case !n.Ready():
+		return ReasonNodeNotReady
+	case n.Draining():
+		return ReasonNodeDraining
+	case !n.Eligible():
+		return ReasonNodeIneligible
 	}
 	if !datacenterMatch(job.Datacenters, n.Datacenter) {
 		return fmt.Sprintf("node %s is in datacenter %q, job wants %v", n.Name, n.Datacenter, job.Datacenters)
@@ -62,7 +77,8 @@ func datacenterMatch(want []string, dc string) bool {
 }
 
 // resolveTarget expands "${attr.x}", "${meta.x}", "${node.unique.id}",
-// "${node.unique.name}", "${node.datacenter}"; anything else is literal.
+// "${node.unique.name}", "${node.datacenter}", "${node.class}"; anything
+// else is literal.
 func resolveTarget(target string, n *structs.Node) (string, bool) {
 	if !strings.HasPrefix(target, "${") || !strings.HasSuffix(target, "}") {
 		return target, true
@@ -81,6 +97,8 @@ func resolveTarget(target string, n *structs.Node) (string, bool) {
 		return n.Name, true
 	case key == "node.datacenter":
 		return n.Datacenter, true
+	case key == "node.class":
+		return n.NodeClass, n.NodeClass != ""
 	}
 	return "", false
 }
@@ -108,8 +126,8 @@ func checkConstraint(c *structs.Constraint, n *structs.Node) string {
 		ok = lok && re.MatchString(l)
 	case "set_contains", "set_contains_all":
 		ok = lok && setContains(l, r)
-	case "distinct_hosts":
-		ok = true // single allocation per node is not enforced yet
+	case ConstraintDistinctHosts, ConstraintDistinctProperty:
+		ok = true // depend on other allocations: the placer checks them
 	default:
 		return fmt.Sprintf("constraint operator %q is not supported by meshlet yet", c.Operand)
 	}

@@ -1,30 +1,35 @@
 package scheduler
 
 import (
-	"fmt"
 	"sort"
 
 	"github.com/meshlet/meshlet/structs"
 )
 
-// placer holds the per-node port usage while one plan is computed.
+// placer holds what the nodes are running while one plan is computed:
+// the live allocations (existing ones the plan keeps, plus those it
+// places) and the host ports they hold.
 type placer struct {
 	g     *Generic
 	job   *structs.Job
 	nodes []*structs.Node
+	byID  map[string]*structs.Node
 	// used maps node ID → host port → the allocation holding it.
 	used map[string]map[int]*structs.Allocation
-	// count is the number of live allocations per node (spread ties).
-	count map[string]int
+	// live maps node ID → the non-terminal allocations on it.
+	live map[string][]*structs.Allocation
 }
 
+// reasons are why one placement failed: one entry per node, its key in
+// Failure.Filtered or Failure.Exhausted.
 type reasons struct {
 	filtered  []string
 	exhausted []string
 }
 
 func newPlacer(g *Generic, job *structs.Job, allocs []*structs.Allocation, nodes []*structs.Node) *placer {
-	p := &placer{g: g, job: job, used: map[string]map[int]*structs.Allocation{}, count: map[string]int{}}
+	p := &placer{g: g, job: job, byID: map[string]*structs.Node{},
+		used: map[string]map[int]*structs.Allocation{}, live: map[string][]*structs.Allocation{}}
 	p.nodes = append(p.nodes, nodes...)
 	sort.Slice(p.nodes, func(i, j int) bool {
 		if p.nodes[i].Name != p.nodes[j].Name {
@@ -32,6 +37,9 @@ func newPlacer(g *Generic, job *structs.Job, allocs []*structs.Allocation, nodes
 		}
 		return p.nodes[i].ID < p.nodes[j].ID
 	})
+	for _, n := range p.nodes {
+		p.byID[n.ID] = n
+	}
 	for _, a := range allocs {
 		if a.DesiredStatus == structs.AllocDesiredStatusStop || a.TerminalStatus() {
 			continue
@@ -42,7 +50,7 @@ func newPlacer(g *Generic, job *structs.Job, allocs []*structs.Allocation, nodes
 }
 
 func (p *placer) claim(a *structs.Allocation) {
-	p.count[a.NodeID]++
+	p.live[a.NodeID] = append(p.live[a.NodeID], a)
 	if a.AllocatedResources == nil {
 		return
 	}
@@ -61,7 +69,13 @@ func (p *placer) release(a *structs.Allocation) {
 	if a.TerminalStatus() {
 		return // never claimed
 	}
-	p.count[a.NodeID]--
+	live := p.live[a.NodeID]
+	for i, b := range live {
+		if b.ID == a.ID {
+			p.live[a.NodeID] = append(live[:i:i], live[i+1:]...)
+			break
+		}
+	}
 	if a.AllocatedResources == nil {
 		return
 	}
@@ -72,94 +86,97 @@ func (p *placer) release(a *structs.Allocation) {
 	}
 }
 
-// place picks the feasible node with the fewest allocations that has the
-// group's ports free, and returns the new allocation, or nil and why not.
-func (p *placer) place(tg *structs.TaskGroup, index int) (*structs.Allocation, *reasons) {
+// nodeLost reports whether allocations on the node are lost, as Nomad's
+// tainted nodes: the node is down, disconnected (meshlet has no
+// max_client_disconnect, so a disconnected node is as good as down), or
+// no longer registered.
+func (p *placer) nodeLost(nodeID string) bool {
+	n := p.byID[nodeID]
+	return n == nil || n.Status == structs.NodeStatusDown || n.Status == structs.NodeStatusDisconnected
+}
+
+// option is a node that can take the allocation, with its score.
+type option struct {
+	node  *structs.Node
+	res   *structs.AllocatedResources
+	score float64
+}
+
+// place picks, as Nomad does, the best-scoring node among those that pass
+// every filter and have room (ports, cpu, memory), and returns the new
+// allocation, or nil and why each node was refused. avoid lists the nodes
+// a rescheduled allocation failed on (scored down, not excluded).
+//
+// Ties go to the node with fewer live allocations, then to the first node
+// by name and ID, so that plans are deterministic.
+func (p *placer) place(tg *structs.TaskGroup, index int, avoid map[string]bool) (*structs.Allocation, *reasons) {
 	why := &reasons{}
-	var candidates []*structs.Node
-	for _, n := range p.nodes {
-		if r := feasible(p.job, tg, n); r != "" {
-			why.filtered = append(why.filtered, r)
-			continue
-		}
-		candidates = append(candidates, n)
-	}
 	if len(p.nodes) == 0 {
 		why.filtered = append(why.filtered, "no nodes registered")
+		return nil, why
 	}
-	sort.SliceStable(candidates, func(i, j int) bool { return p.count[candidates[i].ID] < p.count[candidates[j].ID] })
-	for _, n := range candidates {
+	r := p.groupRules(tg)
+	var best *option
+	for _, n := range p.nodes {
+		if reason := feasible(p.job, tg, n); reason != "" {
+			why.filtered = append(why.filtered, reason)
+			continue
+		}
+		if reason := r.distinct(p, n); reason != "" {
+			why.filtered = append(why.filtered, reason)
+			continue
+		}
 		res, err := p.assignPorts(tg, n)
 		if err != nil {
 			why.exhausted = append(why.exhausted, err.Error())
 			continue
 		}
-		a := p.g.newAlloc(p.job, tg, index, n, res)
-		p.claim(a)
-		return a, nil
+		used, ask, capacity := p.usage(n), groupAsk(tg, n), nodeCapacity(n)
+		if dim := exhaustedDimension(capacity, used, ask); dim != "" {
+			why.exhausted = append(why.exhausted, dim)
+			continue
+		}
+		o := &option{node: n, res: res, score: p.score(r, n, used.add(ask), capacity, avoid[n.ID])}
+		if best == nil || o.score > best.score ||
+			(o.score == best.score && len(p.live[n.ID]) < len(p.live[best.node.ID])) {
+			best = o
+		}
 	}
-	return nil, why
+	if best == nil {
+		return nil, why
+	}
+	a := p.g.newAlloc(p.job, tg, index, best.node, best.res)
+	p.claim(a)
+	return a, nil
 }
 
-// assignPorts resolves the group network's static and dynamic ports on node.
-func (p *placer) assignPorts(tg *structs.TaskGroup, n *structs.Node) (*structs.AllocatedResources, error) {
-	res := &structs.AllocatedResources{}
-	if len(tg.Networks) == 0 {
-		return res, nil
+// score is Nomad's normalized score: the mean of binpack (always), job
+// anti-affinity (when the node already runs allocations of the group),
+// the reschedule penalty (on a node the allocation failed on) and spread
+// (when the group has spread blocks and the score is not 0).
+func (p *placer) score(r *rules, n *structs.Node, after, capacity resources, avoided bool) float64 {
+	scores := []float64{binpackScore(capacity, after)}
+	if c := r.collisions(p, n); c > 0 {
+		scores = append(scores, antiAffinityScore(c, r.tg.Count))
 	}
-	used := p.used[n.ID]
-	taken := map[int]bool{}
-	ip := p.g.cfg.AdvertiseIP
-	net := *tg.Networks[0]
-	net.ReservedPorts = append([]structs.Port(nil), tg.Networks[0].ReservedPorts...)
-	net.DynamicPorts = append([]structs.Port(nil), tg.Networks[0].DynamicPorts...)
-	for i, port := range net.ReservedPorts {
-		if holder := used[port.Value]; holder != nil {
-			return nil, fmt.Errorf("port %d already in use by allocation %s (job %s)", port.Value, holder.ID, holder.JobID)
-		}
-		if taken[port.Value] {
-			return nil, fmt.Errorf("port %d requested twice by group %q", port.Value, tg.Name)
-		}
-		taken[port.Value] = true
-		to := resolveTo(port)
-		net.ReservedPorts[i].To = to
-		res.Shared.Ports = append(res.Shared.Ports, structs.PortMapping{Label: port.Label, Value: port.Value, To: to, HostIP: ip})
+	if avoided {
+		scores = append(scores, -1)
 	}
-	for i, port := range net.DynamicPorts {
-		v, err := p.freeDynamicPort(used, taken, n)
-		if err != nil {
-			return nil, err
-		}
-		taken[v] = true
-		port.Value = v
-		to := resolveTo(port)
-		net.DynamicPorts[i].Value, net.DynamicPorts[i].To = v, to
-		res.Shared.Ports = append(res.Shared.Ports, structs.PortMapping{Label: port.Label, Value: v, To: to, HostIP: ip})
+	if s := r.spreadScore(n); s != 0 {
+		scores = append(scores, s)
 	}
-	res.Shared.Networks = []*structs.NetworkResource{&net}
-	return res, nil
+	sum := 0.0
+	for _, s := range scores {
+		sum += s
+	}
+	return sum / float64(len(scores))
 }
 
-// resolveTo turns "to unset or -1" into the host port itself.
-func resolveTo(p structs.Port) int {
-	if p.To <= 0 {
-		return p.Value
+// usage sums the resources of the live allocations on node n.
+func (p *placer) usage(n *structs.Node) resources {
+	var u resources
+	for _, a := range p.live[n.ID] {
+		u = u.add(allocAsk(a, n))
 	}
-	return p.To
-}
-
-func (p *placer) freeDynamicPort(used map[int]*structs.Allocation, taken map[int]bool, n *structs.Node) (int, error) {
-	lo, hi := p.g.cfg.MinDynamicPort, p.g.cfg.MaxDynamicPort
-	size := hi - lo + 1
-	start := p.g.cfg.Rand(size)
-	// The node's reserved ports (the agent's listeners, reserved_ports)
-	// may lie inside the dynamic range, as in Nomad: the scan skips them.
-	reserved := reservedPorts(n)
-	for i := 0; i < size; i++ {
-		v := lo + (start+i)%size
-		if used[v] == nil && !taken[v] && !inRanges(reserved, v) {
-			return v, nil
-		}
-	}
-	return 0, fmt.Errorf("no free dynamic port in range %d-%d on node %s", lo, hi, n.Name)
+	return u
 }

@@ -2,6 +2,15 @@
 // exist and the nodes, it computes a Plan (allocations to place, to stop and
 // to update in place) and explains every placement it could not make.
 //
+// Placement works as Nomad's generic scheduler: a node must be ready,
+// eligible and not draining, in one of the job's datacenters, with the
+// drivers, the constraints (distinct_hosts and distinct_property
+// included), the static ports and the cpu and memory the group needs; the
+// feasible nodes are scored (binpack, job anti-affinity, spread, the
+// reschedule penalty) and the best one wins. Allocations on down or
+// deregistered nodes are marked lost and replaced; those on draining nodes
+// are migrated (see migrates).
+//
 // The scheduler is pure: it reads its inputs, never mutates them, and does
 // no I/O, so the server persists the plan it returns. A Generic scheduler is
 // safe for concurrent use; the server still serializes Process calls so that
@@ -27,6 +36,10 @@ const (
 	DescJobUpdated   = "alloc is being updated due to job update"
 	DescCountReduced = "alloc not needed due to job update"
 	DescGroupRemoved = "alloc not needed as task group was removed"
+	DescAllocLost    = "alloc is lost since its node is down"
+	// DescAllocMigrating is Nomad's allocMigrating: the allocation's node
+	// is draining.
+	DescAllocMigrating = "alloc is being migrated"
 )
 
 // Scheduler computes placement plans.
@@ -75,10 +88,13 @@ type Failure struct {
 	// Count is how many allocations of the group were not placed.
 	Count          int
 	NodesEvaluated int
-	// Filtered maps a reason ("driver docker not available on node n1") to
-	// the number of nodes it excluded.
+	// Filtered maps a reason ("driver docker not available on node n1",
+	// "distinct_hosts", "node not ready") to the number of nodes it
+	// excluded (Nomad's AllocMetric.ConstraintFiltered).
 	Filtered map[string]int
-	// Exhausted maps a resource reason (ports) to the number of nodes.
+	// Exhausted maps a resource dimension ("cpu", "memory", a port
+	// collision) to the number of nodes that had no room (Nomad's
+	// AllocMetric.DimensionExhausted).
 	Exhausted map[string]int
 }
 
@@ -191,6 +207,13 @@ type want struct {
 	// reschedule history.
 	desc    string
 	tracker *structs.RescheduleTracker
+	// lost: prev's node is down or gone; prev is stopped as lost even
+	// when no replacement can be placed.
+	lost bool
+	// forced: prev's node drain reached its deadline; prev is stopped
+	// even when no replacement can be placed (before it, prev keeps
+	// running until one can).
+	forced bool
 }
 
 // reconcileGroup keeps, replaces, reschedules, updates or stops the group's
@@ -215,6 +238,13 @@ func (g *Generic) reconcileGroup(plan *Plan, pl *placer, job *structs.Job, tg *s
 		switch {
 		case a == nil:
 			wants = append(wants, want{index: idx})
+		case !a.TerminalStatus() && pl.nodeLost(a.NodeID):
+			wants = append(wants, want{index: idx, prev: a, desc: DescAllocLost, lost: true})
+			pl.release(a)
+		case !a.TerminalStatus() && migrates(pl.byID[a.NodeID], job, opts.Now):
+			forced := drainForced(pl.byID[a.NodeID].DrainStrategy, opts.Now)
+			wants = append(wants, want{index: idx, prev: a, desc: DescAllocMigrating, forced: forced})
+			pl.release(a)
 		case a.Job == nil || groupChanged(a.Job, job, tg.Name):
 			wants = append(wants, want{index: idx, prev: a, desc: DescJobUpdated})
 			pl.release(a)
@@ -253,8 +283,13 @@ func reschedule(plan *Plan, job *structs.Job, tg *structs.TaskGroup, a *structs.
 func (g *Generic) placeWants(plan *Plan, pl *placer, tg *structs.TaskGroup, wants []want) {
 	var failure *Failure
 	for _, w := range wants {
-		alloc, reasons := pl.place(tg, w.index)
+		alloc, reasons := pl.place(tg, w.index, avoidNodes(w))
 		if alloc == nil {
+			if w.lost {
+				plan.Stop = append(plan.Stop, lostCopy(w.prev))
+			} else if w.forced {
+				plan.Stop = append(plan.Stop, stopCopy(w.prev, w.desc))
+			}
 			if failure == nil {
 				failure = &Failure{Group: tg.Name, NodesEvaluated: len(pl.nodes), Filtered: map[string]int{}, Exhausted: map[string]int{}}
 			}
@@ -266,6 +301,9 @@ func (g *Generic) placeWants(plan *Plan, pl *placer, tg *structs.TaskGroup, want
 			alloc.PreviousAllocation = w.prev.ID
 			alloc.RescheduleTracker = w.tracker
 			stop := stopCopy(w.prev, w.desc)
+			if w.lost {
+				stop = lostCopy(w.prev)
+			}
 			stop.NextAllocation = alloc.ID
 			plan.Stop = append(plan.Stop, stop)
 		}
@@ -274,6 +312,45 @@ func (g *Generic) placeWants(plan *Plan, pl *placer, tg *structs.TaskGroup, want
 	if failure != nil {
 		plan.Failures = append(plan.Failures, failure)
 	}
+}
+
+// migrates reports whether an allocation on node n moves off it because
+// the node is draining: at once for a service job, at the drain's
+// deadline for a batch job (Nomad lets batch work finish until then).
+func migrates(n *structs.Node, job *structs.Job, now time.Time) bool {
+	if n == nil || !n.Draining() {
+		return false
+	}
+	return job.Type != structs.JobTypeBatch || drainForced(n.DrainStrategy, now)
+}
+
+// drainForced reports whether a drain's deadline has come, as Nomad's
+// DrainStrategy.DeadlineTime: a negative Deadline forces at once, zero
+// never does, and a Drain without a strategy counts as forced.
+func drainForced(d *structs.DrainStrategy, now time.Time) bool {
+	switch {
+	case d == nil || d.Deadline < 0:
+		return true
+	case d.Deadline == 0:
+		return false
+	}
+	return !now.Before(d.ForceDeadline)
+}
+
+// avoidNodes are the nodes a rescheduled allocation and its predecessors
+// failed on: Nomad scores them down so the replacement goes elsewhere when
+// it can.
+func avoidNodes(w want) map[string]bool {
+	if w.prev == nil || w.desc != DescRescheduled {
+		return nil
+	}
+	out := map[string]bool{w.prev.NodeID: true}
+	if t := w.prev.RescheduleTracker; t != nil {
+		for _, ev := range t.Events {
+			out[ev.PrevNodeID] = true
+		}
+	}
+	return out
 }
 
 // mergeReasons records the per-node reasons of the first failed placement;
@@ -314,6 +391,14 @@ func stopCopy(a *structs.Allocation, desc string) *structs.Allocation {
 	cp.DesiredStatus = structs.AllocDesiredStatusStop
 	cp.DesiredDescription = desc
 	return &cp
+}
+
+// lostCopy is a copy of an allocation whose node is down: stopped, and
+// lost for the client status, as Nomad marks it.
+func lostCopy(a *structs.Allocation) *structs.Allocation {
+	cp := stopCopy(a, DescAllocLost)
+	cp.ClientStatus = structs.AllocClientStatusLost
+	return cp
 }
 
 // groupChanged reports whether the group's spec (ignoring its count and

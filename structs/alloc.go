@@ -171,29 +171,3 @@ type TaskEvent struct {
 	KillError      string            `json:"KillError,omitempty"`
 	StartDelay     int64             `json:"StartDelay,omitempty"`
 }
-
-// Node is a client node.
-type Node struct {
-	ID          string                 `json:"ID"`
-	Name        string                 `json:"Name"`
-	Datacenter  string                 `json:"Datacenter"`
-	Status      string                 `json:"Status"`
-	Attributes  map[string]string      `json:"Attributes,omitempty"`
-	Meta        map[string]string      `json:"Meta,omitempty"`
-	Drivers     map[string]*DriverInfo `json:"Drivers,omitempty"`
-	HTTPAddr    string                 `json:"HTTPAddr,omitempty"`
-	CreateIndex uint64                 `json:"CreateIndex"`
-	ModifyIndex uint64                 `json:"ModifyIndex"`
-}
-
-// NodeStatusReady is the status of a live node.
-const NodeStatusReady = "ready"
-
-// DriverInfo is a driver's fingerprint on a node.
-type DriverInfo struct {
-	Detected          bool              `json:"Detected"`
-	Healthy           bool              `json:"Healthy"`
-	HealthDescription string            `json:"HealthDescription,omitempty"`
-	Attributes        map[string]string `json:"Attributes,omitempty"`
-	UpdateTime        time.Time         `json:"UpdateTime"`
-}

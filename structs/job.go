@@ -22,6 +22,7 @@ type Job struct {
 	Priority    int             `json:"Priority,omitempty"`
 	Datacenters []string        `json:"Datacenters,omitempty"`
 	Constraints []*Constraint   `json:"Constraints,omitempty"`
+	Spreads     []*Spread       `json:"Spreads,omitempty"`
 	TaskGroups  []*TaskGroup    `json:"TaskGroups"`
 	Update      *UpdateStrategy `json:"Update,omitempty"`
 	// Reschedule is the job-level reschedule block; Canonicalize merges
@@ -52,6 +53,7 @@ type TaskGroup struct {
 	Name          string         `json:"Name"`
 	Count         int            `json:"Count"`
 	Constraints   []*Constraint  `json:"Constraints,omitempty"`
+	Spreads       []*Spread      `json:"Spreads,omitempty"`
 	Tasks         []*Task        `json:"Tasks"`
 	RestartPolicy *RestartPolicy `json:"RestartPolicy,omitempty"`
 	// ReschedulePolicy says how a failed allocation is replaced by a new
@@ -166,6 +168,24 @@ type Constraint struct {
 	LTarget string `json:"LTarget"`
 	RTarget string `json:"RTarget"`
 	Operand string `json:"Operand"`
+}
+
+// Spread asks the scheduler to spread a group's allocations over the values
+// of a node attribute, as Nomad's spread block: with targets, each value
+// gets its Percent of the allocations (values not listed share what the
+// targets leave); without, the values get equal shares. Weight (1-100,
+// default 50) is the spread's importance against the other spreads.
+type Spread struct {
+	Attribute    string          `json:"Attribute"`
+	Weight       *int            `json:"Weight,omitempty"`
+	SpreadTarget []*SpreadTarget `json:"SpreadTarget,omitempty"`
+}
+
+// SpreadTarget is the share (percent) of allocations wanted on the nodes
+// whose attribute equals Value.
+type SpreadTarget struct {
+	Value   string `json:"Value"`
+	Percent int    `json:"Percent"`
 }
 
 // UpdateStrategy is parsed and stored; meshlet replaces allocations

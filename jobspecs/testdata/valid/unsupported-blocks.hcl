@@ -4,10 +4,6 @@ job "legacy" {
   datacenters = ["dc1"]
   all_at_once = false
 
-  spread {
-    attribute = "${node.datacenter}"
-  }
-
   group "cache" {
     stop_after_client_disconnect = "5m"
 
