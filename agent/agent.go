@@ -21,6 +21,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/meshlet/meshlet/api"
 	"github.com/meshlet/meshlet/catalog"
@@ -28,8 +29,10 @@ import (
 	"github.com/meshlet/meshlet/client/allocrunner"
 	"github.com/meshlet/meshlet/connect"
 	"github.com/meshlet/meshlet/controlplane"
+	"github.com/meshlet/meshlet/internal/etcdembed"
 	"github.com/meshlet/meshlet/internal/httpsrv"
 	"github.com/meshlet/meshlet/jobspecs"
+	"github.com/meshlet/meshlet/rpc"
 	"github.com/meshlet/meshlet/scheduler"
 	"github.com/meshlet/meshlet/server"
 	"github.com/meshlet/meshlet/state"
@@ -49,9 +52,20 @@ type Agent struct {
 
 	catalog *catalog.Catalog
 	store   state.Store
-	server  *server.Server
-	client  *client.Client
-	backend *Backend
+	// etcdMember is the embedded etcd member, etcdClient the client of an
+	// external cluster (one of them, see etcd.go).
+	etcdMember *etcdembed.Member
+	etcdClient *clientv3.Client
+	etcdURLs   []string // the embedded member's client and peer URLs
+	lead       *server.EtcdLeadership
+	// rpcLn and rpcSrv are a server's RPC port; rpcClient is a
+	// client-only agent's connection to its servers.
+	rpcLn     net.Listener
+	rpcSrv    *rpc.Server
+	rpcClient *rpc.Client
+	server    *server.Server
+	client    *client.Client
+	backend   *Backend
 	// cleanups run in reverse order at Shutdown (driver plugins...).
 	cleanups []func()
 
@@ -152,8 +166,13 @@ func (a *Agent) Start() (err error) {
 	if err := checkConnectState(a.cfg.DataDir, startedBefore(a.cfg.DataDir)); err != nil {
 		return err
 	}
-	if err := a.startServer(); err != nil {
-		return err
+	if a.cfg.Cluster.Server {
+		if err := a.listenRPC(); err != nil {
+			return err
+		}
+		if err := a.startServer(); err != nil {
+			return err
+		}
 	}
 	if err := a.startControlPlane(); err != nil {
 		return err
@@ -161,15 +180,23 @@ func (a *Agent) Start() (err error) {
 	if err := a.listenHTTP(); err != nil {
 		return err
 	}
-	if err := a.startClient(); err != nil {
-		return err
+	if a.cfg.Cluster.Client {
+		if err := a.startClient(); err != nil {
+			return err
+		}
 	}
-	a.backend = &Backend{server: a.server, client: a.client}
+	a.backend = &Backend{server: a.server, client: a.client, members: a.memberView()}
 	if err := a.startHTTP(); err != nil {
 		return err
 	}
+	if a.server != nil {
+		if err := a.serveRPC(); err != nil {
+			return err
+		}
+	}
 	a.started = true
-	a.logger.Info("agent started", "http_addr", a.HTTPAddr(), "data_dir", a.cfg.DataDir, "node_id", a.client.Node().ID)
+	a.logger.Info("agent started", "http_addr", a.HTTPAddr(), "rpc_addr", a.RPCAddr(), "data_dir", a.cfg.DataDir,
+		"server", a.server != nil, "client", a.client != nil)
 	return nil
 }
 
@@ -200,13 +227,11 @@ func (a *Agent) prepareDataDir() error {
 func (a *Agent) startServer() error {
 	// The marker sits outside server/, so losing that whole directory is
 	// refused too instead of starting a new cluster.
-	st, err := state.OpenBoltOptions(filepath.Join(a.cfg.DataDir, "server", "state.db"), state.Options{
-		JobVersions: a.cfg.Server.JobTrackedVersions,
-		MarkerPath:  serverMarker(a.cfg.DataDir),
-	})
+	st, lead, err := a.openServerState()
 	if err != nil {
 		return err
 	}
+	a.lead = lead
 	a.store = st
 	sched, err := scheduler.New(scheduler.Config{MinDynamicPort: a.cfg.Client.MinDynamicPort,
 		MaxDynamicPort: a.cfg.Client.MaxDynamicPort}, a.logger.Named("scheduler"))
@@ -218,7 +243,8 @@ func (a *Agent) startServer() error {
 		Logger:      a.logger.Named("server"),
 		MaxJobCount: a.cfg.Server.JobMaxCount, MaxJobSize: a.cfg.Server.JobMaxSize,
 		EvalGCThreshold: a.cfg.Server.EvalGCThreshold, AllocGCThreshold: a.cfg.Server.AllocGCThreshold,
-		GCInterval: a.cfg.Server.GCInterval})
+		GCInterval: a.cfg.Server.GCInterval, Leadership: lead,
+		MinHeartbeatTTL: a.cfg.Cluster.MinHeartbeatTTL, HeartbeatGrace: a.cfg.Cluster.HeartbeatGrace})
 	if err != nil {
 		return err
 	}
@@ -236,9 +262,13 @@ func (a *Agent) startClient() error {
 	}
 	networker, why := a.newNetworker()
 	hooks := append([]client.HookFactory{a.connectHooks()}, a.extraHooks...)
+	conn, err := a.serverConn()
+	if err != nil {
+		return err
+	}
 	cl, err := client.New(client.Config{
 		DataDir: a.cfg.DataDir, NodeName: a.cfg.NodeName, Datacenter: a.cfg.Datacenter, NodeMeta: a.cfg.Client.Meta,
-		Drivers: drivers, Networker: networker, NetworkUnavailable: why, Server: a.server,
+		Drivers: drivers, Networker: networker, NetworkUnavailable: why, Server: conn,
 		Version: Version, BinaryPath: a.cfg.BinaryPath, Logger: a.logger.Named("client"),
 		GCInterval: a.cfg.Client.GCInterval, GCMaxAllocs: a.cfg.Client.GCMaxAllocs, GCAllocTTL: a.cfg.Client.GCAllocTTL,
 		Attributes: a.connectAttributes(),
@@ -271,11 +301,21 @@ func (a *Agent) listenHTTP() error {
 
 func (a *Agent) startHTTP() error {
 	ln := a.httpLn
-	node := a.client.Node()
-	a.apiSrv = api.NewServer(a.backend, a.logger, api.WithAgentInfo(api.AgentInfo{NodeName: node.Name, Region: a.cfg.Region,
+	name := a.cfg.NodeName
+	if a.client != nil {
+		name = a.client.Node().Name
+	}
+	a.apiSrv = api.NewServer(a.backend, a.logger, api.WithAgentInfo(api.AgentInfo{NodeName: name, Region: a.cfg.Region,
 		Datacenter: a.cfg.Datacenter, Version: Version}),
 		api.WithMetricsHandler(promhttp.HandlerFor(a.metrics, promhttp.HandlerOpts{})))
-	a.httpSrv = httpsrv.New(httpsrv.Protect(a.apiSrv.Handler(), a.httpPolicy()))
+	handler := a.apiSrv.Handler()
+	if a.server == nil {
+		var err error
+		if handler, err = a.forwardToServers(handler); err != nil {
+			return err
+		}
+	}
+	a.httpSrv = httpsrv.New(httpsrv.Protect(handler, a.httpPolicy()))
 	a.httpDone = make(chan struct{})
 	go func() {
 		defer close(a.httpDone)
@@ -320,6 +360,16 @@ func (a *Agent) stop() error {
 		}
 		a.client = nil
 	}
+	if a.rpcClient != nil {
+		_ = a.rpcClient.Close()
+		a.rpcClient = nil
+	}
+	if a.rpcSrv != nil {
+		_ = a.rpcSrv.Close()
+		a.rpcSrv = nil
+	} else if a.rpcLn != nil {
+		_ = a.rpcLn.Close()
+	}
 	if a.controlPlane != nil {
 		if err := a.controlPlane.Stop(); err != nil {
 			errs = append(errs, err)
@@ -338,6 +388,9 @@ func (a *Agent) stop() error {
 			errs = append(errs, fmt.Errorf("failed to close state store: %w", err))
 		}
 		a.store = nil
+	}
+	if err := a.closeEtcd(); err != nil {
+		errs = append(errs, err)
 	}
 	a.logger.Info("agent stopped")
 	return errors.Join(errs...)

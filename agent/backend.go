@@ -21,6 +21,8 @@ import (
 type Backend struct {
 	server *server.Server
 	client *client.Client
+	// members answers the cluster calls (nil: a one-server cluster).
+	members *memberView
 }
 
 var (
@@ -118,6 +120,24 @@ func (b *Backend) ListNodes(ctx context.Context) ([]*structs.Node, error) {
 func (b *Backend) GetNode(ctx context.Context, id string) (*structs.Node, error) {
 	n, err := b.server.Node(ctx, id)
 	return n, mapErr(err)
+}
+
+// UpdateNodeEligibility implements api.Backend.
+func (b *Backend) UpdateNodeEligibility(ctx context.Context, id string, eligible bool) (*api.NodeUpdateResult, error) {
+	res, err := b.server.UpdateNodeEligibility(ctx, id, eligible)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	return &api.NodeUpdateResult{EvalIDs: res.EvalIDs, NodeModifyIndex: res.NodeModifyIndex}, nil
+}
+
+// UpdateNodeDrain implements api.Backend.
+func (b *Backend) UpdateNodeDrain(ctx context.Context, id string, spec *structs.DrainSpec, markEligible bool) (*api.NodeUpdateResult, error) {
+	res, err := b.server.UpdateNodeDrain(ctx, id, spec, markEligible)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	return &api.NodeUpdateResult{EvalIDs: res.EvalIDs, NodeModifyIndex: res.NodeModifyIndex}, nil
 }
 
 // resolveTask finds the allocation (ID or prefix) and defaults the task

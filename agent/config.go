@@ -61,6 +61,10 @@ type Config struct {
 	HTTPAPI HTTPAPIConfig
 	// Server bounds the server role's state and what a job may ask for.
 	Server ServerConfig
+	// Cluster selects the roles and how agents find each other; TLS
+	// secures the RPC port.
+	Cluster ClusterConfig
+	TLS     TLSConfig
 }
 
 // HTTPAPIConfig says which browser-visible names and origins the HTTP APIs
@@ -95,6 +99,12 @@ type Ports struct {
 	HTTP        int
 	ConnectHTTP int
 	GRPC        int
+	// EtcdClient and EtcdPeer are the embedded etcd member's ports on
+	// 127.0.0.1; 0 (the default) picks free ones at each start.
+	EtcdClient int
+	EtcdPeer   int
+	// RPC is where servers serve client nodes and each other (4647).
+	RPC int
 }
 
 // ClientConfig configures the client role.
@@ -125,7 +135,8 @@ type ClientConfig struct {
 func DefaultConfig() *Config {
 	return &Config{
 		BindAddr:   "127.0.0.1",
-		Ports:      Ports{HTTP: DefaultHTTPPort, ConnectHTTP: DefaultConnectHTTPPort, GRPC: DefaultGRPCPort},
+		Ports:      Ports{HTTP: DefaultHTTPPort, ConnectHTTP: DefaultConnectHTTPPort, GRPC: DefaultGRPCPort, RPC: DefaultRPCPort},
+		Cluster:    ClusterConfig{Server: true, Client: true},
 		Datacenter: "dc1",
 		Region:     "global",
 		LogLevel:   "info",
@@ -170,7 +181,8 @@ func (c *Config) Validate() error {
 	if net.ParseIP(c.BindAddr) == nil {
 		problems = append(problems, fmt.Sprintf("bind_addr %q is not an IP address", c.BindAddr))
 	}
-	for name, p := range map[string]int{"http": c.Ports.HTTP, "connect_http": c.Ports.ConnectHTTP, "grpc": c.Ports.GRPC} {
+	for name, p := range map[string]int{"http": c.Ports.HTTP, "connect_http": c.Ports.ConnectHTTP, "grpc": c.Ports.GRPC,
+		"etcd_client": c.Ports.EtcdClient, "etcd_peer": c.Ports.EtcdPeer} {
 		if p < 0 || p > 65535 {
 			problems = append(problems, fmt.Sprintf("ports.%s %d is out of range 0-65535", name, p))
 		}
@@ -201,6 +213,7 @@ func (c *Config) Validate() error {
 	}
 	problems = append(problems, c.originProblems()...)
 	problems = append(problems, c.Server.problems()...)
+	problems = append(problems, c.clusterProblems()...)
 	if !c.Dev && c.DataDir == "" {
 		problems = append(problems, "data_dir is required outside dev mode")
 	}
@@ -228,6 +241,7 @@ type fileConfig struct {
 	Connect     *fileConnect `hcl:"connect,block"`
 	HTTPAPI     *fileHTTPAPI `hcl:"http_api,block"`
 	Server      *fileServer  `hcl:"server,block"`
+	TLS         *fileTLS     `hcl:"tls,block"`
 }
 
 type fileHTTPAPI struct {
@@ -250,6 +264,9 @@ type filePorts struct {
 	HTTP        *int `hcl:"http"`
 	ConnectHTTP *int `hcl:"connect_http"`
 	GRPC        *int `hcl:"grpc"`
+	EtcdClient  *int `hcl:"etcd_client"`
+	EtcdPeer    *int `hcl:"etcd_peer"`
+	RPC         *int `hcl:"rpc"`
 }
 
 type fileClient struct {
@@ -265,6 +282,8 @@ type fileClient struct {
 	GCInterval          *string           `hcl:"gc_interval"`
 	GCMaxAllocs         *int              `hcl:"gc_max_allocs"`
 	GCAllocTTL          *string           `hcl:"gc_alloc_ttl"`
+	Enabled             *bool             `hcl:"enabled"`
+	Servers             []string          `hcl:"servers,optional"`
 }
 
 // LoadConfigFile reads an HCL agent configuration over the defaults.
@@ -303,11 +322,18 @@ func ParseConfig(filename string, src []byte) (*Config, error) {
 		set(&c.Ports.HTTP, p.HTTP)
 		set(&c.Ports.ConnectHTTP, p.ConnectHTTP)
 		set(&c.Ports.GRPC, p.GRPC)
+		set(&c.Ports.EtcdClient, p.EtcdClient)
+		set(&c.Ports.EtcdPeer, p.EtcdPeer)
+		set(&c.Ports.RPC, p.RPC)
 	}
+	fc.TLS.apply(&c.TLS)
 	if err := fc.Client.apply(filename, &c.Client); err != nil {
 		return nil, err
 	}
 	if err := fc.Server.apply(filename, &c.Server); err != nil {
+		return nil, err
+	}
+	if err := fc.applyCluster(filename, &c.Cluster); err != nil {
 		return nil, err
 	}
 	if h := fc.HTTPAPI; h != nil {

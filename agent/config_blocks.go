@@ -23,15 +23,23 @@ type ServerConfig struct {
 	EvalGCThreshold  time.Duration
 	AllocGCThreshold time.Duration
 	GCInterval       time.Duration
+	// Etcd is where the state lives: an embedded member by default.
+	Etcd EtcdConfig
 }
 
 type fileServer struct {
-	JobTrackedVersions *int    `hcl:"job_tracked_versions"`
-	JobMaxCount        *int    `hcl:"job_max_count"`
-	JobMaxSize         *int    `hcl:"job_max_size"`
-	EvalGCThreshold    *string `hcl:"eval_gc_threshold"`
-	AllocGCThreshold   *string `hcl:"alloc_gc_threshold"`
-	GCInterval         *string `hcl:"gc_interval"`
+	JobTrackedVersions *int            `hcl:"job_tracked_versions"`
+	JobMaxCount        *int            `hcl:"job_max_count"`
+	JobMaxSize         *int            `hcl:"job_max_size"`
+	EvalGCThreshold    *string         `hcl:"eval_gc_threshold"`
+	AllocGCThreshold   *string         `hcl:"alloc_gc_threshold"`
+	GCInterval         *string         `hcl:"gc_interval"`
+	Etcd               *fileEtcd       `hcl:"etcd,block"`
+	Enabled            *bool           `hcl:"enabled"`
+	BootstrapExpect    *int            `hcl:"bootstrap_expect"`
+	ServerJoin         *fileServerJoin `hcl:"server_join,block"`
+	MinHeartbeatTTL    *string         `hcl:"min_heartbeat_ttl"`
+	HeartbeatGrace     *string         `hcl:"heartbeat_grace"`
 }
 
 // apply copies the file's server block over c.
@@ -42,6 +50,7 @@ func (fs *fileServer) apply(filename string, c *ServerConfig) error {
 	set(&c.JobTrackedVersions, fs.JobTrackedVersions)
 	set(&c.JobMaxCount, fs.JobMaxCount)
 	set(&c.JobMaxSize, fs.JobMaxSize)
+	fs.Etcd.apply(&c.Etcd)
 	return setDurations(filename, "server",
 		durationField{"eval_gc_threshold", fs.EvalGCThreshold, &c.EvalGCThreshold},
 		durationField{"alloc_gc_threshold", fs.AllocGCThreshold, &c.AllocGCThreshold},
@@ -103,7 +112,7 @@ func (c *ServerConfig) problems() []string {
 	if c.EvalGCThreshold < 0 || c.AllocGCThreshold < 0 || c.GCInterval < 0 {
 		out = append(out, "server.eval_gc_threshold, alloc_gc_threshold and gc_interval must not be negative")
 	}
-	return out
+	return append(out, c.Etcd.problems()...)
 }
 
 // validateJob is the server's admission check. Count and size are not

@@ -45,6 +45,7 @@ func (a *Agent) reservedPorts() string {
 			parts = append(parts, strconv.Itoa(p))
 		}
 	}
+	parts = append(parts, a.etcdPorts()...)
 	return strings.Join(parts, ",")
 }
 

@@ -13,6 +13,7 @@ func (s *Server) agentRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/status/peers", s.read(s.statusPeers))
 	mux.HandleFunc("GET /v1/regions", s.read(s.regions))
 	mux.HandleFunc("GET /v1/metrics", s.handleMetrics)
+	s.clusterRoutes(mux)
 }
 
 // agentSelf answers /v1/agent/self in the shape nomad/api's AgentSelf
@@ -55,9 +56,6 @@ func (s *Server) agentHealth(*http.Request) (any, error) {
 	return map[string]any{"client": ok, "server": ok}, nil
 }
 
-func (s *Server) statusLeader(*http.Request) (any, error) { return s.info.RPCAddr, nil }
-
-func (s *Server) statusPeers(*http.Request) (any, error) { return []string{s.info.RPCAddr}, nil }
 
 func (s *Server) regions(*http.Request) (any, error) { return []string{s.info.Region}, nil }
 

@@ -39,6 +39,13 @@ type RegisterResult struct {
 	Warnings        string
 }
 
+// NodeUpdateResult is the outcome of a node drain or eligibility change.
+type NodeUpdateResult struct {
+	// EvalIDs are the evaluations the change created (empty, never nil).
+	EvalIDs         []string
+	NodeModifyIndex uint64
+}
+
 // LogRequest selects a task's log stream.
 type LogRequest struct {
 	AllocID string
@@ -85,6 +92,13 @@ type Backend interface {
 	ListNodes(ctx context.Context) ([]*structs.Node, error)
 	// GetNode accepts a full ID or a unique prefix.
 	GetNode(ctx context.Context, id string) (*structs.Node, error)
+	// UpdateNodeEligibility marks the node (ID or unique prefix) eligible
+	// or not for new allocations; a draining node cannot be made eligible
+	// (ErrInvalid).
+	UpdateNodeEligibility(ctx context.Context, id string, eligible bool) (*NodeUpdateResult, error)
+	// UpdateNodeDrain starts or changes the node's drain, or cancels it
+	// when spec is nil (markEligible: the node is eligible again).
+	UpdateNodeDrain(ctx context.Context, id string, spec *structs.DrainSpec, markEligible bool) (*NodeUpdateResult, error)
 
 	// TaskLogs streams a task's log across rotated files.
 	TaskLogs(ctx context.Context, req LogRequest) (io.ReadCloser, error)

@@ -247,10 +247,19 @@ func newNodeListStub(n *structs.Node, version string) *NodeListStub {
 		Name:                  n.Name,
 		NodePool:              "default",
 		Version:               version,
-		SchedulingEligibility: "eligible",
+		Drain:                 n.Draining(),
+		SchedulingEligibility: eligibility(n),
 		Status:                n.Status,
 		Drivers:               n.Drivers,
 		CreateIndex:           n.CreateIndex,
 		ModifyIndex:           n.ModifyIndex,
 	}
+}
+
+// eligibility is the node's scheduling eligibility ("" is eligible).
+func eligibility(n *structs.Node) string {
+	if n.Eligible() {
+		return structs.NodeSchedulingEligible
+	}
+	return structs.NodeSchedulingIneligible
 }

@@ -88,6 +88,7 @@ ports {
   http         = %d
   connect_http = %d
   grpc         = %d
+  rpc          = 0
 }
 connect {
   default_intention_policy = "allow"

@@ -47,6 +47,9 @@ type ServerConn interface {
 	// the node's allocations with the index they reflect.
 	NodeAllocs(ctx context.Context, nodeID string, minIndex uint64) ([]*structs.Allocation, uint64, error)
 	UpdateAllocs(ctx context.Context, updates []*structs.Allocation) error
+	// Heartbeat tells the server the node is alive and returns when to
+	// send the next one.
+	Heartbeat(ctx context.Context, nodeID string) (time.Duration, error)
 }
 
 // Networker is the network hook's Networker plus garbage collection;
@@ -98,6 +101,8 @@ type Client struct {
 	db      *clientstate.DB
 	node    *structs.Node
 	drivers map[string]driver.Driver
+	// secretID authenticates the node to the servers (with its certificate).
+	secretID string
 
 	mu       sync.Mutex
 	runners  map[string]*allocrunner.AllocRunner
@@ -151,17 +156,35 @@ func New(cfg Config) (*Client, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("failed to load node ID: %w", err)
 	}
+	secret, err := nodeSecret(db)
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Client{cfg: cfg, logger: cfg.Logger, db: db, drivers: map[string]driver.Driver{},
 		runners: map[string]*allocrunner.AllocRunner{}, seen: map[string]uint64{}, pending: map[string]*structs.Allocation{},
 		updateCh: make(chan struct{}, 1), serverTerminal: map[string]bool{}, collected: map[string]bool{},
-		ctx: ctx, cancel: cancel}
+		ctx: ctx, cancel: cancel, secretID: secret}
 	for _, d := range cfg.Drivers {
 		c.drivers[d.Name()] = d
 	}
 	c.node = c.fingerprint(ctx, nodeID)
 	c.logger = c.logger.With("node_id", nodeID)
 	return c, nil
+}
+
+// nodeSecret loads the node's secret, making one on its first start.
+func nodeSecret(db *clientstate.DB) (string, error) {
+	secret, err := db.NodeSecret()
+	if err == nil && secret == "" {
+		secret = uuid.NewString()
+		err = db.PutNodeSecret(secret)
+	}
+	if err != nil {
+		return "", fmt.Errorf("failed to load node secret: %w", err)
+	}
+	return secret, nil
 }
 
 // checkNoAllocDirs refuses to start a new node on a data dir whose alloc/
@@ -212,11 +235,12 @@ func (c *Client) Start() error {
 			c.logger.Warn("failed to garbage-collect allocation networks", "error", err)
 		}
 	}
-	if err := c.cfg.Server.RegisterNode(c.ctx, c.Node()); err != nil {
+	if err := c.register(); err != nil {
 		return fmt.Errorf("failed to register node: %w", err)
 	}
 	c.logger.Info("node registered", "node_name", c.node.Name, "drivers", len(c.drivers))
-	c.wg.Add(3)
+	c.wg.Add(4)
+	go c.heartbeat()
 	go c.watch()
 	go c.sendUpdates()
 	go c.gcLoop()

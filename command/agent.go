@@ -26,11 +26,15 @@ Logs go to stderr.`,
 }
 
 type agentFlags struct {
-	dev      bool
-	dataDir  string
-	config   string
-	bind     string
-	logLevel string
+	dev             bool
+	dataDir         string
+	config          string
+	bind            string
+	logLevel        string
+	server, client  bool
+	servers, node   string
+	join            stringList
+	bootstrapExpect int
 }
 
 func runAgent(e *env, c *command, args []string) int {
@@ -41,6 +45,12 @@ func runAgent(e *env, c *command, args []string) int {
 	fs.StringVar(&f.config, "config", "", "HCL agent configuration `FILE`")
 	fs.StringVar(&f.bind, "bind", "", "`ADDR` every listener binds (default 127.0.0.1)")
 	fs.StringVar(&f.logLevel, "log-level", "", "`LEVEL`: trace, debug, info, warn or error")
+	fs.BoolVar(&f.server, "server", false, "run the server role (with -client: both; default without either: both)")
+	fs.BoolVar(&f.client, "client", false, "run the client role")
+	fs.StringVar(&f.servers, "servers", "", "comma-separated RPC `ADDRS` (host:port) of the servers a client-only agent uses")
+	fs.Var(&f.join, "join", "RPC `ADDR` of a running server this server joins (repeatable)")
+	fs.IntVar(&f.bootstrapExpect, "bootstrap-expect", 0, "`N` servers the cluster is meant to have")
+	fs.StringVar(&f.node, "node", "", "node `NAME` (default: the host name)")
 	if code, ok := e.parse(c, fs, args); !ok {
 		return code
 	}
@@ -102,9 +112,30 @@ func agentConfig(fs *flag.FlagSet, f agentFlags) (*agent.Config, error) {
 			cfg.BindAddr = f.bind
 		case "log-level":
 			cfg.LogLevel = strings.ToLower(f.logLevel)
+		case "servers":
+			cfg.Cluster.Servers = splitList(f.servers)
+		case "join":
+			cfg.Cluster.RetryJoin = f.join
+		case "bootstrap-expect":
+			cfg.Cluster.BootstrapExpect = f.bootstrapExpect
+		case "node":
+			cfg.NodeName = f.node
 		}
 	})
-	return cfg, nil
+	if f.server || f.client {
+		cfg.Cluster.Server, cfg.Cluster.Client = f.server, f.client
+	}
+	return cfg, cfg.Validate()
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 func writeBanner(w io.Writer, a *agent.Agent) {
@@ -112,6 +143,8 @@ func writeBanner(w io.Writer, a *agent.Agent) {
 	fmt.Fprintf(w, "==> meshlet agent started (%s)\n\n", VersionString())
 	writeKV(w, [][2]string{
 		{"  HTTP API", "http://" + a.HTTPAddr()},
+		{"  RPC", orNone(a.RPCAddr())},
+		{"  Roles", roles(cfg)},
 		{"  Data Dir", cfg.DataDir},
 		{"  Datacenter", cfg.Datacenter},
 		{"  Region", cfg.Region},
@@ -119,4 +152,14 @@ func writeBanner(w io.Writer, a *agent.Agent) {
 		{"  Log Level", cfg.LogLevel},
 	})
 	fmt.Fprintf(w, "\n==> Set MESHLET_ADDR=http://%s to use the CLI against this agent\n", a.HTTPAddr())
+}
+
+func roles(cfg agent.Config) string {
+	switch {
+	case cfg.Cluster.Server && cfg.Cluster.Client:
+		return "server, client"
+	case cfg.Cluster.Server:
+		return "server"
+	}
+	return "client"
 }

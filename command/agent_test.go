@@ -22,6 +22,7 @@ ports {
   http         = 0
   connect_http = 0
   grpc         = 0
+  rpc          = 0
 }
 `, filepath.Join(dir, "data")))
 	ctx, cancel := context.WithCancel(context.Background())

@@ -258,24 +258,42 @@ func metricReasons(m *nomadapi.AllocationMetric) []string {
 	if m == nil {
 		return []string{"  * no reason recorded"}
 	}
+	// Exhaustion in Nomad's wording; filter reasons name the node when one
+	// node excluded (the scheduler's reasons are sentences).
 	var reasons []string
-	for _, set := range []map[string]int{m.ConstraintFiltered, m.ClassFiltered, m.DimensionExhausted, m.ClassExhausted} {
+	for _, set := range []map[string]int{m.ConstraintFiltered, m.ClassFiltered} {
 		for k, n := range set {
 			if n > 1 {
-				reasons = append(reasons, fmt.Sprintf("  * %s (%d nodes)", k, n))
+				reasons = append(reasons, fmt.Sprintf("  * %s (%d nodes excluded by filter)", k, n))
 			} else {
 				reasons = append(reasons, "  * "+k)
 			}
 		}
 	}
+	for k, n := range m.ClassExhausted {
+		reasons = append(reasons, fmt.Sprintf("  * Class %q exhausted on %d %s", k, n, nodes(n)))
+	}
+	for k, n := range m.DimensionExhausted {
+		reasons = append(reasons, fmt.Sprintf("  * Dimension %q exhausted on %d %s", k, n, nodes(n)))
+	}
 	sort.Strings(reasons)
+	if m.NodesExhausted > 0 {
+		reasons = append([]string{fmt.Sprintf("  * Resources exhausted on %d %s", m.NodesExhausted, nodes(m.NodesExhausted))}, reasons...)
+	}
 	if len(reasons) == 0 {
 		if m.NodesEvaluated == 0 {
-			return []string{"  * no nodes were eligible for evaluation"}
+			return []string{"  * No nodes were eligible for evaluation"}
 		}
 		return []string{fmt.Sprintf("  * %d of %d nodes were filtered or exhausted", m.NodesFiltered+m.NodesExhausted, m.NodesEvaluated)}
 	}
 	return reasons
+}
+
+func nodes(n int) string {
+	if n == 1 {
+		return "node"
+	}
+	return "nodes"
 }
 
 func describeSuffix(desc string) string {

@@ -88,8 +88,10 @@ var groups = []group{
 	{"job", "Run, validate, inspect and stop jobs", "$ meshlet job run countdash.hcl\n  $ meshlet job status countdash"},
 	{"alloc", "Inspect allocations, read their logs, run commands in them", "$ meshlet alloc status 8c3a\n  $ meshlet alloc logs -f 8c3a web"},
 	{"node", "Inspect client nodes", "$ meshlet node status"},
+	{"server", "Inspect and manage the cluster's servers", "$ meshlet server members"},
 	{"intention", "Manage service-mesh intentions (who may talk to whom)", "$ meshlet intention create -deny web db\n  $ meshlet intention check web db"},
 	{"connect", "Run sidecar proxies: Envoy bootstraps and the built-in proxy", "$ meshlet connect envoy -sidecar-for <service-id> -bootstrap\n  $ meshlet connect proxy -sidecar-for <service-id>"},
+	{"tls", "Create a CA and certificates for mutual TLS between agents", "$ meshlet tls ca create\n  $ meshlet tls cert create -server"},
 }
 
 // commands is filled by the init functions of the command files.
@@ -113,6 +115,11 @@ func (e *env) dispatch(args []string) int {
 	if isHelp(args[0]) {
 		e.topUsage(e.stdout)
 		return exitOK
+	}
+	if len(args) >= 3 {
+		if c, ok := commands[strings.Join(args[:3], " ")]; ok {
+			return c.run(e, c, args[3:])
+		}
 	}
 	if len(args) >= 2 {
 		if c, ok := commands[args[0]+" "+args[1]]; ok {

@@ -14,7 +14,7 @@ import (
 )
 
 // This file is the client-facing surface of the server: the client role
-// reaches the server only through these three calls (see client.ServerConn).
+// reaches the server only through these calls (see client.ServerConn).
 
 // RegisterNode stores (or refreshes) a client node. When the node is new or
 // its drivers, attributes or status changed, every job that is not stopped
@@ -26,29 +26,15 @@ func (s *Server) RegisterNode(ctx context.Context, node *structs.Node) error {
 	if node == nil || node.ID == "" {
 		return invalid(errors.New("node ID is required"))
 	}
+	if err := s.requireLeader(); err != nil {
+		return err
+	}
 	cp := *node
 	if cp.Status == "" {
 		cp.Status = structs.NodeStatusReady
 	}
-	changed, err := s.storeNode(&cp)
-	if err != nil || !changed {
-		return err
-	}
-	s.logger.Info("node registered", "node_id", cp.ID, "node_name", cp.Name)
-	jobs, err := s.store.Jobs()
-	if err != nil {
-		return fmt.Errorf("failed to list jobs: %w", err)
-	}
-	for _, j := range jobs {
-		if j.Stop {
-			continue
-		}
-		_, err := s.plan(&planRequest{jobID: j.ID, trigger: TriggerNodeUpdate, prepare: storedJob})
-		if err != nil && !errors.Is(err, state.ErrNotFound) { // purged meanwhile
-			s.logger.Error("failed to evaluate job for node update", "job_id", j.ID, "node_id", cp.ID, "error", err)
-		}
-	}
-	return nil
+	s.armHeartbeat(cp.ID, s.heartbeatTTL()+s.cfg.HeartbeatGrace)
+	return s.nodeChanged(&cp, "registered")
 }
 
 // storeNode writes the node under the plan lock when it changed.
@@ -58,6 +44,11 @@ func (s *Server) storeNode(node *structs.Node) (bool, error) {
 	old, err := s.store.Node(node.ID)
 	if err != nil && !errors.Is(err, state.ErrNotFound) {
 		return false, fmt.Errorf("failed to read node %s: %w", node.ID, err)
+	}
+	if old != nil {
+		// Operators' decisions (eligibility, drain) are the server's:
+		// clients and heartbeats never change them.
+		node.SchedulingEligibility, node.Drain, node.DrainStrategy = old.SchedulingEligibility, old.Drain, old.DrainStrategy
 	}
 	if old != nil && nodeEqual(old, node) {
 		return false, nil

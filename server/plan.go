@@ -72,6 +72,9 @@ func storedJob(stored *structs.Job) (*structs.Job, bool, error) {
 
 // plan computes and commits the plan of req (see optimisticAttempts).
 func (s *Server) plan(req *planRequest) (*planResult, error) {
+	if err := s.requireLeader(); err != nil {
+		return nil, err
+	}
 	for attempt := 0; ; attempt++ {
 		locked := attempt >= optimisticAttempts
 		if locked {
@@ -204,7 +207,7 @@ func (s *Server) planWrites(b *builtPlan, p *scheduler.Plan, now time.Time) {
 func (s *Server) commit(b *builtPlan) (*planResult, error) {
 	index, err := s.store.ApplyPlan(b.apply)
 	if err != nil {
-		return nil, fmt.Errorf("failed to apply plan for job %s: %w", b.job.ID, err)
+		return nil, fmt.Errorf("failed to apply plan for job %s: %w", b.job.ID, notLeader(err))
 	}
 	s.planGen.Add(1)
 	job := b.job

@@ -141,6 +141,17 @@ type Config struct {
 	EvalGCThreshold  time.Duration
 	AllocGCThreshold time.Duration
 	GCInterval       time.Duration
+	// MinHeartbeatTTL, HeartbeatGrace and MaxHeartbeatsPerSecond set the
+	// clients' heartbeat interval and how long the server waits past it
+	// before a node is down; FailoverHeartbeatTTL is every node's first
+	// deadline under a new leader. Zero = the defaults.
+	MinHeartbeatTTL        time.Duration
+	HeartbeatGrace         time.Duration
+	MaxHeartbeatsPerSecond float64
+	FailoverHeartbeatTTL   time.Duration
+	// Leadership, when set, elects the one server that schedules (see
+	// leader.go); nil = this server always leads (one process, one store).
+	Leadership Leadership
 }
 
 // Server is the server role.
@@ -159,10 +170,18 @@ type Server struct {
 	planGen atomic.Uint64
 
 	// mu guards the follow-up timers and the last collection time.
-	mu       sync.Mutex
-	timers   map[string]*time.Timer
-	lastGC   time.Time
-	shutdown bool
+	mu     sync.Mutex
+	timers map[string]*time.Timer
+	// heartbeats are the nodes' heartbeat deadlines (leader only).
+	heartbeats map[string]*time.Timer
+	lastGC     time.Time
+	shutdown   bool
+
+	// leader is set while this server schedules; stopElection and
+	// electionDone stop and await the election (nil without Leadership).
+	leader       atomic.Bool
+	stopElection context.CancelFunc
+	electionDone chan struct{}
 }
 
 // New returns a Server over cfg.Store. It first evaluates what a crash may
@@ -193,30 +212,38 @@ func New(cfg Config) (*Server, error) {
 		v *time.Duration
 		d time.Duration
 	}{{&cfg.EvalGCThreshold, DefaultEvalGCThreshold}, {&cfg.AllocGCThreshold, DefaultAllocGCThreshold},
-		{&cfg.GCInterval, DefaultGCInterval}}
+		{&cfg.GCInterval, DefaultGCInterval}, {&cfg.MinHeartbeatTTL, DefaultMinHeartbeatTTL},
+		{&cfg.HeartbeatGrace, DefaultHeartbeatGrace}, {&cfg.FailoverHeartbeatTTL, DefaultFailoverHeartbeatTTL}}
 	for _, x := range durations {
 		if *x.v <= 0 {
 			*x.v = x.d
 		}
 	}
-	s := &Server{store: cfg.Store, sched: cfg.Scheduler, admission: cfg.Admission, mutators: cfg.Mutators,
+	if cfg.MaxHeartbeatsPerSecond <= 0 {
+		cfg.MaxHeartbeatsPerSecond = DefaultMaxHeartbeatsPerSecond
+	}
+	s := &Server{store: cfg.Store, heartbeats: map[string]*time.Timer{}, sched: cfg.Scheduler, admission: cfg.Admission, mutators: cfg.Mutators,
 		logger: cfg.Logger, now: cfg.Now, cfg: cfg, timers: map[string]*time.Timer{}, lastGC: cfg.Now()}
-	if err := s.recoverState(); err != nil {
+	if cfg.Leadership != nil {
+		s.startLeadership(cfg.Leadership)
+		return s, nil
+	}
+	s.leader.Store(true)
+	if err := s.leaderDuties(); err != nil {
 		s.Shutdown()
 		return nil, err
 	}
 	return s, nil
 }
 
-// Shutdown stops the follow-up timers; the server must not be used after.
+// Shutdown leaves the election and stops the follow-up timers; the server
+// must not be used after.
 func (s *Server) Shutdown() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.shutdown = true
-	for id, t := range s.timers {
-		t.Stop()
-		delete(s.timers, id)
+	if s.stopElection != nil {
+		s.stopElection()
+		<-s.electionDone
 	}
+	s.stopTimers()
 }
 
 // ClusterID identifies the cluster (see state.Store); clients may record it

@@ -28,6 +28,14 @@ job "bench-many" {
         command = "/bin/sleep"
         args    = ["3600"]
       }
+
+      # The node's fingerprinted capacity bounds placement as in Nomad:
+      # 100 of Nomad's default 100 MHz / 300 MB would not fit on a 2-core
+      # machine.
+      resources {
+        cpu    = 20
+        memory = 32
+      }
     }
   }
 }

@@ -47,6 +47,7 @@ var (
 	bucketAllocs = []byte("allocs")
 	bucketMeta   = []byte("meta")
 	keyNodeID    = []byte("node_id")
+	keySecret    = []byte("node_secret")
 	keyAlloc     = []byte("alloc")
 	keyNetwork   = []byte("network")
 	taskPrefix   = "task/"
@@ -116,6 +117,21 @@ func (d *DB) PutNodeID(id string) error {
 	}
 	d.marked.Store(true)
 	return nil
+}
+
+// NodeSecret returns the node's secret ("" before PutNodeSecret).
+func (d *DB) NodeSecret() (string, error) {
+	var secret string
+	err := d.view(func(tx *bolt.Tx) error {
+		secret = string(tx.Bucket(bucketMeta).Get(keySecret))
+		return nil
+	})
+	return secret, err
+}
+
+// PutNodeSecret persists the secret the node authenticates with.
+func (d *DB) PutNodeSecret(secret string) error {
+	return d.update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Put(keySecret, []byte(secret)) })
 }
 
 func putJSON(b *bolt.Bucket, key []byte, v any) error {

@@ -92,9 +92,9 @@ func TestLostOrCorruptStateRefusesToStart(t *testing.T) {
 	a.Interrupt()
 
 	faults := []stateFault{
-		{"empty server state", "server/state.db", truncateFile},
-		{"corrupt server pages", "server/state.db", scribble},
-		{"deleted server state", "server/state.db", removeFile},
+		{"empty server state", "server/etcd/member/snap/db", truncateFile},
+		{"corrupt server pages", "server/etcd/member/snap/db", scribble},
+		{"deleted server state", "server/etcd/member/snap/db", removeFile},
 		{"empty client state", "client/state.db", truncateFile},
 		{"deleted client state", "client/state.db", removeFile},
 		{"deleted intentions", "connect/intentions/intentions.json", removeFile},

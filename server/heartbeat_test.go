@@ -1,0 +1,147 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/meshlet/meshlet/structs"
+)
+
+// fastHeartbeats are heartbeat settings for tests: a node is down 300 ms
+// after its last heartbeat.
+var fastHeartbeats = Config{MinHeartbeatTTL: 200 * time.Millisecond, HeartbeatGrace: 100 * time.Millisecond,
+	FailoverHeartbeatTTL: 300 * time.Millisecond}
+
+func registerNode(t *testing.T, s *Server, id string) {
+	t.Helper()
+	n := &structs.Node{ID: id, Name: id, Datacenter: "dc1", Status: structs.NodeStatusReady,
+		Drivers: map[string]*structs.DriverInfo{"raw_exec": {Detected: true, Healthy: true}}}
+	if err := s.RegisterNode(context.Background(), n); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// keepAlive heartbeats node id until the test ends.
+func keepAlive(t *testing.T, s *Server, id string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			ttl, err := s.Heartbeat(ctx, id)
+			if err != nil {
+				ttl = 2 * time.Millisecond
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(ttl / 3):
+			}
+		}
+	}()
+}
+
+func nodeStatus(t *testing.T, s *Server, id string) string {
+	t.Helper()
+	n, err := s.store.Node(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n.Status
+}
+
+// TestSilentNodeGoesDownAndItsAllocsAreReplaced: a node that stops
+// heartbeating is marked down after its TTL and grace; its allocations are
+// lost and placed again on the live node; when it heartbeats again it is
+// ready and what was replaced stays stopped on it.
+func TestSilentNodeGoesDownAndItsAllocsAreReplaced(t *testing.T) {
+	ctx := context.Background()
+	s := startServer(t, openStore(t), fastHeartbeats) // node-1, silent from now on
+	if _, err := s.RegisterJob(ctx, testJob("web", "raw_exec", 2)); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := s.store.AllocsByNode("node-1")
+	if len(before) != 2 {
+		t.Fatalf("node-1 has %d allocations, want 2", len(before))
+	}
+	registerNode(t, s, "node-2")
+	keepAlive(t, s, "node-2")
+
+	start := time.Now()
+	deadline := start.Add(5 * time.Second)
+	for nodeStatus(t, s, "node-1") != structs.NodeStatusDown {
+		if time.Now().After(deadline) {
+			t.Fatal("node-1 was not marked down 5 s after its last heartbeat")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if took := time.Since(start); took < 250*time.Millisecond {
+		t.Errorf("node-1 was marked down after %s, before its TTL and grace (300 ms) ran out", took)
+	}
+	if got := nodeStatus(t, s, "node-2"); got != structs.NodeStatusReady {
+		t.Errorf("node-2 (heartbeating) is %q, want ready", got)
+	}
+	for _, old := range before {
+		a, err := s.store.Alloc(old.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.ClientStatus != structs.AllocClientStatusLost || a.DesiredStatus != structs.AllocDesiredStatusStop {
+			t.Errorf("alloc %s on the down node: client %q desired %q, want lost/stop", a.ID, a.ClientStatus, a.DesiredStatus)
+		}
+	}
+	live, _ := s.store.AllocsByNode("node-2")
+	if running := countDesiredRun(live); running != 2 {
+		t.Errorf("node-2 has %d allocations to run, want the 2 replacements", running)
+	}
+
+	// node-1 comes back: ready, and its replaced allocations stay stopped.
+	if _, err := s.Heartbeat(ctx, "node-1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := nodeStatus(t, s, "node-1"); got != structs.NodeStatusReady {
+		t.Errorf("node-1 after a heartbeat is %q, want ready", got)
+	}
+	back, _ := s.store.AllocsByNode("node-1")
+	if n := countDesiredRun(back); n != 0 {
+		t.Errorf("node-1 has %d allocations to run after coming back, want 0 (they were replaced)", n)
+	}
+	all, _ := s.store.AllocsByJob("web")
+	if n := countDesiredRun(all); n != 2 {
+		t.Errorf("job web has %d allocations to run, want 2: nothing runs twice", n)
+	}
+}
+
+func countDesiredRun(allocs []*structs.Allocation) int {
+	n := 0
+	for _, a := range allocs {
+		if a.DesiredStatus == structs.AllocDesiredStatusRun {
+			n++
+		}
+	}
+	return n
+}
+
+func TestHeartbeatOfUnknownNode(t *testing.T) {
+	s := startServer(t, openStore(t), fastHeartbeats)
+	_, err := s.Heartbeat(context.Background(), "nope")
+	if !errors.Is(err, structs.ErrUnknownNode) {
+		t.Fatalf("heartbeat of an unknown node: %v, want ErrUnknownNode", err)
+	}
+}
+
+// TestHeartbeatTTLScalesWithNodes: with more nodes than the heartbeat rate
+// allows per minimum TTL, the TTL grows (Nomad's max_heartbeats_per_second).
+func TestHeartbeatTTLScalesWithNodes(t *testing.T) {
+	cfg := fastHeartbeats
+	cfg.MaxHeartbeatsPerSecond = 10
+	s := startServer(t, openStore(t), cfg)
+	for i := range 30 {
+		s.armHeartbeat(string(rune('a'+i)), time.Hour)
+	}
+	if ttl := s.heartbeatTTL(); ttl < 3*time.Second {
+		t.Errorf("TTL with 31 nodes at 10 heartbeats/s = %s, want >= 3 s", ttl)
+	}
+}
