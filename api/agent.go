@@ -56,7 +56,6 @@ func (s *Server) agentHealth(*http.Request) (any, error) {
 	return map[string]any{"client": ok, "server": ok}, nil
 }
 
-
 func (s *Server) regions(*http.Request) (any, error) { return []string{s.info.Region}, nil }
 
 func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
