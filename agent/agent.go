@@ -268,7 +268,7 @@ func (a *Agent) startClient() error {
 	}
 	cl, err := client.New(client.Config{
 		DataDir: a.cfg.DataDir, NodeName: a.cfg.NodeName, Datacenter: a.cfg.Datacenter, NodeMeta: a.cfg.Client.Meta,
-		Drivers: drivers, Networker: networker, NetworkUnavailable: why, Server: conn,
+		Drivers: drivers, Networker: networker, NetworkUnavailable: why, Server: conn, HTTPAddr: a.HTTPAddr(),
 		Version: Version, BinaryPath: a.cfg.BinaryPath, Logger: a.logger.Named("client"),
 		GCInterval: a.cfg.Client.GCInterval, GCMaxAllocs: a.cfg.Client.GCMaxAllocs, GCAllocTTL: a.cfg.Client.GCAllocTTL,
 		Attributes: a.connectAttributes(),
@@ -314,6 +314,9 @@ func (a *Agent) startHTTP() error {
 		if handler, err = a.forwardToServers(handler); err != nil {
 			return err
 		}
+	}
+	if a.server != nil {
+		handler = a.toAllocNode(handler)
 	}
 	a.httpSrv = httpsrv.New(httpsrv.Protect(handler, a.httpPolicy()))
 	a.httpDone = make(chan struct{})

@@ -56,11 +56,20 @@ func mapErr(err error) error {
 	return err
 }
 
-// Index implements api.Backend.
-func (b *Backend) Index() uint64 { return b.server.Index() }
+// Index implements api.Backend (0 on a client-only agent, whose indexed
+// reads go to the servers).
+func (b *Backend) Index() uint64 {
+	if b.server == nil {
+		return 0
+	}
+	return b.server.Index()
+}
 
 // WaitIndex implements api.Backend.
 func (b *Backend) WaitIndex(ctx context.Context, minIndex uint64) uint64 {
+	if b.server == nil {
+		return 0
+	}
 	return b.server.WaitIndex(ctx, minIndex)
 }
 
@@ -105,9 +114,24 @@ func (b *Backend) ListAllocations(ctx context.Context) ([]*structs.Allocation, e
 }
 
 // GetAllocation implements api.Backend.
+// A client-only agent knows the allocations of its own node (its other
+// reads go to the servers, see forwardToServers).
 func (b *Backend) GetAllocation(ctx context.Context, id string) (*structs.Allocation, error) {
+	if b.server == nil {
+		a, err := localAlloc(b.client, id)
+		return a, mapErr(err)
+	}
 	a, err := b.server.Alloc(ctx, id)
 	return a, mapErr(err)
+}
+
+// JobVersions implements api.JobVersionsBackend.
+func (b *Backend) JobVersions(ctx context.Context, id string) ([]*structs.Job, error) {
+	if b.server == nil {
+		return nil, &apiError{fmt.Errorf("this agent runs no server"), api.ErrNotFound}
+	}
+	versions, err := b.server.JobVersions(ctx, id)
+	return versions, mapErr(err)
 }
 
 // ListNodes implements api.Backend.
@@ -143,9 +167,9 @@ func (b *Backend) UpdateNodeDrain(ctx context.Context, id string, spec *structs.
 // resolveTask finds the allocation (ID or prefix) and defaults the task
 // when the group has exactly one.
 func (b *Backend) resolveTask(ctx context.Context, allocID, task string) (*structs.Allocation, string, error) {
-	a, err := b.server.Alloc(ctx, allocID)
+	a, err := b.GetAllocation(ctx, allocID)
 	if err != nil {
-		return nil, "", mapErr(err)
+		return nil, "", err
 	}
 	if task != "" {
 		return a, task, nil

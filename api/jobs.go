@@ -21,6 +21,7 @@ func (s *Server) jobRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/job/{id}/allocations", s.read(s.jobAllocations))
 	mux.HandleFunc("GET /v1/job/{id}/summary", s.read(s.jobSummary))
 	mux.HandleFunc("GET /v1/job/{id}/evaluations", s.read(s.jobEvaluations))
+	mux.HandleFunc("GET /v1/job/{id}/versions", s.read(s.jobVersions))
 }
 
 func (s *Server) listJobs(r *http.Request) (any, error) {

@@ -5,11 +5,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/meshlet/meshlet/client/allocrunner"
 	"github.com/meshlet/meshlet/driver"
 	"github.com/meshlet/meshlet/driver/logging"
+	"github.com/meshlet/meshlet/structs"
 )
 
 // execTimeout bounds a non-streaming exec (drivers without StreamingExecer).
@@ -79,4 +81,27 @@ func (c *Client) runner(allocID string) *allocrunner.AllocRunner {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.runners[allocID]
+}
+
+// Alloc returns the allocation this node runs with ID (or unique ID
+// prefix) id, as last received from the servers.
+func (c *Client) Alloc(id string) (*structs.Allocation, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var found *allocrunner.AllocRunner
+	for aid, ar := range c.runners {
+		if aid == id {
+			return ar.Alloc(), nil
+		}
+		if strings.HasPrefix(aid, id) {
+			if found != nil {
+				return nil, fmt.Errorf("allocation prefix %q matches several allocations", id)
+			}
+			found = ar
+		}
+	}
+	if found == nil || id == "" {
+		return nil, fmt.Errorf("%w: %s", ErrAllocNotFound, id)
+	}
+	return found.Alloc(), nil
 }

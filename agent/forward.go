@@ -1,0 +1,78 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+
+	"github.com/meshlet/meshlet/client"
+	"github.com/meshlet/meshlet/structs"
+)
+
+// allocOfClientPath returns the allocation ID (or prefix) of a
+// client-local route: /v1/client/fs/logs/{alloc} and
+// /v1/client/allocation/{alloc}/exec.
+func allocOfClientPath(path string) string {
+	if rest, ok := strings.CutPrefix(path, "/v1/client/fs/logs/"); ok {
+		return strings.Split(rest, "/")[0]
+	}
+	if rest, ok := strings.CutPrefix(path, "/v1/client/allocation/"); ok {
+		if id, tail, ok := strings.Cut(rest, "/"); ok && tail == "exec" {
+			return id
+		}
+	}
+	return ""
+}
+
+// toAllocNode sends a server agent's task log and exec requests for an
+// allocation on another node to that node's agent (Nomad's servers
+// forward them to the client that runs the allocation); the rest, and
+// allocations on this agent's own node, are served by next.
+func (a *Agent) toAllocNode(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := allocOfClientPath(r.URL.Path)
+		if id == "" || a.server == nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		node, err := a.allocNode(r.Context(), id)
+		if err != nil || node == nil {
+			next.ServeHTTP(w, r) // local, or the error next gives for it
+			return
+		}
+		if node.HTTPAddr == "" {
+			http.Error(w, fmt.Sprintf("node %s of allocation %s has no HTTP address to forward to", node.Name, id), http.StatusBadGateway)
+			return
+		}
+		target := &url.URL{Scheme: "http", Host: node.HTTPAddr}
+		proxy := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.Out.Host = target.Host
+		}}
+		proxy.ServeHTTP(w, r)
+	})
+}
+
+// allocNode is the node of allocation id when that is another node than
+// this agent's own (nil when local).
+func (a *Agent) allocNode(ctx context.Context, id string) (*structs.Node, error) {
+	alloc, err := a.server.Alloc(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if a.client != nil && alloc.NodeID == a.client.Node().ID {
+		return nil, nil
+	}
+	return a.server.Node(ctx, alloc.NodeID)
+}
+
+// localAlloc resolves an allocation of a client-only agent's own node.
+func localAlloc(c *client.Client, id string) (*structs.Allocation, error) {
+	if c == nil {
+		return nil, fmt.Errorf("this agent runs no allocations")
+	}
+	return c.Alloc(id)
+}
