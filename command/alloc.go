@@ -47,8 +47,18 @@ func runAllocStatus(e *env, c *command, args []string) int {
 	if err != nil {
 		return e.errorf("failed to query allocation %q: %s", fs.Arg(0), describe(err, *addr))
 	}
-	writeAllocStatus(e.stdout, alloc, time.Now(), sidecarProxyMode(client, alloc.NodeID), followupTime(client, alloc.FollowupEvalID))
+	writeAllocStatus(e.stdout, alloc, time.Now(), sidecarProxyMode(client, alloc.NodeID), followupTime(client, alloc.FollowupEvalID),
+		nodeAddress(client, alloc.NodeID))
 	return exitOK
+}
+
+// nodeAddress is the HTTP address of the node's agent ("" if unknown).
+func nodeAddress(client *nomadapi.Client, nodeID string) string {
+	node, _, err := client.Nodes().Info(nodeID, nil)
+	if err != nil || node == nil {
+		return ""
+	}
+	return node.HTTPAddr
 }
 
 // sidecarProxyMode tells which data plane the node's sidecars run, decided
@@ -85,13 +95,14 @@ func (e *env) rawAlloc(client *nomadapi.Client, addr, id string) int {
 
 // writeAllocStatus renders `alloc status` like Nomad's CLI.
 // eligible is when a pending replacement will be placed (zero: none).
-func writeAllocStatus(w io.Writer, a *nomadapi.Allocation, now time.Time, proxyMode string, eligible time.Time) {
+func writeAllocStatus(w io.Writer, a *nomadapi.Allocation, now time.Time, proxyMode string, eligible time.Time, nodeAddr string) {
 	kv := [][2]string{
 		{"ID", a.ID},
 		{"Eval ID", short(a.EvalID)},
 		{"Name", a.Name},
 		{"Node ID", short(a.NodeID)},
 		{"Node Name", orNone(a.NodeName)},
+		{"Node Address", orNone(nodeAddr)},
 		{"Job ID", a.JobID},
 		{"Job Version", fmt.Sprint(allocJobVersion(a))},
 		{"Client Status", a.ClientStatus},
