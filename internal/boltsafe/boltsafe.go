@@ -43,21 +43,11 @@ func (f Files) Open(path string, timeout time.Duration) (*bolt.DB, error) {
 // afterwards, such as etcd's database). Unlike bbolt's own check it does
 // not rebuild the freelist of a file that does not sync it, which bbolt
 // does in a goroutine whose panic on a bad page no recover can catch.
-func (f Files) Walk(path string, timeout time.Duration) (err error) {
-	if fi, serr := os.Stat(path); serr != nil || fi.Size() == 0 {
+func (f Files) Walk(path string, timeout time.Duration) error {
+	if fi, err := os.Stat(path); err != nil || fi.Size() == 0 {
 		return nil
 	}
-	db, err := f.open(path, &bolt.Options{Timeout: timeout, ReadOnly: true})
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if cerr := db.Close(); cerr != nil && err == nil {
-			err = fmt.Errorf("failed to close %s after checking it: %w", path, cerr)
-		}
-	}()
-	defer f.Recover(path, &err)
-	return db.View(func(tx *bolt.Tx) error {
+	return f.inspect(path, timeout, func(tx *bolt.Tx) error {
 		return tx.ForEach(func(_ []byte, b *bolt.Bucket) error { return walkBucket(b) })
 	})
 }
@@ -83,7 +73,20 @@ func (f Files) Recover(path string, err *error) {
 
 // check walks every page once, so that a damaged file is refused at start,
 // not at the first read of a bad page.
-func (f Files) check(path string, timeout time.Duration) (err error) {
+func (f Files) check(path string, timeout time.Duration) error {
+	return f.inspect(path, timeout, func(tx *bolt.Tx) error {
+		for err := range tx.Check() {
+			if err != nil {
+				return f.Corrupt(path, errors.New(oneLine(err.Error())))
+			}
+		}
+		return nil
+	})
+}
+
+// inspect runs fn in a read transaction of path opened read-only, with
+// bbolt's panics on bad pages turned into Corrupt errors.
+func (f Files) inspect(path string, timeout time.Duration, fn func(tx *bolt.Tx) error) (err error) {
 	db, err := f.open(path, &bolt.Options{Timeout: timeout, ReadOnly: true})
 	if err != nil {
 		return err
@@ -94,14 +97,7 @@ func (f Files) check(path string, timeout time.Duration) (err error) {
 		}
 	}()
 	defer f.Recover(path, &err)
-	return db.View(func(tx *bolt.Tx) error {
-		for err := range tx.Check() {
-			if err != nil {
-				return f.Corrupt(path, errors.New(oneLine(err.Error())))
-			}
-		}
-		return nil
-	})
+	return db.View(fn)
 }
 
 func (f Files) open(path string, opts *bolt.Options) (db *bolt.DB, err error) {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/meshlet/meshlet/internal/boltsafe/boltsafetest"
 )
 
 var (
@@ -126,4 +128,36 @@ func TestRecoverTurnsPanicIntoError(t *testing.T) {
 	if !errors.Is(err, errTestCorrupt) {
 		t.Fatalf("err = %v, want the store's corruption error", err)
 	}
+}
+
+// TestWalkFileWithoutSyncedFreelist: a file written without a synced
+// freelist (as etcd writes its database) with any page damaged is
+// refused by Walk with the store's error; bbolt's own check would rebuild
+// the freelist in a goroutine and crash the process on a bad page.
+func TestWalkFileWithoutSyncedFreelist(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "db")
+	db, err := bolt.Open(path, 0o600, &bolt.Options{NoFreelistSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucketIfNotExists([]byte("key"))
+		if err != nil {
+			return err
+		}
+		for i := 0; i < 2000; i++ {
+			if err := b.Put([]byte(fmt.Sprintf("k-%05d", i)), make([]byte, 100)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil || db.Close() != nil {
+		t.Fatal(err)
+	}
+	if err := files.Walk(path, time.Second); err != nil {
+		t.Fatalf("Walk of a sound file: %v", err)
+	}
+	refused := boltsafetest.EachPageDamaged(t, path, 7, errTestCorrupt, func() error { return files.Walk(path, time.Second) })
+	t.Logf("%d damaged copies refused", refused)
 }
