@@ -39,7 +39,7 @@ test: deps all check-provision ## Run every test tier (privileged tiers run as r
 
 test-race: all ## The race detector over the concurrent packages (unit and privileged tests)
 	MESHLET_BIN=$(CURDIR)/$(BIN)/meshlet MESHLET_CNI_PATH=$(CURDIR)/$(CNI_BIN) \
-		$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(RACE_PKGS)
+		$(GO) test -race -p 1 -count=1 -timeout $(TEST_TIMEOUT) $(RACE_PKGS)
 
 test-unit: ## Unit tests only (no root needed)
 	MESHLET_SKIP_PRIVILEGED=1 $(GO) test -count=1 -short ./...
@@ -49,6 +49,8 @@ check-provision: ## Check the Vagrantfile and provisioning script without a hype
 	@if command -v ruby >/dev/null; then ruby -c Vagrantfile >/dev/null; else echo "check-provision: ruby not installed, skipped"; fi
 	@if command -v vagrant >/dev/null; then vagrant validate >/dev/null; fi
 	@DRY_RUN=1 scripts/provision.sh vm >/dev/null
+	@DRY_RUN=1 scripts/provision.sh server s2 192.168.56.12 192.168.56.11,192.168.56.12 >/dev/null
+	@DRY_RUN=1 scripts/provision.sh client c1 192.168.56.21 192.168.56.11,192.168.56.12 >/dev/null
 	@echo "check-provision: Vagrantfile and scripts/provision.sh OK"
 
 lint: ## gofmt, go vet and staticcheck

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -83,18 +84,28 @@ func TestSilentNodeGoesDownAndItsAllocsAreReplaced(t *testing.T) {
 	if got := nodeStatus(t, s, "node-2"); got != structs.NodeStatusReady {
 		t.Errorf("node-2 (heartbeating) is %q, want ready", got)
 	}
-	for _, old := range before {
-		a, err := s.store.Alloc(old.ID)
-		if err != nil {
-			t.Fatal(err)
+	// The node's jobs are evaluated right after it is marked down.
+	lostAndReplaced := func() string {
+		for _, old := range before {
+			a, err := s.store.Alloc(old.ID)
+			if err != nil {
+				return err.Error()
+			}
+			if a.ClientStatus != structs.AllocClientStatusLost || a.DesiredStatus != structs.AllocDesiredStatusStop {
+				return fmt.Sprintf("alloc %s on the down node: client %q desired %q, want lost/stop", a.ID, a.ClientStatus, a.DesiredStatus)
+			}
 		}
-		if a.ClientStatus != structs.AllocClientStatusLost || a.DesiredStatus != structs.AllocDesiredStatusStop {
-			t.Errorf("alloc %s on the down node: client %q desired %q, want lost/stop", a.ID, a.ClientStatus, a.DesiredStatus)
+		live, _ := s.store.AllocsByNode("node-2")
+		if running := countDesiredRun(live); running != 2 {
+			return fmt.Sprintf("node-2 has %d allocations to run, want the 2 replacements", running)
 		}
+		return ""
 	}
-	live, _ := s.store.AllocsByNode("node-2")
-	if running := countDesiredRun(live); running != 2 {
-		t.Errorf("node-2 has %d allocations to run, want the 2 replacements", running)
+	for why := lostAndReplaced(); why != ""; why = lostAndReplaced() {
+		if time.Now().After(deadline) {
+			t.Fatal(why)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 
 	// node-1 comes back: ready, and its replaced allocations stay stopped.
