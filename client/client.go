@@ -235,10 +235,21 @@ func (c *Client) Start() error {
 			c.logger.Warn("failed to garbage-collect allocation networks", "error", err)
 		}
 	}
-	if err := c.register(); err != nil {
-		return fmt.Errorf("failed to register node: %w", err)
+	if err := c.register(registerWait); err != nil {
+		// The servers are away (starting, electing, unreachable): keep
+		// trying in the background, as Nomad's clients do; the node's
+		// allocations keep running meanwhile.
+		c.logger.Warn("node not registered yet; retrying in the background", "error", err)
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			if c.register(0) == nil {
+				c.logger.Info("node registered", "node_name", c.node.Name, "drivers", len(c.drivers))
+			}
+		}()
+	} else {
+		c.logger.Info("node registered", "node_name", c.node.Name, "drivers", len(c.drivers))
 	}
-	c.logger.Info("node registered", "node_name", c.node.Name, "drivers", len(c.drivers))
 	c.wg.Add(4)
 	go c.heartbeat()
 	go c.watch()

@@ -44,17 +44,19 @@ func (c *Client) heartbeat() {
 }
 
 // registerWait bounds how long Start waits for a server to take the
-// node's registration (a server still electing its leader, a cluster
-// whose servers are starting).
-const registerWait = time.Minute
+// node's registration (a server electing its leader after a restart
+// takes up to its lease TTL, 5 s) before it goes on and keeps trying in
+// the background.
+const registerWait = 15 * time.Second
 
-// register registers the node, retrying with backoff within registerWait.
-func (c *Client) register() error {
-	deadline := time.Now().Add(registerWait)
+// register registers the node, retrying with backoff for up to wait (0:
+// until it succeeds or the client stops).
+func (c *Client) register(wait time.Duration) error {
+	deadline := time.Now().Add(wait)
 	backoff := 100 * time.Millisecond
 	for {
 		err := c.cfg.Server.RegisterNode(c.ctx, c.Node())
-		if err == nil || c.ctx.Err() != nil || time.Now().Add(backoff).After(deadline) {
+		if err == nil || c.ctx.Err() != nil || (wait > 0 && time.Now().Add(backoff).After(deadline)) {
 			return err
 		}
 		c.logger.Debug("node registration failed; retrying", "error", err, "after", backoff)
@@ -63,6 +65,6 @@ func (c *Client) register() error {
 			return c.ctx.Err()
 		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, 2*time.Second)
+		backoff = min(2*backoff, 5*time.Second)
 	}
 }
