@@ -185,7 +185,7 @@ func (a *Agent) Start() (err error) {
 			return err
 		}
 	}
-	a.backend = &Backend{server: a.server, client: a.client, members: a.memberView()}
+	a.backend = &Backend{server: a.server, client: a.client, members: a.memberView(), store: a.store}
 	if err := a.startHTTP(); err != nil {
 		return err
 	}

@@ -23,6 +23,7 @@ type Backend struct {
 	client *client.Client
 	// members answers the cluster calls (nil: a one-server cluster).
 	members *memberView
+	store   state.Store // the server's state store (nil on a client-only agent)
 }
 
 var (

@@ -135,6 +135,7 @@ func (s *Server) routes() *http.ServeMux {
 	s.evalRoutes(mux)
 	s.nodeRoutes(mux)
 	s.agentRoutes(mux)
+	s.operatorRoutes(mux)
 	mux.HandleFunc("GET /v1/client/fs/logs/{alloc}", s.handleLogs)
 	mux.HandleFunc("GET /v1/client/allocation/{alloc}/exec", s.handleExec)
 	return mux

@@ -89,6 +89,7 @@ var groups = []group{
 	{"alloc", "Inspect allocations, read their logs, run commands in them", "$ meshlet alloc status 8c3a\n  $ meshlet alloc logs -f 8c3a web"},
 	{"node", "Inspect client nodes", "$ meshlet node status"},
 	{"server", "Inspect and manage the cluster's servers", "$ meshlet server members"},
+	{"operator", "Save and restore snapshots of the cluster's state", "$ meshlet operator snapshot save backup.snap\n  $ meshlet operator snapshot restore backup.snap"},
 	{"intention", "Manage service-mesh intentions (who may talk to whom)", "$ meshlet intention create -deny web db\n  $ meshlet intention check web db"},
 	{"connect", "Run sidecar proxies: Envoy bootstraps and the built-in proxy", "$ meshlet connect envoy -sidecar-for <service-id> -bootstrap\n  $ meshlet connect proxy -sidecar-for <service-id>"},
 	{"tls", "Create a CA and certificates for mutual TLS between agents", "$ meshlet tls ca create\n  $ meshlet tls cert create -server"},

@@ -126,3 +126,16 @@ func notLeader(err error) error {
 	}
 	return err
 }
+
+// Reload takes up the work pending in the state, as a new leader does,
+// after the state was replaced under the server (a snapshot restore).
+func (s *Server) Reload() error {
+	if err := s.requireLeader(); err != nil {
+		return err
+	}
+	s.stopTimers()
+	s.mu.Lock()
+	s.shutdown = false
+	s.mu.Unlock()
+	return s.leaderDuties()
+}
