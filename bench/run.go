@@ -47,7 +47,6 @@ var areas = []area{
 	{"controlplane", (*Runner).controlPlane},
 	// Faults last: its 60 s outage and 1,000 cycles take the longest.
 	{"faults", (*Runner).faults},
-	{"cluster", (*Runner).cluster},
 }
 
 // Runner runs the areas and collects the report.
