@@ -47,6 +47,7 @@ var areas = []area{
 	{"controlplane", (*Runner).controlPlane},
 	// Faults last: its 60 s outage and 1,000 cycles take the longest.
 	{"faults", (*Runner).faults},
+	{"cluster", (*Runner).cluster},
 }
 
 // Runner runs the areas and collects the report.
