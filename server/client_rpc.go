@@ -77,16 +77,47 @@ func nodeEqual(a, b *structs.Node) bool {
 	return string(xb) == string(yb)
 }
 
-// NodeAllocs blocks until the state index passes minIndex (or ctx ends) and
-// returns every allocation placed on the node with the index it reflects.
-// Clients act on allocations whose AllocModifyIndex they have not seen.
+// NodeAllocs blocks until the server changed one of the node's
+// allocations after minIndex (placed, stopped, updated: AllocModifyIndex),
+// one turned terminal or one was removed (or ctx ends), and returns every
+// allocation placed on the node with the state index it reflects. Changes
+// to other nodes' allocations and running status reports do not wake it: with many nodes, every plan and
+// every status report would otherwise send every node its whole list
+// again. Clients act on allocations whose AllocModifyIndex they have not
+// seen.
 func (s *Server) NodeAllocs(ctx context.Context, nodeID string, minIndex uint64) ([]*structs.Allocation, uint64, error) {
-	idx := s.store.WaitIndex(ctx, minIndex)
-	allocs, err := s.store.AllocsByNode(nodeID)
-	if err != nil {
-		return nil, 0, fmt.Errorf("failed to list allocations of node %s: %w", nodeID, err)
+	for {
+		idx := s.store.WaitIndex(ctx, minIndex)
+		allocs, err := s.store.AllocsByNode(nodeID)
+		if err != nil {
+			return nil, 0, fmt.Errorf("failed to list allocations of node %s: %w", nodeID, err)
+		}
+		if minIndex == 0 || ctx.Err() != nil || s.nodeAllocsChanged(nodeID, allocs, minIndex) {
+			return allocs, idx, nil
+		}
+		minIndex = idx
 	}
-	return allocs, idx, nil
+}
+
+// nodeAllocsChanged reports whether the server changed or removed one of
+// the node's allocations after minIndex, and remembers how many the node
+// has (a removal shows as fewer).
+func (s *Server) nodeAllocsChanged(nodeID string, allocs []*structs.Allocation, minIndex uint64) bool {
+	s.mu.Lock()
+	last, known := s.nodeAllocCount[nodeID]
+	s.nodeAllocCount[nodeID] = len(allocs)
+	s.mu.Unlock()
+	if !known || len(allocs) < last {
+		return true
+	}
+	for _, a := range allocs {
+		// A server-side change, or the allocation turned terminal (the
+		// client collects what the server holds terminal).
+		if a.AllocModifyIndex > minIndex || (a.ModifyIndex > minIndex && a.TerminalStatus()) {
+			return true
+		}
+	}
+	return false
 }
 
 // UpdateAllocs records what a client reports about its allocations
