@@ -122,6 +122,10 @@ type ClientConfig struct {
 	// reserved { reserved_ports = "22,80,8000-8100" } syntax. The agent's
 	// own ports are always reserved too.
 	ReservedPorts string
+	// ReservedCPU (MHz), ReservedMemoryMB and ReservedDiskMB are kept for
+	// the OS and the agent (reserved { cpu memory disk }): the scheduler
+	// places allocations only in what the node has beyond them.
+	ReservedCPU, ReservedMemoryMB, ReservedDiskMB int
 	// GCInterval, GCMaxAllocs and GCAllocTTL bound the terminal
 	// allocations (runner, alloc dir, logs) the client keeps; zero means
 	// the client's defaults (1m, 50, 1h). Nomad's gc_interval and
@@ -192,6 +196,9 @@ func (c *Config) Validate() error {
 	} else {
 		problems = append(problems, c.reservedPortProblems()...)
 	}
+	if c.Client.ReservedCPU < 0 || c.Client.ReservedMemoryMB < 0 || c.Client.ReservedDiskMB < 0 {
+		problems = append(problems, "client.reserved cpu, memory and disk must not be negative")
+	}
 	if c.Client.GCInterval < 0 || c.Client.GCAllocTTL < 0 || c.Client.GCMaxAllocs < 0 {
 		problems = append(problems, "client.gc_interval, gc_alloc_ttl and gc_max_allocs must not be negative")
 	}
@@ -251,6 +258,9 @@ type fileHTTPAPI struct {
 
 type fileReserved struct {
 	ReservedPorts *string `hcl:"reserved_ports"`
+	CPU           *int    `hcl:"cpu"`
+	MemoryMB      *int    `hcl:"memory"`
+	DiskMB        *int    `hcl:"disk"`
 }
 
 type fileConnect struct {

@@ -74,6 +74,9 @@ func (cl *fileClient) apply(filename string, c *ClientConfig) error {
 	c.Meta = cl.Meta
 	if cl.Reserved != nil {
 		set(&c.ReservedPorts, cl.Reserved.ReservedPorts)
+		set(&c.ReservedCPU, cl.Reserved.CPU)
+		set(&c.ReservedMemoryMB, cl.Reserved.MemoryMB)
+		set(&c.ReservedDiskMB, cl.Reserved.DiskMB)
 	}
 	set(&c.GCMaxAllocs, cl.GCMaxAllocs)
 	return setDurations(filename, "client",

@@ -10,6 +10,7 @@ import (
 
 	"github.com/meshlet/meshlet/internal/httpsrv"
 	"github.com/meshlet/meshlet/scheduler"
+	"github.com/meshlet/meshlet/structs"
 )
 
 // ownPorts are the agent's configured listener ports by config key (0:
@@ -70,4 +71,15 @@ func (c *Config) originProblems() []string {
 		}
 	}
 	return problems
+}
+
+// reservedResources is the node's reserved { cpu memory disk reserved_ports }.
+func (a *Agent) reservedResources() *structs.NodeReservedResources {
+	c := a.cfg.Client
+	r := &structs.NodeReservedResources{}
+	r.Cpu.CpuShares = uint64(c.ReservedCPU)
+	r.Memory.MemoryMB = uint64(c.ReservedMemoryMB)
+	r.Disk.DiskMB = uint64(c.ReservedDiskMB)
+	r.Networks.ReservedHostPorts = c.ReservedPorts
+	return r
 }

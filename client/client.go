@@ -85,7 +85,10 @@ type Config struct {
 	// Attributes are extra node attributes (e.g. meshlet.sidecar).
 	Attributes map[string]string
 	HTTPAddr   string
-	Logger     hclog.Logger
+	// Reserved is what the node keeps for itself (reserved { cpu memory
+	// disk }); nil reserves nothing.
+	Reserved *structs.NodeReservedResources
+	Logger   hclog.Logger
 	// GCMaxAllocs, GCAllocTTL and GCInterval bound how many terminal
 	// allocations (runner, alloc dir, logs) the client keeps, and for how
 	// long (see gc.go); zero means the default.

@@ -47,7 +47,8 @@ func (c *Client) fingerprint(ctx context.Context, nodeID string) *structs.Node {
 	}
 	node := &structs.Node{ID: nodeID, Name: name, Datacenter: dc, Status: structs.NodeStatusReady,
 		Attributes: attrs, Meta: c.cfg.NodeMeta, Drivers: map[string]*structs.DriverInfo{}, HTTPAddr: c.cfg.HTTPAddr,
-		SecretID: c.secretID, NodeResources: nodeResources(c.cfg.DataDir), SchedulingEligibility: structs.NodeSchedulingEligible}
+		SecretID: c.secretID, NodeResources: nodeResources(c.cfg.DataDir), SchedulingEligibility: structs.NodeSchedulingEligible,
+		ReservedResources: c.cfg.Reserved}
 	for dname, d := range c.drivers {
 		fctx, cancel := context.WithTimeout(ctx, fingerprintTimeout)
 		fp, err := d.Fingerprint(fctx)
