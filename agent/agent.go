@@ -318,6 +318,10 @@ func (a *Agent) startHTTP() error {
 	}
 	if a.server != nil {
 		handler = a.toAllocNode(handler)
+		var err error
+		if handler, err = a.toLeader(handler); err != nil {
+			return err
+		}
 	}
 	a.httpSrv = httpsrv.New(httpsrv.Protect(handler, a.httpPolicy()))
 	a.httpDone = make(chan struct{})

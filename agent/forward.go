@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/meshlet/meshlet/client"
+	"github.com/meshlet/meshlet/rpc"
 	"github.com/meshlet/meshlet/structs"
 )
 
@@ -75,4 +76,49 @@ func localAlloc(c *client.Client, id string) (*structs.Allocation, error) {
 		return nil, fmt.Errorf("this agent runs no allocations")
 	}
 	return c.Alloc(id)
+}
+
+// toLeader sends a follower's API writes (job run, stop, drain...) to the
+// leader's RPC port, which serves the API to servers, as Nomad's servers
+// forward writes; reads are answered here (etcd reads are consistent).
+// A request already forwarded once is never forwarded again.
+func (a *Agent) toLeader(next http.Handler) (http.Handler, error) {
+	_, dialTLS, err := a.rpcTLS()
+	if err != nil {
+		return nil, err
+	}
+	scheme := "http"
+	tr := &http.Transport{TLSClientConfig: dialTLS}
+	if dialTLS != nil {
+		scheme, tr.ForceAttemptHTTP2 = "https", true
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !forwardable(r) || a.server.IsLeader() || a.lead == nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		addr, err := a.lead.Leader(r.Context())
+		if err != nil || addr == "" || addr == a.RPCAddr() {
+			next.ServeHTTP(w, r) // no leader known: the write fails clearly here
+			return
+		}
+		target := &url.URL{Scheme: scheme, Host: addr}
+		proxy := &httputil.ReverseProxy{Transport: tr, Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.Out.Host = target.Host
+			pr.Out.Header.Set(rpc.HeaderForwarded, "1")
+		}}
+		proxy.ServeHTTP(w, r)
+	}), nil
+}
+
+// forwardable: a write to the cluster's state, not yet forwarded, not one
+// this agent answers itself (its own allocations, agent operations).
+func forwardable(r *http.Request) bool {
+	if r.Method == http.MethodGet || r.Method == http.MethodHead || r.Header.Get(rpc.HeaderForwarded) != "" {
+		return false
+	}
+	p := r.URL.Path
+	return strings.HasPrefix(p, "/v1/") && !strings.HasPrefix(p, "/v1/client/") && !strings.HasPrefix(p, "/v1/agent/") &&
+		!strings.HasPrefix(p, "/v1/operator/")
 }

@@ -45,7 +45,7 @@ func (c *Client) heartbeat() {
 
 // registerWait bounds how long Start waits for a server to take the
 // node's registration (a server electing its leader after a restart
-// takes up to its lease TTL, 5 s) before it goes on and keeps trying in
+// takes up to its lease TTL, 3 s) before it goes on and keeps trying in
 // the background.
 const registerWait = 15 * time.Second
 

@@ -12,7 +12,7 @@ import (
 
 // DefaultLeaderTTL is how long a leader that stopped renewing its session
 // (crashed, cut off) stays leader: etcd's lease TTL, in seconds.
-const DefaultLeaderTTL = 5
+const DefaultLeaderTTL = 3
 
 // EtcdLeadership elects the leader with etcd's concurrency.Election under
 // Prefix+"leader": the candidate whose key was created first leads while

@@ -144,10 +144,20 @@ func leftovers(t *testing.T, a *framework.Agent, stateDir string, ids []string) 
 func countFiles(t *testing.T, dir string) int {
 	t.Helper()
 	n := 0
+	bounded := map[string]int{}
 	err := filepath.Walk(dir, func(path string, info os.FileInfo, err error) error {
-		if err == nil && !info.IsDir() {
-			n++
+		if err != nil || info.IsDir() {
+			return nil
 		}
+		// The embedded etcd member's log segments and snapshots come and
+		// go as it writes; etcd keeps at most etcdKeptFiles of each.
+		if d := filepath.Dir(path); strings.HasSuffix(d, filepath.Join("member", "wal")) || strings.HasSuffix(d, filepath.Join("member", "snap")) {
+			if bounded[d]++; bounded[d] > etcdKeptFiles {
+				t.Errorf("%s holds more than %d files: etcd's retention is not applied", d, etcdKeptFiles)
+			}
+			return nil
+		}
+		n++
 		return nil
 	})
 	if err != nil {
@@ -155,6 +165,11 @@ func countFiles(t *testing.T, dir string) int {
 	}
 	return n
 }
+
+// etcdKeptFiles bounds the files of each of the member's wal/ and snap/
+// dirs: etcd's 5 kept (MaxWalFiles, MaxSnapFiles), the database and a
+// preallocated next segment.
+const etcdKeptFiles = 7
 
 // leases finds host-local lease files (named by IP address) under dir.
 func leases(t *testing.T, dir string) []string {
