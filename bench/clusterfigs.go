@@ -138,11 +138,16 @@ func clusterFindings(many, base *clusterPhase) []string {
 		}
 	}
 	if many.placeErr == nil && base.placeErr == nil && many.placeFetches > 0 {
-		out = append(out, fmt.Sprintf("Placing %d allocations on %d nodes woke the nodes %d times against %d times on one node: "+
-			"NodeAllocs blocks on the server's global state index and answers each node's full allocation list, so every "+
-			"write (a plan, one node's status update) wakes every node to fetch everything it has again; Nomad's clients "+
-			"block on the allocation table and fetch only the allocations whose modify index moved.",
-			clusterAllocs, clusterNodes, many.placeFetches, base.placeFetches))
+		per := float64(many.placeFetches) / float64(clusterNodes)
+		msg := fmt.Sprintf("Placing %d allocations on %d nodes woke the nodes %d times (%.1f per node) against %d times on one node. ",
+			clusterAllocs, clusterNodes, many.placeFetches, per, base.placeFetches)
+		if per > 2 {
+			msg += "Nodes are woken by changes that are not theirs: NodeAllocs should wake a node only for its own allocations."
+		} else {
+			msg += "Each node is woken about once, for its own allocations (NodeAllocs ignores other nodes' changes and running " +
+				"status reports); the placement time is then the server's own work per plan."
+		}
+		out = append(out, msg)
 	}
 	return out
 }
