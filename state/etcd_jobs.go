@@ -74,24 +74,34 @@ func (s *EtcdStore) UpdateJobStatus(id, status string) (uint64, error) {
 
 // Job implements Store.
 func (s *EtcdStore) Job(id string) (*structs.Job, error) {
-	var out *structs.Job
+	return readOne[structs.Job](s, s.jobKey(id))
+}
+
+// Jobs implements Store.
+func (s *EtcdStore) Jobs() ([]*structs.Job, error) {
+	return readAll(s, s.key("jobs", ""), func(j *structs.Job) string { return j.ID })
+}
+
+// readOne reads the record at key in one read.
+func readOne[T any](s *EtcdStore, key string) (*T, error) {
+	var out *T
 	err := s.read(func(tx *etcdTx) error {
 		var err error
-		out, err = etcdGet[structs.Job](tx, s.jobKey(id))
+		out, err = etcdGet[T](tx, key)
 		return err
 	})
 	return out, err
 }
 
-// Jobs implements Store.
-func (s *EtcdStore) Jobs() ([]*structs.Job, error) {
-	var out []*structs.Job
+// readAll reads every record under prefix in one read, sorted by id.
+func readAll[T any](s *EtcdStore, prefix string, id func(*T) string) ([]*T, error) {
+	var out []*T
 	err := s.read(func(tx *etcdTx) error {
 		var err error
-		out, err = etcdList[structs.Job](tx, s.key("jobs", ""))
+		out, err = etcdList[T](tx, prefix)
 		return err
 	})
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	sort.Slice(out, func(i, j int) bool { return id(out[i]) < id(out[j]) })
 	return out, err
 }
 
@@ -169,25 +179,12 @@ func (s *EtcdStore) UpsertNode(node *structs.Node) (uint64, error) {
 
 // Node implements Store.
 func (s *EtcdStore) Node(id string) (*structs.Node, error) {
-	var out *structs.Node
-	err := s.read(func(tx *etcdTx) error {
-		var err error
-		out, err = etcdGet[structs.Node](tx, s.key("nodes", esc(id)))
-		return err
-	})
-	return out, err
+	return readOne[structs.Node](s, s.key("nodes", esc(id)))
 }
 
 // Nodes implements Store.
 func (s *EtcdStore) Nodes() ([]*structs.Node, error) {
-	var out []*structs.Node
-	err := s.read(func(tx *etcdTx) error {
-		var err error
-		out, err = etcdList[structs.Node](tx, s.key("nodes", ""))
-		return err
-	})
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	return out, err
+	return readAll(s, s.key("nodes", ""), func(n *structs.Node) string { return n.ID })
 }
 
 // UpsertEval implements Store.
@@ -234,13 +231,7 @@ func (s *EtcdStore) deleteEval(tx *etcdTx, id string) error {
 
 // Eval implements Store.
 func (s *EtcdStore) Eval(id string) (*Evaluation, error) {
-	var out *Evaluation
-	err := s.read(func(tx *etcdTx) error {
-		var err error
-		out, err = etcdGet[Evaluation](tx, s.evalKey(id))
-		return err
-	})
-	return out, err
+	return readOne[Evaluation](s, s.evalKey(id))
 }
 
 // EvalsByJob implements Store. It reads only the job's evaluations.
@@ -263,14 +254,7 @@ func (s *EtcdStore) EvalsByJob(jobID string) ([]*Evaluation, error) {
 
 // Evals implements Store.
 func (s *EtcdStore) Evals() ([]*Evaluation, error) {
-	var out []*Evaluation
-	err := s.read(func(tx *etcdTx) error {
-		var err error
-		out, err = etcdList[Evaluation](tx, s.key("evals", ""))
-		return err
-	})
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	return out, err
+	return readAll(s, s.key("evals", ""), func(e *Evaluation) string { return e.ID })
 }
 
 // getByID decodes the values an index names; an index entry without its
