@@ -25,6 +25,7 @@ shows the node, its drivers (detected, healthy) and its allocations.`,
 func runNodeStatus(e *env, c *command, args []string) int {
 	fs := newFlags(c)
 	addr := addressFlag(fs)
+	verbose := fs.Bool("verbose", false, "full IDs and addresses; with NODE also its resources and attributes")
 	if code, ok := e.parse(c, fs, args); !ok {
 		return code
 	}
@@ -41,7 +42,14 @@ func runNodeStatus(e *env, c *command, args []string) int {
 			return e.errorf("failed to list nodes: %s", describe(err, *addr))
 		}
 		rows := []string{row("ID", "DC", "Name", "Drain", "Eligibility", "Status")}
+		if *verbose {
+			rows = []string{row("ID", "DC", "Name", "Address", "Version", "Drain", "Eligibility", "Status")}
+		}
 		for _, n := range nodes {
+			if *verbose {
+				rows = append(rows, row(n.ID, n.Datacenter, n.Name, orNone(n.Address), n.Version, n.Drain, n.SchedulingEligibility, n.Status))
+				continue
+			}
 			rows = append(rows, row(short(n.ID), n.Datacenter, n.Name, n.Drain, n.SchedulingEligibility, n.Status))
 		}
 		writeTable(e.stdout, rows)
@@ -56,7 +64,29 @@ func runNodeStatus(e *env, c *command, args []string) int {
 		return e.errorf("failed to list allocations of node %q: %s", short(node.ID), describe(err, *addr))
 	}
 	writeNodeStatus(e, node, allocs)
+	if *verbose {
+		writeNodeVerbose(e, node)
+	}
 	return exitOK
+}
+
+// writeNodeVerbose adds the node's capacity, reservation and attributes.
+func writeNodeVerbose(e *env, node *nomadapi.Node) {
+	fmt.Fprintf(e.stdout, "\nResources\n")
+	rows := []string{row("", "CPU (MHz)", "Memory (MB)", "Disk (MB)")}
+	if r := node.NodeResources; r != nil {
+		rows = append(rows, row("Total", r.Cpu.CpuShares, r.Memory.MemoryMB, r.Disk.DiskMB))
+	}
+	if r := node.ReservedResources; r != nil {
+		rows = append(rows, row("Reserved", r.Cpu.CpuShares, r.Memory.MemoryMB, r.Disk.DiskMB))
+	}
+	writeTable(e.stdout, rows)
+	fmt.Fprintf(e.stdout, "\nAttributes\n")
+	var kv [][2]string
+	for _, k := range slices.Sorted(maps.Keys(node.Attributes)) {
+		kv = append(kv, [2]string{k, node.Attributes[k]})
+	}
+	writeKV(e.stdout, kv)
 }
 
 func writeNodeStatus(e *env, node *nomadapi.Node, allocs []*nomadapi.Allocation) {

@@ -13,7 +13,10 @@ import (
 func TestNodeStatus(t *testing.T) {
 	fb := newAgent(t)
 	fb.AddNode(&structs.Node{ID: "a0b1c2d3-0000-4000-8000-000000000002", Name: "dev-2", Datacenter: "dc1", Status: "down",
-		Drivers: map[string]*structs.DriverInfo{"docker": {Detected: false, HealthDescription: "docker not found"}}})
+		Drivers:           map[string]*structs.DriverInfo{"docker": {Detected: false, HealthDescription: "docker not found"}},
+		Attributes:        map[string]string{"kernel.name": "linux"},
+		NodeResources:     &structs.NodeResources{Cpu: structs.NodeCpuResources{CpuShares: 5000}, Memory: structs.NodeMemoryResources{MemoryMB: 2048}},
+		ReservedResources: &structs.NodeReservedResources{Cpu: structs.NodeReservedCpuResources{CpuShares: 500}}})
 	if r := runCLI(t, "", "job", "run", "-detach", writeFile(t, "web.hcl", webJobHCL)); r.code != 0 {
 		t.Fatalf("run: %s", r.stderr)
 	}
@@ -27,6 +30,10 @@ func TestNodeStatus(t *testing.T) {
 		{[]string{"node", "status", "f3a1"}, 0, []string{`(?m)^ID\s+= ` + apitest.NodeID + `$`, `(?m)^Drivers\s+= raw_exec$`,
 			`(?m)^raw_exec\s+true\s+true\s+Healthy$`, `(?m)^[0-9a-f]{8}\s+web\s+web\s+run\s+running\s+\d+s ago$`}},
 		{[]string{"node", "status", "a0b1"}, 0, []string{`(?m)^Drivers\s+= <none>$`, `(?m)^docker\s+false\s+false\s+docker not found$`, `No allocations placed`}},
+		{[]string{"node", "status", "-verbose"}, 0, []string{`(?m)^ID\s+DC\s+Name\s+Address\s+Version\s+Drain\s+Eligibility\s+Status$`,
+			`(?m)^a0b1c2d3-0000-4000-8000-000000000002\s+dc1\s+dev-2\s`}},
+		{[]string{"node", "status", "-verbose", "a0b1"}, 0, []string{`(?m)^Total\s+5000\s+2048\s+0$`, `(?m)^Reserved\s+500\s+0\s+0$`,
+			`(?m)^kernel\.name\s+= linux$`}},
 	}
 	for _, tc := range tests {
 		r := runCLI(t, "", tc.args...)
