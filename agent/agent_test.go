@@ -47,6 +47,12 @@ func testLogger() hclog.Logger {
 
 func startAgent(t *testing.T, dataDir string) *Agent {
 	t.Helper()
+	return startAgentWith(t, dataDir, nil)
+}
+
+// startAgentWith is startAgent with tune applied to the configuration first.
+func startAgentWith(t *testing.T, dataDir string, tune func(*Config)) *Agent {
+	t.Helper()
 	cfg := DevConfig()
 	cfg.DataDir = dataDir
 	cfg.Ports = Ports{}
@@ -55,6 +61,9 @@ func startAgent(t *testing.T, dataDir string) *Agent {
 	// anything else on the host.
 	cfg.Client.BridgeNetworkName = "mt" + uuid.NewString()[:8]
 	cleanupBridge(t, cfg.Client.BridgeNetworkName)
+	if tune != nil {
+		tune(cfg)
+	}
 	a, err := New(cfg, testLogger())
 	if err != nil {
 		t.Fatal(err)

@@ -195,7 +195,7 @@ func (a *Agent) forwardToServers(local http.Handler) (http.Handler, error) {
 		return nil, err
 	}
 	scheme := "http"
-	tr := &http.Transport{TLSClientConfig: dialTLS, ResponseHeaderTimeout: 0}
+	tr := &http.Transport{TLSClientConfig: dialTLS}
 	if dialTLS != nil {
 		scheme = "https"
 		tr.ForceAttemptHTTP2 = true

@@ -71,16 +71,7 @@ func TestLostConnectDirRefused(t *testing.T) {
 // connect { max_api_leaves } reaches the CA: leaves minted for API callers
 // only are capped at it.
 func TestAPILeafCapFromConfig(t *testing.T) {
-	cfg := DevConfig()
-	cfg.DataDir, cfg.Ports, cfg.NodeName = t.TempDir(), Ports{}, "test-node"
-	cfg.Connect.MaxAPILeaves = 2
-	a, err := New(cfg, testLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Start(); err != nil {
-		t.Fatal(err)
-	}
+	a := startAgentWith(t, t.TempDir(), func(cfg *Config) { cfg.Connect.MaxAPILeaves = 2 })
 	t.Cleanup(func() { _ = a.Shutdown() })
 	ca := a.ControlPlane().CA
 	for _, svc := range []string{"a", "b", "c", "d"} {

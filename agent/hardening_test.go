@@ -139,18 +139,7 @@ func TestAPIBoundsRequests(t *testing.T) {
 // or the configured reserved_ports, in host or bridge mode: the placement
 // fails with Nomad's "reserved port collision" and nothing is placed.
 func TestAgentPortsReserved(t *testing.T) {
-	cfg := DevConfig()
-	cfg.DataDir = t.TempDir()
-	cfg.Ports = Ports{}
-	cfg.NodeName = "test-node"
-	cfg.Client.ReservedPorts = "10022,10100-10110"
-	a, err := New(cfg, testLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Start(); err != nil {
-		t.Fatal(err)
-	}
+	a := startAgentWith(t, t.TempDir(), func(cfg *Config) { cfg.Client.ReservedPorts = "10022,10100-10110" })
 	t.Cleanup(func() { _ = a.Shutdown() })
 	port := func(addr string) string { _, p, _ := net.SplitHostPort(addr); return p }
 	cp := a.ControlPlane()

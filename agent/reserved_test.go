@@ -3,8 +3,6 @@ package agent
 import (
 	"context"
 	"testing"
-
-	"github.com/google/uuid"
 )
 
 // TestReservedResourcesBoundPlacement: client { reserved { cpu memory } }
@@ -12,21 +10,10 @@ import (
 // what is left: a job asking for more cpu than the node has beyond its
 // reservation fails with cpu exhausted.
 func TestReservedResourcesBoundPlacement(t *testing.T) {
-	cfg := DevConfig()
-	cfg.DataDir = t.TempDir()
-	cfg.Ports = Ports{}
-	cfg.NodeName = "reserved-node"
-	cfg.Client.BridgeNetworkName = "mt" + uuid.NewString()[:8]
-	cleanupBridge(t, cfg.Client.BridgeNetworkName)
-	cfg.Client.ReservedMemoryMB = 64
-	cfg.Client.ReservedCPU = 1 << 20 // more than the node has: nothing left for jobs
-	a, err := New(cfg, testLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Start(); err != nil {
-		t.Fatal(err)
-	}
+	a := startAgentWith(t, t.TempDir(), func(cfg *Config) {
+		cfg.Client.ReservedMemoryMB = 64
+		cfg.Client.ReservedCPU = 1 << 20 // more than the node has: nothing left for jobs
+	})
 	t.Cleanup(func() { _ = a.Shutdown() })
 	node := a.Client().Node()
 	if node.ReservedResources == nil || node.ReservedResources.Cpu.CpuShares != 1<<20 ||
