@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -75,8 +76,12 @@ type Agent struct {
 	httpDone chan struct{}
 
 	controlPlane *controlplane.ControlPlane
-	envoyBinary  string
-	metrics      *prometheus.Registry
+	mesh         *mesh
+	// localNode is the client role's node ID (a string; unset before it
+	// is known): the xDS server serves only this node's proxies.
+	localNode   atomic.Value
+	envoyBinary string
+	metrics     *prometheus.Registry
 
 	mu         sync.Mutex
 	started    bool
@@ -243,7 +248,7 @@ func (a *Agent) startServer() error {
 		Logger:      a.logger.Named("server"),
 		MaxJobCount: a.cfg.Server.JobMaxCount, MaxJobSize: a.cfg.Server.JobMaxSize,
 		EvalGCThreshold: a.cfg.Server.EvalGCThreshold, AllocGCThreshold: a.cfg.Server.AllocGCThreshold,
-		GCInterval: a.cfg.Server.GCInterval, Leadership: lead,
+		GCInterval: a.cfg.Server.GCInterval, Leadership: lead, NodeDown: a.nodeDown,
 		MinHeartbeatTTL: a.cfg.Cluster.MinHeartbeatTTL, HeartbeatGrace: a.cfg.Cluster.HeartbeatGrace})
 	if err != nil {
 		return err
@@ -285,7 +290,20 @@ func (a *Agent) startClient() error {
 		return err
 	}
 	a.client = cl
-	return cl.Start()
+	a.localNode.Store(cl.Node().ID)
+	a.startMeshFeed(cl.Node().ID)
+	if a.mesh.store != nil {
+		a.waitMeshReady() // from etcd: at once
+	}
+	reg := a.newRegistrar(cl.Node().ID)
+	if err := cl.Start(); err != nil {
+		return err
+	}
+	if a.mesh.store == nil {
+		a.waitMeshReady() // through a server, once the node is registered
+	}
+	reg.Start()
+	return nil
 }
 
 // listenHTTP opens the HTTP API's listener before the client role starts,
@@ -378,6 +396,7 @@ func (a *Agent) stop() error {
 	} else if a.rpcLn != nil {
 		_ = a.rpcLn.Close()
 	}
+	a.stopMesh()
 	if a.controlPlane != nil {
 		if err := a.controlPlane.Stop(); err != nil {
 			errs = append(errs, err)

@@ -94,7 +94,8 @@ func (a *Agent) serveRPC() error {
 		return err
 	}
 	cfg := rpc.ServerConfig{Backend: a.server.RPCBackend(), TLS: srvTLS, DialTLS: dialTLS,
-		Logger: a.logger, API: a.apiSrv.Handler()}
+		Logger: a.logger, API: a.apiSrv.Handler(),
+		Connect: connectBackend{Store: a.mesh.store, ca: a.controlPlane.CA}}
 	if a.etcdMember != nil {
 		// One join at a time: etcd takes one learner at a time, and a
 		// second join waits for the first member's promotion.
@@ -124,6 +125,9 @@ func (a *Agent) serveRPC() error {
 func (a *Agent) serverConn() (client.ServerConn, error) {
 	if a.server != nil {
 		return a.server, nil
+	}
+	if a.rpcClient != nil {
+		return a.rpcClient, nil
 	}
 	_, dialTLS, err := a.rpcTLS()
 	if err != nil {

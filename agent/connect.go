@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"path/filepath"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,22 +26,36 @@ import (
 func (a *Agent) startControlPlane() error {
 	a.metrics = prometheus.NewRegistry()
 	a.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if a.mesh == nil { // a client-only agent: the servers hold the state
+		a.mesh = &mesh{}
+		if _, err := a.serverConn(); err != nil {
+			return err
+		}
+	}
+	caMgr, err := a.newMeshCA()
+	if err != nil {
+		return err
+	}
 	cp, err := controlplane.New(controlplane.Config{
-		DataDir:      filepath.Join(a.cfg.DataDir, "connect"),
+		CA:           caMgr,
+		Intentions:   a.newMeshIntentions(),
+		NodeAddress:  a.nodeAddress(),
+		LocalProxy:   a.localProxy,
 		Datacenter:   a.cfg.Datacenter,
 		NodeName:     a.cfg.NodeName,
 		DefaultAllow: a.cfg.Connect.DefaultIntentionPolicy != "deny",
 		LeafTTL:      a.cfg.Connect.LeafTTL,
 		MaxAPILeaves: a.cfg.Connect.MaxAPILeaves,
 		LeafIdleTTL:  a.cfg.Connect.LeafIdleTTL,
-		GRPCAddr:     net.JoinHostPort(a.cfg.BindAddr, strconv.Itoa(a.cfg.Ports.GRPC)),
-		HTTPAddr:     net.JoinHostPort(a.cfg.BindAddr, strconv.Itoa(a.cfg.Ports.ConnectHTTP)),
+		GRPCAddr:     net.JoinHostPort(a.controlPlaneHost(), strconv.Itoa(a.cfg.Ports.GRPC)),
+		HTTPAddr:     net.JoinHostPort(a.controlPlaneHost(), strconv.Itoa(a.cfg.Ports.ConnectHTTP)),
 		HTTPPolicy:   a.httpPolicy(),
 		StopGrace:    shutdownTimeout,
 		Logger:       a.logger,
 		Registerer:   a.metrics,
 	}, a.catalog)
 	if err != nil {
+		_ = caMgr.Close()
 		return fmt.Errorf("failed to build control plane: %w", err)
 	}
 	if err := cp.Start(); err != nil {
@@ -51,6 +64,9 @@ func (a *Agent) startControlPlane() error {
 	}
 	a.controlPlane = cp
 	a.envoyBinary = a.findEnvoy()
+	if !a.cfg.Cluster.Client {
+		a.startMeshFeed("")
+	}
 	return nil
 }
 
@@ -85,7 +101,8 @@ func (a *Agent) connectAttributes() map[string]string {
 func (a *Agent) connectHooks() client.HookFactory {
 	return func(alloc *structs.Allocation) []allocrunner.AllocHook {
 		return connecthook.Factory(connecthook.Deps{
-			Sockets: a.controlPlane, Catalog: a.catalog, NodeID: a.client.Node().ID,
+			Sockets: a.controlPlane, Catalog: a.mesh.registrar, NodeID: a.client.Node().ID, NodeAddress: a.nodeAddress(),
+			NodeName:   a.client.Node().Name,
 			Datacenter: a.cfg.Datacenter, SidecarMode: a.cfg.Sidecar, EnvoyBinary: a.envoyBinary,
 			ValidateProxy: func(inst catalog.ServiceInstance) error {
 				return xds.ValidateProxy(inst, a.cfg.Datacenter, a.controlPlane.CA.TrustDomain())

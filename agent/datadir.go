@@ -3,7 +3,6 @@ package agent
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -37,14 +36,19 @@ func checkConnectState(dataDir string, startedBefore bool) error {
 		return nil
 	}
 	connectDir := filepath.Join(dataDir, "connect")
+	if !dirExists(connectDir) {
+		// Agents since the cluster keep the mesh state in etcd (guarded by
+		// the server marker); only a pre-etcd layout has connect/.
+		return nil
+	}
 	for _, d := range []string{filepath.Join(connectDir, "ca"), filepath.Join(connectDir, "intentions")} {
-		_, err := os.Stat(d)
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
+		lost, err := connectStateLost(d)
+		if err != nil {
+			return err
+		}
+		if lost {
 			return fmt.Errorf("%w: %s is missing but an agent ran on this data dir before; restore it from a backup (a new trust domain would cut every running sidecar off, no intentions would fail open), or create it empty to start over deliberately",
 				ErrConnectStateLost, d)
-		case err != nil:
-			return fmt.Errorf("failed to check %s: %w", d, err)
 		}
 	}
 	return nil

@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/meshlet/meshlet/ca"
+	"github.com/meshlet/meshlet/intention"
 )
 
 // A dev agent's temporary data dir must be traversable by tasks that run
@@ -29,25 +32,78 @@ func TestDevDataDirTraversable(t *testing.T) {
 	}
 }
 
-// Losing connect/ as a whole (not one file in it) after an agent ran on
-// the data dir is refused: a fresh CA would be a new trust domain. A data
-// dir no agent ever got through is not taken for a lost one.
-func TestLostConnectDirRefused(t *testing.T) {
+// A data dir of an agent from before the cluster keeps its CA and
+// intentions in connect/: the first start imports them into etcd (same
+// trust domain, same intentions) and renames the directories; later starts
+// read etcd. Losing connect/ca of such a data dir before the import is
+// refused: a fresh CA would be a new trust domain.
+func TestConnectStateImportedIntoEtcd(t *testing.T) {
 	dir := t.TempDir()
-	if err := checkConnectState(dir, startedBefore(dir)); err != nil {
-		t.Fatalf("fresh data dir: %v", err)
+	caDir, ixDir := filepath.Join(dir, "connect", "ca"), filepath.Join(dir, "connect", "intentions")
+	old, err := ca.New(ca.Config{Dir: caDir}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
 	}
+	td := old.TrustDomain()
+	_ = old.Close()
+	ix, err := intention.New(ixDir, true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ix.Upsert(intention.Intention{SourceName: "web", DestinationName: "db", Action: intention.ActionDeny}, false); err != nil {
+		t.Fatal(err)
+	}
+
+	for start := 1; start <= 2; start++ {
+		a := startAgent(t, dir)
+		cp := a.ControlPlane()
+		if got := cp.CA.TrustDomain(); got != td {
+			t.Errorf("start %d: trust domain %s, want the imported %s", start, got, td)
+		}
+		if ok, m := cp.Intentions.Check("web", "db"); ok || m == nil {
+			t.Errorf("start %d: web => db allowed (matched %v), want the imported deny", start, m)
+		}
+		if err := a.Shutdown(); err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range []string{caDir, ixDir} {
+			if _, err := os.Stat(d + migratedSuffix); err != nil {
+				t.Errorf("start %d: %s not kept as %s: %v", start, d, d+migratedSuffix, err)
+			}
+		}
+	}
+
+	// A pre-etcd data dir that lost connect/ca is refused before the import.
+	legacy := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(legacy, "connect", "intentions"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	err = checkConnectState(legacy, true)
+	if !errors.Is(err, ErrConnectStateLost) || !strings.Contains(err.Error(), filepath.Join(legacy, "connect", "ca")) {
+		t.Fatalf("err = %v, want ErrConnectStateLost naming connect/ca", err)
+	}
+	if err := checkConnectState(legacy, false); err != nil {
+		t.Fatalf("a data dir no agent started on: %v", err)
+	}
+}
+
+// A server whose data dir holds a CA of another trust domain than the
+// cluster's is refused, naming the directory: importing it would split
+// the mesh.
+func TestImportRefusesForeignCA(t *testing.T) {
+	dir := t.TempDir()
 	a := startAgent(t, dir)
+	td := a.ControlPlane().CA.TrustDomain()
 	if err := a.Shutdown(); err != nil {
 		t.Fatal(err)
 	}
-	if !startedBefore(dir) {
-		t.Fatal("a completed start left no client marker")
+	caDir := filepath.Join(dir, "connect", "ca")
+	other, err := ca.New(ca.Config{Dir: caDir}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if err := checkConnectState(dir, true); err != nil {
-		t.Fatalf("intact data dir refused: %v", err)
-	}
-	if err := os.RemoveAll(filepath.Join(dir, "connect")); err != nil {
+	_ = other.Close()
+	if _, err := intention.New(filepath.Join(dir, "connect", "intentions"), true, nil); err != nil {
 		t.Fatal(err)
 	}
 	cfg := a.Config()
@@ -58,13 +114,10 @@ func TestLostConnectDirRefused(t *testing.T) {
 	err = b.Start()
 	if err == nil {
 		_ = b.Shutdown()
-		t.Fatal("agent started with connect/ gone")
+		t.Fatal("started with a foreign CA in connect/ca")
 	}
-	if !errors.Is(err, ErrConnectStateLost) || !strings.Contains(err.Error(), filepath.Join(dir, "connect", "ca")) {
-		t.Fatalf("err = %v, want ErrConnectStateLost naming connect/ca", err)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "connect")); err == nil {
-		t.Error("the refused start created connect/ again")
+	if !errors.Is(err, ErrConnectStateConflict) || !strings.Contains(err.Error(), caDir) || !strings.Contains(err.Error(), strings.TrimSuffix(td, ".meshlet")) {
+		t.Fatalf("err = %v, want ErrConnectStateConflict naming %s and the cluster's CA", err, caDir)
 	}
 }
 

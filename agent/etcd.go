@@ -60,6 +60,9 @@ func (a *Agent) openServerState() (state.Store, *server.EtcdLeadership, error) {
 		return nil, nil, err
 	}
 	id, err := serverID(a.cfg.DataDir)
+	if err == nil {
+		err = a.openMeshStore(ctx, cli, prefix+"connect/")
+	}
 	if err != nil {
 		_ = st.Close()
 		return nil, nil, err

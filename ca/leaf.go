@@ -5,12 +5,8 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
 	"fmt"
-	"net/url"
-	"strings"
 	"time"
 )
 
@@ -166,75 +162,28 @@ func (m *Manager) afterStore(service string) {
 	m.maybePrune()
 }
 
-// sign waits for the rate limiter and signs a leaf with the active root.
+// sign waits for the rate limiter and signs a leaf with the active root
+// (remote mode: has the cluster's CA sign a CSR).
 func (m *Manager) sign(ctx context.Context, service string) (*signed, error) {
 	if err := m.limiter.Wait(ctx); err != nil {
 		return nil, fmt.Errorf("failed to issue leaf for %s: %w", service, err)
 	}
-	m.mu.RLock()
-	root := m.activeLocked()
-	rootCert, rootKey, rootID, cross := root.cert, root.key, root.ID, root.crossCert
-	m.mu.RUnlock()
-
-	now := m.now()
+	if m.remote() {
+		return m.signRemote(ctx, service)
+	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, fmt.Errorf("failed to generate leaf key: %w", err)
 	}
-	serial, err := randomSerial()
+	is, err := m.issue(service, &key.PublicKey)
 	if err != nil {
 		return nil, err
-	}
-	uri, err := url.Parse(m.SpiffeID(service))
-	if err != nil {
-		return nil, fmt.Errorf("failed to build SPIFFE ID: %w", err)
-	}
-	notAfter := now.Add(m.cfg.LeafTTL)
-	if rootCert.NotAfter.Before(notAfter) {
-		notAfter = rootCert.NotAfter
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: service},
-		URIs:         []*url.URL{uri},
-		NotBefore:    now.Add(-clockSkew),
-		NotAfter:     notAfter,
-		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyAgreement,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-	}
-	if lower := strings.ToLower(service); dnsLabelRE.MatchString(lower) {
-		tmpl.DNSNames = []string{lower + ".svc.default." + m.trustDomain}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, rootCert, &key.PublicKey, rootKey)
-	if err != nil {
-		return nil, fmt.Errorf("failed to sign leaf for %s: %w", service, err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, fmt.Errorf("failed to parse leaf for %s: %w", service, err)
 	}
 	keyPEM, err := encodeKey(key)
 	if err != nil {
 		return nil, err
 	}
-	chain := encodeCert(cert)
-	if cross != nil {
-		chain += encodeCert(cross)
-	}
-	m.metrics.issued.Inc()
-	return &signed{
-		rootID:   rootID,
-		issuedAt: now,
-		leaf: Leaf{
-			Service:       service,
-			SpiffeID:      uri.String(),
-			SerialNumber:  colonHex(serial.Bytes()),
-			CertPEM:       chain,
-			PrivateKeyPEM: keyPEM,
-			ValidAfter:    cert.NotBefore.UTC(),
-			ValidBefore:   cert.NotAfter.UTC(),
-		},
-	}, nil
+	return newSigned(service, is, keyPEM), nil
 }
 
 // nextRenewal is how long e's leaf may live before renewal (zero when it
@@ -256,8 +205,13 @@ func (m *Manager) nextRenewal(e *leafEntry) (wait time.Duration, ok bool) {
 		return 0, false
 	}
 	active := m.activeLocked()
-	if e.leaf != nil && active != nil && e.rootID == active.ID {
+	switch {
+	case e.leaf != nil && active != nil && e.rootID == active.ID:
 		wait = max(e.renewAt.Sub(now), 0)
+	case e.leaf != nil && m.remote():
+		// A server that has not seen the rotation yet signed it with the
+		// old root: ask again a little later, not in a tight loop.
+		wait = max(e.issuedAt.Add(remoteStaleRetry).Sub(now), 0)
 	}
 	if e.holds == 0 && wait > 0 {
 		wait = min(wait, e.lastUsed.Add(m.cfg.LeafIdleTTL).Sub(now))

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,11 +33,20 @@ const (
 
 // Config configures a Manager. Zero values take the defaults.
 type Config struct {
-	// Dir is the persistence directory (state and root keys, all 0600).
-	// Empty keeps everything in memory (tests, benchmarks).
+	// Dir is the persistence directory (state and root keys, all 0600):
+	// short for Storage: NewDirStorage(Dir). With neither Dir, Storage nor
+	// Signer everything stays in memory (tests, benchmarks).
 	Dir string
+	// Storage persists the CA's state (the cluster's servers: etcd). At
+	// most one of Dir, Storage and Signer may be set.
+	Storage Storage
+	// Signer puts the Manager in remote mode (a client agent): it holds
+	// no root key, its roots arrive through SetRoots, leaf keys are
+	// generated locally and only their CSRs go to Signer.
+	Signer RemoteSigner
 	// ClusterID is a UUID; generated and persisted on first start if empty.
-	// A ClusterID that differs from the persisted one is an error.
+	// A ClusterID that differs from the persisted one (in remote mode: from
+	// the trust domain of SetRoots) is an error.
 	ClusterID  string
 	Datacenter string        // default "dc1"
 	LeafTTL    time.Duration // default 72h
@@ -85,6 +93,10 @@ func (c *Config) setDefaults() error {
 		c.LeafIdleTTL = DefaultLeafIdleTTL
 	}
 	switch {
+	case c.Signer != nil && (c.Dir != "" || c.Storage != nil):
+		return errors.New("invalid CA config: Signer (remote mode) excludes Dir and Storage")
+	case c.Dir != "" && c.Storage != nil:
+		return errors.New("invalid CA config: set Dir or Storage, not both")
 	case !validToken(c.Datacenter, 63):
 		return fmt.Errorf("invalid datacenter %q", c.Datacenter)
 	case c.LeafTTL < time.Second:
@@ -112,37 +124,46 @@ func (c *Config) setDefaults() error {
 // Manager is the CA. All methods are safe for concurrent use.
 //
 // Locking: leafEntry.issue (one per service, serializes first issuance) is
-// taken before Manager.mu, never after. Subscribers are called without any
-// lock held.
+// taken before Manager.mu, never after. saveMu serializes changes of the
+// roots (start, Rotate, prune, Reload, SetRoots) and is taken before mu;
+// storage calls happen with saveMu held but never mu. Subscribers are
+// called without any lock held.
 type Manager struct {
-	cfg         Config
-	logger      hclog.Logger
-	trustDomain string
-	limiter     Limiter
-	metrics     *metrics
+	cfg     Config
+	logger  hclog.Logger
+	limiter Limiter
+	metrics *metrics
+	storage Storage // nil: memory or remote mode
+
+	saveMu sync.Mutex
 
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu         sync.RWMutex
-	closed     bool
-	index      uint64
-	roots      []*rootCA // oldest first; exactly one is Active
-	pool       *x509.CertPool
-	leaves     map[string]*leafEntry
-	unheld     int // entries with holds == 0
-	renewers   atomic.Int64
-	pruneTimer *time.Timer
-	hub        pubsub.Hub[Event]
+	mu          sync.RWMutex
+	closed      bool
+	clusterID   string
+	trustDomain string       // "" in remote mode before the first SetRoots
+	stored      *StoredState // last loaded or saved; nil in remote mode
+	index       uint64
+	roots       []*rootCA // oldest first; exactly one is Active (none in remote mode before SetRoots)
+	pool        *x509.CertPool
+	leaves      map[string]*leafEntry
+	unheld      int // entries with holds == 0
+	renewers    atomic.Int64
+	pruneTimer  *time.Timer
+	hub         pubsub.Hub[Event]
 
 	// Hooks for tests; set before the first Leaf call.
 	now       func() time.Time
 	randFloat func() float64
 }
 
-// New loads the CA from cfg.Dir or creates it (cluster ID and an ECDSA
-// P-256 root). reg may be nil.
+// New loads the CA from its storage (cfg.Dir or cfg.Storage) or creates it
+// (cluster ID and an ECDSA P-256 root; when another server stored one
+// first, that one is used). In remote mode (cfg.Signer) it starts without
+// roots. reg may be nil.
 func New(cfg Config, logger hclog.Logger, reg prometheus.Registerer) (*Manager, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, fmt.Errorf("failed to configure CA: %w", err)
@@ -166,75 +187,27 @@ func New(cfg Config, logger hclog.Logger, reg prometheus.Registerer) (*Manager, 
 	if m.limiter == nil {
 		m.limiter = NewTokenBucket(cfg.SignRate, int(cfg.SignRate))
 	}
-	if err := m.load(); err != nil {
-		return nil, err
+	m.storage = cfg.Storage
+	if cfg.Dir != "" {
+		m.storage = newDirStorage(cfg.Dir, m.logger)
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
-	m.rebuildPoolLocked()
-	m.schedulePruneLocked()
+	m.pool = x509.NewCertPool()
+	if m.remote() {
+		m.logger.Info("CA in remote mode: waiting for the cluster's roots")
+		return m, nil
+	}
+	m.saveMu.Lock()
+	defer m.saveMu.Unlock()
+	if err := m.load(m.ctx); err != nil {
+		m.cancel()
+		return nil, err
+	}
 	return m, nil
 }
 
-// load restores or initializes the cluster ID and roots.
-func (m *Manager) load() error {
-	var st *stateFile
-	if m.cfg.Dir != "" {
-		if err := os.MkdirAll(m.cfg.Dir, 0o700); err != nil {
-			return fmt.Errorf("failed to create CA dir: %w", err)
-		}
-		var roots []*rootCA
-		var err error
-		st, roots, err = loadState(m.cfg.Dir)
-		if err != nil {
-			return err
-		}
-		if st != nil {
-			if m.cfg.ClusterID != "" && m.cfg.ClusterID != st.ClusterID {
-				return fmt.Errorf("failed to load CA state: cluster ID %s differs from the persisted %s", m.cfg.ClusterID, st.ClusterID)
-			}
-			m.cfg.ClusterID, m.index, m.roots = st.ClusterID, st.Index, roots
-		}
-	}
-	if m.cfg.ClusterID == "" {
-		m.cfg.ClusterID = uuid.NewString()
-	}
-	m.trustDomain = m.cfg.ClusterID + ".meshlet"
-	expired := m.dropExpiredLocked(m.now())
-	created := m.activeLocked() == nil
-	if created {
-		r, err := newRootCA(m.trustDomain, m.cfg.RootTTL, m.now())
-		if err != nil {
-			return err
-		}
-		m.index++
-		r.Active, r.CreateIndex, r.ModifyIndex = true, m.index, m.index
-		for _, old := range m.roots {
-			old.Active, old.rotatedOutAt = false, m.now()
-		}
-		m.roots = append(m.roots, r)
-	}
-	if created || len(expired) > 0 {
-		if err := m.persistLocked(); err != nil {
-			return err
-		}
-		m.removeKeyFiles(expired)
-	}
-	if m.cfg.Dir != "" {
-		if err := ensureMarker(m.cfg.Dir); err != nil {
-			return err
-		}
-	}
-	m.logger.Info("CA ready", "roots", len(m.roots), "created_root", created, "trust_domain", m.trustDomain)
-	return nil
-}
-
-// persistLocked saves the state when a directory is configured.
-func (m *Manager) persistLocked() error {
-	if m.cfg.Dir == "" {
-		return nil
-	}
-	return saveState(m.cfg.Dir, stateFile{ClusterID: m.cfg.ClusterID, Index: m.index}, m.roots)
-}
+// remote reports whether m is in remote mode (Config.Signer).
+func (m *Manager) remote() bool { return m.cfg.Signer != nil }
 
 func (m *Manager) activeLocked() *rootCA {
 	for _, r := range m.roots {
@@ -262,18 +235,31 @@ func (m *Manager) rebuildPoolLocked() {
 	m.pool = pool
 }
 
-// ClusterID is the cluster's UUID.
-func (m *Manager) ClusterID() string { return m.cfg.ClusterID }
+// ClusterID is the cluster's UUID ("" in remote mode before SetRoots).
+func (m *Manager) ClusterID() string {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.clusterID
+}
 
 // Datacenter is the datacenter in identities.
 func (m *Manager) Datacenter() string { return m.cfg.Datacenter }
 
-// TrustDomain is "<cluster-uuid>.meshlet".
-func (m *Manager) TrustDomain() string { return m.trustDomain }
+// TrustDomain is "<cluster-uuid>.meshlet" ("" in remote mode before the
+// first SetRoots).
+func (m *Manager) TrustDomain() string {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.trustDomain
+}
 
 // SpiffeID is the identity of service in this trust domain.
 func (m *Manager) SpiffeID(service string) string {
-	return SpiffeID{TrustDomain: m.trustDomain, Namespace: DefaultNamespace, Datacenter: m.cfg.Datacenter, Service: service}.URI()
+	return m.spiffeID(m.TrustDomain(), service)
+}
+
+func (m *Manager) spiffeID(trustDomain, service string) string {
+	return SpiffeID{TrustDomain: trustDomain, Namespace: DefaultNamespace, Datacenter: m.cfg.Datacenter, Service: service}.URI()
 }
 
 // Roots returns every trusted root (during a rotation, old and new), the
@@ -329,13 +315,16 @@ func (m *Manager) VerifyPeer(rawCerts [][]byte) (string, error) {
 		inter.AddCert(c)
 	}
 	m.mu.RLock()
-	pool := m.pool
+	pool, td, nroots := m.pool, m.trustDomain, len(m.roots)
 	m.mu.RUnlock()
+	if nroots == 0 {
+		return "", fmt.Errorf("%w: %w", ErrUntrusted, ErrNoRoots)
+	}
 	opts := x509.VerifyOptions{Roots: pool, Intermediates: inter, CurrentTime: m.now(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}
 	if _, err := certs[0].Verify(opts); err != nil {
 		return "", fmt.Errorf("%w: %w", ErrUntrusted, err)
 	}
-	id, err := m.certIdentity(certs[0])
+	id, err := certIdentity(certs[0], td)
 	if err != nil {
 		return "", err
 	}
@@ -344,7 +333,7 @@ func (m *Manager) VerifyPeer(rawCerts [][]byte) (string, error) {
 
 // certIdentity extracts the single SPIFFE URI SAN of cert and checks the
 // trust domain.
-func (m *Manager) certIdentity(cert *x509.Certificate) (SpiffeID, error) {
+func certIdentity(cert *x509.Certificate, trustDomain string) (SpiffeID, error) {
 	if len(cert.URIs) != 1 {
 		return SpiffeID{}, fmt.Errorf("%w: certificate has %d URI SANs, want 1", ErrInvalidSpiffeID, len(cert.URIs))
 	}
@@ -352,8 +341,8 @@ func (m *Manager) certIdentity(cert *x509.Certificate) (SpiffeID, error) {
 	if err != nil {
 		return SpiffeID{}, err
 	}
-	if id.TrustDomain != m.trustDomain {
-		return SpiffeID{}, fmt.Errorf("%w: %s is not %s", ErrForeignTrustDomain, id.TrustDomain, m.trustDomain)
+	if id.TrustDomain != trustDomain {
+		return SpiffeID{}, fmt.Errorf("%w: %s is not %s", ErrForeignTrustDomain, id.TrustDomain, trustDomain)
 	}
 	return id, nil
 }

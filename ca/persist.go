@@ -45,43 +45,44 @@ type rootState struct {
 	RotatedOutAt time.Time `json:",omitempty"`
 }
 
-// loadState reads dir's state and keys. It returns (nil, nil) when dir is
-// new (no state file, no marker, no root key). A state file that is missing
-// from a directory that held one, or is corrupt, is an error naming the file
-// and how to recover: the CA never silently makes a new trust domain.
-func loadState(dir string) (*stateFile, []*rootCA, error) {
+// loadState reads dir's state and keys. It returns (nil, nil, nil) when
+// dir is new (no state file, no marker, no root key). A state file that is
+// missing from a directory that held one, or is corrupt, is an error naming
+// the file and how to recover: the CA never silently makes a new trust
+// domain. keyFiles maps root IDs to their key file names.
+func loadState(dir string) (st *stateFile, roots []StoredRoot, keyFiles map[string]string, err error) {
 	path, marker := filepath.Join(dir, stateFileName), filepath.Join(dir, MarkerName)
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		held, herr := heldState(dir)
 		if herr != nil {
-			return nil, nil, herr
+			return nil, nil, nil, herr
 		}
 		if held {
-			return nil, nil, fmt.Errorf("%w: %s was deleted from a directory that held the CA: restore %s from a backup, or remove %s and the root-*.key files to start a new trust domain", ErrStateMissing, path, dir, marker)
+			return nil, nil, nil, fmt.Errorf("%w: %s was deleted from a directory that held the CA: restore %s from a backup, or remove %s and the root-*.key files to start a new trust domain", ErrStateMissing, path, dir, marker)
 		}
-		return nil, nil, nil
+		return nil, nil, nil, nil
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("failed to read CA state: %w", err)
+		return nil, nil, nil, fmt.Errorf("failed to read CA state: %w", err)
 	}
-	st, err := decodeState(b)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %s: %w: restore %s from a backup", ErrStateCorrupt, path, err, dir)
+	if st, err = decodeState(b); err != nil {
+		return nil, nil, nil, fmt.Errorf("%w: %s: %w: restore %s from a backup", ErrStateCorrupt, path, err, dir)
 	}
-	roots := make([]*rootCA, 0, len(st.Roots))
+	keyFiles = map[string]string{}
 	for _, rs := range st.Roots {
-		r, err := loadRoot(dir, rs)
+		sr, err := loadRoot(dir, rs)
 		if err != nil {
 			sentinel := ErrStateCorrupt
 			if errors.Is(err, fs.ErrNotExist) {
 				sentinel = ErrStateMissing
 			}
-			return nil, nil, fmt.Errorf("%w: %w: restore %s from a backup", sentinel, err, dir)
+			return nil, nil, nil, fmt.Errorf("%w: %w: restore %s from a backup", sentinel, err, dir)
 		}
-		roots = append(roots, r)
+		roots = append(roots, sr)
+		keyFiles[rs.ID] = rs.KeyFile
 	}
-	return st, roots, nil
+	return st, roots, keyFiles, nil
 }
 
 // heldState reports whether dir shows signs of a CA: its marker or a root key.
@@ -128,41 +129,31 @@ func decodeState(b []byte) (*stateFile, error) {
 	return &st, nil
 }
 
-func loadRoot(dir string, rs rootState) (*rootCA, error) {
-	cert, err := parseCertPEM(rs.RootCertPEM)
-	if err != nil {
-		return nil, fmt.Errorf("failed to load root %s: %w", rs.ID, err)
-	}
+// loadRoot reads rs's key file and checks it against the certificate.
+func loadRoot(dir string, rs rootState) (StoredRoot, error) {
 	if filepath.Base(rs.KeyFile) != rs.KeyFile || rs.KeyFile == "" {
-		return nil, fmt.Errorf("failed to load root %s: bad key file name %q", rs.ID, rs.KeyFile)
+		return StoredRoot{}, fmt.Errorf("failed to load root %s: bad key file name %q", rs.ID, rs.KeyFile)
 	}
 	kb, err := os.ReadFile(filepath.Join(dir, rs.KeyFile))
 	if err != nil {
-		return nil, fmt.Errorf("failed to read root key: %w", err)
+		return StoredRoot{}, fmt.Errorf("failed to read root key: %w", err)
 	}
-	key, err := parseKeyPEM(kb)
-	if err != nil {
-		return nil, fmt.Errorf("failed to load root %s: %w", rs.ID, err)
+	sr := StoredRoot{Root: rs.Root, PrivateKeyPEM: string(kb), RotatedOutAt: rs.RotatedOutAt}
+	if _, err := parseStoredRoot(sr); err != nil {
+		return StoredRoot{}, err
 	}
-	if !key.PublicKey.Equal(cert.PublicKey) {
-		return nil, fmt.Errorf("failed to load root %s: key does not match certificate", rs.ID)
-	}
-	r := &rootCA{Root: rs.Root, cert: cert, key: key, keyFile: rs.KeyFile, rotatedOutAt: rs.RotatedOutAt}
-	if len(rs.IntermediateCertsPEM) > 0 {
-		cross, err := parseCertPEM(rs.IntermediateCertsPEM[0])
-		if err != nil {
-			return nil, fmt.Errorf("failed to load root %s cross-signed certificate: %w", rs.ID, err)
-		}
-		r.crossCert = cross
-	}
-	return r, nil
+	return sr, nil
 }
 
-// saveState writes the key files that do not exist yet, then the state
-// file atomically. When that fails, the key files it wrote are removed
-// again (a first start on a full disk must not leave a key that looks like
-// a CA whose state was lost), unless the new state did reach the disk.
-func saveState(dir string, st stateFile, roots []*rootCA) (err error) {
+// keyFileName names the key file of a root the directory does not know yet.
+func keyFileName(r Root) string { return fmt.Sprintf("root-%016x.key", r.SerialNumber) }
+
+// saveState writes the key files that do not exist yet (named by
+// keyFiles, else keyFileName), then the state file atomically. When that
+// fails, the key files it wrote are removed again (a first start on a full
+// disk must not leave a key that looks like a CA whose state was lost),
+// unless the new state did reach the disk.
+func saveState(dir string, st stateFile, roots []StoredRoot, keyFiles map[string]string) (err error) {
 	var written []string
 	defer func() {
 		if err != nil {
@@ -171,27 +162,22 @@ func saveState(dir string, st stateFile, roots []*rootCA) (err error) {
 			}
 		}
 	}()
-	for _, r := range roots {
-		if r.keyFile == "" {
-			r.keyFile = fmt.Sprintf("root-%016x.key", r.SerialNumber)
-		}
-		path := filepath.Join(dir, r.keyFile)
-		if _, err := os.Stat(path); err == nil {
-			continue
-		}
-		kp, err := encodeKey(r.key)
-		if err != nil {
-			return err
-		}
-		if err := atomicfile.WriteFile(path, []byte(kp), 0o600); err != nil {
-			return fmt.Errorf("failed to persist CA root key: %w", err)
-		}
-		written = append(written, path)
-	}
 	st.Version = 0
 	st.Roots = make([]rootState, 0, len(roots))
 	for _, r := range roots {
-		st.Roots = append(st.Roots, rootState{Root: r.Root, KeyFile: r.keyFile, RotatedOutAt: r.rotatedOutAt})
+		name := keyFiles[r.ID]
+		if name == "" {
+			name = keyFileName(r.Root)
+		}
+		st.Roots = append(st.Roots, rootState{Root: r.Root, KeyFile: name, RotatedOutAt: r.RotatedOutAt})
+		path := filepath.Join(dir, name)
+		if _, err := os.Stat(path); err == nil {
+			continue
+		}
+		if err := atomicfile.WriteFile(path, []byte(r.PrivateKeyPEM), 0o600); err != nil {
+			return fmt.Errorf("failed to persist CA root key: %w", err)
+		}
+		written = append(written, path)
 	}
 	b, err := sealedjson.Marshal(st)
 	if err != nil {

@@ -2,10 +2,7 @@ package ca
 
 import (
 	"context"
-	"crypto/x509"
 	"fmt"
-	"os"
-	"path/filepath"
 	"time"
 )
 
@@ -16,48 +13,63 @@ import (
 // limited). The old root is dropped from Roots only once every cached leaf
 // has been re-issued and Config.RootOverlap has passed, so no live or new
 // connection between old-leaf and new-leaf peers breaks. Rotate returns
-// once the new root is active and persisted.
+// once the new root is active and persisted. When another server changed
+// the stored state meanwhile, Rotate fails with an error wrapping
+// ErrStateConflict and the manager reloads the stored state. In remote
+// mode it fails with ErrRemote.
 func (m *Manager) Rotate(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("failed to rotate CA root: %w", err)
 	}
-	m.mu.Lock()
-	if m.closed {
-		m.mu.Unlock()
-		return ErrClosed
+	if m.remote() {
+		return fmt.Errorf("failed to rotate CA root: %w", ErrRemote)
 	}
-	prev := m.activeLocked()
+	m.saveMu.Lock()
+	prevID, nextID, changed, entries, err := m.rotateLocked(ctx)
+	m.saveMu.Unlock()
+	if changed {
+		m.rootsChanged(entries)
+	}
+	if err != nil {
+		return fmt.Errorf("failed to rotate CA root: %w", err)
+	}
+	m.metrics.rotations.Inc()
+	m.logger.Info("rotated CA root", "root_id", nextID, "previous_root_id", prevID, "leaves", len(entries))
+	return nil
+}
+
+// rotateLocked builds, saves and applies the rotated state (saveMu held).
+func (m *Manager) rotateLocked(ctx context.Context) (prevID, nextID string, changed bool, entries []*leafEntry, err error) {
+	m.mu.RLock()
+	closed, prev, base, td := m.closed, m.activeLocked(), m.stored, m.trustDomain
+	m.mu.RUnlock()
+	if closed {
+		return "", "", false, nil, ErrClosed
+	}
 	now := m.now()
-	next, err := newRootCA(m.trustDomain, m.cfg.RootTTL, now)
+	next, err := newRootCA(td, m.cfg.RootTTL, now)
 	if err == nil {
 		next.crossCert, err = crossSign(prev, next, now)
 	}
+	var keyPEM string
+	if err == nil {
+		keyPEM, err = encodeKey(next.key)
+	}
 	if err != nil {
-		m.mu.Unlock()
-		return fmt.Errorf("failed to rotate CA root: %w", err)
+		return "", "", false, nil, err
 	}
+	st := cloneState(base)
+	st.Index = m.nextIndex(base)
+	for i := range st.Roots {
+		if sr := &st.Roots[i]; sr.Active {
+			sr.Active, sr.RotatedOutAt, sr.ModifyIndex = false, now, st.Index
+		}
+	}
+	next.Active, next.CreateIndex, next.ModifyIndex = true, st.Index, st.Index
 	next.IntermediateCertsPEM = []string{encodeCert(next.crossCert)}
-	prevModify := prev.ModifyIndex
-	m.index++
-	next.Active, next.CreateIndex, next.ModifyIndex = true, m.index, m.index
-	prev.Active, prev.rotatedOutAt, prev.ModifyIndex = false, now, m.index
-	m.roots = append(m.roots, next)
-	if err := m.persistLocked(); err != nil {
-		m.roots = m.roots[:len(m.roots)-1]
-		prev.Active, prev.rotatedOutAt, prev.ModifyIndex = true, time.Time{}, prevModify
-		m.index-- // saveState removed next's key file unless the state got out
-		m.mu.Unlock()
-		return fmt.Errorf("failed to rotate CA root: %w", err)
-	}
-	m.rebuildPoolLocked()
-	m.schedulePruneLocked()
-	entries := m.entriesLocked()
-	m.mu.Unlock()
-
-	m.metrics.rotations.Inc()
-	m.logger.Info("rotated CA root", "root_id", next.ID, "previous_root_id", prev.ID, "leaves", len(entries))
-	m.rootsChanged(entries)
-	return nil
+	st.Roots = append(st.Roots, StoredRoot{Root: next.Root, PrivateKeyPEM: keyPEM})
+	changed, entries, err = m.commit(ctx, st)
+	return prev.ID, next.ID, changed, entries, err
 }
 
 func (m *Manager) entriesLocked() []*leafEntry {
@@ -80,13 +92,13 @@ func (m *Manager) rootsChanged(entries []*leafEntry) {
 }
 
 // schedulePruneLocked arms a timer for the earliest moment a rotated-out
-// root's overlap ends.
+// root's overlap ends. Remote mode does not prune: the servers do.
 func (m *Manager) schedulePruneLocked() {
 	if m.pruneTimer != nil {
 		m.pruneTimer.Stop()
 		m.pruneTimer = nil
 	}
-	if m.closed {
+	if m.closed || m.remote() {
 		return
 	}
 	var earliest time.Time
@@ -105,13 +117,12 @@ func (m *Manager) schedulePruneLocked() {
 	m.pruneTimer = time.AfterFunc(max(earliest.Sub(m.now()), 0), m.maybePrune)
 }
 
-// maybePrune drops rotated-out roots that no cached leaf depends on any
-// more and whose overlap has passed, and roots that have expired.
-func (m *Manager) maybePrune() {
-	m.mu.Lock()
-	if m.closed {
-		m.mu.Unlock()
-		return
+// prunableLocked lists the rotated-out roots that no cached leaf depends
+// on any more and whose overlap has passed, and the roots that have
+// expired.
+func (m *Manager) prunableLocked() map[string]bool {
+	if m.closed || m.remote() {
+		return nil
 	}
 	now := m.now()
 	inUse := map[string]bool{}
@@ -120,95 +131,81 @@ func (m *Manager) maybePrune() {
 			inUse[e.rootID] = true
 		}
 	}
-	var keep, dropped []*rootCA
+	var dropped map[string]bool
 	for _, r := range m.roots {
 		due := !now.Before(r.rotatedOutAt.Add(m.cfg.RootOverlap)) && !inUse[r.ID]
 		if !r.Active && (now.After(r.NotAfter) || due) {
-			dropped = append(dropped, r)
-			continue
-		}
-		keep = append(keep, r)
-	}
-	if len(dropped) == 0 {
-		m.mu.Unlock()
-		return
-	}
-	if err := m.applyDropLocked(keep, dropped); err != nil {
-		m.mu.Unlock()
-		m.logger.Error("failed to drop old CA roots", "error", err)
-		return
-	}
-	entries := m.entriesLocked()
-	m.mu.Unlock()
-	for _, r := range dropped {
-		m.logger.Info("dropped old CA root", "root_id", r.ID)
-	}
-	m.rootsChanged(entries)
-}
-
-// applyDropLocked replaces the roots with keep, clears cross-signed
-// certificates whose signer is gone, and persists; on failure nothing
-// changes.
-func (m *Manager) applyDropLocked(keep, dropped []*rootCA) error {
-	oldRoots := m.roots
-	type saved struct {
-		r     *rootCA
-		pems  []string
-		cross *x509.Certificate
-	}
-	var cleared []saved
-	gone := map[string]bool{}
-	for _, r := range dropped {
-		gone[r.SigningKeyID] = true
-	}
-	m.index++
-	for _, r := range keep {
-		if r.crossCert != nil && gone[colonHex(r.crossCert.AuthorityKeyId)] {
-			cleared = append(cleared, saved{r, r.IntermediateCertsPEM, r.crossCert})
-			r.crossCert, r.IntermediateCertsPEM, r.ModifyIndex = nil, nil, m.index
+			if dropped == nil {
+				dropped = map[string]bool{}
+			}
+			dropped[r.ID] = true
 		}
 	}
-	m.roots = keep
-	if err := m.persistLocked(); err != nil {
-		m.roots = oldRoots
-		m.index--
-		for _, s := range cleared {
-			s.r.IntermediateCertsPEM, s.r.crossCert = s.pems, s.cross
-		}
-		return err
-	}
-	m.removeKeyFiles(dropped)
-	m.rebuildPoolLocked()
-	m.schedulePruneLocked()
-	return nil
-}
-
-// dropExpiredLocked forgets roots (active or not) that have expired; used at
-// load time before a missing active root is replaced.
-func (m *Manager) dropExpiredLocked(now time.Time) []*rootCA {
-	var keep, dropped []*rootCA
-	for _, r := range m.roots {
-		if now.After(r.NotAfter) {
-			dropped = append(dropped, r)
-			continue
-		}
-		keep = append(keep, r)
-	}
-	m.roots = keep
 	return dropped
 }
 
-func (m *Manager) removeKeyFiles(roots []*rootCA) {
-	if m.cfg.Dir == "" {
+// maybePrune drops the prunable roots from the stored state.
+func (m *Manager) maybePrune() {
+	m.mu.RLock()
+	due := len(m.prunableLocked()) > 0
+	m.mu.RUnlock()
+	if !due {
 		return
 	}
-	for _, r := range roots {
-		if r.keyFile == "" {
+	m.saveMu.Lock()
+	m.mu.RLock()
+	dropped, base := m.prunableLocked(), m.stored
+	m.mu.RUnlock()
+	if len(dropped) == 0 {
+		m.saveMu.Unlock()
+		return
+	}
+	next, err := m.prunedState(base, dropped)
+	var changed bool
+	var entries []*leafEntry
+	if err == nil {
+		changed, entries, err = m.commit(m.ctx, next)
+	}
+	m.saveMu.Unlock()
+	if changed {
+		m.rootsChanged(entries)
+	}
+	if err != nil {
+		m.logger.Error("failed to drop old CA roots", "error", err)
+		return
+	}
+	for id := range dropped {
+		m.logger.Info("dropped old CA root", "root_id", id)
+	}
+}
+
+// prunedState is base without the dropped roots; a kept root's
+// cross-signed certificate whose signer is gone is cleared.
+func (m *Manager) prunedState(base *StoredState, dropped map[string]bool) (*StoredState, error) {
+	next := cloneState(base)
+	next.Index = m.nextIndex(base)
+	gone := map[string]bool{}
+	keep := next.Roots[:0]
+	for _, sr := range next.Roots {
+		if dropped[sr.ID] {
+			gone[sr.SigningKeyID] = true
 			continue
 		}
-		path := filepath.Join(m.cfg.Dir, r.keyFile)
-		if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
-			m.logger.Warn("failed to remove old root key", "path", path, "error", err)
+		keep = append(keep, sr)
+	}
+	next.Roots = keep
+	for i := range next.Roots {
+		sr := &next.Roots[i]
+		if len(sr.IntermediateCertsPEM) == 0 {
+			continue
+		}
+		cross, err := parseCertPEM(sr.IntermediateCertsPEM[0])
+		if err != nil {
+			return nil, fmt.Errorf("failed to parse cross-signed certificate of root %s: %w", sr.ID, err)
+		}
+		if gone[colonHex(cross.AuthorityKeyId)] {
+			sr.IntermediateCertsPEM, sr.ModifyIndex = nil, next.Index
 		}
 	}
+	return next, nil
 }

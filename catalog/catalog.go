@@ -41,6 +41,10 @@ type ServiceInstance struct {
 	AllocID    string
 	NodeID     string
 	Datacenter string
+	// NodeName and NodeAddress name the node in catalog answers ("" on a
+	// lone node: the agent's own name and address).
+	NodeName    string `json:",omitempty"`
+	NodeAddress string `json:",omitempty"`
 	// Healthy is false while an instance should receive no traffic.
 	Healthy bool
 	// Proxy is set for Kind == KindConnectProxy.
@@ -187,6 +191,11 @@ func (c *Catalog) ConnectProxies(service string) []ServiceInstance {
 // Proxies returns every proxy instance, sorted by ID.
 func (c *Catalog) Proxies() []ServiceInstance {
 	return c.filter(func(i *ServiceInstance) bool { return i.Kind == KindConnectProxy })
+}
+
+// All returns every instance, sorted by ID.
+func (c *Catalog) All() []ServiceInstance {
+	return c.filter(func(*ServiceInstance) bool { return true })
 }
 
 // Services returns every service name with the union of its tags.

@@ -56,3 +56,36 @@ func TestReadersGetCopies(t *testing.T) {
 		t.Fatalf("Services() = %v", svcs)
 	}
 }
+
+func TestAllSortedCopies(t *testing.T) {
+	c := New()
+	if all := c.All(); len(all) != 0 {
+		t.Fatalf("All() on an empty catalog = %+v", all)
+	}
+	c.Register(ServiceInstance{ID: "web-2", Name: "web", NodeID: "n2", Tags: []string{"v2"}, Meta: map[string]string{"k": "v"}})
+	c.Register(ServiceInstance{ID: "db-1-sidecar-proxy", Name: "db-sidecar-proxy", Kind: KindConnectProxy,
+		Proxy: &Proxy{DestinationServiceName: "db", Upstreams: []Upstream{{DestinationName: "cache", LocalBindPort: 9000}}}})
+	c.Register(ServiceInstance{ID: "db-1", Name: "db", NodeID: "n1"})
+	c.Register(ServiceInstance{ID: "web-1", Name: "web", NodeID: "n1"})
+	if err := c.Deregister("web-1"); err != nil {
+		t.Fatal(err)
+	}
+	all := c.All()
+	var ids []string
+	for _, inst := range all {
+		ids = append(ids, inst.ID)
+	}
+	if want := []string{"db-1", "db-1-sidecar-proxy", "web-2"}; !reflect.DeepEqual(ids, want) {
+		t.Fatalf("All() IDs = %v, want %v", ids, want)
+	}
+	if all[2].NodeID != "n2" || all[2].ModifyIndex != 1 || all[1].Proxy == nil || all[1].Kind != KindConnectProxy {
+		t.Fatalf("All() lost fields: %+v", all)
+	}
+	all[2].Tags[0] = "mutated"
+	all[2].Meta["k"] = "mutated"
+	all[1].Proxy.Upstreams[0].LocalBindPort = 1
+	again := c.All()
+	if again[2].Tags[0] != "v2" || again[2].Meta["k"] != "v" || again[1].Proxy.Upstreams[0].LocalBindPort != 9000 {
+		t.Fatalf("catalog state was mutated through All(): %+v", again)
+	}
+}

@@ -195,3 +195,42 @@ func TestRegistrationsIncludeTaskServices(t *testing.T) {
 		t.Fatalf("task service registrations = %+v", got)
 	}
 }
+
+// In a cluster, services with a host port mapping are registered at the
+// node's address and the host port (Nomad's address_mode auto), so other
+// nodes reach the sidecar through the node's port mapping; the proxy
+// still forwards to the app inside the namespace.
+func TestRegistrationsAtNodeAddress(t *testing.T) {
+	job := dashboardJob()
+	if err := Inject(job); err != nil {
+		t.Fatal(err)
+	}
+	alloc := &structs.Allocation{ID: "a1", Job: job, TaskGroup: "dashboard", AllocatedResources: &structs.AllocatedResources{
+		Shared: structs.AllocatedSharedResources{Ports: []structs.PortMapping{
+			{Label: "http", Value: 25123, To: 9002}, {Label: "connect-proxy-count-dashboard", Value: 21000, To: 21000},
+		}},
+	}}
+	got, err := Registrations(Placement{Alloc: alloc, Address: "172.26.64.5", NodeAddress: "10.0.0.7", NodeName: "c1", NodeID: "n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	app, px := got[0], got[1]
+	if app.Address != "10.0.0.7" || app.Port != 25123 || app.NodeName != "c1" || app.NodeAddress != "10.0.0.7" {
+		t.Errorf("app registered at %s:%d on %q, want 10.0.0.7:25123 on c1", app.Address, app.Port, app.NodeName)
+	}
+	if px.Address != "10.0.0.7" || px.Port != 21000 || px.NodeName != "c1" {
+		t.Errorf("proxy registered at %s:%d on %q, want 10.0.0.7:21000 on c1", px.Address, px.Port, px.NodeName)
+	}
+	if px.Proxy.LocalServiceAddress != "127.0.0.1" || px.Proxy.LocalServicePort != 9002 {
+		t.Errorf("proxy forwards to %s:%d, want the app inside the namespace at 127.0.0.1:9002", px.Proxy.LocalServiceAddress, px.Proxy.LocalServicePort)
+	}
+	// A port without a host mapping keeps the allocation's address.
+	alloc.AllocatedResources.Shared.Ports[0].Value = 0
+	got, err = Registrations(Placement{Alloc: alloc, Address: "172.26.64.5", NodeAddress: "10.0.0.7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[0].Address != "172.26.64.5" || got[0].Port != 9002 {
+		t.Errorf("unmapped app port registered at %s:%d, want 172.26.64.5:9002", got[0].Address, got[0].Port)
+	}
+}

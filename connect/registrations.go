@@ -15,8 +15,16 @@ type Placement struct {
 	// Address is where the allocation's services are reachable: the
 	// allocation's bridge address, or 127.0.0.1 in host mode (a single node
 	// never advertises the host's other interfaces).
-	Address    string
-	NodeID     string
+	Address string
+	// NodeAddress, when set, is the node's advertised address in a
+	// cluster: a bridge-mode service whose port is mapped to a host port is
+	// registered at NodeAddress and that host port (as Nomad does), so
+	// proxies on other nodes reach it through the node's port mapping.
+	// Empty (a lone node) keeps the allocation's own address.
+	NodeAddress string
+	NodeID      string
+	// NodeName names the node in catalog answers of other agents.
+	NodeName   string
 	Datacenter string
 }
 
@@ -40,8 +48,9 @@ func Registrations(p Placement) ([]catalog.ServiceInstance, error) {
 			return nil, fmt.Errorf("service %q: %w", s.Name, err)
 		}
 		id := ServiceID(a.ID, tg.Name, s.Name, s.PortLabel)
+		addr, regPort := advertised(p, s.PortLabel, bridge, port)
 		out = append(out, catalog.ServiceInstance{
-			ID: id, Name: s.Name, Address: p.Address, Port: port, Tags: s.Tags, Meta: s.Meta,
+			ID: id, Name: s.Name, Address: addr, Port: regPort, Tags: s.Tags, Meta: s.Meta,
 			AllocID: a.ID, NodeID: p.NodeID, Datacenter: p.Datacenter, Healthy: true,
 			Connect: s.Connect.HasSidecar() || (s.Connect != nil && s.Connect.Native),
 		})
@@ -60,11 +69,15 @@ func Registrations(p Placement) ([]catalog.ServiceInstance, error) {
 			if err != nil {
 				return nil, fmt.Errorf("task %q service %q: %w", t.Name, s.Name, err)
 			}
+			addr, regPort := advertised(p, s.PortLabel, bridge, port)
 			out = append(out, catalog.ServiceInstance{
-				ID: TaskServiceID(a.ID, t.Name, s.Name, s.PortLabel), Name: s.Name, Address: p.Address, Port: port,
+				ID: TaskServiceID(a.ID, t.Name, s.Name, s.PortLabel), Name: s.Name, Address: addr, Port: regPort,
 				Tags: s.Tags, Meta: s.Meta, AllocID: a.ID, NodeID: p.NodeID, Datacenter: p.Datacenter, Healthy: true,
 			})
 		}
+	}
+	for i := range out {
+		out[i].NodeName, out[i].NodeAddress = p.NodeName, p.NodeAddress
 	}
 	return out, nil
 }
@@ -110,9 +123,10 @@ func proxyInstance(p Placement, s *structs.Service, serviceID string, servicePor
 			}
 		}
 	}
+	addr, regPort := advertised(p, sidecarPortLabel(s), true, port)
 	return catalog.ServiceInstance{
 		ID: ProxyID(serviceID), Name: ProxyServiceName(s.Name), Kind: catalog.KindConnectProxy,
-		Address: p.Address, Port: port, Tags: ss.Tags, Meta: ss.Meta,
+		Address: addr, Port: regPort, Tags: ss.Tags, Meta: ss.Meta,
 		AllocID: p.Alloc.ID, NodeID: p.NodeID, Datacenter: p.Datacenter, Healthy: true, Proxy: px,
 	}, nil
 }
@@ -140,6 +154,22 @@ func resolvePort(a *structs.Allocation, label string, inside bool) (int, error) 
 		return n, nil
 	}
 	return 0, fmt.Errorf("%w: port %q is neither a port label of the group nor a number", ErrInvalid, label)
+}
+
+// advertised is where a service is registered: on a node with an
+// advertised address, a bridge-mode port mapped to a host port is reached
+// at the node's address and the host port; otherwise at the allocation's
+// address and port.
+func advertised(p Placement, label string, bridge bool, port int) (string, int) {
+	if p.NodeAddress == "" || !bridge || p.Alloc.AllocatedResources == nil {
+		return p.Address, port
+	}
+	for _, pm := range p.Alloc.AllocatedResources.Shared.Ports {
+		if pm.Label == label && pm.Value > 0 {
+			return p.NodeAddress, pm.Value
+		}
+	}
+	return p.Address, port
 }
 
 func orDefault(s, def string) string {

@@ -33,12 +33,13 @@ func (s *Server) catalogService(w http.ResponseWriter, r *http.Request) {
 	index := s.d.Catalog.Index()
 	out := []consul.CatalogService{}
 	for _, inst := range filterTags(s.d.Catalog.Service(r.PathValue("name")), r.URL.Query()["tag"]) {
+		node, addr := s.nodeOf(inst)
 		out = append(out, consul.CatalogService{
 			ID:                       inst.NodeID,
-			Node:                     s.d.NodeName,
-			Address:                  s.d.NodeAddress,
+			Node:                     node,
+			Address:                  addr,
 			Datacenter:               s.d.Datacenter,
-			TaggedAddresses:          map[string]string{"lan": s.d.NodeAddress},
+			TaggedAddresses:          map[string]string{"lan": addr},
 			NodeMeta:                 map[string]string{},
 			ServiceID:                inst.ID,
 			ServiceName:              inst.Name,
@@ -92,13 +93,14 @@ func (s *Server) serviceEntry(inst catalog.ServiceInstance) consul.ServiceEntry 
 	if !inst.Healthy {
 		status, output = consul.HealthCritical, "instance is not healthy"
 	}
+	node, addr := s.nodeOf(inst)
 	return consul.ServiceEntry{
 		Node: &consul.Node{
 			ID:              inst.NodeID,
-			Node:            s.d.NodeName,
-			Address:         s.d.NodeAddress,
+			Node:            node,
+			Address:         addr,
 			Datacenter:      s.d.Datacenter,
-			TaggedAddresses: map[string]string{"lan": s.d.NodeAddress},
+			TaggedAddresses: map[string]string{"lan": addr},
 			Meta:            map[string]string{},
 		},
 		Service: &consul.AgentService{
@@ -116,14 +118,27 @@ func (s *Server) serviceEntry(inst catalog.ServiceInstance) consul.ServiceEntry 
 			Datacenter:  s.d.Datacenter,
 		},
 		Checks: consul.HealthChecks{
-			{Node: s.d.NodeName, CheckID: "serfHealth", Name: "Serf Health Status", Status: consul.HealthPassing, Output: "Agent alive and reachable", Type: "", ServiceTags: []string{}},
+			{Node: node, CheckID: "serfHealth", Name: "Serf Health Status", Status: consul.HealthPassing, Output: "Agent alive and reachable", Type: "", ServiceTags: []string{}},
 			{
-				Node: s.d.NodeName, CheckID: "service:" + inst.ID, Name: "Service '" + inst.Name + "' check",
+				Node: node, CheckID: "service:" + inst.ID, Name: "Service '" + inst.Name + "' check",
 				Status: status, Output: output, ServiceID: inst.ID, ServiceName: inst.Name, ServiceTags: nonNil(inst.Tags),
 				Type: "meshlet", CreateIndex: inst.ModifyIndex, ModifyIndex: inst.ModifyIndex,
 			},
 		},
 	}
+}
+
+// nodeOf is the name and address of the node running inst: its own in a
+// cluster, this agent's otherwise.
+func (s *Server) nodeOf(inst catalog.ServiceInstance) (name, addr string) {
+	name, addr = s.d.NodeName, s.d.NodeAddress
+	if inst.NodeName != "" {
+		name = inst.NodeName
+	}
+	if inst.NodeAddress != "" {
+		addr = inst.NodeAddress
+	}
+	return name, addr
 }
 
 func proxyConfig(p *catalog.Proxy) *consul.AgentServiceConnectProxyConfig {

@@ -69,6 +69,18 @@ type Config struct {
 	StopGrace  time.Duration
 	Logger     hclog.Logger
 	Registerer prometheus.Registerer
+	// CA and Intentions, when set, are used instead of the ones DataDir
+	// would hold: an agent in a cluster passes its etcd-backed or remote
+	// CA and its mirror of the cluster's intentions. The control plane
+	// closes the CA at Stop.
+	CA         *ca.Manager
+	Intentions *intention.Store
+	// NodeAddress is the node's address in the Consul-shaped catalog
+	// answers (default 127.0.0.1).
+	NodeAddress string
+	// LocalProxy tells the proxies of this node (xds.Config.LocalProxy);
+	// nil: every proxy in the catalog.
+	LocalProxy func(catalog.ServiceInstance) bool
 }
 
 // ControlPlane is the running control plane.
@@ -103,24 +115,14 @@ func New(cfg Config, cat *catalog.Catalog) (*ControlPlane, error) {
 		cfg.StopGrace = defaultStopGrace
 	}
 	log := cfg.Logger.Named("controlplane")
-	caDir, ixDir := "", ""
-	if cfg.DataDir != "" {
-		caDir, ixDir = filepath.Join(cfg.DataDir, "ca"), filepath.Join(cfg.DataDir, "intentions")
-	}
-	caMgr, err := ca.New(ca.Config{Dir: caDir, Datacenter: cfg.Datacenter, LeafTTL: cfg.LeafTTL,
-		MaxAPILeaves: cfg.MaxAPILeaves, LeafIdleTTL: cfg.LeafIdleTTL}, cfg.Logger, cfg.Registerer)
+	caMgr, ix, err := openStores(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("failed to start CA: %w", err)
-	}
-	ix, err := intention.New(ixDir, cfg.DefaultAllow, cfg.Logger)
-	if err != nil {
-		_ = caMgr.Close()
-		return nil, fmt.Errorf("failed to open intentions: %w", err)
+		return nil, err
 	}
 	az := authz.New(caMgr, ix, cfg.Logger, cfg.Registerer)
 	xs, err := xds.NewServer(xds.Config{
 		Catalog: cat, Certs: caMgr, Datacenter: cfg.Datacenter,
-		Logger: cfg.Logger, Registerer: cfg.Registerer,
+		Logger: cfg.Logger, Registerer: cfg.Registerer, LocalProxy: cfg.LocalProxy,
 	})
 	if err != nil {
 		_ = caMgr.Close()
@@ -131,6 +133,33 @@ func New(cfg Config, cat *catalog.Catalog) (*ControlPlane, error) {
 		cfg: cfg, log: log, Catalog: cat, CA: caMgr, Intentions: ix, Authz: az, XDS: xs,
 		sockets: map[string]net.Listener{},
 	}, nil
+}
+
+// openStores returns the configured CA and intentions, or opens them in
+// DataDir (in memory without one).
+func openStores(cfg Config) (*ca.Manager, *intention.Store, error) {
+	caDir, ixDir := "", ""
+	if cfg.DataDir != "" {
+		caDir, ixDir = filepath.Join(cfg.DataDir, "ca"), filepath.Join(cfg.DataDir, "intentions")
+	}
+	caMgr := cfg.CA
+	if caMgr == nil {
+		var err error
+		caMgr, err = ca.New(ca.Config{Dir: caDir, Datacenter: cfg.Datacenter, LeafTTL: cfg.LeafTTL,
+			MaxAPILeaves: cfg.MaxAPILeaves, LeafIdleTTL: cfg.LeafIdleTTL}, cfg.Logger, cfg.Registerer)
+		if err != nil {
+			return nil, nil, fmt.Errorf("failed to start CA: %w", err)
+		}
+	}
+	if cfg.Intentions != nil {
+		return caMgr, cfg.Intentions, nil
+	}
+	ix, err := intention.New(ixDir, cfg.DefaultAllow, cfg.Logger)
+	if err != nil {
+		_ = caMgr.Close()
+		return nil, nil, fmt.Errorf("failed to open intentions: %w", err)
+	}
+	return caMgr, ix, nil
 }
 
 // Start opens the gRPC and HTTP listeners.
@@ -147,7 +176,7 @@ func (c *ControlPlane) Start() error {
 	c.grpcAddr, c.httpAddr = gl.Addr(), hl.Addr()
 	c.api = consulapi.NewServer(consulapi.Deps{
 		Catalog: c.Catalog, CA: c.CA, Intentions: c.Intentions, Authz: c.Authz,
-		Datacenter: c.cfg.Datacenter, NodeName: c.cfg.NodeName,
+		Datacenter: c.cfg.Datacenter, NodeName: c.cfg.NodeName, NodeAddress: c.cfg.NodeAddress,
 	}, c.cfg.Logger)
 	policy := c.cfg.HTTPPolicy
 	if policy.Logger == nil {

@@ -3,10 +3,12 @@ package demoapp
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -42,13 +44,20 @@ func runTCPClient(ctx context.Context, args []string, stdout, stderr io.Writer) 
 func runGet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("get", stderr)
 	timeout := fs.Duration("timeout", 5*time.Second, "request timeout")
+	n := fs.Int("n", 1, "number of requests (1 to 10000); when given, each answer is one line \"<status> <body>\" or \"error <reason>\" and the exit code is 0")
+	every := fs.Duration("every", 0, "pause between requests (with -n)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
-		return errors.New("usage: meshlet demo-app get [-timeout D] URL")
+	if fs.NArg() != 1 || *n < 1 || *n > 10000 {
+		return errors.New("usage: meshlet demo-app get [-timeout D] [-n 1..10000 [-every D]] URL")
 	}
 	client := &http.Client{Timeout: *timeout}
+	many := false
+	fs.Visit(func(f *flag.Flag) { many = many || f.Name == "n" })
+	if many {
+		return getMany(ctx, client, fs.Arg(0), *n, *every, stdout)
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fs.Arg(0), nil)
 	if err != nil {
 		return fmt.Errorf("failed to build request: %w", err)
@@ -65,4 +74,37 @@ func runGet(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return fmt.Errorf("GET %s: %s", fs.Arg(0), resp.Status)
 	}
 	return nil
+}
+
+// getMany makes n requests, one line of output each, and fails only when
+// the context ends.
+func getMany(ctx context.Context, client *http.Client, url string, n int, every time.Duration, stdout io.Writer) error {
+	for i := 0; i < n; i++ {
+		if i > 0 && every > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(every):
+			}
+		}
+		fmt.Fprintln(stdout, getLine(ctx, client, url))
+	}
+	return nil
+}
+
+func getLine(ctx context.Context, client *http.Client, url string) string {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "error " + err.Error()
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return "error " + err.Error()
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if err != nil {
+		return "error " + err.Error()
+	}
+	return fmt.Sprintf("%d %s", resp.StatusCode, strings.Join(strings.Fields(string(b)), " "))
 }

@@ -24,7 +24,8 @@ var (
 	// exists) but intentions.json is gone.
 	ErrStateMissing = errors.New("intentions state is missing")
 	// ErrStateCorrupt: intentions.json cannot be decoded or fails its
-	// checksum.
+	// checksum, or a state from the cluster (DecodeState, Store.Replace)
+	// is invalid.
 	ErrStateCorrupt = errors.New("intentions state is corrupt")
 )
 
@@ -40,58 +41,67 @@ type persisted struct {
 // undecodable one or one that fails its checksum is an error naming the
 // file and the way to recover: the store never starts empty in their place
 // (that would fail open under a default-allow policy).
-func load(dir string) ([]*Intention, uint64, error) {
+func load(dir string) (State, error) {
+	st, found, hasMarker, err := readDir(dir)
+	switch {
+	case err != nil:
+		return State{}, err
+	case !found:
+		if err := save(dir, nil, 0); err != nil {
+			return State{}, err
+		}
+		return State{}, writeMarker(filepath.Join(dir, MarkerName))
+	case !hasMarker: // written before markers existed
+		if err := writeMarker(filepath.Join(dir, MarkerName)); err != nil {
+			return State{}, err
+		}
+	}
+	return st, nil
+}
+
+// LoadDir reads the intentions of a store's dir without creating or
+// changing anything (for a one-time import into the cluster). A dir (or
+// a path that does not exist) with neither the state file nor the marker
+// holds no intentions: found is false. A marker without the state file is
+// ErrStateMissing; an undecodable file or one that fails its checksum is
+// ErrStateCorrupt, as New reports them.
+func LoadDir(dir string) (st State, found bool, err error) {
+	st, found, _, err = readDir(dir)
+	return st, found, err
+}
+
+// readDir reads dir's state file, if any, and reports whether the marker
+// exists; it writes nothing.
+func readDir(dir string) (st State, found, hasMarker bool, err error) {
 	path, marker := filepath.Join(dir, fileName), filepath.Join(dir, MarkerName)
 	_, merr := os.Stat(marker)
 	if merr != nil && !errors.Is(merr, fs.ErrNotExist) {
-		return nil, 0, fmt.Errorf("failed to check intentions marker %s: %w", marker, merr)
+		return State{}, false, false, fmt.Errorf("failed to check intentions marker %s: %w", marker, merr)
 	}
-	hasMarker := merr == nil
+	hasMarker = merr == nil
 	b, err := os.ReadFile(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist) && hasMarker:
-		return nil, 0, fmt.Errorf("%w: %s was deleted from a directory that held intentions: restore it from a backup, or remove %s to start with no intentions", ErrStateMissing, path, marker)
+		return State{}, false, true, fmt.Errorf("%w: %s was deleted from a directory that held intentions: restore it from a backup, or remove %s to start with no intentions", ErrStateMissing, path, marker)
 	case errors.Is(err, fs.ErrNotExist):
-		if err := save(dir, nil, 0); err != nil {
-			return nil, 0, err
-		}
-		return nil, 0, writeMarker(marker)
+		return State{}, false, false, nil
 	case err != nil:
-		return nil, 0, fmt.Errorf("failed to read intentions %s: %w", path, err)
+		return State{}, false, hasMarker, fmt.Errorf("failed to read intentions %s: %w", path, err)
 	}
-	list, index, err := decode(b)
+	st, err = decode(b)
 	if err != nil {
-		return nil, 0, fmt.Errorf("%w: %s: %w: restore it from a backup, or remove it and %s to start with no intentions", ErrStateCorrupt, path, err, marker)
+		return State{}, false, hasMarker, fmt.Errorf("%w: %s: %w: restore it from a backup, or remove it and %s to start with no intentions", ErrStateCorrupt, path, err, marker)
 	}
-	if !hasMarker { // written before markers existed
-		if err := writeMarker(marker); err != nil {
-			return nil, 0, err
-		}
-	}
-	return list, index, nil
+	return st, true, hasMarker, nil
 }
 
 // decode parses and validates a state file of version 1 or 2.
-func decode(b []byte) ([]*Intention, uint64, error) {
+func decode(b []byte) (State, error) {
 	var p persisted
 	if err := sealedjson.Unmarshal(b, &p); err != nil {
-		return nil, 0, err
+		return State{}, err
 	}
-	ids, pairs := map[string]bool{}, map[pairKey]bool{}
-	list := make([]*Intention, 0, len(p.Intentions))
-	for _, in := range p.Intentions {
-		ix, err := normalize(in)
-		if err != nil {
-			return nil, 0, fmt.Errorf("intention %s: %w", in.ID, err)
-		}
-		k := pairKey{ix.SourceName, ix.DestinationName}
-		if ix.ID == "" || ids[ix.ID] || pairs[k] {
-			return nil, 0, fmt.Errorf("missing or duplicate ID or pair at %s", ix)
-		}
-		ids[ix.ID], pairs[k] = true, true
-		list = append(list, &ix)
-	}
-	return list, p.Index, nil
+	return validateState(State(p))
 }
 
 // encode renders list at index as a version 2 file.

@@ -16,6 +16,13 @@
 // snapshot is published only once it is on disk, so a failed write changes
 // nothing. Subscribers are called synchronously after every change, without
 // locks held, and must not block.
+//
+// Cluster mode: the intentions' state (State) is one value in the
+// cluster's store; State's pure operations (Upsert, Delete, DeleteByID)
+// hold the write rules that Store uses too, and EncodeState/DecodeState
+// are its wire form. An agent reads from a mirror (NewMirror) that follows
+// the cluster through Replace and sends its writes to a Writer. LoadDir
+// reads a store's dir, without creating anything, for a one-time import.
 package intention
 
 import (

@@ -1,6 +1,7 @@
 package intention
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -8,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/meshlet/meshlet/internal/pubsub"
@@ -19,20 +19,24 @@ type pairKey struct{ src, dst string }
 // snapshot is one immutable version of the intentions. Readers load the
 // current one from Store.snap without locking; writers build a new one.
 type snapshot struct {
-	index  uint64
-	sorted []*Intention // evaluation order
+	state  State        // evaluation order; owned by the snapshot, never modified
+	sorted []*Intention // pointers into state.Intentions
 	byID   map[string]*Intention
 	byPair map[pairKey]*Intention
 }
 
-func newSnapshot(list []*Intention, index uint64) *snapshot {
-	sortIntentions(list)
+// newSnapshot takes ownership of st, whose intentions must be in
+// evaluation order and valid.
+func newSnapshot(st State) *snapshot {
 	sn := &snapshot{
-		index: index, sorted: list,
-		byID:   make(map[string]*Intention, len(list)),
-		byPair: make(map[pairKey]*Intention, len(list)),
+		state:  st,
+		sorted: make([]*Intention, len(st.Intentions)),
+		byID:   make(map[string]*Intention, len(st.Intentions)),
+		byPair: make(map[pairKey]*Intention, len(st.Intentions)),
 	}
-	for _, ix := range list {
+	for i := range st.Intentions {
+		ix := &st.Intentions[i]
+		sn.sorted[i] = ix
 		sn.byID[ix.ID] = ix
 		sn.byPair[pairKey{ix.SourceName, ix.DestinationName}] = ix
 	}
@@ -48,6 +52,12 @@ type Store struct {
 	// persist writes a new state to dir; a test hook (default save).
 	persist func(dir string, list []*Intention, index uint64) error
 
+	// writer is set for a mirror (NewMirror): writes go to it, and the
+	// content changes only through Replace.
+	writer       Writer
+	writeTimeout time.Duration // bound of a call to writer
+	waitTimeout  time.Duration // bound of the wait for the mirror to see it
+
 	writeMu sync.Mutex // serializes writers, persistence included
 	snap    atomic.Pointer[snapshot]
 	hub     pubsub.Hub[struct{}]
@@ -58,6 +68,23 @@ type Store struct {
 // A directory that held intentions before but lost or corrupted its state
 // file is refused (ErrStateMissing, ErrStateCorrupt).
 func New(dir string, defaultAllow bool, logger hclog.Logger) (*Store, error) {
+	s := newEmptyStore(dir, defaultAllow, logger)
+	if dir == "" {
+		return s, nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("failed to create intentions dir: %w", err)
+	}
+	st, err := load(dir)
+	if err != nil {
+		return nil, err
+	}
+	s.snap.Store(newSnapshot(st))
+	s.logger.Debug("loaded intentions", "count", len(st.Intentions), "path", filepath.Join(dir, fileName))
+	return s, nil
+}
+
+func newEmptyStore(dir string, defaultAllow bool, logger hclog.Logger) *Store {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
@@ -68,29 +95,17 @@ func New(dir string, defaultAllow bool, logger hclog.Logger) (*Store, error) {
 		now:          func() time.Time { return time.Now().UTC() },
 		persist:      save,
 	}
-	s.snap.Store(newSnapshot(nil, 0))
-	if dir == "" {
-		return s, nil
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("failed to create intentions dir: %w", err)
-	}
-	list, index, err := load(dir)
-	if err != nil {
-		return nil, err
-	}
-	s.snap.Store(newSnapshot(list, index))
-	s.logger.Debug("loaded intentions", "count", len(list), "path", filepath.Join(dir, fileName))
-	return s, nil
+	s.snap.Store(newSnapshot(State{}))
+	return s
 }
 
-// commitLocked persists list at index and publishes it; on failure
-// nothing changes. The caller holds writeMu; readers keep reading the
-// previous snapshot meanwhile.
-func (s *Store) commitLocked(list []*Intention, index uint64) error {
-	sn := newSnapshot(list, index)
+// commitLocked persists st and makes it current; on failure nothing
+// changes. The caller holds writeMu; readers keep reading the previous
+// snapshot meanwhile. st is owned by the store afterwards.
+func (s *Store) commitLocked(st State) error {
+	sn := newSnapshot(st)
 	if s.dir != "" {
-		if err := s.persist(s.dir, sn.sorted, index); err != nil {
+		if err := s.persist(s.dir, sn.sorted, st.Index); err != nil {
 			return err
 		}
 	}
@@ -98,89 +113,100 @@ func (s *Store) commitLocked(list []*Intention, index uint64) error {
 	return nil
 }
 
-// Upsert creates the intention for (SourceName, DestinationName), or
-// replaces its action and description when it exists and replace is set
-// (ErrExists otherwise). The ID is assigned by the store; an ID in `in` must
-// match the existing intention's. Invalid input returns ErrInvalid.
-func (s *Store) Upsert(in Intention, replace bool) (Intention, error) {
-	ix, err := normalize(in)
-	if err != nil {
-		return Intention{}, err
-	}
+// write applies op to the current state and commits the result, then
+// publishes it.
+func (s *Store) write(op func(State) (State, Intention, error)) (Intention, error) {
 	s.writeMu.Lock()
-	cur := s.snap.Load()
-	existing := cur.byPair[pairKey{ix.SourceName, ix.DestinationName}]
-	switch {
-	case existing != nil && !replace:
-		s.writeMu.Unlock()
-		return Intention{}, fmt.Errorf("%w: %s => %s", ErrExists, ix.SourceName, ix.DestinationName)
-	case ix.ID != "" && (existing == nil || existing.ID != ix.ID):
-		s.writeMu.Unlock()
-		return Intention{}, fmt.Errorf("%w: ID %q does not name the intention %s => %s (IDs are assigned by the store)", ErrInvalid, ix.ID, ix.SourceName, ix.DestinationName)
+	next, ix, err := op(s.snap.Load().state)
+	if err == nil {
+		err = s.commitLocked(next)
 	}
-	index, now := cur.index+1, s.now()
-	ix.UpdatedAt, ix.ModifyIndex = now, index
-	if existing != nil {
-		ix.ID, ix.CreatedAt, ix.CreateIndex = existing.ID, existing.CreatedAt, existing.CreateIndex
-	} else {
-		ix.ID, ix.CreatedAt, ix.CreateIndex = uuid.NewString(), now, index
-	}
-	list := make([]*Intention, 0, len(cur.sorted)+1)
-	for _, old := range cur.sorted {
-		if old != existing {
-			list = append(list, old)
-		}
-	}
-	list = append(list, &ix)
-	err = s.commitLocked(list, index)
 	s.writeMu.Unlock()
 	if err != nil {
 		return Intention{}, err
 	}
-	s.logger.Info("intention saved", "source", ix.SourceName, "destination", ix.DestinationName, "action", ix.Action, "intention_id", ix.ID)
 	s.hub.Publish(struct{}{})
+	return ix, nil
+}
+
+// Upsert creates the intention for (SourceName, DestinationName), or
+// replaces its action and description when it exists and replace is set
+// (ErrExists otherwise). The ID is assigned by the store; an ID in `in` must
+// match the existing intention's. Invalid input returns ErrInvalid.
+// On a mirror the write is made by its Writer (see NewMirror).
+func (s *Store) Upsert(in Intention, replace bool) (Intention, error) {
+	if s.writer != nil {
+		return s.mirrorWrite(func(ctx context.Context) (Intention, uint64, error) {
+			return s.writer.Upsert(ctx, in, replace)
+		})
+	}
+	ix, err := s.write(func(st State) (State, Intention, error) { return st.Upsert(in, replace, s.now()) })
+	if err != nil {
+		return Intention{}, err
+	}
+	s.logger.Info("intention saved", "source", ix.SourceName, "destination", ix.DestinationName, "action", ix.Action, "intention_id", ix.ID)
 	return ix, nil
 }
 
 // Delete removes the intention for (src, dst); ErrNotFound if none.
 func (s *Store) Delete(src, dst string) error {
-	return s.delete(func(sn *snapshot) (*Intention, error) {
-		if ix := sn.byPair[pairKey{src, dst}]; ix != nil {
-			return ix, nil
-		}
-		return nil, fmt.Errorf("%w: %s => %s", ErrNotFound, src, dst)
-	})
+	if s.writer != nil {
+		_, err := s.mirrorWrite(func(ctx context.Context) (Intention, uint64, error) {
+			return s.writer.Delete(ctx, src, dst)
+		})
+		return err
+	}
+	return s.delete(func(st State) (State, Intention, error) { return st.Delete(src, dst) })
 }
 
 // DeleteByID removes the intention with id; ErrNotFound if none.
 func (s *Store) DeleteByID(id string) error {
-	return s.delete(func(sn *snapshot) (*Intention, error) {
-		if ix := sn.byID[id]; ix != nil {
-			return ix, nil
-		}
-		return nil, fmt.Errorf("%w: ID %q", ErrNotFound, id)
-	})
+	if s.writer != nil {
+		_, err := s.mirrorWrite(func(ctx context.Context) (Intention, uint64, error) {
+			return s.writer.DeleteByID(ctx, id)
+		})
+		return err
+	}
+	return s.delete(func(st State) (State, Intention, error) { return st.DeleteByID(id) })
 }
 
-// delete removes the intention find picks from the current snapshot.
-func (s *Store) delete(find func(*snapshot) (*Intention, error)) error {
-	s.writeMu.Lock()
-	cur := s.snap.Load()
-	ix, err := find(cur)
-	if err == nil {
-		list := make([]*Intention, 0, len(cur.sorted))
-		for _, old := range cur.sorted {
-			if old != ix {
-				list = append(list, old)
-			}
-		}
-		err = s.commitLocked(list, cur.index+1)
-	}
-	s.writeMu.Unlock()
+func (s *Store) delete(op func(State) (State, Intention, error)) error {
+	ix, err := s.write(op)
 	if err != nil {
 		return err
 	}
 	s.logger.Info("intention deleted", "source", ix.SourceName, "destination", ix.DestinationName, "intention_id", ix.ID)
+	return nil
+}
+
+// State returns a copy of the current state, in evaluation order.
+func (s *Store) State() State { return s.snap.Load().state.clone() }
+
+// Replace makes st the store's content: the way a mirror follows the
+// cluster. st is validated as DecodeState does (errors wrap
+// ErrStateCorrupt and change nothing) and copied. Subscribers are called
+// only when the index or the content changed; a store with a dir persists
+// the new state first (a failure changes nothing).
+func (s *Store) Replace(st State) error {
+	next, err := validateState(st)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrStateCorrupt, err)
+	}
+	s.writeMu.Lock()
+	cur := s.snap.Load().state
+	if equalStates(cur, next) {
+		s.writeMu.Unlock()
+		return nil
+	}
+	err = s.commitLocked(next)
+	s.writeMu.Unlock()
+	if err != nil {
+		return err
+	}
+	if next.Index < cur.Index {
+		s.logger.Warn("intentions index went backwards", "index", next.Index, "previous_index", cur.Index)
+	}
+	s.logger.Debug("intentions replaced", "index", next.Index, "count", len(next.Intentions))
 	s.hub.Publish(struct{}{})
 	return nil
 }
@@ -252,7 +278,7 @@ func (s *Store) Match(by, name string) []Intention {
 func (s *Store) DefaultAllow() bool { return s.defaultAllow }
 
 // Index increases with every change (X-Consul-Index).
-func (s *Store) Index() uint64 { return s.snap.Load().index }
+func (s *Store) Index() uint64 { return s.snap.Load().state.Index }
 
 // Subscribe calls fn after every change until cancel is called.
 func (s *Store) Subscribe(fn func()) (cancel func()) {

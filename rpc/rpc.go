@@ -32,6 +32,22 @@
 // polls again until the index passes minIndex, as the in-process server
 // blocks.
 //
+// Mesh calls (ServerConfig.Connect; connect.go): a client agent follows
+// the mesh's cluster-wide state (catalog registrations, intentions, CA
+// roots) over one stream, GET /v1/rpc/connect/watch, newline-delimited
+// JSON meshstate.Batch values, a Reset first, with keepalive lines ("{}")
+// every ConnectKeepalive; the Client (FollowConnect) reconnects to the
+// next server when a stream breaks or stays silent for three keepalive
+// intervals, and the new stream starts with a Reset again. A node
+// registers its allocations' services (PUT and DELETE
+// /v1/rpc/connect/alloc/<alloc-id>: only allocations placed on it, only
+// under its own node ID), has leaf CSRs signed (POST /v1/rpc/connect/sign:
+// only for services that one of its running allocations declares, the
+// SPIFFE identity check) and writes intentions (POST
+// /v1/rpc/connect/intentions, errors keeping the intention package's
+// sentinels). None of them needs the leader: the servers' store writes
+// compare-and-swap from any server.
+//
 // Concurrency: Server and Client are safe for concurrent use.
 package rpc
 
@@ -78,6 +94,12 @@ const (
 	pathAllocs    = "/v1/rpc/node/allocs"
 	pathUpdate    = "/v1/rpc/node/allocs/update"
 	pathHeartbeat = "/v1/rpc/node/heartbeat"
+
+	pathConnectWatch      = "/v1/rpc/connect/watch"
+	pathConnectAlloc      = "/v1/rpc/connect/alloc/" // + <alloc-id>
+	pathConnectSign       = "/v1/rpc/connect/sign"
+	pathConnectIntentions = "/v1/rpc/connect/intentions"
+	pathConnectRoots      = "/v1/rpc/connect/roots"
 )
 
 // Error codes (headerErrorCode) that do not follow from the status alone.

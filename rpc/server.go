@@ -62,6 +62,10 @@ type ServerConfig struct {
 	// Join, when set, adds a joining server's etcd member (server
 	// certificates only).
 	Join Joiner
+	// Connect, when set, serves the mesh calls of client agents (the mesh
+	// feed, registrations, CSR signing, intentions); without it they are
+	// answered 404.
+	Connect ConnectBackend
 }
 
 // closeGrace bounds how long Close waits for calls in flight.
@@ -83,6 +87,9 @@ type Server struct {
 	closeErr  error
 	// regLocks serializes registrations of one node ID (by hash).
 	regLocks [32]sync.Mutex
+	// feedKeepalive is the mesh feed's keepalive interval (0:
+	// ConnectKeepalive); tests shorten it before Serve.
+	feedKeepalive time.Duration
 }
 
 // NewServer checks cfg and builds a Server; nothing listens until Serve.
@@ -116,6 +123,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	mux.HandleFunc("POST "+pathUpdate, s.leaderOnly(s.handleUpdate))
 	mux.HandleFunc("POST "+pathHeartbeat, s.leaderOnly(s.handleHeartbeat))
 	mux.HandleFunc("POST "+pathJoin, s.handleJoin)
+	s.connectRoutes(mux)
 	mux.HandleFunc("/v1/", s.apiHandler)
 	s.http = httpsrv.New(s.guard(mux))
 	// TLS handshake failures (a foreign CA, no certificate) land here.

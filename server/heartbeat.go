@@ -91,6 +91,9 @@ func (s *Server) heartbeatMissed(nodeID string) {
 	cp := *node
 	cp.Status = structs.NodeStatusDown
 	s.logger.Warn("node missed its heartbeat; marking it down", "node_id", nodeID, "node_name", node.Name)
+	if s.cfg.NodeDown != nil {
+		s.cfg.NodeDown(nodeID)
+	}
 	if err := s.nodeChanged(&cp, "node down"); err != nil {
 		s.logger.Error("failed to mark node down", "node_id", nodeID, "error", err)
 	}

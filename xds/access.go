@@ -13,8 +13,6 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
-
-	"github.com/meshlet/meshlet/catalog"
 )
 
 // ErrNotSocket: a path where a socket should go holds another kind of file.
@@ -56,9 +54,9 @@ func (s *Server) allocGrant(allocID, node string) (grant, error) {
 	if node == "" {
 		return grant{}, errors.New("the stream's first request must name its node (the proxy ID)")
 	}
-	inst, ok := s.cfg.Catalog.Get(node)
-	if !ok || inst.Kind != catalog.KindConnectProxy || inst.Proxy == nil {
-		return grant{}, fmt.Errorf("node %q is not a connect proxy registered in the catalog", node)
+	inst, ok := s.localProxy(node)
+	if !ok || inst.Proxy == nil {
+		return grant{}, fmt.Errorf("node %q is not a connect proxy registered in the catalog on this node", node)
 	}
 	if inst.AllocID != allocID {
 		return grant{}, fmt.Errorf("node %q does not belong to allocation %s", node, allocID)

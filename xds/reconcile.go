@@ -221,8 +221,8 @@ func (s *Server) stageProxies(ch changes, p *plan) map[string]*proxyResources {
 		}
 	}
 	for id := range ids {
-		inst, ok := s.cfg.Catalog.Get(id)
-		if !ok || inst.Kind != catalog.KindConnectProxy {
+		inst, ok := s.localProxy(id)
+		if !ok {
 			s.removeProxy(id, p)
 			s.unholdProxy(id)
 			s.forget(id)

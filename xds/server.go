@@ -39,6 +39,11 @@ type Config struct {
 	Coalesce   time.Duration // how long a burst of changes is batched; default 10ms
 	Logger     hclog.Logger
 	Registerer prometheus.Registerer // nil: metrics are kept in a private registry
+	// LocalProxy, when set, tells the proxies this server serves: those of
+	// its own node. The catalog also holds other nodes' proxies (their
+	// endpoints), whose config and leaves this server must not build.
+	// nil: every proxy in the catalog is local.
+	LocalProxy func(catalog.ServiceInstance) bool
 }
 
 // ErrInvalidServerConfig is returned by NewServer for a bad Config.
@@ -126,6 +131,9 @@ func NewServer(cfg Config) (*Server, error) {
 	s.enqueue(func(c *changes) {
 		c.roots = true
 		for _, p := range cfg.Catalog.Proxies() {
+			if !s.isLocal(p) {
+				continue
+			}
 			c.proxies[p.ID] = struct{}{}
 		}
 		for name := range cfg.Catalog.Services() {

@@ -59,6 +59,20 @@ func (c *xdsCache) unwait(w *watch) {
 // expectProxy tells whether node is a connect proxy registered in the
 // catalog: the nodes whose watches wait for their resources to be built.
 func (s *Server) expectProxy(node string) bool {
-	inst, ok := s.cfg.Catalog.Get(node)
-	return ok && inst.Kind == catalog.KindConnectProxy
+	_, ok := s.localProxy(node)
+	return ok
+}
+
+// localProxy returns the connect proxy id when it is registered in the
+// catalog and runs on this server's node.
+func (s *Server) localProxy(id string) (catalog.ServiceInstance, bool) {
+	inst, ok := s.cfg.Catalog.Get(id)
+	if !ok || inst.Kind != catalog.KindConnectProxy || !s.isLocal(inst) {
+		return catalog.ServiceInstance{}, false
+	}
+	return inst, true
+}
+
+func (s *Server) isLocal(inst catalog.ServiceInstance) bool {
+	return s.cfg.LocalProxy == nil || s.cfg.LocalProxy(inst)
 }

@@ -34,7 +34,8 @@ type SocketServer interface {
 }
 
 // Registrar is where the services hook registers an allocation's services
-// and sidecar proxies; *catalog.Catalog implements it.
+// and sidecar proxies; *catalog.Catalog implements it, and so does
+// meshstate.Registrar (the catalog plus the servers' copy).
 type Registrar interface {
 	Register(inst catalog.ServiceInstance)
 	// DeregisterAlloc removes every instance of the allocation.
@@ -47,6 +48,11 @@ type Deps struct {
 	Catalog    Registrar
 	NodeID     string
 	Datacenter string
+	// NodeAddress is the node's advertised address in a cluster ("" on a
+	// lone node): see connect.Placement.
+	NodeAddress string
+	// NodeName names the node in other agents' catalog answers.
+	NodeName string
 	// SidecarMode is the agent's `sidecar` setting; EnvoyBinary the envoy
 	// found on the node ("" if none).
 	SidecarMode string
@@ -166,7 +172,8 @@ func (h *ServicesHook) Prerun(ctx context.Context, hc *allocrunner.AllocHookCont
 	if hc.NetworkStatus != nil && hc.NetworkStatus.Address != "" {
 		addr = hc.NetworkStatus.Address
 	}
-	insts, err := connect.Registrations(connect.Placement{Alloc: hc.Alloc, Address: addr, NodeID: h.d.NodeID, Datacenter: h.d.Datacenter})
+	insts, err := connect.Registrations(connect.Placement{Alloc: hc.Alloc, Address: addr, NodeAddress: h.d.NodeAddress,
+		NodeID: h.d.NodeID, NodeName: h.d.NodeName, Datacenter: h.d.Datacenter})
 	if err != nil {
 		return fmt.Errorf("failed to register services: %w", err)
 	}

@@ -87,7 +87,8 @@ func TestLostOrCorruptStateRefusesToStart(t *testing.T) {
 	job := a.RunJob("input/host.hcl")
 	alloc := a.RunningAllocs(job, 1)[0]
 	pid := taskPID(t, alloc.ID)
-	// An intention, so that intentions.json holds something to lose.
+	// An intention, so that the mesh state (in etcd, beside the
+	// scheduler's: the server state faults cover it) holds something to lose.
 	a.MustCLI("intention", "create", "-deny", "faults-a", "faults-b")
 	a.Interrupt()
 
@@ -97,10 +98,7 @@ func TestLostOrCorruptStateRefusesToStart(t *testing.T) {
 		{"deleted server state", "server/etcd/member/snap/db", removeFile},
 		{"empty client state", "client/state.db", truncateFile},
 		{"deleted client state", "client/state.db", removeFile},
-		{"deleted intentions", "connect/intentions/intentions.json", removeFile},
-		{"corrupt intentions", "connect/intentions/intentions.json", garbage},
-		{"deleted CA state", "connect/ca/ca-state.json", removeFile},
-		{"corrupt CA state", "connect/ca/ca-state.json", garbage},
+		{"garbage client state", "client/state.db", garbage},
 	}
 	handled := 0
 	defer func() {

@@ -1,0 +1,146 @@
+package meshstate
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/meshlet/meshlet/catalog"
+)
+
+// allocKey is the key of one allocation's registrations.
+func (s *Store) allocKey(nodeID, allocID string) string {
+	return s.prefix + catalogDir + nodeID + "/" + allocID
+}
+
+// nodeDir is the prefix of every allocation key of nodeID.
+func (s *Store) nodeDir(nodeID string) string { return s.prefix + catalogDir + nodeID + "/" }
+
+// PutAlloc stores the service registrations of allocation allocID running
+// on nodeID, replacing what was stored for it. Every instance must carry
+// a non-empty ID and the same NodeID and AllocID (ErrInvalid otherwise).
+// An empty insts deregisters the allocation (as DeleteAlloc). A value
+// byte-identical to the stored one is not written again, so repeating a
+// registration (anti-entropy) costs no etcd revision and no feed batch.
+func (s *Store) PutAlloc(ctx context.Context, nodeID, allocID string, insts []catalog.ServiceInstance) error {
+	if err := checkAllocIDs(nodeID, allocID); err != nil {
+		return err
+	}
+	if len(insts) == 0 {
+		return s.DeleteAlloc(ctx, nodeID, allocID)
+	}
+	if err := s.writable("register services"); err != nil {
+		return err
+	}
+	for i, in := range insts {
+		switch {
+		case in.ID == "":
+			return fmt.Errorf("%w: instance %d of allocation %s has no ID", ErrInvalid, i, allocID)
+		case in.NodeID != nodeID || in.AllocID != allocID:
+			return fmt.Errorf("%w: instance %s belongs to node %q allocation %q, not node %q allocation %q",
+				ErrInvalid, in.ID, in.NodeID, in.AllocID, nodeID, allocID)
+		}
+	}
+	b, err := json.Marshal(insts)
+	if err != nil {
+		return fmt.Errorf("failed to encode registrations of allocation %s: %w", allocID, err)
+	}
+	key := s.allocKey(nodeID, allocID)
+	ctx, cancel := s.callCtx(ctx)
+	defer cancel()
+	// A Value compare on an absent key fails, so the put runs then too; a
+	// transaction that writes nothing does not advance the revision.
+	_, err = s.c.Txn(ctx).If(clientv3.Compare(clientv3.Value(key), "=", string(b))).
+		Else(clientv3.OpPut(key, string(b))).Commit()
+	if err != nil {
+		return fmt.Errorf("failed to store registrations of allocation %s on node %s: %w", allocID, nodeID, err)
+	}
+	return nil
+}
+
+// DeleteAlloc removes allocation allocID's registrations; an allocation
+// with none stored is not an error.
+func (s *Store) DeleteAlloc(ctx context.Context, nodeID, allocID string) error {
+	if err := checkAllocIDs(nodeID, allocID); err != nil {
+		return err
+	}
+	if err := s.writable("deregister services"); err != nil {
+		return err
+	}
+	ctx, cancel := s.callCtx(ctx)
+	defer cancel()
+	if _, err := s.c.Delete(ctx, s.allocKey(nodeID, allocID)); err != nil {
+		return fmt.Errorf("failed to delete registrations of allocation %s on node %s: %w", allocID, nodeID, err)
+	}
+	return nil
+}
+
+// DeleteNode removes the registrations of every allocation of nodeID (the
+// node went down) and returns how many allocations had some.
+func (s *Store) DeleteNode(ctx context.Context, nodeID string) (removed int, err error) {
+	if err := checkSegment("node ID", nodeID); err != nil {
+		return 0, err
+	}
+	if err := s.writable("deregister a node's services"); err != nil {
+		return 0, err
+	}
+	ctx, cancel := s.callCtx(ctx)
+	defer cancel()
+	resp, err := s.c.Delete(ctx, s.nodeDir(nodeID), clientv3.WithPrefix())
+	if err != nil {
+		return 0, fmt.Errorf("failed to delete registrations of node %s: %w", nodeID, err)
+	}
+	return int(resp.Deleted), nil
+}
+
+// NodeRegs returns the stored registrations of every allocation of nodeID,
+// by allocation ID. An allocation whose stored value cannot be decoded is
+// in the map with nil instances (and logged), so a caller repairing the
+// node's registrations rewrites or deletes it.
+func (s *Store) NodeRegs(ctx context.Context, nodeID string) (map[string][]catalog.ServiceInstance, error) {
+	if err := checkSegment("node ID", nodeID); err != nil {
+		return nil, err
+	}
+	ctx, cancel := s.callCtx(ctx)
+	defer cancel()
+	dir := s.nodeDir(nodeID)
+	resp, err := s.c.Get(ctx, dir, clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("failed to read registrations of node %s: %w", nodeID, err)
+	}
+	out := make(map[string][]catalog.ServiceInstance, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		allocID := strings.TrimPrefix(string(kv.Key), dir)
+		insts, err := decodeInstances(kv.Value)
+		if err != nil {
+			s.logger.Warn("undecodable registrations", "key", string(kv.Key), "error", err)
+		}
+		out[allocID] = insts
+	}
+	return out, nil
+}
+
+func checkAllocIDs(nodeID, allocID string) error {
+	if err := checkSegment("node ID", nodeID); err != nil {
+		return err
+	}
+	return checkSegment("allocation ID", allocID)
+}
+
+// decodeInstances decodes one allocation's value; nil on error.
+func decodeInstances(b []byte) ([]catalog.ServiceInstance, error) {
+	var insts []catalog.ServiceInstance
+	if err := json.Unmarshal(b, &insts); err != nil {
+		return nil, fmt.Errorf("failed to decode registrations: %w", err)
+	}
+	return insts, nil
+}
+
+// parseAllocKey splits the part of a catalog key after catalogDir.
+func parseAllocKey(rest string) (nodeID, allocID string, ok bool) {
+	nodeID, allocID, ok = strings.Cut(rest, "/")
+	return nodeID, allocID, ok && nodeID != "" && allocID != "" && !strings.Contains(allocID, "/")
+}

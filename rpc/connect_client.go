@@ -1,0 +1,230 @@
+package rpc
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/meshlet/meshlet/ca"
+	"github.com/meshlet/meshlet/catalog"
+	"github.com/meshlet/meshlet/intention"
+	"github.com/meshlet/meshlet/internal/httpsrv"
+)
+
+// The Client's mesh calls: the node's registrations, leaf signing and
+// intention writes (FollowConnect, the feed, is in connect_stream.go).
+
+var (
+	_ ca.RemoteSigner  = (*Client)(nil)
+	_ intention.Writer = connectIntentions{}
+)
+
+// PutAllocServices registers the service instances of one of the node's
+// allocations, replacing what it had; each instance must name the node
+// and the allocation.
+func (c *Client) PutAllocServices(ctx context.Context, allocID string, insts []catalog.ServiceInstance) error {
+	if allocID == "" {
+		return fmt.Errorf("failed to register allocation services: %w: no allocation ID", ErrBadRequest)
+	}
+	if insts == nil {
+		insts = []catalog.ServiceInstance{}
+	}
+	what := "register the services of allocation " + allocID
+	return c.connectCall(ctx, what, http.MethodPut, pathConnectAlloc+url.PathEscape(allocID), connectAllocRequest{Instances: insts}, nil)
+}
+
+// DeleteAllocServices removes the registrations of one of the node's
+// allocations (none registered is no error).
+func (c *Client) DeleteAllocServices(ctx context.Context, allocID string) error {
+	if allocID == "" {
+		return fmt.Errorf("failed to deregister allocation services: %w: no allocation ID", ErrBadRequest)
+	}
+	what := "deregister the services of allocation " + allocID
+	return c.connectCall(ctx, what, http.MethodDelete, pathConnectAlloc+url.PathEscape(allocID), nil, nil)
+}
+
+// SignCSR has the cluster's CA sign csrPEM as service's leaf; the servers
+// sign only for services that the node runs. *Client is a ca.RemoteSigner.
+func (c *Client) SignCSR(ctx context.Context, service, csrPEM string) (ca.SignedCert, error) {
+	var out ca.SignedCert
+	err := c.connectCall(ctx, "sign a leaf of service "+service, http.MethodPost, pathConnectSign,
+		connectSignRequest{Service: service, CSR: csrPEM}, &out)
+	if err != nil {
+		return ca.SignedCert{}, err
+	}
+	return out, nil
+}
+
+// ConnectIntentions returns an intention.Writer over the servers: its
+// errors wrap the intention package's sentinels (ErrExists, ErrNotFound,
+// ErrInvalid) as the servers' store returned them, with the servers' text.
+func (c *Client) ConnectIntentions() intention.Writer { return connectIntentions{c: c} }
+
+// connectIntentions writes intentions through the servers.
+type connectIntentions struct{ c *Client }
+
+func (w connectIntentions) Upsert(ctx context.Context, in intention.Intention, replace bool) (intention.Intention, uint64, error) {
+	return w.call(ctx, "write intention", connectIntentionRequest{Op: intentionOpUpsert, Intention: &in, Replace: replace})
+}
+
+func (w connectIntentions) Delete(ctx context.Context, src, dst string) (intention.Intention, uint64, error) {
+	return w.call(ctx, "delete intention", connectIntentionRequest{Op: intentionOpDelete, Source: src, Destination: dst})
+}
+
+func (w connectIntentions) DeleteByID(ctx context.Context, id string) (intention.Intention, uint64, error) {
+	return w.call(ctx, "delete intention", connectIntentionRequest{Op: intentionOpDeleteByID, ID: id})
+}
+
+func (w connectIntentions) call(ctx context.Context, what string, req connectIntentionRequest) (intention.Intention, uint64, error) {
+	var out connectIntentionResponse
+	if err := w.c.connectCall(ctx, what, http.MethodPost, pathConnectIntentions, req, &out); err != nil {
+		return intention.Intention{}, 0, err
+	}
+	return out.Intention, out.Index, nil
+}
+
+// remoteError is a server's refusal that keeps a sentinel: its text is
+// the server's, so that the client agent's API answers as a server's.
+type remoteError struct {
+	msg      string
+	sentinel error
+}
+
+func (e *remoteError) Error() string { return e.msg }
+func (e *remoteError) Unwrap() error { return e.sentinel }
+
+// connectCall sends a mesh call to the servers, from the preferred one on,
+// until one answers; a connection error or a 5xx moves to the next. None
+// needs the leader, so there is no retry for an election.
+func (c *Client) connectCall(ctx context.Context, what, method, path string, in, out any) error {
+	if c.ctx.Err() != nil {
+		return fmt.Errorf("failed to %s: %w", what, ErrClosed)
+	}
+	id, secret, err := c.identity()
+	if err != nil {
+		return err
+	}
+	var body []byte
+	if in != nil {
+		if body, err = json.Marshal(in); err != nil {
+			return fmt.Errorf("failed to encode the call to %s: %w", what, err)
+		}
+	}
+	req := &request{what: what, method: method, path: path, body: body, nodeID: id, secret: secret, timeout: c.cfg.Timeout}
+	return c.connectRound(ctx, req, out)
+}
+
+// ConnectRoots returns the cluster's public CA roots. Unlike the other
+// mesh calls it needs no node identity (only the TLS client certificate):
+// a client agent needs the trust domain before its node registers.
+func (c *Client) ConnectRoots(ctx context.Context) (ca.Roots, error) {
+	var out ca.Roots
+	if c.ctx.Err() != nil {
+		return out, fmt.Errorf("failed to read the CA roots: %w", ErrClosed)
+	}
+	req := &request{what: "read the CA roots", method: http.MethodGet, path: pathConnectRoots, timeout: c.cfg.Timeout}
+	err := c.connectRound(ctx, req, &out)
+	return out, err
+}
+
+// connectRound tries req on each server, the preferred one first.
+func (c *Client) connectRound(ctx context.Context, req *request, out any) error {
+	what := req.what
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(c.ctx, cancel)
+	defer stop()
+	n := len(c.cfg.Servers)
+	start := int(c.preferred.Load())
+	var fails []string
+	for i := range n {
+		k := (start + i) % n
+		addr := c.cfg.Servers[k]
+		err := c.connectAttempt(ctx, addr, req, out)
+		var se *serverError
+		switch {
+		case err == nil:
+			if k != start {
+				c.preferred.Store(int64(k))
+				c.logger.Info("switched to server", "server", addr)
+			}
+			return nil
+		case c.ctx.Err() != nil:
+			return fmt.Errorf("failed to %s: %w", what, ErrClosed)
+		case ctx.Err() != nil:
+			return fmt.Errorf("failed to %s: %w", what, ctx.Err())
+		case !errors.As(err, &se):
+			return err
+		}
+		c.logger.Debug("server failed; trying the next", "server", addr, "call", what, "error", err)
+		fails = append(fails, addr+": "+se.msg)
+	}
+	return fmt.Errorf("failed to %s: %w: %s", what, ErrNoServers, strings.Join(fails, "; "))
+}
+
+// connectAttempt sends req to one server.
+func (c *Client) connectAttempt(ctx context.Context, addr string, req *request, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, req.timeout)
+	defer cancel()
+	u := url.URL{Scheme: c.scheme, Host: addr, Path: req.path}
+	var body io.Reader
+	if req.body != nil {
+		body = bytes.NewReader(req.body)
+	}
+	hr, err := http.NewRequestWithContext(ctx, req.method, u.String(), body)
+	if err != nil {
+		return fmt.Errorf("failed to %s: %w", req.what, err)
+	}
+	hr.Header.Set(HeaderNodeID, req.nodeID)
+	hr.Header.Set(HeaderNodeSecret, req.secret)
+	if body != nil {
+		hr.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(hr)
+	if err != nil {
+		return &serverError{msg: oneLine(err.Error())}
+	}
+	defer func() { _ = resp.Body.Close() }()
+	rd := http.MaxBytesReader(nil, resp.Body, MaxBodyBytes)
+	if resp.StatusCode != http.StatusOK {
+		return connectAnswerError(req, addr, resp, rd)
+	}
+	if out == nil {
+		_, _ = io.Copy(io.Discard, rd)
+		return nil
+	}
+	if err := httpsrv.DecodeJSON(rd, out); err != nil {
+		return &serverError{msg: "bad answer: " + oneLine(err.Error())}
+	}
+	return nil
+}
+
+// connectAnswerError turns a failed answer into the call's error: the
+// mesh calls' own codes into their sentinels, the rest as answerError.
+func connectAnswerError(req *request, addr string, resp *http.Response, rd io.Reader) error {
+	var sentinel error
+	switch resp.Header.Get(headerErrorCode) {
+	case codeIntentionExists:
+		sentinel = intention.ErrExists
+	case codeIntentionNotFound:
+		sentinel = intention.ErrNotFound
+	case codeIntentionInvalid:
+		sentinel = intention.ErrInvalid
+	case codeConnectNotServed:
+		return fmt.Errorf("failed to %s: %w by server %s", req.what, ErrConnectNotServed, addr)
+	default:
+		return answerError(req, addr, resp, rd)
+	}
+	var er errorResponse
+	msg := sentinel.Error()
+	if err := json.NewDecoder(io.LimitReader(rd, 64<<10)).Decode(&er); err == nil && er.Error != "" {
+		msg = er.Error
+	}
+	return &remoteError{msg: msg, sentinel: sentinel}
+}

@@ -1,0 +1,337 @@
+package rpc
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/meshlet/meshlet/ca"
+	"github.com/meshlet/meshlet/catalog"
+	"github.com/meshlet/meshlet/intention"
+	"github.com/meshlet/meshlet/internal/tlsutil"
+	"github.com/meshlet/meshlet/meshstate"
+	"github.com/meshlet/meshlet/structs"
+)
+
+// fakeConnect is an in-memory ConnectBackend: registrations keyed
+// <node>/<alloc>, a feed fanned out to followers, intentions kept with
+// intention.State's own rules and CSRs signed by a throwaway CA.
+type fakeConnect struct {
+	mu        sync.Mutex
+	regs      map[string][]catalog.ServiceInstance
+	rev       int64
+	subs      map[chan meshstate.Batch]bool
+	follows   int // Follow calls so far
+	following int // Follow calls running
+	intents   intention.State
+	signed    []string
+	caCert    *x509.Certificate
+	caKey     *ecdsa.PrivateKey
+}
+
+func newFakeConnect(t *testing.T) *fakeConnect {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fakeConnect{regs: map[string][]catalog.ServiceInstance{}, rev: 1, subs: map[chan meshstate.Batch]bool{}, caCert: cert, caKey: key}
+}
+
+func (f *fakeConnect) Follow(ctx context.Context, fn func(meshstate.Batch) error) error {
+	ch := make(chan meshstate.Batch, 64)
+	f.mu.Lock()
+	reset := meshstate.Batch{Revision: f.rev, Reset: true}
+	for k, insts := range f.regs {
+		node, alloc, _ := strings.Cut(k, "/")
+		reset.Allocs = append(reset.Allocs, meshstate.AllocRegs{NodeID: node, AllocID: alloc, Instances: insts})
+	}
+	f.subs[ch] = true
+	f.follows++
+	f.following++
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		delete(f.subs, ch)
+		f.following--
+		f.mu.Unlock()
+	}()
+	if err := fn(reset); err != nil {
+		return err
+	}
+	for {
+		select {
+		case b := <-ch:
+			if err := fn(b); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// set stores (nil: deletes) a registration and publishes the change.
+func (f *fakeConnect) set(nodeID, allocID string, insts []catalog.ServiceInstance) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if insts == nil {
+		delete(f.regs, nodeID+"/"+allocID)
+	} else {
+		f.regs[nodeID+"/"+allocID] = insts
+	}
+	f.rev++
+	b := meshstate.Batch{Revision: f.rev, Allocs: []meshstate.AllocRegs{{NodeID: nodeID, AllocID: allocID, Instances: insts}}}
+	for ch := range f.subs {
+		ch <- b
+	}
+}
+
+func (f *fakeConnect) reg(nodeID, allocID string) ([]catalog.ServiceInstance, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	insts, ok := f.regs[nodeID+"/"+allocID]
+	return insts, ok
+}
+
+func (f *fakeConnect) followCounts() (follows, following int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.follows, f.following
+}
+
+func (f *fakeConnect) PutAlloc(_ context.Context, nodeID, allocID string, insts []catalog.ServiceInstance) error {
+	f.set(nodeID, allocID, insts)
+	return nil
+}
+
+func (f *fakeConnect) DeleteAlloc(_ context.Context, nodeID, allocID string) error {
+	f.set(nodeID, allocID, nil)
+	return nil
+}
+
+func (f *fakeConnect) SignCSR(_ context.Context, service, csrPEM string) (ca.SignedCert, error) {
+	block, _ := pem.Decode([]byte(csrPEM))
+	csr, err := x509.ParseCertificateRequest(block.Bytes)
+	if err != nil {
+		return ca.SignedCert{}, err
+	}
+	u, _ := url.Parse("spiffe://test.local/ns/default/dc/dc1/svc/" + service)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), NotBefore: time.Now().Add(-time.Minute),
+		NotAfter: time.Now().Add(time.Hour), URIs: []*url.URL{u}, KeyUsage: x509.KeyUsageDigitalSignature}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, f.caCert, csr.PublicKey, f.caKey)
+	if err != nil {
+		return ca.SignedCert{}, err
+	}
+	f.mu.Lock()
+	f.signed = append(f.signed, service)
+	f.mu.Unlock()
+	return ca.SignedCert{CertChainPEM: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})), RootID: "root-1"}, nil
+}
+
+func (f *fakeConnect) Intentions() intention.Writer { return fakeIntentions{f} }
+
+func (f *fakeConnect) Roots(context.Context) (ca.Roots, error) {
+	return ca.Roots{TrustDomain: "11111111-2222-3333-4444-555555555555.meshlet", ActiveRootID: "r1"}, nil
+}
+
+type fakeIntentions struct{ f *fakeConnect }
+
+func (w fakeIntentions) write(op func(intention.State) (intention.State, intention.Intention, error)) (intention.Intention, uint64, error) {
+	w.f.mu.Lock()
+	defer w.f.mu.Unlock()
+	st, in, err := op(w.f.intents)
+	if err != nil {
+		return intention.Intention{}, 0, err
+	}
+	w.f.intents = st
+	return in, st.Index, nil
+}
+
+func (w fakeIntentions) Upsert(_ context.Context, in intention.Intention, replace bool) (intention.Intention, uint64, error) {
+	return w.write(func(st intention.State) (intention.State, intention.Intention, error) {
+		return st.Upsert(in, replace, time.Now())
+	})
+}
+
+func (w fakeIntentions) Delete(_ context.Context, src, dst string) (intention.Intention, uint64, error) {
+	return w.write(func(st intention.State) (intention.State, intention.Intention, error) { return st.Delete(src, dst) })
+}
+
+func (w fakeIntentions) DeleteByID(_ context.Context, id string) (intention.Intention, uint64, error) {
+	return w.write(func(st intention.State) (intention.State, intention.Intention, error) { return st.DeleteByID(id) })
+}
+
+// startConnectServer serves b and cb on ln (127.0.0.1:0 when nil) with
+// the feed's keepalive shortened; the server is closed at the end.
+func startConnectServer(t *testing.T, b Backend, cb ConnectBackend, srvTLS, dial *tls.Config, ln net.Listener) (*Server, string) {
+	t.Helper()
+	s, err := NewServer(ServerConfig{Backend: b, Connect: cb, TLS: srvTLS, DialTLS: dial, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatalf("NewServer: %v", err)
+	}
+	s.feedKeepalive = 100 * time.Millisecond
+	if ln == nil {
+		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ln) }()
+	t.Cleanup(func() {
+		_ = s.Close()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return s, ln.Addr().String()
+}
+
+// meshFixture is one TLS server with the connect calls and node-1
+// registered with secret s1.
+type meshFixture struct {
+	p    *pki
+	b    *fakeBackend
+	f    *fakeConnect
+	s    *Server
+	addr string
+	c    *Client
+}
+
+func newMeshFixture(t *testing.T) *meshFixture {
+	t.Helper()
+	p := newPKI(t)
+	srvTLS, dial := p.serverTLSPair("server")
+	m := &meshFixture{p: p, b: newFakeBackend(), f: newFakeConnect(t)}
+	m.s, m.addr = startConnectServer(t, m.b, m.f, srvTLS, dial, nil)
+	m.c = newTestClient(t, []string{m.addr}, p.clientTLS(tlsutil.RoleClient, "c1"), "node-1", "s1")
+	if err := m.c.RegisterNode(ctxT(t, 10*time.Second), &structs.Node{ID: "node-1"}); err != nil {
+		t.Fatalf("RegisterNode: %v", err)
+	}
+	return m
+}
+
+// follower runs FollowConnect and hands the batches fn sees to a channel.
+type follower struct {
+	batches chan meshstate.Batch
+	done    chan struct{} // closed when FollowConnect returned err
+	err     error
+	cancel  context.CancelFunc
+}
+
+func follow(t *testing.T, c *Client) *follower {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	fl := &follower{batches: make(chan meshstate.Batch, 64), done: make(chan struct{}), cancel: cancel}
+	go func() {
+		defer close(fl.done)
+		fl.err = c.FollowConnect(ctx, func(b meshstate.Batch) error {
+			fl.batches <- b
+			return nil
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-fl.done:
+		case <-time.After(5 * time.Second):
+			t.Error("FollowConnect did not return after its context ended")
+		}
+	})
+	return fl
+}
+
+func (fl *follower) next(t *testing.T, within time.Duration) meshstate.Batch {
+	t.Helper()
+	select {
+	case b := <-fl.batches:
+		return b
+	case <-time.After(within):
+		t.Fatalf("no batch within %v", within)
+		return meshstate.Batch{}
+	}
+}
+
+func inst(node, alloc, name string) catalog.ServiceInstance {
+	return catalog.ServiceInstance{ID: alloc + "-" + name, Name: name, NodeID: node, AllocID: alloc, Address: "10.0.0.1", Port: 8080}
+}
+
+// makeCSR returns a PEM CSR, naming uri as its URI SAN when set, and the
+// key's public half.
+func makeCSR(t *testing.T, uri string) (string, any) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.CertificateRequest{}
+	if uri != "" {
+		u, _ := url.Parse(uri)
+		tmpl.URIs = []*url.URL{u}
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, tmpl, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})), &key.PublicKey
+}
+
+// rawStatus sends one call with the given node credentials and returns the status.
+func rawStatus(t *testing.T, m *meshFixture, method, path, body, secret string) int {
+	t.Helper()
+	dial, err := dialTLS(m.p.clientTLS(tlsutil.RoleClient, "raw"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := newTransport(dial)
+	defer tr.CloseIdleConnections()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctxT(t, 5*time.Second), method, "https://"+m.addr+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(HeaderNodeID, "node-1")
+	req.Header.Set(HeaderNodeSecret, secret)
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode
+}
+
+func wantNot(t *testing.T, what string, err error, targets ...error) {
+	t.Helper()
+	for _, target := range targets {
+		if errors.Is(err, target) {
+			t.Fatalf("%s: err = %v, must not be %v", what, err, target)
+		}
+	}
+}
