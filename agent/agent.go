@@ -300,7 +300,10 @@ func (a *Agent) startClient() error {
 		return err
 	}
 	if a.mesh.store == nil {
-		a.waitMeshReady() // through a server, once the node is registered
+		// Through a server, once the node is registered: allocations
+		// already run (their sidecars wait for their leaves); the
+		// registrar starts from a whole state.
+		a.waitMeshReady()
 	}
 	reg.Start()
 	return nil

@@ -90,11 +90,15 @@ func (a *Agent) findEnvoy() string {
 // connectAttributes are the node attributes the injected sidecar task uses,
 // and the ports the scheduler must never give a job.
 func (a *Agent) connectAttributes() map[string]string {
-	return map[string]string{
+	attrs := map[string]string{
 		"meshlet.sidecar":                a.cfg.Sidecar,
 		"meshlet.envoy_binary":           a.envoyBinary,
 		scheduler.ReservedPortsAttribute: a.reservedPorts(),
 	}
+	if addr := a.nodeAddress(); addr != "" {
+		attrs["unique.network.ip-address"] = addr // port mappings show it
+	}
+	return attrs
 }
 
 // connectHooks is the hook factory joining allocations to the mesh.

@@ -15,9 +15,10 @@ import (
 	"github.com/meshlet/meshlet/meshstate"
 )
 
-// meshReadyWait bounds how long a client agent waits for the servers'
-// mesh state (roots, intentions, other nodes' services) before it starts
-// its allocations; they start anyway after it (the feed keeps trying).
+// meshReadyWait bounds how long an agent waits for the mesh state
+// (intentions, other nodes' services) before it starts its allocations
+// (a server+client agent) or its registrar (a client agent, whose
+// allocations already run); the feed keeps trying after it.
 const meshReadyWait = 15 * time.Second
 
 // mesh is the agent's share of the cluster's mesh state: the etcd store
@@ -125,7 +126,7 @@ func (a *Agent) waitMeshReady() {
 	select {
 	case <-a.mesh.mirror.Ready():
 	case <-time.After(meshReadyWait):
-		a.logger.Warn("no mesh state from the servers yet; starting allocations anyway", "waited", meshReadyWait.String())
+		a.logger.Warn("no mesh state from the servers yet; going on without it", "waited", meshReadyWait.String())
 	}
 }
 

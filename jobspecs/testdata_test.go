@@ -17,6 +17,7 @@ func TestValidJobspecs(t *testing.T) {
 	dockerWarning := `Driver "docker" is not built into meshlet`
 	want := map[string][]string{
 		"countdash.hcl":                         nil,
+		"countdash-cluster.hcl":                 nil,
 		"hello.hcl":                             nil,
 		"hello-exec.hcl":                        nil,
 		"testdata/valid/countdash-docker.hcl":   {dockerWarning, dockerWarning},

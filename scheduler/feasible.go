@@ -162,6 +162,10 @@ func setContains(have, want string) bool {
 // client's reserved { reserved_ports } option.
 const ReservedPortsAttribute = "meshlet.reserved_ports"
 
+// nodeIPAttribute is the node attribute holding its advertised address,
+// written as the host IP of the port mappings placed on it.
+const nodeIPAttribute = "unique.network.ip-address"
+
 // ErrInvalidPortSpec is returned by ParsePortSpec.
 var ErrInvalidPortSpec = errors.New("invalid port list")
 

@@ -15,6 +15,9 @@ func (p *placer) assignPorts(tg *structs.TaskGroup, n *structs.Node) (*structs.A
 	used := p.used[n.ID]
 	taken := map[int]bool{}
 	ip := p.g.cfg.AdvertiseIP
+	if a := n.Attributes[nodeIPAttribute]; a != "" {
+		ip = a // the node's own address in a cluster
+	}
 	net := *tg.Networks[0]
 	net.ReservedPorts = append([]structs.Port(nil), tg.Networks[0].ReservedPorts...)
 	net.DynamicPorts = append([]structs.Port(nil), tg.Networks[0].DynamicPorts...)

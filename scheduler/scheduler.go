@@ -117,7 +117,8 @@ type Config struct {
 	// defaults 20000 and 32000.
 	MinDynamicPort int
 	MaxDynamicPort int
-	// AdvertiseIP is the host IP written on port mappings; default
+	// AdvertiseIP is the host IP written on port mappings of nodes without
+	// a unique.network.ip-address attribute; default
 	// 127.0.0.1 (a single node advertises loopback only).
 	AdvertiseIP string
 	// Rand picks the start of the dynamic port scan; nil = math/rand/v2.

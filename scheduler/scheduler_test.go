@@ -312,3 +312,26 @@ func TestNewRejectsBadRange(t *testing.T) {
 		}
 	}
 }
+
+// Port mappings carry the address of the node they are placed on (its
+// unique.network.ip-address), so a cluster's allocations show where their
+// ports are reachable; a node without it gets the configured default.
+func TestPortMappingsCarryTheNodeAddress(t *testing.T) {
+	s := newTest(t, 20000, 20005)
+	n := node("n1", "raw_exec")
+	n.Attributes["unique.network.ip-address"] = "10.1.2.3"
+	p, err := s.Process(job("a", 1, withPorts([]int{9002}, "http")), nil, []*structs.Node{n}, Options{})
+	if err != nil || len(p.Place) != 1 {
+		t.Fatalf("Process: %v, placed %d", err, len(p.Place))
+	}
+	for _, pm := range p.Place[0].AllocatedResources.Shared.Ports {
+		if pm.HostIP != "10.1.2.3" {
+			t.Errorf("port %s mapped on %q, want the node's 10.1.2.3", pm.Label, pm.HostIP)
+		}
+	}
+	delete(n.Attributes, "unique.network.ip-address")
+	p, err = s.Process(job("b", 1, withPorts(nil, "http")), nil, []*structs.Node{n}, Options{})
+	if err != nil || len(p.Place) != 1 || p.Place[0].AllocatedResources.Shared.Ports[0].HostIP != "127.0.0.1" {
+		t.Fatalf("without the attribute: %v, %+v", err, p.Place)
+	}
+}

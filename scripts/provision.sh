@@ -330,11 +330,10 @@ member() {
 	run install -d -m 0755 "$CONF_DIR"
 	make_node_cert "$role" "$name" "$ip"
 	write_file "$CONF_DIR/agent.hcl" 0644 <"$conf"
-	# The CLI in the VM talks to this agent, which listens on $ip only.
+	# The CLI in the VM talks to this agent, whose HTTP API listens on $ip;
+	# its connect API and xDS port stay on loopback (the CLI's defaults).
 	write_file /etc/profile.d/meshlet.sh 0644 <<ENV
 export MESHLET_ADDR=http://${ip}:4646
-export MESHLET_CONNECT_ADDR=http://${ip}:8500
-export MESHLET_GRPC_ADDR=${ip}:8502
 ENV
 	install_unit
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -192,6 +193,12 @@ func TestCrossNodeMesh(t *testing.T) {
 	}
 	t.Logf("100 requests across nodes: %v (instances on %v)", res, bOn)
 
+	// alloc status shows where the sidecar is reachable: the node's
+	// address and the mapped host port.
+	if out, err := c.CLI(s1, "alloc", "status", aID); err != nil || !regexp.MustCompile(
+		`connect-proxy-service-a\s+yes\s+`+regexp.QuoteMeta(c1.IP)+`:\d+ -> \d+`).MatchString(out) {
+		t.Errorf("alloc status of service-a does not show its sidecar port on %s: %v\n%s", c1.IP, err, out)
+	}
 	checkRemoteCatalog(t, c1, bOn)
 	checkDenyCrossNode(t, c, c1, s1, aID)
 	checkNodeDeath(t, c, s1, aID, bOn, map[string]*agent{"c2": c2, "c3": c3})

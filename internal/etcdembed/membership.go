@@ -170,12 +170,32 @@ func initialCluster(members []*etcdserverpb.Member, newID uint64, name string) (
 func promote(ctx context.Context, c *clientv3.Client, id uint64) error {
 	err := retryRefused(ctx, func() error {
 		_, err := c.MemberPromote(ctx, id)
+		if err != nil && isVoter(ctx, c, id) {
+			// An earlier attempt was applied but its answer was lost (a
+			// timeout under load): the retry is refused ("can only
+			// promote a learner member"), the promotion is done.
+			return nil
+		}
 		return err
-	}, rpctypes.ErrMemberLearnerNotReady, rpctypes.ErrMemberNotEnoughStarted, rpctypes.ErrUnhealthy)
+	}, rpctypes.ErrMemberLearnerNotReady, rpctypes.ErrMemberNotEnoughStarted, rpctypes.ErrUnhealthy, rpctypes.ErrTimeout)
 	if err != nil {
 		return fmt.Errorf("failed to promote etcd learner %x to a voting member: %w", id, err)
 	}
 	return nil
+}
+
+// isVoter reports whether member id is listed as a voting member.
+func isVoter(ctx context.Context, c *clientv3.Client, id uint64) bool {
+	list, err := c.MemberList(ctx)
+	if err != nil {
+		return false
+	}
+	for _, m := range list.Members {
+		if m.ID == id {
+			return !m.IsLearner
+		}
+	}
+	return false
 }
 
 // RemoveMember removes the member called name from the cluster c talks to.
