@@ -52,6 +52,10 @@ type RemoteSigner interface {
 	SignCSR(ctx context.Context, service, csrPEM string) (SignedCert, error)
 }
 
+// ErrSignRefused is wrapped by a RemoteSigner's error when the cluster's
+// CA refused to sign for the service (the node does not run it).
+var ErrSignRefused = errors.New("the cluster's CA refused to sign for this service")
+
 // SignedCert is a leaf the cluster's CA signed from a CSR.
 type SignedCert struct {
 	// CertChainPEM is the leaf followed by any intermediate (a

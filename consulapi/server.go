@@ -162,6 +162,8 @@ func (s *Server) failFor(w http.ResponseWriter, r *http.Request, err error) {
 		code = http.StatusNotFound
 	case errors.Is(err, intention.ErrExists):
 		code = http.StatusConflict
+	case errors.Is(err, ca.ErrSignRefused):
+		code = http.StatusForbidden
 	case errors.Is(err, syscall.ENOSPC):
 		// Nothing was stored; the operator must free space.
 		code = http.StatusInsufficientStorage

@@ -55,6 +55,9 @@ func (c *Client) SignCSR(ctx context.Context, service, csrPEM string) (ca.Signed
 	var out ca.SignedCert
 	err := c.connectCall(ctx, "sign a leaf of service "+service, http.MethodPost, pathConnectSign,
 		connectSignRequest{Service: service, CSR: csrPEM}, &out)
+	if errors.Is(err, ErrForbidden) {
+		return ca.SignedCert{}, fmt.Errorf("%w: %w", ca.ErrSignRefused, err)
+	}
 	if err != nil {
 		return ca.SignedCert{}, err
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshlet/meshlet/ca"
 	"github.com/meshlet/meshlet/catalog"
 	"github.com/meshlet/meshlet/intention"
 	"github.com/meshlet/meshlet/internal/tlsutil"
@@ -130,6 +131,7 @@ func TestConnectSignCSR(t *testing.T) {
 		csr, _ := makeCSR(t, "")
 		_, err := m.c.SignCSR(ctx, svc, csr)
 		wantErr(t, "sign "+svc, err, ErrForbidden)
+		wantErr(t, "sign "+svc+" (as the CA sees it)", err, ca.ErrSignRefused)
 		if !strings.Contains(err.Error(), `"`+svc+`"`) {
 			t.Fatalf("sign %s: error %q does not name the service", svc, err)
 		}
