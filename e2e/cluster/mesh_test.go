@@ -201,7 +201,7 @@ func TestCrossNodeMesh(t *testing.T) {
 	}
 	checkRemoteCatalog(t, c1, bOn)
 	checkDenyCrossNode(t, c, c1, s1, aID)
-	checkNodeDeath(t, c, s1, aID, bOn, map[string]*agent{"c2": c2, "c3": c3})
+	checkNodeDeath(t, c, s1, c1, aID, bOn, map[string]*agent{"c2": c2, "c3": c3})
 }
 
 // checkRemoteCatalog reads c1's Consul-shaped API (127.0.0.1:8500 in its
@@ -263,7 +263,7 @@ func checkDenyCrossNode(t *testing.T, c *cluster, c1, via *agent, aID string) {
 
 // checkNodeDeath SIGKILLs the node running b-1 during a bounded request
 // loop (~50 rps) and checks that the tail of the loop all went to b-0.
-func checkNodeDeath(t *testing.T, c *cluster, via *agent, aID string, bOn map[string]string, clients map[string]*agent) {
+func checkNodeDeath(t *testing.T, c *cluster, via, observer *agent, aID string, bOn map[string]string, clients map[string]*agent) {
 	t.Helper()
 	victim := clients[bOn["b-1"]]
 	got := make(chan []string, 1)
@@ -271,6 +271,18 @@ func checkNodeDeath(t *testing.T, c *cluster, via *agent, aID string, bOn map[st
 	time.Sleep(2 * time.Second)
 	killed := time.Now()
 	victim.Kill()
+	// The dead node's instance leaves the other nodes' catalogs (and so
+	// their proxies' EDS) once the leader marks it down: heartbeat TTL 2 s
+	// plus grace 2 s in this harness, then at most a feed round trip.
+	gone := poll(t, 20*time.Second, "the dead node's service-b instance leaving c1's catalog", func() (bool, string) {
+		out, err := exec.Command("ip", "netns", "exec", observer.NS, observer.argv[0], "demo-app", "get",
+			"http://127.0.0.1:8500/v1/health/connect/service-b").CombinedOutput()
+		return err == nil && !strings.Contains(string(out), `"`+victim.Name+`"`), string(out)
+	})
+	figure(t, "node SIGKILL to its instances leaving another node's catalog (TTL 2s + grace 2s)", time.Since(killed))
+	if gone > 7*time.Second {
+		t.Errorf("the dead node's instance left the other nodes' catalogs %s after the kill, want within TTL+grace+1s (5s) plus polling", gone)
+	}
 	var res []string
 	select {
 	case res = <-got:
