@@ -16,7 +16,9 @@ func runTCPClient(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs := newFlags("tcp-client", stderr)
 	addr := fs.String("addr", "127.0.0.1:9191", "address to connect to")
 	msg := fs.String("message", "hello world", "message to send")
-	timeout := fs.Duration("timeout", 3*time.Second, "overall deadline")
+	timeout := fs.Duration("timeout", 3*time.Second, "overall deadline (each exchange's, with -hold)")
+	hold := fs.Duration("hold", 0, "keep the one connection open this long, exchanging the message every -every; one line per exchange: \"<unix-ms> ok\", and a last \"<unix-ms> closed <reason>\" if the connection ends early")
+	every := fs.Duration("every", 100*time.Millisecond, "pause between exchanges (with -hold)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -26,19 +28,46 @@ func runTCPClient(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return fmt.Errorf("failed to connect to %s: %w", *addr, err)
 	}
 	defer c.Close()
+	if *hold > 0 {
+		holdConn(ctx, c, *msg, *hold, *every, *timeout, stdout)
+		return nil
+	}
 	_ = c.SetDeadline(time.Now().Add(*timeout))
-	if _, err := io.WriteString(c, *msg); err != nil {
+	if err := exchange(c, *msg); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, *msg)
+	return nil
+}
+
+// exchange sends msg on c and reads its echo.
+func exchange(c net.Conn, msg string) error {
+	if _, err := io.WriteString(c, msg); err != nil {
 		return fmt.Errorf("failed to send: %w", err)
 	}
-	buf := make([]byte, len(*msg))
+	buf := make([]byte, len(msg))
 	if _, err := io.ReadFull(c, buf); err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			return fmt.Errorf("connection closed before a reply: %w", err)
 		}
 		return fmt.Errorf("failed to read reply: %w", err)
 	}
-	fmt.Fprintln(stdout, string(buf))
 	return nil
+}
+
+// holdConn exchanges msg on the one connection c every interval until
+// hold passes or the connection fails, one timestamped line each.
+func holdConn(ctx context.Context, c net.Conn, msg string, hold, every, timeout time.Duration, stdout io.Writer) {
+	end := time.Now().Add(hold)
+	for time.Now().Before(end) && ctx.Err() == nil {
+		_ = c.SetDeadline(time.Now().Add(timeout))
+		if err := exchange(c, msg); err != nil {
+			fmt.Fprintf(stdout, "%d closed %v\n", time.Now().UnixMilli(), err)
+			return
+		}
+		fmt.Fprintf(stdout, "%d ok\n", time.Now().UnixMilli())
+		time.Sleep(every)
+	}
 }
 
 func runGet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
