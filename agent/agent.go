@@ -277,7 +277,8 @@ func (a *Agent) startClient() error {
 		Reserved: a.reservedResources(),
 		Version:  Version, BinaryPath: a.cfg.BinaryPath, Logger: a.logger.Named("client"),
 		GCInterval: a.cfg.Client.GCInterval, GCMaxAllocs: a.cfg.Client.GCMaxAllocs, GCAllocTTL: a.cfg.Client.GCAllocTTL,
-		Attributes: a.connectAttributes(),
+		GCDiskUsageThreshold: a.cfg.Client.GCDiskUsageThreshold,
+		Attributes:           a.connectAttributes(),
 		Hooks: func(alloc *structs.Allocation) []allocrunner.AllocHook {
 			var out []allocrunner.AllocHook
 			for _, f := range hooks {

@@ -133,6 +133,9 @@ type ClientConfig struct {
 	GCInterval  time.Duration
 	GCMaxAllocs int
 	GCAllocTTL  time.Duration
+	// GCDiskUsageThreshold (percent, Nomad's gc_disk_usage_threshold):
+	// over it every terminal allocation is collected; zero: 80.
+	GCDiskUsageThreshold float64
 }
 
 // DefaultConfig returns the defaults every configuration starts from.
@@ -201,6 +204,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Client.GCInterval < 0 || c.Client.GCAllocTTL < 0 || c.Client.GCMaxAllocs < 0 {
 		problems = append(problems, "client.gc_interval, gc_alloc_ttl and gc_max_allocs must not be negative")
+	}
+	if c.Client.GCDiskUsageThreshold < 0 || c.Client.GCDiskUsageThreshold > 100 {
+		problems = append(problems, fmt.Sprintf("client.gc_disk_usage_threshold %v must be a percentage (0 to 100)", c.Client.GCDiskUsageThreshold))
 	}
 	if _, _, err := net.ParseCIDR(c.Client.BridgeNetworkSubnet); err != nil {
 		problems = append(problems, fmt.Sprintf("bridge_network_subnet %q is not a CIDR", c.Client.BridgeNetworkSubnet))
@@ -292,6 +298,7 @@ type fileClient struct {
 	GCInterval          *string           `hcl:"gc_interval"`
 	GCMaxAllocs         *int              `hcl:"gc_max_allocs"`
 	GCAllocTTL          *string           `hcl:"gc_alloc_ttl"`
+	GCDiskUsage         *float64          `hcl:"gc_disk_usage_threshold"`
 	Enabled             *bool             `hcl:"enabled"`
 	Servers             []string          `hcl:"servers,optional"`
 }

@@ -79,6 +79,7 @@ func (cl *fileClient) apply(filename string, c *ClientConfig) error {
 		set(&c.ReservedDiskMB, cl.Reserved.DiskMB)
 	}
 	set(&c.GCMaxAllocs, cl.GCMaxAllocs)
+	set(&c.GCDiskUsageThreshold, cl.GCDiskUsage)
 	return setDurations(filename, "client",
 		durationField{"gc_interval", cl.GCInterval, &c.GCInterval},
 		durationField{"gc_alloc_ttl", cl.GCAllocTTL, &c.GCAllocTTL})

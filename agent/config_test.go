@@ -89,9 +89,9 @@ http_api {
 					t.Errorf("config = %+v", c)
 				}
 			}},
-		{name: "client gc", src: "data_dir = \"/x\"\nclient {\n gc_interval = \"30s\"\n gc_max_allocs = 7\n gc_alloc_ttl = \"10m\"\n}\n",
+		{name: "client gc", src: "data_dir = \"/x\"\nclient {\n gc_interval = \"30s\"\n gc_max_allocs = 7\n gc_alloc_ttl = \"10m\"\n gc_disk_usage_threshold = 70\n}\n",
 			check: func(t *testing.T, c *Config) {
-				if c.Client.GCInterval != 30*time.Second || c.Client.GCMaxAllocs != 7 || c.Client.GCAllocTTL != 10*time.Minute {
+				if c.Client.GCInterval != 30*time.Second || c.Client.GCMaxAllocs != 7 || c.Client.GCAllocTTL != 10*time.Minute || c.Client.GCDiskUsageThreshold != 70 {
 					t.Errorf("client gc = %v %d %v", c.Client.GCInterval, c.Client.GCMaxAllocs, c.Client.GCAllocTTL)
 				}
 			}},
@@ -99,6 +99,8 @@ http_api {
 			wantErr: `client.gc_interval: time: invalid duration "soon"`},
 		{name: "negative gc", src: "data_dir = \"/x\"\nclient {\n gc_max_allocs = -1\n}\n",
 			wantErr: "gc_max_allocs must not be negative"},
+		{name: "gc disk threshold not a percentage", src: "data_dir = \"/x\"\nclient {\n gc_disk_usage_threshold = 120\n}\n",
+			wantErr: "gc_disk_usage_threshold 120 must be a percentage"},
 		{name: "server bounds", src: "data_dir = \"/x\"\nserver {\n job_tracked_versions = 3\n job_max_count = 500\n job_max_size = 65536\n eval_gc_threshold = \"2h\"\n alloc_gc_threshold = \"30m\"\n gc_interval = \"1m\"\n}\n",
 			check: func(t *testing.T, c *Config) {
 				s := c.Server

@@ -95,6 +95,13 @@ type Config struct {
 	GCMaxAllocs int
 	GCAllocTTL  time.Duration
 	GCInterval  time.Duration
+	// GCDiskUsageThreshold is the percentage of the data dir's filesystem
+	// in use above which every terminal allocation is collected, oldest
+	// first (Nomad's gc_disk_usage_threshold); zero means the default 80.
+	GCDiskUsageThreshold float64
+	// DiskUsage reports the data dir's filesystem usage in percent; nil
+	// uses statfs (tests replace it).
+	DiskUsage func() (float64, error)
 }
 
 // Client is the client role.
@@ -141,6 +148,13 @@ func New(cfg Config) (*Client, error) {
 	}
 	if cfg.GCInterval <= 0 {
 		cfg.GCInterval = DefaultGCInterval
+	}
+	if cfg.GCDiskUsageThreshold <= 0 {
+		cfg.GCDiskUsageThreshold = DefaultGCDiskUsageThreshold
+	}
+	if cfg.DiskUsage == nil {
+		dir := cfg.DataDir
+		cfg.DiskUsage = func() (float64, error) { return diskUsage(dir) }
 	}
 	statePath := filepath.Join(cfg.DataDir, "client", "state.db")
 	db, err := clientstate.Open(statePath)

@@ -1,8 +1,11 @@
 package client
 
 import (
+	"fmt"
 	"slices"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/meshlet/meshlet/client/allocrunner"
 	"github.com/meshlet/meshlet/structs"
@@ -13,7 +16,8 @@ import (
 // logs (up to max_files × max_file_size per stream) only while it may still
 // be looked at. Once the server has recorded its terminal status, it is
 // destroyed when the node tracks more than GCMaxAllocs allocations (oldest
-// terminal first) or when it has been terminal for longer than GCAllocTTL.
+// terminal first), when it has been terminal for longer than GCAllocTTL, or
+// when the data dir's filesystem is fuller than GCDiskUsageThreshold.
 // The server keeps its record until the job is purged.
 
 // Defaults of the client's garbage collection (Nomad's gc_max_allocs and
@@ -22,7 +26,40 @@ const (
 	DefaultGCMaxAllocs = 50
 	DefaultGCInterval  = time.Minute
 	DefaultGCAllocTTL  = time.Hour
+	// DefaultGCDiskUsageThreshold is Nomad's gc_disk_usage_threshold.
+	DefaultGCDiskUsageThreshold = 80.0
 )
+
+// diskUsage is the percentage of dir's filesystem in use (blocks
+// available to unprivileged users count as free, as df reports).
+func diskUsage(dir string) (float64, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return 0, fmt.Errorf("failed to stat the filesystem of %s: %w", dir, err)
+	}
+	used := st.Blocks - st.Bfree
+	total := used + st.Bavail
+	if total == 0 {
+		return 0, nil
+	}
+	return 100 * float64(used) / float64(total), nil
+}
+
+// diskFull reports whether the data dir's filesystem is over the GC
+// threshold (an unreadable usage counts as not full).
+func (c *Client) diskFull() bool {
+	pct, err := c.cfg.DiskUsage()
+	if err != nil {
+		c.logger.Warn("failed to read disk usage for garbage collection", "error", err)
+		return false
+	}
+	if pct > c.cfg.GCDiskUsageThreshold {
+		c.logger.Info("disk usage over the garbage collection threshold: collecting every terminal allocation",
+			"usage_percent", pct, "threshold_percent", c.cfg.GCDiskUsageThreshold)
+		return true
+	}
+	return false
+}
 
 // gcLoop collects terminal allocations every GCInterval.
 func (c *Client) gcLoop() {
@@ -67,6 +104,9 @@ func (c *Client) collect(now time.Time) {
 	}
 	slices.SortFunc(terminal, func(a, b candidate) int { return a.since.Compare(b.since) })
 	excess := total - c.cfg.GCMaxAllocs
+	if len(terminal) > 0 && c.diskFull() {
+		excess = len(terminal)
+	}
 	var victims []*allocrunner.AllocRunner
 	c.mu.Lock()
 	for i, cand := range terminal {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -101,4 +102,38 @@ func mustAllocs(t *testing.T, c *Client) []*structs.Allocation {
 		t.Fatal(err)
 	}
 	return allocs
+}
+
+// TestGCOnDiskUsage: over the disk usage threshold every terminal
+// allocation is collected, under GCMaxAllocs and before GCAllocTTL; a
+// running one never.
+func TestGCOnDiskUsage(t *testing.T) {
+	var mu sync.Mutex
+	usage := 50.0
+	c, _ := newGCClient(t, Config{GCInterval: 10 * time.Millisecond, GCDiskUsageThreshold: 90, DiskUsage: func() (float64, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return usage, nil
+	}})
+	allocs := replaceTimes(t, c, 2)
+	time.Sleep(100 * time.Millisecond) // ~10 passes under the threshold
+	if collected(c, allocs[0]) || collected(c, allocs[1]) {
+		t.Fatal("terminal allocations collected under the disk threshold, max allocs and TTL")
+	}
+	mu.Lock()
+	usage = 95
+	mu.Unlock()
+	testutil.WaitFor(t, hang, "terminal allocations collected over the disk threshold", func() bool {
+		return collected(c, allocs[0]) && collected(c, allocs[1])
+	})
+	if last := allocs[2]; c.runner(last.ID) == nil || !c.allocDir(last.ID).Exists() {
+		t.Fatal("the running allocation was collected")
+	}
+}
+
+func TestDiskUsageOfARealFilesystem(t *testing.T) {
+	pct, err := diskUsage(t.TempDir())
+	if err != nil || pct <= 0 || pct > 100 {
+		t.Fatalf("diskUsage = %v, %v; want a percentage in (0, 100]", pct, err)
+	}
 }
