@@ -94,6 +94,7 @@ func (s *Server) plan(req *planRequest) (*planResult, error) {
 		}
 		var res *planResult
 		if err == nil {
+			testPauseBeforeCommit(s.logger)
 			res, err = s.commit(b)
 		}
 		s.planMu.Unlock()
