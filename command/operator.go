@@ -15,10 +15,12 @@ func init() {
 	register(&command{
 		name: "operator snapshot save", args: "[options] FILE", synopsis: "Save a snapshot of the cluster's state",
 		help: `Saves a snapshot of the servers' state (jobs and their versions, allocations,
-evaluations, nodes) to FILE: every key under meshlet's etcd prefix, read at
-one etcd revision, gzip-compressed with a SHA-256 checksum. It works with
-the embedded etcd member and with an external etcd. FILE is replaced
-atomically and created with mode 0600 (jobs may carry secrets).`,
+evaluations, nodes) and of the mesh's durable state (intentions, and the CA's
+roots with their private keys) to FILE, read at one etcd revision,
+gzip-compressed with a SHA-256 checksum. Service registrations are not
+included (each node writes its own again). It works with the embedded etcd
+member and with an external etcd. FILE is replaced atomically and created
+with mode 0600: it holds the CA's keys.`,
 		example: "$ meshlet operator snapshot save backup.snap",
 		run:     runSnapshotSave,
 	}, &command{

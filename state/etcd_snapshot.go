@@ -1,7 +1,6 @@
 package state
 
 import (
-	"bufio"
 	"compress/gzip"
 	"context"
 	"crypto/sha256"
@@ -10,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -30,7 +30,9 @@ var (
 )
 
 const (
-	snapshotVersion = 1
+	// snapshotVersion is the newest snapshot version: 2 adds sections
+	// (SnapshotWith writes 1 when it has none, as before them).
+	snapshotVersion = 2
 	// snapshotPage is how many keys one read of Snapshot fetches.
 	snapshotPage = 256
 	// maxSnapshotBytes bounds an uncompressed snapshot that Restore holds
@@ -54,39 +56,72 @@ type SnapshotHeader struct {
 	Revision  int64     `json:"revision"`
 	Created   time.Time `json:"created"`
 	Keys      int       `json:"keys"`
+	// Sections (version 2) are the key ranges beside the state the
+	// snapshot carries, in the order their entries follow the state's.
+	Sections []SectionHeader `json:"sections,omitempty"`
 }
 
 type snapshotEntry struct {
+	S string `json:"s,omitempty"`
 	K string `json:"k"`
 	V []byte `json:"v"`
 }
 
 // snapshotLine is an entry or the trailer, as read back.
 type snapshotLine struct {
+	S   *string `json:"s"`
 	K   *string `json:"k"`
 	V   []byte  `json:"v"`
 	Sum *string `json:"sha256"`
+}
+
+// snapshotData is a snapshot as read back: the state's keys and each
+// section's (secKVs[i] are those of hdr.Sections[i]).
+type snapshotData struct {
+	hdr    *SnapshotHeader
+	kvs    []kv
+	secKVs [][]kv
 }
 
 // RestoreOptions tune Restore.
 type RestoreOptions struct {
 	// Force restores a snapshot of another cluster.
 	Force bool
+	// Sections the restore replaces when the snapshot carries them (a
+	// snapshot carrying a section not listed here is refused).
+	Sections []SnapshotSection
 }
 
-// Snapshot writes a logical snapshot of the state to w: a copy of every key
-// under the store's prefix, read at one etcd revision, so it is consistent
-// while servers write and works the same with the embedded member and with
-// an external etcd (whose own `etcdctl snapshot` copies the whole cluster
-// instead). It fails if that revision is compacted before the last page is
-// read, and while a restore holds its lock (ErrRestoring). The stream is
-// gzip of JSON lines:
-//
-//	{"meshlet_snapshot":1,"format":1,"cluster_id":…,"index":…,"revision":…,"created":…,"keys":N}
-//	{"k":"jobs/web","v":"<base64>"}      N lines, keys relative to the prefix, in key order
-//	{"sha256":"<hex>"}                   of every uncompressed byte before this line
+// Snapshot writes a logical snapshot of the state to w: SnapshotWith
+// without sections.
 func (s *EtcdStore) Snapshot(ctx context.Context, w io.Writer) error {
-	hdr, err := s.snapshotHeader(ctx)
+	return s.SnapshotWith(ctx, w, SnapshotOptions{})
+}
+
+// SnapshotWith writes a logical snapshot to w: a copy of every key under
+// the store's prefix and of every key in the ranges of opts.Sections, all
+// read at one etcd revision, so it is consistent while servers write and
+// works the same with the embedded member and with an external etcd (whose
+// own `etcdctl snapshot` copies the whole cluster instead). It fails if
+// that revision is compacted before the last page is read, and while a
+// restore holds its lock (ErrRestoring). The stream is gzip of JSON lines:
+//
+//	{"meshlet_snapshot":2,"format":1,"cluster_id":…,"index":…,"revision":…,"created":…,"keys":N,
+//	 "sections":[{"name":"connect","keys":M}]}
+//	{"k":"jobs/web","v":"<base64>"}          N lines, keys relative to the prefix, in key order
+//	{"s":"connect","k":"intentions","v":…}   M lines per section, keys relative to the
+//	                                         section's prefix, in key order; sections in
+//	                                         the header's order
+//	{"sha256":"<hex>"}                       of every uncompressed byte before this line
+//
+// Without sections the header has version 1 and no "sections": the format
+// of meshlets before sections, which Restore still reads.
+func (s *EtcdStore) SnapshotWith(ctx context.Context, w io.Writer, opts SnapshotOptions) error {
+	secs, err := s.checkSections(opts.Sections)
+	if err != nil {
+		return err
+	}
+	hdr, err := s.snapshotHeader(ctx, secs)
 	if err != nil {
 		return err
 	}
@@ -96,29 +131,26 @@ func (s *EtcdStore) Snapshot(ctx context.Context, w io.Writer) error {
 	if err := enc.Encode(hdr); err != nil {
 		return fmt.Errorf("failed to write snapshot: %w", err)
 	}
-	n := 0
-	end := clientv3.GetPrefixRangeEnd(s.prefix)
-	for from := s.prefix; ; {
-		cctx, cancel := s.opCtx(ctx)
-		resp, err := s.c.Get(cctx, from, clientv3.WithRange(end), clientv3.WithRev(hdr.Revision),
-			clientv3.WithLimit(snapshotPage))
-		cancel()
-		if err != nil {
-			return s.etcdErr("read state for a snapshot", err)
-		}
-		for _, e := range resp.Kvs {
-			if err := enc.Encode(snapshotEntry{K: strings.TrimPrefix(string(e.Key), s.prefix), V: e.Value}); err != nil {
-				return fmt.Errorf("failed to write snapshot: %w", err)
-			}
-			n++
-		}
-		if !resp.More || len(resp.Kvs) == 0 {
-			break
-		}
-		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	n, err := s.copyRange(ctx, enc, hdr.Revision, "", s.prefix, "")
+	if err != nil {
+		return err
 	}
 	if n != hdr.Keys {
 		return fmt.Errorf("failed to snapshot: read %d keys at revision %d, counted %d", n, hdr.Revision, hdr.Keys)
+	}
+	for i, sec := range secs {
+		n = 0
+		for _, r := range sec.Ranges {
+			m, err := s.copyRange(ctx, enc, hdr.Revision, sec.Name, sec.Prefix, r)
+			if err != nil {
+				return err
+			}
+			n += m
+		}
+		if n != hdr.Sections[i].Keys {
+			return fmt.Errorf("failed to snapshot: read %d keys of section %s at revision %d, counted %d",
+				n, sec.Name, hdr.Revision, hdr.Sections[i].Keys)
+		}
 	}
 	trailer := fmt.Sprintf("{\"sha256\":%q}\n", hex.EncodeToString(sum.Sum(nil)))
 	if _, err := io.WriteString(zw, trailer); err != nil {
@@ -130,8 +162,9 @@ func (s *EtcdStore) Snapshot(ctx context.Context, w io.Writer) error {
 	return nil
 }
 
-// snapshotHeader reads the index and counts the keys, at one revision.
-func (s *EtcdStore) snapshotHeader(ctx context.Context) (*SnapshotHeader, error) {
+// snapshotHeader reads the index and counts the keys (the state's and each
+// section's), at one revision.
+func (s *EtcdStore) snapshotHeader(ctx context.Context, secs []SnapshotSection) (*SnapshotHeader, error) {
 	cctx, cancel := s.opCtx(ctx)
 	defer cancel()
 	resp, err := s.c.Get(cctx, s.prefix+"index")
@@ -150,8 +183,17 @@ func (s *EtcdStore) snapshotHeader(ctx context.Context) (*SnapshotHeader, error)
 	if err != nil {
 		return nil, s.etcdErr("count state keys", err)
 	}
-	return &SnapshotHeader{Version: snapshotVersion, Format: etcdFormat, ClusterID: s.clusterID, Index: idx,
-		Revision: rev, Created: time.Now().UTC(), Keys: int(count.Count)}, nil
+	hdr := &SnapshotHeader{Version: 1, Format: etcdFormat, ClusterID: s.clusterID, Index: idx,
+		Revision: rev, Created: time.Now().UTC(), Keys: int(count.Count)}
+	for _, sec := range secs {
+		n, err := s.countSection(cctx, sec, rev)
+		if err != nil {
+			return nil, err
+		}
+		hdr.Version = snapshotVersion
+		hdr.Sections = append(hdr.Sections, SectionHeader{Name: sec.Name, Keys: n})
+	}
+	return hdr, nil
 }
 
 // opCtx bounds one etcd call by ctx, the store's timeout and Close.
@@ -178,25 +220,33 @@ func (s *EtcdStore) parseIndex(kvs []*mvccpb.KeyValue) (idx uint64, locked bool,
 	return idx, locked, nil
 }
 
-// Restore replaces the state with the snapshot r holds. It reads and
-// verifies the whole stream first (gzip CRC, header, key order and count,
-// SHA-256, cluster ID): nothing changes unless the snapshot is intact. The
-// cluster ID stays this store's: a snapshot of another cluster is refused
-// with ErrSnapshotCluster unless opts.Force is set (then its data is adopted
+// Restore replaces the state with the snapshot r holds, and the sections
+// of opts.Sections the snapshot carries (a section it lacks, as every one
+// in a version 1 snapshot, is left as it is). It reads and verifies the
+// whole stream first (gzip CRC, header, key order and counts, SHA-256,
+// cluster ID, each section's keys within its ranges, then each section's
+// Prepare): nothing changes unless the snapshot is intact. The cluster ID
+// stays this store's: a snapshot of another cluster is refused with
+// ErrSnapshotCluster unless opts.Force is set (then its data is adopted
 // under this cluster's ID). Then, holding the store's write lock and under
 // its leader guard (SetLeader; the caller makes sure it runs on the leader):
 //
 //   - In one transaction when the etcd server's limits allow it (the
 //     embedded member's do: 65536 operations, 32 MiB): readers and the
-//     other servers see the old state or the restored one, never a mix.
+//     other servers see the old state and sections or the restored ones,
+//     never a mix. It is guarded by the index and by every section key
+//     not changing since it was planned (else it is planned again).
 //   - Otherwise (an external etcd with the default --max-txn-ops 128 or
 //     --max-request-bytes 1.5 MiB) in batches. The first replaces the index
 //     with a lock, "restoring N (…)": while it is there every server's
 //     writes fail and OpenEtcd refuses to start (both report the value),
 //     Snapshot fails with ErrRestoring, and readers may see a mix of old and
-//     restored keys. The last batch sets the index, which unlocks. A restore
-//     interrupted midway leaves the lock: run the restore again (it accepts
-//     a locked state); until then the cluster cannot write.
+//     restored keys. Then the state's keys, then each section in ONE
+//     transaction of its own (so a section is never half written; one too
+//     large for the limits fails the restore), then the index, which
+//     unlocks. A restore interrupted midway leaves the lock (and the
+//     sections not yet written as they were): run the restore again (it
+//     accepts a locked state); until then the cluster cannot write.
 //
 // Either way the index ends at max(current index, snapshot index) + 1, so
 // blocking queries and client agents wake up and reconcile with the
@@ -205,13 +255,21 @@ func (s *EtcdStore) parseIndex(kvs []*mvccpb.KeyValue) (idx uint64, locked bool,
 // client that already saw a newer change of an allocation it still runs
 // keeps that version. Restore holds the whole snapshot in memory.
 func (s *EtcdStore) Restore(ctx context.Context, r io.Reader, opts RestoreOptions) error {
-	hdr, kvs, err := readSnapshot(r)
+	secs, err := s.checkSections(opts.Sections)
 	if err != nil {
 		return err
 	}
-	if hdr.ClusterID != s.clusterID && !opts.Force {
+	d, err := readSnapshot(r)
+	if err != nil {
+		return err
+	}
+	restoring, err := sectionsToRestore(d, secs)
+	if err != nil {
+		return err
+	}
+	if d.hdr.ClusterID != s.clusterID && !opts.Force {
 		return fmt.Errorf("%w: the snapshot is of cluster %s, this is cluster %s (force the restore to adopt its data)",
-			ErrSnapshotCluster, hdr.ClusterID, s.clusterID)
+			ErrSnapshotCluster, d.hdr.ClusterID, s.clusterID)
 	}
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
@@ -219,7 +277,7 @@ func (s *EtcdStore) Restore(ctx context.Context, r io.Reader, opts RestoreOption
 	for try := 0; ; try++ {
 		// Another server's write between planning and committing makes
 		// the plan stale: plan again.
-		if plan, err = s.planRestore(ctx, hdr, kvs); err != nil {
+		if plan, err = s.planRestore(ctx, d, restoring); err != nil {
 			return err
 		}
 		err = s.restoreAtOnce(ctx, plan)
@@ -228,23 +286,24 @@ func (s *EtcdStore) Restore(ctx context.Context, r io.Reader, opts RestoreOption
 		}
 	}
 	if errors.Is(err, ErrPlanTooLarge) {
-		s.logger.Info("snapshot too large for one etcd transaction: restoring in batches", "keys", len(kvs))
+		s.logger.Info("snapshot too large for one etcd transaction: restoring in batches", "keys", len(d.kvs))
 		err = s.restoreInBatches(ctx, plan)
 	}
 	if err != nil {
 		return err
 	}
 	s.watch.set(plan.index)
-	s.logger.Info("restored a snapshot", "index", plan.index, "keys", len(kvs), "snapshot_index", hdr.Index,
-		"snapshot_cluster_id", hdr.ClusterID)
+	s.logger.Info("restored a snapshot", "index", plan.index, "keys", len(d.kvs), "snapshot_index", d.hdr.Index,
+		"snapshot_cluster_id", d.hdr.ClusterID, "sections", len(restoring))
 	return nil
 }
 
 // restorePlan is what a restore writes.
 type restorePlan struct {
-	modRev int64  // the index's ModRevision when planned (0: absent)
-	index  uint64 // the index the restore ends at
-	ops    []restoreOp
+	modRev   int64  // the index's ModRevision when planned (0: absent)
+	index    uint64 // the index the restore ends at
+	ops      []restoreOp
+	sections []*sectionPlan
 }
 
 // restoreOp puts key (relative to the prefix), or deletes it.
@@ -258,8 +317,25 @@ type restoreOp struct {
 var restoreOwnKeys = map[string]bool{"index": true, "cluster_id": true}
 
 // planRestore lists the writes turning the live state into the snapshot's:
-// every snapshot key, and deletes of the live keys the snapshot lacks.
-func (s *EtcdStore) planRestore(ctx context.Context, hdr *SnapshotHeader, kvs []kv) (*restorePlan, error) {
+// every snapshot key, and deletes of the live keys the snapshot lacks; and
+// those of each section (planSection).
+func (s *EtcdStore) planRestore(ctx context.Context, d *snapshotData, secs []sectionRestore) (*restorePlan, error) {
+	p, err := s.planState(ctx, d.hdr, d.kvs)
+	if err != nil {
+		return nil, err
+	}
+	for _, sr := range secs {
+		sp, err := s.planSection(ctx, sr)
+		if err != nil {
+			return nil, err
+		}
+		p.sections = append(p.sections, sp)
+	}
+	return p, nil
+}
+
+// planState plans the state's writes.
+func (s *EtcdStore) planState(ctx context.Context, hdr *SnapshotHeader, kvs []kv) (*restorePlan, error) {
 	cctx, cancel := s.opCtx(ctx)
 	defer cancel()
 	resp, err := s.c.Get(cctx, s.prefix+"index")
@@ -318,14 +394,19 @@ func (s *EtcdStore) unchanged(p *restorePlan) clientv3.Cmp {
 	return clientv3.Compare(clientv3.ModRevision(s.prefix+"index"), "=", p.modRev)
 }
 
-// restoreAtOnce writes the plan in one transaction.
+// restoreAtOnce writes the plan, sections included, in one transaction.
 func (s *EtcdStore) restoreAtOnce(ctx context.Context, p *restorePlan) error {
-	ops := append(s.etcdOps(p.ops), s.finalOps(p)...)
-	return s.commitGuarded(ctx, "restore the snapshot", s.unchanged(p), ops)
+	ops, guards := s.etcdOps(p.ops), []clientv3.Cmp{s.unchanged(p)}
+	for _, sp := range p.sections {
+		ops, guards = append(ops, sp.ops...), append(guards, sp.guards...)
+	}
+	ops = append(ops, s.finalOps(p)...)
+	return s.commitGuards(ctx, "restore the snapshot", guards, ops)
 }
 
 // restoreInBatches locks the state, writes the plan in transactions within
-// etcd's default limits, then sets the index (which unlocks).
+// etcd's default limits, then each section in one transaction, then sets
+// the index (which unlocks).
 func (s *EtcdStore) restoreInBatches(ctx context.Context, p *restorePlan) error {
 	locked, err := s.lockForRestore(ctx, p)
 	if err != nil {
@@ -341,6 +422,11 @@ func (s *EtcdStore) restoreInBatches(ctx context.Context, p *restorePlan) error 
 			return fmt.Errorf("%w: %w", ErrRestoring, err)
 		}
 		rest = rest[n:]
+	}
+	for _, sp := range p.sections {
+		if err := s.restoreSection(ctx, locked, sp); err != nil {
+			return fmt.Errorf("%w: %w", ErrRestoring, err)
+		}
 	}
 	if err := s.commitGuarded(ctx, "finish the restore", locked, s.finalOps(p)); err != nil {
 		return fmt.Errorf("%w: %w", ErrRestoring, err)
@@ -361,9 +447,15 @@ func (s *EtcdStore) lockForRestore(ctx context.Context, p *restorePlan) (clientv
 // commitGuarded commits ops if guard and the leader guard (SetLeader) hold:
 // ErrNotLeader if the latter failed, ErrConflict if guard did.
 func (s *EtcdStore) commitGuarded(ctx context.Context, what string, guard clientv3.Cmp, ops []clientv3.Op) error {
+	return s.commitGuards(ctx, what, []clientv3.Cmp{guard}, ops)
+}
+
+// commitGuards is commitGuarded with several guards (ErrConflict if any
+// failed).
+func (s *EtcdStore) commitGuards(ctx context.Context, what string, guards []clientv3.Cmp, ops []clientv3.Op) error {
 	cctx, cancel := s.opCtx(ctx)
 	defer cancel()
-	cmps := []clientv3.Cmp{guard}
+	cmps := slices.Clone(guards)
 	var orElse []clientv3.Op
 	lkey, lrev := s.leader()
 	if lkey != "" {
@@ -388,89 +480,4 @@ func (s *EtcdStore) commitGuarded(ctx context.Context, what string, guard client
 
 func badSnapshot(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrBadSnapshot}, args...)...)
-}
-
-// readSnapshot reads and verifies a whole snapshot.
-func readSnapshot(r io.Reader) (*SnapshotHeader, []kv, error) {
-	zr, err := gzip.NewReader(r)
-	if err != nil {
-		return nil, nil, badSnapshot("not a gzip stream: %w", err)
-	}
-	br := bufio.NewReaderSize(&capReader{r: zr, left: maxSnapshotBytes}, 64<<10)
-	sum := sha256.New()
-	line, err := br.ReadBytes('\n')
-	if err != nil {
-		return nil, nil, badSnapshot("no header: %w", err)
-	}
-	sum.Write(line)
-	hdr := new(SnapshotHeader)
-	if err := json.Unmarshal(line, hdr); err != nil || hdr.Version == 0 || hdr.ClusterID == "" {
-		return nil, nil, badSnapshot("no meshlet snapshot header")
-	}
-	if hdr.Version > snapshotVersion || hdr.Format > etcdFormat {
-		return nil, nil, badSnapshot("snapshot version %d, state format %d: newer than this meshlet reads (%d, %d)",
-			hdr.Version, hdr.Format, snapshotVersion, etcdFormat)
-	}
-	kvs, trailer, err := readEntries(br, sum)
-	if err != nil {
-		return nil, nil, err
-	}
-	if got := hex.EncodeToString(sum.Sum(nil)); got != trailer {
-		return nil, nil, badSnapshot("checksum mismatch: the snapshot says %s, its content is %s", trailer, got)
-	}
-	if len(kvs) != hdr.Keys {
-		return nil, nil, badSnapshot("%d keys, the header says %d", len(kvs), hdr.Keys)
-	}
-	// Reading to the end also checks the gzip CRC.
-	switch _, err := br.ReadByte(); {
-	case err == nil:
-		return nil, nil, badSnapshot("data after the trailer")
-	case !errors.Is(err, io.EOF):
-		return nil, nil, badSnapshot("%w", err)
-	}
-	return hdr, kvs, nil
-}
-
-// readEntries reads the key lines (adding them to sum) up to the trailer,
-// and returns the trailer's checksum.
-func readEntries(br *bufio.Reader, sum io.Writer) ([]kv, string, error) {
-	var kvs []kv
-	for {
-		line, err := br.ReadBytes('\n')
-		if err != nil {
-			return nil, "", badSnapshot("truncated after %d keys: %w", len(kvs), err)
-		}
-		var l snapshotLine
-		if err := json.Unmarshal(line, &l); err != nil {
-			return nil, "", badSnapshot("line %d: %w", len(kvs)+2, err)
-		}
-		switch {
-		case l.Sum != nil:
-			return kvs, *l.Sum, nil
-		case l.K == nil || *l.K == "":
-			return nil, "", badSnapshot("line %d has no key", len(kvs)+2)
-		case len(kvs) > 0 && *l.K <= kvs[len(kvs)-1].key:
-			return nil, "", badSnapshot("key %q out of order", *l.K)
-		}
-		_, _ = sum.Write(line)
-		kvs = append(kvs, kv{key: *l.K, val: l.V})
-	}
-}
-
-// capReader fails once more than left bytes were read.
-type capReader struct {
-	r    io.Reader
-	left int64
-}
-
-func (c *capReader) Read(p []byte) (int, error) {
-	if c.left <= 0 {
-		return 0, badSnapshot("larger than %d bytes uncompressed", int64(maxSnapshotBytes))
-	}
-	if int64(len(p)) > c.left {
-		p = p[:c.left]
-	}
-	n, err := c.r.Read(p)
-	c.left -= int64(n)
-	return n, err
 }

@@ -207,12 +207,12 @@ func TestEtcdRestoreInterrupted(t *testing.T) {
 	change(t, s, "web-001")
 	above := s.Index()
 
-	hdr, kvs, err := readSnapshot(bytes.NewReader(snap))
+	d, err := readSnapshot(bytes.NewReader(snap))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	p, err := s.planRestore(ctx, hdr, kvs)
+	p, err := s.planRestore(ctx, d, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
