@@ -1,7 +1,6 @@
 package rpc
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,7 +13,6 @@ import (
 	"github.com/meshlet/meshlet/ca"
 	"github.com/meshlet/meshlet/catalog"
 	"github.com/meshlet/meshlet/intention"
-	"github.com/meshlet/meshlet/internal/httpsrv"
 )
 
 // The Client's mesh calls: the node's registrations, leaf signing and
@@ -119,7 +117,7 @@ func (c *Client) connectCall(ctx context.Context, what, method, path string, in,
 			return fmt.Errorf("failed to encode the call to %s: %w", what, err)
 		}
 	}
-	req := &request{what: what, method: method, path: path, body: body, nodeID: id, secret: secret, timeout: c.cfg.Timeout}
+	req := &request{what: what, method: method, path: path, body: body, nodeID: id, secret: secret, timeout: c.cfg.Timeout, mesh: true}
 	return c.connectRound(ctx, req, out)
 }
 
@@ -131,7 +129,7 @@ func (c *Client) ConnectRoots(ctx context.Context) (ca.Roots, error) {
 	if c.ctx.Err() != nil {
 		return out, fmt.Errorf("failed to read the CA roots: %w", ErrClosed)
 	}
-	req := &request{what: "read the CA roots", method: http.MethodGet, path: pathConnectRoots, timeout: c.cfg.Timeout}
+	req := &request{what: "read the CA roots", method: http.MethodGet, path: pathConnectRoots, timeout: c.cfg.Timeout, mesh: true}
 	err := c.connectRound(ctx, req, &out)
 	return out, err
 }
@@ -149,7 +147,7 @@ func (c *Client) connectRound(ctx context.Context, req *request, out any) error 
 	for i := range n {
 		k := (start + i) % n
 		addr := c.cfg.Servers[k]
-		err := c.connectAttempt(ctx, addr, req, out)
+		err := c.attempt(ctx, addr, req, out)
 		var se *serverError
 		switch {
 		case err == nil:
@@ -169,43 +167,6 @@ func (c *Client) connectRound(ctx context.Context, req *request, out any) error 
 		fails = append(fails, addr+": "+se.msg)
 	}
 	return fmt.Errorf("failed to %s: %w: %s", what, ErrNoServers, strings.Join(fails, "; "))
-}
-
-// connectAttempt sends req to one server.
-func (c *Client) connectAttempt(ctx context.Context, addr string, req *request, out any) error {
-	ctx, cancel := context.WithTimeout(ctx, req.timeout)
-	defer cancel()
-	u := url.URL{Scheme: c.scheme, Host: addr, Path: req.path}
-	var body io.Reader
-	if req.body != nil {
-		body = bytes.NewReader(req.body)
-	}
-	hr, err := http.NewRequestWithContext(ctx, req.method, u.String(), body)
-	if err != nil {
-		return fmt.Errorf("failed to %s: %w", req.what, err)
-	}
-	hr.Header.Set(HeaderNodeID, req.nodeID)
-	hr.Header.Set(HeaderNodeSecret, req.secret)
-	if body != nil {
-		hr.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := c.http.Do(hr)
-	if err != nil {
-		return &serverError{msg: oneLine(err.Error())}
-	}
-	defer func() { _ = resp.Body.Close() }()
-	rd := http.MaxBytesReader(nil, resp.Body, MaxBodyBytes)
-	if resp.StatusCode != http.StatusOK {
-		return connectAnswerError(req, addr, resp, rd)
-	}
-	if out == nil {
-		_, _ = io.Copy(io.Discard, rd)
-		return nil
-	}
-	if err := httpsrv.DecodeJSON(rd, out); err != nil {
-		return &serverError{msg: "bad answer: " + oneLine(err.Error())}
-	}
-	return nil
 }
 
 // connectAnswerError turns a failed answer into the call's error: the

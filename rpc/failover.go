@@ -28,6 +28,9 @@ type request struct {
 	timeout time.Duration
 	// write: a call the leader takes (retried while there is no leader).
 	write bool
+	// mesh: a mesh call, whose refusals carry the intention and connect
+	// sentinels (connectAnswerError).
+	mesh bool
 }
 
 // serverError is a failure that sends the call to the next server: the
@@ -158,6 +161,9 @@ func (c *Client) attempt(ctx context.Context, addr string, req *request, out any
 			return &serverError{msg: "bad answer: " + oneLine(err.Error())}
 		}
 		return nil
+	}
+	if req.mesh {
+		return connectAnswerError(req, addr, resp, rd)
 	}
 	return answerError(req, addr, resp, rd)
 }
