@@ -4,7 +4,7 @@
 // per area, with the machine's facts, ratios, targets and what the profiles
 // showed).
 //
-// Three areas are measured:
+// These areas are measured:
 //   - control plane: the xds, authz packages' Go benchmarks (run with
 //     `go test -bench` and parsed), an in-process intention-change
 //     measurement against the composed control plane, and the agent's
@@ -17,7 +17,16 @@
 //     and iperf3 run inside the client allocation's namespace against its
 //     upstream listeners (mesh) and the servers' namespace addresses
 //     (direct); sidecar CPU and memory (PSS, VmRSS, RssAnon) come from
-//     /proc.
+//     /proc;
+//   - faults: the agent under injected failures (bench/faults.go);
+//   - cluster: placement throughput, plan commit latency, failover and
+//     heartbeat capacity with one server and simulated client nodes;
+//   - cluster mesh: real agents (one server, three clients) in their own
+//     network namespaces: cross-node latency and max rps through two
+//     sidecars against the direct cross-node path, the time for an
+//     endpoint change to reach the proxies on every node, and the feed's
+//     bytes and messages per second with 1,000 proxies on one client (one
+//     stream per agent, against one per proxy).
 //
 // Every area degrades on its own: a piece that is missing or broken yields
 // "not measured: <reason>" figures instead of failing the run. Load is

@@ -48,6 +48,7 @@ var areas = []area{
 	// Faults last: its 60 s outage and 1,000 cycles take the longest.
 	{"faults", (*Runner).faults},
 	{"cluster", (*Runner).cluster},
+	{"clustermesh", (*Runner).clusterMesh},
 }
 
 // Runner runs the areas and collects the report.
@@ -74,7 +75,7 @@ func NewRunner(o Options) (*Runner, error) {
 	}
 	for _, a := range o.Areas {
 		if !knownArea(a) {
-			return nil, fmt.Errorf("failed to configure bench: unknown area %q (want controlplane, lifecycle or dataplane)", a)
+			return nil, fmt.Errorf("failed to configure bench: unknown area %q (want dataplane, lifecycle, controlplane, faults, cluster or clustermesh)", a)
 		}
 	}
 	return &Runner{opts: o, log: o.Logger.Named("bench")}, nil
