@@ -113,12 +113,16 @@ func (a *Agent) toLeader(next http.Handler) (http.Handler, error) {
 }
 
 // forwardable: a write to the cluster's state, not yet forwarded, not one
-// this agent answers itself (its own allocations, agent operations).
+// this agent answers itself (its own allocations, agent operations); of the
+// operator calls only a snapshot restore, which the leader makes.
 func forwardable(r *http.Request) bool {
 	if r.Method == http.MethodGet || r.Method == http.MethodHead || r.Header.Get(rpc.HeaderForwarded) != "" {
 		return false
 	}
 	p := r.URL.Path
+	if p == "/v1/operator/snapshot" {
+		return true
+	}
 	return strings.HasPrefix(p, "/v1/") && !strings.HasPrefix(p, "/v1/client/") && !strings.HasPrefix(p, "/v1/agent/") &&
 		!strings.HasPrefix(p, "/v1/operator/")
 }

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -44,6 +45,16 @@ func TestThreeServers(t *testing.T) {
 	c.RunJobCLI(follower, "ha1", sleepJob("ha1", 1, false))
 	_, took := c.WaitRunning(follower, "ha1", 1, 60*time.Second)
 	figure(t, "job_run_after_failover_seconds", took)
+
+	// A snapshot saved and restored through a follower (the restore is
+	// forwarded to the leader).
+	snap := filepath.Join(t.TempDir(), "backup.snap")
+	if out, err := c.CLI(follower, "operator", "snapshot", "save", snap); err != nil {
+		t.Fatalf("snapshot save through a follower: %v\n%s", err, out)
+	}
+	if out, err := c.CLI(follower, "operator", "snapshot", "restore", snap); err != nil {
+		t.Errorf("snapshot restore through a follower: %v\n%s", err, out)
+	}
 
 	restarted := time.Now()
 	dead.Start()
