@@ -22,7 +22,8 @@ type ClusterConfig struct {
 	Servers []string
 	// BootstrapExpect is how many servers the cluster is meant to have
 	// (server { bootstrap_expect }); the first server starts the etcd
-	// cluster, the others join it.
+	// cluster, the others join it, and no leader is elected before that
+	// many are members (once: see server.EtcdLeadership.Expect).
 	BootstrapExpect int
 	// RetryJoin are servers' RPC addresses a new server joins through
 	// (server { server_join { retry_join } }, -join).

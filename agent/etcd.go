@@ -69,6 +69,9 @@ func (a *Agent) openServerState() (state.Store, *server.EtcdLeadership, error) {
 	}
 	lead := &server.EtcdLeadership{Client: cli, Prefix: prefix, Name: a.memberName(), ID: id, Addr: a.RPCAddr(),
 		Logger: a.logger.Named("leader")}
+	if a.etcdMember != nil {
+		lead.Expect = a.cfg.Cluster.BootstrapExpect
+	}
 	return st, lead, nil
 }
 

@@ -30,7 +30,11 @@ type EtcdLeadership struct {
 	// restarted lone server leads at once instead of after the lease TTL.
 	ID string
 	// TTL is the session lease in seconds; 0 = DefaultLeaderTTL.
-	TTL    int
+	TTL int
+	// Expect is bootstrap_expect: a new cluster elects no leader before it
+	// has this many voting etcd members (see waitBootstrap); 0 or 1 = no
+	// wait. Only meaningful with embedded members.
+	Expect int
 	Logger hclog.Logger
 }
 
@@ -45,6 +49,9 @@ func (e *EtcdLeadership) Run(ctx context.Context, won func(ctx context.Context, 
 	ttl := e.TTL
 	if ttl <= 0 {
 		ttl = DefaultLeaderTTL
+	}
+	if !e.waitBootstrap(ctx, logger) {
+		return
 	}
 	for backoff := time.Duration(0); ctx.Err() == nil; {
 		if backoff > 0 {

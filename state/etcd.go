@@ -66,6 +66,10 @@ type EtcdStore struct {
 	mu        sync.Mutex
 	leaderKey string
 	leaderRev int64
+	// deposed: this server led and lost it; its writes fail with
+	// ErrNotLeader until it leads again (a plan computed in the lost term
+	// must not commit unguarded).
+	deposed bool
 }
 
 var _ Store = (*EtcdStore)(nil)
@@ -244,16 +248,27 @@ func (s *EtcdStore) Close() error {
 func (s *EtcdStore) SetLeader(key string, createRevision int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.leaderKey, s.leaderRev = key, createRevision
+	s.leaderKey, s.leaderRev, s.deposed = key, createRevision, false
 }
 
-// ClearLeader removes the guard SetLeader set.
-func (s *EtcdStore) ClearLeader() { s.SetLeader("", 0) }
-
-func (s *EtcdStore) leader() (string, int64) {
+// ClearLeader ends the term SetLeader began: every later write fails with
+// ErrNotLeader until the next SetLeader (a deposed leader's plans in flight
+// never commit, even though its guard key is gone).
+func (s *EtcdStore) ClearLeader() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.leaderKey, s.leaderRev
+	s.leaderKey, s.leaderRev, s.deposed = "", 0, true
+}
+
+// leader returns the write guard: the election key and its revision, ""
+// when writes are unguarded; ErrNotLeader while deposed.
+func (s *EtcdStore) leader() (string, int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.deposed {
+		return "", 0, fmt.Errorf("%w: this server lost its leadership", ErrNotLeader)
+	}
+	return s.leaderKey, s.leaderRev, nil
 }
 
 // callCtx bounds one etcd call; it ends at Close too.

@@ -457,7 +457,10 @@ func (s *EtcdStore) commitGuards(ctx context.Context, what string, guards []clie
 	defer cancel()
 	cmps := slices.Clone(guards)
 	var orElse []clientv3.Op
-	lkey, lrev := s.leader()
+	lkey, lrev, err := s.leader()
+	if err != nil {
+		return fmt.Errorf("failed to %s: %w", what, err)
+	}
 	if lkey != "" {
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(lkey), "=", lrev))
 		orElse = append(orElse, clientv3.OpGet(lkey))

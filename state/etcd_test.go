@@ -195,9 +195,21 @@ func TestEtcdLeaderGuard(t *testing.T) {
 	if err != nil || idx != before {
 		t.Fatalf("index moved from %d to %d (%v)", before, idx, err)
 	}
+	// A deposed leader (its term ended: ClearLeader) writes nothing, even
+	// though no guard key is left to compare: a plan it computed in the
+	// lost term must not commit unguarded.
 	s.ClearLeader()
+	if _, err := s.UpsertJob(testJob("b", 0)); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("write after the term ended: %v, want ErrNotLeader", err)
+	}
+	// Elected again (a new key), it writes.
+	resp, err := c.Put(context.Background(), leaderKey+"-2", "me")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetLeader(leaderKey+"-2", resp.Header.Revision)
 	if _, err := s.UpsertJob(testJob("b", 0)); err != nil {
-		t.Fatalf("write without a guard: %v", err)
+		t.Fatalf("write in a new term: %v", err)
 	}
 }
 

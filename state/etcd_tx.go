@@ -121,7 +121,10 @@ func (s *EtcdStore) tryWrite(what string, fn func(tx *etcdTx) error) (uint64, bo
 	indexKey := s.prefix + "index"
 	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(indexKey), "=", modRev)}
 	var orElse []clientv3.Op
-	lkey, lrev := s.leader()
+	lkey, lrev, err := s.leader()
+	if err != nil {
+		return 0, false, fmt.Errorf("failed to %s: %w", what, err)
+	}
 	if lkey != "" {
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(lkey), "=", lrev))
 		orElse = append(orElse, clientv3.OpGet(lkey))
