@@ -41,6 +41,7 @@ func (a *Agent) startControlPlane() error {
 		Intentions:   a.newMeshIntentions(),
 		NodeAddress:  a.nodeAddress(),
 		LocalProxy:   a.localProxy,
+		RotateCA:     a.meshRotateCA(caMgr),
 		Datacenter:   a.cfg.Datacenter,
 		NodeName:     a.cfg.NodeName,
 		DefaultAllow: a.cfg.Connect.DefaultIntentionPolicy != "deny",

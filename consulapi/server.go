@@ -1,7 +1,8 @@
 // Package consulapi serves the subset of Consul's HTTP API that connect
 // tooling needs (catalog, health/connect, intentions, CA roots and leaves,
-// agent authorize), in the exact JSON shapes github.com/hashicorp/consul/api
-// decodes. The agent serves it on 127.0.0.1:8500. It owns HTTP concerns
+// CA configuration and root rotation, agent authorize), in the exact JSON
+// shapes github.com/hashicorp/consul/api decodes. The agent serves it on
+// 127.0.0.1:8500. It owns HTTP concerns
 // only: routing, encoding, status codes, X-Consul-Index and blocking
 // queries (?index=&wait=); state lives in catalog, ca and intention.
 //
@@ -52,6 +53,14 @@ type Deps struct {
 	// NodeAddress is the node's address in catalog and health answers
 	// (default 127.0.0.1).
 	NodeAddress string
+	// RotateCA rotates the cluster's CA root (PUT
+	// /v1/connect/ca/configuration; see ca_config.go): a server's CA, or a
+	// call through a server on a client agent. nil: CA's own Rotate if it
+	// has one.
+	RotateCA func(ctx context.Context) error
+	// LeafTTL is the leaf TTL GET /v1/connect/ca/configuration reports
+	// (default ca.DefaultLeafTTL).
+	LeafTTL time.Duration
 }
 
 // Server is the Consul-shaped HTTP API.
@@ -108,6 +117,8 @@ func (s *Server) routes() {
 		"GET /v1/connect/intentions/{id}":      s.intentionGetID,
 		"DELETE /v1/connect/intentions/{id}":   s.intentionDeleteID,
 		"GET /v1/connect/ca/roots":             s.caRoots,
+		"GET /v1/connect/ca/configuration":     s.caConfigGet,
+		"PUT /v1/connect/ca/configuration":     s.caConfigSet,
 		"GET /v1/agent/connect/ca/roots":       s.caRoots,
 		"GET /v1/agent/connect/ca/leaf/{name}": s.caLeaf,
 		"POST /v1/agent/connect/authorize":     s.authorize,

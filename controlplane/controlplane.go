@@ -11,6 +11,7 @@
 package controlplane
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -81,6 +82,10 @@ type Config struct {
 	// LocalProxy tells the proxies of this node (xds.Config.LocalProxy);
 	// nil: every proxy in the catalog.
 	LocalProxy func(catalog.ServiceInstance) bool
+	// RotateCA rotates the cluster's CA root for the Consul-shaped API's
+	// PUT /v1/connect/ca/configuration (consulapi.Deps.RotateCA): a
+	// server's CA, or a call through a server on a client agent.
+	RotateCA func(ctx context.Context) error
 }
 
 // ControlPlane is the running control plane.
@@ -177,6 +182,7 @@ func (c *ControlPlane) Start() error {
 	c.api = consulapi.NewServer(consulapi.Deps{
 		Catalog: c.Catalog, CA: c.CA, Intentions: c.Intentions, Authz: c.Authz,
 		Datacenter: c.cfg.Datacenter, NodeName: c.cfg.NodeName, NodeAddress: c.cfg.NodeAddress,
+		RotateCA: c.cfg.RotateCA, LeafTTL: c.cfg.LeafTTL,
 	}, c.cfg.Logger)
 	policy := c.cfg.HTTPPolicy
 	if policy.Logger == nil {

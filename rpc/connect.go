@@ -34,6 +34,9 @@ type ConnectBackend interface {
 	Intentions() intention.Writer
 	// Roots are the CA's public roots (no key material).
 	Roots(ctx context.Context) (ca.Roots, error)
+	// RotateCA makes a new CA root active, cross-signed by the old one
+	// (ca.Manager.Rotate on the servers' etcd-backed CA).
+	RotateCA(ctx context.Context) error
 }
 
 // ErrConnectNotServed: the server serves no mesh calls (no
@@ -97,6 +100,7 @@ func (s *Server) connectRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST "+pathConnectSign, s.handleConnectSign)
 	mux.HandleFunc("POST "+pathConnectIntentions, s.handleConnectIntentions)
 	mux.HandleFunc("GET "+pathConnectRoots, s.handleConnectRoots)
+	mux.HandleFunc("POST "+pathConnectCARotate, s.handleConnectCARotate)
 }
 
 // handleConnectRoots answers the CA's public roots to any peer the TLS

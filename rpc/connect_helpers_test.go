@@ -41,6 +41,8 @@ type fakeConnect struct {
 	signed    []string
 	caCert    *x509.Certificate
 	caKey     *ecdsa.PrivateKey
+	rotations int                             // RotateCA calls so far
+	rotate    func(ctx context.Context) error // RotateCA's work; nil: none
 }
 
 func newFakeConnect(t *testing.T) *fakeConnect {
@@ -157,6 +159,17 @@ func (f *fakeConnect) Intentions() intention.Writer { return fakeIntentions{f} }
 
 func (f *fakeConnect) Roots(context.Context) (ca.Roots, error) {
 	return ca.Roots{TrustDomain: "11111111-2222-3333-4444-555555555555.meshlet", ActiveRootID: "r1"}, nil
+}
+
+func (f *fakeConnect) RotateCA(ctx context.Context) error {
+	f.mu.Lock()
+	f.rotations++
+	rotate := f.rotate
+	f.mu.Unlock()
+	if rotate == nil {
+		return nil
+	}
+	return rotate(ctx)
 }
 
 type fakeIntentions struct{ f *fakeConnect }

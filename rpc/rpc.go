@@ -100,6 +100,7 @@ const (
 	pathConnectSign       = "/v1/rpc/connect/sign"
 	pathConnectIntentions = "/v1/rpc/connect/intentions"
 	pathConnectRoots      = "/v1/rpc/connect/roots"
+	pathConnectCARotate   = "/v1/rpc/connect/ca/rotate"
 )
 
 // Error codes (headerErrorCode) that do not follow from the status alone.
