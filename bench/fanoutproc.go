@@ -18,6 +18,16 @@ type loadProc struct {
 	stdin  io.WriteCloser
 	lines  chan string // stdout, closed at EOF
 	stderr *tailWriter
+
+	waitOnce sync.Once
+	waitErr  error
+}
+
+// wait waits for the process once; its stderr is complete afterwards (exec
+// copies it on a goroutine that Wait joins).
+func (p *loadProc) wait() error {
+	p.waitOnce.Do(func() { p.waitErr = p.cmd.Wait() })
+	return p.waitErr
 }
 
 // startLoadProc starts `bin -role role args...`; ctx ending kills it.
@@ -59,6 +69,12 @@ func (p *loadProc) expect(word string) (string, error) {
 		select {
 		case l, ok := <-p.lines:
 			if !ok {
+				waited := make(chan struct{})
+				go func() { _ = p.wait(); close(waited) }()
+				select { // stdout's EOF can come before the last of stderr
+				case <-waited:
+				case <-time.After(5 * time.Second):
+				}
 				return "", fmt.Errorf("xdsload %s exited before %q: %s", p.role, word, p.stderr.String())
 			}
 			if f := strings.Fields(l); len(f) > 0 && f[0] == word {
@@ -86,7 +102,7 @@ func (p *loadProc) stop() error {
 	go func() {
 		for range p.lines { // drain, so Wait can finish
 		}
-		done <- p.cmd.Wait()
+		done <- p.wait()
 	}()
 	select {
 	case err := <-done:
