@@ -59,6 +59,31 @@ func (c *cluster) stop() {
 			a.api.Close()
 		}
 	}
+	for _, a := range agents {
+		removeAllocNamespaces(c.t, a)
+	}
+}
+
+// removeAllocNamespaces deletes the network namespaces of a killed agent's
+// allocations (named by allocation ID, bind-mounted where the host's
+// namespaces are, so they outlive the agent's host) and kills what still
+// runs in them.
+func removeAllocNamespaces(t *testing.T, a *agent) {
+	entries, err := os.ReadDir(filepath.Join(a.DataDir, "alloc"))
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if _, err := os.Stat(filepath.Join("/var/run/netns", e.Name())); err != nil {
+			continue
+		}
+		if left := killNamespace(e.Name()); len(left) > 0 {
+			t.Errorf("cleanup: processes %v survived in allocation namespace %s", left, e.Name())
+		}
+		if out, err := exec.Command("ip", "netns", "delete", e.Name()).CombinedOutput(); err != nil {
+			t.Errorf("cleanup: ip netns delete %s: %v: %s", e.Name(), err, out)
+		}
+	}
 }
 
 // tls runs `meshlet tls ARGS` in the certificate dir.
