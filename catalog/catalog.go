@@ -45,14 +45,38 @@ type ServiceInstance struct {
 	// lone node: the agent's own name and address).
 	NodeName    string `json:",omitempty"`
 	NodeAddress string `json:",omitempty"`
-	// Healthy is false while an instance should receive no traffic.
+	// Healthy is false while an instance should receive no traffic: one
+	// of its Checks is critical.
 	Healthy bool
+	// Checks are the instance's health checks as last run (Consul's
+	// statuses: passing, warning, critical); none: always healthy.
+	Checks []Check `json:",omitempty"`
 	// Proxy is set for Kind == KindConnectProxy.
 	Proxy *Proxy
 	// Connect is true for an app service with a sidecar or native connect.
 	Connect bool
 	// ModifyIndex increases with every change to the catalog.
 	ModifyIndex uint64
+}
+
+// Check is one health check of an instance and its last result.
+type Check struct {
+	ID     string
+	Name   string
+	Type   string
+	Status string
+	Output string `json:",omitempty"`
+}
+
+// HealthyChecks reports whether checks allow traffic: none is critical
+// (warning counts as passing, as Consul's default).
+func HealthyChecks(checks []Check) bool {
+	for _, c := range checks {
+		if c.Status == "critical" {
+			return false
+		}
+	}
+	return true
 }
 
 // Proxy is a connect-proxy instance's configuration.
@@ -264,6 +288,7 @@ func contains(ss []string, s string) bool {
 func copyInstance(in *ServiceInstance) *ServiceInstance {
 	out := *in
 	out.Tags = append([]string(nil), in.Tags...)
+	out.Checks = append([]Check(nil), in.Checks...)
 	if in.Meta != nil {
 		out.Meta = make(map[string]string, len(in.Meta))
 		for k, v := range in.Meta {

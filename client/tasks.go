@@ -105,3 +105,31 @@ func (c *Client) Alloc(id string) (*structs.Allocation, error) {
 	}
 	return found.Alloc(), nil
 }
+
+// RestartTask stops a running task so that its restart policy starts it
+// again (Nomad's check_restart), recording why in a "Restart Signaled"
+// event.
+func (c *Client) RestartTask(ctx context.Context, allocID, task, reason string) error {
+	ar := c.runner(allocID)
+	if ar == nil {
+		return fmt.Errorf("failed to restart %s: %w", allocID, ErrAllocNotFound)
+	}
+	tr := ar.TaskRunner(task)
+	if tr == nil {
+		return fmt.Errorf("failed to restart %s: %q: %w (tasks: %v)", allocID, task, ErrTaskNotFound, ar.TaskNames())
+	}
+	id := tr.TaskID()
+	if id == "" {
+		return fmt.Errorf("failed to restart task %q: %w", task, ErrTaskNotRunning)
+	}
+	tr.EmitEvent(&structs.TaskEvent{Type: structs.TaskRestartSignal, Time: time.Now().UnixNano(),
+		DisplayMessage: reason, RestartReason: reason})
+	if err := tr.Driver().StopTask(id, restartStopTimeout, ""); err != nil {
+		return fmt.Errorf("failed to restart task %q: %w", task, err)
+	}
+	return nil
+}
+
+// restartStopTimeout is how long a task restarted by a check gets to exit
+// before it is killed.
+const restartStopTimeout = 5 * time.Second

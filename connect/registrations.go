@@ -178,3 +178,14 @@ func orDefault(s, def string) string {
 	}
 	return s
 }
+
+// ServicePort is the port a service (or check) label resolves to on an
+// allocation: inside the namespace in bridge mode, the host port otherwise.
+func ServicePort(a *structs.Allocation, label string, bridge bool) (int, error) {
+	return resolvePort(a, label, bridge)
+}
+
+// BridgeMode reports whether the group runs in its own network namespace.
+func BridgeMode(tg *structs.TaskGroup) bool {
+	return len(tg.Networks) == 1 && tg.Networks[0].Mode != structs.NetworkModeHost && tg.Networks[0].Mode != ""
+}

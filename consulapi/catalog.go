@@ -117,15 +117,32 @@ func (s *Server) serviceEntry(inst catalog.ServiceInstance) consul.ServiceEntry 
 			Proxy:       proxyConfig(inst.Proxy),
 			Datacenter:  s.d.Datacenter,
 		},
-		Checks: consul.HealthChecks{
+		Checks: append(consul.HealthChecks{
 			{Node: node, CheckID: "serfHealth", Name: "Serf Health Status", Status: consul.HealthPassing, Output: "Agent alive and reachable", Type: "", ServiceTags: []string{}},
-			{
-				Node: node, CheckID: "service:" + inst.ID, Name: "Service '" + inst.Name + "' check",
-				Status: status, Output: output, ServiceID: inst.ID, ServiceName: inst.Name, ServiceTags: nonNil(inst.Tags),
-				Type: "meshlet", CreateIndex: inst.ModifyIndex, ModifyIndex: inst.ModifyIndex,
-			},
-		},
+		}, serviceChecks(node, inst, status, output)...),
 	}
+}
+
+// serviceChecks are an instance's health checks as the client agent last
+// ran them; an instance without checks has one synthetic check carrying
+// its health.
+func serviceChecks(node string, inst catalog.ServiceInstance, status, output string) consul.HealthChecks {
+	if len(inst.Checks) == 0 {
+		return consul.HealthChecks{{
+			Node: node, CheckID: "service:" + inst.ID, Name: "Service '" + inst.Name + "' check",
+			Status: status, Output: output, ServiceID: inst.ID, ServiceName: inst.Name, ServiceTags: nonNil(inst.Tags),
+			Type: "meshlet", CreateIndex: inst.ModifyIndex, ModifyIndex: inst.ModifyIndex,
+		}}
+	}
+	out := make(consul.HealthChecks, 0, len(inst.Checks))
+	for _, c := range inst.Checks {
+		out = append(out, &consul.HealthCheck{
+			Node: node, CheckID: c.ID, Name: c.Name, Status: c.Status, Output: c.Output, ServiceID: inst.ID,
+			ServiceName: inst.Name, ServiceTags: nonNil(inst.Tags), Type: c.Type,
+			CreateIndex: inst.ModifyIndex, ModifyIndex: inst.ModifyIndex,
+		})
+	}
+	return out
 }
 
 // nodeOf is the name and address of the node running inst: its own in a

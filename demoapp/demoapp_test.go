@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -85,5 +87,28 @@ func TestMainUnknownApp(t *testing.T) {
 	var stderr bytes.Buffer
 	if code := Main([]string{"nope"}, io.Discard, &stderr); code != 1 || !strings.Contains(stderr.String(), `unknown demo app "nope"`) {
 		t.Fatalf("Main(nope) = %d, %q", code, stderr.String())
+	}
+}
+
+func TestHelloHealthFollowsTheUnhealthyFile(t *testing.T) {
+	flag := filepath.Join(t.TempDir(), "unhealthy")
+	srv := httptest.NewServer(&hello{id: "b-0", unhealthy: flag})
+	defer srv.Close()
+	status := func() int {
+		resp, err := http.Get(srv.URL + "/health")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := status(); got != http.StatusOK {
+		t.Fatalf("healthy: %d", got)
+	}
+	if err := os.WriteFile(flag, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := status(); got != http.StatusServiceUnavailable {
+		t.Fatalf("with the file: %d, want 503", got)
 	}
 }

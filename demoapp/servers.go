@@ -130,11 +130,20 @@ func runDashboard(ctx context.Context, args []string, stdout, stderr io.Writer) 
 // hello answers path with its id; on "/" it calls its upstream and merges.
 type hello struct {
 	id, path, upstream string
-	client             *http.Client
+	// unhealthy: /health answers 503 while this file exists (a check
+	// target a test can flip).
+	unhealthy string
+	client    *http.Client
 }
 
 func (h *hello) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
+	case r.URL.Path == "/health":
+		if _, err := os.Stat(h.unhealthy); h.unhealthy != "" && err == nil {
+			http.Error(w, h.id+" unhealthy", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, h.id+" healthy")
 	case r.URL.Path == h.path:
 		fmt.Fprintln(w, h.id)
 	case r.URL.Path == "/" && h.upstream != "":
@@ -163,10 +172,11 @@ func runHello(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	id := fs.String("id", os.Getenv("NOMAD_ALLOC_ID"), "identity to answer with")
 	path := fs.String("path", "/hello", "path answered with the id")
 	upstream := fs.String("upstream", "", "URL whose answer / merges into its own")
+	unhealthy := fs.String("unhealthy-file", "", "GET /health answers 503 while this file exists (200 otherwise)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	h := &hello{id: *id, path: *path, upstream: *upstream, client: upstreamClient()}
+	h := &hello{id: *id, path: *path, upstream: *upstream, unhealthy: *unhealthy, client: upstreamClient()}
 	return serveHTTP(ctx, *listen, h, stdout)
 }
 

@@ -1,7 +1,14 @@
 package jobspecs
 
 import (
+	"errors"
+	"fmt"
+	"maps"
+	"strings"
+
+	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
+	"github.com/zclconf/go-cty/cty"
 
 	"github.com/meshlet/meshlet/structs"
 )
@@ -16,11 +23,12 @@ var serviceSpec = spec{
 
 var checkSpec = spec{
 	attrs: []string{"name", "type", "command", "args", "path", "protocol", "port", "expose",
-		"address_mode", "interval", "timeout", "method", "task"},
-	blocks: []string{"check_restart"},
-	unsupported: []string{"header", "body", "initial_status", "success_before_passing",
-		"failures_before_critical", "failures_before_warning", "on_update", "grpc_service",
-		"grpc_use_tls", "tls_skip_verify", "tls_server_name", "notes"},
+		"address_mode", "interval", "timeout", "method", "task", "body", "grpc_service",
+		"grpc_use_tls", "tls_skip_verify", "tls_server_name", "success_before_passing",
+		"failures_before_critical", "failures_before_warning", "initial_status", "on_update", "notes"},
+	blocks:      []string{"check_restart"},
+	maps:        []string{"header"},
+	unsupported: []string{"advertise"},
 }
 
 // services decodes the service blocks of a group or task.
@@ -57,6 +65,7 @@ func (d *decoder) decodeService(b *hclsyntax.Block, p path) *structs.Service {
 			if s.Checks[i].CheckRestart == nil {
 				cp := *cr
 				s.Checks[i].CheckRestart = &cp
+				d.copyRanges(p.sub("check_restart"), p.item("check", i, "").sub("check_restart"))
 			}
 		}
 	}
@@ -70,21 +79,101 @@ func (d *decoder) decodeCheck(b *hclsyntax.Block, p path) structs.ServiceCheck {
 	d.rec(p, b.DefRange())
 	c := d.content(b.Body, checkSpec)
 	var sc structs.ServiceCheck
-	d.setStr(c, p, "name", &sc.Name)
-	d.setStr(c, p, "type", &sc.Type)
-	d.setStr(c, p, "command", &sc.Command)
+	for _, f := range []struct {
+		name string
+		dst  *string
+	}{
+		{"name", &sc.Name}, {"type", &sc.Type}, {"command", &sc.Command}, {"path", &sc.Path},
+		{"protocol", &sc.Protocol}, {"port", &sc.PortLabel}, {"address_mode", &sc.AddressMode},
+		{"method", &sc.Method}, {"task", &sc.TaskName}, {"body", &sc.Body},
+		{"grpc_service", &sc.GRPCService}, {"tls_server_name", &sc.TLSServerName},
+		{"initial_status", &sc.InitialStatus}, {"on_update", &sc.OnUpdate}, {"notes", &sc.Notes},
+	} {
+		d.setStr(c, p, f.name, f.dst)
+	}
 	d.setStrs(c, p, "args", &sc.Args)
-	d.setStr(c, p, "path", &sc.Path)
-	d.setStr(c, p, "protocol", &sc.Protocol)
-	d.setStr(c, p, "port", &sc.PortLabel)
 	d.setBool(c, p, "expose", &sc.Expose)
-	d.setStr(c, p, "address_mode", &sc.AddressMode)
+	d.setBool(c, p, "grpc_use_tls", &sc.GRPCUseTLS)
+	d.setBool(c, p, "tls_skip_verify", &sc.TLSSkipVerify)
 	d.setDur(c, p, "interval", &sc.Interval)
 	d.setDur(c, p, "timeout", &sc.Timeout)
-	d.setStr(c, p, "method", &sc.Method)
-	d.setStr(c, p, "task", &sc.TaskName)
+	d.setInt(c, p, "success_before_passing", &sc.SuccessBeforePassing)
+	d.setInt(c, p, "failures_before_critical", &sc.FailuresBeforeCritical)
+	d.setInt(c, p, "failures_before_warning", &sc.FailuresBeforeWarning)
+	sc.Header = d.header(c, p)
 	sc.CheckRestart = d.checkRestart(c, p)
 	return sc
+}
+
+// header decodes a check's header, a map of lists of strings, written as
+// a block (header { X-Token = ["a"] }) or an argument (header = {...},
+// which also allows quoted names such as "Content-Type").
+func (d *decoder) header(c content, p path) map[string][]string {
+	key := p.attr("header").key
+	if a := c.attrs["header"]; a != nil {
+		m, _ := attrValue(d, c, p, "header", convHeader)
+		return m
+	}
+	b := d.one(c, "header")
+	if b == nil {
+		return nil
+	}
+	d.ranges[key] = b.DefRange()
+	if !d.labels(b) {
+		return nil
+	}
+	for _, nb := range b.Body.Blocks {
+		d.errAt(key, nb.TypeRange, "Unexpected block in header",
+			fmt.Sprintf("header takes Name = [\"value\", ...] arguments only; %q is a block.", nb.Type))
+	}
+	out := map[string][]string{}
+	for _, a := range sortedAttrs(b.Body) {
+		v, hds := d.eval(a.Expr)
+		d.addHCL(key, hds)
+		if hds.HasErrors() || v.IsNull() || !v.IsWhollyKnown() {
+			continue
+		}
+		vals, err := convStrings(v)
+		if err != nil {
+			d.errAt(key, a.Expr.Range(), "Incorrect attribute value type",
+				fmt.Sprintf("Inappropriate value for header %q: %v, e.g. %s = [\"value\"].", a.Name, err, a.Name))
+			continue
+		}
+		out[a.Name] = vals
+	}
+	return out
+}
+
+func convHeader(v cty.Value) (map[string][]string, error) {
+	t := v.Type()
+	if !t.IsMapType() && !t.IsObjectType() {
+		return nil, errors.New("a map of lists of strings is required")
+	}
+	out := make(map[string][]string, v.LengthInt())
+	for it := v.ElementIterator(); it.Next(); {
+		k, e := it.Element()
+		if e.IsNull() {
+			return nil, fmt.Errorf("element %q: a list of strings is required", k.AsString())
+		}
+		vals, err := convStrings(e)
+		if err != nil {
+			return nil, fmt.Errorf("element %q: %w", k.AsString(), err)
+		}
+		out[k.AsString()] = vals
+	}
+	return out, nil
+}
+
+// copyRanges records the ranges under from (the key and its attributes)
+// under to as well, so findings on a copied block point at the original.
+func (d *decoder) copyRanges(from, to path) {
+	copied := map[string]hcl.Range{}
+	for k, r := range d.ranges {
+		if k == from.key || strings.HasPrefix(k, from.key+".") {
+			copied[to.key+strings.TrimPrefix(k, from.key)] = r
+		}
+	}
+	maps.Copy(d.ranges, copied)
 }
 
 func (d *decoder) checkRestart(c content, p path) *structs.CheckRestart {

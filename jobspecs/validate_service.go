@@ -2,11 +2,14 @@ package jobspecs
 
 import (
 	"fmt"
+	"maps"
+	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/meshlet/meshlet/structs"
 )
@@ -112,8 +115,20 @@ func checkService(s *structs.Service, p path, tg *structs.TaskGroup, labels []st
 		report(SeverityError, p.attr("provider"), "Invalid provider",
 			fmt.Sprintf("provider %q is not valid; use \"consul\" or \"nomad\".", s.Provider))
 	}
+	// A service-level check_restart is copied into each check: report the
+	// problems of equal copies once.
+	var restarts []structs.CheckRestart
 	for i := range s.Checks {
-		checkCheck(&s.Checks[i], p.item("check", i, s.Checks[i].Name), s, labels, report)
+		c := &s.Checks[i]
+		cp := p.item("check", i, c.Name)
+		checkCheck(c, cp, s, labels, report)
+		if cr := c.CheckRestart; cr != nil && !slices.ContainsFunc(restarts, sameRestart(*cr)) {
+			restarts = append(restarts, *cr)
+			checkCheckRestart(cr, cp.sub("check_restart"), report)
+		}
+	}
+	if slices.Contains(tg.Services, s) {
+		checkCheckTasks(s, p, tg, report)
 	}
 	if s.Connect != nil {
 		checkConnect(s, p, report)
@@ -127,27 +142,11 @@ func labelList(labels []string) string {
 	return "labels: " + strings.Join(labels, ", ")
 }
 
+// checkCheck applies Nomad's check rules (structs.ServiceCheck.validateCommon
+// and validateConsul) plus the per-type field rules of meshlet's runner.
 func checkCheck(c *structs.ServiceCheck, p path, s *structs.Service, labels []string, report reporter) {
-	switch c.Type {
-	case "http", "tcp", "grpc", "script":
-	default:
-		report(SeverityError, p.attr("type"), "Invalid check type",
-			fmt.Sprintf("Check type %q is not valid; use \"http\", \"tcp\", \"grpc\" or \"script\".", c.Type))
-	}
-	if c.Type == "http" && c.Path == "" {
-		report(SeverityError, p.attr("path"), "Missing check path", "An http check needs a path, e.g. path = \"/health\".")
-	}
-	if c.Type == "script" && c.Command == "" {
-		report(SeverityError, p.attr("command"), "Missing check command", "A script check needs a command.")
-	}
-	if c.Interval < time.Second {
-		report(SeverityError, p.attr("interval"), "Invalid check interval",
-			fmt.Sprintf("Check interval %s must be at least 1s.", c.Interval))
-	}
-	if c.Timeout < time.Second {
-		report(SeverityError, p.attr("timeout"), "Invalid check timeout",
-			fmt.Sprintf("Check timeout %s must be at least 1s.", c.Timeout))
-	}
+	typeOK := checkCheckType(c, p, report)
+	checkCheckTiming(c, p, report)
 	if c.PortLabel != "" && !portRef(c.PortLabel, labels) {
 		report(SeverityError, p.attr("port"), "Unknown check port",
 			fmt.Sprintf("Check port %q is neither a port label of the group (%s) nor a port number 1-65535.", c.PortLabel, labelList(labels)))
@@ -166,6 +165,195 @@ func checkCheck(c *structs.ServiceCheck, p path, s *structs.Service, labels []st
 		if !s.Connect.HasSidecar() {
 			report(SeverityError, p.attr("expose"), "Invalid exposed check",
 				fmt.Sprintf("expose = true needs a connect sidecar_service on service %q.", s.Name))
+		}
+	}
+	if typeOK {
+		checkCheckFields(c, p, report)
+	}
+	checkCheckStatus(c, p, report)
+}
+
+// checkCheckType reports an unknown type and the field each type needs;
+// it returns whether the type is one meshlet runs.
+func checkCheckType(c *structs.ServiceCheck, p path, report reporter) bool {
+	switch c.Type {
+	case "http":
+		if c.Path == "" {
+			report(SeverityError, p.attr("path"), "Missing check path", "An http check needs a path, e.g. path = \"/health\".")
+		} else if u, err := url.Parse(c.Path); err != nil || u.IsAbs() {
+			report(SeverityError, p.attr("path"), "Invalid check path",
+				fmt.Sprintf("Check path %q must be a relative URL path such as \"/health\"; the address comes from the service's port.", c.Path))
+		}
+	case "script":
+		if c.Command == "" {
+			report(SeverityError, p.attr("command"), "Missing check command", "A script check needs a command.")
+		}
+	case "tcp", "grpc":
+	case "ttl":
+		report(SeverityError, p.attr("type"), "Unsupported check type",
+			"ttl checks are not run by meshlet (nothing would report their heartbeats); use \"http\", \"tcp\", \"grpc\" or \"script\".")
+		return false
+	default:
+		report(SeverityError, p.attr("type"), "Invalid check type",
+			fmt.Sprintf("Check type %q is not valid; use \"http\", \"tcp\", \"grpc\" or \"script\".", c.Type))
+		return false
+	}
+	return true
+}
+
+// checkCheckTiming requires interval and timeout of at least 1s, Nomad's
+// minimums (an unset one is 0s).
+func checkCheckTiming(c *structs.ServiceCheck, p path, report reporter) {
+	if c.Interval < time.Second {
+		report(SeverityError, p.attr("interval"), "Invalid check interval",
+			fmt.Sprintf("Check interval %s must be at least 1s.", c.Interval))
+	}
+	if c.Timeout < time.Second {
+		report(SeverityError, p.attr("timeout"), "Invalid check timeout",
+			fmt.Sprintf("Check timeout %s must be at least 1s.", c.Timeout))
+	}
+}
+
+// checkCheckFields rejects fields the check's type does not use: header,
+// body, method, path and protocol are for http checks, grpc_service and
+// grpc_use_tls for grpc checks. The values of the http fields must be
+// usable in a request.
+func checkCheckFields(c *structs.ServiceCheck, p path, report reporter) {
+	only := func(typ, attr string, set bool) {
+		if set && c.Type != typ {
+			report(SeverityError, p.attr(attr), "Invalid check field",
+				fmt.Sprintf("%s works with %s checks only, not %q.", attr, typ, c.Type))
+		}
+	}
+	only("http", "header", len(c.Header) > 0)
+	only("http", "body", c.Body != "")
+	only("http", "method", c.Method != "")
+	only("http", "path", c.Path != "")
+	only("http", "protocol", c.Protocol != "")
+	only("grpc", "grpc_service", c.GRPCService != "")
+	only("grpc", "grpc_use_tls", c.GRPCUseTLS)
+	if c.Type != "http" {
+		return
+	}
+	switch c.Protocol {
+	case "", "http", "https":
+	default:
+		report(SeverityError, p.attr("protocol"), "Invalid check protocol",
+			fmt.Sprintf("Check protocol %q is not valid; use \"http\" or \"https\".", c.Protocol))
+	}
+	if c.Method != "" && !httpToken(c.Method) {
+		report(SeverityError, p.attr("method"), "Invalid check method",
+			fmt.Sprintf("Check method %q is not an HTTP method such as \"GET\" or \"POST\".", c.Method))
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.Header)) {
+		if !httpToken(name) {
+			report(SeverityError, p.attr("header"), "Invalid check header",
+				fmt.Sprintf("Header name %q is not a valid HTTP header name.", name))
+		}
+		for _, v := range c.Header[name] {
+			if strings.ContainsAny(v, "\r\n\x00") {
+				report(SeverityError, p.attr("header"), "Invalid check header",
+					fmt.Sprintf("Header %q has a value with a line break or NUL.", name))
+			}
+		}
+	}
+}
+
+// httpToken reports whether s is an RFC 9110 token, the syntax of HTTP
+// methods and header names.
+func httpToken(s string) bool {
+	return s != "" && !strings.ContainsFunc(s, func(r rune) bool {
+		return r <= ' ' || r > '~' || strings.ContainsRune(`"(),/:;<=>?@[\]{}`, r)
+	})
+}
+
+// checkCheckStatus validates how results turn into a status: the initial
+// status, the thresholds, on_update and check_restart.
+func checkCheckStatus(c *structs.ServiceCheck, p path, report reporter) {
+	switch c.InitialStatus {
+	case "", "passing", "warning", "critical":
+	default:
+		report(SeverityError, p.attr("initial_status"), "Invalid initial_status",
+			fmt.Sprintf("initial_status %q is not valid; use \"passing\", \"warning\" or \"critical\".", c.InitialStatus))
+	}
+	for _, f := range []struct {
+		attr string
+		v    int
+	}{
+		{"success_before_passing", c.SuccessBeforePassing},
+		{"failures_before_critical", c.FailuresBeforeCritical},
+		{"failures_before_warning", c.FailuresBeforeWarning},
+	} {
+		if f.v < 0 {
+			report(SeverityError, p.attr(f.attr), "Invalid "+f.attr,
+				fmt.Sprintf("%s %d must not be negative.", f.attr, f.v))
+		} else if f.v > 0 && c.Type == "script" {
+			report(SeverityError, p.attr(f.attr), "Invalid "+f.attr,
+				fmt.Sprintf("%s works with http, tcp and grpc checks only, not %q.", f.attr, c.Type))
+		}
+	}
+	if n := utf8.RuneCountInString(c.Notes); n > maxCheckNotes {
+		report(SeverityError, p.attr("notes"), "Invalid check notes",
+			fmt.Sprintf("Check notes are %d characters long; the limit is %d.", n, maxCheckNotes))
+	}
+	switch c.OnUpdate {
+	case "", "require_healthy", "ignore_warnings", "ignore":
+	default:
+		report(SeverityError, p.attr("on_update"), "Invalid on_update",
+			fmt.Sprintf("on_update %q is not valid; use \"require_healthy\", \"ignore_warnings\" or \"ignore\".", c.OnUpdate))
+	}
+	cr := c.CheckRestart
+	if cr == nil {
+		return
+	}
+	if c.OnUpdate == "ignore" {
+		report(SeverityError, p.attr("on_update"), "Invalid on_update",
+			"on_update = \"ignore\" cannot be combined with check_restart: a deployment would count the failing check healthy while check_restart restarts the task.")
+	}
+	if c.OnUpdate == "ignore_warnings" && !cr.IgnoreWarnings {
+		report(SeverityError, p.attr("on_update"), "Invalid on_update",
+			"on_update = \"ignore_warnings\" with check_restart needs ignore_warnings = true in check_restart too.")
+	}
+}
+
+// maxCheckNotes is Nomad's limit on a check's notes.
+const maxCheckNotes = 255
+
+// checkCheckRestart validates a check_restart block.
+func checkCheckRestart(cr *structs.CheckRestart, p path, report reporter) {
+	if cr.Limit < 0 {
+		report(SeverityError, p.attr("limit"), "Invalid check_restart limit",
+			fmt.Sprintf("check_restart limit %d must not be negative (0 never restarts).", cr.Limit))
+	}
+	if cr.Grace != nil && *cr.Grace < 0 {
+		report(SeverityError, p.attr("grace"), "Invalid check_restart grace",
+			fmt.Sprintf("check_restart grace %s must not be negative.", *cr.Grace))
+	}
+}
+
+// sameRestart matches check_restart values equal to a.
+func sameRestart(a structs.CheckRestart) func(structs.CheckRestart) bool {
+	return func(b structs.CheckRestart) bool {
+		return a.Limit == b.Limit && a.IgnoreWarnings == b.IgnoreWarnings &&
+			(a.Grace == nil) == (b.Grace == nil) && (a.Grace == nil || *a.Grace == *b.Grace)
+	}
+}
+
+// checkCheckTasks applies Nomad's task rules to the checks of a group
+// service: only script and grpc checks name a task, and it must be a task
+// of the group.
+func checkCheckTasks(s *structs.Service, p path, tg *structs.TaskGroup, report reporter) {
+	for i := range s.Checks {
+		c := &s.Checks[i]
+		at := p.item("check", i, c.Name).attr("task")
+		switch {
+		case c.TaskName == "":
+		case c.Type != "script" && c.Type != "grpc":
+			report(SeverityError, at, "Invalid check task",
+				fmt.Sprintf("task works with script and grpc checks only, not %q.", c.Type))
+		case !slices.ContainsFunc(tg.Tasks, func(t *structs.Task) bool { return t != nil && t.Name == c.TaskName }):
+			report(SeverityError, at, "Unknown check task",
+				fmt.Sprintf("Check task %q is not a task of group %q.", c.TaskName, tg.Name))
 		}
 	}
 }

@@ -16,25 +16,49 @@ type Service struct {
 	Provider    string            `json:"Provider,omitempty"`
 }
 
-// ServiceCheck is a health check; parsed and stored, run by a later issue.
+// ServiceCheck is a service health check, with the fields and JSON names of
+// Nomad's api.ServiceCheck. The client agent runs http, tcp, grpc and
+// script checks (client/checks) and restarts tasks per CheckRestart.
 type ServiceCheck struct {
-	Name         string        `json:"Name,omitempty"`
-	Type         string        `json:"Type"`
-	Command      string        `json:"Command,omitempty"`
-	Args         []string      `json:"Args,omitempty"`
-	Path         string        `json:"Path,omitempty"`
-	Protocol     string        `json:"Protocol,omitempty"`
-	PortLabel    string        `json:"PortLabel,omitempty"`
-	Expose       bool          `json:"Expose,omitempty"`
-	AddressMode  string        `json:"AddressMode,omitempty"`
-	Interval     time.Duration `json:"Interval"`
-	Timeout      time.Duration `json:"Timeout"`
-	Method       string        `json:"Method,omitempty"`
-	TaskName     string        `json:"TaskName,omitempty"`
-	CheckRestart *CheckRestart `json:"CheckRestart,omitempty"`
+	Name        string   `json:"Name,omitempty"`
+	Type        string   `json:"Type"`
+	Command     string   `json:"Command,omitempty"`
+	Args        []string `json:"Args,omitempty"`
+	Path        string   `json:"Path,omitempty"`
+	Protocol    string   `json:"Protocol,omitempty"`
+	PortLabel   string   `json:"PortLabel,omitempty"`
+	Expose      bool     `json:"Expose,omitempty"`
+	AddressMode string   `json:"AddressMode,omitempty"`
+	// Interval and Timeout are at least 1s once validated.
+	Interval time.Duration `json:"Interval"`
+	Timeout  time.Duration `json:"Timeout"`
+	// InitialStatus is "passing", "warning", "critical" or "" (critical).
+	InitialStatus string `json:"InitialStatus,omitempty"`
+	Notes         string `json:"Notes,omitempty"`
+	TLSServerName string `json:"TLSServerName,omitempty"`
+	TLSSkipVerify bool   `json:"TLSSkipVerify,omitempty"`
+	// Header, Method and Body are for http checks.
+	Header       map[string][]string `json:"Header,omitempty"`
+	Method       string              `json:"Method,omitempty"`
+	Body         string              `json:"Body,omitempty"`
+	CheckRestart *CheckRestart       `json:"CheckRestart,omitempty"`
+	// GRPCService and GRPCUseTLS are for grpc checks.
+	GRPCService string `json:"GRPCService,omitempty"`
+	GRPCUseTLS  bool   `json:"GRPCUseTLS,omitempty"`
+	TaskName    string `json:"TaskName,omitempty"`
+	// SuccessBeforePassing and FailuresBeforeCritical (and Warning) are
+	// how many consecutive results flip the status; 0 means the first.
+	SuccessBeforePassing   int `json:"SuccessBeforePassing,omitempty"`
+	FailuresBeforeCritical int `json:"FailuresBeforeCritical,omitempty"`
+	FailuresBeforeWarning  int `json:"FailuresBeforeWarning,omitempty"`
+	// OnUpdate is "require_healthy" (also ""), "ignore_warnings" or
+	// "ignore": how the check's status counts during a deployment.
+	OnUpdate string `json:"OnUpdate,omitempty"`
 }
 
-// CheckRestart restarts a task after failed checks (not run yet).
+// CheckRestart restarts a task after Limit consecutive unhealthy results
+// of a check, not counting the Grace after the task (re)starts; the
+// client agent applies it (client/checks).
 type CheckRestart struct {
 	Limit          int            `json:"Limit"`
 	Grace          *time.Duration `json:"Grace,omitempty"`

@@ -15,10 +15,12 @@ package connecthook
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"github.com/meshlet/meshlet/catalog"
 	"github.com/meshlet/meshlet/client"
 	"github.com/meshlet/meshlet/client/allocrunner"
+	"github.com/meshlet/meshlet/client/checks"
 	"github.com/meshlet/meshlet/connect"
 	"github.com/meshlet/meshlet/envoy"
 	"github.com/meshlet/meshlet/structs"
@@ -60,6 +62,11 @@ type Deps struct {
 	// ValidateProxy checks a proxy registration the way the xDS server
 	// will build it (xds.ValidateProxy); nil skips the check.
 	ValidateProxy func(catalog.ServiceInstance) error
+	// CheckExec runs script checks in the allocation's tasks, CheckRestart
+	// restarts a task for check_restart; nil: script checks stay critical,
+	// tasks are not restarted.
+	CheckExec    func(allocID string) checks.Execer
+	CheckRestart func(allocID string) checks.Restarter
 }
 
 // Factory returns the hooks for an allocation: sidecar, then services.
@@ -157,8 +164,14 @@ func (h *SidecarHook) Destroy(ctx context.Context, hc *allocrunner.AllocHookCont
 	return h.Postrun(ctx, hc)
 }
 
-// ServicesHook keeps the allocation's catalog registrations.
-type ServicesHook struct{ d Deps }
+// ServicesHook keeps the allocation's catalog registrations and runs their
+// health checks.
+type ServicesHook struct {
+	d Deps
+
+	mu     sync.Mutex
+	checks *serviceChecks
+}
 
 // Name implements allocrunner.AllocHook.
 func (h *ServicesHook) Name() string { return "services" }
@@ -184,22 +197,42 @@ func (h *ServicesHook) Prerun(ctx context.Context, hc *allocrunner.AllocHookCont
 			}
 		}
 	}
+	h.stopChecks() // a Prerun again (restore) starts them anew
+	sc, err := h.startChecks(hc, insts)
+	if err != nil {
+		return fmt.Errorf("failed to start service checks: %w", err)
+	}
+	h.mu.Lock()
+	h.checks = sc
+	h.mu.Unlock()
 	for _, inst := range insts {
-		h.d.Catalog.Register(inst)
+		if sc == nil {
+			h.d.Catalog.Register(inst)
+		}
 		hc.Logger.Debug("service registered", "alloc_id", hc.Alloc.ID, "service", inst.Name, "service_id", inst.ID,
 			"address", inst.Address, "port", inst.Port)
 	}
 	return nil
 }
 
+func (h *ServicesHook) stopChecks() {
+	h.mu.Lock()
+	sc := h.checks
+	h.checks = nil
+	h.mu.Unlock()
+	sc.stop()
+}
+
 // PreKill implements allocrunner.PreKillHook: deregister first, so peers
 // stop sending traffic while tasks drain.
 func (h *ServicesHook) PreKill(ctx context.Context, hc *allocrunner.AllocHookContext) {
+	h.stopChecks()
 	h.d.Catalog.DeregisterAlloc(hc.Alloc.ID)
 }
 
 // Postrun implements allocrunner.AllocHook.
 func (h *ServicesHook) Postrun(ctx context.Context, hc *allocrunner.AllocHookContext) error {
+	h.stopChecks()
 	h.d.Catalog.DeregisterAlloc(hc.Alloc.ID)
 	return nil
 }

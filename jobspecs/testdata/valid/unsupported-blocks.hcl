@@ -47,10 +47,6 @@ job "legacy" {
         type     = "tcp"
         interval = "10s"
         timeout  = "2s"
-
-        header {
-          X-Probe = ["meshlet"]
-        }
       }
     }
 

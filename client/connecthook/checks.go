@@ -1,0 +1,226 @@
+package connecthook
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/meshlet/meshlet/catalog"
+	"github.com/meshlet/meshlet/client/allocrunner"
+	"github.com/meshlet/meshlet/client/checks"
+	"github.com/meshlet/meshlet/connect"
+	"github.com/meshlet/meshlet/structs"
+)
+
+// serviceChecks runs an allocation's service checks and keeps the health
+// of its registrations: an instance with a critical check is unhealthy
+// (no proxy sends it traffic), and its sidecar proxy follows it (Consul's
+// alias check).
+type serviceChecks struct {
+	reg    Registrar
+	runner *checks.Runner
+
+	mu    sync.Mutex
+	insts map[string]catalog.ServiceInstance // by ID
+}
+
+// checkDefinitions maps the allocation's service checks to the runner's
+// definitions, ID "service:<service-id>:<n>" as Consul's agent names them.
+// In bridge mode the targets are 127.0.0.1 and the ports inside the
+// namespace (the runner dials from inside it).
+func checkDefinitions(a *structs.Allocation) ([]checks.Definition, error) {
+	tg := group(a)
+	if tg == nil {
+		return nil, nil
+	}
+	bridge := connect.BridgeMode(tg)
+	var out []checks.Definition
+	add := func(s *structs.Service, serviceID, task string) error {
+		for i, c := range s.Checks {
+			d, err := checkDefinition(a, s, c, bridge)
+			if err != nil {
+				return fmt.Errorf("service %q check %q: %w", s.Name, c.Name, err)
+			}
+			d.ID, d.ServiceID = fmt.Sprintf("service:%s:%d", serviceID, i+1), serviceID
+			if d.Task == "" {
+				d.Task = task
+			}
+			out = append(out, d)
+		}
+		return nil
+	}
+	for _, s := range tg.Services {
+		if err := add(s, connect.ServiceID(a.ID, tg.Name, s.Name, s.PortLabel), ""); err != nil {
+			return nil, err
+		}
+	}
+	for _, t := range tg.Tasks {
+		for _, s := range t.Services {
+			if err := add(s, connect.TaskServiceID(a.ID, t.Name, s.Name, s.PortLabel), t.Name); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return out, nil
+}
+
+func checkDefinition(a *structs.Allocation, s *structs.Service, c structs.ServiceCheck, bridge bool) (checks.Definition, error) {
+	d := checks.Definition{
+		Name: c.Name, Type: c.Type, Address: "127.0.0.1", Path: c.Path, Protocol: c.Protocol, Method: c.Method,
+		Header: c.Header, Body: c.Body, GRPCService: c.GRPCService, GRPCUseTLS: c.GRPCUseTLS, TLSSkipVerify: c.TLSSkipVerify,
+		Command: c.Command, Args: c.Args, Task: c.TaskName, Interval: c.Interval, Timeout: c.Timeout,
+		SuccessBeforePassing: c.SuccessBeforePassing, FailuresBeforeCritical: c.FailuresBeforeCritical,
+		InitialStatus: checks.Status(c.InitialStatus),
+	}
+	if d.Name == "" {
+		d.Name = fmt.Sprintf("service: %q check", s.Name)
+	}
+	if c.CheckRestart != nil {
+		d.CheckRestart = &checks.CheckRestart{Limit: c.CheckRestart.Limit, IgnoreWarnings: c.CheckRestart.IgnoreWarnings}
+		if c.CheckRestart.Grace != nil {
+			d.CheckRestart.Grace = *c.CheckRestart.Grace
+		}
+	}
+	if c.Type == checks.TypeScript {
+		return d, nil
+	}
+	label := c.PortLabel
+	if label == "" {
+		label = s.PortLabel
+	}
+	port, err := connect.ServicePort(a, label, bridge)
+	if err != nil {
+		return d, err
+	}
+	d.Port = port
+	return d, nil
+}
+
+// initialChecks are the catalog checks before the first run.
+func initialChecks(defs []checks.Definition, results []checks.Result) map[string][]catalog.Check {
+	status := map[string]checks.Result{}
+	for _, r := range results {
+		status[r.CheckID] = r
+	}
+	out := map[string][]catalog.Check{}
+	for _, d := range defs {
+		r := status[d.ID]
+		st := string(r.Status)
+		if st == "" {
+			st = string(d.InitialStatus)
+		}
+		if st == "" {
+			st = string(checks.StatusCritical)
+		}
+		out[d.ServiceID] = append(out[d.ServiceID], catalog.Check{ID: d.ID, Name: d.Name, Type: d.Type, Status: st, Output: r.Output})
+	}
+	return out
+}
+
+// apply sets the checks of the service instance id (and its proxy's alias
+// check), registers what changed and returns whether anything did.
+func (sc *serviceChecks) apply(id string, cks []catalog.Check) {
+	sc.mu.Lock()
+	inst, ok := sc.insts[id]
+	if !ok {
+		sc.mu.Unlock()
+		return
+	}
+	inst.Checks, inst.Healthy = cks, catalog.HealthyChecks(cks)
+	sc.insts[id] = inst
+	changed := []catalog.ServiceInstance{inst}
+	for pid, p := range sc.insts {
+		if p.Proxy == nil || p.Proxy.DestinationServiceID != id {
+			continue
+		}
+		p.Checks = []catalog.Check{aliasCheck(p, inst)}
+		p.Healthy = inst.Healthy
+		sc.insts[pid] = p
+		changed = append(changed, p)
+	}
+	sc.mu.Unlock()
+	for _, c := range changed {
+		sc.reg.Register(c)
+	}
+}
+
+// aliasCheck mirrors the destination service's health on its sidecar.
+func aliasCheck(proxy, dest catalog.ServiceInstance) catalog.Check {
+	st, out := string(checks.StatusPassing), "all checks of "+dest.Name+" pass"
+	for _, c := range dest.Checks {
+		switch {
+		case c.Status == string(checks.StatusCritical):
+			st, out = c.Status, c.Name+": "+c.Output
+		case c.Status == string(checks.StatusWarning) && st == string(checks.StatusPassing):
+			st, out = c.Status, c.Name+": "+c.Output
+		}
+	}
+	return catalog.Check{ID: "service:" + proxy.ID + ":alias", Name: "Connect Sidecar Aliasing " + dest.ID,
+		Type: "alias", Status: st, Output: strings.TrimSpace(out)}
+}
+
+// onResult is the runner's OnChange: one check's new status.
+func (sc *serviceChecks) onResult(r checks.Result) {
+	sc.mu.Lock()
+	inst, ok := sc.insts[r.ServiceID]
+	var cks []catalog.Check
+	if ok {
+		cks = append(cks, inst.Checks...)
+		for i := range cks {
+			if cks[i].ID == r.CheckID {
+				cks[i].Status, cks[i].Output = string(r.Status), r.Output
+			}
+		}
+	}
+	sc.mu.Unlock()
+	if ok {
+		sc.apply(r.ServiceID, cks)
+	}
+}
+
+// startChecks registers insts with their checks' initial statuses and
+// starts running the checks; it returns nil when the allocation has none
+// (insts are then registered by the caller as they are).
+func (h *ServicesHook) startChecks(hc *allocrunner.AllocHookContext, insts []catalog.ServiceInstance) (*serviceChecks, error) {
+	defs, err := checkDefinitions(hc.Alloc)
+	if err != nil || len(defs) == 0 {
+		return nil, err
+	}
+	sc := &serviceChecks{reg: h.d.Catalog, insts: map[string]catalog.ServiceInstance{}}
+	for _, inst := range insts {
+		sc.insts[inst.ID] = inst
+	}
+	cfg := checks.Config{Logger: hc.Logger.With("alloc_id", hc.Alloc.ID), NetNS: hc.NetNSPath, OnChange: sc.onResult}
+	if h.d.CheckExec != nil {
+		cfg.Exec = h.d.CheckExec(hc.Alloc.ID)
+	}
+	if h.d.CheckRestart != nil {
+		cfg.Restarter = h.d.CheckRestart(hc.Alloc.ID)
+	}
+	sc.runner = checks.New(cfg)
+	for id, cks := range initialChecks(defs, nil) {
+		sc.apply(id, cks)
+	}
+	for _, inst := range insts { // those without checks
+		if _, ok := initialChecks(defs, nil)[inst.ID]; !ok && !isAliased(sc, inst) {
+			h.d.Catalog.Register(inst)
+		}
+	}
+	sc.runner.Start(defs)
+	return sc, nil
+}
+
+// isAliased reports whether inst is a proxy whose destination has checks
+// (apply registered it with its alias check).
+func isAliased(sc *serviceChecks, inst catalog.ServiceInstance) bool {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	cur := sc.insts[inst.ID]
+	return len(cur.Checks) > 0
+}
+
+func (sc *serviceChecks) stop() {
+	if sc != nil && sc.runner != nil {
+		sc.runner.Stop()
+	}
+}

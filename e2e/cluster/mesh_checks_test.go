@@ -1,0 +1,110 @@
+package cluster
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestFailingCheckLeavesRoundRobinAcrossNodes: service-b's two instances
+// (on c2 and c3) have an http check; when the one on c3 fails it, the
+// client agent there marks it critical and every proxy (service-a's on c1)
+// stops sending it traffic; when it passes again it is back in the round
+// robin. The Consul-shaped health API on another node shows the check.
+func TestFailingCheckLeavesRoundRobinAcrossNodes(t *testing.T) {
+	c := newCluster(t)
+	s1 := c.AddServer("s1", 2, 1)
+	c1, c2, c3 := c.AddClient("c1", 5, s1), c.AddClient("c2", 6, s1), c.AddClient("c3", 7, s1)
+	c.WaitNodesReady(60*time.Second, s1, c1, c2, c3)
+	job := strings.Replace(meshJob("c1", "c2", "c3"), `      name = "service-b"
+      port = "9001"
+`, `      name = "service-b"
+      port = "9001"
+
+      check {
+        name     = "hello-health"
+        type     = "http"
+        path     = "/health"
+        interval = "1s"
+        timeout  = "1s"
+      }
+`, 1)
+	job = strings.Replace(job, `"-id", "b-${NOMAD_ALLOC_INDEX}"]`, `"-id", "b-${NOMAD_ALLOC_INDEX}", "-unhealthy-file", "${NOMAD_ALLOC_DIR}/unhealthy"]`, 1)
+	if !strings.Contains(job, "hello-health") || !strings.Contains(job, "-unhealthy-file") {
+		t.Fatal("meshJob changed: the check could not be added")
+	}
+	c.RunJobCLI(s1, "hello-mesh", job)
+	allocs, _ := c.WaitRunning(s1, "hello-mesh", 3, 90*time.Second)
+	names := c.nodeNames(s1)
+	agents := map[string]*agent{"c2": c2, "c3": c3}
+	var aID, bOnC3 string
+	for _, al := range allocs {
+		switch {
+		case al.TaskGroup == "service-a":
+			aID = al.ID
+		case names[al.NodeID] == "c3":
+			bOnC3 = al.ID
+		}
+	}
+	if aID == "" || bOnC3 == "" {
+		t.Fatalf("placement: service-a %q, service-b on c3 %q", aID, bOnC3)
+	}
+	poll(t, 60*time.Second, "both service-b instances answering", func() (bool, string) {
+		res := tally(c.answers(s1, aID, 20, 0))
+		return res["b-0"] > 0 && res["b-1"] > 0 && res["fail"] == 0, ""
+	})
+
+	flag := filepath.Join(agents["c3"].DataDir, "alloc", bOnC3, "alloc", "unhealthy")
+	if err := os.WriteFile(flag, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	failed := time.Now()
+	var victim string
+	took := poll(t, 20*time.Second, "the failing instance out of service-a's round robin", func() (bool, string) {
+		res := c.answers(s1, aID, 20, 0)
+		seen := tally(res)
+		if victim == "" { // the instance on c3 is the one that disappears
+			for k := range seen {
+				if k != "fail" && seen[k] == 20 {
+					victim = map[string]string{"b-0": "b-1", "b-1": "b-0"}[k]
+				}
+			}
+		}
+		return victim != "" && seen[victim] == 0 && seen["fail"] == 0, strings.Join(res, ",")
+	})
+	figure(t, "http check failing to its instance out of another node's round robin (interval 1s)", took)
+	if took > 4*time.Second {
+		t.Errorf("the failing instance left the round robin after %s, want within interval (1s) + 1s plus polling", took)
+	}
+	out, err := exec1(c1, "http://127.0.0.1:8500/v1/health/service/service-b")
+	if err != nil || !strings.Contains(out, `"hello-health"`) || !strings.Contains(out, `"critical"`) {
+		t.Errorf("c1's health API does not show the critical check: %v\n%s", err, out)
+	}
+	if out, _ := exec1(c1, "http://127.0.0.1:8500/v1/health/service/service-b?passing"); strings.Count(out, `"ServiceName":"service-b"`) == 0 {
+		t.Errorf("?passing lists no service-b check at all:\n%s", out)
+	}
+	t.Logf("instance %s (on c3) out %s after its check started failing at %s", victim, took, failed.Format(time.RFC3339Nano))
+
+	if err := os.Remove(flag); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 20*time.Second, "the instance back in the round robin", func() (bool, string) {
+		seen := tally(c.answers(s1, aID, 20, 0))
+		return seen[victim] > 0 && seen["fail"] == 0, ""
+	})
+}
+
+// exec1 GETs url inside host's network namespace (its agent's local APIs).
+func exec1(host *agent, url string) (string, error) {
+	out, err := runIn(host.NS, host.argv[0], "demo-app", "get", url)
+	return out, err
+}
+
+// runIn runs argv inside network namespace ns and returns its output.
+func runIn(ns string, argv ...string) (string, error) {
+	out, err := exec.Command("ip", append([]string{"netns", "exec", ns}, argv...)...).CombinedOutput()
+	return string(out), err
+}

@@ -1,0 +1,203 @@
+package jobspecs
+
+import (
+	"encoding/json"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	nomadapi "github.com/hashicorp/nomad/api"
+
+	"github.com/meshlet/meshlet/structs"
+)
+
+func durPtr(d time.Duration) *time.Duration { return &d }
+
+// parseChecks parses testdata/valid/checks.hcl and returns its group
+// service "web" and task service "web-admin".
+func parseChecks(t *testing.T) (*structs.Job, *structs.Service, *structs.Service) {
+	t.Helper()
+	job, diags := ParseFile("testdata/valid/checks.hcl", nil)
+	if diags.HasErrors() || job == nil {
+		t.Fatalf("parse: %v", diags)
+	}
+	tg := job.TaskGroups[0]
+	if len(tg.Services) != 1 || len(tg.Tasks) != 1 || len(tg.Tasks[0].Services) != 1 {
+		t.Fatalf("unexpected shape: %d group services, %d tasks", len(tg.Services), len(tg.Tasks))
+	}
+	return job, tg.Services[0], tg.Tasks[0].Services[0]
+}
+
+// TestParseCheckFields decodes every check field of checks.hcl and compares
+// each one, by name, with what the jobspec says.
+func TestParseCheckFields(t *testing.T) {
+	_, web, admin := parseChecks(t)
+	inherited := &structs.CheckRestart{Limit: 5, Grace: durPtr(time.Minute)}
+	tests := []struct {
+		name string
+		got  []structs.ServiceCheck
+		i    int
+		want structs.ServiceCheck
+	}{
+		{"http", web.Checks, 0, structs.ServiceCheck{
+			Name: "web-http", Type: "http", PortLabel: "http", Path: "/health?full=1", Protocol: "https",
+			Method: "POST", Body: `{"probe":true}`, AddressMode: "alloc",
+			Interval: 10 * time.Second, Timeout: 2 * time.Second,
+			TLSSkipVerify: true, TLSServerName: "web.internal",
+			InitialStatus: "warning", OnUpdate: "ignore_warnings", Notes: "answers 200 when the database is reachable",
+			SuccessBeforePassing: 2, FailuresBeforeCritical: 3, FailuresBeforeWarning: 1,
+			Header: map[string][]string{
+				"Authorization": {"Bearer ${NOMAD_ALLOC_ID}"},
+				"X-Probe":       {"meshlet", "checks"},
+			},
+			CheckRestart: &structs.CheckRestart{Limit: 3, Grace: durPtr(30 * time.Second), IgnoreWarnings: true},
+		}},
+		{"grpc", web.Checks, 1, structs.ServiceCheck{
+			Name: "web-grpc", Type: "grpc", PortLabel: "grpc", GRPCService: "web.v1.Health", GRPCUseTLS: true,
+			Expose: true, Interval: 15 * time.Second, Timeout: 3 * time.Second, OnUpdate: "require_healthy",
+			CheckRestart: inherited,
+		}},
+		{"script", web.Checks, 2, structs.ServiceCheck{
+			Name: "web-script", Type: "script", TaskName: "web", Command: "/bin/sh",
+			Args: []string{"-c", "test -f /tmp/ready"}, Interval: 30 * time.Second, Timeout: 5 * time.Second,
+			CheckRestart: inherited,
+		}},
+		{"tcp", admin.Checks, 0, structs.ServiceCheck{
+			Type: "tcp", Interval: 5 * time.Second, Timeout: time.Second,
+			InitialStatus: "passing", OnUpdate: "ignore", Header: map[string][]string{},
+		}},
+		{"http header argument", admin.Checks, 1, structs.ServiceCheck{
+			Type: "http", Path: "/ready", Interval: 5 * time.Second, Timeout: time.Second,
+			Header: map[string][]string{"Content-Type": {"application/json"}},
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.i >= len(tc.got) {
+				t.Fatalf("only %d checks", len(tc.got))
+			}
+			got, want := reflect.ValueOf(tc.got[tc.i]), reflect.ValueOf(tc.want)
+			for f := range want.NumField() {
+				name := want.Type().Field(f).Name
+				if g, w := got.Field(f).Interface(), want.Field(f).Interface(); !reflect.DeepEqual(g, w) {
+					t.Errorf("%s = %s, want %s", name, show(g), show(w))
+				}
+			}
+		})
+	}
+	// The inherited check_restart is a copy per check, not shared.
+	if web.Checks[1].CheckRestart == web.Checks[2].CheckRestart {
+		t.Error("checks share one CheckRestart")
+	}
+}
+
+func show(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// TestCheckFieldsCovered fails when a ServiceCheck field is added without
+// checks.hcl setting it (so TestParseCheckFields would not see it).
+func TestCheckFieldsCovered(t *testing.T) {
+	_, web, admin := parseChecks(t)
+	all := append(append([]structs.ServiceCheck{}, web.Checks...), admin.Checks...)
+	typ := reflect.TypeFor[structs.ServiceCheck]()
+	for f := range typ.NumField() {
+		set := false
+		for _, c := range all {
+			set = set || !reflect.ValueOf(c).Field(f).IsZero()
+		}
+		if !set {
+			t.Errorf("no check in testdata/valid/checks.hcl sets %s", typ.Field(f).Name)
+		}
+	}
+}
+
+// TestCheckJSONMatchesNomadAPI: the job's JSON, as /v1/jobs/parse and
+// /v1/job return it, decodes into nomad/api's ServiceCheck with every
+// field, and that decodes back to the same checks.
+func TestCheckJSONMatchesNomadAPI(t *testing.T) {
+	job, web, admin := parseChecks(t)
+	apiType := reflect.TypeFor[nomadapi.ServiceCheck]()
+	for f := range reflect.TypeFor[structs.ServiceCheck]().NumField() {
+		sf := reflect.TypeFor[structs.ServiceCheck]().Field(f)
+		jsonName, _, _ := strings.Cut(sf.Tag.Get("json"), ",")
+		af, ok := apiType.FieldByName(jsonName)
+		if !ok {
+			t.Errorf("nomad/api ServiceCheck has no field %s (JSON name of %s)", jsonName, sf.Name)
+			continue
+		}
+		if sf.Type.Kind() != reflect.Pointer && af.Type != sf.Type {
+			t.Errorf("%s: meshlet type %s, nomad/api type %s", sf.Name, sf.Type, af.Type)
+		}
+	}
+	b, err := json.Marshal(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var aj nomadapi.Job
+	if err := json.Unmarshal(b, &aj); err != nil {
+		t.Fatalf("nomad/api cannot decode the job: %v", err)
+	}
+	ag := aj.TaskGroups[0]
+	for _, pair := range []struct {
+		ours   []structs.ServiceCheck
+		theirs []nomadapi.ServiceCheck
+	}{{web.Checks, ag.Services[0].Checks}, {admin.Checks, ag.Tasks[0].Services[0].Checks}} {
+		if len(pair.theirs) != len(pair.ours) {
+			t.Fatalf("nomad/api sees %d checks, want %d", len(pair.theirs), len(pair.ours))
+		}
+		for i, ac := range pair.theirs {
+			ab, _ := json.Marshal(ac)
+			var back structs.ServiceCheck
+			if err := json.Unmarshal(ab, &back); err != nil {
+				t.Fatal(err)
+			}
+			want := pair.ours[i]
+			if len(want.Header) == 0 {
+				want.Header = nil // omitempty
+			}
+			if !reflect.DeepEqual(back, want) {
+				t.Errorf("check %d through nomad/api:\n got %s\nwant %s", i, show(back), show(want))
+			}
+		}
+	}
+	if c := ag.Services[0].Checks[0]; c.Header["X-Probe"][1] != "checks" || c.GRPCService != "" ||
+		c.SuccessBeforePassing != 2 || c.CheckRestart == nil || *c.CheckRestart.Grace != 30*time.Second {
+		t.Errorf("nomad/api http check = %+v", c)
+	}
+}
+
+// TestCheckRulesWithoutHCL: jobs from JSON get the same check rules, with
+// paths instead of positions.
+func TestCheckRulesWithoutHCL(t *testing.T) {
+	job := &structs.Job{ID: "j", Name: "j", TaskGroups: []*structs.TaskGroup{{
+		Name:  "g",
+		Tasks: []*structs.Task{{Name: "t", Driver: "exec", Config: map[string]any{"command": "x"}}},
+		Services: []*structs.Service{{Name: "s", Checks: []structs.ServiceCheck{{
+			Name: "c", Type: "tcp", Interval: time.Second, Timeout: time.Second,
+			GRPCService: "x", InitialStatus: "up", TaskName: "t",
+			CheckRestart: &structs.CheckRestart{Limit: -1},
+		}}}},
+	}}}
+	_, err := Validate(job)
+	if !errors.Is(err, ErrInvalidJob) {
+		t.Fatalf("err = %v", err)
+	}
+	want := []string{
+		`group "g": service "s": check "c": Invalid check field; grpc_service works with grpc checks only, not "tcp".`,
+		`group "g": service "s": check "c": Invalid initial_status; initial_status "up" is not valid; use "passing", "warning" or "critical".`,
+		`group "g": service "s": check "c": check_restart: Invalid check_restart limit; check_restart limit -1 must not be negative (0 never restarts).`,
+		`group "g": service "s": check "c": Invalid check task; task works with script and grpc checks only, not "tcp".`,
+	}
+	got := strings.Split(err.Error(), "\n")[1:]
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("problems:\n got %q\nwant %q", got, want)
+	}
+	job.TaskGroups[0].Services[0].Checks[0] = structs.ServiceCheck{Type: "tcp", Interval: time.Second, Timeout: time.Second}
+	if _, err := Validate(job); err != nil {
+		t.Errorf("valid check rejected: %v", err)
+	}
+}
