@@ -102,4 +102,18 @@ envoy_binary = %q
 	if st, err := os.Stat(pipe); err != nil || st.Mode()&os.ModeSocket == 0 {
 		t.Errorf("xDS socket %q is not served: %v", pipe, err)
 	}
+	// `connect envoy -sidecar-for` on the client agent (its local connect
+	// API) makes a bootstrap for the proxy it serves.
+	svcID := fmt.Sprintf("_nomad-task-%s-group-db-db-9090", allocs[0].ID)
+	out, err := c.CLIOnHost(c1, "connect", "envoy", "-sidecar-for", svcID, "-bootstrap")
+	if err != nil {
+		t.Fatalf("connect envoy -sidecar-for on the client agent: %v\n%s", err, out)
+	}
+	b2 := &bootstrapv3.Bootstrap{}
+	if err := protojson.Unmarshal([]byte(out), b2); err != nil {
+		t.Fatalf("connect envoy -bootstrap output does not parse: %v\n%.500s", err, out)
+	}
+	if err := envoyvalidate.All(b2); err != nil || b2.Node.Id != wantID {
+		t.Errorf("connect envoy -bootstrap on the client agent: node %q (want %s), validation: %v", b2.Node.GetId(), wantID, err)
+	}
 }

@@ -395,17 +395,19 @@ func TestEndpointChangeReachesAllNodes(t *testing.T) {
 	c1, c2 := c.AddClient("c1", 5, s1), c.AddClient("c2", 6, s1)
 	c.WaitNodesReady(60*time.Second, s1, c1, c2)
 
-	c.RunJobCLI(s1, "hello-mesh", scaleMeshJob(t, "c1", "c1|c2", 1))
-	allocs, _ := c.WaitRunning(s1, "hello-mesh", 2, 60*time.Second)
+	c.RunJobCLI(s1, "hello-mesh", scaleMeshJob(t, "c1", "c1|c2", 2))
+	allocs, _ := c.WaitRunning(s1, "hello-mesh", 3, 60*time.Second)
 	aID := c.placements(s1, allocs)["hello-mesh.service-a[0]"].ID
+	c.waitEndpoints(t, s1, aID, 2, 30*time.Second)
 	poll(t, 30*time.Second, "service-a answering through the mesh", func() (bool, string) {
 		res := c.answers(s1, aID, 1, 0)
-		return res[0] == "b-0", res[0]
+		return strings.HasPrefix(res[0], "b-"), res[0]
 	})
 
+	// Scale service-b from 2 to 4, as the test asks.
 	updated := time.Now()
-	c.RunJobCLI(s1, "hello-mesh", scaleMeshJob(t, "c1", "c1|c2", 3))
-	allocs, ran := c.WaitRunning(s1, "hello-mesh", 4, 60*time.Second)
+	c.RunJobCLI(s1, "hello-mesh", scaleMeshJob(t, "c1", "c1|c2", 4))
+	allocs, ran := c.WaitRunning(s1, "hello-mesh", 5, 60*time.Second)
 	var bAllocs []*nomadapi.AllocationListStub
 	for _, al := range allocs {
 		if al.TaskGroup == "service-b" {
@@ -413,19 +415,19 @@ func TestEndpointChangeReachesAllNodes(t *testing.T) {
 		}
 	}
 	if bOn := perNode(bAllocs, c.nodeNames(s1)); bOn["c1"] == 0 || bOn["c2"] == 0 {
-		t.Fatalf("service-b's 3 instances not spread over c1 and c2: %v", bOn)
+		t.Fatalf("service-b's 4 instances not spread over c1 and c2: %v", bOn)
 	}
-	eps := c.waitEndpoints(t, s1, aID, 3, 30*time.Second)
+	eps := c.waitEndpoints(t, s1, aID, 4, 30*time.Second)
 	took := time.Since(updated)
-	figure(t, "scale-up: job update to service-a's sidecar routing to all 3 instances", took)
-	figure(t, "scale-up: 3 instances running to service-a's sidecar routing to all", took-ran)
+	figure(t, "scale-up 2 to 4: job update to service-a's sidecar routing to all 4 instances", took)
+	figure(t, "scale-up 2 to 4: 4 instances running to service-a's sidecar routing to all", took-ran)
 	for _, ep := range eps {
 		if !strings.HasPrefix(ep, c1.IP+":") && !strings.HasPrefix(ep, c2.IP+":") {
 			t.Errorf("service-b endpoint %s is at neither node's address (%s, %s)", ep, c1.IP, c2.IP)
 		}
 	}
-	if res := tally(c.answers(s1, aID, 12, 0)); res["fail"] > 0 || res["b-0"] == 0 || res["b-1"] == 0 || res["b-2"] == 0 {
-		t.Fatalf("12 requests after the scale-up: %v, want every instance answering and no failure (endpoints %v)", res, eps)
+	if res := tally(c.answers(s1, aID, 16, 0)); res["fail"] > 0 || res["b-0"] == 0 || res["b-1"] == 0 || res["b-2"] == 0 || res["b-3"] == 0 {
+		t.Fatalf("16 requests after the scale-up: %v, want every instance answering and no failure (endpoints %v)", res, eps)
 	}
 	checkScaleDown(t, c, s1, aID)
 }
