@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -194,5 +195,39 @@ func TestReplacementWaitsForPrevious(t *testing.T) {
 	calls := strings.Join(drv.Calls(), ",")
 	if !strings.HasPrefix(calls, "Start t,Stop t") || !strings.HasSuffix(calls, "Start t") {
 		t.Fatalf("old task not stopped before the new one started: %s", calls)
+	}
+}
+
+// TestRestartTaskForCheck: RestartTask (check_restart) stops the running
+// task with a "Restart Signaled" event carrying the reason, and the task's
+// restart policy starts it again.
+func TestRestartTaskForCheck(t *testing.T) {
+	ctx := context.Background()
+	srv := newServer(t)
+	drv := fakedriver.New("raw_exec")
+	c := newClient(t, srv, t.TempDir(), drv)
+	defer c.Shutdown()
+	j := job("a", "")
+	delay, attempts, interval, mode := 10*time.Millisecond, 2, time.Minute, "fail"
+	j.TaskGroups[0].RestartPolicy = &structs.RestartPolicy{Delay: &delay, Attempts: &attempts, Interval: &interval, Mode: &mode}
+	if _, err := srv.RegisterJob(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	alloc := waitStatus(t, srv, "a", structs.AllocClientStatusRunning)
+	if err := c.RestartTask(ctx, alloc.ID, "t", "check \"alive\" unhealthy"); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, hang, "the task started again", func() bool {
+		return strings.Count(strings.Join(drv.Calls(), ","), "Start t") == 2 && len(drv.Running()) == 1
+	})
+	var signaled bool
+	for _, e := range c.runner(alloc.ID).ClientView().TaskStates["t"].Events {
+		signaled = signaled || (e.Type == structs.TaskRestartSignal && strings.Contains(e.DisplayMessage, "unhealthy"))
+	}
+	if !signaled {
+		t.Errorf("no %q event with the reason: %+v", structs.TaskRestartSignal, c.runner(alloc.ID).ClientView().TaskStates["t"].Events)
+	}
+	if err := c.RestartTask(ctx, alloc.ID, "nope", "x"); !errors.Is(err, ErrTaskNotFound) {
+		t.Errorf("restart of an unknown task: %v", err)
 	}
 }
