@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/meshlet/meshlet/catalog"
 	"github.com/meshlet/meshlet/client/allocrunner"
@@ -22,6 +23,7 @@ type serviceChecks struct {
 
 	mu    sync.Mutex
 	insts map[string]catalog.ServiceInstance // by ID
+	own   map[string][]catalog.Check         // each instance's own checks, by ID
 }
 
 // checkDefinitions maps the allocation's service checks to the runner's
@@ -50,8 +52,14 @@ func checkDefinitions(a *structs.Allocation) ([]checks.Definition, error) {
 		return nil
 	}
 	for _, s := range tg.Services {
-		if err := add(s, connect.ServiceID(a.ID, tg.Name, s.Name, s.PortLabel), ""); err != nil {
+		id := connect.ServiceID(a.ID, tg.Name, s.Name, s.PortLabel)
+		if err := add(s, id, ""); err != nil {
 			return nil, err
+		}
+		if d, ok, err := sidecarCheck(a, s, id, bridge); err != nil {
+			return nil, err
+		} else if ok {
+			out = append(out, d)
 		}
 	}
 	for _, t := range tg.Tasks {
@@ -63,6 +71,32 @@ func checkDefinitions(a *structs.Allocation) ([]checks.Definition, error) {
 	}
 	return out, nil
 }
+
+// sidecarCheck is Nomad's default check of a sidecar proxy: TCP to its
+// public listener every 10 s. Unlike Nomad's it starts passing and turns
+// critical only after two failures in a row, so a proxy takes traffic as
+// soon as it listens (its first run may come before it does) and one that
+// stops listening leaves every proxy's endpoints within two intervals.
+func sidecarCheck(a *structs.Allocation, s *structs.Service, serviceID string, bridge bool) (checks.Definition, bool, error) {
+	if !s.Connect.HasSidecar() || s.Connect.SidecarService.DisableDefaultTCPCheck {
+		return checks.Definition{}, false, nil
+	}
+	port, err := connect.ServicePort(a, connect.ProxyTaskPrefix+s.Name, bridge)
+	if err != nil {
+		return checks.Definition{}, false, fmt.Errorf("service %q sidecar check: %w", s.Name, err)
+	}
+	proxyID := connect.ProxyID(serviceID)
+	return checks.Definition{ID: "service:" + proxyID + ":1", Name: "Connect Sidecar Listening", ServiceID: proxyID,
+		Type: checks.TypeTCP, Address: "127.0.0.1", Port: port, Interval: sidecarCheckInterval, Timeout: sidecarCheckTimeout,
+		InitialStatus: checks.StatusPassing, FailuresBeforeCritical: 2}, true, nil
+}
+
+// The default sidecar check's interval and timeout (Nomad's; variables
+// for tests).
+var (
+	sidecarCheckInterval = 10 * time.Second
+	sidecarCheckTimeout  = 2 * time.Second
+)
 
 func checkDefinition(a *structs.Allocation, s *structs.Service, c structs.ServiceCheck, bridge bool) (checks.Definition, error) {
 	d := checks.Definition{
@@ -117,31 +151,41 @@ func initialChecks(defs []checks.Definition, results []checks.Result) map[string
 	return out
 }
 
-// apply sets the checks of the service instance id (and its proxy's alias
-// check), registers what changed and returns whether anything did.
-func (sc *serviceChecks) apply(id string, cks []catalog.Check) {
+// apply sets the own checks of instance id, recomputes its health and that
+// of the proxies aliasing it, and registers what changed.
+func (sc *serviceChecks) apply(id string, own []catalog.Check) {
 	sc.mu.Lock()
-	inst, ok := sc.insts[id]
-	if !ok {
+	if _, ok := sc.insts[id]; !ok {
 		sc.mu.Unlock()
 		return
 	}
-	inst.Checks, inst.Healthy = cks, catalog.HealthyChecks(cks)
-	sc.insts[id] = inst
-	changed := []catalog.ServiceInstance{inst}
+	sc.own[id] = own
+	changed := []catalog.ServiceInstance{sc.recomputeLocked(id)}
 	for pid, p := range sc.insts {
-		if p.Proxy == nil || p.Proxy.DestinationServiceID != id {
-			continue
+		if p.Proxy != nil && p.Proxy.DestinationServiceID == id {
+			changed = append(changed, sc.recomputeLocked(pid))
 		}
-		p.Checks = []catalog.Check{aliasCheck(p, inst)}
-		p.Healthy = inst.Healthy
-		sc.insts[pid] = p
-		changed = append(changed, p)
 	}
 	sc.mu.Unlock()
 	for _, c := range changed {
 		sc.reg.Register(c)
 	}
+}
+
+// recomputeLocked sets instance id's checks (its own, and for a proxy the
+// alias of its destination when that has checks) and health.
+func (sc *serviceChecks) recomputeLocked(id string) catalog.ServiceInstance {
+	inst := sc.insts[id]
+	cks := append([]catalog.Check(nil), sc.own[id]...)
+	if inst.Proxy != nil {
+		if dest, ok := sc.insts[inst.Proxy.DestinationServiceID]; ok && len(sc.own[dest.ID]) > 0 {
+			dest.Checks = sc.own[dest.ID]
+			cks = append(cks, aliasCheck(inst, dest))
+		}
+	}
+	inst.Checks, inst.Healthy = cks, catalog.HealthyChecks(cks)
+	sc.insts[id] = inst
+	return inst
 }
 
 // aliasCheck mirrors the destination service's health on its sidecar.
@@ -162,14 +206,10 @@ func aliasCheck(proxy, dest catalog.ServiceInstance) catalog.Check {
 // onResult is the runner's OnChange: one check's new status.
 func (sc *serviceChecks) onResult(r checks.Result) {
 	sc.mu.Lock()
-	inst, ok := sc.insts[r.ServiceID]
-	var cks []catalog.Check
-	if ok {
-		cks = append(cks, inst.Checks...)
-		for i := range cks {
-			if cks[i].ID == r.CheckID {
-				cks[i].Status, cks[i].Output = string(r.Status), r.Output
-			}
+	cks, ok := append([]catalog.Check(nil), sc.own[r.ServiceID]...), len(sc.own[r.ServiceID]) > 0
+	for i := range cks {
+		if cks[i].ID == r.CheckID {
+			cks[i].Status, cks[i].Output = string(r.Status), r.Output
 		}
 	}
 	sc.mu.Unlock()
@@ -186,7 +226,7 @@ func (h *ServicesHook) startChecks(hc *allocrunner.AllocHookContext, insts []cat
 	if err != nil || len(defs) == 0 {
 		return nil, err
 	}
-	sc := &serviceChecks{reg: h.d.Catalog, insts: map[string]catalog.ServiceInstance{}}
+	sc := &serviceChecks{reg: h.d.Catalog, insts: map[string]catalog.ServiceInstance{}, own: map[string][]catalog.Check{}}
 	for _, inst := range insts {
 		sc.insts[inst.ID] = inst
 	}
@@ -198,25 +238,20 @@ func (h *ServicesHook) startChecks(hc *allocrunner.AllocHookContext, insts []cat
 		cfg.Restarter = h.d.CheckRestart(hc.Alloc.ID)
 	}
 	sc.runner = checks.New(cfg)
+	sc.mu.Lock()
 	for id, cks := range initialChecks(defs, nil) {
-		sc.apply(id, cks)
+		sc.own[id] = cks
 	}
-	for _, inst := range insts { // those without checks
-		if _, ok := initialChecks(defs, nil)[inst.ID]; !ok && !isAliased(sc, inst) {
-			h.d.Catalog.Register(inst)
-		}
+	initial := make([]catalog.ServiceInstance, 0, len(insts))
+	for _, inst := range insts {
+		initial = append(initial, sc.recomputeLocked(inst.ID))
+	}
+	sc.mu.Unlock()
+	for _, inst := range initial {
+		h.d.Catalog.Register(inst)
 	}
 	sc.runner.Start(defs)
 	return sc, nil
-}
-
-// isAliased reports whether inst is a proxy whose destination has checks
-// (apply registered it with its alias check).
-func isAliased(sc *serviceChecks, inst catalog.ServiceInstance) bool {
-	sc.mu.Lock()
-	defer sc.mu.Unlock()
-	cur := sc.insts[inst.ID]
-	return len(cur.Checks) > 0
 }
 
 func (sc *serviceChecks) stop() {

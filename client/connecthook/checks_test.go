@@ -41,7 +41,7 @@ func TestServiceChecksDriveHealth(t *testing.T) {
 		Services: []*structs.Service{{Name: "web", PortLabel: port,
 			Checks: []structs.ServiceCheck{{Name: "alive", Type: "http", Path: "/health",
 				Interval: 50 * time.Millisecond, Timeout: time.Second}},
-			Connect: &structs.ConsulConnect{SidecarService: &structs.ConsulSidecarService{}}}},
+			Connect: &structs.ConsulConnect{SidecarService: &structs.ConsulSidecarService{DisableDefaultTCPCheck: true}}}},
 		Tasks: []*structs.Task{{Name: "web", Driver: "raw_exec"}},
 	}}}
 	if err := connect.Inject(job); err != nil {
@@ -75,7 +75,7 @@ func TestServiceChecksDriveHealth(t *testing.T) {
 	}
 	testutil.WaitFor(t, 10*time.Second, "the check to pass", func() bool {
 		app, proxy = health()
-		return app.Healthy && proxy.Healthy && app.Checks[0].Status == "passing" && proxy.Checks[0].Type == "alias"
+		return app.Healthy && proxy.Healthy && app.Checks[0].Status == "passing" && len(proxy.Checks) == 1 && proxy.Checks[0].Type == "alias"
 	})
 	failing.Store(true)
 	testutil.WaitFor(t, 10*time.Second, "the failing check to turn the app and its sidecar critical", func() bool {
@@ -93,5 +93,56 @@ func TestServiceChecksDriveHealth(t *testing.T) {
 	_ = h.Postrun(context.Background(), hc)
 	if len(cat.All()) != 0 {
 		t.Fatalf("instances left after Postrun: %d", len(cat.All()))
+	}
+}
+
+// Nomad's default sidecar check: TCP to the proxy's public port. The proxy
+// starts healthy (the check starts passing) and turns critical once
+// nothing listens there.
+func TestDefaultSidecarCheck(t *testing.T) {
+	defer func(d time.Duration) { sidecarCheckInterval = d }(sidecarCheckInterval)
+	sidecarCheckInterval = 50 * time.Millisecond
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	job := &structs.Job{ID: "j", Name: "j", TaskGroups: []*structs.TaskGroup{{
+		Name:     "web",
+		Networks: []*structs.NetworkResource{{Mode: "bridge"}},
+		Services: []*structs.Service{{Name: "web", PortLabel: "8080",
+			Connect: &structs.ConsulConnect{SidecarService: &structs.ConsulSidecarService{}}}},
+		Tasks: []*structs.Task{{Name: "web", Driver: "raw_exec"}},
+	}}}
+	if err := connect.Inject(job); err != nil {
+		t.Fatal(err)
+	}
+	alloc := &structs.Allocation{ID: "a2", Job: job, TaskGroup: "web", AllocatedResources: &structs.AllocatedResources{
+		Shared: structs.AllocatedSharedResources{Ports: []structs.PortMapping{{Label: "connect-proxy-web", Value: port, To: port}}},
+	}}
+	cat := catalog.New()
+	hc := &allocrunner.AllocHookContext{Alloc: alloc, AllocDir: allocdir.New(t.TempDir(), alloc.ID), Logger: hclog.NewNullLogger(),
+		NetworkStatus: &structs.AllocNetworkStatus{Address: "10.9.0.3"}}
+	h := &ServicesHook{d: Deps{Catalog: cat, NodeID: "n1", Datacenter: "dc1"}}
+	if err := h.Prerun(context.Background(), hc); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = h.Postrun(context.Background(), hc) }()
+	proxyID := connect.ProxyID(connect.ServiceID("a2", "web", "web", "8080"))
+	proxy, _ := cat.Get(proxyID)
+	if !proxy.Healthy || len(proxy.Checks) != 1 || proxy.Checks[0].Type != "tcp" {
+		t.Fatalf("proxy registered %+v, want healthy with the default tcp check", proxy)
+	}
+	time.Sleep(300 * time.Millisecond) // several runs against the listener
+	if proxy, _ = cat.Get(proxyID); !proxy.Healthy {
+		t.Fatalf("proxy unhealthy while its port listens: %+v", proxy.Checks)
+	}
+	_ = ln.Close()
+	testutil.WaitFor(t, 10*time.Second, "the proxy critical once nothing listens", func() bool {
+		proxy, _ = cat.Get(proxyID)
+		return !proxy.Healthy
+	})
+	if app, _ := cat.Get(connect.ServiceID("a2", "web", "web", "8080")); !app.Healthy {
+		t.Error("the app (no checks of its own) turned unhealthy with its sidecar")
 	}
 }
