@@ -190,7 +190,7 @@ func (a *Agent) Start() (err error) {
 			return err
 		}
 	}
-	a.backend = &Backend{server: a.server, client: a.client, members: a.memberView(), store: a.store}
+	a.backend = &Backend{server: a.server, client: a.client, members: a.memberView(), store: a.store, catalog: a.catalog}
 	if err := a.startHTTP(); err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/meshlet/meshlet/api"
+	"github.com/meshlet/meshlet/catalog"
 	"github.com/meshlet/meshlet/client"
 	"github.com/meshlet/meshlet/driver"
 	"github.com/meshlet/meshlet/server"
@@ -24,6 +25,8 @@ type Backend struct {
 	// members answers the cluster calls (nil: a one-server cluster).
 	members *memberView
 	store   state.Store // the server's state store (nil on a client-only agent)
+	// catalog holds this node's registrations with their check results.
+	catalog *catalog.Catalog
 }
 
 var (

@@ -15,13 +15,13 @@ import (
 
 // allocOfClientPath returns the allocation ID (or prefix) of a
 // client-local route: /v1/client/fs/logs/{alloc} and
-// /v1/client/allocation/{alloc}/exec.
+// /v1/client/allocation/{alloc}/exec and /checks.
 func allocOfClientPath(path string) string {
 	if rest, ok := strings.CutPrefix(path, "/v1/client/fs/logs/"); ok {
 		return strings.Split(rest, "/")[0]
 	}
 	if rest, ok := strings.CutPrefix(path, "/v1/client/allocation/"); ok {
-		if id, tail, ok := strings.Cut(rest, "/"); ok && tail == "exec" {
+		if id, tail, ok := strings.Cut(rest, "/"); ok && (tail == "exec" || tail == "checks") {
 			return id
 		}
 	}

@@ -138,6 +138,7 @@ func (s *Server) routes() *http.ServeMux {
 	s.operatorRoutes(mux)
 	mux.HandleFunc("GET /v1/client/fs/logs/{alloc}", s.handleLogs)
 	mux.HandleFunc("GET /v1/client/allocation/{alloc}/exec", s.handleExec)
+	mux.HandleFunc("GET /v1/client/allocation/{alloc}/checks", s.handleChecks)
 	return mux
 }
 

@@ -49,7 +49,34 @@ func runAllocStatus(e *env, c *command, args []string) int {
 	}
 	writeAllocStatus(e.stdout, alloc, time.Now(), sidecarProxyMode(client, alloc.NodeID), followupTime(client, alloc.FollowupEvalID),
 		nodeAddress(client, alloc.NodeID))
+	if checks, err := client.Allocations().Checks(alloc.ID, nil); err == nil {
+		writeAllocChecks(e.stdout, checks)
+	}
 	return exitOK
+}
+
+// writeAllocChecks prints the "Service Checks" section: each check of the
+// allocation's services as its node last ran it.
+func writeAllocChecks(w io.Writer, checks nomadapi.AllocCheckStatuses) {
+	if len(checks) == 0 {
+		return
+	}
+	ids := make([]string, 0, len(checks))
+	for id := range checks {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	rows := []string{row("Service", "Check", "Status", "Output")}
+	for _, id := range ids {
+		c := checks[id]
+		out := strings.Join(strings.Fields(c.Output), " ")
+		if len(out) > 60 {
+			out = out[:57] + "..."
+		}
+		rows = append(rows, row(c.Service, c.Check, c.Status, orNone(out)))
+	}
+	fmt.Fprintln(w, "\nService Checks:")
+	writeTable(w, rows)
 }
 
 // nodeAddress is the HTTP address of the node's agent ("" if unknown).

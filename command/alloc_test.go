@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	nomadapi "github.com/hashicorp/nomad/api"
 	"regexp"
 	"strings"
 	"testing"
@@ -191,5 +192,26 @@ func TestAllocExec(t *testing.T) {
 				t.Fatalf("exit %d stdout %q stderr %q; want %d %q %q", r.code, r.stdout, r.stderr, tc.wantCode, tc.stdout, tc.stderr)
 			}
 		})
+	}
+}
+
+func TestWriteAllocChecks(t *testing.T) {
+	var b strings.Builder
+	writeAllocChecks(&b, nomadapi.AllocCheckStatuses{
+		"service:web-1:1":               {Check: "alive", Service: "web", Status: "critical", Output: "HTTP GET http://127.0.0.1:8080/health: 503 Service Unavailable Output: down\n"},
+		"service:web-1-sidecar-proxy:1": {Check: "Connect Sidecar Listening", Service: "web-sidecar-proxy", Status: "passing"},
+	})
+	out := b.String()
+	for _, re := range []string{`(?m)^Service Checks:$`, `(?m)^Service\s+Check\s+Status\s+Output$`,
+		`(?m)^web\s+alive\s+critical\s+HTTP GET http://127\.0\.0\.1:8080/health: 503 Service Unavai\.\.\.$`,
+		`(?m)^web-sidecar-proxy\s+Connect Sidecar Listening\s+passing\s+<none>$`} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("output does not match %s:\n%s", re, out)
+		}
+	}
+	b.Reset()
+	writeAllocChecks(&b, nil)
+	if b.Len() != 0 {
+		t.Errorf("no checks printed %q", b.String())
 	}
 }

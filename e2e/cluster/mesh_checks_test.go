@@ -87,6 +87,21 @@ func TestFailingCheckLeavesRoundRobinAcrossNodes(t *testing.T) {
 		t.Errorf("?passing lists no service-b check at all:\n%s", out)
 	}
 	t.Logf("instance %s (on c3) out %s after its check started failing at %s", victim, took, failed.Format(time.RFC3339Nano))
+	// The official client reads the checks through the server, which
+	// forwards to c3's agent; alloc status shows them.
+	st, err := s1.API().Allocations().Checks(bOnC3, nil)
+	if err != nil || len(st) != 2 {
+		t.Errorf("Allocations().Checks through the server: %v, %+v (want the http check and the sidecar's)", err, st)
+	}
+	for _, cs := range st {
+		if cs.Check == "hello-health" && cs.Status != "critical" {
+			t.Errorf("check %s is %s, want critical", cs.Check, cs.Status)
+		}
+	}
+	if out, err := c.CLI(s1, "alloc", "status", bOnC3); err != nil || !strings.Contains(out, "Service Checks:") ||
+		!strings.Contains(out, "hello-health") || !strings.Contains(out, "critical") {
+		t.Errorf("alloc status does not show the critical check: %v\n%s", err, out)
+	}
 
 	if err := os.Remove(flag); err != nil {
 		t.Fatal(err)

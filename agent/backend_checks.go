@@ -1,0 +1,40 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	nomadapi "github.com/hashicorp/nomad/api"
+
+	"github.com/meshlet/meshlet/api"
+)
+
+var _ api.CheckBackend = (*Backend)(nil)
+
+// AllocChecks implements api.CheckBackend from this node's catalog: the
+// checks of the allocation's registrations as last run here.
+func (b *Backend) AllocChecks(ctx context.Context, allocID string) (nomadapi.AllocCheckStatuses, error) {
+	if b.client == nil {
+		return nil, fmt.Errorf("%w: %w", api.ErrNotFound, api.ErrNoChecks)
+	}
+	alloc, err := b.client.Alloc(allocID)
+	if err != nil || alloc == nil {
+		return nil, fmt.Errorf("%w: allocation %s does not run on this node", api.ErrNotFound, allocID)
+	}
+	out := nomadapi.AllocCheckStatuses{}
+	now := time.Now().Unix()
+	for _, inst := range b.catalog.All() {
+		if inst.AllocID != allocID || inst.NodeID != b.client.Node().ID {
+			continue
+		}
+		for _, c := range inst.Checks {
+			if c.Type == "alias" { // mirrors the service's own checks
+				continue
+			}
+			out[c.ID] = nomadapi.AllocCheckStatus{ID: c.ID, Check: c.Name, Group: alloc.TaskGroup, Mode: "healthiness",
+				Output: c.Output, Service: inst.Name, Status: c.Status, Timestamp: now}
+		}
+	}
+	return out, nil
+}
