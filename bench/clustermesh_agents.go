@@ -276,19 +276,6 @@ func (c *meshCluster) waitNodes(ctx context.Context, timeout time.Duration) erro
 	return fmt.Errorf("%w: %s after %s: %s", ErrAgent, last, timeout, c.server.tail(2))
 }
 
-// nodeIDs maps node name to ID as the server lists them.
-func (c *meshCluster) nodeIDs() (map[string]string, error) {
-	nodes, _, err := c.server.api.Nodes().List(nil)
-	if err != nil {
-		return nil, fmt.Errorf("failed to list nodes: %w", err)
-	}
-	out := map[string]string{}
-	for _, n := range nodes {
-		out[n.Name] = n.ID
-	}
-	return out, nil
-}
-
 // registerHCL parses src through the server's API and registers it,
 // returning the parsed job (for later updates).
 func (c *meshCluster) registerHCL(src string) (*nomadapi.Job, error) {

@@ -29,7 +29,6 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"sort"
 	"strings"
 	"time"
 )
@@ -161,10 +160,6 @@ func less(a, b *Intention) bool {
 		return a.DestinationNS < b.DestinationNS
 	}
 	return a.DestinationName < b.DestinationName
-}
-
-func sortIntentions(list []*Intention) {
-	sort.Slice(list, func(i, j int) bool { return less(list[i], list[j]) })
 }
 
 func matches(pattern, name string) bool { return pattern == Wildcard || pattern == name }
