@@ -125,8 +125,24 @@ func (c *meshCluster) stop() {
 	if c.server != nil {
 		c.server.stop()
 	}
+	c.removeAllocNetns()
 	c.net.teardown()
 	_ = os.RemoveAll(c.dataRoot)
+}
+
+// removeAllocNetns deletes the network namespaces of the stopped agents'
+// allocations (named by allocation ID and bind-mounted with the host's
+// namespaces, they outlive the agents) and kills what still runs in them.
+func (c *meshCluster) removeAllocNetns() {
+	dirs, _ := filepath.Glob(filepath.Join(c.dataRoot, "*", "alloc", "*"))
+	for _, d := range dirs {
+		id := filepath.Base(d)
+		if _, err := os.Stat(NetnsPath(id)); err != nil {
+			continue
+		}
+		killNetns(id)
+		_ = ipCmd("netns", "del", id)
+	}
 }
 
 // tls runs `meshlet tls ARGS` in the certificate dir.
