@@ -178,6 +178,11 @@ func (s *Server) handleConnectPutAlloc(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusForbidden, "", "%v: allocation %s is not placed on node %s", ErrForbidden, allocID, nodeID)
 		return
 	}
+	if name, ok := undeclared(alloc, req.Instances); !ok {
+		s.logger.Warn("refused registration of a service the allocation does not declare", "node_id", nodeID, "alloc_id", allocID, "service", name)
+		writeError(w, http.StatusForbidden, "", "%v: allocation %s declares no service %q", ErrForbidden, allocID, name)
+		return
+	}
 	if err := cb.PutAlloc(r.Context(), nodeID, allocID, req.Instances); err != nil {
 		s.backendError(w, r, false, err)
 		return
@@ -297,6 +302,33 @@ func (s *Server) nodeRunsService(ctx context.Context, nodeID, service string) (b
 		}
 	}
 	return false, nil
+}
+
+// undeclared returns the first instance name that is neither a service
+// the allocation's group declares (group or task service) nor the sidecar
+// proxy of one; ok is true when every name is declared. An allocation
+// whose job is unknown (not hydrated) is not checked.
+func undeclared(a *structs.Allocation, insts []catalog.ServiceInstance) (name string, ok bool) {
+	if a.Job == nil {
+		return "", true
+	}
+	tg := a.Job.LookupTaskGroup(a.TaskGroup)
+	if tg == nil {
+		return "", len(insts) == 0
+	}
+	services := append([]*structs.Service(nil), tg.Services...)
+	for _, t := range tg.Tasks {
+		if t != nil {
+			services = append(services, t.Services...)
+		}
+	}
+	for _, in := range insts {
+		base, proxy := strings.CutSuffix(in.Name, "-sidecar-proxy")
+		if !declares(services, in.Name) && !(proxy && declares(services, base)) {
+			return in.Name, false
+		}
+	}
+	return "", true
 }
 
 func declares(services []*structs.Service, name string) bool {

@@ -264,3 +264,30 @@ func TestConnectRootsWithoutNodeIdentity(t *testing.T) {
 		t.Fatal("a CLI certificate read the roots")
 	}
 }
+
+// A node registers only the services its allocation declares (and their
+// sidecar proxies): not another job's service name, which would draw that
+// service's traffic to the node.
+func TestConnectPutAllocDeclaredServicesOnly(t *testing.T) {
+	m := newMeshFixture(t)
+	ctx := ctxT(t, 10*time.Second)
+	job := &structs.Job{ID: "web", TaskGroups: []*structs.TaskGroup{{Name: "g",
+		Services: []*structs.Service{{Name: "web"}},
+		Tasks:    []*structs.Task{{Name: "t", Services: []*structs.Service{{Name: "web-admin"}}}}}}}
+	m.b.addAlloc(&structs.Allocation{ID: "a1", NodeID: "node-1", Job: job, TaskGroup: "g"})
+	ok := []catalog.ServiceInstance{inst("node-1", "a1", "web"), inst("node-1", "a1", "web-sidecar-proxy"), inst("node-1", "a1", "web-admin")}
+	if err := m.c.PutAllocServices(ctx, "a1", ok); err != nil {
+		t.Fatalf("declared services refused: %v", err)
+	}
+	for _, name := range []string{"db", "db-sidecar-proxy", "web-admin-sidecar-proxy-x"} {
+		bad := inst("node-1", "a1", name)
+		err := m.c.PutAllocServices(ctx, "a1", append(append([]catalog.ServiceInstance(nil), ok...), bad))
+		wantErr(t, "register "+name, err, ErrForbidden)
+		if err != nil && !strings.Contains(err.Error(), `"`+name+`"`) {
+			t.Errorf("register %s: error %q does not name the service", name, err)
+		}
+	}
+	if got, _ := m.f.reg("node-1", "a1"); len(got) != 3 {
+		t.Fatalf("stored %d instances after the refusals, want the 3 declared", len(got))
+	}
+}
