@@ -1,18 +1,15 @@
 package bench
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"math/big"
-	"net"
+	"github.com/meshlet/meshlet/internal/netnsdial"
+	"github.com/meshlet/meshlet/internal/subnet"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,19 +25,11 @@ import (
 // of e2e/cluster's harness). Everything it makes is listed and removed by
 // teardown, which first kills what still runs in the namespaces.
 
-// ErrNoSubnet is returned when no free private subnet is left for the
-// bench's bridge.
-var ErrNoSubnet = errors.New("no free 10.200-249.100-249.0/24 subnet")
-
-// subnetReservations is the directory e2e/cluster and e2e/framework
-// reserve their subnets in; the bench reserves its own there too.
-var subnetReservations = filepath.Join(os.TempDir(), "meshlet-e2e-subnets")
-
 // meshNet is the bench-created bridge and host namespaces.
 type meshNet struct {
 	Bridge  string
 	Prefix  string // "10.x.y": host N is Prefix.N
-	reserve string // reservation file, removed by teardown
+	release func() // the subnet reservation, released by teardown
 
 	mu       sync.Mutex
 	netnses  []string // namespaces made with ip netns add
@@ -55,12 +44,12 @@ func newMeshNet() (*meshNet, error) {
 		return nil, fmt.Errorf("failed to name the bridge: %w", err)
 	}
 	n := &meshNet{Bridge: "mlbm" + hex.EncodeToString(suffix)}
-	subnet, path, err := pickSubnet()
+	cidr, release, err := subnet.Pick()
 	if err != nil {
 		return nil, err
 	}
-	n.reserve = path
-	n.Prefix = strings.TrimSuffix(subnet, ".0/24")
+	n.release = release
+	n.Prefix = strings.TrimSuffix(cidr, ".0/24")
 	for _, args := range [][]string{
 		{"link", "add", n.Bridge, "type", "bridge"},
 		{"addr", "add", n.Prefix + ".1/24", "dev", n.Bridge},
@@ -140,8 +129,8 @@ func (n *meshNet) teardown() {
 		_ = ipCmd("link", "del", v)
 	}
 	_ = ipCmd("link", "del", n.Bridge)
-	if n.reserve != "" {
-		_ = os.Remove(n.reserve)
+	if n.release != nil {
+		n.release()
 	}
 }
 
@@ -204,144 +193,11 @@ func nsInode(path string) (uint64, error) {
 	return st.Ino, nil
 }
 
-// pickSubnet returns a 10.2xx.yyy.0/24 that overlaps no route or address
-// of the host, reserved (a file in subnetReservations) against parallel
-// tests and benches, and the reservation's path.
-func pickSubnet() (subnet, reservation string, err error) {
-	used, err := hostNets()
-	if err != nil {
-		return "", "", err
-	}
-	if err := os.MkdirAll(subnetReservations, 0o755); err != nil {
-		return "", "", fmt.Errorf("failed to reserve a subnet: %w", err)
-	}
-	const span = 50 * 150
-	start, err := rand.Int(rand.Reader, big.NewInt(span))
-	if err != nil {
-		return "", "", fmt.Errorf("failed to pick a subnet: %w", err)
-	}
-	for i := 0; i < span; i++ {
-		k := (int(start.Int64()) + i) % span
-		s := fmt.Sprintf("10.%d.%d.0/24", 200+k/150, 100+k%150)
-		_, cidr, _ := net.ParseCIDR(s)
-		if netsOverlap(used, cidr) {
-			continue
-		}
-		path := filepath.Join(subnetReservations, strings.ReplaceAll(s, "/", "_"))
-		f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
-		if err != nil {
-			continue
-		}
-		f.Close()
-		return s, path, nil
-	}
-	return "", "", ErrNoSubnet
-}
-
-func netsOverlap(used []*net.IPNet, cidr *net.IPNet) bool {
-	for _, u := range used {
-		if u.Contains(cidr.IP) || cidr.Contains(u.IP) {
-			return true
-		}
-	}
-	return false
-}
-
-// hostNets are the destinations of every IPv4 route (all tables) and
-// every interface address of the root namespace.
-func hostNets() ([]*net.IPNet, error) {
-	out, err := exec.Command("ip", "-4", "-o", "route", "show", "table", "all").Output()
-	if err != nil {
-		return nil, fmt.Errorf("failed to list routes: %w", err)
-	}
-	used := parseRouteDests(string(out))
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		return nil, fmt.Errorf("failed to list addresses: %w", err)
-	}
-	for _, a := range addrs {
-		if ipn, ok := a.(*net.IPNet); ok {
-			used = append(used, ipn)
-		}
-	}
-	return used, nil
-}
-
-// parseRouteDests reads the destinations of `ip -4 -o route show`
-// lines (a leading route type skipped, "default" ignored).
-func parseRouteDests(out string) []*net.IPNet {
-	types := map[string]bool{"local": true, "broadcast": true, "unicast": true, "multicast": true,
-		"unreachable": true, "blackhole": true, "prohibit": true, "throw": true, "anycast": true, "nat": true}
-	var used []*net.IPNet
-	for _, line := range strings.Split(out, "\n") {
-		f := strings.Fields(line)
-		if len(f) > 1 && types[f[0]] {
-			f = f[1:]
-		}
-		if len(f) == 0 || f[0] == "default" {
-			continue
-		}
-		dst := f[0]
-		if !strings.Contains(dst, "/") {
-			dst += "/32"
-		}
-		if _, cidr, err := net.ParseCIDR(dst); err == nil {
-			used = append(used, cidr)
-		}
-	}
-	return used
-}
-
-// dialInNetns dials addr from inside the network namespace at nsPath:
-// the socket is made on an OS thread switched into that namespace and
-// stays there; the thread is switched back (or, when that fails, never
-// unlocked, so that the runtime discards it).
-func dialInNetns(ctx context.Context, nsPath, network, addr string) (net.Conn, error) {
-	type result struct {
-		c   net.Conn
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
-		if err != nil {
-			runtime.UnlockOSThread()
-			ch <- result{err: fmt.Errorf("failed to open the thread's namespace: %w", err)}
-			return
-		}
-		defer orig.Close()
-		target, err := os.Open(nsPath)
-		if err != nil {
-			runtime.UnlockOSThread()
-			ch <- result{err: fmt.Errorf("failed to open namespace %s: %w", nsPath, err)}
-			return
-		}
-		defer target.Close()
-		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			ch <- result{err: fmt.Errorf("failed to enter namespace %s: %w", nsPath, err)}
-			return
-		}
-		c, err := (&net.Dialer{Timeout: 3 * time.Second}).DialContext(ctx, network, addr)
-		if serr := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); serr != nil {
-			ch <- result{c: c, err: err} // the thread stays locked and dies with this goroutine
-			return
-		}
-		runtime.UnlockOSThread()
-		ch <- result{c: c, err: err}
-	}()
-	r := <-ch
-	return r.c, r.err
-}
-
 // nsHTTPClient is an HTTP client whose connections are made inside the
 // namespace at nsPath (kept alive between requests).
 func nsHTTPClient(nsPath string) *http.Client {
 	tr := &http.Transport{
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			return dialInNetns(ctx, nsPath, network, addr)
-		},
+		DialContext:         netnsdial.New(nsPath).DialContext,
 		MaxIdleConnsPerHost: 2,
 		IdleConnTimeout:     30 * time.Second,
 	}

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"encoding/json"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -129,20 +128,5 @@ func TestEdgeFigures(t *testing.T) {
 	}
 	if got := edgeFigures(&edgeResult{err: ErrNoProcess}); len(got) != 1 || got[0].Value != nil {
 		t.Errorf("a failed run gave %+v", got)
-	}
-}
-
-func TestParseRouteDests(t *testing.T) {
-	out := "default via 10.0.0.1 dev eth0\n10.0.0.0/24 dev eth0 proto kernel scope link src 10.0.0.5\n" +
-		"local 10.0.0.5 dev eth0 table local proto kernel scope host src 10.0.0.5\n" +
-		"broadcast 10.0.0.255 dev eth0 table local\n"
-	used := parseRouteDests(out)
-	if len(used) != 3 {
-		t.Fatalf("destinations %v, want 3", used)
-	}
-	_, inside, _ := net.ParseCIDR("10.0.0.0/24")
-	_, free, _ := net.ParseCIDR("10.210.100.0/24")
-	if !netsOverlap(used, inside) || netsOverlap(used, free) {
-		t.Errorf("overlap: %s %v, %s %v", inside, netsOverlap(used, inside), free, netsOverlap(used, free))
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"github.com/meshlet/meshlet/internal/netnsdial"
 	"math/big"
 	"net"
 	"strconv"
@@ -35,7 +36,7 @@ func hostPort(t *testing.T, addr string) (string, int) {
 // runProbe runs d once from the host with its timeout.
 func runProbe(t *testing.T, d Definition, exec Execer) (Status, string) {
 	t.Helper()
-	p, err := newProbe(d, newNetnsDialer("").DialContext, exec)
+	p, err := newProbe(d, netnsdial.New("").DialContext, exec)
 	if err != nil {
 		t.Fatalf("newProbe: %v", err)
 	}

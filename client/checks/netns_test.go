@@ -3,6 +3,7 @@ package checks
 import (
 	"context"
 	"errors"
+	"github.com/meshlet/meshlet/internal/netnsdial"
 	"net"
 	"net/http"
 	"os"
@@ -117,7 +118,7 @@ func TestChecksInNamespace(t *testing.T) {
 }
 
 func TestDialerMissingNamespace(t *testing.T) {
-	d := newNetnsDialer("/nonexistent/netns/checks-test")
+	d := netnsdial.New("/nonexistent/netns/checks-test")
 	_, err := d.DialContext(context.Background(), "tcp", "127.0.0.1:1")
 	if err == nil || !strings.Contains(err.Error(), "failed to enter network namespace") {
 		t.Fatalf("dial in a missing namespace: %v", err)
@@ -134,8 +135,8 @@ func TestDialerResolvesOnHost(t *testing.T) {
 	path := newTestNS(t)
 	l := listenInNS(t, path)
 	_, port, _ := net.SplitHostPort(l.Addr().String())
-	d := newNetnsDialer(path)
-	d.resolver = &net.Resolver{PreferGo: true, Dial: func(context.Context, string, string) (net.Conn, error) {
+	d := netnsdial.New(path)
+	d.Resolver = &net.Resolver{PreferGo: true, Dial: func(context.Context, string, string) (net.Conn, error) {
 		return nil, errors.New("no DNS in tests")
 	}}
 	c, err := d.DialContext(context.Background(), "tcp", "localhost:"+port)

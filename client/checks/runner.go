@@ -2,6 +2,7 @@ package checks
 
 import (
 	"context"
+	"github.com/meshlet/meshlet/internal/netnsdial"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -16,7 +17,7 @@ const maxFirstDelay = 500 * time.Millisecond
 type Runner struct {
 	cfg     Config
 	log     hclog.Logger
-	dial    *netnsDialer
+	dial    *netnsdial.Dialer
 	ctx     context.Context
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
@@ -48,7 +49,7 @@ func New(cfg Config) *Runner {
 	return &Runner{
 		cfg:      cfg,
 		log:      log.Named("checks"),
-		dial:     newNetnsDialer(cfg.NetNS),
+		dial:     netnsdial.New(cfg.NetNS),
 		ctx:      ctx,
 		cancel:   cancel,
 		started:  time.Now(),

@@ -4,11 +4,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"math/big"
-	"net"
-	"os"
+	"github.com/meshlet/meshlet/internal/subnet"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -135,91 +132,13 @@ func killNamespace(ns string) []int {
 	}
 }
 
-// freeSubnet picks a 10.2xx.yyy.0/24 that overlaps no route or address of
-// the host and that no other test process has reserved (e2e/framework
-// reserves its subnets in the same directory).
+// freeSubnet reserves a free test subnet until t ends (package subnet).
 func freeSubnet(t *testing.T) string {
 	t.Helper()
-	used, err := usedNets()
+	cidr, release, err := subnet.Pick()
 	if err != nil {
 		t.Fatal(err)
 	}
-	start, err := rand.Int(rand.Reader, big.NewInt(50*150))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < 50*150; i++ {
-		k := (int(start.Int64()) + i) % (50 * 150)
-		s := fmt.Sprintf("10.%d.%d.0/24", 200+k/150, 100+k%150)
-		_, cidr, _ := net.ParseCIDR(s)
-		if !overlaps(used, cidr) && reserve(t, s) {
-			return s
-		}
-	}
-	t.Fatal("no free 10.200-249.100-249.0/24 subnet on this host")
-	return ""
-}
-
-func overlaps(used []*net.IPNet, cidr *net.IPNet) bool {
-	for _, u := range used {
-		if u.Contains(cidr.IP) || cidr.Contains(u.IP) {
-			return true
-		}
-	}
-	return false
-}
-
-// usedNets are the destinations of every IPv4 route (all tables, so local
-// and broadcast addresses too) and every interface address.
-func usedNets() ([]*net.IPNet, error) {
-	out, err := exec.Command("ip", "-4", "-o", "route", "show", "table", "all").Output()
-	if err != nil {
-		return nil, fmt.Errorf("failed to list routes: %w", err)
-	}
-	var used []*net.IPNet
-	routeTypes := map[string]bool{"local": true, "broadcast": true, "unicast": true, "multicast": true,
-		"unreachable": true, "blackhole": true, "prohibit": true, "throw": true, "anycast": true, "nat": true}
-	for _, line := range strings.Split(string(out), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 1 && routeTypes[f[0]] {
-			f = f[1:]
-		}
-		if len(f) == 0 || f[0] == "default" {
-			continue
-		}
-		dst := f[0]
-		if !strings.Contains(dst, "/") {
-			dst += "/32"
-		}
-		if _, cidr, err := net.ParseCIDR(dst); err == nil {
-			used = append(used, cidr)
-		}
-	}
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		return nil, fmt.Errorf("failed to list addresses: %w", err)
-	}
-	for _, a := range addrs {
-		if ipn, ok := a.(*net.IPNet); ok {
-			used = append(used, ipn)
-		}
-	}
-	return used, nil
-}
-
-// reserve claims subnet until t ends, so that parallel test processes
-// never pick the same one before their bridges exist.
-func reserve(t *testing.T, subnet string) bool {
-	dir := filepath.Join(os.TempDir(), "meshlet-e2e-subnets")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, strings.ReplaceAll(subnet, "/", "_"))
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
-	if err != nil {
-		return false
-	}
-	f.Close()
-	t.Cleanup(func() { _ = os.Remove(path) })
-	return true
+	t.Cleanup(release)
+	return cidr
 }

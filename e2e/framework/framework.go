@@ -12,7 +12,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
+	"github.com/meshlet/meshlet/internal/subnet"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -122,7 +122,7 @@ func NewAgent(t testing.TB, opts Options) *Agent {
 		Bridge: fmt.Sprintf("mle2e%d%d", os.Getpid()%1000, n),
 		// A private subnet per agent, used only inside namespaces meshlet
 		// creates, and overlapping no route the host has (other agents').
-		Subnet: freeSubnet(t, n),
+		Subnet: freeSubnet(t),
 		log:    &bytes.Buffer{}, done: make(chan struct{}),
 	}
 	ports := freePorts(t, 3)
@@ -309,50 +309,15 @@ func (a *Agent) cleanup() {
 	}
 }
 
-// reserve claims subnet for this test process until t ends, so parallel
-// test packages never pick the same one before their bridges exist.
-func reserve(t testing.TB, subnet string) bool {
-	dir := filepath.Join(os.TempDir(), "meshlet-e2e-subnets")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, strings.ReplaceAll(subnet, "/", "_"))
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
-	if err != nil {
-		return false
-	}
-	f.Close()
-	t.Cleanup(func() { _ = os.Remove(path) })
-	return true
-}
-
-// freeSubnet picks a 10.x.y.0/24 that overlaps no address on the host, so
-// that agents of parallel test packages never share a route.
-func freeSubnet(t testing.TB, seq int32) string {
+// freeSubnet reserves a free test subnet until t ends (package subnet).
+func freeSubnet(t testing.TB) string {
 	t.Helper()
-	addrs, err := net.InterfaceAddrs()
+	cidr, release, err := subnet.Pick()
 	if err != nil {
 		t.Fatal(err)
 	}
-	used := func(cidr *net.IPNet) bool {
-		for _, a := range addrs {
-			if ipn, ok := a.(*net.IPNet); ok && (cidr.Contains(ipn.IP) || ipn.Contains(cidr.IP)) {
-				return true
-			}
-		}
-		return false
-	}
-	start := (os.Getpid()*7 + int(seq)*13) % 2500
-	for i := 0; i < 2500; i++ {
-		k := (start + i) % 2500
-		s := fmt.Sprintf("10.%d.%d.0/24", 200+k/50, 1+k%50)
-		_, cidr, _ := net.ParseCIDR(s)
-		if !used(cidr) && reserve(t, s) {
-			return s
-		}
-	}
-	t.Fatal("no free 10.200-249.x.0/24 subnet on this host")
-	return ""
+	t.Cleanup(release)
+	return cidr
 }
 
 // freePorts returns n ports that stay free for the agent (see

@@ -1,4 +1,7 @@
-package checks
+// Package netnsdial connects from inside a network namespace: a health
+// check of an allocation, or a bench probing one, dials the allocation's
+// loopback this way.
+package netnsdial
 
 import (
 	"context"
@@ -10,7 +13,8 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 )
 
-// netnsDialer connects from inside a network namespace ("" = the host's).
+// Dialer connects from inside the network namespace at Path ("" = the
+// host's).
 //
 // A socket belongs to the namespace of the thread that created it, and
 // keeps it afterwards. So each dial runs on a fresh goroutine locked to an
@@ -20,19 +24,22 @@ import (
 // discards it). The dial inside must not start goroutines that create
 // sockets: that rules out Happy Eyeballs and DNS, so names are resolved
 // first, on the host, and each address is dialed on its own.
-type netnsDialer struct {
-	path     string
-	dialer   net.Dialer
-	resolver *net.Resolver
+type Dialer struct {
+	path   string
+	dialer net.Dialer
+	// Resolver resolves names (on the host) before the dial; nil: the
+	// default resolver.
+	Resolver *net.Resolver
 }
 
-func newNetnsDialer(path string) *netnsDialer {
-	return &netnsDialer{path: path, resolver: net.DefaultResolver}
+// New returns a Dialer for the namespace at path ("" = the host's).
+func New(path string) *Dialer {
+	return &Dialer{path: path}
 }
 
 // DialContext has net.Dialer.DialContext's signature, for http.Transport
 // and grpc.WithContextDialer.
-func (n *netnsDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+func (n *Dialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
 	if n.path == "" {
 		return n.dialer.DialContext(ctx, network, addr)
 	}
@@ -59,11 +66,15 @@ func (n *netnsDialer) DialContext(ctx context.Context, network, addr string) (ne
 }
 
 // resolve returns host's addresses; an IP literal is its own answer.
-func (n *netnsDialer) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
+func (n *Dialer) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
 	if ip, err := netip.ParseAddr(host); err == nil {
 		return []netip.Addr{ip}, nil
 	}
-	ips, err := n.resolver.LookupNetIP(ctx, "ip", host)
+	r := n.Resolver
+	if r == nil {
+		r = net.DefaultResolver
+	}
+	ips, err := r.LookupNetIP(ctx, "ip", host)
 	if err != nil {
 		return nil, fmt.Errorf("failed to resolve %q: %w", host, err)
 	}
@@ -74,7 +85,7 @@ func (n *netnsDialer) resolve(ctx context.Context, host string) ([]netip.Addr, e
 }
 
 // dialIn dials one IP address from inside the namespace.
-func (n *netnsDialer) dialIn(ctx context.Context, network, addr string) (net.Conn, error) {
+func (n *Dialer) dialIn(ctx context.Context, network, addr string) (net.Conn, error) {
 	var conn net.Conn
 	var dialErr error
 	err := ns.WithNetNSPath(n.path, func(ns.NetNS) error {
