@@ -71,6 +71,7 @@ func (a *Agent) openServerState() (state.Store, *server.EtcdLeadership, error) {
 		Logger: a.logger.Named("leader")}
 	if a.etcdMember != nil {
 		lead.Expect = a.cfg.Cluster.BootstrapExpect
+		lead.Used = func() bool { return st.Index() > 0 }
 	}
 	return st, lead, nil
 }

@@ -14,9 +14,9 @@ func (p *placer) assignPorts(tg *structs.TaskGroup, n *structs.Node) (*structs.A
 	}
 	used := p.used[n.ID]
 	taken := map[int]bool{}
-	ip := p.g.cfg.AdvertiseIP
-	if a := n.Attributes[nodeIPAttribute]; a != "" {
-		ip = a // the node's own address in a cluster
+	ip := n.Attributes[nodeIPAttribute] // the node's advertised address
+	if ip == "" {
+		ip = "127.0.0.1" // a node that fingerprinted none: loopback only
 	}
 	net := *tg.Networks[0]
 	net.ReservedPorts = append([]structs.Port(nil), tg.Networks[0].ReservedPorts...)

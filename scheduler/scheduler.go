@@ -117,10 +117,6 @@ type Config struct {
 	// defaults 20000 and 32000.
 	MinDynamicPort int
 	MaxDynamicPort int
-	// AdvertiseIP is the host IP written on port mappings of nodes without
-	// a unique.network.ip-address attribute; default
-	// 127.0.0.1 (a single node advertises loopback only).
-	AdvertiseIP string
 	// Rand picks the start of the dynamic port scan; nil = math/rand/v2.
 	Rand func(n int) int
 	// Now stamps allocations; nil = time.Now.
@@ -145,9 +141,6 @@ func New(cfg Config, logger hclog.Logger) (*Generic, error) {
 	}
 	if cfg.MinDynamicPort < 1 || cfg.MaxDynamicPort > 65535 || cfg.MinDynamicPort > cfg.MaxDynamicPort {
 		return nil, fmt.Errorf("invalid dynamic port range %d-%d", cfg.MinDynamicPort, cfg.MaxDynamicPort)
-	}
-	if cfg.AdvertiseIP == "" {
-		cfg.AdvertiseIP = "127.0.0.1"
 	}
 	if cfg.Rand == nil {
 		cfg.Rand = rand.IntN

@@ -25,7 +25,11 @@ func (e *EtcdLeadership) waitBootstrap(ctx context.Context, logger hclog.Logger)
 	key := e.Prefix + "bootstrapped"
 	last := time.Time{}
 	for {
-		if done, voters := e.bootstrapState(ctx, key); done {
+		if done, voters := e.bootstrapState(ctx, key); done || (e.Used != nil && e.Used()) {
+			if !done {
+				_, _ = e.Client.Put(ctx, key, time.Now().UTC().Format(time.RFC3339))
+				logger.Info("cluster holds state already: bootstrap_expect not awaited", "bootstrap_expect", e.Expect)
+			}
 			return true
 		} else if voters >= e.Expect {
 			if _, err := e.Client.Put(ctx, key, time.Now().UTC().Format(time.RFC3339)); err == nil {

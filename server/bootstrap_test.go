@@ -33,9 +33,12 @@ func TestBootstrapExpectHoldsTheFirstElection(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = m.Close() })
-	run := func(expect int) (won chan struct{}, stop func()) {
+	run := func(expect int, prefix ...string) (won chan struct{}, stop func()) {
 		won = make(chan struct{}, 1)
 		e := &EtcdLeadership{Client: m.Client(), Prefix: "/bt/", Name: "b1", ID: "id-b1", Addr: "127.0.0.1:1", TTL: 1, Expect: expect}
+		if len(prefix) > 0 { // a cluster that already holds state (an upgrade)
+			e.Prefix, e.Used = prefix[0], func() bool { return true }
+		}
 		rctx, rcancel := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() {
@@ -69,10 +72,23 @@ func TestBootstrapExpectHoldsTheFirstElection(t *testing.T) {
 	stop()
 
 	won, stop = run(3) // a restart after the bootstrap: no wait, whatever the size
-	defer stop()
 	select {
 	case <-won:
 	case <-time.After(10 * time.Second):
 		t.Fatal("a restarted server of a bootstrapped cluster waited for bootstrap_expect again")
+	}
+	stop()
+
+	// An upgraded cluster that holds state but was never marked (the
+	// marker is newer than the cluster) elects at once.
+	won, stop = run(3, "/bt-upgraded/")
+	defer stop()
+	select {
+	case <-won:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a cluster holding state waited for bootstrap_expect")
+	}
+	if resp, err := m.Client().Get(ctx, "/bt-upgraded/bootstrapped"); err != nil || resp.Count != 1 {
+		t.Errorf("the used cluster was not marked bootstrapped: %v", err)
 	}
 }

@@ -35,6 +35,10 @@ type EtcdLeadership struct {
 	// has this many voting etcd members (see waitBootstrap); 0 or 1 = no
 	// wait. Only meaningful with embedded members.
 	Expect int
+	// Used, when set, reports whether the cluster already holds state
+	// written under a leader (an upgrade from before bootstrap_expect was
+	// enforced, or a cluster that lost servers): it is not held back then.
+	Used func() bool
 	Logger hclog.Logger
 }
 

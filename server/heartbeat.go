@@ -91,9 +91,6 @@ func (s *Server) heartbeatMissed(nodeID string) {
 	cp := *node
 	cp.Status = structs.NodeStatusDown
 	s.logger.Warn("node missed its heartbeat; marking it down", "node_id", nodeID, "node_name", node.Name)
-	if s.cfg.NodeDown != nil {
-		s.cfg.NodeDown(nodeID)
-	}
 	if err := s.nodeChanged(&cp, "node down"); err != nil {
 		s.logger.Error("failed to mark node down", "node_id", nodeID, "error", err)
 	}
@@ -107,6 +104,11 @@ func (s *Server) nodeChanged(node *structs.Node, why string) error {
 		return err
 	}
 	s.logger.Info("node status changed", "node_id", node.ID, "status", node.Status, "reason", why)
+	if node.Status == structs.NodeStatusDown && s.cfg.NodeDown != nil {
+		// Only once the down status is stored (by this leader): a failed
+		// store leaves the node's services where they are.
+		s.cfg.NodeDown(node.ID)
+	}
 	return s.evaluateAll(node.ID)
 }
 

@@ -156,3 +156,32 @@ func TestHeartbeatTTLScalesWithNodes(t *testing.T) {
 		t.Errorf("TTL with 31 nodes at 10 heartbeats/s = %s, want >= 3 s", ttl)
 	}
 }
+
+// TestNodeDownHookAfterStatusStored: the mesh's NodeDown hook runs once
+// per down transition, and only once the down status is stored.
+func TestNodeDownHookAfterStatusStored(t *testing.T) {
+	cfg := fastHeartbeats
+	calls := make(chan string, 4)
+	st := openStore(t)
+	cfg.NodeDown = func(id string) {
+		status := "?"
+		if n, err := st.Node(id); err == nil {
+			status = n.Status
+		}
+		calls <- id + " " + status
+	}
+	startServer(t, st, cfg) // node-1, silent from now on
+	select {
+	case got := <-calls:
+		if got != "node-1 "+structs.NodeStatusDown {
+			t.Fatalf("NodeDown saw %q, want node-1 already stored down", got)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("NodeDown not called for a node that stopped heartbeating")
+	}
+	select {
+	case got := <-calls:
+		t.Fatalf("NodeDown called again: %q", got)
+	case <-time.After(500 * time.Millisecond):
+	}
+}

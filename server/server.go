@@ -152,9 +152,9 @@ type Config struct {
 	// Leadership, when set, elects the one server that schedules (see
 	// leader.go); nil = this server always leads (one process, one store).
 	Leadership Leadership
-	// NodeDown, when set, is called (on the leader, before the node's jobs
-	// are evaluated) for a node that missed its heartbeat: the mesh removes
-	// its service registrations. It must not block for long.
+	// NodeDown, when set, is called on the leader once a node's down status
+	// is stored, before its jobs are evaluated: the mesh removes its
+	// service registrations. It must not block for long.
 	NodeDown func(nodeID string)
 }
 

@@ -170,7 +170,7 @@ func initialCluster(members []*etcdserverpb.Member, newID uint64, name string) (
 func promote(ctx context.Context, c *clientv3.Client, id uint64) error {
 	err := retryRefused(ctx, func() error {
 		_, err := c.MemberPromote(ctx, id)
-		if err != nil && isVoter(ctx, c, id) {
+		if errors.Is(err, rpctypes.ErrMemberNotLearner) && isVoter(ctx, c, id) {
 			// An earlier attempt was applied but its answer was lost (a
 			// timeout under load): the retry is refused ("can only
 			// promote a learner member"), the promotion is done.
