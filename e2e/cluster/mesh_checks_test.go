@@ -41,13 +41,14 @@ func TestFailingCheckLeavesRoundRobinAcrossNodes(t *testing.T) {
 	allocs, _ := c.WaitRunning(s1, "hello-mesh", 3, 90*time.Second)
 	names := c.nodeNames(s1)
 	agents := map[string]*agent{"c2": c2, "c3": c3}
-	var aID, bOnC3 string
+	var aID, bOnC3, victim string
 	for _, al := range allocs {
 		switch {
 		case al.TaskGroup == "service-a":
 			aID = al.ID
 		case names[al.NodeID] == "c3":
-			bOnC3 = al.ID
+			// its answers name it b-<index>: "hello-mesh.service-b[N]"
+			bOnC3, victim = al.ID, "b-"+strings.TrimSuffix(strings.TrimPrefix(al.Name, "hello-mesh.service-b["), "]")
 		}
 	}
 	if aID == "" || bOnC3 == "" {
@@ -63,18 +64,10 @@ func TestFailingCheckLeavesRoundRobinAcrossNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	failed := time.Now()
-	var victim string
-	took := poll(t, 20*time.Second, "the failing instance out of service-a's round robin", func() (bool, string) {
+	took := poll(t, 20*time.Second, "the failing instance (on c3) out of service-a's round robin", func() (bool, string) {
 		res := c.answers(s1, aID, 20, 0)
 		seen := tally(res)
-		if victim == "" { // the instance on c3 is the one that disappears
-			for k := range seen {
-				if k != "fail" && seen[k] == 20 {
-					victim = map[string]string{"b-0": "b-1", "b-1": "b-0"}[k]
-				}
-			}
-		}
-		return victim != "" && seen[victim] == 0 && seen["fail"] == 0, strings.Join(res, ",")
+		return seen[victim] == 0 && seen["fail"] == 0 && len(seen) == 1, strings.Join(res, ",")
 	})
 	figure(t, "http check failing to its instance out of another node's round robin (interval 1s)", took)
 	if took > 4*time.Second {

@@ -117,6 +117,7 @@ func TestDenyClosesOpenConnectionAcrossNodes(t *testing.T) {
 		held <- result{out, err}
 	}()
 	time.Sleep(2 * time.Second)
+	asked := time.Now().UnixMilli()
 	if out, err := c.CLIOnHost(c1, "intention", "create", "-deny", "echo-a", "echo-b"); err != nil {
 		t.Fatalf("intention create through c1: %v\n%s", err, out)
 	}
@@ -149,6 +150,9 @@ func TestDenyClosesOpenConnectionAcrossNodes(t *testing.T) {
 	}
 	if closedAt == 0 {
 		t.Fatalf("the open connection survived the deny intention for its whole 10 s:\n%s", lastLines(r.out, 5))
+	}
+	if closedAt < asked {
+		t.Fatalf("the connection closed %d ms before the deny was asked for (%s): not the deny's doing", asked-closedAt, reason)
 	}
 	took := time.Duration(closedAt-denied) * time.Millisecond
 	figure(t, "deny intention to an open cross-node connection cut", took)
