@@ -24,18 +24,43 @@ type dirStorage struct {
 	mu       sync.Mutex
 	rev      int64             // revision of the state on disk as this process knows it; 0: none
 	keyFiles map[string]string // root ID -> key file of the state on disk
+	marked   bool              // the marker is known to exist
 }
 
-// NewDirStorage returns a Storage over dir (created 0700 at the first
-// Load or Save). A directory that held a CA but lost or corrupted its
-// state fails Load with ErrStateMissing or ErrStateCorrupt instead of
-// looking new.
+// NewDirStorage returns a Storage over dir for a CA that runs from it.
+// It writes to dir even when only loading: Load and Save create dir
+// (0700) when it is missing, and Load writes the ca.initialized marker
+// when a state written before markers existed lacks it. To read a CA dir
+// without changing anything (a one-time import), use LoadDir.
+//
+// A directory that held a CA but lost or corrupted its state fails Load
+// with ErrStateMissing or ErrStateCorrupt instead of looking new. Load
+// does not parse the root keys; the Manager does (New fails with
+// ErrStateCorrupt on a bad key).
 func NewDirStorage(dir string) Storage {
 	return newDirStorage(dir, hclog.NewNullLogger())
 }
 
 func newDirStorage(dir string, logger hclog.Logger) *dirStorage {
 	return &dirStorage{dir: dir, logger: logger, keyFiles: map[string]string{}}
+}
+
+// LoadDir reads the CA state of dir without creating or changing
+// anything (for a one-time import into the cluster) and checks it as
+// CheckStoredState does. A dir (or a path that does not exist) without a
+// state file, marker or root key holds no CA: (nil, nil). A dir that held
+// a CA but lost or corrupted its state is ErrStateMissing or
+// ErrStateCorrupt, as New reports them.
+func LoadDir(dir string) (*StoredState, error) {
+	l, err := loadState(dir)
+	if err != nil || l == nil {
+		return nil, err
+	}
+	st := l.stored(1)
+	if err := CheckStoredState(st); err != nil {
+		return nil, fmt.Errorf("%w: restore %s from a backup", err, dir)
+	}
+	return st, nil
 }
 
 // Load implements Storage. Loading a state without a marker (written
@@ -49,24 +74,26 @@ func (d *dirStorage) Load(ctx context.Context) (*StoredState, error) {
 	if err := os.MkdirAll(d.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("failed to create CA dir: %w", err)
 	}
-	st, roots, keyFiles, err := loadState(d.dir)
-	if err != nil || st == nil {
-		d.rev, d.keyFiles = 0, map[string]string{}
+	l, err := loadState(d.dir)
+	if err != nil || l == nil {
+		d.rev, d.keyFiles, d.marked = 0, map[string]string{}, false
 		return nil, err
 	}
-	if err := ensureMarker(d.dir); err != nil {
+	d.marked = l.marked
+	if err := d.ensureMarker(); err != nil {
 		return nil, err
 	}
 	if d.rev == 0 {
 		d.rev = 1
 	}
-	d.keyFiles = keyFiles
-	return &StoredState{ClusterID: st.ClusterID, Index: st.Index, Roots: roots, Revision: d.rev}, nil
+	d.keyFiles = l.keyFiles
+	return l.stored(d.rev), nil
 }
 
 // Save implements Storage: it writes the new roots' key files, then the
-// state, then the marker, and removes the key files of roots next no
-// longer has.
+// state, then the marker (the first time), and removes the key files of
+// roots next no longer has. Once the state is written Save succeeds: a
+// failure to write the marker is logged and tried again at the next Save.
 func (d *dirStorage) Save(ctx context.Context, prev, next *StoredState) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -79,16 +106,9 @@ func (d *dirStorage) Save(ctx context.Context, prev, next *StoredState) error {
 	if err := os.MkdirAll(d.dir, 0o700); err != nil {
 		return fmt.Errorf("failed to create CA dir: %w", err)
 	}
-	if err := saveState(d.dir, stateFile{ClusterID: next.ClusterID, Index: next.Index}, next.Roots, d.keyFiles); err != nil {
+	keep, err := saveState(d.dir, stateFile{ClusterID: next.ClusterID, Index: next.Index}, next.Roots, d.keyFiles)
+	if err != nil {
 		return err
-	}
-	keep := make(map[string]string, len(next.Roots))
-	for _, r := range next.Roots {
-		name := d.keyFiles[r.ID]
-		if name == "" {
-			name = keyFileName(r.Root)
-		}
-		keep[r.ID] = name
 	}
 	for id, name := range d.keyFiles {
 		if _, ok := keep[id]; !ok {
@@ -98,7 +118,22 @@ func (d *dirStorage) Save(ctx context.Context, prev, next *StoredState) error {
 	d.keyFiles = keep
 	d.rev++
 	next.Revision = d.rev
-	return ensureMarker(d.dir)
+	if err := d.ensureMarker(); err != nil {
+		d.logger.Warn("CA state saved but its marker is missing: a lost state file would not be detected", "dir", d.dir, "error", err)
+	}
+	return nil
+}
+
+// ensureMarker writes the marker unless it is known to exist.
+func (d *dirStorage) ensureMarker() error {
+	if d.marked {
+		return nil
+	}
+	if err := writeMarker(d.dir); err != nil {
+		return err
+	}
+	d.marked = true
+	return nil
 }
 
 // checkPrev returns ErrStateConflict unless prev is the state on disk.

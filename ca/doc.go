@@ -34,8 +34,10 @@
 // Rotation: the new root is cross-signed by the old one and leaves signed
 // by the new root carry that cross-signed certificate after the leaf in
 // CertPEM, so a peer that still trusts only the old root verifies them.
-// Both roots stay in Roots until every cached leaf has been re-issued under
-// the new root and Config.RootOverlap (default: one leaf TTL) has passed.
+// Both roots stay in Roots until Config.RootOverlap (default: one leaf
+// TTL) has passed and no leaf this manager caches still depends on the
+// old root. Leaves cached elsewhere (other servers, client agents, API
+// callers) are not tracked: the overlap is what keeps them verifiable.
 // TLS verifies at handshake only, so open connections never break.
 //
 // Leaf cache: a leaf stays cached (and renewed) while HoldLeaf references

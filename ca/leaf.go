@@ -211,7 +211,7 @@ func (m *Manager) nextRenewal(e *leafEntry) (wait time.Duration, ok bool) {
 	case e.leaf != nil && m.remote():
 		// A server that has not seen the rotation yet signed it with the
 		// old root: ask again a little later, not in a tight loop.
-		wait = max(e.issuedAt.Add(remoteStaleRetry).Sub(now), 0)
+		wait = max(e.issuedAt.Add(m.remoteStaleRetry).Sub(now), 0)
 	}
 	if e.holds == 0 && wait > 0 {
 		wait = min(wait, e.lastUsed.Add(m.cfg.LeafIdleTTL).Sub(now))
@@ -258,13 +258,20 @@ func (m *Manager) renewLoop(e *leafEntry) {
 		if errors.Is(err, errReleased) || m.ctx.Err() != nil {
 			return
 		}
-		m.logger.Error("failed to renew leaf certificate", "service", e.service, "error", err)
+		m.logger.Error("failed to renew leaf certificate", "service", e.service, "error", err, "retry_in", backoff)
+		t := time.NewTimer(backoff)
 		select {
 		case <-m.ctx.Done():
+			t.Stop()
 			return
 		case <-e.stop:
+			t.Stop()
 			return
-		case <-time.After(backoff):
+		case <-t.C:
+		case <-e.kick:
+			// New roots (SetRoots, Reload, Rotate): a leaf the old ones
+			// could not accept may be signed now.
+			t.Stop()
 		}
 		backoff = min(2*backoff, time.Minute)
 	}

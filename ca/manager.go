@@ -55,10 +55,11 @@ type Config struct {
 	// the same size (at least 1).
 	SignRate float64
 	// RootOverlap is how long a rotated-out root stays trusted at least.
-	// It is dropped only once this has passed AND every cached leaf has
-	// been re-issued under the new root. Default: LeafTTL, so every leaf
-	// the old root ever signed has expired by then and a peer that missed
-	// the rotation (or holds a leaf fetched before it) keeps working.
+	// It is dropped only once this has passed AND no leaf this manager
+	// caches still depends on it (leaves cached elsewhere are not
+	// tracked). Default: LeafTTL, so every leaf the old root ever signed
+	// has expired by then and a peer that missed the rotation (or holds a
+	// leaf fetched before it) keeps working.
 	RootOverlap time.Duration
 	// MaxAPILeaves caps the leaves cached for API callers only (not held by
 	// HoldLeaf); the least recently used is evicted. Default 1024.
@@ -152,12 +153,16 @@ type Manager struct {
 	leaves      map[string]*leafEntry
 	unheld      int // entries with holds == 0
 	renewers    atomic.Int64
-	pruneTimer  *time.Timer
+	pruneTimer  *time.Timer   // the earliest end of a rotated-out root's overlap
+	pruneRetry  *time.Timer   // a failed prune tried again
+	pruneWait   time.Duration // backoff of pruneRetry; 0 after a success
 	hub         pubsub.Hub[Event]
 
-	// Hooks for tests; set before the first Leaf call.
-	now       func() time.Time
-	randFloat func() float64
+	// Hooks for tests; set before the first Leaf, Rotate or SetRoots call.
+	now              func() time.Time
+	randFloat        func() float64
+	pruneRetryMin    time.Duration // first backoff of a failed prune
+	remoteStaleRetry time.Duration // see remoteStaleRetry
 }
 
 // New loads the CA from its storage (cfg.Dir or cfg.Storage) or creates it
@@ -176,13 +181,15 @@ func New(cfg Config, logger hclog.Logger, reg prometheus.Registerer) (*Manager, 
 		return nil, err
 	}
 	m := &Manager{
-		cfg:       cfg,
-		logger:    logger.Named("ca"),
-		limiter:   cfg.Limiter,
-		metrics:   met,
-		leaves:    map[string]*leafEntry{},
-		now:       time.Now,
-		randFloat: rand.Float64,
+		cfg:              cfg,
+		logger:           logger.Named("ca"),
+		limiter:          cfg.Limiter,
+		metrics:          met,
+		leaves:           map[string]*leafEntry{},
+		now:              time.Now,
+		randFloat:        rand.Float64,
+		pruneRetryMin:    pruneRetryMin,
+		remoteStaleRetry: remoteStaleRetry,
 	}
 	if m.limiter == nil {
 		m.limiter = NewTokenBucket(cfg.SignRate, int(cfg.SignRate))
@@ -355,8 +362,10 @@ func (m *Manager) Close() error {
 		return nil
 	}
 	m.closed = true
-	if m.pruneTimer != nil {
-		m.pruneTimer.Stop()
+	for _, t := range []*time.Timer{m.pruneTimer, m.pruneRetry} {
+		if t != nil {
+			t.Stop()
+		}
 	}
 	m.mu.Unlock()
 	m.cancel()

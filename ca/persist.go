@@ -45,44 +45,63 @@ type rootState struct {
 	RotatedOutAt time.Time `json:",omitempty"`
 }
 
-// loadState reads dir's state and keys. It returns (nil, nil, nil) when
-// dir is new (no state file, no marker, no root key). A state file that is
-// missing from a directory that held one, or is corrupt, is an error naming
-// the file and how to recover: the CA never silently makes a new trust
-// domain. keyFiles maps root IDs to their key file names.
-func loadState(dir string) (st *stateFile, roots []StoredRoot, keyFiles map[string]string, err error) {
+// loaded is what loadState read from a CA dir.
+type loaded struct {
+	st       *stateFile
+	roots    []StoredRoot
+	keyFiles map[string]string // root ID -> key file name
+	marked   bool              // the marker exists
+}
+
+// loadState reads dir's state and keys; it writes nothing. It returns
+// (nil, nil) when dir is new (no state file, no marker, no root key). A
+// state file that is missing from a directory that held one, or is
+// corrupt, is an error naming the file and how to recover: the CA never
+// silently makes a new trust domain.
+func loadState(dir string) (*loaded, error) {
 	path, marker := filepath.Join(dir, stateFileName), filepath.Join(dir, MarkerName)
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		held, herr := heldState(dir)
 		if herr != nil {
-			return nil, nil, nil, herr
+			return nil, herr
 		}
 		if held {
-			return nil, nil, nil, fmt.Errorf("%w: %s was deleted from a directory that held the CA: restore %s from a backup, or remove %s and the root-*.key files to start a new trust domain", ErrStateMissing, path, dir, marker)
+			return nil, fmt.Errorf("%w: %s was deleted from a directory that held the CA: restore %s from a backup, or remove %s and the root-*.key files to start a new trust domain", ErrStateMissing, path, dir, marker)
 		}
-		return nil, nil, nil, nil
+		return nil, nil
 	}
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("failed to read CA state: %w", err)
+		return nil, fmt.Errorf("failed to read CA state: %w", err)
 	}
-	if st, err = decodeState(b); err != nil {
-		return nil, nil, nil, fmt.Errorf("%w: %s: %w: restore %s from a backup", ErrStateCorrupt, path, err, dir)
+	l := &loaded{keyFiles: map[string]string{}}
+	if l.st, err = decodeState(b); err != nil {
+		return nil, fmt.Errorf("%w: %s: %w: restore %s from a backup", ErrStateCorrupt, path, err, dir)
 	}
-	keyFiles = map[string]string{}
-	for _, rs := range st.Roots {
+	for _, rs := range l.st.Roots {
 		sr, err := loadRoot(dir, rs)
 		if err != nil {
 			sentinel := ErrStateCorrupt
 			if errors.Is(err, fs.ErrNotExist) {
 				sentinel = ErrStateMissing
 			}
-			return nil, nil, nil, fmt.Errorf("%w: %w: restore %s from a backup", sentinel, err, dir)
+			return nil, fmt.Errorf("%w: %w: restore %s from a backup", sentinel, err, dir)
 		}
-		roots = append(roots, sr)
-		keyFiles[rs.ID] = rs.KeyFile
+		l.roots = append(l.roots, sr)
+		l.keyFiles[rs.ID] = rs.KeyFile
 	}
-	return st, roots, keyFiles, nil
+	switch _, err := os.Stat(marker); {
+	case err == nil:
+		l.marked = true
+	case !errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("failed to check CA marker: %w", err)
+	}
+	return l, nil
+}
+
+// stored is the StoredState l holds, at revision rev.
+func (l *loaded) stored(rev int64) *StoredState {
+	return &StoredState{ClusterID: l.st.ClusterID, Index: l.st.Index, Roots: l.roots, Revision: rev}
 }
 
 // heldState reports whether dir shows signs of a CA: its marker or a root key.
@@ -101,16 +120,12 @@ func heldState(dir string) (bool, error) {
 	return len(keys) > 0, nil
 }
 
-// ensureMarker writes dir's marker if it is missing: from now on a lost
-// state file is detected.
-func ensureMarker(dir string) error {
-	path := filepath.Join(dir, MarkerName)
-	if _, err := os.Stat(path); err == nil {
-		return nil
-	}
+// writeMarker writes dir's marker: from now on a lost state file is
+// detected. dirStorage writes it once per process (see dirStorage.marked).
+func writeMarker(dir string) error {
 	msg := "This directory holds meshlet's CA: ca-state.json and root-*.key must exist next to this file.\n" +
 		"Remove it (and the key files) only to start deliberately with a new trust domain (see docs/operations.md).\n"
-	if err := atomicfile.WriteFile(path, []byte(msg), 0o600); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(dir, MarkerName), []byte(msg), 0o600); err != nil {
 		return fmt.Errorf("failed to write CA marker: %w", err)
 	}
 	return nil
@@ -129,7 +144,9 @@ func decodeState(b []byte) (*stateFile, error) {
 	return &st, nil
 }
 
-// loadRoot reads rs's key file and checks it against the certificate.
+// loadRoot reads rs's key file. The key is not parsed here: whoever uses
+// the state parses it once (Manager.load, LoadDir through
+// CheckStoredState).
 func loadRoot(dir string, rs rootState) (StoredRoot, error) {
 	if filepath.Base(rs.KeyFile) != rs.KeyFile || rs.KeyFile == "" {
 		return StoredRoot{}, fmt.Errorf("failed to load root %s: bad key file name %q", rs.ID, rs.KeyFile)
@@ -138,22 +155,19 @@ func loadRoot(dir string, rs rootState) (StoredRoot, error) {
 	if err != nil {
 		return StoredRoot{}, fmt.Errorf("failed to read root key: %w", err)
 	}
-	sr := StoredRoot{Root: rs.Root, PrivateKeyPEM: string(kb), RotatedOutAt: rs.RotatedOutAt}
-	if _, err := parseStoredRoot(sr); err != nil {
-		return StoredRoot{}, err
-	}
-	return sr, nil
+	return StoredRoot{Root: rs.Root, PrivateKeyPEM: string(kb), RotatedOutAt: rs.RotatedOutAt}, nil
 }
 
 // keyFileName names the key file of a root the directory does not know yet.
 func keyFileName(r Root) string { return fmt.Sprintf("root-%016x.key", r.SerialNumber) }
 
 // saveState writes the key files that do not exist yet (named by
-// keyFiles, else keyFileName), then the state file atomically. When that
-// fails, the key files it wrote are removed again (a first start on a full
-// disk must not leave a key that looks like a CA whose state was lost),
-// unless the new state did reach the disk.
-func saveState(dir string, st stateFile, roots []StoredRoot, keyFiles map[string]string) (err error) {
+// keyFiles, else keyFileName), then the state file atomically, and
+// returns the key file of every root of the new state by root ID. When
+// the state write fails, the key files it wrote are removed again (a
+// first start on a full disk must not leave a key that looks like a CA
+// whose state was lost), unless the new state did reach the disk.
+func saveState(dir string, st stateFile, roots []StoredRoot, keyFiles map[string]string) (names map[string]string, err error) {
 	var written []string
 	defer func() {
 		if err != nil {
@@ -164,33 +178,35 @@ func saveState(dir string, st stateFile, roots []StoredRoot, keyFiles map[string
 	}()
 	st.Version = 0
 	st.Roots = make([]rootState, 0, len(roots))
+	names = make(map[string]string, len(roots))
 	for _, r := range roots {
 		name := keyFiles[r.ID]
 		if name == "" {
 			name = keyFileName(r.Root)
 		}
+		names[r.ID] = name
 		st.Roots = append(st.Roots, rootState{Root: r.Root, KeyFile: name, RotatedOutAt: r.RotatedOutAt})
 		path := filepath.Join(dir, name)
 		if _, err := os.Stat(path); err == nil {
 			continue
 		}
 		if err := atomicfile.WriteFile(path, []byte(r.PrivateKeyPEM), 0o600); err != nil {
-			return fmt.Errorf("failed to persist CA root key: %w", err)
+			return nil, fmt.Errorf("failed to persist CA root key: %w", err)
 		}
 		written = append(written, path)
 	}
 	b, err := sealedjson.Marshal(st)
 	if err != nil {
-		return fmt.Errorf("failed to encode CA state: %w", err)
+		return nil, fmt.Errorf("failed to encode CA state: %w", err)
 	}
 	path := filepath.Join(dir, stateFileName)
 	if err := atomicfile.WriteFile(path, b, 0o600); err != nil {
 		if mayHold(path, b) {
 			written = nil // the new state may be in place: keep its keys
 		}
-		return fmt.Errorf("failed to persist CA state: %w", err)
+		return nil, fmt.Errorf("failed to persist CA state: %w", err)
 	}
-	return nil
+	return names, nil
 }
 
 // mayHold reports whether path may hold b after a failed atomic write (it

@@ -88,7 +88,7 @@ func TestLostCAStateRefused(t *testing.T) {
 			t.Cleanup(func() {
 				_ = os.WriteFile(path, good, 0o600)
 				_ = os.WriteFile(keys[0], key, 0o600)
-				_ = ensureMarker(dir)
+				_ = writeMarker(dir)
 			})
 			damaged, _ := os.ReadFile(path)
 			_, err := New(Config{Dir: dir}, nil, nil)

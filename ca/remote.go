@@ -78,7 +78,7 @@ func (m *Manager) SetRoots(r Roots) error {
 
 // parseRemoteRoots checks r and parses its roots (without keys).
 func parseRemoteRoots(r Roots) (clusterID string, roots []*rootCA, err error) {
-	id, ok := strings.CutSuffix(r.TrustDomain, ".meshlet")
+	id, ok := clusterIDOf(r.TrustDomain)
 	if _, perr := uuid.Parse(id); !ok || perr != nil || strings.ToLower(id) != id {
 		return "", nil, fmt.Errorf("invalid trust domain %q: want <cluster-uuid>.meshlet", r.TrustDomain)
 	}
@@ -103,25 +103,18 @@ func parseRemoteRoots(r Roots) (clusterID string, roots []*rootCA, err error) {
 }
 
 func parseRemoteRoot(root Root, trustDomain string) (*rootCA, error) {
-	cert, err := parseCertPEM(root.RootCertPEM)
+	rc, err := parseRoot(root)
 	if err != nil {
-		return nil, fmt.Errorf("root %s: %w", root.ID, err)
+		return nil, err
 	}
-	if !cert.IsCA {
+	if !rc.cert.IsCA {
 		return nil, fmt.Errorf("root %s is not a CA certificate", root.ID)
 	}
-	if id := rootInfo(cert).ID; id != root.ID {
+	if id := rootInfo(rc.cert).ID; id != root.ID {
 		return nil, fmt.Errorf("root %s: certificate has ID %s", root.ID, id)
 	}
-	if len(cert.URIs) != 1 || cert.URIs[0].String() != "spiffe://"+trustDomain {
+	if uris := rc.cert.URIs; len(uris) != 1 || uris[0].String() != "spiffe://"+trustDomain {
 		return nil, fmt.Errorf("root %s: %w: not a root of %s", root.ID, ErrForeignTrustDomain, trustDomain)
-	}
-	rc := &rootCA{Root: root, cert: cert}
-	rc.IntermediateCertsPEM = append([]string(nil), root.IntermediateCertsPEM...)
-	if len(root.IntermediateCertsPEM) > 0 {
-		if rc.crossCert, err = parseCertPEM(root.IntermediateCertsPEM[0]); err != nil {
-			return nil, fmt.Errorf("root %s cross-signed certificate: %w", root.ID, err)
-		}
 	}
 	return rc, nil
 }
@@ -208,7 +201,7 @@ func (m *Manager) checkSigned(sc SignedCert, pub *ecdsa.PublicKey, id string) (*
 		}
 		return &issued{chain: chain, rootID: r.ID}, nil
 	}
-	return nil, fmt.Errorf("signed by root %s, which this node does not trust yet", sc.RootID)
+	return nil, fmt.Errorf("%w: signed by root %s, which this node does not trust yet", ErrUntrusted, sc.RootID)
 }
 
 // parseChainPEM parses a PEM chain of CERTIFICATE blocks, leaf first.

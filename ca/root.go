@@ -24,7 +24,6 @@ type rootCA struct {
 	Root
 	cert      *x509.Certificate
 	key       *ecdsa.PrivateKey // nil in remote mode
-	keyPEM    string            // key encoded as stored; "" in remote mode
 	crossCert *x509.Certificate // this root cross-signed by its predecessor; may be nil
 	// rotatedOutAt is when the root stopped being the active one (zero
 	// while active).

@@ -2,21 +2,30 @@ package ca
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+)
+
+// Backoff of a prune that failed (storage unreachable, disk full).
+const (
+	pruneRetryMin = time.Second
+	pruneRetryMax = time.Minute
 )
 
 // Rotate makes a new root active. The new root is cross-signed by the old
 // one (leaves carry the cross-signed certificate, so a peer that still
 // trusts only the old root verifies them), both stay trusted, and every
-// cached leaf is re-issued in the background under the new root (rate
-// limited). The old root is dropped from Roots only once every cached leaf
-// has been re-issued and Config.RootOverlap has passed, so no live or new
-// connection between old-leaf and new-leaf peers breaks. Rotate returns
-// once the new root is active and persisted. When another server changed
-// the stored state meanwhile, Rotate fails with an error wrapping
-// ErrStateConflict and the manager reloads the stored state. In remote
-// mode it fails with ErrRemote.
+// leaf this manager caches is re-issued in the background under the new
+// root (rate limited). The old root is dropped from Roots once
+// Config.RootOverlap has passed and no leaf cached here still depends on
+// it. Leaves cached elsewhere (another server's, a client agent's, one a
+// peer fetched through the API) are not tracked: RootOverlap, by default
+// the leaf TTL, is what keeps them verifiable until they were renewed or
+// expired. Rotate returns once the new root is active and persisted. When
+// another server changed the stored state meanwhile, Rotate fails with an
+// error wrapping ErrStateConflict and the manager reloads the stored
+// state. In remote mode it fails with ErrRemote.
 func (m *Manager) Rotate(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("failed to rotate CA root: %w", err)
@@ -144,7 +153,11 @@ func (m *Manager) prunableLocked() map[string]bool {
 	return dropped
 }
 
-// maybePrune drops the prunable roots from the stored state.
+// maybePrune drops the prunable roots from the stored state. Every
+// server prunes at the same moment (the same RotatedOutAt): the losers
+// get ErrStateConflict, and their reload picks up the winner's result.
+// Any other failure is tried again with a backoff, so the old root and its
+// key do not stay until some unrelated event.
 func (m *Manager) maybePrune() {
 	m.mu.RLock()
 	due := len(m.prunableLocked()) > 0
@@ -153,30 +166,56 @@ func (m *Manager) maybePrune() {
 		return
 	}
 	m.saveMu.Lock()
-	m.mu.RLock()
-	dropped, base := m.prunableLocked(), m.stored
-	m.mu.RUnlock()
-	if len(dropped) == 0 {
-		m.saveMu.Unlock()
-		return
-	}
-	next, err := m.prunedState(base, dropped)
-	var changed bool
-	var entries []*leafEntry
-	if err == nil {
-		changed, entries, err = m.commit(m.ctx, next)
-	}
+	dropped, changed, entries, err := m.pruneLocked()
 	m.saveMu.Unlock()
 	if changed {
 		m.rootsChanged(entries)
 	}
-	if err != nil {
+	switch {
+	case err == nil:
+		for id := range dropped {
+			m.logger.Info("dropped old CA root", "root_id", id)
+		}
+	case errors.Is(err, ErrStateConflict):
+		m.logger.Debug("CA state changed while dropping old roots; reloaded it", "error", err)
+	default:
 		m.logger.Error("failed to drop old CA roots", "error", err)
+	}
+	m.retryPrune(err != nil)
+}
+
+// pruneLocked commits the state without the prunable roots (saveMu held).
+func (m *Manager) pruneLocked() (dropped map[string]bool, changed bool, entries []*leafEntry, err error) {
+	m.mu.RLock()
+	dropped, base := m.prunableLocked(), m.stored
+	m.mu.RUnlock()
+	if len(dropped) == 0 {
+		return nil, false, nil, nil
+	}
+	next, err := m.prunedState(base, dropped)
+	if err != nil {
+		return nil, false, nil, err
+	}
+	changed, entries, err = m.commit(m.ctx, next)
+	return dropped, changed, entries, err
+}
+
+// retryPrune arms pruneRetry with a doubled backoff when a prune failed
+// and roots are still prunable; otherwise it resets the backoff.
+func (m *Manager) retryPrune(failed bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.pruneRetry != nil {
+		m.pruneRetry.Stop()
+		m.pruneRetry = nil
+	}
+	if !failed || len(m.prunableLocked()) == 0 {
+		m.pruneWait = 0
 		return
 	}
-	for id := range dropped {
-		m.logger.Info("dropped old CA root", "root_id", id)
-	}
+	m.pruneWait = min(max(2*m.pruneWait, m.pruneRetryMin), max(pruneRetryMax, m.pruneRetryMin))
+	m.pruneRetry = time.AfterFunc(m.pruneWait, m.maybePrune)
+	m.logger.Debug("will try again to drop old CA roots", "retry_in", m.pruneWait)
 }
 
 // prunedState is base without the dropped roots; a kept root's

@@ -19,51 +19,6 @@ import (
 // keep changing the stored state.
 const maxLoadAttempts = 5
 
-// parseStoredRoot parses and checks one persisted root with its key.
-func parseStoredRoot(sr StoredRoot) (*rootCA, error) {
-	cert, err := parseCertPEM(sr.RootCertPEM)
-	if err != nil {
-		return nil, fmt.Errorf("failed to load root %s: %w", sr.ID, err)
-	}
-	key, err := parseKeyPEM([]byte(sr.PrivateKeyPEM))
-	if err != nil {
-		return nil, fmt.Errorf("failed to load root %s: %w", sr.ID, err)
-	}
-	if !key.PublicKey.Equal(cert.PublicKey) {
-		return nil, fmt.Errorf("failed to load root %s: key does not match certificate", sr.ID)
-	}
-	r := &rootCA{Root: sr.Root, cert: cert, key: key, keyPEM: sr.PrivateKeyPEM, rotatedOutAt: sr.RotatedOutAt}
-	r.IntermediateCertsPEM = append([]string(nil), sr.IntermediateCertsPEM...)
-	if len(sr.IntermediateCertsPEM) > 0 {
-		cross, err := parseCertPEM(sr.IntermediateCertsPEM[0])
-		if err != nil {
-			return nil, fmt.Errorf("failed to load root %s cross-signed certificate: %w", sr.ID, err)
-		}
-		r.crossCert = cross
-	}
-	return r, nil
-}
-
-// parseStoredRoots parses every root of st and requires exactly one active.
-func parseStoredRoots(st *StoredState) ([]*rootCA, error) {
-	roots := make([]*rootCA, 0, len(st.Roots))
-	active := 0
-	for _, sr := range st.Roots {
-		r, err := parseStoredRoot(sr)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrStateCorrupt, err)
-		}
-		if r.Active {
-			active++
-		}
-		roots = append(roots, r)
-	}
-	if active != 1 {
-		return nil, fmt.Errorf("%w: %d active roots, want 1", ErrStateCorrupt, active)
-	}
-	return roots, nil
-}
-
 // cloneState deep-copies st (Revision included).
 func cloneState(st *StoredState) *StoredState {
 	out := *st
@@ -107,7 +62,7 @@ func (m *Manager) initialState(st *StoredState) (next *StoredState, changed bool
 	if active {
 		return next, changed, nil
 	}
-	r, err := newRootCA(next.ClusterID+".meshlet", m.cfg.RootTTL, now)
+	r, err := newRootCA(TrustDomainOf(next.ClusterID), m.cfg.RootTTL, now)
 	if err != nil {
 		return nil, false, err
 	}
@@ -143,6 +98,9 @@ func (m *Manager) load(ctx context.Context) error {
 		}
 		roots, err := parseStoredRoots(next)
 		if err != nil {
+			if ds, ok := m.storage.(*dirStorage); ok {
+				return fmt.Errorf("failed to load CA state: %w: restore %s from a backup", err, ds.dir)
+			}
 			return fmt.Errorf("failed to load CA state: %w", err)
 		}
 		if changed {
@@ -181,7 +139,7 @@ func (m *Manager) apply(st *StoredState, roots []*rootCA) (changed bool, entries
 	defer m.mu.Unlock()
 	changed = rootsDiffer(m.roots, roots)
 	m.stored, m.roots = st, roots
-	m.clusterID, m.trustDomain = st.ClusterID, st.ClusterID+".meshlet"
+	m.clusterID, m.trustDomain = st.ClusterID, TrustDomainOf(st.ClusterID)
 	if changed {
 		m.index = max(m.index+1, st.Index)
 		m.rebuildPoolLocked()

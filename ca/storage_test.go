@@ -29,6 +29,10 @@ type casStorage struct {
 	// reading (to line up racing starts).
 	loadGate  *sync.WaitGroup
 	gateLoads int
+
+	// beforeSave, if set (before the storage is used), runs first in
+	// Save, without s.mu; its error is Save's.
+	beforeSave func(prev, next *StoredState) error
 }
 
 func (s *casStorage) Load(ctx context.Context) (*StoredState, error) {
@@ -56,6 +60,11 @@ func (s *casStorage) Load(ctx context.Context) (*StoredState, error) {
 }
 
 func (s *casStorage) Save(ctx context.Context, prev, next *StoredState) error {
+	if s.beforeSave != nil {
+		if err := s.beforeSave(prev, next); err != nil {
+			return err
+		}
+	}
 	b, err := json.Marshal(next)
 	if err != nil {
 		return err

@@ -92,11 +92,10 @@ func (st State) DeleteByID(id string) (State, Intention, error) {
 	return st.remove(i)
 }
 
+// remove drops the intention at i; the rest stays in evaluation order.
 func (st State) remove(i int) (State, Intention, error) {
 	removed := st.Intentions[i]
-	list := st.without(i, 0)
-	sortValues(list)
-	return State{Index: st.Index + 1, Intentions: list}, removed, nil
+	return State{Index: st.Index + 1, Intentions: st.without(i, 0)}, removed, nil
 }
 
 // find returns the position of the first intention match accepts, or -1.
@@ -183,9 +182,10 @@ func DecodeState(b []byte) (State, error) {
 	return st, nil
 }
 
-// equalStates reports whether a and b hold the same index and intentions
-// (times compared as instants). Both are in evaluation order.
-func equalStates(a, b State) bool {
+// EqualStates reports whether a and b hold the same index and intentions
+// (times compared as instants). Both must be in evaluation order, as
+// DecodeState and State's methods return them.
+func EqualStates(a, b State) bool {
 	if a.Index != b.Index || len(a.Intentions) != len(b.Intentions) {
 		return false
 	}

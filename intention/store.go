@@ -186,7 +186,8 @@ func (s *Store) State() State { return s.snap.Load().state.clone() }
 // cluster. st is validated as DecodeState does (errors wrap
 // ErrStateCorrupt and change nothing) and copied. Subscribers are called
 // only when the index or the content changed; a store with a dir persists
-// the new state first (a failure changes nothing).
+// the new state first (a failure changes nothing). A state that was
+// received from the network must come through Replace.
 func (s *Store) Replace(st State) error {
 	next, err := validateState(st)
 	if err != nil {
@@ -194,7 +195,7 @@ func (s *Store) Replace(st State) error {
 	}
 	s.writeMu.Lock()
 	cur := s.snap.Load().state
-	if equalStates(cur, next) {
+	if EqualStates(cur, next) {
 		s.writeMu.Unlock()
 		return nil
 	}

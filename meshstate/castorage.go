@@ -68,16 +68,27 @@ func (cs caStorage) Load(ctx context.Context) (*ca.StoredState, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := &ca.StoredState{ClusterID: sr.ClusterID, Index: sr.Index, Revision: rootsKV.ModRevision,
-		Roots: make([]ca.StoredRoot, 0, len(sr.Roots))}
+	st, missing := sr.withKeys(keys)
+	if missing != "" {
+		return nil, fmt.Errorf("%w: etcd key %s (the private key of root %s) is missing", ca.ErrStateCorrupt, s.key(caKeysDir+missing), missing)
+	}
+	st.Revision = rootsKV.ModRevision
+	return st, nil
+}
+
+// withKeys is the CA state sr describes with each root's private key
+// from keys (by root ID); missing is the ID of the first root without one
+// ("" when none is missing: st is complete).
+func (sr storedRoots) withKeys(keys map[string]string) (st *ca.StoredState, missing string) {
+	st = &ca.StoredState{ClusterID: sr.ClusterID, Index: sr.Index, Roots: make([]ca.StoredRoot, 0, len(sr.Roots))}
 	for _, r := range sr.Roots {
 		pem, ok := keys[r.ID]
 		if !ok || pem == "" {
-			return nil, fmt.Errorf("%w: etcd key %s (the private key of root %s) is missing", ca.ErrStateCorrupt, s.key(caKeysDir+r.ID), r.ID)
+			return nil, r.ID
 		}
 		st.Roots = append(st.Roots, ca.StoredRoot{Root: r.Root, PrivateKeyPEM: pem, RotatedOutAt: r.RotatedOutAt})
 	}
-	return st, nil
+	return st, ""
 }
 
 // Save implements ca.Storage: one transaction puts ca/roots, the keys of
@@ -152,22 +163,35 @@ func checkStoredState(st *ca.StoredState) error {
 	return nil
 }
 
-// decodeRoots decodes ca/roots; an error wraps ca.ErrStateCorrupt and
-// names the key.
+// decodeRoots decodes ca/roots (decodeStoredRoots); an error wraps
+// ca.ErrStateCorrupt and names the key.
 func (s *Store) decodeRoots(b []byte) (storedRoots, error) {
-	var sr storedRoots
-	if err := json.Unmarshal(b, &sr); err != nil {
+	sr, err := decodeStoredRoots(b)
+	if err != nil {
 		return storedRoots{}, fmt.Errorf("%w: etcd key %s: %w", ca.ErrStateCorrupt, s.key(caRootsKey), err)
 	}
+	return sr, nil
+}
+
+// decodeStoredRoots decodes a ca/roots value, which must have a cluster
+// ID. It is the one decoder of the value (etcd reads, snapshots).
+func decodeStoredRoots(b []byte) (storedRoots, error) {
+	var sr storedRoots
+	if b == nil {
+		return sr, errors.New("no value")
+	}
+	if err := json.Unmarshal(b, &sr); err != nil {
+		return storedRoots{}, err
+	}
 	if sr.ClusterID == "" {
-		return storedRoots{}, fmt.Errorf("%w: etcd key %s has no cluster ID", ca.ErrStateCorrupt, s.key(caRootsKey))
+		return storedRoots{}, errors.New("no cluster ID")
 	}
 	return sr, nil
 }
 
 // publicRoots are the roots a feed carries: no keys.
 func (sr storedRoots) publicRoots() *ca.Roots {
-	out := &ca.Roots{TrustDomain: sr.ClusterID + ".meshlet", Roots: make([]ca.Root, 0, len(sr.Roots))}
+	out := &ca.Roots{TrustDomain: ca.TrustDomainOf(sr.ClusterID), Roots: make([]ca.Root, 0, len(sr.Roots))}
 	for _, r := range sr.Roots {
 		if r.Active {
 			out.ActiveRootID = r.ID

@@ -24,9 +24,11 @@ const (
 // Snapshot reads the whole state at one revision as a Reset batch: every
 // allocation's registrations, the intentions (an empty state when none
 // are stored) and the CA's public roots (nil before the CA's first start).
-// The keys under ca/keys/ are not even read. A corrupt intentions or
-// ca/roots value is an error; a corrupt allocation value is logged and
-// left out.
+// The keys under ca/keys/ are not even read. A value that does not decode
+// is logged and left out of the batch, so that the rest still reaches the
+// mirrors: a corrupt allocation value is left out like a deleted one, a
+// corrupt intentions or ca/roots value leaves Intentions or Roots nil (the
+// mirrors keep the last good one).
 func (s *Store) Snapshot(ctx context.Context) (Batch, error) {
 	ctx, cancel := s.callCtx(ctx)
 	defer cancel()
@@ -42,9 +44,7 @@ func (s *Store) Snapshot(ctx context.Context) (Batch, error) {
 	b := Batch{Revision: resp.Header.Revision, Reset: true, Intentions: &intention.State{}}
 	for _, r := range resp.Responses {
 		for _, kv := range r.GetResponseRange().Kvs {
-			if err := s.applyKV(&b, nil, kv, false); err != nil {
-				return Batch{}, err
-			}
+			s.applyKV(&b, nil, kv, false)
 		}
 	}
 	return b, nil
@@ -52,57 +52,70 @@ func (s *Store) Snapshot(ctx context.Context) (Batch, error) {
 
 // applyKV records one key's new value (or deletion) in b; allocIdx maps
 // "node/alloc" to its entry in b.Allocs (nil: keys come once, no
-// coalescing).
-func (s *Store) applyKV(b *Batch, allocIdx map[string]int, kv *mvccpb.KeyValue, deleted bool) error {
+// coalescing). A value that does not decode is logged and its part left
+// out of b.
+func (s *Store) applyKV(b *Batch, allocIdx map[string]int, kv *mvccpb.KeyValue, deleted bool) {
 	sub, ok := strings.CutPrefix(string(kv.Key), s.prefix)
 	if !ok {
-		return nil
+		return
 	}
 	switch {
 	case strings.HasPrefix(sub, catalogDir):
-		nodeID, allocID, ok := parseAllocKey(strings.TrimPrefix(sub, catalogDir))
-		if !ok {
-			return nil
-		}
-		var insts = AllocRegs{NodeID: nodeID, AllocID: allocID}
-		if !deleted {
-			var err error
-			if insts.Instances, err = decodeInstances(kv.Value); err != nil {
-				s.logger.Warn("ignoring undecodable registrations", "key", string(kv.Key), "error", err)
-				if allocIdx == nil {
-					return nil // a snapshot leaves it out
-				}
-			}
-		}
-		if i, seen := allocIdx[sub]; seen {
-			b.Allocs[i] = insts
-			return nil
-		}
-		if allocIdx != nil {
-			allocIdx[sub] = len(b.Allocs)
-		}
-		b.Allocs = append(b.Allocs, insts)
+		s.applyAlloc(b, allocIdx, sub, kv, deleted)
 	case sub == intentionsKey:
 		st := intention.State{}
 		if !deleted {
 			var err error
 			if st, err = s.decodeIntentions(kv.Value); err != nil {
-				return err
+				s.logger.Error("leaving undecodable intentions out of the mesh state feed; agents keep the last good ones",
+					"key", string(kv.Key), "error", err)
+				b.Intentions = nil
+				return
 			}
 		}
 		b.Intentions = &st
 	case sub == caRootsKey:
 		if deleted {
 			s.logger.Warn("CA roots were deleted from etcd; keeping the last ones", "key", string(kv.Key))
-			return nil
+			return
 		}
 		sr, err := s.decodeRoots(kv.Value)
 		if err != nil {
-			return err
+			s.logger.Error("leaving undecodable CA roots out of the mesh state feed; agents keep the last good ones",
+				"key", string(kv.Key), "error", err)
+			b.Roots = nil
+			return
 		}
 		b.Roots = sr.publicRoots()
 	}
-	return nil // ca/keys/ and unknown keys carry nothing for a mirror
+	// ca/keys/ and unknown keys carry nothing for a mirror.
+}
+
+// applyAlloc records one allocation's registrations (sub is the key
+// relative to the prefix) in b, as applyKV does.
+func (s *Store) applyAlloc(b *Batch, allocIdx map[string]int, sub string, kv *mvccpb.KeyValue, deleted bool) {
+	nodeID, allocID, ok := parseAllocKey(strings.TrimPrefix(sub, catalogDir))
+	if !ok {
+		return
+	}
+	var insts = AllocRegs{NodeID: nodeID, AllocID: allocID}
+	if !deleted {
+		var err error
+		if insts.Instances, err = decodeInstances(kv.Value); err != nil {
+			s.logger.Warn("ignoring undecodable registrations", "key", string(kv.Key), "error", err)
+			if allocIdx == nil {
+				return // a snapshot leaves it out
+			}
+		}
+	}
+	if i, seen := allocIdx[sub]; seen {
+		b.Allocs[i] = insts
+		return
+	}
+	if allocIdx != nil {
+		allocIdx[sub] = len(b.Allocs)
+	}
+	b.Allocs = append(b.Allocs, insts)
 }
 
 // errFn carries the error of Follow's fn, which ends Follow.
@@ -116,9 +129,10 @@ func (e errFn) Error() string { return e.err.Error() }
 // carry nothing for a mirror (private keys) make no batch. When the watch
 // fails (the history it needs was compacted, the member lost its leader,
 // the connection broke) Follow starts again with a new Reset batch after
-// a short backoff; a snapshot that fails (a corrupt value) is retried the
-// same way. fn runs on Follow's goroutine; while it runs, no batch is
-// read.
+// a short backoff; a snapshot that fails (etcd unreachable) is retried
+// the same way. A value that does not decode does not stop the feed: it
+// is logged and left out (see Snapshot). fn runs on Follow's goroutine;
+// while it runs, no batch is read.
 func (s *Store) Follow(ctx context.Context, fn func(Batch) error) error {
 	backoff := followBackoffMin
 	for {
@@ -172,10 +186,7 @@ func (s *Store) followOnce(ctx context.Context, fn func(Batch) error) (progresse
 		if resp.Canceled {
 			return true, errors.New("mesh state watch was cancelled")
 		}
-		b, ok, err := s.watchBatch(resp.Events)
-		if err != nil {
-			return true, err
-		}
+		b, ok := s.watchBatch(resp.Events)
 		if !ok {
 			continue
 		}
@@ -188,16 +199,14 @@ func (s *Store) followOnce(ctx context.Context, fn func(Batch) error) (progresse
 
 // watchBatch turns one watch response's events into a batch; ok is false
 // when they carry nothing for a mirror.
-func (s *Store) watchBatch(events []*clientv3.Event) (b Batch, ok bool, err error) {
+func (s *Store) watchBatch(events []*clientv3.Event) (b Batch, ok bool) {
 	if len(events) == 0 {
-		return Batch{}, false, nil
+		return Batch{}, false
 	}
 	idx := map[string]int{}
 	for _, ev := range events {
-		if err := s.applyKV(&b, idx, ev.Kv, ev.Type == clientv3.EventTypeDelete); err != nil {
-			return Batch{}, false, err
-		}
+		s.applyKV(&b, idx, ev.Kv, ev.Type == clientv3.EventTypeDelete)
 		b.Revision = ev.Kv.ModRevision
 	}
-	return b, len(b.Allocs) > 0 || b.Intentions != nil || b.Roots != nil, nil
+	return b, len(b.Allocs) > 0 || b.Intentions != nil || b.Roots != nil
 }

@@ -287,3 +287,52 @@ func TestFollowEndsWhenClientCloses(t *testing.T) {
 		t.Fatal("Follow still runs 10s after its client closed")
 	}
 }
+
+// TestFollowSurvivesCorruptValues: an undecodable intentions or ca/roots
+// value is left out of the feed (mirrors keep their last good one) and
+// the catalog changes keep arriving, in the reset and in the watch.
+func TestFollowSurvivesCorruptValues(t *testing.T) {
+	c, prefix := newClient(t), testPrefix(t)
+	s := openTest(t, c, prefix)
+	ctx := ctxT(t, 20*time.Second)
+	if err := s.PutAlloc(ctx, "n1", "a0", regs("n1", "a0", "web")); err != nil {
+		t.Fatal(err)
+	}
+	corruptIx := `{"Intentions":[{"Action":"maybe"}]}`
+	if _, err := c.Put(ctx, prefix+intentionsKey, corruptIx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Put(ctx, prefix+caRootsKey, `{"ClusterID":`); err != nil {
+		t.Fatal(err)
+	}
+	f := follow(t, s, nil)
+	reset := f.next(t)
+	if !reset.Reset || len(reset.Allocs) != 1 || reset.Intentions != nil || reset.Roots != nil {
+		t.Fatalf("reset over corrupt values = %+v, want the allocation only", reset)
+	}
+	if err := s.PutAlloc(ctx, "n1", "a1", regs("n1", "a1", "db")); err != nil {
+		t.Fatal(err)
+	}
+	if b := f.next(t); b.Reset || len(b.Allocs) != 1 || b.Allocs[0].AllocID != "a1" {
+		t.Fatalf("catalog change after the reset = %+v", b)
+	}
+	// A corrupt value in a watch response: the rest of it still arrives.
+	if _, err := c.Txn(ctx).Then(clientv3.OpPut(prefix+intentionsKey, corruptIx+" "),
+		clientv3.OpPut(prefix+"catalog/n2/a2", mustJSON(t, regs("n2", "a2", "api")))).Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if b := f.next(t); b.Reset || len(b.Allocs) != 1 || b.Allocs[0].AllocID != "a2" || b.Intentions != nil {
+		t.Fatalf("batch with a corrupt intentions value = %+v, want the allocation only", b)
+	}
+	// Repaired values arrive as usual.
+	good, err := intention.EncodeState(intention.State{Index: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Put(ctx, prefix+intentionsKey, string(good)); err != nil {
+		t.Fatal(err)
+	}
+	if b := f.next(t); b.Reset || b.Intentions == nil || b.Intentions.Index != 7 {
+		t.Fatalf("batch with the repaired intentions = %+v", b)
+	}
+}

@@ -2,15 +2,14 @@ package meshstate
 
 import (
 	"bytes"
-	"crypto/x509"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
 
+	"github.com/meshlet/meshlet/ca"
 	"github.com/meshlet/meshlet/intention"
 )
 
@@ -45,15 +44,16 @@ func (i SnapshotInfo) TrustDomain() string {
 	if i.ClusterID == "" {
 		return ""
 	}
-	return i.ClusterID + ".meshlet"
+	return ca.TrustDomainOf(i.ClusterID)
 }
 
 // CheckDurable validates the durable keys of a snapshot (keys relative to
 // the store's prefix, as DurableKeys selects them): only known keys; the
-// intentions decode and validate; ca/roots decodes, has exactly one
-// active root, and each root's certificate and private key parse and
-// match; a key under ca/keys/ for every root and for no other. A snapshot
-// may carry no CA at all (neither ca/roots nor keys). Errors wrap
+// intentions decode and validate; ca/roots decodes and, with the keys
+// under ca/keys/, passes ca.CheckStoredState (each root's certificate,
+// cross-signed certificate and private key parse and match, exactly one
+// root active); a key under ca/keys/ for every root and for no other. A
+// snapshot may carry no CA at all (neither ca/roots nor keys). Errors wrap
 // ErrInvalid and name the key.
 func CheckDurable(snap map[string][]byte) (SnapshotInfo, error) {
 	var info SnapshotInfo
@@ -96,60 +96,32 @@ func CheckDurable(snap map[string][]byte) (SnapshotInfo, error) {
 
 // checkRoots validates a snapshot's ca/roots against its root keys.
 func checkRoots(b []byte, keys map[string][]byte) (storedRoots, error) {
-	var sr storedRoots
-	if err := json.Unmarshal(b, &sr); err != nil || sr.ClusterID == "" {
-		return sr, fmt.Errorf("%w: snapshot key %s: undecodable or without a cluster ID", ErrInvalid, caRootsKey)
+	sr, err := decodeStoredRoots(b)
+	if err != nil {
+		return sr, fmt.Errorf("%w: snapshot key %s: %w", ErrInvalid, caRootsKey, err)
 	}
-	active := 0
+	pems := make(map[string]string, len(keys))
+	for id, k := range keys {
+		pems[id] = string(k)
+	}
 	for _, r := range sr.Roots {
 		if err := checkSegment("root ID", r.ID); err != nil {
 			return sr, fmt.Errorf("%w: snapshot key %s: %w", ErrInvalid, caRootsKey, err)
 		}
-		pemKey, ok := keys[r.ID]
-		if !ok {
-			return sr, fmt.Errorf("%w: the snapshot lacks %s%s, the private key of root %s", ErrInvalid, caKeysDir, r.ID, r.ID)
-		}
 		delete(keys, r.ID)
-		if err := checkRootKey(r.RootCertPEM, pemKey); err != nil {
-			return sr, fmt.Errorf("%w: root %s of the snapshot: %w", ErrInvalid, r.ID, err)
-		}
-		if r.Active {
-			active++
-		}
 	}
-	if active != 1 {
-		return sr, fmt.Errorf("%w: snapshot key %s has %d active roots, want 1", ErrInvalid, caRootsKey, active)
+	st, missing := sr.withKeys(pems)
+	if missing != "" {
+		return sr, fmt.Errorf("%w: the snapshot lacks %s%s, the private key of root %s", ErrInvalid, caKeysDir, missing, missing)
 	}
 	if len(keys) > 0 {
 		id := slices.Sorted(maps.Keys(keys))[0]
 		return sr, fmt.Errorf("%w: the snapshot holds %s%s, the key of no root in %s", ErrInvalid, caKeysDir, id, caRootsKey)
 	}
+	if err := ca.CheckStoredState(st); err != nil {
+		return sr, fmt.Errorf("%w: snapshot keys %s and %s: %w", ErrInvalid, caRootsKey, caKeysDir, err)
+	}
 	return sr, nil
-}
-
-// checkRootKey: the certificate and the EC key parse, and the key is the
-// certificate's.
-func checkRootKey(certPEM string, keyPEM []byte) error {
-	cb, _ := pem.Decode([]byte(certPEM))
-	if cb == nil {
-		return errors.New("no certificate PEM block")
-	}
-	cert, err := x509.ParseCertificate(cb.Bytes)
-	if err != nil {
-		return fmt.Errorf("bad certificate: %w", err)
-	}
-	kb, _ := pem.Decode(keyPEM)
-	if kb == nil || kb.Type != "EC PRIVATE KEY" {
-		return errors.New("no EC PRIVATE KEY PEM block")
-	}
-	key, err := x509.ParseECPrivateKey(kb.Bytes)
-	if err != nil {
-		return fmt.Errorf("bad private key: %w", err)
-	}
-	if !key.PublicKey.Equal(cert.PublicKey) {
-		return errors.New("the private key does not match the certificate")
-	}
-	return nil
 }
 
 // PrepareRestore returns the durable keys a restore writes in place of
@@ -221,17 +193,16 @@ func restoredIntentions(snap, live []byte) ([]byte, error) {
 	return intention.EncodeState(st)
 }
 
+// sameIntentions: a and b hold the same intentions, whatever their index.
 func sameIntentions(a, b intention.State) bool {
 	a.Index, b.Index = 0, 0
-	x, err1 := intention.EncodeState(a)
-	y, err2 := intention.EncodeState(b)
-	return err1 == nil && err2 == nil && bytes.Equal(x, y)
+	return intention.EqualStates(a, b)
 }
 
 // restoredRoots is the ca/roots value a restore writes.
 func restoredRoots(snap, live map[string][]byte, allowOtherCA bool) ([]byte, error) {
-	var sr storedRoots
-	if err := json.Unmarshal(snap[caRootsKey], &sr); err != nil {
+	sr, err := decodeStoredRoots(snap[caRootsKey])
+	if err != nil {
 		return nil, fmt.Errorf("%w: snapshot key %s: %w", ErrInvalid, caRootsKey, err)
 	}
 	lb := live[caRootsKey]
@@ -240,8 +211,8 @@ func restoredRoots(snap, live map[string][]byte, allowOtherCA bool) ([]byte, err
 		return snap[caRootsKey], nil // nothing (readable) to keep or to move past
 	}
 	if cur.ClusterID != sr.ClusterID && !allowOtherCA {
-		return nil, fmt.Errorf("%w: the snapshot's CA is of trust domain %s.meshlet, the cluster's of %s.meshlet (force the restore to replace it)",
-			ErrOtherCA, sr.ClusterID, cur.ClusterID)
+		return nil, fmt.Errorf("%w: the snapshot's CA is of trust domain %s, the cluster's of %s (force the restore to replace it)",
+			ErrOtherCA, ca.TrustDomainOf(sr.ClusterID), ca.TrustDomainOf(cur.ClusterID))
 	}
 	if sameRoots(sr, cur) && sameKeys(snap, live) {
 		return lb, nil
@@ -252,21 +223,6 @@ func restoredRoots(snap, live map[string][]byte, allowOtherCA bool) ([]byte, err
 		return nil, fmt.Errorf("failed to encode CA state: %w", err)
 	}
 	return b, nil
-}
-
-// decodeStoredRoots decodes a ca/roots value that has a cluster ID.
-func decodeStoredRoots(b []byte) (storedRoots, error) {
-	var sr storedRoots
-	if b == nil {
-		return sr, errors.New("no CA roots")
-	}
-	if err := json.Unmarshal(b, &sr); err != nil {
-		return sr, err
-	}
-	if sr.ClusterID == "" {
-		return sr, errors.New("no cluster ID")
-	}
-	return sr, nil
 }
 
 func sameRoots(a, b storedRoots) bool {

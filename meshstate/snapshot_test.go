@@ -83,16 +83,33 @@ func TestCheckDurable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// r2 with a cross-signed certificate: garbage, or one that is not
+	// r2's key (r1's certificate).
+	withCross := func(cross string) []byte {
+		sr, err := decodeStoredRoots(snap[caRootsKey])
+		if err != nil {
+			t.Fatal(err)
+		}
+		sr.Roots[1].IntermediateCertsPEM = []string{cross}
+		b, err := json.Marshal(sr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	garbageCross, otherCross := withCross("garbage"), withCross(st.Roots[0].RootCertPEM)
 	edits := map[string]func(m map[string][]byte){
-		"root without its key":  func(m map[string][]byte) { delete(m, caKeysDir+"r2") },
-		"keys swapped":          func(m map[string][]byte) { m[caKeysDir+"r1"], m[caKeysDir+"r2"] = m[caKeysDir+"r2"], m[caKeysDir+"r1"] },
-		"stray key":             func(m map[string][]byte) { m[caKeysDir+"r9"] = m[caKeysDir+"r1"] },
-		"keys without roots":    func(m map[string][]byte) { delete(m, caRootsKey) },
-		"undecodable roots":     func(m map[string][]byte) { m[caRootsKey] = []byte(`{"ClusterID":`) },
-		"undecodable intention": func(m map[string][]byte) { m[intentionsKey] = []byte(`{"Intentions":[{"Action":"maybe"}]}`) },
-		"two active roots":      func(m map[string][]byte) { m[caRootsKey] = rootsJSON },
-		"a catalog key":         func(m map[string][]byte) { m[catalogDir+"n1/a1"] = []byte(`[]`) },
-		"garbage key PEM":       func(m map[string][]byte) { m[caKeysDir+"r2"] = []byte("not a key") },
+		"garbage cross-signed":   func(m map[string][]byte) { m[caRootsKey] = garbageCross },
+		"cross-signed other key": func(m map[string][]byte) { m[caRootsKey] = otherCross },
+		"root without its key":   func(m map[string][]byte) { delete(m, caKeysDir+"r2") },
+		"keys swapped":           func(m map[string][]byte) { m[caKeysDir+"r1"], m[caKeysDir+"r2"] = m[caKeysDir+"r2"], m[caKeysDir+"r1"] },
+		"stray key":              func(m map[string][]byte) { m[caKeysDir+"r9"] = m[caKeysDir+"r1"] },
+		"keys without roots":     func(m map[string][]byte) { delete(m, caRootsKey) },
+		"undecodable roots":      func(m map[string][]byte) { m[caRootsKey] = []byte(`{"ClusterID":`) },
+		"undecodable intention":  func(m map[string][]byte) { m[intentionsKey] = []byte(`{"Intentions":[{"Action":"maybe"}]}`) },
+		"two active roots":       func(m map[string][]byte) { m[caRootsKey] = rootsJSON },
+		"a catalog key":          func(m map[string][]byte) { m[catalogDir+"n1/a1"] = []byte(`[]`) },
+		"garbage key PEM":        func(m map[string][]byte) { m[caKeysDir+"r2"] = []byte("not a key") },
 	}
 	for name, edit := range edits {
 		m := maps.Clone(snap)

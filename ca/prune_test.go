@@ -1,0 +1,121 @@
+package ca
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/meshlet/meshlet/internal/testutil"
+)
+
+// logBuffer collects a logger's output; safe for concurrent use.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// newLoggedManager is newTestManager with a debug logger writing to the
+// returned buffer.
+func newLoggedManager(t *testing.T, cfg Config) (*Manager, *logBuffer) {
+	t.Helper()
+	logs := &logBuffer{}
+	m, err := New(cfg, hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Debug}), nil)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { _ = m.Close() })
+	return m, logs
+}
+
+func isPrune(prev, next *StoredState) bool {
+	return prev != nil && len(next.Roots) < len(prev.Roots)
+}
+
+// TestPruneConflictIsQuiet: another server drops the same old root from
+// the same state first (every server prunes at the same moment); this
+// one's write conflicts, its reload picks up the result, and nothing is
+// logged as an error.
+func TestPruneConflictIsQuiet(t *testing.T) {
+	st := &casStorage{}
+	var raced atomic.Bool
+	st.beforeSave = func(prev, next *StoredState) error {
+		if isPrune(prev, next) && raced.CompareAndSwap(false, true) {
+			return st.Save(context.Background(), prev, cloneState(next)) // the other server
+		}
+		return nil
+	}
+	m, logs := newLoggedManager(t, Config{Storage: st, LeafTTL: time.Hour, RootOverlap: time.Nanosecond})
+	if err := m.Rotate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 10*time.Second, "the old root dropped", func() bool {
+		return raced.Load() && len(m.Roots().Roots) == 1
+	})
+	stored := st.load(t)
+	if len(stored.Roots) != 1 || stored.Roots[0].ID != m.Roots().ActiveRootID || st.saveCount() != 3 {
+		t.Fatalf("stored %d roots (active %s, manager's %s) after %d saves; want 1, the same, 3 saves",
+			len(stored.Roots), storedActiveID(stored), m.Roots().ActiveRootID, st.saveCount())
+	}
+	out := logs.String()
+	if strings.Contains(out, "[ERROR]") || !strings.Contains(out, "reloaded it") {
+		t.Fatalf("a lost prune race is logged as an error or not at all:\n%s", out)
+	}
+}
+
+// TestFailedPruneRetried: a prune whose write fails (storage
+// unreachable, disk full) is tried again with a backoff, without any
+// other event.
+func TestFailedPruneRetried(t *testing.T) {
+	st := &casStorage{}
+	var attempts atomic.Int32
+	st.beforeSave = func(prev, next *StoredState) error {
+		if isPrune(prev, next) && attempts.Add(1) <= 3 {
+			return errors.New("disk full")
+		}
+		return nil
+	}
+	m, logs := newLoggedManager(t, Config{Storage: st, LeafTTL: time.Hour, RootOverlap: time.Nanosecond})
+	m.mu.Lock()
+	m.pruneRetryMin = 20 * time.Millisecond
+	m.mu.Unlock()
+	if err := m.Rotate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 5*time.Second, "the old root dropped after failed attempts", func() bool {
+		return len(st.load(t).Roots) == 1
+	})
+	if n := attempts.Load(); n != 4 {
+		t.Fatalf("%d prune attempts, want 3 failed and 1 good", n)
+	}
+	if len(m.Roots().Roots) != 1 {
+		t.Fatal("the manager kept the dropped root")
+	}
+	if out := logs.String(); strings.Count(out, "failed to drop old CA roots") != 3 {
+		t.Fatalf("want 3 prune errors logged:\n%s", out)
+	}
+	m.mu.RLock()
+	wait, retry := m.pruneWait, m.pruneRetry
+	m.mu.RUnlock()
+	if wait != 0 || retry != nil {
+		t.Fatalf("backoff %s, retry timer %v after the success", wait, retry)
+	}
+}
