@@ -285,7 +285,7 @@ func (c *meshCluster) waitNodes(ctx context.Context, timeout time.Duration) erro
 			return nil
 		}
 		last = fmt.Sprintf("%d of %d nodes ready (err %v)", ready, len(c.clients), err)
-		if !sleepOrDone(ctx, 200*time.Millisecond) {
+		if !sleepCtx(ctx, 200*time.Millisecond) {
 			return ctx.Err()
 		}
 	}
@@ -327,19 +327,9 @@ func (c *meshCluster) running(ctx context.Context, jobID string, want int, timeo
 			return run, nil
 		}
 		last = fmt.Sprintf("%d running, %d pending (err %v)", len(run), pending, err)
-		if !sleepOrDone(ctx, 20*time.Millisecond) {
+		if !sleepCtx(ctx, 20*time.Millisecond) {
 			return nil, ctx.Err()
 		}
 	}
 	return nil, fmt.Errorf("job %s: want %d allocations running, %s after %s", jobID, want, last, timeout)
-}
-
-// sleepOrDone sleeps d; false when ctx ended first.
-func sleepOrDone(ctx context.Context, d time.Duration) bool {
-	select {
-	case <-ctx.Done():
-		return false
-	case <-time.After(d):
-		return true
-	}
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"regexp"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -203,21 +204,11 @@ func (c *meshCluster) edgeWatchers(allocs []*nomadapi.AllocationListStub) ([]*ed
 		out = append(out, &edgeWatcher{name: al.NodeName, hc: nsHTTPClient(NetnsPath(ns)),
 			url: "http://127.0.0.2:19001/clusters", count: countHealthy})
 	}
-	slices.SortFunc(out[1:], func(a, b *edgeWatcher) int { return cmpString(a.name, b.name) })
+	slices.SortFunc(out[1:], func(a, b *edgeWatcher) int { return strings.Compare(a.name, b.name) })
 	if len(out) != 1+meshClients {
 		return nil, fmt.Errorf("watcher allocations on %d nodes, want %d", len(out)-1, meshClients)
 	}
 	return out, nil
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // countCatalog counts the entries of a /v1/health/connect answer (-1 when
@@ -269,7 +260,7 @@ func waitEdge(ctx context.Context, ws []*edgeWatcher, want int, start time.Time)
 				} else {
 					last = fmt.Sprintf("%d endpoints", n)
 				}
-				if !sleepOrDone(ctx, edgePoll) {
+				if !sleepCtx(ctx, edgePoll) {
 					errs[i] = fmt.Errorf("%s did not list %d endpoints of %s within %s (last: %s)", w.name, want, edgeService, edgeTimeout, last)
 					return
 				}

@@ -15,8 +15,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // The Cluster mesh area's hosts' network: a bridge in the root namespace
@@ -160,7 +158,7 @@ func killNetns(ns string) {
 // allocPID finds a live process of allocation allocID (NOMAD_ALLOC_ID in
 // its environment) whose network namespace is not the host's.
 func allocPID(allocID, hostNSPath string) (int, error) {
-	host, err := nsInode(hostNSPath)
+	host, err := inode(hostNSPath)
 	if err != nil {
 		return 0, err
 	}
@@ -178,19 +176,11 @@ func allocPID(allocID, hostNSPath string) (int, error) {
 		if err != nil || !strings.Contains(string(env), string(want)) {
 			continue
 		}
-		if ino, err := nsInode(fmt.Sprintf("/proc/%d/ns/net", pid)); err == nil && ino != host {
+		if ino, err := inode(fmt.Sprintf("/proc/%d/ns/net", pid)); err == nil && ino != host {
 			return pid, nil
 		}
 	}
 	return 0, fmt.Errorf("%w: no process of allocation %s in its own network namespace", ErrNoProcess, allocID[:8])
-}
-
-func nsInode(path string) (uint64, error) {
-	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
-		return 0, fmt.Errorf("failed to stat namespace %s: %w", path, err)
-	}
-	return st.Ino, nil
 }
 
 // nsHTTPClient is an HTTP client whose connections are made inside the

@@ -332,10 +332,13 @@ func simUpdates(allocs []*structs.Allocation, sent map[string]string) []*structs
 	return out
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) {
+// sleepCtx sleeps d; false when ctx ended first.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
 	select {
 	case <-ctx.Done():
+		return false
 	case <-time.After(d):
+		return true
 	}
 }
 
