@@ -96,8 +96,9 @@ type Config struct {
 	GCAllocTTL  time.Duration
 	GCInterval  time.Duration
 	// GCDiskUsageThreshold is the percentage of the data dir's filesystem
-	// in use above which every terminal allocation is collected, oldest
-	// first (Nomad's gc_disk_usage_threshold); zero means the default 80.
+	// in use above which terminal allocations are collected, oldest first,
+	// until usage is under it (Nomad's gc_disk_usage_threshold); zero means
+	// the default 80.
 	GCDiskUsageThreshold float64
 	// DiskUsage reports the data dir's filesystem usage in percent; nil
 	// uses statfs (tests replace it).

@@ -231,3 +231,38 @@ func TestRestartTaskForCheck(t *testing.T) {
 		t.Errorf("restart of an unknown task: %v", err)
 	}
 }
+
+// TestRestartAllMainTasks: RestartTask with task "" (a group check's
+// check_restart naming no task) restarts every running task of the
+// allocation but its sidecars.
+func TestRestartAllMainTasks(t *testing.T) {
+	ctx := context.Background()
+	srv := newServer(t)
+	drv := fakedriver.New("raw_exec")
+	c := newClient(t, srv, t.TempDir(), drv)
+	defer c.Shutdown()
+	j := job("m", "")
+	delay, attempts, interval, mode := 10*time.Millisecond, 2, time.Minute, "fail"
+	tg := j.TaskGroups[0]
+	tg.RestartPolicy = &structs.RestartPolicy{Delay: &delay, Attempts: &attempts, Interval: &interval, Mode: &mode}
+	cmd := map[string]any{"command": "${attr.meshlet.binary}"}
+	tg.Tasks = append(tg.Tasks,
+		&structs.Task{Name: "u", Driver: "raw_exec", Config: cmd},
+		&structs.Task{Name: "side", Driver: "raw_exec", Config: cmd,
+			Lifecycle: &structs.TaskLifecycle{Hook: structs.TaskLifecycleHookPrestart, Sidecar: true}})
+	if _, err := srv.RegisterJob(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	alloc := waitStatus(t, srv, "m", structs.AllocClientStatusRunning)
+	testutil.WaitFor(t, hang, "three tasks running", func() bool { return len(drv.Running()) == 3 })
+	if err := c.RestartTask(ctx, alloc.ID, "", `healthcheck: check "web" unhealthy`); err != nil {
+		t.Fatal(err)
+	}
+	count := func(task string) int { return strings.Count(strings.Join(drv.Calls(), ",")+",", "Start "+task+",") }
+	testutil.WaitFor(t, hang, "the main tasks started again", func() bool {
+		return count("t") == 2 && count("u") == 2 && len(drv.Running()) == 3
+	})
+	if n := count("side"); n != 1 {
+		t.Fatalf("the sidecar started %d times, want once (not restarted)", n)
+	}
+}

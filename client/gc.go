@@ -17,7 +17,8 @@ import (
 // be looked at. Once the server has recorded its terminal status, it is
 // destroyed when the node tracks more than GCMaxAllocs allocations (oldest
 // terminal first), when it has been terminal for longer than GCAllocTTL, or
-// when the data dir's filesystem is fuller than GCDiskUsageThreshold.
+// while the data dir's filesystem is fuller than GCDiskUsageThreshold
+// (oldest first, one at a time, measuring again after each).
 // The server keeps its record until the job is purged.
 
 // Defaults of the client's garbage collection (Nomad's gc_max_allocs and
@@ -54,14 +55,15 @@ func (c *Client) diskFull() bool {
 		return false
 	}
 	if pct > c.cfg.GCDiskUsageThreshold {
-		c.logger.Info("disk usage over the garbage collection threshold: collecting every terminal allocation",
+		c.logger.Info("disk usage over the garbage collection threshold: collecting the oldest terminal allocation",
 			"usage_percent", pct, "threshold_percent", c.cfg.GCDiskUsageThreshold)
 		return true
 	}
 	return false
 }
 
-// gcLoop collects terminal allocations every GCInterval.
+// gcLoop collects terminal allocations every GCInterval: over the limits,
+// then, while the disk is over its threshold, one at a time.
 func (c *Client) gcLoop() {
 	defer c.wg.Done()
 	t := time.NewTicker(c.cfg.GCInterval)
@@ -69,19 +71,28 @@ func (c *Client) gcLoop() {
 	for {
 		select {
 		case <-t.C:
-			c.collect(time.Now())
+			now := time.Now()
+			for _, ar := range c.claimOverLimits(now) {
+				c.wg.Add(1)
+				c.destroy(ar) // done before the disk usage is measured
+			}
+			c.collectForDisk(now)
 		case <-c.ctx.Done():
 			return
 		}
 	}
 }
 
-// collect destroys the terminal allocations over the limits.
-func (c *Client) collect(now time.Time) {
-	type candidate struct {
-		ar    *allocrunner.AllocRunner
-		since time.Time
-	}
+// gcCandidate is a terminal allocation that may be collected.
+type gcCandidate struct {
+	ar    *allocrunner.AllocRunner
+	since time.Time
+}
+
+// terminalAllocs returns the allocations the servers recorded terminal and
+// that are done stopping here, oldest first, and how many allocations the
+// node tracks.
+func (c *Client) terminalAllocs(now time.Time) ([]gcCandidate, int) {
 	c.mu.Lock()
 	total := len(c.runners)
 	runners := make([]*allocrunner.AllocRunner, 0, total)
@@ -91,7 +102,7 @@ func (c *Client) collect(now time.Time) {
 		}
 	}
 	c.mu.Unlock()
-	var terminal []candidate
+	var terminal []gcCandidate
 	for _, ar := range runners {
 		select {
 		case <-ar.WaitCh():
@@ -99,34 +110,74 @@ func (c *Client) collect(now time.Time) {
 			continue // still stopping
 		}
 		if v := ar.ClientView(); v.TerminalStatus() {
-			terminal = append(terminal, candidate{ar, finishedAt(v, now)})
+			terminal = append(terminal, gcCandidate{ar, finishedAt(v, now)})
 		}
 	}
-	slices.SortFunc(terminal, func(a, b candidate) int { return a.since.Compare(b.since) })
-	excess := total - c.cfg.GCMaxAllocs
-	if len(terminal) > 0 && c.diskFull() {
-		excess = len(terminal)
+	slices.SortFunc(terminal, func(a, b gcCandidate) int { return a.since.Compare(b.since) })
+	return terminal, total
+}
+
+// claimLocked removes ar from the tracked allocations for collection;
+// false if it was removed meanwhile. c.mu is held.
+func (c *Client) claimLocked(ar *allocrunner.AllocRunner) bool {
+	id := ar.ID()
+	if c.runners[id] != ar {
+		return false
 	}
+	delete(c.runners, id)
+	delete(c.seen, id)
+	c.collected[id] = true
+	return true
+}
+
+// collect destroys, in the background, the terminal allocations over
+// GCMaxAllocs (oldest first) and those terminal for longer than GCAllocTTL.
+func (c *Client) collect(now time.Time) {
+	for _, ar := range c.claimOverLimits(now) {
+		c.wg.Add(1)
+		go c.destroy(ar)
+	}
+}
+
+// claimOverLimits claims the terminal allocations over GCMaxAllocs and
+// GCAllocTTL for collection.
+func (c *Client) claimOverLimits(now time.Time) []*allocrunner.AllocRunner {
+	terminal, total := c.terminalAllocs(now)
+	excess := total - c.cfg.GCMaxAllocs
 	var victims []*allocrunner.AllocRunner
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	for i, cand := range terminal {
 		if i >= excess && now.Sub(cand.since) <= c.cfg.GCAllocTTL {
 			continue
 		}
-		id := cand.ar.ID()
-		if c.runners[id] != cand.ar {
-			continue // removed meanwhile
+		if c.claimLocked(cand.ar) {
+			c.logger.Info("garbage-collecting terminal allocation", "alloc_id", cand.ar.ID())
+			victims = append(victims, cand.ar)
 		}
-		delete(c.runners, id)
-		delete(c.seen, id)
-		c.collected[id] = true
-		victims = append(victims, cand.ar)
 	}
-	c.mu.Unlock()
-	for _, ar := range victims {
-		c.logger.Info("garbage-collecting terminal allocation", "alloc_id", ar.ID())
+	return victims
+}
+
+// collectForDisk destroys terminal allocations, oldest first and one at a
+// time, while the data dir's filesystem is over GCDiskUsageThreshold
+// (Nomad's gc_disk_usage_threshold): the usage is measured again after
+// each one is destroyed.
+func (c *Client) collectForDisk(now time.Time) {
+	terminal, _ := c.terminalAllocs(now)
+	for _, cand := range terminal {
+		if c.ctx.Err() != nil || !c.diskFull() {
+			return
+		}
+		c.mu.Lock()
+		ok := c.claimLocked(cand.ar)
+		c.mu.Unlock()
+		if !ok {
+			continue
+		}
+		c.logger.Info("garbage-collecting terminal allocation: disk usage over the threshold", "alloc_id", cand.ar.ID())
 		c.wg.Add(1)
-		go c.destroy(ar)
+		c.destroy(cand.ar)
 	}
 }
 

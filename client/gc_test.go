@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -128,6 +129,52 @@ func TestGCOnDiskUsage(t *testing.T) {
 	})
 	if last := allocs[2]; c.runner(last.ID) == nil || !c.allocDir(last.ID).Exists() {
 		t.Fatal("the running allocation was collected")
+	}
+}
+
+// TestGCOnDiskUsageOldestFirstUntilUnder: over the disk threshold the
+// oldest terminal allocation is collected, then the usage is measured
+// again; collection stops once it is under the threshold. Here each
+// terminal allocation's alloc dir weighs 5 %: with four of them at 100 %
+// and a threshold of 90 %, the two oldest go.
+func TestGCOnDiskUsageOldestFirstUntilUnder(t *testing.T) {
+	var mu sync.Mutex
+	var c *Client
+	var terminal []*structs.Allocation
+	var readings []float64
+	usage := func() (float64, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		pct := 50.0
+		if terminal != nil {
+			pct = 80
+			for _, a := range terminal {
+				if c.allocDir(a.ID).Exists() {
+					pct += 5
+				}
+			}
+		}
+		readings = append(readings, pct)
+		return pct, nil
+	}
+	cl, _ := newGCClient(t, Config{GCInterval: 10 * time.Millisecond, GCDiskUsageThreshold: 90, DiskUsage: usage})
+	allocs := replaceTimes(t, cl, 4)
+	mu.Lock()
+	c, terminal = cl, allocs[:4]
+	mu.Unlock()
+	testutil.WaitFor(t, hang, "the two oldest collected", func() bool {
+		return collected(cl, allocs[0]) && collected(cl, allocs[1])
+	})
+	time.Sleep(100 * time.Millisecond) // ~10 more passes at 90 %
+	for _, a := range allocs[2:] {
+		if cl.runner(a.ID) == nil || !cl.allocDir(a.ID).Exists() {
+			t.Fatalf("allocation %s collected once the usage was under the threshold", a.ID)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if i := slices.Index(readings, 95); i < 0 || !slices.Contains(readings[i:], 90) {
+		t.Fatalf("usage readings %v: want 100, 95 (one collected), 90", readings)
 	}
 }
 

@@ -3,12 +3,15 @@ package client
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/meshlet/meshlet/client/allocrunner"
+	"github.com/meshlet/meshlet/client/taskrunner"
 	"github.com/meshlet/meshlet/driver"
 	"github.com/meshlet/meshlet/driver/logging"
 	"github.com/meshlet/meshlet/structs"
@@ -106,30 +109,61 @@ func (c *Client) Alloc(id string) (*structs.Allocation, error) {
 	return found.Alloc(), nil
 }
 
-// RestartTask stops a running task so that its restart policy starts it
-// again (Nomad's check_restart), recording why in a "Restart Signaled"
-// event.
+// RestartTask restarts a running task for check_restart, as Nomad does:
+// the task runner records a "Restart Signaled" event with reason, stops
+// the task with its kill_signal and kill_timeout, and applies the restart
+// policy as after a failure. Task "" restarts every running task of the
+// allocation but its sidecars (a group service's check naming no task).
+// It returns once the tasks have exited, or when ctx ends.
 func (c *Client) RestartTask(ctx context.Context, allocID, task, reason string) error {
 	ar := c.runner(allocID)
 	if ar == nil {
 		return fmt.Errorf("failed to restart %s: %w", allocID, ErrAllocNotFound)
 	}
+	if task == "" {
+		return restartMainTasks(ctx, ar, reason)
+	}
 	tr := ar.TaskRunner(task)
 	if tr == nil {
 		return fmt.Errorf("failed to restart %s: %q: %w (tasks: %v)", allocID, task, ErrTaskNotFound, ar.TaskNames())
 	}
-	id := tr.TaskID()
-	if id == "" {
-		return fmt.Errorf("failed to restart task %q: %w", task, ErrTaskNotRunning)
-	}
-	tr.EmitEvent(&structs.TaskEvent{Type: structs.TaskRestartSignal, Time: time.Now().UnixNano(),
-		DisplayMessage: reason, RestartReason: reason})
-	if err := tr.Driver().StopTask(id, restartStopTimeout, ""); err != nil {
-		return fmt.Errorf("failed to restart task %q: %w", task, err)
+	return restartTask(ctx, tr, reason)
+}
+
+func restartTask(ctx context.Context, tr *taskrunner.TaskRunner, reason string) error {
+	if err := tr.Restart(ctx, reason); err != nil {
+		if errors.Is(err, taskrunner.ErrNotRunning) {
+			return fmt.Errorf("failed to restart task %q: %w", tr.Name(), ErrTaskNotRunning)
+		}
+		return err
 	}
 	return nil
 }
 
-// restartStopTimeout is how long a task restarted by a check gets to exit
-// before it is killed.
-const restartStopTimeout = 5 * time.Second
+// restartMainTasks restarts, together, the allocation's running tasks that
+// are not sidecars (prestart tasks with sidecar = true, such as connect
+// proxies).
+func restartMainTasks(ctx context.Context, ar *allocrunner.AllocRunner, reason string) error {
+	var runners []*taskrunner.TaskRunner
+	for _, name := range ar.TaskNames() {
+		tr := ar.TaskRunner(name)
+		if lc := tr.Task().Lifecycle; (lc != nil && lc.Sidecar) || tr.TaskID() == "" {
+			continue
+		}
+		runners = append(runners, tr)
+	}
+	if len(runners) == 0 {
+		return fmt.Errorf("failed to restart the tasks of %s: %w", ar.ID(), ErrTaskNotRunning)
+	}
+	errs := make([]error, len(runners))
+	var wg sync.WaitGroup
+	for i, tr := range runners {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = restartTask(ctx, tr, reason)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}

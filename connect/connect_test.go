@@ -234,3 +234,35 @@ func TestRegistrationsAtNodeAddress(t *testing.T) {
 		t.Errorf("unmapped app port registered at %s:%d, want 172.26.64.5:9002", got[0].Address, got[0].Port)
 	}
 }
+
+// sidecar_service { port = "..." } names the proxy's public port; Inject
+// and Registrations both use it.
+func TestSidecarPortOverride(t *testing.T) {
+	job := dashboardJob()
+	s := job.TaskGroups[0].Services[0]
+	if got := SidecarPortLabel(s); got != "connect-proxy-count-dashboard" {
+		t.Fatalf("default label %q", got)
+	}
+	s.Connect.SidecarService.Port = "mesh"
+	if got := SidecarPortLabel(s); got != "mesh" {
+		t.Fatalf("overridden label %q", got)
+	}
+	if err := Inject(job); err != nil {
+		t.Fatal(err)
+	}
+	n := job.TaskGroups[0].Networks[0]
+	if len(n.DynamicPorts) != 1 || n.DynamicPorts[0].Label != "mesh" {
+		t.Fatalf("dynamic ports %+v, want the override's label", n.DynamicPorts)
+	}
+	alloc := &structs.Allocation{ID: "a1", Job: job, TaskGroup: "dashboard", AllocatedResources: &structs.AllocatedResources{
+		Shared: structs.AllocatedSharedResources{Ports: []structs.PortMapping{
+			{Label: "http", Value: 9002, To: 9002}, {Label: "mesh", Value: 23000, To: 23000}}},
+	}}
+	insts, err := Registrations(Placement{Alloc: alloc, Address: "10.0.0.2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(insts) != 2 || insts[1].Kind != catalog.KindConnectProxy || insts[1].Port != 23000 {
+		t.Fatalf("registrations %+v, want the proxy on the override's port", insts)
+	}
+}

@@ -23,7 +23,7 @@ func Inject(job *structs.Job) error {
 			return err
 		}
 		for i, s := range services {
-			label := sidecarPortLabel(s)
+			label := SidecarPortLabel(s)
 			ensureDynamicPort(tg.Networks[0], label)
 			if ProxyTask(tg, s.Name) != nil {
 				continue
@@ -47,7 +47,9 @@ func checkNetwork(tg *structs.TaskGroup) error {
 	return nil
 }
 
-func sidecarPortLabel(s *structs.Service) string {
+// SidecarPortLabel is the port label of a service's sidecar public
+// listener: sidecar_service's port, or "connect-proxy-<service>".
+func SidecarPortLabel(s *structs.Service) string {
 	if p := s.Connect.SidecarService.Port; p != "" {
 		return p
 	}

@@ -40,7 +40,7 @@ func Registrations(p Placement) ([]catalog.ServiceInstance, error) {
 	if tg == nil {
 		return nil, fmt.Errorf("%w: allocation %s: group %q not in job", ErrInvalid, a.ID, a.TaskGroup)
 	}
-	bridge := len(tg.Networks) == 1 && tg.Networks[0].Mode != structs.NetworkModeHost && tg.Networks[0].Mode != ""
+	bridge := BridgeMode(tg)
 	var out []catalog.ServiceInstance
 	for _, s := range tg.Services {
 		port, err := resolvePort(a, s.PortLabel, bridge)
@@ -89,7 +89,7 @@ func TaskServiceID(allocID, task, service, portLabel string) string {
 
 func proxyInstance(p Placement, s *structs.Service, serviceID string, servicePort int) (catalog.ServiceInstance, error) {
 	ss := s.Connect.SidecarService
-	port, err := resolvePort(p.Alloc, sidecarPortLabel(s), true)
+	port, err := resolvePort(p.Alloc, SidecarPortLabel(s), true)
 	if err != nil {
 		return catalog.ServiceInstance{}, err
 	}
@@ -123,7 +123,7 @@ func proxyInstance(p Placement, s *structs.Service, serviceID string, servicePor
 			}
 		}
 	}
-	addr, regPort := advertised(p, sidecarPortLabel(s), true, port)
+	addr, regPort := advertised(p, SidecarPortLabel(s), true, port)
 	return catalog.ServiceInstance{
 		ID: ProxyID(serviceID), Name: ProxyServiceName(s.Name), Kind: catalog.KindConnectProxy,
 		Address: addr, Port: regPort, Tags: ss.Tags, Meta: ss.Meta,

@@ -56,17 +56,24 @@ func exchange(c net.Conn, msg string) error {
 }
 
 // holdConn exchanges msg on the one connection c every interval until
-// hold passes or the connection fails, one timestamped line each.
+// hold passes, ctx ends or the connection fails, one timestamped line each.
 func holdConn(ctx context.Context, c net.Conn, msg string, hold, every, timeout time.Duration, stdout io.Writer) {
-	end := time.Now().Add(hold)
-	for time.Now().Before(end) && ctx.Err() == nil {
+	ctx, cancel := context.WithTimeout(ctx, hold)
+	defer cancel()
+	for ctx.Err() == nil {
 		_ = c.SetDeadline(time.Now().Add(timeout))
 		if err := exchange(c, msg); err != nil {
 			fmt.Fprintf(stdout, "%d closed %v\n", time.Now().UnixMilli(), err)
 			return
 		}
 		fmt.Fprintf(stdout, "%d ok\n", time.Now().UnixMilli())
-		time.Sleep(every)
+		t := time.NewTimer(every)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
 	}
 }
 

@@ -127,7 +127,9 @@ func runDashboard(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	return serveHTTP(ctx, *listen, d, stdout)
 }
 
-// hello answers path with its id; on "/" it calls its upstream and merges.
+// hello answers path with its id; on "/" it calls its upstream and merges
+// (or answers its id without one); /health is its health, unless path is
+// /health.
 type hello struct {
 	id, path, upstream string
 	// unhealthy: /health answers 503 while this file exists (a check
@@ -138,14 +140,15 @@ type hello struct {
 
 func (h *hello) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
+	case r.URL.Path == h.path && h.path != "/":
+		// -path first: -path /health answers the id, not the health.
+		fmt.Fprintln(w, h.id)
 	case r.URL.Path == "/health":
 		if _, err := os.Stat(h.unhealthy); h.unhealthy != "" && err == nil {
 			http.Error(w, h.id+" unhealthy", http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, h.id+" healthy")
-	case r.URL.Path == h.path:
-		fmt.Fprintln(w, h.id)
 	case r.URL.Path == "/" && h.upstream != "":
 		resp, err := h.client.Get(h.upstream)
 		if err != nil {

@@ -201,3 +201,27 @@ func TestCheckRulesWithoutHCL(t *testing.T) {
 		t.Errorf("valid check rejected: %v", err)
 	}
 }
+
+// TestGroupScriptCheckTask: a group service's script check runs in a task,
+// its own or the service's (Nomad's rule and message).
+func TestGroupScriptCheckTask(t *testing.T) {
+	script := structs.ServiceCheck{Name: "ready", Type: "script", Command: "/bin/true", Interval: time.Second, Timeout: time.Second}
+	job := &structs.Job{ID: "j", Name: "j", TaskGroups: []*structs.TaskGroup{{
+		Name:     "g",
+		Tasks:    []*structs.Task{{Name: "t", Driver: "exec", Config: map[string]any{"command": "x"}}},
+		Services: []*structs.Service{{Name: "s", Checks: []structs.ServiceCheck{script}}},
+	}}}
+	_, err := Validate(job)
+	if want := `group "g": service "s": check "ready": Missing check task; Service [g]->s or Check ready must specify task parameter`; err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("err = %v, want %q", err, want)
+	}
+	job.TaskGroups[0].Services[0].TaskName = "t"
+	if _, err := Validate(job); err != nil {
+		t.Errorf("the service's task rejected: %v", err)
+	}
+	job.TaskGroups[0].Services[0].TaskName = ""
+	job.TaskGroups[0].Services[0].Checks[0].TaskName = "t"
+	if _, err := Validate(job); err != nil {
+		t.Errorf("the check's task rejected: %v", err)
+	}
+}

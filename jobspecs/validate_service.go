@@ -341,17 +341,33 @@ func sameRestart(a structs.CheckRestart) func(structs.CheckRestart) bool {
 
 // checkCheckTasks applies Nomad's task rules to the checks of a group
 // service: only script and grpc checks name a task, and it must be a task
-// of the group.
+// of the group; a script check needs one, its own or the service's
+// (Nomad's validateScriptChecksInGroupServices), since it runs inside it.
 func checkCheckTasks(s *structs.Service, p path, tg *structs.TaskGroup, report reporter) {
+	isTask := func(name string) bool {
+		return slices.ContainsFunc(tg.Tasks, func(t *structs.Task) bool { return t != nil && t.Name == name })
+	}
+	if s.TaskName != "" && !isTask(s.TaskName) {
+		report(SeverityError, p.attr("task"), "Unknown service task",
+			fmt.Sprintf("Service task %q is not a task of group %q.", s.TaskName, tg.Name))
+	}
 	for i := range s.Checks {
 		c := &s.Checks[i]
-		at := p.item("check", i, c.Name).attr("task")
+		cp := p.item("check", i, c.Name)
+		at := cp.attr("task")
 		switch {
+		case c.TaskName == "" && c.Type == "script" && s.TaskName == "":
+			name := c.Name
+			if name == "" {
+				name = fmt.Sprintf("service: %q check", s.Name) // Nomad's default check name
+			}
+			report(SeverityError, cp, "Missing check task",
+				fmt.Sprintf("Service [%s]->%s or Check %s must specify task parameter", tg.Name, s.Name, name))
 		case c.TaskName == "":
 		case c.Type != "script" && c.Type != "grpc":
 			report(SeverityError, at, "Invalid check task",
 				fmt.Sprintf("task works with script and grpc checks only, not %q.", c.Type))
-		case !slices.ContainsFunc(tg.Tasks, func(t *structs.Task) bool { return t != nil && t.Name == c.TaskName }):
+		case !isTask(c.TaskName):
 			report(SeverityError, at, "Unknown check task",
 				fmt.Sprintf("Check task %q is not a task of group %q.", c.TaskName, tg.Name))
 		}

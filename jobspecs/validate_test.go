@@ -133,6 +133,7 @@ service {
 			`t.hcl:6:3: error: Missing check path; An http check needs a path, e.g. path = "/health".`,
 			`t.hcl:8:16: error: Invalid check interval; Check interval 0s must be at least 1s.`,
 			`t.hcl:11:3: error: Missing check command; A script check needs a command.`,
+			`t.hcl:11:3: error: Missing check task; Service [g]->s or Check service: "s" check must specify task parameter`,
 			`t.hcl:14:15: error: Invalid check timeout; Check timeout 100ms must be at least 1s.`,
 			`t.hcl:18:12: error: Unknown check port; Check port "nope" is neither a port label of the group (it has no port labels) nor a port number 1-65535.`,
 			`t.hcl:19:14: error: Invalid exposed check; expose = true works with http and grpc checks only, not "tcp".`,

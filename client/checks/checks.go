@@ -57,7 +57,9 @@ const (
 var ErrInvalidCheck = errors.New("invalid check")
 
 // CheckRestart restarts a check's task after it has been unhealthy for
-// Limit consecutive runs (Nomad's check_restart).
+// Limit consecutive runs (Nomad's check_restart). A check without a task
+// (a group service's check naming none) restarts the allocation's main
+// tasks: Restarter.Restart is called with task "".
 type CheckRestart struct {
 	// Limit is the number of consecutive unhealthy results that restart
 	// the task; 0 disables restarts.
@@ -100,11 +102,15 @@ type Definition struct {
 	GRPCUseTLS  bool
 	// TLSSkipVerify skips certificate verification (https and grpc TLS).
 	TLSSkipVerify bool
+	// TLSServerName is the name sent in SNI and verified against the
+	// server's certificate (https and grpc TLS); "" uses the address.
+	TLSServerName string
 
 	// Command and Args are a script check's command line, run in Task.
 	Command string
 	Args    []string
-	// Task runs script checks and is restarted by CheckRestart.
+	// Task runs script checks and is restarted by CheckRestart ("" for
+	// CheckRestart: the allocation's main tasks).
 	Task string
 
 	Interval time.Duration
@@ -112,11 +118,14 @@ type Definition struct {
 
 	// SuccessBeforePassing and FailuresBeforeCritical are the numbers of
 	// consecutive results needed to turn passing (or warning) and critical;
-	// 0 means 1.
+	// 0 means 1. FailuresBeforeWarning consecutive failures turn the check
+	// warning until FailuresBeforeCritical is reached (Consul's
+	// failures_before_warning); 0 means the same as FailuresBeforeCritical.
 	SuccessBeforePassing   int
 	FailuresBeforeCritical int
+	FailuresBeforeWarning  int
 	// InitialStatus is the status before the thresholds say otherwise;
-	// "" means critical.
+	// "" means critical (see StartingStatus).
 	InitialStatus Status
 
 	CheckRestart *CheckRestart
@@ -154,11 +163,8 @@ func (d Definition) Validate() error {
 	if d.Interval < 0 || d.Timeout < 0 {
 		errs = append(errs, errors.New("interval and timeout must not be negative"))
 	}
-	if d.SuccessBeforePassing < 0 || d.FailuresBeforeCritical < 0 {
+	if d.SuccessBeforePassing < 0 || d.FailuresBeforeCritical < 0 || d.FailuresBeforeWarning < 0 {
 		errs = append(errs, errors.New("thresholds must not be negative"))
-	}
-	if cr := d.CheckRestart; cr != nil && cr.Limit > 0 && d.Task == "" {
-		errs = append(errs, errors.New("check_restart needs the check's task"))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%w %q: %w", ErrInvalidCheck, d.Name, err)
@@ -181,7 +187,9 @@ func (d Definition) timeout() time.Duration {
 	return min(d.interval(), maxDefaultTimeout)
 }
 
-func (d Definition) initialStatus() Status {
+// StartingStatus is the check's status before its first result counts:
+// InitialStatus, or critical when that is unset.
+func (d Definition) StartingStatus() Status {
 	if d.InitialStatus == "" {
 		return StatusCritical
 	}
@@ -205,7 +213,8 @@ type Execer interface {
 	Exec(ctx context.Context, task string, cmd []string) (output []byte, exitCode int, err error)
 }
 
-// Restarter restarts a task for check_restart.
+// Restarter restarts a task for check_restart; task "" means every main
+// task of the allocation (all but its connect sidecar proxies).
 type Restarter interface {
 	Restart(ctx context.Context, task, reason string) error
 }

@@ -116,3 +116,19 @@ func TestGRPCTLS(t *testing.T) {
 		t.Fatalf("TLS skip verify: %s %q", st, out)
 	}
 }
+
+func TestGRPCTLSServerName(t *testing.T) {
+	l := listenLocal(t)
+	got := make(chan string, 1)
+	hs := grpcServer(t, l, grpc.Creds(credentials.NewTLS(sniRecorder(selfSigned(t), got))))
+	hs.SetServingStatus("api", healthpb.HealthCheckResponse_SERVING)
+	h, p := hostPort(t, l.Addr().String())
+	d := Definition{ID: "g", Type: TypeGRPC, Address: h, Port: p, GRPCService: "api", Timeout: 2 * time.Second,
+		GRPCUseTLS: true, TLSSkipVerify: true, TLSServerName: "api.internal"}
+	if st, out := runProbe(t, d, nil); st != StatusPassing {
+		t.Fatalf("grpc TLS check: %s %q", st, out)
+	}
+	if name := <-got; name != "api.internal" {
+		t.Fatalf("server name sent %q, want api.internal", name)
+	}
+}

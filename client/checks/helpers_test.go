@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"errors"
 	"github.com/meshlet/meshlet/internal/netnsdial"
 	"math/big"
 	"net"
@@ -127,6 +128,8 @@ type fakeRestarter struct {
 	mu    sync.Mutex
 	calls []restartCall
 	exec  *fakeExec
+	// fail is how many of the first calls fail.
+	fail int
 }
 
 func (f *fakeRestarter) Restart(_ context.Context, task, reason string) error {
@@ -137,6 +140,9 @@ func (f *fakeRestarter) Restart(_ context.Context, task, reason string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, restartCall{task: task, reason: reason, at: time.Now(), execs: n})
+	if len(f.calls) <= f.fail {
+		return errors.New("restart failed")
+	}
 	return nil
 }
 

@@ -91,10 +91,16 @@ func newHTTPProbe(d Definition, dial dialFunc) *httpProbe {
 	tr := &http.Transport{
 		DialContext:       dial,
 		DisableKeepAlives: true,
-		TLSClientConfig:   &tls.Config{InsecureSkipVerify: d.TLSSkipVerify}, //nolint:gosec // the check's tls_skip_verify
+		TLSClientConfig:   tlsConfig(d),
 	}
 	return &httpProbe{d: d, url: scheme + "://" + target(d) + path, method: method,
 		client: &http.Client{Transport: tr, Timeout: d.timeout()}}
+}
+
+// tlsConfig is the client TLS configuration of https and grpc checks: the
+// check's tls_server_name and tls_skip_verify.
+func tlsConfig(d Definition) *tls.Config {
+	return &tls.Config{ServerName: d.TLSServerName, InsecureSkipVerify: d.TLSSkipVerify} //nolint:gosec // the check's tls_skip_verify
 }
 
 func (p *httpProbe) run(ctx context.Context) (Status, string) {
@@ -181,7 +187,7 @@ func (p *grpcProbe) run(ctx context.Context) (Status, string) {
 	}
 	creds := insecure.NewCredentials()
 	if p.d.GRPCUseTLS {
-		creds = credentials.NewTLS(&tls.Config{InsecureSkipVerify: p.d.TLSSkipVerify}) //nolint:gosec // tls_skip_verify
+		creds = credentials.NewTLS(tlsConfig(p.d))
 	}
 	// passthrough: the address goes to our dialer as is (no grpc resolver).
 	conn, err := grpc.NewClient("passthrough:///"+target(p.d), grpc.WithTransportCredentials(creds),

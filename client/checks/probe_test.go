@@ -2,6 +2,7 @@ package checks
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"log"
@@ -205,6 +206,12 @@ func TestValidate(t *testing.T) {
 	if err := ok.Validate(); err != nil {
 		t.Fatal(err)
 	}
+	// A group check without a task restarts the allocation's main tasks.
+	groupRestart := ok
+	groupRestart.CheckRestart = &CheckRestart{Limit: 1}
+	if err := groupRestart.Validate(); err != nil {
+		t.Fatalf("check_restart without a task: %v", err)
+	}
 	bad := map[string]Definition{
 		"no id":            {Type: TypeTCP, Address: "127.0.0.1", Port: 80},
 		"type":             {ID: "a", Type: "docker"},
@@ -213,8 +220,8 @@ func TestValidate(t *testing.T) {
 		"script no task":   {ID: "a", Type: TypeScript, Command: "x"},
 		"script no cmd":    {ID: "a", Type: TypeScript, Task: "t"},
 		"initial":          {ID: "a", Type: TypeTCP, Address: "127.0.0.1", Port: 80, InitialStatus: "ok"},
-		"restart no task":  {ID: "a", Type: TypeTCP, Address: "127.0.0.1", Port: 80, CheckRestart: &CheckRestart{Limit: 1}},
 		"negative timeout": {ID: "a", Type: TypeTCP, Address: "127.0.0.1", Port: 80, Timeout: -1},
+		"negative warning": {ID: "a", Type: TypeTCP, Address: "127.0.0.1", Port: 80, FailuresBeforeWarning: -1},
 	}
 	for name, d := range bad {
 		if err := d.Validate(); !errors.Is(err, ErrInvalidCheck) {
@@ -225,11 +232,47 @@ func TestValidate(t *testing.T) {
 
 func TestDefaults(t *testing.T) {
 	d := Definition{}
-	if d.interval() != DefaultInterval || d.timeout() != 5*time.Second || d.initialStatus() != StatusCritical {
-		t.Fatalf("defaults: %s %s %s", d.interval(), d.timeout(), d.initialStatus())
+	if d.interval() != DefaultInterval || d.timeout() != 5*time.Second || d.StartingStatus() != StatusCritical {
+		t.Fatalf("defaults: %s %s %s", d.interval(), d.timeout(), d.StartingStatus())
 	}
 	d.Interval = time.Second
 	if d.timeout() != time.Second {
 		t.Fatalf("timeout %s, want the interval", d.timeout())
+	}
+}
+
+// sniRecorder returns a TLS config that serves cert and records the
+// server names clients send.
+func sniRecorder(cert tls.Certificate, got chan<- string) *tls.Config {
+	return &tls.Config{GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+		select {
+		case got <- hello.ServerName:
+		default:
+		}
+		return &cert, nil
+	}}
+}
+
+// tls_server_name is the name an https check sends (SNI) and verifies.
+func TestHTTPSServerName(t *testing.T) {
+	got := make(chan string, 1)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	srv.TLS = sniRecorder(selfSigned(t), got)
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	srv.StartTLS()
+	defer srv.Close()
+	d := httpDef(t, srv.URL)
+	d.Protocol, d.TLSSkipVerify, d.TLSServerName = "https", true, "web.internal"
+	if st, out := runProbe(t, d, nil); st != StatusPassing {
+		t.Fatalf("https check: %s %q", st, out)
+	}
+	if name := <-got; name != "web.internal" {
+		t.Fatalf("server name sent %q, want web.internal", name)
+	}
+	// Verified against the name, not the address: the certificate is for
+	// 127.0.0.1 only.
+	d.TLSSkipVerify = false
+	if st, out := runProbe(t, d, nil); st != StatusCritical || !strings.Contains(out, "web.internal") {
+		t.Fatalf("verifying web.internal against a 127.0.0.1 certificate: %s %q", st, out)
 	}
 }

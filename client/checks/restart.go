@@ -44,6 +44,14 @@ func (t *taskRestarts) begin(task string, epoch int) bool {
 	return true
 }
 
+// abort releases task's restart claim after a failed restart: no new
+// grace period, no reset of the counters.
+func (t *taskRestarts) abort(task string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.busy[task] = false
+}
+
 func (t *taskRestarts) done(task string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -59,7 +67,8 @@ func unhealthy(st Status, ignoreWarnings bool) bool {
 // watchRestart applies check_restart to the check's status after a run
 // (Nomad's semantics): results within the grace period after the runner
 // started or the task last restarted do not count; Limit consecutive
-// unhealthy ones restart the task once and reset the count. st is the
+// unhealthy ones restart the task once and reset the count (a restart that
+// fails resets nothing: the next unhealthy result tries again). st is the
 // check's reported status (after the thresholds), as Nomad sees Consul's.
 // The restart runs on the check's goroutine, which waits for it.
 func (r *Runner) watchRestart(c *check, st Status, now time.Time) {
@@ -80,16 +89,21 @@ func (r *Runner) watchRestart(c *check, st Status, now time.Time) {
 	if c.restart.unhealthy < cr.Limit {
 		return
 	}
-	c.restart.unhealthy = 0
 	if !r.restarts.begin(task, epoch) {
+		c.restart.unhealthy = 0 // another check restarts the task
 		return
 	}
-	defer r.restarts.done(task)
 	reason := fmt.Sprintf("healthcheck: check %q unhealthy", c.def.Name)
 	r.log.Info("restarting task: check unhealthy", "check_id", c.def.ID, "service_id", c.def.ServiceID,
 		"task", task, "status", st, "limit", cr.Limit)
 	if err := r.cfg.Restarter.Restart(r.ctx, task, reason); err != nil {
+		// Nothing restarted: no grace period, and the count stands, so
+		// the next unhealthy result tries again.
+		r.restarts.abort(task)
 		r.log.Error("failed to restart task", "check_id", c.def.ID, "service_id", c.def.ServiceID,
 			"task", task, "error", err)
+		return
 	}
+	r.restarts.done(task)
+	c.restart.unhealthy = 0
 }

@@ -101,7 +101,7 @@ func (r *Runner) addResult(d Definition) bool {
 	if _, ok := r.results[d.ID]; ok {
 		return false
 	}
-	r.results[d.ID] = &Result{CheckID: d.ID, Name: d.Name, ServiceID: d.ServiceID, Status: d.initialStatus(),
+	r.results[d.ID] = &Result{CheckID: d.ID, Name: d.Name, ServiceID: d.ServiceID, Status: d.StartingStatus(),
 		Timestamp: time.Now()}
 	r.order = append(r.order, d.ID)
 	return true
@@ -150,8 +150,8 @@ func (r *Runner) run(c *check) {
 		if r.ctx.Err() != nil {
 			return
 		}
-		if c.apply(st) {
-			r.record(c.def, st, out)
+		if rec, ok := c.apply(st); ok {
+			r.record(c.def, rec, out)
 		} else {
 			r.log.Trace("check status update skipped: threshold not reached", "check_id", c.def.ID,
 				"status", st, "successes", c.successes, "failures", c.failures)
@@ -161,17 +161,26 @@ func (r *Runner) run(c *check) {
 	}
 }
 
-// apply counts a result (Consul's thresholds: warning counts as a
-// success) and reports whether it should become the check's status.
-func (c *check) apply(st Status) bool {
-	if st == StatusCritical {
-		c.failures++
-		c.successes = 0
-		return c.failures >= max(c.def.FailuresBeforeCritical, 1)
+// apply counts a result with Consul's thresholds (warning counts as a
+// success) and returns the status to record: st once SuccessBeforePassing
+// or FailuresBeforeCritical results in a row say so, warning after
+// FailuresBeforeWarning failures in a row; false while no threshold is
+// reached.
+func (c *check) apply(st Status) (Status, bool) {
+	if st != StatusCritical {
+		c.successes++
+		c.failures = 0
+		return st, c.successes >= max(c.def.SuccessBeforePassing, 1)
 	}
-	c.successes++
-	c.failures = 0
-	return c.successes >= max(c.def.SuccessBeforePassing, 1)
+	c.failures++
+	c.successes = 0
+	if c.failures >= max(c.def.FailuresBeforeCritical, 1) {
+		return StatusCritical, true
+	}
+	if w := c.def.FailuresBeforeWarning; w > 0 && c.failures >= w {
+		return StatusWarning, true
+	}
+	return st, false
 }
 
 // record sets a check's result and tells OnChange if it changed.

@@ -71,13 +71,45 @@ func TestApplyThresholds(t *testing.T) {
 		{StatusCritical, false}, {StatusCritical, true}, {StatusCritical, true}, {StatusWarning, false}, {StatusWarning, true},
 	}
 	for i, s := range seq {
-		if got := c.apply(s.st); got != s.want {
-			t.Fatalf("step %d (%s): apply = %v, want %v", i, s.st, got, s.want)
+		if got, ok := c.apply(s.st); ok != s.want || (ok && got != s.st) {
+			t.Fatalf("step %d (%s): apply = %s %v, want %v", i, s.st, got, ok, s.want)
 		}
 	}
 	c = &check{}
-	if !c.apply(StatusCritical) || !c.apply(StatusPassing) {
+	if _, ok := c.apply(StatusCritical); !ok {
 		t.Fatal("zero thresholds must apply every result")
+	}
+	if _, ok := c.apply(StatusPassing); !ok {
+		t.Fatal("zero thresholds must apply every result")
+	}
+}
+
+// TestFailuresBeforeWarning: Consul's failures_before_warning turns a
+// failing check warning before failures_before_critical turns it critical;
+// a success starts the count again.
+func TestFailuresBeforeWarning(t *testing.T) {
+	c := &check{def: Definition{FailuresBeforeWarning: 2, FailuresBeforeCritical: 4}}
+	type step struct {
+		in   Status
+		want Status // "" = nothing recorded
+	}
+	seq := []step{
+		{StatusCritical, ""}, {StatusCritical, StatusWarning}, {StatusCritical, StatusWarning}, {StatusCritical, StatusCritical},
+		{StatusPassing, StatusPassing}, {StatusCritical, ""}, {StatusCritical, StatusWarning},
+	}
+	for i, s := range seq {
+		got, ok := c.apply(s.in)
+		if !ok {
+			got = ""
+		}
+		if got != s.want {
+			t.Fatalf("step %d (%s): recorded %q, want %q", i, s.in, got, s.want)
+		}
+	}
+	// Without failures_before_critical, critical comes first.
+	c = &check{def: Definition{FailuresBeforeWarning: 1}}
+	if got, ok := c.apply(StatusCritical); !ok || got != StatusCritical {
+		t.Fatalf("warning 1, critical unset: %s %v, want critical", got, ok)
 	}
 }
 
@@ -276,5 +308,53 @@ func TestCheckRestartSharedTask(t *testing.T) {
 	}
 	if calls := rs.get(); calls[0].task != "web" || calls[1].task != "web" || calls[2].task != "db" {
 		t.Fatalf("restarted %+v", calls)
+	}
+}
+
+// A restart that fails starts no grace period and keeps the count: the
+// next unhealthy run tries again.
+func TestCheckRestartFailedRestart(t *testing.T) {
+	ex := &fakeExec{fn: func(context.Context, int) ([]byte, int, error) { return nil, 2, nil }}
+	rs := &fakeRestarter{exec: ex, fail: 1}
+	d := scriptDef("s")
+	d.CheckRestart = &CheckRestart{Limit: 3, Grace: 100 * time.Millisecond}
+	r := startRunner(t, Config{Exec: ex, Restarter: rs}, d)
+	deadline := time.Now().Add(5 * time.Second)
+	for len(rs.get()) < 3 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	r.Stop()
+	calls := rs.get()
+	if len(calls) < 3 {
+		t.Fatalf("restarts %+v, want 3", calls)
+	}
+	if calls[1].execs != calls[0].execs+1 {
+		t.Fatalf("after a failed restart at run %d the next try came at run %d, want the next run", calls[0].execs, calls[1].execs)
+	}
+	if gap := calls[2].at.Sub(calls[1].at); gap < 100*time.Millisecond || calls[2].execs < calls[1].execs+3 {
+		t.Fatalf("after a successful restart the next came %s and %d runs later: want the grace and 3 runs",
+			gap, calls[2].execs-calls[1].execs)
+	}
+}
+
+// A check of a group service without a task restarts the allocation's
+// main tasks: the Restarter is asked for task "".
+func TestCheckRestartWithoutTask(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	rs := &fakeRestarter{}
+	d := httpDef(t, srv.URL)
+	d.Interval = 10 * time.Millisecond
+	d.CheckRestart = &CheckRestart{Limit: 2}
+	r := startRunner(t, Config{Restarter: rs}, d)
+	deadline := time.Now().Add(5 * time.Second)
+	for len(rs.get()) < 1 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	r.Stop()
+	if calls := rs.get(); len(calls) == 0 || calls[0].task != "" {
+		t.Fatalf("restarts %+v, want one of task \"\"", calls)
 	}
 }

@@ -2,6 +2,7 @@ package connecthook
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -21,6 +22,10 @@ type serviceChecks struct {
 	reg    Registrar
 	runner *checks.Runner
 
+	// mu guards insts and own, and is held while registering what changed:
+	// an update, its recomputed health and its registration are one step,
+	// so concurrent results of one instance's checks are neither lost nor
+	// registered out of order.
 	mu    sync.Mutex
 	insts map[string]catalog.ServiceInstance // by ID
 	own   map[string][]catalog.Check         // each instance's own checks, by ID
@@ -53,7 +58,10 @@ func checkDefinitions(a *structs.Allocation) ([]checks.Definition, error) {
 	}
 	for _, s := range tg.Services {
 		id := connect.ServiceID(a.ID, tg.Name, s.Name, s.PortLabel)
-		if err := add(s, id, ""); err != nil {
+		// A group service's checks run in (and check_restart restarts)
+		// the service's task, if it names one, as Nomad's do; check_restart
+		// without a task restarts the allocation's main tasks.
+		if err := add(s, id, s.TaskName); err != nil {
 			return nil, err
 		}
 		if d, ok, err := sidecarCheck(a, s, id, bridge); err != nil {
@@ -81,7 +89,7 @@ func sidecarCheck(a *structs.Allocation, s *structs.Service, serviceID string, b
 	if !s.Connect.HasSidecar() || s.Connect.SidecarService.DisableDefaultTCPCheck {
 		return checks.Definition{}, false, nil
 	}
-	port, err := connect.ServicePort(a, connect.ProxyTaskPrefix+s.Name, bridge)
+	port, err := connect.ServicePort(a, connect.SidecarPortLabel(s), bridge)
 	if err != nil {
 		return checks.Definition{}, false, fmt.Errorf("service %q sidecar check: %w", s.Name, err)
 	}
@@ -102,9 +110,9 @@ func checkDefinition(a *structs.Allocation, s *structs.Service, c structs.Servic
 	d := checks.Definition{
 		Name: c.Name, Type: c.Type, Address: "127.0.0.1", Path: c.Path, Protocol: c.Protocol, Method: c.Method,
 		Header: c.Header, Body: c.Body, GRPCService: c.GRPCService, GRPCUseTLS: c.GRPCUseTLS, TLSSkipVerify: c.TLSSkipVerify,
-		Command: c.Command, Args: c.Args, Task: c.TaskName, Interval: c.Interval, Timeout: c.Timeout,
-		SuccessBeforePassing: c.SuccessBeforePassing, FailuresBeforeCritical: c.FailuresBeforeCritical,
-		InitialStatus: checks.Status(c.InitialStatus),
+		TLSServerName: c.TLSServerName, Command: c.Command, Args: c.Args, Task: c.TaskName, Interval: c.Interval,
+		Timeout: c.Timeout, SuccessBeforePassing: c.SuccessBeforePassing, FailuresBeforeCritical: c.FailuresBeforeCritical,
+		FailuresBeforeWarning: c.FailuresBeforeWarning, InitialStatus: checks.Status(c.InitialStatus),
 	}
 	if d.Name == "" {
 		d.Name = fmt.Sprintf("service: %q check", s.Name)
@@ -130,35 +138,43 @@ func checkDefinition(a *structs.Allocation, s *structs.Service, c structs.Servic
 	return d, nil
 }
 
-// initialChecks are the catalog checks before the first run.
-func initialChecks(defs []checks.Definition, results []checks.Result) map[string][]catalog.Check {
-	status := map[string]checks.Result{}
-	for _, r := range results {
-		status[r.CheckID] = r
-	}
+// initialChecks are the catalog checks before the first run, by instance.
+func initialChecks(defs []checks.Definition) map[string][]catalog.Check {
 	out := map[string][]catalog.Check{}
 	for _, d := range defs {
-		r := status[d.ID]
-		st := string(r.Status)
-		if st == "" {
-			st = string(d.InitialStatus)
-		}
-		if st == "" {
-			st = string(checks.StatusCritical)
-		}
-		out[d.ServiceID] = append(out[d.ServiceID], catalog.Check{ID: d.ID, Name: d.Name, Type: d.Type, Status: st, Output: r.Output})
+		out[d.ServiceID] = append(out[d.ServiceID],
+			catalog.Check{ID: d.ID, Name: d.Name, Type: d.Type, Status: string(d.StartingStatus())})
 	}
 	return out
 }
 
-// apply sets the own checks of instance id, recomputes its health and that
-// of the proxies aliasing it, and registers what changed.
-func (sc *serviceChecks) apply(id string, own []catalog.Check) {
-	sc.mu.Lock()
-	if _, ok := sc.insts[id]; !ok {
-		sc.mu.Unlock()
-		return
+// restoredDefinitions starts the checks of an allocation found after an
+// agent restart passing, unless their jobspec sets initial_status: its
+// instances were healthy a moment ago, and registering them critical would
+// drop their endpoints from every proxy until the checks pass again. The
+// thresholds apply from the first run.
+func restoredDefinitions(defs []checks.Definition) {
+	for i := range defs {
+		if defs[i].InitialStatus == "" {
+			defs[i].InitialStatus = checks.StatusPassing
+		}
 	}
+}
+
+// updateLocked applies one check's result to the own checks of its
+// instance, recomputes the health of the instance and of the proxies
+// aliasing it, and returns them; none when the check is not known.
+func (sc *serviceChecks) updateLocked(r checks.Result) []catalog.ServiceInstance {
+	id := r.ServiceID
+	if _, ok := sc.insts[id]; !ok {
+		return nil
+	}
+	own := slices.Clone(sc.own[id])
+	i := slices.IndexFunc(own, func(c catalog.Check) bool { return c.ID == r.CheckID })
+	if i < 0 {
+		return nil
+	}
+	own[i].Status, own[i].Output = string(r.Status), r.Output
 	sc.own[id] = own
 	changed := []catalog.ServiceInstance{sc.recomputeLocked(id)}
 	for pid, p := range sc.insts {
@@ -166,10 +182,7 @@ func (sc *serviceChecks) apply(id string, own []catalog.Check) {
 			changed = append(changed, sc.recomputeLocked(pid))
 		}
 	}
-	sc.mu.Unlock()
-	for _, c := range changed {
-		sc.reg.Register(c)
-	}
+	return changed
 }
 
 // recomputeLocked sets instance id's checks (its own, and for a proxy the
@@ -203,18 +216,13 @@ func aliasCheck(proxy, dest catalog.ServiceInstance) catalog.Check {
 		Type: "alias", Status: st, Output: strings.TrimSpace(out)}
 }
 
-// onResult is the runner's OnChange: one check's new status.
+// onResult is the runner's OnChange: one check's new status, applied and
+// registered in one critical section.
 func (sc *serviceChecks) onResult(r checks.Result) {
 	sc.mu.Lock()
-	cks, ok := append([]catalog.Check(nil), sc.own[r.ServiceID]...), len(sc.own[r.ServiceID]) > 0
-	for i := range cks {
-		if cks[i].ID == r.CheckID {
-			cks[i].Status, cks[i].Output = string(r.Status), r.Output
-		}
-	}
-	sc.mu.Unlock()
-	if ok {
-		sc.apply(r.ServiceID, cks)
+	defer sc.mu.Unlock()
+	for _, inst := range sc.updateLocked(r) {
+		sc.reg.Register(inst)
 	}
 }
 
@@ -226,7 +234,10 @@ func (h *ServicesHook) startChecks(hc *allocrunner.AllocHookContext, insts []cat
 	if err != nil || len(defs) == 0 {
 		return nil, err
 	}
-	sc := &serviceChecks{reg: h.d.Catalog, insts: map[string]catalog.ServiceInstance{}, own: map[string][]catalog.Check{}}
+	if hc.Restored {
+		restoredDefinitions(defs)
+	}
+	sc := &serviceChecks{reg: h.d.Catalog, insts: map[string]catalog.ServiceInstance{}}
 	for _, inst := range insts {
 		sc.insts[inst.ID] = inst
 	}
@@ -239,17 +250,11 @@ func (h *ServicesHook) startChecks(hc *allocrunner.AllocHookContext, insts []cat
 	}
 	sc.runner = checks.New(cfg)
 	sc.mu.Lock()
-	for id, cks := range initialChecks(defs, nil) {
-		sc.own[id] = cks
-	}
-	initial := make([]catalog.ServiceInstance, 0, len(insts))
+	sc.own = initialChecks(defs)
 	for _, inst := range insts {
-		initial = append(initial, sc.recomputeLocked(inst.ID))
+		h.d.Catalog.Register(sc.recomputeLocked(inst.ID))
 	}
 	sc.mu.Unlock()
-	for _, inst := range initial {
-		h.d.Catalog.Register(inst)
-	}
 	sc.runner.Start(defs)
 	return sc, nil
 }

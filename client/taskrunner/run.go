@@ -51,12 +51,16 @@ func (tr *TaskRunner) loop(handle *driver.TaskHandle) {
 		handle = nil
 	}
 	for {
-		res, err := tr.runOnce(handle)
+		res, req, err := tr.runOnce(handle)
 		if errors.Is(err, errDetached) {
 			tr.logger.Debug("detached from task; it keeps running")
 			return
 		}
 		handle = nil
+		if req != nil {
+			req.done <- nil
+			res = signaledResult(res, req.reason)
+		}
 		if tr.isKilling() {
 			tr.finish(NewEvent(structs.TaskKilled), false)
 			return
@@ -118,29 +122,31 @@ func (tr *TaskRunner) replaceRecovered(h *driver.TaskHandle, reason string) bool
 }
 
 // runOnce starts (or, with a restored handle, recovers) the task and waits
-// for it to exit. It returns errDetached when the runner was shut down.
-func (tr *TaskRunner) runOnce(handle *driver.TaskHandle) (*driver.ExitResult, error) {
+// for it to exit. It returns errDetached when the runner was shut down, and
+// the restart request that stopped the task, if one did.
+func (tr *TaskRunner) runOnce(handle *driver.TaskHandle) (*driver.ExitResult, *restartRequest, error) {
 	var exitCh <-chan *driver.ExitResult
 	var res *driver.ExitResult
+	var req *restartRequest
 	if handle != nil {
 		exitCh, res = tr.recover(handle)
 	} else {
 		if tr.isKilling() {
-			return &driver.ExitResult{}, nil
+			return &driver.ExitResult{}, nil, nil
 		}
 		handle, exitCh, res = tr.start()
 	}
 	if exitCh != nil {
 		var err error
-		if res, err = tr.waitExit(handle, exitCh); err != nil {
-			return nil, err
+		if res, req, err = tr.waitExit(handle, exitCh); err != nil {
+			return nil, nil, err
 		}
 		tr.emit(terminatedEvent(res))
 	}
 	if handle != nil {
 		tr.release(handle)
 	}
-	return res, nil
+	return res, req, nil
 }
 
 func (tr *TaskRunner) isKilling() bool {
@@ -199,15 +205,39 @@ func (tr *TaskRunner) recover(h *driver.TaskHandle) (<-chan *driver.ExitResult, 
 	return exitCh, nil
 }
 
-// waitExit waits for the task's exit; a kill request stops it first.
-func (tr *TaskRunner) waitExit(h *driver.TaskHandle, exitCh <-chan *driver.ExitResult) (*driver.ExitResult, error) {
-	select {
-	case res := <-exitCh:
-		return tr.exitResult(res)
-	case <-tr.killCh:
-	case <-tr.shutdownCh:
-		return nil, errDetached
+// waitExit waits for the task's exit; a kill or a restart request stops
+// it first (the request is returned).
+func (tr *TaskRunner) waitExit(h *driver.TaskHandle, exitCh <-chan *driver.ExitResult) (*driver.ExitResult, *restartRequest, error) {
+	var req *restartRequest
+wait:
+	for {
+		select {
+		case res := <-exitCh:
+			res, err := tr.exitResult(res)
+			return res, nil, err
+		case <-tr.killCh:
+			break wait
+		case req = <-tr.restartCh:
+			if req.taskID == h.Config.ID {
+				break wait
+			}
+			req.done <- fmt.Errorf("failed to restart task %q: %w", tr.Name(), ErrNotRunning) // an earlier run
+			req = nil
+		case <-tr.shutdownCh:
+			return nil, nil, errDetached
+		}
 	}
+	if req != nil {
+		tr.logger.Info("restarting task on request", "reason", req.reason)
+		tr.emit(restartSignalEvent(req.reason))
+	}
+	res, err := tr.stop(h, exitCh)
+	return res, req, err
+}
+
+// stop stops the task with its kill_signal and kill_timeout and waits for
+// its exit.
+func (tr *TaskRunner) stop(h *driver.TaskHandle, exitCh <-chan *driver.ExitResult) (*driver.ExitResult, error) {
 	timeout := tr.killTimeout()
 	if err := tr.cfg.Driver.StopTask(h.Config.ID, timeout, tr.cfg.Task.KillSignal); err != nil {
 		tr.logger.Warn("failed to stop task", "error", err)

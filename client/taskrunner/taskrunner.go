@@ -5,8 +5,8 @@
 // restarted agent re-attaches instead of starting a duplicate.
 //
 // Concurrency: Run executes in its own goroutine and is the only code that
-// talks to the driver about the task's lifecycle; Kill and Shutdown only
-// signal it (through channels) and wait. The mutex guards the task state and
+// talks to the driver about the task's lifecycle; Kill, Restart and
+// Shutdown only signal it (through channels) and wait. The mutex guards the task state and
 // handle; it is never held while calling the driver, the state store or the
 // OnStateChange callback.
 package taskrunner
@@ -71,6 +71,7 @@ type TaskRunner struct {
 	replace string
 
 	killCh     chan struct{}
+	restartCh  chan *restartRequest
 	shutdownCh chan struct{}
 	waitCh     chan struct{}
 	closeOnce  sync.Once
@@ -103,7 +104,7 @@ func New(cfg Config) *TaskRunner {
 	ctx, cancel := context.WithCancel(context.Background())
 	tr := &TaskRunner{cfg: cfg, tracker: tracker,
 		logger: cfg.Logger.With("alloc_id", cfg.Alloc.ID, "task", cfg.Task.Name),
-		killCh: make(chan struct{}), shutdownCh: make(chan struct{}), waitCh: make(chan struct{}), ctx: ctx, cancel: cancel}
+		killCh: make(chan struct{}), restartCh: make(chan *restartRequest), shutdownCh: make(chan struct{}), waitCh: make(chan struct{}), ctx: ctx, cancel: cancel}
 	if r := cfg.Restored; r != nil && r.State != nil {
 		tr.state = copyState(r.State)
 		tr.handle = r.Handle

@@ -1,4 +1,4 @@
-# Fields a check's type does not use, ttl checks and check tasks.
+# Fields a check's type does not use, ttl checks, check and service tasks.
 job "web" {
   group "web" {
     network {
@@ -55,6 +55,32 @@ job "web" {
         type     = "grpc"
         interval = "10s"
         method   = "GET"
+      }
+    }
+
+    service {
+      name = "admin"
+      port = "http"
+
+      check {
+        name     = "admin-script"
+        type     = "script"
+        command  = "/bin/check"
+        interval = "10s"
+        timeout  = "2s"
+      }
+    }
+
+    service {
+      name = "ops"
+      port = "http"
+      task = "nope"
+
+      check {
+        type     = "script"
+        command  = "/bin/check"
+        interval = "10s"
+        timeout  = "2s"
       }
     }
 
