@@ -81,35 +81,40 @@ func localAlloc(c *client.Client, id string) (*structs.Allocation, error) {
 // toLeader sends a follower's API writes (job run, stop, drain...) to the
 // leader's RPC port, which serves the API to servers, as Nomad's servers
 // forward writes; reads are answered here (etcd reads are consistent).
-// A request already forwarded once is never forwarded again.
+// A request already forwarded once is never forwarded again. The leader's
+// address is the RPC backend's cached lookup (at most a second old), and
+// rpc.Forwarder relays the request: one shared transport, X-Forwarded-*,
+// a 503 naming the missing leader when it cannot be reached.
 func (a *Agent) toLeader(next http.Handler) (http.Handler, error) {
 	_, dialTLS, err := a.rpcTLS()
 	if err != nil {
 		return nil, err
 	}
-	scheme := "http"
-	tr := &http.Transport{TLSClientConfig: dialTLS}
-	if dialTLS != nil {
-		scheme, tr.ForceAttemptHTTP2 = "https", true
+	fwd, err := rpc.NewForwarder(dialTLS, a.logger.Named("api_forward"))
+	if err != nil {
+		return nil, err
 	}
+	a.cleanups = append(a.cleanups, fwd.Close)
+	return leaderForwarding(next, fwd, a.server.RPCBackend().Leader, a.RPCAddr), nil
+}
+
+// leaderForwarding forwards the forwardable requests to the leader that
+// leader names, and serves the rest with next: on the leader, while no
+// leader is known (the write then fails clearly here) and when the
+// address is self's own.
+func leaderForwarding(next http.Handler, fwd *rpc.Forwarder, leader func() (bool, string), self func() string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !forwardable(r) || a.server.IsLeader() || a.lead == nil {
+		if !forwardable(r) {
 			next.ServeHTTP(w, r)
 			return
 		}
-		addr, err := a.lead.Leader(r.Context())
-		if err != nil || addr == "" || addr == a.RPCAddr() {
-			next.ServeHTTP(w, r) // no leader known: the write fails clearly here
+		isLeader, addr := leader()
+		if isLeader || addr == "" || addr == self() {
+			next.ServeHTTP(w, r)
 			return
 		}
-		target := &url.URL{Scheme: scheme, Host: addr}
-		proxy := &httputil.ReverseProxy{Transport: tr, Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(target)
-			pr.Out.Host = target.Host
-			pr.Out.Header.Set(rpc.HeaderForwarded, "1")
-		}}
-		proxy.ServeHTTP(w, r)
-	}), nil
+		fwd.Forward(w, r, addr)
+	})
 }
 
 // forwardable: a write to the cluster's state, not yet forwarded, not one

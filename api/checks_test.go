@@ -1,11 +1,15 @@
 package api_test
 
 import (
+	"net/http"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
 	nomadapi "github.com/hashicorp/nomad/api"
 
+	"github.com/meshlet/meshlet/api"
 	"github.com/meshlet/meshlet/api/apitest"
 )
 
@@ -104,5 +108,57 @@ func assertChecks(t *testing.T, stage string, job *nomadapi.Job) {
 	}
 	if g.Type != "grpc" || g.GRPCService != "web.Health" || !g.GRPCUseTLS || g.Interval != 5*time.Second {
 		t.Errorf("%s: grpc check = %+v", stage, g)
+	}
+}
+
+// withoutChecks hides apitest.Backend's CheckBackend: an agent that runs
+// no allocations.
+type withoutChecks struct{ api.Backend }
+
+// GET /v1/client/allocation/:alloc/checks answers the node's results in
+// Nomad's shape (a unique prefix resolves), 404 for an unknown
+// allocation and 404 on an agent without a CheckBackend.
+func TestHandleChecks(t *testing.T) {
+	b := apitest.NewBackend()
+	srv := newTestServer(t, b)
+	c, err := nomadapi.NewClient(&nomadapi.Config{Address: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	job, err := c.Jobs().ParseHCL(checksJobHCL, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.Jobs().Register(job, nil); err != nil {
+		t.Fatal(err)
+	}
+	allocs := b.Allocations()
+	if len(allocs) != 1 {
+		t.Fatalf("%d allocations, want 1", len(allocs))
+	}
+	id := allocs[0].ID
+	want := nomadapi.AllocCheckStatuses{"c1": {ID: "c1", Check: "service: \"web\" check", Service: "web", Group: "checks.web[0]",
+		Mode: "healthiness", Status: "success", StatusCode: 200, Output: "ok", Timestamp: 1700000000}}
+	b.SetAllocChecks(id, want)
+
+	got, err := c.Allocations().Checks(id[:8], nil)
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("Checks = %+v, %v; want %+v", got, err, want)
+	}
+	if resp, body := do(t, http.MethodGet, srv.URL+"/v1/client/allocation/ffffffff/checks", ""); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("unknown allocation: status %d (%s), want 404", resp.StatusCode, body)
+	}
+	b.SetAllocChecks(id, nil)
+	if _, body := do(t, http.MethodGet, srv.URL+"/v1/client/allocation/"+id+"/checks", ""); strings.TrimSpace(body) != "{}" {
+		t.Errorf("no results: body %q, want {}", body)
+	}
+
+	plain := newTestServer(t, withoutChecks{b})
+	resp, body := do(t, http.MethodGet, plain.URL+"/v1/client/allocation/"+id+"/checks", "")
+	if resp.StatusCode != http.StatusNotFound || !strings.Contains(body, api.ErrNoChecks.Error()) {
+		t.Errorf("agent without checks: status %d (%s), want 404 naming %q", resp.StatusCode, body, api.ErrNoChecks)
+	}
+	if n := b.AllocChecksCalls(); n != 2 {
+		t.Errorf("backend answered %d checks calls, want 2 (the unknown allocation stops at the lookup)", n)
 	}
 }

@@ -153,10 +153,13 @@ type Manager struct {
 	leaves      map[string]*leafEntry
 	unheld      int // entries with holds == 0
 	renewers    atomic.Int64
-	pruneTimer  *time.Timer   // the earliest end of a rotated-out root's overlap
-	pruneRetry  *time.Timer   // a failed prune tried again
-	pruneWait   time.Duration // backoff of pruneRetry; 0 after a success
-	hub         pubsub.Hub[Event]
+	// signedTTL is the lifetime (ns) of the last leaf the servers signed
+	// for a remote-mode CA: their TTL, which may differ from cfg.LeafTTL.
+	signedTTL  atomic.Int64
+	pruneTimer *time.Timer   // the earliest end of a rotated-out root's overlap
+	pruneRetry *time.Timer   // a failed prune tried again
+	pruneWait  time.Duration // backoff of pruneRetry; 0 after a success
+	hub        pubsub.Hub[Event]
 
 	// Hooks for tests; set before the first Leaf, Rotate or SetRoots call.
 	now              func() time.Time

@@ -145,6 +145,7 @@ func (m *Manager) signRemote(ctx context.Context, service string) (*signed, erro
 		return nil, fmt.Errorf("failed to issue leaf for %s: %w", service, err)
 	}
 	is.issuedAt = now
+	m.signedTTL.Store(int64(is.chain[0].NotAfter.Sub(is.chain[0].NotBefore) - clockSkew))
 	keyPEM, err := encodeKey(key)
 	if err != nil {
 		return nil, err
@@ -227,4 +228,14 @@ func parseChainPEM(s string) ([]*x509.Certificate, error) {
 		return nil, errors.New("no certificate in the signed chain")
 	}
 	return chain, nil
+}
+
+// LeafTTL is the lifetime leaves are signed with: this CA's connect
+// leaf TTL, or in remote mode the servers' (seen on the last leaf they
+// signed; the local setting until then).
+func (m *Manager) LeafTTL() time.Duration {
+	if d := time.Duration(m.signedTTL.Load()); m.cfg.Signer != nil && d > 0 {
+		return d.Round(time.Second)
+	}
+	return m.cfg.LeafTTL
 }

@@ -2,16 +2,20 @@ package command
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"github.com/meshlet/meshlet/connect"
 	"io"
 	"net/url"
 	"sort"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	nomadapi "github.com/hashicorp/nomad/api"
+
+	"github.com/meshlet/meshlet/connect"
 )
 
 func init() {
@@ -49,10 +53,62 @@ func runAllocStatus(e *env, c *command, args []string) int {
 	}
 	writeAllocStatus(e.stdout, alloc, time.Now(), sidecarProxyMode(client, alloc.NodeID), followupTime(client, alloc.FollowupEvalID),
 		nodeAddress(client, alloc.NodeID))
-	if checks, err := client.Allocations().Checks(alloc.ID, nil); err == nil {
-		writeAllocChecks(e.stdout, checks)
-	}
+	e.allocChecks(client, alloc, *addr)
 	return exitOK
+}
+
+// checksTimeout bounds the checks query: a server forwards it to the
+// allocation's node, which may be down.
+var checksTimeout = 3 * time.Second
+
+// allocChecks prints the allocation's "Service Checks" section when it
+// may have checks: its group declares some (connect sidecars get a
+// default one) and it is not terminal. The node answers within
+// checksTimeout or the section is left out with a warning on stderr.
+func (e *env) allocChecks(client *nomadapi.Client, alloc *nomadapi.Allocation, addr string) {
+	if alloc.ClientTerminalStatus() || !declaresChecks(alloc) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, checksTimeout)
+	defer cancel()
+	checks, err := client.Allocations().Checks(alloc.ID, (&nomadapi.QueryOptions{}).WithContext(ctx))
+	switch {
+	case err == nil:
+		writeAllocChecks(e.stdout, checks)
+	case errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil:
+		fmt.Fprintf(e.stderr, "Warning: the service checks are not shown: the allocation's node did not answer within %s\n", checksTimeout)
+	default:
+		fmt.Fprintf(e.stderr, "Warning: the service checks are not shown: %s\n", describe(err, addr))
+	}
+}
+
+// declaresChecks reports whether the allocation's group declares a service
+// check (group or task service) or a connect sidecar (a service asking for
+// one, or its injected connect-proxy task).
+func declaresChecks(a *nomadapi.Allocation) bool {
+	if a.Job == nil {
+		return false
+	}
+	for _, tg := range a.Job.TaskGroups {
+		if tg == nil || tg.Name == nil || *tg.Name != a.TaskGroup {
+			continue
+		}
+		services := tg.Services
+		for _, t := range tg.Tasks {
+			if t != nil && strings.HasPrefix(t.Kind, connect.KindPrefix) {
+				return true
+			}
+			if t != nil {
+				services = append(services[:len(services):len(services)], t.Services...)
+			}
+		}
+		for _, s := range services {
+			if s != nil && (len(s.Checks) > 0 || (s.Connect != nil && s.Connect.SidecarService != nil)) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // writeAllocChecks prints the "Service Checks" section: each check of the
@@ -70,8 +126,8 @@ func writeAllocChecks(w io.Writer, checks nomadapi.AllocCheckStatuses) {
 	for _, id := range ids {
 		c := checks[id]
 		out := strings.Join(strings.Fields(c.Output), " ")
-		if len(out) > 60 {
-			out = out[:57] + "..."
+		if utf8.RuneCountInString(out) > 60 {
+			out = string([]rune(out)[:57]) + "..."
 		}
 		rows = append(rows, row(c.Service, c.Check, c.Status, orNone(out)))
 	}

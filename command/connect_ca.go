@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"sort"
-	"strings"
 
 	consulapi "github.com/hashicorp/consul/api"
 )
@@ -46,7 +44,7 @@ has passed, so connections keep working during the rotation.
 
 Provider must be "consul". Config may not carry PrivateKey or RootCert
 (meshlet generates its own root keys); its other fields are checked but not
-applied (the leaf TTL is the agents' connect.leaf_ttl) and the agent logs
+applied (the leaf TTL is the servers' connect.leaf_ttl) and the agent logs
 which ones differ. The command returns once the servers stored the new
 root; a client agent's own roots follow within moments.`,
 			example: "$ meshlet connect ca get-config > ca.json\n$ meshlet connect ca set-config -config-file ca.json",
@@ -55,26 +53,11 @@ root; a client agent's own roots follow within moments.`,
 	)
 }
 
-// runConnectCA lists the ca subcommands (`meshlet connect ca`).
+// runConnectCA lists the ca subcommands (`meshlet connect ca`), as a
+// group does.
 func runConnectCA(e *env, c *command, args []string) int {
-	w, code := e.stderr, exitError
-	switch {
-	case len(args) == 1 && isHelp(args[0]):
-		w, code = e.stdout, exitOK
-	case len(args) > 0:
-		fmt.Fprintf(e.stderr, "Error: unknown command \"connect ca %s\"\n\n", args[0])
-	}
-	fmt.Fprintf(w, "Usage: meshlet connect ca <subcommand> [options]\n\n  %s.\n\nSubcommands:\n", c.synopsis)
-	var rows []string
-	for name, sub := range commands {
-		if rest, ok := strings.CutPrefix(name, c.name+" "); ok && !sub.hidden {
-			rows = append(rows, fmt.Sprintf("  %s\t%s", rest, sub.synopsis))
-		}
-	}
-	sort.Strings(rows)
-	writeTable(w, rows)
-	fmt.Fprintf(w, "\nExample:\n  $ meshlet connect ca get-config\n  $ meshlet connect ca set-config -config-file ca.json\n")
-	return code
+	return e.runGroup(group{name: c.name, synopsis: c.synopsis,
+		example: "$ meshlet connect ca get-config\n  $ meshlet connect ca set-config -config-file ca.json"}, args)
 }
 
 func runConnectCAGetConfig(e *env, c *command, args []string) int {

@@ -24,7 +24,7 @@ func newCAConnectAPI(t *testing.T) *ca.Manager {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = m.Close() })
-	srv := consulapi.NewServer(consulapi.Deps{Catalog: catalog.New(), CA: m, LeafTTL: 3 * time.Hour}, hclog.NewNullLogger())
+	srv := consulapi.NewServer(consulapi.Deps{Catalog: catalog.New(), CA: m}, hclog.NewNullLogger())
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
 	t.Setenv("MESHLET_CONNECT_ADDR", hs.URL)

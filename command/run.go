@@ -131,20 +131,9 @@ func (e *env) dispatch(args []string) int {
 		return c.run(e, c, args[1:])
 	}
 	for _, g := range groups {
-		if g.name != args[0] {
-			continue
+		if g.name == args[0] {
+			return e.runGroup(g, args[1:])
 		}
-		switch {
-		case len(args) == 1:
-			e.groupUsage(e.stderr, g)
-			return exitError
-		case isHelp(args[1]):
-			e.groupUsage(e.stdout, g)
-			return exitOK
-		}
-		fmt.Fprintf(e.stderr, "Error: unknown command \"%s %s\"\n\n", g.name, args[1])
-		e.groupUsage(e.stderr, g)
-		return exitError
 	}
 	fmt.Fprintf(e.stderr, "Error: unknown command %q\n\n", args[0])
 	e.topUsage(e.stderr)
@@ -167,6 +156,23 @@ func (e *env) topUsage(w io.Writer) {
 	sort.Strings(rows)
 	writeTable(w, rows)
 	fmt.Fprintf(w, "\nRun 'meshlet <command> -h' for a command's options.\n\nExample:\n  $ meshlet agent -dev\n  $ meshlet job run countdash.hcl\n")
+}
+
+// runGroup answers a group named without one of its subcommands (args
+// follow the group's name): its usage, on stdout for -h (exit 0), else on
+// stderr after an unknown subcommand's error (exit 1).
+func (e *env) runGroup(g group, args []string) int {
+	switch {
+	case len(args) == 0:
+		e.groupUsage(e.stderr, g)
+		return exitError
+	case isHelp(args[0]):
+		e.groupUsage(e.stdout, g)
+		return exitOK
+	}
+	fmt.Fprintf(e.stderr, "Error: unknown command \"%s %s\"\n\n", g.name, args[0])
+	e.groupUsage(e.stderr, g)
+	return exitError
 }
 
 func (e *env) groupUsage(w io.Writer, g group) {

@@ -2,6 +2,7 @@ package consulapi
 
 import (
 	"context"
+	"time"
 
 	"github.com/meshlet/meshlet/authz"
 	"github.com/meshlet/meshlet/ca"
@@ -34,6 +35,8 @@ type CA interface {
 	Roots() ca.Roots
 	// Subscribe calls fn after every roots change or leaf renewal.
 	Subscribe(fn func(ca.Event)) (cancel func())
+	// LeafTTL is the lifetime leaves are signed with.
+	LeafTTL() time.Duration
 }
 
 // Intentions is the intentions store.

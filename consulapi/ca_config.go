@@ -25,9 +25,14 @@ import (
 //     root keys). EVERY accepted PUT rotates the root: a new root key,
 //     cross-signed by the old root, as Consul's built-in provider does when
 //     its configuration changes. The other Config fields are checked (a
-//     duration must parse) but not applied: the leaf TTL is the agents'
-//     connect.leaf_ttl, fixed when the CA starts. Fields differing from
-//     what GET answers are named in a warning in the agent's log.
+//     duration must parse) but not applied: the leaf TTL is the signing
+//     servers' connect.leaf_ttl, fixed when their CA starts. Fields
+//     differing from what GET answers are named in a warning in the
+//     agent's log.
+//
+// The LeafCertTTL GET reports is the TTL leaves are actually signed with
+// (ca.Manager.LeafTTL: on a client agent the servers', as seen on the
+// leaves they signed).
 //
 // On a client agent the rotation is made by a server (Deps.RotateCA goes
 // through the RPC port); the PUT returns once the new root is stored, and
@@ -36,8 +41,10 @@ import (
 // caProvider is the only provider meshlet has: its built-in CA.
 const caProvider = "consul"
 
-// maxRotateConflicts bounds the retries of a rotation that lost a race
-// with another server's change to the CA state (the CA reloaded it).
+// maxRotateConflicts bounds the attempts of a rotation that lost a race
+// with another server's change to the CA state (the CA reloaded it). This
+// is the one retry loop of a rotation: a client agent's Deps.RotateCA
+// (an RPC to a server) tries once and reports ca.ErrStateConflict.
 const maxRotateConflicts = 3
 
 // caConfig is Consul's CAConfig shape.
@@ -67,20 +74,13 @@ func configIndex(rs ca.Roots) uint64 {
 	return 0
 }
 
-func (s *Server) leafTTL() time.Duration {
-	if s.d.LeafTTL > 0 {
-		return s.d.LeafTTL
-	}
-	return ca.DefaultLeafTTL
-}
-
 // currentCAConfig is what GET answers.
-func (s *Server) currentCAConfig() caConfig {
+func (s *Server) currentCAConfig(ctx context.Context) caConfig {
 	idx := max(configIndex(s.d.CA.Roots()), 1)
 	return caConfig{
 		Provider: caProvider,
 		Config: map[string]any{
-			"LeafCertTTL":    s.leafTTL().String(),
+			"LeafCertTTL":    s.d.CA.LeafTTL().String(),
 			"PrivateKeyType": "ec",
 			"PrivateKeyBits": 256,
 		},
@@ -94,7 +94,7 @@ func (s *Server) caConfigGet(w http.ResponseWriter, r *http.Request) {
 		s.failFor(w, r, err)
 		return
 	}
-	cfg := s.currentCAConfig()
+	cfg := s.currentCAConfig(r.Context())
 	s.writeJSON(w, cfg.ModifyIndex, cfg)
 }
 
@@ -105,7 +105,7 @@ func (s *Server) caConfigSet(w http.ResponseWriter, r *http.Request) {
 		s.failFor(w, r, err)
 		return
 	}
-	ignored, err := checkCAConfig(in, s.currentCAConfig())
+	ignored, err := checkCAConfig(in, s.currentCAConfig(r.Context()))
 	if err != nil {
 		s.failFor(w, r, err)
 		return

@@ -75,7 +75,7 @@ func activeRoot(rs ca.Roots) ca.Root {
 // root cross-signed by the old one), and a blocking get-config returns
 // at the rotation.
 func TestCAConfigGetSetRotates(t *testing.T) {
-	client, m, logs, _ := caConfigServer(t, Deps{LeafTTL: 2 * time.Hour})
+	client, m, logs, _ := caConfigServer(t, Deps{})
 	conn := client.Connect()
 	cfg, meta, err := conn.CAGetConfig(nil)
 	if err != nil {
@@ -235,5 +235,44 @@ func TestCASetConfigRotateCA(t *testing.T) {
 	none, _, _, _ := caConfigServer(t, Deps{CA: rootsOnly{m}})
 	if _, err := none.Connect().CASetConfig(&consul.CAConfig{Provider: "consul"}, nil); statusCode(err) != http.StatusNotImplemented {
 		t.Fatalf("CASetConfig without a rotator = %v, want 501", err)
+	}
+}
+
+// A client agent's CA signs nothing itself: its leaves carry the servers'
+// TTL, which GET reports once a leaf was issued, not the local
+// connect.leaf_ttl the agent was configured with (its CA's LeafTTL).
+func TestCAGetConfigLeafTTLFromServers(t *testing.T) {
+	servers, err := ca.New(ca.Config{LeafTTL: 5 * time.Hour}, hclog.NewNullLogger(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = servers.Close() })
+	remote, err := ca.New(ca.Config{Signer: servers, LeafTTL: 2 * time.Hour}, hclog.NewNullLogger(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = remote.Close() })
+	if err := remote.SetRoots(servers.Roots()); err != nil {
+		t.Fatal(err)
+	}
+	client, _, _, _ := caConfigServer(t, Deps{CA: remote})
+	ttl := func() string {
+		t.Helper()
+		cfg, _, err := client.Connect().CAGetConfig(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprint(cfg.Config["LeafCertTTL"])
+	}
+	if got := ttl(); got != "2h0m0s" {
+		t.Fatalf("LeafCertTTL before any leaf = %s, want the configured 2h0m0s", got)
+	}
+	// The agent's control plane fetches a leaf (as xDS does, not through
+	// this API): its lifetime is the servers' TTL.
+	if _, err := remote.Leaf(context.Background(), "web"); err != nil {
+		t.Fatal(err)
+	}
+	if got := ttl(); got != "5h0m0s" {
+		t.Fatalf("LeafCertTTL after a leaf signed by the servers = %s, want their 5h0m0s", got)
 	}
 }

@@ -58,9 +58,6 @@ type Deps struct {
 	// call through a server on a client agent. nil: CA's own Rotate if it
 	// has one.
 	RotateCA func(ctx context.Context) error
-	// LeafTTL is the leaf TTL GET /v1/connect/ca/configuration reports
-	// (default ca.DefaultLeafTTL).
-	LeafTTL time.Duration
 }
 
 // Server is the Consul-shaped HTTP API.

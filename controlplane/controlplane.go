@@ -182,7 +182,7 @@ func (c *ControlPlane) Start() error {
 	c.api = consulapi.NewServer(consulapi.Deps{
 		Catalog: c.Catalog, CA: c.CA, Intentions: c.Intentions, Authz: c.Authz,
 		Datacenter: c.cfg.Datacenter, NodeName: c.cfg.NodeName, NodeAddress: c.cfg.NodeAddress,
-		RotateCA: c.cfg.RotateCA, LeafTTL: c.cfg.LeafTTL,
+		RotateCA: c.cfg.RotateCA,
 	}, c.cfg.Logger)
 	policy := c.cfg.HTTPPolicy
 	if policy.Logger == nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/meshlet/meshlet/ca"
 	"github.com/meshlet/meshlet/catalog"
+	"github.com/meshlet/meshlet/connect"
 	"github.com/meshlet/meshlet/intention"
 	"github.com/meshlet/meshlet/meshstate"
 	"github.com/meshlet/meshlet/structs"
@@ -32,6 +33,10 @@ type ConnectBackend interface {
 	SignCSR(ctx context.Context, service, csrPEM string) (ca.SignedCert, error)
 	// Intentions writes the cluster's intentions.
 	Intentions() intention.Writer
+	// LoadIntentions reads the stored intentions (found is false when none
+	// were ever stored): a retried create checks whether its first
+	// attempt committed.
+	LoadIntentions(ctx context.Context) (st intention.State, found bool, err error)
 	// Roots are the CA's public roots (no key material).
 	Roots(ctx context.Context) (ca.Roots, error)
 	// RotateCA makes a new CA root active, cross-signed by the old one
@@ -178,6 +183,13 @@ func (s *Server) handleConnectPutAlloc(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusForbidden, "", "%v: allocation %s is not placed on node %s", ErrForbidden, allocID, nodeID)
 		return
 	}
+	if len(req.Instances) > 0 && stopping(alloc) {
+		s.logger.Warn("refused registration of a stopped allocation", "node_id", nodeID, "alloc_id", allocID,
+			"client_status", alloc.ClientStatus, "desired_status", alloc.DesiredStatus)
+		writeError(w, http.StatusForbidden, "", "%v: allocation %s is stopped or stopping (client status %q, desired status %q)",
+			ErrForbidden, allocID, alloc.ClientStatus, alloc.DesiredStatus)
+		return
+	}
 	if name, ok := undeclared(alloc, req.Instances); !ok {
 		s.logger.Warn("refused registration of a service the allocation does not declare", "node_id", nodeID, "alloc_id", allocID, "service", name)
 		writeError(w, http.StatusForbidden, "", "%v: allocation %s declares no service %q", ErrForbidden, allocID, name)
@@ -223,11 +235,9 @@ func (s *Server) handleConnectSign(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "", "%v: %v: %q", ErrBadRequest, ca.ErrInvalidService, req.Service)
 		return
 	}
-	if status, err := checkCSR(req.CSR, req.Service); err != nil {
-		if status == http.StatusForbidden {
-			s.logger.Warn("refused CSR naming another identity", "node_id", nodeID, "service", req.Service, "error", err)
-		}
-		writeError(w, status, "", "%v", err)
+	if err := csrNamesOther(req.CSR, req.Service); err != nil {
+		s.logger.Warn("refused CSR naming another identity", "node_id", nodeID, "service", req.Service, "error", err)
+		writeError(w, http.StatusForbidden, "", "%v", err)
 		return
 	}
 	runs, err := s.nodeRunsService(r.Context(), nodeID, req.Service)
@@ -242,7 +252,8 @@ func (s *Server) handleConnectSign(w http.ResponseWriter, r *http.Request) {
 	}
 	cert, err := cb.SignCSR(r.Context(), req.Service, req.CSR)
 	switch {
-	case errors.Is(err, ca.ErrInvalidService) || errors.Is(err, ca.ErrInvalidSpiffeID):
+	case errors.Is(err, ca.ErrInvalidCSR) || errors.Is(err, ca.ErrInvalidService) || errors.Is(err, ca.ErrInvalidSpiffeID):
+		// The CSR itself is wrong: every server would refuse it.
 		writeError(w, http.StatusBadRequest, "", "%v: %v", ErrBadRequest, err)
 		return
 	case err != nil:
@@ -253,28 +264,27 @@ func (s *Server) handleConnectSign(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, cert)
 }
 
-// checkCSR parses csrPEM and checks its signature (400 otherwise); a URI
-// SAN it carries must be service's SPIFFE ID (403 otherwise), so that a
-// CA signing what the CSR asks for cannot be led to another identity.
-func checkCSR(csrPEM, service string) (int, error) {
+// csrNamesOther refuses (ErrForbidden) a CSR whose URI SAN is the
+// identity of another service than the one it is signed for: a node
+// asking for someone else's identity, which the servers log. Everything
+// else about the CSR (PEM, signature, key type, the number of URI SANs,
+// the trust domain) is the CA's to check (ca.ErrInvalidCSR, answered 400);
+// a CSR this cannot parse is left to it.
+func csrNamesOther(csrPEM, service string) error {
 	block, _ := pem.Decode([]byte(csrPEM))
-	if block == nil || block.Type != "CERTIFICATE REQUEST" {
-		return http.StatusBadRequest, fmt.Errorf("%w: CSR must be a PEM \"CERTIFICATE REQUEST\"", ErrBadRequest)
+	if block == nil {
+		return nil
 	}
 	csr, err := x509.ParseCertificateRequest(block.Bytes)
-	if err == nil {
-		err = csr.CheckSignature()
-	}
 	if err != nil {
-		return http.StatusBadRequest, fmt.Errorf("%w: invalid CSR: %w", ErrBadRequest, err)
+		return nil
 	}
 	for _, u := range csr.URIs {
-		id, err := ca.ParseSpiffeID(u.String())
-		if err != nil || id.Service != service {
-			return http.StatusForbidden, fmt.Errorf("%w: the CSR names %s, not service %q", ErrForbidden, u, service)
+		if id, err := ca.ParseSpiffeID(u.String()); err == nil && id.Service != service {
+			return fmt.Errorf("%w: the CSR names service %q, not %q", ErrForbidden, id.Service, service)
 		}
 	}
-	return 0, nil
+	return nil
 }
 
 // nodeRunsService reports whether one of the node's allocations that may
@@ -285,7 +295,7 @@ func (s *Server) nodeRunsService(ctx context.Context, nodeID, service string) (b
 		return false, err
 	}
 	for _, a := range allocs {
-		if a == nil || a.Job == nil || a.TerminalStatus() || a.DesiredStatus == structs.AllocDesiredStatusStop {
+		if a == nil || a.Job == nil || stopping(a) {
 			continue
 		}
 		tg := a.Job.LookupTaskGroup(a.TaskGroup)
@@ -304,17 +314,30 @@ func (s *Server) nodeRunsService(ctx context.Context, nodeID, service string) (b
 	return false, nil
 }
 
-// undeclared returns the first instance name that is neither a service
-// the allocation's group declares (group or task service) nor the sidecar
-// proxy of one; ok is true when every name is declared. An allocation
-// whose job is unknown (not hydrated) is not checked.
+// stopping reports whether an allocation is terminal or told to stop: its
+// services may not be registered nor leaves signed for them.
+func stopping(a *structs.Allocation) bool {
+	return a.TerminalStatus() || a.DesiredStatus == structs.AllocDesiredStatusStop
+}
+
+// undeclared returns the first instance name the allocation's group does
+// not declare; ok is true when every instance is declared. A plain
+// instance must be a service the group declares (group or task service).
+// A connect-proxy instance must front one (Proxy.DestinationServiceName,
+// which is how EDS picks a service's proxies) and carry its sidecar's
+// name: a proxy named after its own service but fronting another would
+// draw that service's traffic. An allocation whose job is unknown (not
+// hydrated) is not checked.
 func undeclared(a *structs.Allocation, insts []catalog.ServiceInstance) (name string, ok bool) {
 	if a.Job == nil {
 		return "", true
 	}
 	tg := a.Job.LookupTaskGroup(a.TaskGroup)
 	if tg == nil {
-		return "", len(insts) == 0
+		if len(insts) > 0 {
+			return insts[0].Name, false
+		}
+		return "", true
 	}
 	services := append([]*structs.Service(nil), tg.Services...)
 	for _, t := range tg.Tasks {
@@ -323,8 +346,17 @@ func undeclared(a *structs.Allocation, insts []catalog.ServiceInstance) (name st
 		}
 	}
 	for _, in := range insts {
-		base, proxy := strings.CutSuffix(in.Name, "-sidecar-proxy")
-		if !declares(services, in.Name) && !(proxy && declares(services, base)) {
+		if in.Kind != catalog.KindConnectProxy {
+			if !declares(services, in.Name) {
+				return in.Name, false
+			}
+			continue
+		}
+		if in.Proxy == nil {
+			return in.Name, false
+		}
+		dest := in.Proxy.DestinationServiceName
+		if !declares(services, dest) || in.Name != connect.ProxyServiceName(dest) {
 			return in.Name, false
 		}
 	}
@@ -360,6 +392,9 @@ func (s *Server) handleConnectIntentions(w http.ResponseWriter, r *http.Request)
 	switch {
 	case req.Op == intentionOpUpsert && req.Intention != nil:
 		out.Intention, out.Index, err = iw.Upsert(ctx, *req.Intention, req.Replace)
+		if errors.Is(err, intention.ErrExists) && !req.Replace && r.Header.Get(headerRetry) != "" {
+			out, err = s.retriedCreate(ctx, cb, *req.Intention, err)
+		}
 	case req.Op == intentionOpDelete && req.Source != "" && req.Destination != "":
 		out.Intention, out.Index, err = iw.Delete(ctx, req.Source, req.Destination)
 	case req.Op == intentionOpDeleteByID && req.ID != "":
@@ -383,6 +418,26 @@ func (s *Server) handleConnectIntentions(w http.ResponseWriter, r *http.Request)
 	}
 	s.logger.Debug("intention written", "node_id", nodeID, "op", req.Op, "intention_id", out.Intention.ID, "index", out.Index)
 	writeJSON(w, &out)
+}
+
+// retriedCreate settles a create (Upsert without replace) that the client
+// sent again after a server failed to answer it: when the stored
+// intention for the pair is the one asked for (same action and
+// description), the first attempt committed and this is its answer;
+// otherwise the create fails with exists, its error.
+func (s *Server) retriedCreate(ctx context.Context, cb ConnectBackend, in intention.Intention, exists error) (connectIntentionResponse, error) {
+	st, _, err := cb.LoadIntentions(ctx)
+	if err != nil {
+		return connectIntentionResponse{}, exists
+	}
+	for _, cur := range st.Intentions {
+		if cur.SourceName == in.SourceName && cur.DestinationName == in.DestinationName &&
+			cur.Action == strings.ToLower(in.Action) && cur.Description == in.Description && (in.ID == "" || in.ID == cur.ID) {
+			s.logger.Debug("retried intention create found its first attempt committed", "intention_id", cur.ID)
+			return connectIntentionResponse{Intention: cur, Index: cur.ModifyIndex}, nil
+		}
+	}
+	return connectIntentionResponse{}, exists
 }
 
 // intentionError answers an intention write's error, its sentinel named

@@ -17,27 +17,21 @@ import (
 // the other mesh calls; none needs the leader (the CA state is a
 // compare-and-swap from any server).
 
-// codeCAConflict: the rotation kept losing races with other servers'
-// changes to the CA state (HTTP 409).
+// codeCAConflict: the rotation lost a race with another server's change
+// to the CA state (HTTP 409); the Client turns it back into
+// ca.ErrStateConflict.
 const codeCAConflict = "ca_state_conflict"
 
-// maxRotateAttempts bounds a rotation's retries after a lost race (the
-// CA reloads the stored state after each).
-const maxRotateAttempts = 3
-
-// handleConnectCARotate rotates the CA root for an authenticated node.
+// handleConnectCARotate rotates the CA root for an authenticated node,
+// once: a lost race is answered 409 at once. The caller retries (the
+// connect API's PUT does, consulapi.rotateRetrying: one retry loop for a
+// server agent's own CA and a client agent's call through here alike).
 func (s *Server) handleConnectCARotate(w http.ResponseWriter, r *http.Request) {
 	cb, nodeID, ok := s.connectNode(w, r)
 	if !ok {
 		return
 	}
-	var err error
-	for range maxRotateAttempts {
-		if err = cb.RotateCA(r.Context()); !errors.Is(err, ca.ErrStateConflict) {
-			break
-		}
-	}
-	switch {
+	switch err := cb.RotateCA(r.Context()); {
 	case errors.Is(err, ca.ErrStateConflict):
 		writeError(w, http.StatusConflict, codeCAConflict, "%v", err)
 		return
@@ -50,10 +44,17 @@ func (s *Server) handleConnectCARotate(w http.ResponseWriter, r *http.Request) {
 }
 
 // RotateCA has a server rotate the cluster's CA root. It returns once the
-// new root is stored; this agent's roots follow through the mesh feed.
-// Like the other mesh calls it moves to the next server on a connection
-// error or a 5xx: if a server failed after storing the new root, the
-// next one rotates again (one more root, no harm).
+// new root is stored; this agent's roots follow through the mesh feed. A
+// rotation that lost a race with another server's change is an error
+// wrapping ca.ErrStateConflict (the caller may retry; nothing changed).
+//
+// A rotation is not idempotent, yet like the other mesh calls it moves to
+// the next server on a connection error, a timeout or a 5xx: when the
+// first server stored the new root but its answer was lost, the next one
+// rotates again. The cost is one extra root, cross-signed like any other
+// and dropped after the usual overlap; leaves are re-issued once more.
+// That is harmless, and cheaper than a rotation that silently did not
+// happen.
 func (c *Client) RotateCA(ctx context.Context) error {
 	return c.connectCall(ctx, "rotate the CA root", http.MethodPost, pathConnectCARotate, nil, nil)
 }

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strings"
 
 	"github.com/meshlet/meshlet/ca"
 	"github.com/meshlet/meshlet/catalog"
@@ -101,8 +100,10 @@ func (e *remoteError) Error() string { return e.msg }
 func (e *remoteError) Unwrap() error { return e.sentinel }
 
 // connectCall sends a mesh call to the servers, from the preferred one on,
-// until one answers; a connection error or a 5xx moves to the next. None
-// needs the leader, so there is no retry for an election.
+// until one answers (Client.call; request.mesh maps the mesh refusals to
+// their sentinels); a connection error, a timeout or a 5xx moves to the
+// next. None needs the leader, so none is a write retried through an
+// election.
 func (c *Client) connectCall(ctx context.Context, what, method, path string, in, out any) error {
 	if c.ctx.Err() != nil {
 		return fmt.Errorf("failed to %s: %w", what, ErrClosed)
@@ -118,7 +119,7 @@ func (c *Client) connectCall(ctx context.Context, what, method, path string, in,
 		}
 	}
 	req := &request{what: what, method: method, path: path, body: body, nodeID: id, secret: secret, timeout: c.cfg.Timeout, mesh: true}
-	return c.connectRound(ctx, req, out)
+	return c.call(ctx, req, out)
 }
 
 // ConnectRoots returns the cluster's public CA roots. Unlike the other
@@ -130,43 +131,8 @@ func (c *Client) ConnectRoots(ctx context.Context) (ca.Roots, error) {
 		return out, fmt.Errorf("failed to read the CA roots: %w", ErrClosed)
 	}
 	req := &request{what: "read the CA roots", method: http.MethodGet, path: pathConnectRoots, timeout: c.cfg.Timeout, mesh: true}
-	err := c.connectRound(ctx, req, &out)
+	err := c.call(ctx, req, &out)
 	return out, err
-}
-
-// connectRound tries req on each server, the preferred one first.
-func (c *Client) connectRound(ctx context.Context, req *request, out any) error {
-	what := req.what
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(c.ctx, cancel)
-	defer stop()
-	n := len(c.cfg.Servers)
-	start := int(c.preferred.Load())
-	var fails []string
-	for i := range n {
-		k := (start + i) % n
-		addr := c.cfg.Servers[k]
-		err := c.attempt(ctx, addr, req, out)
-		var se *serverError
-		switch {
-		case err == nil:
-			if k != start {
-				c.preferred.Store(int64(k))
-				c.logger.Info("switched to server", "server", addr)
-			}
-			return nil
-		case c.ctx.Err() != nil:
-			return fmt.Errorf("failed to %s: %w", what, ErrClosed)
-		case ctx.Err() != nil:
-			return fmt.Errorf("failed to %s: %w", what, ctx.Err())
-		case !errors.As(err, &se):
-			return err
-		}
-		c.logger.Debug("server failed; trying the next", "server", addr, "call", what, "error", err)
-		fails = append(fails, addr+": "+se.msg)
-	}
-	return fmt.Errorf("failed to %s: %w: %s", what, ErrNoServers, strings.Join(fails, "; "))
 }
 
 // connectAnswerError turns a failed answer into the call's error: the
@@ -180,6 +146,8 @@ func connectAnswerError(req *request, addr string, resp *http.Response, rd io.Re
 		sentinel = intention.ErrNotFound
 	case codeIntentionInvalid:
 		sentinel = intention.ErrInvalid
+	case codeCAConflict:
+		sentinel = ca.ErrStateConflict
 	case codeConnectNotServed:
 		return fmt.Errorf("failed to %s: %w by server %s", req.what, ErrConnectNotServed, addr)
 	default:

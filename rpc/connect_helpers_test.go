@@ -5,12 +5,12 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"net/url"
@@ -19,8 +19,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/meshlet/meshlet/ca"
 	"github.com/meshlet/meshlet/catalog"
+	"github.com/meshlet/meshlet/connect"
 	"github.com/meshlet/meshlet/intention"
 	"github.com/meshlet/meshlet/internal/tlsutil"
 	"github.com/meshlet/meshlet/meshstate"
@@ -29,7 +32,8 @@ import (
 
 // fakeConnect is an in-memory ConnectBackend: registrations keyed
 // <node>/<alloc>, a feed fanned out to followers, intentions kept with
-// intention.State's own rules and CSRs signed by a throwaway CA.
+// intention.State's own rules and CSRs signed by a real in-memory CA
+// (ca.Manager: its CSR checks are the servers').
 type fakeConnect struct {
 	mu        sync.Mutex
 	regs      map[string][]catalog.ServiceInstance
@@ -39,29 +43,41 @@ type fakeConnect struct {
 	following int // Follow calls running
 	intents   intention.State
 	signed    []string
-	caCert    *x509.Certificate
-	caKey     *ecdsa.PrivateKey
+	ca        *ca.Manager
 	rotations int                             // RotateCA calls so far
 	rotate    func(ctx context.Context) error // RotateCA's work; nil: none
 }
 
 func newFakeConnect(t *testing.T) *fakeConnect {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	mgr, err := ca.New(ca.Config{}, hclog.NewNullLogger(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
+	t.Cleanup(func() { _ = mgr.Close() })
+	return &fakeConnect{regs: map[string][]catalog.ServiceInstance{}, rev: 1, subs: map[chan meshstate.Batch]bool{}, ca: mgr}
+}
+
+// caCert is the CA's active root certificate.
+func (f *fakeConnect) caCert(t *testing.T) *x509.Certificate {
+	t.Helper()
+	rs := f.ca.Roots()
+	for _, r := range rs.Roots {
+		if r.ID != rs.ActiveRootID {
+			continue
+		}
+		block, _ := pem.Decode([]byte(r.RootCertPEM))
+		if block == nil {
+			t.Fatal("active root has no PEM certificate")
+		}
+		cert, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cert
 	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &fakeConnect{regs: map[string][]catalog.ServiceInstance{}, rev: 1, subs: map[chan meshstate.Batch]bool{}, caCert: cert, caKey: key}
+	t.Fatal("no active root")
+	return nil
 }
 
 func (f *fakeConnect) Follow(ctx context.Context, fn func(meshstate.Batch) error) error {
@@ -136,30 +152,26 @@ func (f *fakeConnect) DeleteAlloc(_ context.Context, nodeID, allocID string) err
 	return nil
 }
 
-func (f *fakeConnect) SignCSR(_ context.Context, service, csrPEM string) (ca.SignedCert, error) {
-	block, _ := pem.Decode([]byte(csrPEM))
-	csr, err := x509.ParseCertificateRequest(block.Bytes)
-	if err != nil {
-		return ca.SignedCert{}, err
-	}
-	u, _ := url.Parse("spiffe://test.local/ns/default/dc/dc1/svc/" + service)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), NotBefore: time.Now().Add(-time.Minute),
-		NotAfter: time.Now().Add(time.Hour), URIs: []*url.URL{u}, KeyUsage: x509.KeyUsageDigitalSignature}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, f.caCert, csr.PublicKey, f.caKey)
+func (f *fakeConnect) SignCSR(ctx context.Context, service, csrPEM string) (ca.SignedCert, error) {
+	sc, err := f.ca.SignCSR(ctx, service, csrPEM)
 	if err != nil {
 		return ca.SignedCert{}, err
 	}
 	f.mu.Lock()
 	f.signed = append(f.signed, service)
 	f.mu.Unlock()
-	return ca.SignedCert{CertChainPEM: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})), RootID: "root-1"}, nil
+	return sc, nil
 }
 
 func (f *fakeConnect) Intentions() intention.Writer { return fakeIntentions{f} }
 
-func (f *fakeConnect) Roots(context.Context) (ca.Roots, error) {
-	return ca.Roots{TrustDomain: "11111111-2222-3333-4444-555555555555.meshlet", ActiveRootID: "r1"}, nil
+func (f *fakeConnect) LoadIntentions(context.Context) (intention.State, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.intents, f.intents.Index > 0, nil
 }
+
+func (f *fakeConnect) Roots(context.Context) (ca.Roots, error) { return f.ca.Roots(), nil }
 
 func (f *fakeConnect) RotateCA(ctx context.Context) error {
 	f.mu.Lock()
@@ -293,6 +305,15 @@ func inst(node, alloc, name string) catalog.ServiceInstance {
 	return catalog.ServiceInstance{ID: alloc + "-" + name, Name: name, NodeID: node, AllocID: alloc, Address: "10.0.0.1", Port: 8080}
 }
 
+// proxyInst is the sidecar proxy instance of service dest, as
+// connect.Registrations makes it.
+func proxyInst(node, alloc, dest string) catalog.ServiceInstance {
+	in := inst(node, alloc, connect.ProxyServiceName(dest))
+	in.Kind = catalog.KindConnectProxy
+	in.Proxy = &catalog.Proxy{DestinationServiceName: dest, DestinationServiceID: alloc + "-" + dest, LocalServicePort: 8080}
+	return in
+}
+
 // makeCSR returns a PEM CSR, naming uri as its URI SAN when set, and the
 // key's public half.
 func makeCSR(t *testing.T, uri string) (string, any) {
@@ -311,6 +332,42 @@ func makeCSR(t *testing.T, uri string) (string, any) {
 		t.Fatal(err)
 	}
 	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})), &key.PublicKey
+}
+
+// rsaCSR is a PEM CSR with an RSA key (the CA signs only ECDSA P-256).
+func rsaCSR(t *testing.T) string {
+	t.Helper()
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}))
+}
+
+// multiURICSR is a PEM CSR naming every uri as a URI SAN.
+func multiURICSR(t *testing.T, uris ...string) string {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.CertificateRequest{}
+	for _, s := range uris {
+		u, err := url.Parse(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmpl.URIs = append(tmpl.URIs, u)
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, tmpl, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}))
 }
 
 // rawStatus sends one call with the given node credentials and returns the status.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/meshlet/meshlet/ca"
 	"github.com/meshlet/meshlet/catalog"
+	"github.com/meshlet/meshlet/connect"
 	"github.com/meshlet/meshlet/intention"
 	"github.com/meshlet/meshlet/internal/tlsutil"
 	"github.com/meshlet/meshlet/structs"
@@ -116,14 +117,14 @@ func TestConnectSignCSR(t *testing.T) {
 			t.Fatalf("SignCSR(%s): %v", svc, err)
 		}
 		block, _ := pem.Decode([]byte(signed.CertChainPEM))
-		if block == nil || signed.RootID != "root-1" {
+		if block == nil || signed.RootID != m.f.ca.Roots().ActiveRootID {
 			t.Fatalf("SignCSR(%s) = %+v", svc, signed)
 		}
 		leaf, err := x509.ParseCertificate(block.Bytes)
-		if err != nil || !reflect.DeepEqual(leaf.PublicKey, pub) || !strings.HasSuffix(leaf.URIs[0].String(), "/svc/"+svc) {
+		if err != nil || !reflect.DeepEqual(leaf.PublicKey, pub) || leaf.URIs[0].String() != m.f.ca.SpiffeID(svc) {
 			t.Fatalf("SignCSR(%s): leaf %v, %v; want the CSR's key and the service's identity", svc, leaf, err)
 		}
-		if err := leaf.CheckSignatureFrom(m.f.caCert); err != nil {
+		if err := leaf.CheckSignatureFrom(m.f.caCert(t)); err != nil {
 			t.Fatalf("SignCSR(%s): leaf not signed by the CA: %v", svc, err)
 		}
 	}
@@ -136,17 +137,30 @@ func TestConnectSignCSR(t *testing.T) {
 			t.Fatalf("sign %s: error %q does not name the service", svc, err)
 		}
 	}
-	// A CSR asking for another identity than the service's.
-	csr, _ := makeCSR(t, "spiffe://test.local/ns/default/dc/dc1/svc/billing")
-	_, err := m.c.SignCSR(ctx, "web", csr)
-	wantErr(t, "CSR naming another service", err, ErrForbidden)
-	csr, _ = makeCSR(t, "spiffe://test.local/ns/default/dc/dc1/svc/web")
+	// A CSR asking for another service's identity is refused (403) and
+	// logged, whatever its trust domain.
+	for _, uri := range []string{m.f.ca.SpiffeID("billing"), "spiffe://other.meshlet/ns/default/dc/dc1/svc/billing"} {
+		csr, _ := makeCSR(t, uri)
+		_, err := m.c.SignCSR(ctx, "web", csr)
+		wantErr(t, "CSR naming another service", err, ErrForbidden)
+	}
+	csr, _ := makeCSR(t, m.f.ca.SpiffeID("web"))
 	if _, err := m.c.SignCSR(ctx, "web", csr); err != nil {
 		t.Fatalf("CSR naming its own service: %v", err)
 	}
-	_, err = m.c.SignCSR(ctx, "web", "not a CSR")
-	wantErr(t, "garbage CSR", err, ErrBadRequest)
-	_, err = m.c.SignCSR(ctx, "web*", csr)
+	// What the CA refuses in the CSR itself is a 400, which no other
+	// server would answer otherwise: the client does not try them.
+	for _, tc := range []struct{ name, csr string }{
+		{"garbage CSR", "not a CSR"},
+		{"RSA key", rsaCSR(t)},
+		{"two URI SANs", multiURICSR(t, m.f.ca.SpiffeID("web"), m.f.ca.SpiffeID("web"))},
+		{"foreign trust domain", func() string { c, _ := makeCSR(t, "spiffe://other.meshlet/ns/default/dc/dc1/svc/web"); return c }()},
+	} {
+		_, err := m.c.SignCSR(ctx, "web", tc.csr)
+		wantErr(t, tc.name, err, ErrBadRequest)
+		wantNot(t, tc.name, err, ErrNoServers, ErrForbidden)
+	}
+	_, err := m.c.SignCSR(ctx, "web*", csr)
 	wantErr(t, "invalid service name", err, ErrBadRequest)
 	m.f.mu.Lock()
 	signed := append([]string(nil), m.f.signed...)
@@ -275,19 +289,65 @@ func TestConnectPutAllocDeclaredServicesOnly(t *testing.T) {
 		Services: []*structs.Service{{Name: "web"}},
 		Tasks:    []*structs.Task{{Name: "t", Services: []*structs.Service{{Name: "web-admin"}}}}}}}
 	m.b.addAlloc(&structs.Allocation{ID: "a1", NodeID: "node-1", Job: job, TaskGroup: "g"})
-	ok := []catalog.ServiceInstance{inst("node-1", "a1", "web"), inst("node-1", "a1", "web-sidecar-proxy"), inst("node-1", "a1", "web-admin")}
+	ok := []catalog.ServiceInstance{inst("node-1", "a1", "web"), proxyInst("node-1", "a1", "web"), inst("node-1", "a1", "web-admin")}
 	if err := m.c.PutAllocServices(ctx, "a1", ok); err != nil {
 		t.Fatalf("declared services refused: %v", err)
 	}
-	for _, name := range []string{"db", "db-sidecar-proxy", "web-admin-sidecar-proxy-x"} {
-		bad := inst("node-1", "a1", name)
-		err := m.c.PutAllocServices(ctx, "a1", append(append([]catalog.ServiceInstance(nil), ok...), bad))
-		wantErr(t, "register "+name, err, ErrForbidden)
-		if err != nil && !strings.Contains(err.Error(), `"`+name+`"`) {
-			t.Errorf("register %s: error %q does not name the service", name, err)
+	// A proxy named after the allocation's service but fronting db would
+	// be one of db's proxies to EDS (it picks them by destination).
+	hijack := proxyInst("node-1", "a1", "db")
+	hijack.Name = connect.ProxyServiceName("web")
+	noProxy := proxyInst("node-1", "a1", "web")
+	noProxy.Proxy = nil
+	for _, tc := range []struct {
+		name string
+		bad  catalog.ServiceInstance
+	}{
+		{"db", inst("node-1", "a1", "db")},
+		{"db-sidecar-proxy", proxyInst("node-1", "a1", "db")},
+		{"web-admin-sidecar-proxy-x", inst("node-1", "a1", "web-admin-sidecar-proxy-x")},
+		{"web-sidecar-proxy", hijack},
+		{"web-sidecar-proxy", noProxy},
+		{"web-sidecar-proxy", inst("node-1", "a1", "web-sidecar-proxy")}, // a plain instance with a proxy's name
+	} {
+		err := m.c.PutAllocServices(ctx, "a1", append(append([]catalog.ServiceInstance(nil), ok...), tc.bad))
+		wantErr(t, "register "+tc.name, err, ErrForbidden)
+		if err != nil && !strings.Contains(err.Error(), `"`+tc.name+`"`) {
+			t.Errorf("register %s: error %q does not name the service", tc.name, err)
 		}
 	}
 	if got, _ := m.f.reg("node-1", "a1"); len(got) != 3 {
 		t.Fatalf("stored %d instances after the refusals, want the 3 declared", len(got))
+	}
+}
+
+// An allocation that is terminal or told to stop registers nothing (as
+// no leaf is signed for it); clearing its registrations stays allowed.
+func TestConnectPutAllocStoppedRefused(t *testing.T) {
+	m := newMeshFixture(t)
+	ctx := ctxT(t, 10*time.Second)
+	job := &structs.Job{ID: "web", TaskGroups: []*structs.TaskGroup{{Name: "g", Services: []*structs.Service{{Name: "web"}}}}}
+	for _, a := range []*structs.Allocation{
+		{ID: "stopping", DesiredStatus: structs.AllocDesiredStatusStop, ClientStatus: structs.AllocClientStatusRunning},
+		{ID: "complete", DesiredStatus: structs.AllocDesiredStatusRun, ClientStatus: structs.AllocClientStatusComplete},
+		{ID: "failed", DesiredStatus: structs.AllocDesiredStatusRun, ClientStatus: structs.AllocClientStatusFailed},
+		{ID: "running", DesiredStatus: structs.AllocDesiredStatusRun, ClientStatus: structs.AllocClientStatusRunning},
+	} {
+		a.NodeID, a.Job, a.TaskGroup = "node-1", job, "g"
+		m.b.addAlloc(a)
+		err := m.c.PutAllocServices(ctx, a.ID, []catalog.ServiceInstance{inst("node-1", a.ID, "web")})
+		if a.ID == "running" {
+			if err != nil {
+				t.Fatalf("register running: %v", err)
+			}
+			continue
+		}
+		wantErr(t, "register "+a.ID, err, ErrForbidden)
+		if _, stored := m.f.reg("node-1", a.ID); stored {
+			t.Errorf("%s: registration stored", a.ID)
+		}
+		if err := m.c.PutAllocServices(ctx, a.ID, nil); err != nil {
+			t.Errorf("%s: clearing the registrations: %v", a.ID, err)
+		}
 	}
 }

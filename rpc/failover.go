@@ -31,6 +31,9 @@ type request struct {
 	// mesh: a mesh call, whose refusals carry the intention and connect
 	// sentinels (connectAnswerError).
 	mesh bool
+	// retried: a server failed to answer this call (it may have acted on
+	// it nevertheless); later attempts carry headerRetry.
+	retried bool
 }
 
 // serverError is a failure that sends the call to the next server: the
@@ -118,6 +121,7 @@ func (c *Client) round(ctx context.Context, req *request, out any) (retry time.D
 		}
 		c.logger.Debug("server failed; trying the next", "server", addr, "call", req.what, "error", err)
 		fails = append(fails, addr+": "+se.msg)
+		req.retried = true
 	}
 	if noLeader {
 		return retry, fmt.Errorf("failed to %s: %w (%w): %s", req.what, ErrNoServers, ErrNoLeader, strings.Join(fails, "; "))
@@ -143,6 +147,9 @@ func (c *Client) attempt(ctx context.Context, addr string, req *request, out any
 	}
 	hr.Header.Set(HeaderNodeID, req.nodeID)
 	hr.Header.Set(HeaderNodeSecret, req.secret)
+	if req.retried {
+		hr.Header.Set(headerRetry, "1")
+	}
 	if body != nil {
 		hr.Header.Set("Content-Type", "application/json")
 	}

@@ -84,6 +84,9 @@ const (
 	HeaderNodeSecret = "X-Meshlet-Node-Secret" // never logged
 	// HeaderForwarded marks a call a follower forwarded to the leader.
 	HeaderForwarded = "X-Meshlet-Forwarded"
+	// headerRetry marks a call the client sends again after a server
+	// failed to answer it (a timeout may hide a write that committed).
+	headerRetry = "X-Meshlet-Retry"
 	// headerErrorCode carries a machine-readable error kind.
 	headerErrorCode = "X-Meshlet-Error"
 )

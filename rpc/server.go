@@ -77,7 +77,7 @@ type Server struct {
 	logger hclog.Logger
 	tls    *tls.Config
 	http   *httpsrv.Server
-	fwd    *forwarder
+	fwd    *Forwarder
 	// ctx ends at Close, ending blocking calls.
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -111,7 +111,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		return nil, err
 	}
 	logger := cfg.Logger.Named("rpc")
-	fwd, err := newForwarder(cfg.DialTLS, logger)
+	fwd, err := NewForwarder(cfg.DialTLS, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -155,7 +155,7 @@ func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		s.cancel()
 		s.closeErr = s.http.Stop(closeGrace)
-		s.fwd.close()
+		s.fwd.Close()
 	})
 	return s.closeErr
 }
@@ -203,7 +203,7 @@ func (s *Server) leaderOnly(h http.HandlerFunc) http.HandlerFunc {
 		case addr == "":
 			writeError(w, http.StatusServiceUnavailable, codeNoLeader, "%v: election in progress", ErrNoLeader)
 		default:
-			s.fwd.forward(w, r, addr)
+			s.fwd.Forward(w, r, addr)
 		}
 	}
 }

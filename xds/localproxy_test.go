@@ -62,4 +62,22 @@ func TestOnlyLocalProxiesAreServed(t *testing.T) {
 	if _, err := s.allocGrant(db.AllocID, "db-1"); err == nil {
 		t.Error("an allocation socket may act as another node's proxy")
 	}
+
+	// Connect apps (native or behind a sidecar) hold their service's
+	// leaf on their own node only: a remote one pins nothing here.
+	cat.Register(catalog.ServiceInstance{ID: "api-1", Name: "api", NodeID: "n2", Address: "10.0.0.2", Port: 8080, Healthy: true, Connect: true})
+	cat.Register(catalog.ServiceInstance{ID: "pay-1", Name: "pay", NodeID: "n1", Address: "10.0.0.1", Port: 8081, Healthy: true, Connect: true})
+	testutil.WaitFor(t, hangGuard, "the local connect app's leaf held", func() bool { return tca.holdCount("pay") == 1 })
+	// Both registrations were planned in the same or an earlier round
+	// than the local one's hold: a remote hold would show by now.
+	if n := tca.holdCount("api"); n != 0 {
+		t.Errorf("another node's connect app has its leaf held %d times here, want 0", n)
+	}
+	// A remote instance next to a local one does not keep the hold once
+	// the local one goes.
+	cat.Register(catalog.ServiceInstance{ID: "pay-2", Name: "pay", NodeID: "n2", Address: "10.0.0.2", Port: 8081, Healthy: true, Connect: true})
+	if err := cat.Deregister("pay-1"); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, hangGuard, "the leaf released with the last local connect app", func() bool { return tca.holdCount("pay") == 0 })
 }

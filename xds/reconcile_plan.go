@@ -146,7 +146,9 @@ func (s *Server) planProxyless(ch changes, p *plan) {
 		for _, inst := range s.cfg.Catalog.Service(svc) {
 			if inst.Kind == catalog.KindTypical {
 				plain = append(plain, inst)
-				connect = connect || inst.Connect
+				// Only this node's connect apps need their leaf held
+				// here; another node's agent holds its own.
+				connect = connect || (inst.Connect && s.isLocal(inst))
 			}
 		}
 		s.setApps(svc, connect)

@@ -42,6 +42,8 @@ type Config struct {
 	// LocalProxy, when set, tells the proxies this server serves: those of
 	// its own node. The catalog also holds other nodes' proxies (their
 	// endpoints), whose config and leaves this server must not build.
+	// It also tells the local connect apps (plain instances with Connect),
+	// the only ones whose leaves this server holds.
 	// nil: every proxy in the catalog is local.
 	LocalProxy func(catalog.ServiceInstance) bool
 }

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	nomadapi "github.com/hashicorp/nomad/api"
 	"github.com/meshlet/meshlet/api"
 	"github.com/meshlet/meshlet/structs"
 )
@@ -40,6 +41,10 @@ type Backend struct {
 	nodes   map[string]*structs.Node
 	evals   map[string]*api.Evaluation
 	logs    map[string][]byte // "<task>/<stream>"
+	// checks are the service check results by allocation ID (checks.go).
+	checks      map[string]nomadapi.AllocCheckStatuses
+	checksCalls int
+	checksHook  func(ctx context.Context)
 
 	// NewAllocStatus is the client status of newly placed allocations
 	// (default "running"; "pending" lets a test script the transitions).
@@ -48,6 +53,7 @@ type Backend struct {
 
 var _ api.Backend = (*Backend)(nil)
 var _ api.EvaluationBackend = (*Backend)(nil)
+var _ api.CheckBackend = (*Backend)(nil)
 
 // NewBackend returns a Backend with one ready node that has the raw_exec
 // driver.
@@ -60,6 +66,7 @@ func NewBackend() *Backend {
 		nodes:   make(map[string]*structs.Node),
 		evals:   make(map[string]*api.Evaluation),
 		logs:    make(map[string][]byte),
+		checks:  make(map[string]nomadapi.AllocCheckStatuses),
 	}
 	b.nodes[NodeID] = &structs.Node{
 		ID: NodeID, Name: NodeName, Datacenter: "dc1", Status: structs.NodeStatusReady,
