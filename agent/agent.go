@@ -254,6 +254,7 @@ func (a *Agent) startServer() error {
 		return err
 	}
 	a.server = srv
+	a.startMeshSweep()
 	return nil
 }
 
@@ -296,7 +297,7 @@ func (a *Agent) startClient() error {
 	if a.mesh.store != nil {
 		a.waitMeshReady() // from etcd: at once
 	}
-	reg := a.newRegistrar(cl.Node().ID)
+	reg := a.newRegistrar(cl)
 	if err := cl.Start(); err != nil {
 		return err
 	}
@@ -390,6 +391,9 @@ func (a *Agent) stop() error {
 		}
 		a.client = nil
 	}
+	// The registrar and the feed write and read through the RPC client
+	// and the store: stop them before either is closed.
+	a.stopMesh()
 	if a.rpcClient != nil {
 		_ = a.rpcClient.Close()
 		a.rpcClient = nil
@@ -400,7 +404,6 @@ func (a *Agent) stop() error {
 	} else if a.rpcLn != nil {
 		_ = a.rpcLn.Close()
 	}
-	a.stopMesh()
 	if a.controlPlane != nil {
 		if err := a.controlPlane.Stop(); err != nil {
 			errs = append(errs, err)

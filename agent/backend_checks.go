@@ -2,12 +2,14 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	nomadapi "github.com/hashicorp/nomad/api"
 
 	"github.com/meshlet/meshlet/api"
+	"github.com/meshlet/meshlet/client"
 )
 
 var _ api.CheckBackend = (*Backend)(nil)
@@ -19,13 +21,17 @@ func (b *Backend) AllocChecks(ctx context.Context, allocID string) (nomadapi.All
 		return nil, fmt.Errorf("%w: %w", api.ErrNotFound, api.ErrNoChecks)
 	}
 	alloc, err := b.client.Alloc(allocID)
-	if err != nil || alloc == nil {
+	switch {
+	case errors.Is(err, client.ErrAllocNotFound) || (err == nil && alloc == nil):
 		return nil, fmt.Errorf("%w: allocation %s does not run on this node", api.ErrNotFound, allocID)
+	case err != nil:
+		return nil, fmt.Errorf("failed to read the checks of allocation %s: %w", allocID, err)
 	}
 	out := nomadapi.AllocCheckStatuses{}
 	now := time.Now().Unix()
-	for _, inst := range b.catalog.All() {
-		if inst.AllocID != allocID || inst.NodeID != b.client.Node().ID {
+	node := b.client.Node().ID
+	for _, inst := range b.catalog.ByAlloc(alloc.ID) {
+		if inst.NodeID != node {
 			continue
 		}
 		for _, c := range inst.Checks {

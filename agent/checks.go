@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"sync"
 
 	"github.com/meshlet/meshlet/client/checks"
 	"github.com/meshlet/meshlet/driver"
@@ -23,9 +24,34 @@ type taskExecer struct {
 }
 
 func (e taskExecer) Exec(ctx context.Context, task string, cmd []string) ([]byte, int, error) {
-	var out bytes.Buffer
-	code, err := e.a.client.ExecTask(ctx, e.alloc, task, &driver.ExecOptions{Command: cmd, Stdout: &out, Stderr: &out})
+	out := &cappedBuffer{max: checks.MaxOutput}
+	code, err := e.a.client.ExecTask(ctx, e.alloc, task, &driver.ExecOptions{Command: cmd, Stdout: out, Stderr: out})
 	return out.Bytes(), code, err
+}
+
+// cappedBuffer collects a check's stdout and stderr, written from two
+// goroutines, keeping the first max bytes; the rest is read and dropped
+// (the command must not block on a full pipe).
+type cappedBuffer struct {
+	mu  sync.Mutex
+	max int
+	buf bytes.Buffer
+}
+
+func (b *cappedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if room := b.max - b.buf.Len(); room > 0 {
+		b.buf.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}
+
+// Bytes returns a copy of what was kept.
+func (b *cappedBuffer) Bytes() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return bytes.Clone(b.buf.Bytes())
 }
 
 type taskRestarter struct {

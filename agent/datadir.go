@@ -1,12 +1,15 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 
+	"github.com/meshlet/meshlet/ca"
 	clientstate "github.com/meshlet/meshlet/client/state"
+	"github.com/meshlet/meshlet/state"
 )
 
 // ErrConnectStateLost: an earlier agent completed a start on this data dir
@@ -52,4 +55,45 @@ func checkConnectState(dataDir string, startedBefore bool) error {
 		}
 	}
 	return nil
+}
+
+// checkCAImported guards a server's data dir from before etcd that lost
+// connect/ as a whole (checkConnectState passes a data dir without
+// connect/: agents since etcd have none). The rule, checked after the
+// mesh store is opened and before the import: refuse when
+//   - an agent started on this data dir before (startedBefore),
+//   - the data dir predates etcd: its server kept the bbolt state
+//     (server/state.db, or state.db.migrated-to-etcd once imported),
+//   - neither connect/ca nor connect/ca.migrated-to-etcd exists (the CA
+//     was never imported from this data dir), and
+//   - the cluster's CA storage is empty (no CA to join).
+//
+// Starting anyway would make a new trust domain that no running sidecar
+// of this node trusts.
+func checkCAImported(ctx context.Context, dataDir string, startedBefore bool, cluster ca.Storage) error {
+	if !startedBefore {
+		return nil
+	}
+	legacy := legacyStatePath(dataDir)
+	if !fileExists(legacy) && !fileExists(legacy+state.MigratedSuffix) {
+		return nil
+	}
+	caDir := filepath.Join(dataDir, "connect", "ca")
+	if dirExists(caDir) || dirExists(caDir+migratedSuffix) {
+		return nil
+	}
+	cur, err := cluster.Load(ctx)
+	if err != nil {
+		return fmt.Errorf("failed to read the cluster's CA: %w", err)
+	}
+	if cur != nil {
+		return nil
+	}
+	return fmt.Errorf("%w: %s (nor %s) is missing but an agent from before etcd ran on this data dir (%s) and the cluster has no CA to join; restore it from a backup (a new trust domain would cut every running sidecar off), or create it empty to start over deliberately",
+		ErrConnectStateLost, caDir, caDir+migratedSuffix, legacy)
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }

@@ -5,14 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sort"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/meshlet/meshlet/ca"
 	"github.com/meshlet/meshlet/catalog"
+	"github.com/meshlet/meshlet/client"
 	"github.com/meshlet/meshlet/intention"
 	"github.com/meshlet/meshlet/meshstate"
+	"github.com/meshlet/meshlet/rpc"
 )
 
 // meshReadyWait bounds how long an agent waits for the mesh state
@@ -30,6 +34,14 @@ type mesh struct {
 	registrar *meshstate.Registrar
 	cancel    context.CancelFunc
 	done      chan struct{}
+	// roots identifies the CA roots last applied (rootsKey); ixIndex is
+	// the index of the intentions last cached (client-only agents). Both
+	// are used by the feed's goroutine after start.
+	roots   string
+	ixIndex uint64
+	// sweepCancel and sweepDone stop the leader's sweep (servers).
+	sweepCancel context.CancelFunc
+	sweepDone   chan struct{}
 }
 
 // openMeshStore opens the servers' mesh state under prefix (beside the
@@ -40,6 +52,9 @@ func (a *Agent) openMeshStore(ctx context.Context, cli *clientv3.Client, prefix 
 		opts.DiskCheck = memberDiskCheck(etcdDir(a.cfg.DataDir))
 	}
 	st := meshstate.Open(cli, opts)
+	if err := checkCAImported(ctx, a.cfg.DataDir, startedBefore(a.cfg.DataDir), st.CAStorage()); err != nil {
+		return err
+	}
 	if err := a.importConnectState(ctx, st); err != nil {
 		return err
 	}
@@ -67,6 +82,7 @@ func (a *Agent) newMeshCA() (*ca.Manager, error) {
 			return nil, err
 		}
 	}
+	a.mesh.roots = rootsKey(m.Roots())
 	return m, nil
 }
 
@@ -79,7 +95,11 @@ func (a *Agent) newMeshIntentions() *intention.Store {
 	} else {
 		w = a.rpcClient.ConnectIntentions()
 	}
-	return intention.NewMirror(w, a.cfg.Connect.DefaultIntentionPolicy != "deny", a.logger)
+	ix := intention.NewMirror(w, a.cfg.Connect.DefaultIntentionPolicy != "deny", a.logger)
+	if a.mesh.store == nil {
+		a.restoreIntentions(ix)
+	}
+	return ix
 }
 
 // startMeshFeed starts applying the cluster's mesh state to the local
@@ -87,22 +107,16 @@ func (a *Agent) newMeshIntentions() *intention.Store {
 // selfNode is this agent's node ID ("" without the client role).
 func (a *Agent) startMeshFeed(selfNode string) {
 	cp := a.controlPlane
-	onRoots := func(r ca.Roots) {
-		var err error
-		if a.mesh.store != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			err = cp.CA.Reload(ctx)
-			cancel()
-		} else if err = cp.CA.SetRoots(r); err == nil {
-			a.saveRoots(r)
-		}
-		if err != nil {
-			a.logger.Error("failed to apply the cluster's CA roots", "error", err)
-		}
+	mc := meshstate.MirrorConfig{Catalog: a.catalog, Intentions: cp.Intentions,
+		OnRoots: func(r ca.Roots) { a.applyRoots(cp.CA, r) }, SelfNode: selfNode, Logger: a.logger}
+	if a.mesh.store == nil {
+		mc.OnIntentions = a.cacheIntentions
 	}
-	a.mesh.mirror = meshstate.NewMirror(meshstate.MirrorConfig{Catalog: a.catalog, Intentions: cp.Intentions,
-		OnRoots: onRoots, SelfNode: selfNode, Logger: a.logger})
-	follow := a.rpcFollow
+	a.mesh.mirror = meshstate.NewMirror(mc)
+	var follow func(context.Context, func(meshstate.Batch) error) error
+	if a.rpcClient != nil {
+		follow = a.rpcClient.FollowConnect // this client, even once a.rpcClient is cleared
+	}
 	if a.mesh.store != nil {
 		follow = a.mesh.store.Follow
 	}
@@ -117,8 +131,38 @@ func (a *Agent) startMeshFeed(selfNode string) {
 	}()
 }
 
-func (a *Agent) rpcFollow(ctx context.Context, fn func(meshstate.Batch) error) error {
-	return a.rpcClient.FollowConnect(ctx, fn)
+// applyRoots applies the CA roots of a feed batch, unless they are the
+// ones last applied: a server reloads its CA from etcd, a client installs
+// and caches them.
+func (a *Agent) applyRoots(m *ca.Manager, r ca.Roots) {
+	key := rootsKey(r)
+	if key == a.mesh.roots {
+		return
+	}
+	var err error
+	if a.mesh.store != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err = m.Reload(ctx)
+		cancel()
+	} else if err = m.SetRoots(r); err == nil {
+		a.saveRoots(r)
+	}
+	if err != nil {
+		a.logger.Error("failed to apply the cluster's CA roots", "error", err)
+		return
+	}
+	a.mesh.roots = key
+}
+
+// rootsKey identifies a set of CA roots: the active root and every root
+// ID (a rotation adds or removes one).
+func rootsKey(r ca.Roots) string {
+	ids := make([]string, 0, len(r.Roots))
+	for _, root := range r.Roots {
+		ids = append(ids, root.ID)
+	}
+	sort.Strings(ids)
+	return r.ActiveRootID + "|" + strings.Join(ids, ",")
 }
 
 // waitMeshReady waits (bounded) for the feed's first whole state.
@@ -130,22 +174,40 @@ func (a *Agent) waitMeshReady() {
 	}
 }
 
-// newRegistrar is where the client role registers its services.
-func (a *Agent) newRegistrar(nodeID string) *meshstate.Registrar {
-	var w meshstate.CatalogWriter = rpcCatalogWriter{a: a}
+// newRegistrar is where the client role registers its services. An
+// allocation cl runs is live: anti-entropy leaves its registrations on
+// the servers while its services hook has not registered them again.
+func (a *Agent) newRegistrar(cl *client.Client) *meshstate.Registrar {
+	var w meshstate.CatalogWriter = rpcCatalogWriter{c: a.rpcClient}
 	if a.mesh.store != nil {
-		w = nodeCatalogWriter{st: a.mesh.store, node: nodeID}
+		w = nodeCatalogWriter{st: a.mesh.store, node: cl.Node().ID}
 	}
 	a.mesh.registrar = meshstate.NewRegistrar(meshstate.RegistrarConfig{Catalog: a.catalog, Writer: w,
-		Mirror: a.mesh.mirror, Logger: a.logger})
+		Mirror: a.mesh.mirror, Live: allocLive(cl), Logger: a.logger})
 	return a.mesh.registrar
 }
 
-// stopMesh stops the registrar and the feed (registrations stay in etcd:
-// a restarted agent finds them, anti-entropy repairs the difference).
+// allocLive reports whether cl runs an allocation (restored or not) that
+// is not terminal.
+func allocLive(cl *client.Client) func(allocID string) bool {
+	return func(allocID string) bool {
+		alloc, err := cl.Alloc(allocID)
+		return err == nil && alloc != nil && alloc.ID == allocID && !alloc.TerminalStatus()
+	}
+}
+
+// stopMesh stops the leader's sweep, the registrar and the feed
+// (registrations stay in etcd: a restarted agent finds them, anti-entropy
+// repairs the difference). The agent calls it right after the client
+// role stopped, before the RPC client and the store are closed.
 func (a *Agent) stopMesh() {
 	if a.mesh == nil {
 		return
+	}
+	if a.mesh.sweepCancel != nil {
+		a.mesh.sweepCancel()
+		<-a.mesh.sweepDone
+		a.mesh.sweepCancel = nil
 	}
 	if a.mesh.registrar != nil {
 		a.mesh.registrar.Stop()
@@ -153,6 +215,7 @@ func (a *Agent) stopMesh() {
 	if a.mesh.cancel != nil {
 		a.mesh.cancel()
 		<-a.mesh.done
+		a.mesh.cancel = nil
 	}
 }
 
@@ -211,15 +274,25 @@ func (w nodeCatalogWriter) DeleteAlloc(ctx context.Context, allocID string) erro
 	return w.st.DeleteAlloc(ctx, w.node, allocID)
 }
 
-// rpcCatalogWriter writes them through a server.
-type rpcCatalogWriter struct{ a *Agent }
+// rpcCatalogWriter writes them through a server, with the RPC client the
+// agent had when the registrar was built (the agent clears its field at
+// stop). A refusal (403, 400) is final for those registrations.
+type rpcCatalogWriter struct{ c *rpc.Client }
 
 func (w rpcCatalogWriter) PutAlloc(ctx context.Context, allocID string, insts []catalog.ServiceInstance) error {
-	return w.a.rpcClient.PutAllocServices(ctx, allocID, insts)
+	return refused(w.c.PutAllocServices(ctx, allocID, insts))
 }
 
 func (w rpcCatalogWriter) DeleteAlloc(ctx context.Context, allocID string) error {
-	return w.a.rpcClient.DeleteAllocServices(ctx, allocID)
+	return refused(w.c.DeleteAllocServices(ctx, allocID))
+}
+
+// refused wraps the servers' permanent refusals as meshstate.ErrRefused.
+func refused(err error) error {
+	if errors.Is(err, rpc.ErrForbidden) || errors.Is(err, rpc.ErrBadRequest) {
+		return fmt.Errorf("%w: %w", meshstate.ErrRefused, err)
+	}
+	return err
 }
 
 // connectBackend serves client agents' mesh calls on the RPC port: the

@@ -38,7 +38,7 @@ func importCA(ctx context.Context, dir string, to ca.Storage) error {
 	if !dirExists(dir) {
 		return nil
 	}
-	local, err := ca.NewDirStorage(dir).Load(ctx)
+	local, err := ca.LoadDir(dir) // reads only: a one-time import
 	if err != nil {
 		return fmt.Errorf("failed to import the CA from %s: %w", dir, err)
 	}

@@ -188,6 +188,11 @@ func (c *Catalog) byAlloc(allocID string) []ServiceInstance {
 	return out
 }
 
+// ByAlloc returns the instances of an allocation, sorted by ID.
+func (c *Catalog) ByAlloc(allocID string) []ServiceInstance {
+	return c.filter(func(i *ServiceInstance) bool { return i.AllocID == allocID })
+}
+
 // Get returns a copy of the instance with the given ID.
 func (c *Catalog) Get(id string) (ServiceInstance, bool) {
 	c.mu.RLock()

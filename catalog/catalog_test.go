@@ -89,3 +89,21 @@ func TestAllSortedCopies(t *testing.T) {
 		t.Fatalf("catalog state was mutated through All(): %+v", again)
 	}
 }
+
+func TestByAllocSortedCopies(t *testing.T) {
+	c := New()
+	c.Register(ServiceInstance{ID: "b", Name: "web", AllocID: "a1", Checks: []Check{{ID: "c", Status: "passing"}}})
+	c.Register(ServiceInstance{ID: "a", Name: "web", AllocID: "a1"})
+	c.Register(ServiceInstance{ID: "x", Name: "db", AllocID: "a2"})
+	got := c.ByAlloc("a1")
+	if len(got) != 2 || got[0].ID != "a" || got[1].ID != "b" {
+		t.Fatalf("ByAlloc(a1) = %+v, want a and b sorted", got)
+	}
+	got[1].Checks[0].Status = "critical"
+	if again, _ := c.Get("b"); again.Checks[0].Status != "passing" {
+		t.Fatal("catalog state was mutated through ByAlloc's result")
+	}
+	if n := len(c.ByAlloc("none")); n != 0 {
+		t.Fatalf("ByAlloc(unknown) = %d instances", n)
+	}
+}

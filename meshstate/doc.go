@@ -18,4 +18,9 @@
 // Registrations of the agent's own node are not taken from the feed: the
 // Registrar keeps them (the allocations this node runs), writes them to the
 // servers and repairs the servers' copy when it differs (anti-entropy).
+// A change of a check's output alone is written on the periodic full pass,
+// not at once (every other change is); an allocation the servers hold but
+// this node does not register is deleted only when it is not live here (a
+// restored allocation re-registers a moment later); a write the servers
+// refuse (ErrRefused) is tried again only when it changes or after a while.
 package meshstate

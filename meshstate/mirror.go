@@ -25,6 +25,9 @@ type MirrorConfig struct {
 	// installs them (ca.Manager.SetRoots), a server reloads its CA from
 	// etcd (ca.Manager.Reload). It must not block for long.
 	OnRoots func(ca.Roots)
+	// OnIntentions, when set, is called with every intentions state the
+	// servers sent once it is applied (a client agent caches it).
+	OnIntentions func(intention.State)
 	// SelfNode is this agent's node ID ("" on a server-only agent): its
 	// registrations come from the Registrar, not from the feed.
 	SelfNode string
@@ -41,7 +44,7 @@ type Mirror struct {
 	mu     sync.Mutex
 	rev    int64
 	allocs map[string][]string // "<node>/<alloc>" -> instance IDs in the catalog (other nodes)
-	own    map[string]string   // alloc ID -> fingerprint of this node's registrations in etcd
+	own    map[string]written  // alloc ID -> fingerprints of this node's registrations in etcd
 	ready  chan struct{}
 	subs   []func()
 }
@@ -52,7 +55,7 @@ func NewMirror(cfg MirrorConfig) *Mirror {
 		cfg.Logger = hclog.NewNullLogger()
 	}
 	return &Mirror{cfg: cfg, log: cfg.Logger.Named("mesh_mirror"), allocs: map[string][]string{},
-		own: map[string]string{}, ready: make(chan struct{})}
+		own: map[string]written{}, ready: make(chan struct{})}
 }
 
 // Ready is closed once the first whole state (a Reset batch) is applied.
@@ -72,9 +75,27 @@ func (m *Mirror) OwnRegs() map[string]string {
 	defer m.mu.Unlock()
 	out := make(map[string]string, len(m.own))
 	for k, v := range m.own {
-		out[k] = v
+		out[k] = v.fp
 	}
 	return out
+}
+
+// OwnReg returns the fingerprint (Fingerprint) of one allocation of this
+// node as the servers hold it, and whether they hold it.
+func (m *Mirror) OwnReg(allocID string) (string, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	w, ok := m.own[allocID]
+	return w.fp, ok
+}
+
+// ownWritten is OwnReg with the fingerprint of the registrations'
+// check output too.
+func (m *Mirror) ownWritten(allocID string) (written, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	w, ok := m.own[allocID]
+	return w, ok
 }
 
 // OnOwnChange calls fn (without locks held) after every batch that
@@ -95,6 +116,8 @@ func (m *Mirror) Apply(b Batch) error {
 	if b.Intentions != nil && m.cfg.Intentions != nil {
 		if err := m.cfg.Intentions.Replace(*b.Intentions); err != nil {
 			m.log.Error("refused the servers' intentions", "index", b.Intentions.Index, "error", err)
+		} else if m.cfg.OnIntentions != nil {
+			m.cfg.OnIntentions(*b.Intentions)
 		}
 	}
 	if b.Roots != nil && m.cfg.OnRoots != nil {
@@ -134,7 +157,7 @@ func (m *Mirror) applyAllocs(b Batch) (ownChanged bool) {
 		if len(m.own) > 0 {
 			ownChanged = true
 		}
-		m.own = map[string]string{}
+		m.own = map[string]written{}
 	}
 	for _, a := range b.Allocs {
 		if m.cfg.SelfNode != "" && a.NodeID == m.cfg.SelfNode {
@@ -153,9 +176,9 @@ func (m *Mirror) setOwnLocked(a AllocRegs) bool {
 		delete(m.own, a.AllocID)
 		return had
 	}
-	fp := Fingerprint(a.Instances)
-	m.own[a.AllocID] = fp
-	return !had || old != fp
+	w := written{fp: Fingerprint(a.Instances), full: fullFingerprint(a.Instances)}
+	m.own[a.AllocID] = w
+	return !had || old.fp != w.fp
 }
 
 // replaceLocked makes the catalog hold exactly insts for key, whose
@@ -185,18 +208,37 @@ func (m *Mirror) replaceLocked(key string, oldIDs []string, insts []catalog.Serv
 	m.allocs[key] = ids
 }
 
+// sameInstance compares everything but the modify index (check output
+// included: other nodes' instances are shown as their node wrote them).
 func sameInstance(a, b catalog.ServiceInstance) bool {
-	a.ModifyIndex, b.ModifyIndex = 0, 0
-	return Fingerprint([]catalog.ServiceInstance{a}) == Fingerprint([]catalog.ServiceInstance{b})
+	return fullFingerprint([]catalog.ServiceInstance{a}) == fullFingerprint([]catalog.ServiceInstance{b})
 }
 
-// Fingerprint identifies a set of registrations regardless of order and
-// of the catalog's modify indexes.
+// Fingerprint identifies a set of registrations regardless of order, of
+// the catalog's modify indexes and of check output (a check's text; its
+// status counts): anti-entropy compares these, and a change of output
+// alone is written on the Registrar's full pass only.
 func Fingerprint(insts []catalog.ServiceInstance) string {
+	return fingerprint(insts, false)
+}
+
+// fullFingerprint is Fingerprint with check output.
+func fullFingerprint(insts []catalog.ServiceInstance) string {
+	return fingerprint(insts, true)
+}
+
+func fingerprint(insts []catalog.ServiceInstance, output bool) string {
 	cp := make([]catalog.ServiceInstance, len(insts))
 	copy(cp, insts)
 	for i := range cp {
 		cp[i].ModifyIndex = 0
+		if !output && len(cp[i].Checks) > 0 {
+			checks := append([]catalog.Check(nil), cp[i].Checks...)
+			for j := range checks {
+				checks[j].Output = ""
+			}
+			cp[i].Checks = checks
+		}
 	}
 	sort.Slice(cp, func(i, j int) bool { return cp[i].ID < cp[j].ID })
 	b, _ := json.Marshal(cp) // plain data: cannot fail
