@@ -242,7 +242,7 @@ func (n *fanNode) heartbeat(ctx context.Context, ttl time.Duration) {
 		return
 	}
 	defer hc.Close()
-	for sleepOrDone(ctx, max(ttl/3, 200*time.Millisecond)) {
+	for sleepCtx(ctx, max(ttl/3, 200*time.Millisecond)) {
 		if t, err := hc.Heartbeat(ctx, n.node.ID); err == nil {
 			ttl = t
 		}
@@ -393,7 +393,7 @@ func waitRevisions(ctx context.Context, agent *feedCounter, proxies []*feedCount
 		if behind == 0 && time.Since(stable) >= 300*time.Millisecond {
 			return nil
 		}
-		if !sleepOrDone(ctx, 5*time.Millisecond) {
+		if !sleepCtx(ctx, 5*time.Millisecond) {
 			return ctx.Err()
 		}
 	}
