@@ -38,7 +38,7 @@ type EtcdLeadership struct {
 	// Used, when set, reports whether the cluster already holds state
 	// written under a leader (an upgrade from before bootstrap_expect was
 	// enforced, or a cluster that lost servers): it is not held back then.
-	Used func() bool
+	Used   func() bool
 	Logger hclog.Logger
 }
 
