@@ -26,6 +26,7 @@ import (
 
 	"github.com/meshlet/meshlet/authz"
 	"github.com/meshlet/meshlet/ca"
+	"github.com/meshlet/meshlet/configentry"
 	"github.com/meshlet/meshlet/catalog"
 	"github.com/meshlet/meshlet/consulapi"
 	"github.com/meshlet/meshlet/intention"
@@ -70,6 +71,9 @@ type Config struct {
 	StopGrace  time.Duration
 	Logger     hclog.Logger
 	Registerer prometheus.Registerer
+	// ConfigEntries holds the L7 config entries the xDS server compiles
+	// into discovery chains (nil: a registry that stays empty).
+	ConfigEntries *configentry.Registry
 	// CA and Intentions, when set, are used instead of the ones DataDir
 	// would hold: an agent in a cluster passes its etcd-backed or remote
 	// CA and its mirror of the cluster's intentions. The control plane
@@ -128,6 +132,7 @@ func New(cfg Config, cat *catalog.Catalog) (*ControlPlane, error) {
 	xs, err := xds.NewServer(xds.Config{
 		Catalog: cat, Certs: caMgr, Datacenter: cfg.Datacenter,
 		Logger: cfg.Logger, Registerer: cfg.Registerer, LocalProxy: cfg.LocalProxy,
+		ConfigEntries: cfg.ConfigEntries,
 	})
 	if err != nil {
 		_ = caMgr.Close()

@@ -19,6 +19,7 @@ import (
 
 	"github.com/meshlet/meshlet/ca"
 	"github.com/meshlet/meshlet/catalog"
+	"github.com/meshlet/meshlet/configentry"
 )
 
 // CertSource is what the server needs from the CA (ca.Manager implements it).
@@ -46,6 +47,9 @@ type Config struct {
 	// the only ones whose leaves this server holds.
 	// nil: every proxy in the catalog is local.
 	LocalProxy func(catalog.ServiceInstance) bool
+	// ConfigEntries are the L7 config entries compiled into each
+	// upstream's discovery chain (nil: none, every chain is the default).
+	ConfigEntries *configentry.Registry
 }
 
 // ErrInvalidServerConfig is returned by NewServer for a bad Config.
@@ -104,6 +108,9 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.Default()
+	}
+	if cfg.ConfigEntries == nil {
+		cfg.ConfigEntries = configentry.NewRegistry()
 	}
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
