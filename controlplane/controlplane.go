@@ -26,8 +26,8 @@ import (
 
 	"github.com/meshlet/meshlet/authz"
 	"github.com/meshlet/meshlet/ca"
-	"github.com/meshlet/meshlet/configentry"
 	"github.com/meshlet/meshlet/catalog"
+	"github.com/meshlet/meshlet/configentry"
 	"github.com/meshlet/meshlet/consulapi"
 	"github.com/meshlet/meshlet/intention"
 	"github.com/meshlet/meshlet/internal/httpsrv"
