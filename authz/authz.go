@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
@@ -58,6 +59,9 @@ type Decision struct {
 	// Matched is the deciding intention; nil when the default policy (or
 	// an identity check) decided.
 	Matched *intention.Intention
+	// Permission is the index of the deciding permission of an L7
+	// intention (intention.NoPermission: none decided).
+	Permission int
 }
 
 // Service implements authv3.AuthorizationServer.
@@ -68,6 +72,25 @@ type Service struct {
 	ix        *intention.Store
 	logger    hclog.Logger
 	decisions *prometheus.CounterVec
+	protocol  atomic.Pointer[func(service string) string]
+}
+
+// SetProtocols tells the service how to find a destination's protocol
+// (its service-defaults); without it every destination counts as tcp.
+// An L7 intention admits a connection only to an HTTP destination, whose
+// proxy then asks for every request.
+func (s *Service) SetProtocols(fn func(service string) string) { s.protocol.Store(&fn) }
+
+func (s *Service) isHTTP(service string) bool {
+	fn := s.protocol.Load()
+	if fn == nil {
+		return false
+	}
+	switch (*fn)(service) {
+	case "http", "http2", "grpc":
+		return true
+	}
+	return false
 }
 
 // New returns the service. reg may be nil.
@@ -127,7 +150,10 @@ func (s *Service) decide(sourceURI, destService string) (Decision, error) {
 		return deny(fmt.Sprintf("source namespace %q is unknown", src.Namespace)), nil
 	}
 	allowed, m := s.ix.Check(src.Service, destService)
-	d := Decision{Allowed: allowed, Matched: m}
+	if m != nil && m.IsL7() {
+		return s.l7Connection(m, destService), nil
+	}
+	d := Decision{Allowed: allowed, Matched: m, Permission: intention.NoPermission}
 	verb := "denied"
 	if allowed {
 		verb = "allowed"
@@ -140,7 +166,9 @@ func (s *Service) decide(sourceURI, destService string) (Decision, error) {
 	return d, nil
 }
 
-func deny(reason string) Decision { return Decision{Reason: reason} }
+func deny(reason string) Decision {
+	return Decision{Reason: reason, Permission: intention.NoPermission}
+}
 
 func (s *Service) record(d Decision) {
 	result := resultDeny
@@ -179,6 +207,10 @@ func (s *Service) checkDecision(attrs *authv3.AttributeContext) Decision {
 	dst, err := s.destination(attrs)
 	if err != nil {
 		return deny(err.Error())
+	}
+	if req, ok := requestOf(attrs); ok {
+		d, _ := s.decideRequest(src, dst, req) // an error is already a deny Decision
+		return d
 	}
 	d, _ := s.decide(src, dst) // an error is already a deny Decision
 	return d

@@ -1,11 +1,16 @@
 package command
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"net/http"
+	"net/url"
 	"slices"
 	"strings"
+	"time"
 
 	consulapi "github.com/hashicorp/consul/api"
 )
@@ -42,9 +47,11 @@ exists, unless -replace.` + intentionNameHelp,
 		&command{
 			name: "intention check", args: "[options] SRC DST", synopsis: "Check whether SRC may connect to DST",
 			help: `Prints "Allowed" or "Denied" for a connection from SRC to DST under the
-current intentions and default policy. Exit code 0 when allowed, 1 when
-denied, 2 on any error (as in Consul).` + intentionNameHelp,
-			example: "$ meshlet intention check web db",
+current intentions and default policy, and what decided. Exit code 0 when
+allowed, 1 when denied, 2 on any error (as in Consul). With -method, -path
+or -header it checks one HTTP request against L7 intentions (permissions)
+and names the permission that matched.` + intentionNameHelp,
+			example: "$ meshlet intention check web db\n$ meshlet intention check -method GET -path /admin -header x-team:blue web api",
 			run:     runIntentionCheck,
 		},
 	)
@@ -210,7 +217,11 @@ func runIntentionList(e *env, c *command, args []string) int {
 	}
 	rows := []string{row("Source", "Action", "Destination", "Precedence")}
 	for _, ixn := range ixns {
-		rows = append(rows, row(qualified(ixn.SourceNS, ixn.SourceName), ixn.Action,
+		action := string(ixn.Action)
+		if len(ixn.Permissions) > 0 {
+			action = fmt.Sprintf("L7 (%d permissions)", len(ixn.Permissions))
+		}
+		rows = append(rows, row(qualified(ixn.SourceNS, ixn.SourceName), action,
 			qualified(ixn.DestinationNS, ixn.DestinationName), ixn.Precedence))
 	}
 	writeTable(e.stdout, rows)
@@ -220,6 +231,10 @@ func runIntentionList(e *env, c *command, args []string) int {
 func runIntentionCheck(e *env, c *command, args []string) int {
 	fs := newFlags(c)
 	addr := connectAddressFlag(fs)
+	var headers stringList
+	method := fs.String("method", "", "check an HTTP request with this `METHOD` against L7 intentions")
+	path := fs.String("path", "", "check an HTTP request for this `PATH` against L7 intentions")
+	fs.Var(&headers, "header", "an HTTP request header, `Name:Value` (repeatable)")
 	if code, ok := e.parse(c, fs, args); !ok {
 		if code == exitOK {
 			return exitOK
@@ -236,24 +251,62 @@ func runIntentionCheck(e *env, c *command, args []string) int {
 			return exitCheckError
 		}
 	}
-	client, err := consulClient(*addr)
-	if err != nil {
-		e.errorf("%v", err)
-		return exitCheckError
+	q := url.Values{"source": {fs.Arg(0)}, "destination": {fs.Arg(1)}}
+	if *method != "" {
+		q.Set("method", *method)
 	}
-	allowed, _, err := client.Connect().IntentionCheck(&consulapi.IntentionCheck{
-		Source: fs.Arg(0), Destination: fs.Arg(1), SourceType: consulapi.IntentionSourceConsul,
-	}, nil)
+	if *path != "" {
+		q.Set("path", *path)
+	}
+	for _, h := range headers {
+		q.Add("header", h)
+	}
+	out, err := intentionCheckHTTP(*addr, q)
 	if err != nil {
 		e.errorf("failed to check intention %s => %s: %s", fs.Arg(0), fs.Arg(1), describeConsul(err, *addr))
 		return exitCheckError
 	}
-	if !allowed {
-		fmt.Fprintln(e.stdout, "Denied")
+	verdict := "Allowed"
+	if !out.Allowed {
+		verdict = "Denied"
+	}
+	if isHTTP := *method != "" || *path != "" || len(headers) > 0; isHTTP && out.Reason != "" {
+		fmt.Fprintf(e.stdout, "%s: %s\n", verdict, out.Reason)
+	} else {
+		fmt.Fprintln(e.stdout, verdict)
+	}
+	if !out.Allowed {
 		return exitCheckDenied
 	}
-	fmt.Fprintln(e.stdout, "Allowed")
 	return exitOK
+}
+
+// intentionCheckResult is the check endpoint's answer (Consul's Allowed
+// plus meshlet's Reason).
+type intentionCheckResult struct {
+	Allowed bool
+	Reason  string
+}
+
+// intentionCheckHTTP asks /v1/connect/intentions/check with q (consul/api's
+// IntentionCheck cannot send the request's method, path and headers).
+func intentionCheckHTTP(addr string, q url.Values) (intentionCheckResult, error) {
+	var out intentionCheckResult
+	base := normalizeAddr(addr)
+	client := &http.Client{Timeout: 30 * time.Second}
+	resp, err := client.Get(strings.TrimRight(base, "/") + "/v1/connect/intentions/check?" + q.Encode())
+	if err != nil {
+		return out, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return out, consulapi.StatusError{Code: resp.StatusCode, Body: strings.TrimSpace(string(b))}
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return out, fmt.Errorf("%s: unreadable answer: %w", addr, err)
+	}
+	return out, nil
 }
 
 // qualified spells a service with its namespace unless that is the

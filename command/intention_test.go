@@ -15,7 +15,7 @@ import (
 // newConnectAPI serves the real Consul-shaped API over an in-memory
 // intention store (default allow, as in dev mode) and points
 // MESHLET_CONNECT_ADDR at it.
-func newConnectAPI(t *testing.T) {
+func newConnectAPI(t *testing.T) *intention.Store {
 	t.Helper()
 	store, err := intention.New("", true, hclog.NewNullLogger())
 	if err != nil {
@@ -25,6 +25,7 @@ func newConnectAPI(t *testing.T) {
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
 	t.Setenv("MESHLET_CONNECT_ADDR", hs.URL)
+	return store
 }
 
 // TestIntentions walks the intention commands through a scripted session;
@@ -106,6 +107,34 @@ func TestIntentionNamespaces(t *testing.T) {
 		r := runCLI(t, "", st.args...)
 		if r.code != st.wantCode || !regexp.MustCompile(st.stdout).MatchString(r.stdout) || !strings.Contains(r.stderr, st.stderr) {
 			t.Fatalf("%v: exit %d stdout %q stderr %q; want %d, /%s/, %q", st.args, r.code, r.stdout, r.stderr, st.wantCode, st.stdout, st.stderr)
+		}
+	}
+}
+
+// intention check -method/-path/-header names the L7 permission that decides.
+func TestIntentionCheckL7(t *testing.T) {
+	store := newConnectAPI(t)
+	if _, err := store.Upsert(intention.Intention{SourceName: "web", DestinationName: "api", Permissions: []*intention.Permission{
+		{Action: "deny", HTTP: &intention.HTTPPermission{PathPrefix: "/admin"}},
+		{Action: "allow", HTTP: &intention.HTTPPermission{PathPrefix: "/", Header: []intention.HeaderPermission{{Name: "x-team", Exact: "blue"}}}},
+	}}, true); err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		args     []string
+		wantCode int
+		stdout   string
+	}{
+		{[]string{"intention", "check", "-path", "/admin/x", "web", "api"}, 1, `^Denied: denied by permission 1 of intention web => api \(2 permissions\): deny when path starts with /admin\n$`},
+		{[]string{"intention", "check", "-method", "post", "-path", "/x", "-header", "X-Team: blue", "web", "api"}, 0, `^Allowed: allowed by permission 2 .*header x-team\n$`},
+		{[]string{"intention", "check", "-path", "/x", "web", "api"}, 0, `^Allowed: allowed by the default policy: no permission`}, // default allow in dev
+		{[]string{"intention", "check", "web", "api"}, 1, `^Denied\n$`},
+		{[]string{"intention", "list"}, 0, `web\s+L7 \(2 permissions\)\s+api`},
+	}
+	for _, st := range steps {
+		r := runCLI(t, "", st.args...)
+		if r.code != st.wantCode || !regexp.MustCompile(st.stdout).MatchString(r.stdout) {
+			t.Fatalf("%v: exit %d stdout %q stderr %q; want %d, /%s/", st.args, r.code, r.stdout, r.stderr, st.wantCode, st.stdout)
 		}
 	}
 }

@@ -48,6 +48,7 @@ type Intentions interface {
 	GetByID(id string) (intention.Intention, error)
 	List() []intention.Intention
 	Check(src, dst string) (allowed bool, matched *intention.Intention)
+	CheckRequest(src, dst string, req intention.Request) (allowed bool, matched *intention.Intention, perm int)
 	Match(by, name string) []intention.Intention
 	// Index rises with every change, and Subscribe calls fn after each.
 	Index() uint64

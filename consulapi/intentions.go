@@ -1,7 +1,6 @@
 package consulapi
 
 import (
-	"encoding/json"
 	"net/http"
 	"strings"
 
@@ -24,14 +23,12 @@ type intentionBody struct {
 	DestinationPartition string
 	SourcePeer           string
 	SourceSamenessGroup  string
-	Permissions          []json.RawMessage
+	Permissions          []*intention.Permission
 	Meta                 map[string]string
 }
 
 func (b intentionBody) toIntention() (intention.Intention, error) {
 	switch {
-	case len(b.Permissions) > 0:
-		return intention.Intention{}, badRequest("L7 permissions are not supported; use Action")
 	case len(b.Meta) > 0:
 		return intention.Intention{}, badRequest("intention Meta is not supported")
 	case b.SourcePeer != "" || b.SourceSamenessGroup != "":
@@ -40,7 +37,7 @@ func (b intentionBody) toIntention() (intention.Intention, error) {
 		return intention.Intention{}, badRequest("only the default partition is supported")
 	}
 	return intention.Intention{
-		ID: b.ID, Description: b.Description, SourceType: b.SourceType, Action: b.Action,
+		ID: b.ID, Description: b.Description, SourceType: b.SourceType, Action: b.Action, Permissions: b.Permissions,
 		SourceNS: b.SourceNS, SourceName: b.SourceName, DestinationNS: b.DestinationNS, DestinationName: b.DestinationName,
 	}, nil
 }
@@ -181,7 +178,10 @@ func (s *Server) intentionDeleteExact(w http.ResponseWriter, r *http.Request) {
 	s.writeJSON(w, s.d.Intentions.Index(), true)
 }
 
-// GET /v1/connect/intentions/check?source=&destination=: {"Allowed": bool}.
+// GET /v1/connect/intentions/check?source=&destination=: {"Allowed": bool}
+// as Consul answers, plus meshlet's "Reason". With meshlet's method=,
+// path= and header=Name:Value (repeatable) it checks one HTTP request
+// against L7 intentions and names the deciding permission.
 func (s *Server) intentionCheck(w http.ResponseWriter, r *http.Request) {
 	_, src, _, dst, err := exactPair(r)
 	if err == nil {
@@ -189,13 +189,25 @@ func (s *Server) intentionCheck(w http.ResponseWriter, r *http.Request) {
 			err = badRequest("source-type %q is not supported", st)
 		}
 	}
+	var req intention.Request
+	var isHTTP bool
+	if err == nil {
+		req, isHTTP, err = checkRequestOf(r)
+	}
 	if err != nil {
 		s.failFor(w, r, err)
 		return
 	}
 	index := s.d.Intentions.Index()
-	allowed, _ := s.d.Intentions.Check(src, dst)
-	s.writeJSON(w, index, struct{ Allowed bool }{allowed})
+	out := intentionCheckResponse{Permission: intention.NoPermission}
+	var m *intention.Intention
+	if isHTTP {
+		out.Allowed, m, out.Permission = s.d.Intentions.CheckRequest(src, dst, req)
+	} else {
+		out.Allowed, m = s.d.Intentions.Check(src, dst)
+	}
+	out.Reason = explainCheck(src, dst, out.Allowed, m, out.Permission, isHTTP)
+	s.writeJSON(w, index, out)
 }
 
 // GET /v1/connect/intentions/match?by=source|destination&name=...: name →

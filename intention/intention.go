@@ -62,18 +62,29 @@ type Intention struct {
 	DestinationNS   string
 	DestinationName string
 	SourceType      string
-	Action          string
-	Precedence      int
-	CreatedAt       time.Time
-	UpdatedAt       time.Time
-	CreateIndex     uint64
-	ModifyIndex     uint64
+	Action          string `json:",omitempty"`
+	// Permissions, instead of Action, decide request by request (L7
+	// intentions, for destinations whose protocol is HTTP): the first
+	// matching permission's action applies; none: the default policy.
+	Permissions []*Permission `json:",omitempty"`
+	Precedence  int
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+	CreateIndex uint64
+	ModifyIndex uint64
 }
 
 // String renders "src => dst (action)".
 func (ix Intention) String() string {
-	return fmt.Sprintf("%s => %s (%s)", ix.SourceName, ix.DestinationName, ix.Action)
+	action := ix.Action
+	if len(ix.Permissions) > 0 {
+		action = fmt.Sprintf("%d permissions", len(ix.Permissions))
+	}
+	return fmt.Sprintf("%s => %s (%s)", ix.SourceName, ix.DestinationName, action)
 }
+
+// IsL7 reports whether the intention decides by request (Permissions).
+func (ix Intention) IsL7() bool { return len(ix.Permissions) > 0 }
 
 // nameRE accepts Consul-style service names.
 var nameRE = regexp.MustCompile(`^[a-zA-Z0-9]([a-zA-Z0-9._-]{0,251}[a-zA-Z0-9])?$`)
@@ -97,6 +108,9 @@ func normalize(in Intention) (Intention, error) {
 		in.SourceType = SourceTypeConsul
 	}
 	in.Action = strings.ToLower(in.Action)
+	if err := normalizePermissions(&in); err != nil {
+		return in, err
+	}
 	switch {
 	case in.SourceName == "" || in.DestinationName == "":
 		return in, fmt.Errorf("%w: source and destination names are required", ErrInvalid)
@@ -108,7 +122,7 @@ func normalize(in Intention) (Intention, error) {
 		return in, fmt.Errorf("%w: only the %q namespace is supported", ErrInvalid, DefaultNamespace)
 	case in.SourceType != SourceTypeConsul:
 		return in, fmt.Errorf("%w: source type %q is not supported (want %q)", ErrInvalid, in.SourceType, SourceTypeConsul)
-	case in.Action != ActionAllow && in.Action != ActionDeny:
+	case len(in.Permissions) == 0 && in.Action != ActionAllow && in.Action != ActionDeny:
 		return in, fmt.Errorf("%w: action %q must be %q or %q", ErrInvalid, in.Action, ActionAllow, ActionDeny)
 	case len(in.Description) > 512:
 		return in, fmt.Errorf("%w: description longer than 512 bytes", ErrInvalid)

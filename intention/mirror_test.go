@@ -184,7 +184,7 @@ func TestMirrorReadsItsOwnWrites(t *testing.T) {
 	if allowed, m := mirror.Check("web", "db"); allowed || m == nil || m.ID != deny.ID {
 		t.Fatalf("Check right after Upsert = %v, %+v; the mirror did not wait for its write", allowed, m)
 	}
-	if got, err := srv.Get("web", "db"); err != nil || got != deny {
+	if got, err := srv.Get("web", "db"); err != nil || !reflect.DeepEqual(got, deny) {
 		t.Fatalf("server holds %+v, %v; want %+v", got, err, deny)
 	}
 	if mirror.Index() != srv.Index() || mirror.Index() != deny.ModifyIndex {
@@ -249,7 +249,7 @@ func TestMirrorConcurrentWriters(t *testing.T) {
 					t.Errorf("Upsert %s: %v", src, err)
 					return
 				}
-				if got, err := mirror.GetByID(ix.ID); err != nil || got != ix {
+				if got, err := mirror.GetByID(ix.ID); err != nil || !reflect.DeepEqual(got, ix) {
 					t.Errorf("GetByID right after Upsert %s = %+v, %v", src, got, err)
 				}
 			}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"sort"
 	"time"
 
@@ -194,8 +195,27 @@ func EqualStates(a, b State) bool {
 		if !x.CreatedAt.Equal(y.CreatedAt) || !x.UpdatedAt.Equal(y.UpdatedAt) {
 			return false
 		}
+		if !equalPermissions(x.Permissions, y.Permissions) {
+			return false
+		}
 		x.CreatedAt, x.UpdatedAt, y.CreatedAt, y.UpdatedAt = time.Time{}, time.Time{}, time.Time{}, time.Time{}
-		if x != y {
+		x.Permissions, y.Permissions = nil, nil
+		if !reflect.DeepEqual(x, y) {
+			return false
+		}
+	}
+	return true
+}
+
+// equalPermissions compares permissions by their JSON-visible fields.
+func equalPermissions(a, b []*Permission) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		ja, errA := json.Marshal(a[i])
+		jb, errB := json.Marshal(b[i])
+		if errA != nil || errB != nil || string(ja) != string(jb) {
 			return false
 		}
 	}

@@ -38,7 +38,7 @@ func TestStateUpsertCreates(t *testing.T) {
 	}
 	want := Intention{ID: web.ID, SourceNS: "default", SourceName: "web", DestinationNS: "default", DestinationName: "db",
 		SourceType: "consul", Action: "allow", Precedence: 9, CreatedAt: t0, UpdatedAt: t0, CreateIndex: 1, ModifyIndex: 1}
-	if web != want {
+	if !reflect.DeepEqual(web, want) {
 		t.Fatalf("written = %+v\nwant      %+v", web, want)
 	}
 	if st1.Index != 1 || !reflect.DeepEqual(st1.Intentions, []Intention{want}) {
@@ -51,7 +51,7 @@ func TestStateUpsertCreates(t *testing.T) {
 	roomy.Intentions[0] = st1.Intentions[0]
 	before := deepCopy(roomy)
 	st2, wild := mustUpsert(t, roomy, ixn("*", "*", "deny"), false, t0.Add(time.Second))
-	if !reflect.DeepEqual(roomy, before) || roomy.Intentions[:4][1] != (Intention{}) {
+	if !reflect.DeepEqual(roomy, before) || !reflect.DeepEqual(roomy.Intentions[:4][1], Intention{}) {
 		t.Fatalf("receiver or its array was modified: %+v", roomy.Intentions[:4])
 	}
 	if wild.ID == web.ID || wild.CreateIndex != 2 || wild.ModifyIndex != 2 || st2.Index != 2 {
@@ -80,7 +80,7 @@ func TestStateUpsertReplacePreservesIdentity(t *testing.T) {
 	if next.Index != 44 || len(next.Intentions) != 2 {
 		t.Fatalf("state = %+v", next)
 	}
-	if i := next.find(func(x *Intention) bool { return x.ID == orig.ID }); i < 0 || next.Intentions[i] != got {
+	if i := next.find(func(x *Intention) bool { return x.ID == orig.ID }); i < 0 || !reflect.DeepEqual(next.Intentions[i], got) {
 		t.Fatalf("state does not hold the written intention: %+v", next.Intentions)
 	}
 	// Naming the intention by its own ID is allowed.
@@ -118,7 +118,7 @@ func TestStateUpsertErrors(t *testing.T) {
 			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.msg) {
 				t.Fatalf("err = %v, want %v containing %q", err, tc.want, tc.msg)
 			}
-			if !reflect.DeepEqual(got, before) || !reflect.DeepEqual(st, before) || ix != (Intention{}) {
+			if !reflect.DeepEqual(got, before) || !reflect.DeepEqual(st, before) || !reflect.DeepEqual(ix, Intention{}) {
 				t.Fatalf("failed Upsert returned %+v / %+v", got, ix)
 			}
 		})
@@ -131,11 +131,11 @@ func TestStateDelete(t *testing.T) {
 	before := deepCopy(st)
 
 	next, removed, err := st.Delete("web", "db")
-	if err != nil || removed != web || next.Index != 12 || !reflect.DeepEqual(next.Intentions, []Intention{api}) {
+	if err != nil || !reflect.DeepEqual(removed, web) || next.Index != 12 || !reflect.DeepEqual(next.Intentions, []Intention{api}) {
 		t.Fatalf("Delete = %+v, %+v, %v", next, removed, err)
 	}
 	next, removed, err = st.DeleteByID(api.ID)
-	if err != nil || removed != api || next.Index != 12 || !reflect.DeepEqual(next.Intentions, []Intention{web}) {
+	if err != nil || !reflect.DeepEqual(removed, api) || next.Index != 12 || !reflect.DeepEqual(next.Intentions, []Intention{web}) {
 		t.Fatalf("DeleteByID = %+v, %+v, %v", next, removed, err)
 	}
 	if !reflect.DeepEqual(st, before) {

@@ -241,7 +241,9 @@ func (s *Store) List() []Intention {
 
 // Check decides whether src may connect to dst: the first intention in
 // precedence order (src→dst, *→dst, src→*, *→*) decides; with none, the
-// default policy does and matched is nil. It never waits for a writer.
+// default policy does and matched is nil. An L7 intention (matched.IsL7())
+// answers false: only its permissions, request by request (CheckRequest),
+// can allow. It never waits for a writer.
 func (s *Store) Check(src, dst string) (allowed bool, matched *Intention) {
 	sn := s.snap.Load()
 	for _, k := range [...]pairKey{{src, dst}, {Wildcard, dst}, {src, Wildcard}, {Wildcard, Wildcard}} {
@@ -284,4 +286,27 @@ func (s *Store) Index() uint64 { return s.snap.Load().state.Index }
 // Subscribe calls fn after every change until cancel is called.
 func (s *Store) Subscribe(fn func()) (cancel func()) {
 	return s.hub.Subscribe(func(struct{}) { fn() })
+}
+
+// NoPermission is the permission index of a decision no permission made.
+const NoPermission = -1
+
+// CheckRequest decides one HTTP request from src to dst: the intention
+// that Check would pick decides; when it is an L7 intention, its first
+// permission matching req decides (perm is its index), and with none
+// matching the default policy does (Consul's semantics).
+func (s *Store) CheckRequest(src, dst string, req Request) (allowed bool, matched *Intention, perm int) {
+	_, m := s.Check(src, dst)
+	if m == nil {
+		return s.defaultAllow, nil, NoPermission
+	}
+	if !m.IsL7() {
+		return m.Action == ActionAllow, m, NoPermission
+	}
+	for i, p := range m.Permissions {
+		if p.Matches(req) {
+			return p.Action == ActionAllow, m, i
+		}
+	}
+	return s.defaultAllow, m, NoPermission
 }
