@@ -82,13 +82,15 @@ func runGet(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	timeout := fs.Duration("timeout", 5*time.Second, "request timeout")
 	n := fs.Int("n", 1, "number of requests (1 to 10000); when given, each answer is one line \"<status> <body>\" or \"error <reason>\" and the exit code is 0")
 	every := fs.Duration("every", 0, "pause between requests (with -n)")
+	var hdrs headerFlag
+	fs.Var(&hdrs, "header", "a request header, `Name:Value` (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 || *n < 1 || *n > 10000 {
-		return errors.New("usage: meshlet demo-app get [-timeout D] [-n 1..10000 [-every D]] URL")
+		return errors.New("usage: meshlet demo-app get [-timeout D] [-header Name:Value]... [-n 1..10000 [-every D]] URL")
 	}
-	client := &http.Client{Timeout: *timeout}
+	client := &http.Client{Timeout: *timeout, Transport: headerTransport{h: http.Header(hdrs)}}
 	many := false
 	fs.Visit(func(f *flag.Flag) { many = many || f.Name == "n" })
 	if many {
@@ -143,4 +145,36 @@ func getLine(ctx context.Context, client *http.Client, url string) string {
 		return "error " + err.Error()
 	}
 	return fmt.Sprintf("%d %s", resp.StatusCode, strings.Join(strings.Fields(string(b)), " "))
+}
+
+// headerFlag collects -header Name:Value flags.
+type headerFlag http.Header
+
+func (f *headerFlag) String() string { return fmt.Sprint(http.Header(*f)) }
+
+func (f *headerFlag) Set(v string) error {
+	name, value, ok := strings.Cut(v, ":")
+	if !ok || strings.TrimSpace(name) == "" {
+		return fmt.Errorf("header %q is not Name:Value", v)
+	}
+	if *f == nil {
+		*f = headerFlag{}
+	}
+	http.Header(*f).Add(strings.TrimSpace(name), strings.TrimSpace(value))
+	return nil
+}
+
+// headerTransport adds the -header flags to every request.
+type headerTransport struct{ h http.Header }
+
+func (t headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if len(t.h) > 0 {
+		r = r.Clone(r.Context())
+		for k, vs := range t.h {
+			for _, v := range vs {
+				r.Header.Add(k, v)
+			}
+		}
+	}
+	return http.DefaultTransport.RoundTrip(r)
 }

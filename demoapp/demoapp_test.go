@@ -112,3 +112,36 @@ func TestHelloHealthFollowsTheUnhealthyFile(t *testing.T) {
 		t.Fatalf("with the file: %d, want 503", got)
 	}
 }
+
+// -any-path answers every path, -fail-every flakes every Nth request, and
+// get -header sends headers (seen by a real server).
+func TestHelloFlakesAndGetSendsHeaders(t *testing.T) {
+	h := httptest.NewServer(&hello{id: "v2", anyPath: true, failEvery: 2})
+	defer h.Close()
+	codes := []int{}
+	for _, p := range []string{"/admin", "/x/y", "/", "/z"} {
+		c, body := get(t, h.URL+p)
+		codes = append(codes, c)
+		if c == 200 && body != "v2\n" {
+			t.Fatalf("GET %s = %q", p, body)
+		}
+	}
+	if codes[0] != 200 || codes[1] != 503 || codes[2] != 200 || codes[3] != 503 {
+		t.Fatalf("codes = %v; want every 2nd request 503", codes)
+	}
+	seen := make(chan string, 1)
+	echo := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen <- r.Header.Get("X-Canary") + "|" + r.Header.Get("X-Team")
+	}))
+	defer echo.Close()
+	var out, errOut bytes.Buffer
+	if err := runGet(context.Background(), []string{"-header", "x-canary: 1", "-header", "X-Team:blue", echo.URL}, &out, &errOut); err != nil {
+		t.Fatalf("get: %v (%s)", err, errOut.String())
+	}
+	if got := <-seen; got != "1|blue" {
+		t.Fatalf("server saw headers %q", got)
+	}
+	if err := runGet(context.Background(), []string{"-header", "novalue", echo.URL}, &out, &errOut); err == nil {
+		t.Fatal("get -header novalue succeeded; want a usage error")
+	}
+}

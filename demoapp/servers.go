@@ -136,10 +136,21 @@ type hello struct {
 	// target a test can flip).
 	unhealthy string
 	client    *http.Client
+	// anyPath answers every path but /health with the id; failEvery > 0
+	// answers every failEvery-th request 503 (a flaky instance).
+	anyPath   bool
+	failEvery int64
+	served    atomic.Int64
 }
 
 func (h *hello) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if n := h.served.Add(1); h.failEvery > 0 && r.URL.Path != "/health" && n%h.failEvery == 0 {
+		http.Error(w, h.id+" flaked", http.StatusServiceUnavailable)
+		return
+	}
 	switch {
+	case h.anyPath && r.URL.Path != "/health":
+		fmt.Fprintln(w, h.id)
 	case r.URL.Path == h.path && h.path != "/":
 		// -path first: -path /health answers the id, not the health.
 		fmt.Fprintln(w, h.id)
@@ -176,10 +187,13 @@ func runHello(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	path := fs.String("path", "/hello", "path answered with the id")
 	upstream := fs.String("upstream", "", "URL whose answer / merges into its own")
 	unhealthy := fs.String("unhealthy-file", "", "GET /health answers 503 while this file exists (200 otherwise)")
+	anyPath := fs.Bool("any-path", false, "answer every path but /health with the id")
+	failEvery := fs.Int64("fail-every", 0, "answer every Nth request 503 (a flaky instance; 0: never)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	h := &hello{id: *id, path: *path, upstream: *upstream, unhealthy: *unhealthy, client: upstreamClient()}
+	h := &hello{id: *id, path: *path, upstream: *upstream, unhealthy: *unhealthy, client: upstreamClient(),
+		anyPath: *anyPath, failEvery: *failEvery}
 	return serveHTTP(ctx, *listen, h, stdout)
 }
 
