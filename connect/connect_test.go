@@ -94,6 +94,8 @@ func TestInjectRejectsHostNetwork(t *testing.T) {
 
 func TestRegistrations(t *testing.T) {
 	job := dashboardJob()
+	svc := job.TaskGroups[0].Services[0]
+	svc.Meta, svc.Tags = map[string]string{"version": "v2"}, []string{"canary"}
 	if err := Inject(job); err != nil {
 		t.Fatal(err)
 	}
@@ -121,6 +123,11 @@ func TestRegistrations(t *testing.T) {
 		Upstreams: []catalog.Upstream{{DestinationName: "count-api", LocalBindAddress: "127.0.0.1", LocalBindPort: 8080}}}
 	if !reflect.DeepEqual(px.Proxy, wantProxy) {
 		t.Errorf("proxy config = %+v, want %+v", px.Proxy, wantProxy)
+	}
+	// The sidecar inherits its service's meta and tags (subset filters
+	// select proxy instances).
+	if px.Meta["version"] != "v2" || len(px.Tags) != 1 || px.Tags[0] != "canary" {
+		t.Errorf("proxy meta/tags = %v %v; want the service's", px.Meta, px.Tags)
 	}
 	alloc.AllocatedResources = nil
 	if _, err := Registrations(Placement{Alloc: alloc}); !errors.Is(err, ErrInvalid) {

@@ -124,9 +124,19 @@ func proxyInstance(p Placement, s *structs.Service, serviceID string, servicePor
 		}
 	}
 	addr, regPort := advertised(p, SidecarPortLabel(s), true, port)
+	// The sidecar's tags and meta default to its service's, as Consul's
+	// sidecar registrations do: resolver subset filters (Service.Meta.x,
+	// Service.Tags) select proxy instances.
+	tags, meta := ss.Tags, ss.Meta
+	if tags == nil {
+		tags = s.Tags
+	}
+	if meta == nil {
+		meta = s.Meta
+	}
 	return catalog.ServiceInstance{
 		ID: ProxyID(serviceID), Name: ProxyServiceName(s.Name), Kind: catalog.KindConnectProxy,
-		Address: addr, Port: regPort, Tags: ss.Tags, Meta: ss.Meta,
+		Address: addr, Port: regPort, Tags: tags, Meta: meta,
 		AllocID: p.Alloc.ID, NodeID: p.NodeID, Datacenter: p.Datacenter, Healthy: true, Proxy: px,
 	}, nil
 }
