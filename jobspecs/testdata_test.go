@@ -16,6 +16,7 @@ var update = flag.Bool("update", false, "rewrite testdata/invalid/*.golden from 
 func TestValidJobspecs(t *testing.T) {
 	dockerWarning := `Driver "docker" is not built into meshlet`
 	want := map[string][]string{
+		"canary.hcl":                            nil,
 		"countdash.hcl":                         nil,
 		"countdash-cluster.hcl":                 nil,
 		"hello.hcl":                             nil,
