@@ -216,8 +216,17 @@ func TestHookEnvReachesTasks(t *testing.T) {
 	ar := h.runner(false, &recorder{name: "sidecar", log: h.log, env: map[string]string{"UPSTREAM": "10.0.0.1:8080"}})
 	go ar.Run()
 	h.waitStatus(ar, structs.AllocClientStatusRunning)
-	ls, _ := h.db.TaskStates(h.alloc.ID)
-	cfg := ls["app"].Handle.Config
+	// The in-memory state turns running just before the handle is
+	// written; wait for the write.
+	var cfg *driver.TaskConfig
+	testutil.WaitFor(t, hang, "the app's persisted handle", func() bool {
+		ls, _ := h.db.TaskStates(h.alloc.ID)
+		if ls["app"] == nil || ls["app"].Handle == nil {
+			return false
+		}
+		cfg = ls["app"].Handle.Config
+		return true
+	})
 	if cfg.Config["x"] != "0-10.0.0.1:8080" || cfg.Env["UPSTREAM"] != "10.0.0.1:8080" || cfg.Env["NOMAD_ALLOC_ID"] != "alloc-1" {
 		t.Fatalf("task config %v env %v", cfg.Config, cfg.Env)
 	}

@@ -69,6 +69,10 @@ type TaskRunner struct {
 	// replace is why a recovered task must be stopped and started
 	// again instead of re-attached ("" = re-attach).
 	replace string
+	// persistMu orders snapshots and writes of the persisted state, so
+	// an older snapshot (say, without the handle) never overwrites a
+	// newer one.
+	persistMu sync.Mutex
 
 	killCh     chan struct{}
 	restartCh  chan *restartRequest
@@ -319,6 +323,8 @@ func (tr *TaskRunner) finish(ev *structs.TaskEvent, failed bool) {
 
 // persist writes the task's state and handle to the client state.
 func (tr *TaskRunner) persist() {
+	tr.persistMu.Lock()
+	defer tr.persistMu.Unlock()
 	tr.mu.Lock()
 	ls := &clientstate.LocalTaskState{Handle: tr.handle, State: copyState(tr.state)}
 	tr.mu.Unlock()
