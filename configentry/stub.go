@@ -3,29 +3,11 @@ package configentry
 // Placeholder bodies; replaced by decode.go, validate.go and compile.go.
 
 import (
-	"encoding/json"
 	"fmt"
 
-	consul "github.com/hashicorp/consul/api"
 
 	"github.com/meshlet/meshlet/catalog"
 )
-
-func decode(raw map[string]any) (Entry, error) {
-	e, err := consul.DecodeConfigEntry(raw)
-	if err != nil {
-		return nil, invalidf("%v", err)
-	}
-	return e, nil
-}
-
-func parse(name string, src []byte) (Entry, error) {
-	var raw map[string]any
-	if err := json.Unmarshal(src, &raw); err != nil {
-		return nil, invalidf("%s: %v", name, err)
-	}
-	return decode(raw)
-}
 
 func validate(e Entry) error {
 	if !KnownKind(e.GetKind()) {
