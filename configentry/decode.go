@@ -30,7 +30,7 @@ func parse(name string, src []byte) (Entry, error) {
 			return nil, invalidf("%s: %s", name, oneLine(err.Error()))
 		}
 	}
-	if raw == nil {
+	if len(raw) == 0 {
 		return nil, invalidf("%s: empty config entry", name)
 	}
 	e, err := decode(raw)

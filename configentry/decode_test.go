@@ -1,0 +1,262 @@
+package configentry
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	consul "github.com/hashicorp/consul/api"
+)
+
+// canaryEntries parses the repo's config/canary examples (the L7
+// walkthrough), in file order.
+func canaryEntries(t testing.TB) map[string]Entry {
+	t.Helper()
+	files, err := filepath.Glob("../config/canary/*")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no config/canary files: %v", err)
+	}
+	out := map[string]Entry{}
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := Parse(filepath.Base(f), src)
+		if err != nil {
+			t.Fatalf("parse %s: %v", f, err)
+		}
+		if err := Validate(e); err != nil {
+			t.Fatalf("validate %s: %v", f, err)
+		}
+		out[filepath.Base(f)] = e
+	}
+	return out
+}
+
+func TestParseCanaryFiles(t *testing.T) {
+	es := canaryEntries(t)
+	sd := es["01-service-b-defaults.hcl"].(*consul.ServiceConfigEntry)
+	if sd.Kind != ServiceDefaults || sd.Name != "service-b" || sd.Protocol != "http" {
+		t.Errorf("defaults: %+v", sd)
+	}
+	res := es["02-service-b-resolver.hcl"].(*consul.ServiceResolverConfigEntry)
+	if res.DefaultSubset != "v1" || res.ConnectTimeout != 5*time.Second || len(res.Subsets) != 2 ||
+		res.Subsets["v2"].Filter != "Service.Meta.version == v2" {
+		t.Errorf("resolver: %+v", res)
+	}
+	sp := es["03-service-b-splitter.hcl"].(*consul.ServiceSplitterConfigEntry)
+	want := []consul.ServiceSplit{{Weight: 90, ServiceSubset: "v1"}, {Weight: 10, ServiceSubset: "v2"}}
+	if !reflect.DeepEqual(sp.Splits, want) {
+		t.Errorf("splitter: %+v", sp.Splits)
+	}
+	rt := es["04-service-b-router.hcl"].(*consul.ServiceRouterConfigEntry)
+	if len(rt.Routes) != 3 {
+		t.Fatalf("router routes: %+v", rt.Routes)
+	}
+	if rt.Routes[0].Match.HTTP.PathPrefix != "/admin" || rt.Routes[0].Destination.ServiceSubset != "v2" {
+		t.Errorf("route 0: %+v %+v", rt.Routes[0].Match.HTTP, rt.Routes[0].Destination)
+	}
+	h := rt.Routes[1].Match.HTTP.Header
+	if len(h) != 1 || h[0].Name != "x-canary" || h[0].Exact != "1" {
+		t.Errorf("route 1 header: %+v", h)
+	}
+	d := rt.Routes[2].Destination
+	if d.NumRetries != 3 || !reflect.DeepEqual(d.RetryOnStatusCodes, []uint32{503}) || d.Service != "service-b" {
+		t.Errorf("route 2: %+v", d)
+	}
+	pr := es["05-service-b-promote.json"].(*consul.ServiceSplitterConfigEntry)
+	if len(pr.Splits) != 2 || pr.Splits[0].Weight != 0 || pr.Splits[1].Weight != 100 {
+		t.Errorf("promote: %+v", pr.Splits)
+	}
+}
+
+// The same entries spelled in snake_case, in HCL and JSON, decode to what
+// the PascalCase files give.
+func TestParseSnakeCase(t *testing.T) {
+	es := canaryEntries(t)
+	cases := []struct {
+		name, src string
+		want      Entry
+	}{
+		{"resolver.hcl", `
+kind = "service-resolver"
+name = "service-b"
+default_subset = "v1"
+connect_timeout = "5s"
+subsets {
+  v1 { filter = "Service.Meta.version == v1" }
+  v2 { filter = "Service.Meta.version == v2" }
+}`, es["02-service-b-resolver.hcl"]},
+		{"splitter.json", `{"kind":"service-splitter","name":"service-b","splits":[
+  {"weight":90,"service_subset":"v1"},{"weight":10,"service_subset":"v2"}]}`, es["03-service-b-splitter.hcl"]},
+		{"router.hcl", `
+kind = "service-router"
+name = "service-b"
+routes = [
+  { match { http { path_prefix = "/admin" } }, destination { service_subset = "v2" } },
+  { match { http { header = [{ name = "x-canary", exact = "1" }] } }, destination { service_subset = "v2" } },
+  {
+    match { http { path_prefix = "/" } }
+    destination {
+      service = "service-b"
+      num_retries = 3
+      retry_on_status_codes = [503]
+    }
+  },
+]`, es["04-service-b-router.hcl"]},
+		{"router-blocks.hcl", `
+Kind = "service-router"
+Name = "service-b"
+Routes {
+  Match { HTTP { PathPrefix = "/admin" } }
+  Destination { ServiceSubset = "v2" }
+}
+Routes {
+  Match { HTTP { Header { Name = "x-canary"
+                          Exact = "1" } } }
+  Destination { ServiceSubset = "v2" }
+}
+Routes {
+  Match { HTTP { PathPrefix = "/" } }
+  Destination {
+    Service = "service-b"
+    NumRetries = 3
+    RetryOnStatusCodes = [503]
+  }
+}`, es["04-service-b-router.hcl"]},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := Parse(c.name, []byte(c.src))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := Validate(got); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, c.want) {
+				t.Errorf("got %+v\nwant %+v", got, c.want)
+			}
+		})
+	}
+}
+
+func TestParseFields(t *testing.T) {
+	src := `
+kind = "Service-Resolver"
+name = "web"
+request_timeout = "1m30s"
+load_balancer {
+  policy = "ring_hash"
+  ring_hash_config { minimum_ring_size = 1024, maximum_ring_size = 2048 }
+  hash_policies = [
+    { field = "header", field_value = "x-user", terminal = true },
+    { source_ip = true },
+    { field = "cookie", field_value = "s", cookie_config { ttl = "10s", path = "/" } },
+  ]
+}
+failover = {
+  "*" = { datacenters = ["dc2", "dc3"] }
+}
+meta { owner = "team-a" }
+`
+	e, err := Parse("lb.hcl", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Validate(e); err != nil {
+		t.Fatal(err)
+	}
+	r := e.(*consul.ServiceResolverConfigEntry)
+	lb := r.LoadBalancer
+	if r.Kind != ServiceResolver || r.RequestTimeout != 90*time.Second || lb.Policy != "ring_hash" ||
+		lb.RingHashConfig.MinimumRingSize != 1024 || len(lb.HashPolicies) != 3 ||
+		!lb.HashPolicies[0].Terminal || !lb.HashPolicies[1].SourceIP ||
+		lb.HashPolicies[2].CookieConfig.TTL != 10*time.Second || r.Meta["owner"] != "team-a" {
+		t.Errorf("resolver: %+v lb %+v", r, lb)
+	}
+	if !reflect.DeepEqual(r.Failover["*"].Datacenters, []string{"dc2", "dc3"}) {
+		t.Errorf("failover: %+v", r.Failover)
+	}
+
+	pd, err := Parse("pd.hcl", []byte("Kind = \"proxy-defaults\"\nConfig { protocol = \"HTTP\" }\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Validate(pd); err != nil {
+		t.Fatal(err)
+	}
+	p := pd.(*consul.ProxyConfigEntry)
+	if p.Name != GlobalName || p.Config["protocol"] != "http" {
+		t.Errorf("proxy-defaults: %+v", p)
+	}
+
+	// JSON durations as numbers (nanoseconds), as a JSON API client may send.
+	e, err = Parse("r.json", []byte(`{"Kind":"service-resolver","Name":"a","ConnectTimeout":2000000000}`))
+	if err != nil || e.(*consul.ServiceResolverConfigEntry).ConnectTimeout != 2*time.Second {
+		t.Errorf("numeric duration: %v %+v", err, e)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	cases := []struct {
+		name, src string
+		sentinel  error
+		want      []string
+	}{
+		{"a.hcl", "Kind = \"service-router\"\nName = \"x\"\nRoutes = [ { Destination { Servce = \"y\" } } ]\n",
+			ErrInvalid, []string{"a.hcl", `unknown key "Servce"`, "Routes[0].Destination"}},
+		{"b.json", `{"Kind":"service-splitter","Name":"x","Splits":[{"Weight":100,"Subset":"v1"}]}`,
+			ErrInvalid, []string{"b.json", `unknown key "Subset"`}},
+		{"c.hcl", "Kind = \"service-resolver\"\nName = \"x\"\nConnectTimeout = \"5 seconds\"\n",
+			ErrInvalid, []string{"c.hcl", "ConnectTimeout", `bad duration "5 seconds"`}},
+		{"d.hcl", "Kind = \"service-resolver\"\nName = \"x\"\nSubsets = {\n  v1 = {\n    Filter = \n", ErrInvalid, []string{"d.hcl:"}},
+		{"e.json", "{\"Kind\": \"service-defaults\",\n \"Name\": \"x\",\n \"Protocol\": }", ErrInvalid, []string{"e.json:3:"}},
+		{"f.hcl", `Kind = "ingress-gateway"` + "\nName = \"x\"\n", ErrUnknownKind, []string{"f.hcl", "ingress-gateway"}},
+		{"g.hcl", `Name = "x"`, ErrInvalid, []string{"g.hcl", "missing Kind"}},
+		{"h.json", `{"Kind":"service-splitter","Name":"x","Splits":[{"Weight":"lots"}]}`, ErrInvalid,
+			[]string{"Splits[0].Weight", "expected a number"}},
+		{"i.json", `{"Kind":"service-router","Name":"x","Routes":[{"Destination":{"NumRetries":-1}}]}`, ErrInvalid,
+			[]string{"NumRetries", "non-negative integer"}},
+		{"j.hcl", "Kind = \"service-resolver\"\nName = \"x\"\nDefaultSubset = \"a\"\ndefault_subset = \"b\"\n", ErrInvalid,
+			[]string{"name the same field"}},
+		{"k.hcl", "", ErrInvalid, []string{"k.hcl", "empty"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Parse(c.name, []byte(c.src))
+			if !errors.Is(err, c.sentinel) {
+				t.Fatalf("err = %v, want %v", err, c.sentinel)
+			}
+			msg := err.Error()
+			if strings.Contains(msg, "\n") {
+				t.Errorf("multi-line error: %q", msg)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error %q lacks %q", msg, w)
+				}
+			}
+		})
+	}
+}
+
+func TestDecodeMap(t *testing.T) {
+	e, err := Decode(map[string]any{
+		"Kind": "service-splitter", "Name": "web",
+		"Splits": []any{map[string]any{"Weight": 100.0, "Service": "web2"}},
+		"CreateIndex": 0.0, "ModifyIndex": 0.0,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp := e.(*consul.ServiceSplitterConfigEntry)
+	if sp.Name != "web" || sp.Splits[0].Service != "web2" || sp.Splits[0].Weight != 100 {
+		t.Errorf("%+v", sp)
+	}
+}
