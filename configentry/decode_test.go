@@ -249,7 +249,7 @@ func TestParseErrors(t *testing.T) {
 func TestDecodeMap(t *testing.T) {
 	e, err := Decode(map[string]any{
 		"Kind": "service-splitter", "Name": "web",
-		"Splits": []any{map[string]any{"Weight": 100.0, "Service": "web2"}},
+		"Splits":      []any{map[string]any{"Weight": 100.0, "Service": "web2"}},
 		"CreateIndex": 0.0, "ModifyIndex": 0.0,
 	})
 	if err != nil {

@@ -72,7 +72,9 @@ func TestValidateOK(t *testing.T) {
 }
 
 func TestValidateErrors(t *testing.T) {
-	m := func(m consul.ServiceRouteHTTPMatch) *consul.ServiceRouterConfigEntry { return router("web", httpRoute(m, nil)) }
+	m := func(m consul.ServiceRouteHTTPMatch) *consul.ServiceRouterConfigEntry {
+		return router("web", httpRoute(m, nil))
+	}
 	d := func(d consul.ServiceRouteDestination) *consul.ServiceRouterConfigEntry {
 		return router("web", httpRoute(consul.ServiceRouteHTTPMatch{}, &d))
 	}
@@ -126,8 +128,12 @@ func TestValidateErrors(t *testing.T) {
 		{"timeout", d(consul.ServiceRouteDestination{RequestTimeout: -time.Second}), "RequestTimeout -1s must be >= 0"},
 		{"dest subset", d(consul.ServiceRouteDestination{ServiceSubset: "Bad"}), "not a valid subset name"},
 		{"subset name", resolver("web", "v.1"), `"v.1" is not a valid subset name`},
-		{"filter syntax", res(func(r *consul.ServiceResolverConfigEntry) { r.Subsets["v1"] = consul.ServiceResolverSubset{Filter: "Service.Meta.version =="} }), `Subsets["v1"]: filter`},
-		{"filter selector", res(func(r *consul.ServiceResolverConfigEntry) { r.Subsets["v1"] = consul.ServiceResolverSubset{Filter: "Service.Version == v1"} }), `selector "Service.Version" is not valid`},
+		{"filter syntax", res(func(r *consul.ServiceResolverConfigEntry) {
+			r.Subsets["v1"] = consul.ServiceResolverSubset{Filter: "Service.Meta.version =="}
+		}), `Subsets["v1"]: filter`},
+		{"filter selector", res(func(r *consul.ServiceResolverConfigEntry) {
+			r.Subsets["v1"] = consul.ServiceResolverSubset{Filter: "Service.Version == v1"}
+		}), `selector "Service.Version" is not valid`},
 		{"default subset", res(func(r *consul.ServiceResolverConfigEntry) { r.DefaultSubset = "v3" }), `DefaultSubset "v3" is not a subset`},
 		{"redirect+subsets", res(func(r *consul.ServiceResolverConfigEntry) { r.Redirect = &consul.ServiceResolverRedirect{Service: "x"} }), "Redirect and Subsets cannot both be set"},
 		{"redirect empty", &consul.ServiceResolverConfigEntry{Kind: ServiceResolver, Name: "a", Redirect: &consul.ServiceResolverRedirect{}}, "Redirect is empty"},
@@ -138,7 +144,9 @@ func TestValidateErrors(t *testing.T) {
 		{"failover key", res(func(r *consul.ServiceResolverConfigEntry) {
 			r.Failover = map[string]consul.ServiceResolverFailover{"v9": {Service: "x"}}
 		}), `Failover["v9"]: "v9" is not a subset`},
-		{"failover empty", res(func(r *consul.ServiceResolverConfigEntry) { r.Failover = map[string]consul.ServiceResolverFailover{"*": {}} }), "one of Service, ServiceSubset, Datacenters or Targets is required"},
+		{"failover empty", res(func(r *consul.ServiceResolverConfigEntry) {
+			r.Failover = map[string]consul.ServiceResolverFailover{"*": {}}
+		}), "one of Service, ServiceSubset, Datacenters or Targets is required"},
 		{"failover subset", res(func(r *consul.ServiceResolverConfigEntry) {
 			r.Failover = map[string]consul.ServiceResolverFailover{"*": {ServiceSubset: "v7"}}
 		}), `ServiceSubset "v7" is not a subset of "web"`},
