@@ -3,7 +3,6 @@ package configentry
 import (
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 
 	consul "github.com/hashicorp/consul/api"
@@ -83,15 +82,17 @@ func newProblem(prev, next *Set) string {
 	return ""
 }
 
-// problems lists every referential inconsistency of s, sorted.
+// problems lists every referential inconsistency of s, most basic first
+// (protocols, then subsets, then whole chains), in a stable order.
 func (s *Set) problems() []string {
 	var out []string
 	add := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
-	services := map[string]bool{}
-	for _, e := range s.List(ServiceRouter) {
+	routers, splitters, resolvers := s.List(ServiceRouter), s.List(ServiceSplitter), s.List(ServiceResolver)
+	for _, e := range append(append([]Entry(nil), routers...), splitters...) {
+		s.needHTTP(add, KeyOf(e), e.GetName())
+	}
+	for _, e := range routers {
 		r := e.(*consul.ServiceRouterConfigEntry)
-		services[r.Name] = true
-		s.needHTTP(add, KeyOf(r), r.Name)
 		for i, rt := range r.Routes {
 			svc, subset := r.Name, ""
 			if d := rt.Destination; d != nil {
@@ -102,10 +103,8 @@ func (s *Set) problems() []string {
 			s.needSubset(add, where, svc, subset)
 		}
 	}
-	for _, e := range s.List(ServiceSplitter) {
+	for _, e := range splitters {
 		sp := e.(*consul.ServiceSplitterConfigEntry)
-		services[sp.Name] = true
-		s.needHTTP(add, KeyOf(sp), sp.Name)
 		for i, split := range sp.Splits {
 			if split.Weight == 0 {
 				continue // dropped at compile: it may name anything
@@ -116,17 +115,18 @@ func (s *Set) problems() []string {
 			s.needSubset(add, where, svc, split.ServiceSubset)
 		}
 	}
-	for _, e := range s.List(ServiceResolver) {
-		r := e.(*consul.ServiceResolverConfigEntry)
-		services[r.Name] = true
-		s.resolverProblems(add, r)
+	for _, e := range resolvers {
+		s.resolverProblems(add, e.(*consul.ServiceResolverConfigEntry))
+	}
+	services := map[string]bool{}
+	for _, e := range append(append(routers, splitters...), resolvers...) {
+		services[e.GetName()] = true
 	}
 	for _, svc := range sortedKeys(services) {
 		if _, err := s.compile(svc, "dc"); err != nil && !errors.Is(err, errSubset) {
 			add("chain of %q: %s", svc, strings.TrimPrefix(err.Error(), ErrConflict.Error()+": "))
 		}
 	}
-	sort.Strings(out)
 	return out
 }
 
