@@ -85,7 +85,11 @@ func (c *compiler) compileHTTP(service string) error {
 	if err != nil {
 		return err
 	}
-	c.chain.Routes = append(c.chain.Routes, &Route{Splits: splits})
+	catchAll := &Route{Splits: splits}
+	if r, ok := c.s.Get(ServiceResolver, service).(*consul.ServiceResolverConfigEntry); ok {
+		catchAll.RequestTimeout = r.RequestTimeout
+	}
+	c.chain.Routes = append(c.chain.Routes, catchAll)
 	return nil
 }
 
@@ -316,4 +320,41 @@ func unwrapConflict(err error) error {
 		return fmt.Errorf("%w: %s", errSubset, strings.TrimPrefix(msg, errSubset.Error()+": "))
 	}
 	return errors.New(msg)
+}
+
+// IntegerWeights turns splits' percentages into integers summing to
+// exactly total (Envoy's weighted clusters: total 10000 for weight*100),
+// by largest remainder, so rounding never breaks the sum.
+func IntegerWeights(splits []Split, total uint32) []uint32 {
+	out := make([]uint32, len(splits))
+	if len(splits) == 0 {
+		return out
+	}
+	var sum float64
+	for _, s := range splits {
+		sum += float64(s.Weight)
+	}
+	if sum <= 0 {
+		out[0] = total
+		return out
+	}
+	rem := make([]float64, len(splits))
+	var given uint32
+	for i, s := range splits {
+		exact := float64(s.Weight) / sum * float64(total)
+		out[i] = uint32(exact)
+		rem[i] = exact - float64(out[i])
+		given += out[i]
+	}
+	for ; given < total; given++ {
+		best := 0
+		for i := range rem {
+			if rem[i] > rem[best] {
+				best = i
+			}
+		}
+		out[best]++
+		rem[best] = -1
+	}
+	return out
 }

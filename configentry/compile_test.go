@@ -285,3 +285,30 @@ func BenchmarkCheck1000(b *testing.B) {
 		}
 	}
 }
+
+func TestIntegerWeights(t *testing.T) {
+	cases := []struct {
+		w    []float32
+		want []uint32
+	}{
+		{[]float32{90, 10}, []uint32{9000, 1000}},
+		{[]float32{33.33, 33.33, 33.34}, []uint32{3333, 3333, 3334}},
+		{[]float32{100.0 / 3, 100.0 / 3, 100.0 / 3}, []uint32{3334, 3333, 3333}},
+		{[]float32{72, 18, 10}, []uint32{7200, 1800, 1000}},
+		{[]float32{100}, []uint32{10000}},
+	}
+	for _, c := range cases {
+		var splits []Split
+		for _, w := range c.w {
+			splits = append(splits, Split{Weight: w})
+		}
+		got := IntegerWeights(splits, 10000)
+		var sum uint32
+		for _, g := range got {
+			sum += g
+		}
+		if sum != 10000 || !reflect.DeepEqual(got, c.want) {
+			t.Errorf("IntegerWeights(%v) = %v (sum %d), want %v", c.w, got, sum, c.want)
+		}
+	}
+}

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	consul "github.com/hashicorp/consul/api"
 	hcl "github.com/hashicorp/hcl"
+	"github.com/hashicorp/hcl/hcl/ast"
 	hclparser "github.com/hashicorp/hcl/hcl/parser"
 )
 
@@ -17,12 +19,14 @@ import (
 // line and start with name (and the line where the parser gives one).
 func parse(name string, src []byte) (Entry, error) {
 	var raw map[string]any
+	var file *ast.File
 	if bytes.HasPrefix(bytes.TrimSpace(src), []byte("{")) {
 		if err := json.Unmarshal(src, &raw); err != nil {
 			return nil, invalidf("%s", jsonError(name, src, err))
 		}
 	} else {
-		file, err := hclparser.Parse(src)
+		var err error
+		file, err = hclparser.Parse(src)
 		if err != nil {
 			return nil, invalidf("%s", hclError(name, err))
 		}
@@ -35,9 +39,47 @@ func parse(name string, src []byte) (Entry, error) {
 	}
 	e, err := decode(raw)
 	if err != nil {
+		var ke *keyError
+		if errors.As(err, &ke) {
+			if line := keyLine(src, file, ke.key); line > 0 {
+				name = fmt.Sprintf("%s:%d", name, line)
+			}
+		}
 		return nil, prefixError(name, err)
 	}
 	return e, nil
+}
+
+// keyLine is the line of key in the source when it occurs exactly once
+// (else 0: a guess could point at the wrong line).
+func keyLine(src []byte, file *ast.File, key string) int {
+	var lines []int
+	if file == nil {
+		quoted := []byte(strconv.Quote(key))
+		for off := 0; ; {
+			i := bytes.Index(src[off:], quoted)
+			if i < 0 {
+				break
+			}
+			lines = append(lines, 1+bytes.Count(src[:off+i], []byte("\n")))
+			off += i + len(quoted)
+		}
+	} else {
+		ast.Walk(file, func(n ast.Node) (ast.Node, bool) {
+			if item, ok := n.(*ast.ObjectItem); ok {
+				for _, k := range item.Keys {
+					if strings.Trim(k.Token.Text, `"`) == key {
+						lines = append(lines, k.Pos().Line)
+					}
+				}
+			}
+			return n, true
+		})
+	}
+	if len(lines) != 1 {
+		return 0
+	}
+	return lines[0]
 }
 
 // decode turns a JSON- or HCL-decoded map into a consul/api entry. Keys may

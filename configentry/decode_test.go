@@ -1,6 +1,7 @@
 package configentry
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -210,11 +211,15 @@ func TestParseErrors(t *testing.T) {
 		want      []string
 	}{
 		{"a.hcl", "Kind = \"service-router\"\nName = \"x\"\nRoutes = [ { Destination { Servce = \"y\" } } ]\n",
-			ErrInvalid, []string{"a.hcl", `unknown key "Servce"`, "Routes[0].Destination"}},
+			ErrInvalid, []string{"a.hcl:3: ", `unknown key "Servce"`, "Routes[0].Destination"}},
 		{"b.json", `{"Kind":"service-splitter","Name":"x","Splits":[{"Weight":100,"Subset":"v1"}]}`,
-			ErrInvalid, []string{"b.json", `unknown key "Subset"`}},
+			ErrInvalid, []string{"b.json:1: ", `unknown key "Subset"`}},
 		{"c.hcl", "Kind = \"service-resolver\"\nName = \"x\"\nConnectTimeout = \"5 seconds\"\n",
-			ErrInvalid, []string{"c.hcl", "ConnectTimeout", `bad duration "5 seconds"`}},
+			ErrInvalid, []string{"c.hcl:3: ", "ConnectTimeout", `bad duration "5 seconds"`}},
+		{"l.hcl", "Kind = \"service-splitter\"\nName = \"x\"\nSplits = [\n  { Weight = 50 },\n  { Weight = 50, Wieght = 1 },\n]\n",
+			ErrInvalid, []string{"l.hcl:5: ", `Splits[1]: unknown key "Wieght"`}},
+		{"m.hcl", "Kind = \"service-splitter\"\nName = \"x\"\nSplits = [\n  { Weight = \"x\" },\n  { Weight = 50 },\n]\n",
+			ErrInvalid, []string{"m.hcl: ", `Splits[0].Weight: expected a number`}},
 		{"d.hcl", "Kind = \"service-resolver\"\nName = \"x\"\nSubsets = {\n  v1 = {\n    Filter = \n", ErrInvalid, []string{"d.hcl:"}},
 		{"e.json", "{\"Kind\": \"service-defaults\",\n \"Name\": \"x\",\n \"Protocol\": }", ErrInvalid, []string{"e.json:3:"}},
 		{"f.hcl", `Kind = "ingress-gateway"` + "\nName = \"x\"\n", ErrUnknownKind, []string{"f.hcl", "ingress-gateway"}},
@@ -258,5 +263,31 @@ func TestDecodeMap(t *testing.T) {
 	sp := e.(*consul.ServiceSplitterConfigEntry)
 	if sp.Name != "web" || sp.Splits[0].Service != "web2" || sp.Splits[0].Weight != 100 {
 		t.Errorf("%+v", sp)
+	}
+}
+
+// What the consul/api client sends (its JSON encoding) decodes back to the
+// same entry: the /v1/config API stores what the client wrote.
+func TestParseClientJSONRoundTrip(t *testing.T) {
+	es := canaryEntries(t)
+	extra := with(resolver("web", "v1"), func(r *consul.ServiceResolverConfigEntry) {
+		r.RequestTimeout = 3 * time.Second
+		r.LoadBalancer = &consul.LoadBalancer{Policy: "ring_hash", HashPolicies: []consul.HashPolicy{{Field: "cookie", FieldValue: "id", CookieConfig: &consul.CookieConfig{TTL: time.Minute}}}}
+		r.Failover = map[string]consul.ServiceResolverFailover{"*": {Targets: []consul.ServiceResolverFailoverTarget{{Datacenter: "dc2"}}}}
+	})
+	es["extra"] = extra
+	es["pd"] = &consul.ProxyConfigEntry{Kind: ProxyDefaults, Name: GlobalName, Config: map[string]any{"protocol": "http", "n": 1.5}}
+	for name, e := range es {
+		b, err := json.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := Parse(name+".json", b)
+		if err != nil {
+			t.Fatalf("%s: %v (%s)", name, err, b)
+		}
+		if !reflect.DeepEqual(got, e) {
+			t.Errorf("%s: round trip\n got %+v\nwant %+v", name, got, e)
+		}
 	}
 }

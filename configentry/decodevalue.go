@@ -1,6 +1,7 @@
 package configentry
 
 import (
+	"errors"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -115,7 +116,7 @@ func decodeStruct(path string, in any, out reflect.Value) error {
 	for k, v := range m {
 		i := fieldIndex(out.Type(), k)
 		if i < 0 {
-			return invalidf("%s: unknown key %q", pathName(path), k)
+			return &keyError{key: k, err: invalidf("%s: unknown key %q", pathName(path), k)}
 		}
 		if prev, dup := seen[i]; dup {
 			return invalidf("%s: keys %q and %q name the same field", pathName(path), prev, k)
@@ -123,6 +124,10 @@ func decodeStruct(path string, in any, out reflect.Value) error {
 		seen[i] = k
 		f := out.Type().Field(i)
 		if err := decodeValue(joinPath(path, f.Name), v, out.Field(i)); err != nil {
+			var ke *keyError
+			if !errors.As(err, &ke) {
+				err = &keyError{key: k, err: err}
+			}
 			return err
 		}
 	}
@@ -150,6 +155,16 @@ func fieldIndex(t reflect.Type, key string) int {
 	}
 	return -1
 }
+
+// keyError is a decode error about the value of one key (the deepest),
+// so that parse can point at the key's line.
+type keyError struct {
+	key string
+	err error
+}
+
+func (e *keyError) Error() string { return e.err.Error() }
+func (e *keyError) Unwrap() error { return e.err }
 
 func decodeMap(path string, in any, out reflect.Value) error {
 	t := out.Type()
