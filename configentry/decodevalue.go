@@ -1,8 +1,8 @@
 package configentry
 
 import (
-	"errors"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"reflect"
