@@ -85,6 +85,14 @@ func newProblem(prev, next *Set) string {
 // problems lists every referential inconsistency of s, most basic first
 // (protocols, then subsets, then whole chains), in a stable order.
 func (s *Set) problems() []string {
+	if s == nil {
+		return nil
+	}
+	s.problemsOnce.Do(func() { s.problemsList = s.findProblems() })
+	return s.problemsList
+}
+
+func (s *Set) findProblems() []string {
 	var out []string
 	add := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
 	routers, splitters, resolvers := s.List(ServiceRouter), s.List(ServiceSplitter), s.List(ServiceResolver)

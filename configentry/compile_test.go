@@ -100,6 +100,13 @@ func TestCompileDefaults(t *testing.T) {
 		splitsOf(c.Routes[0]) != "100:"+id || c.Targets[id].ConnectTimeout != DefaultConnectTimeout {
 		t.Errorf("default chain %+v %+v", c, c.Targets)
 	}
+	var none *Set
+	if c, err := none.Compile("web", "dc1"); err != nil || !c.Default || splitsOf(c.Routes[0]) != "100:"+id {
+		t.Errorf("nil set: %+v %v", c, err)
+	}
+	if err := none.Check(defaults("web", "http")); err != nil {
+		t.Errorf("nil set check: %v", err)
+	}
 	c = mustCompile(t, NewSet(defaults("web", "http")), "web")
 	if c.Default || c.Protocol != "http" || len(c.Routes) != 1 || splitsOf(c.Routes[0]) != "100:"+id {
 		t.Errorf("http chain %+v", c)

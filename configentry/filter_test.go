@@ -2,6 +2,8 @@ package configentry
 
 import (
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/meshlet/meshlet/catalog"
@@ -78,4 +80,25 @@ func BenchmarkMatchFilter(b *testing.B) {
 			b.Fatal(ok, err)
 		}
 	}
+}
+
+// xDS builds evaluate filters from many goroutines at once.
+func TestMatchFilterConcurrent(t *testing.T) {
+	inst := catalog.ServiceInstance{ID: "a", Name: "web", Meta: map[string]string{"version": "v2"}}
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < 200; i++ {
+				f := fmt.Sprintf("Service.Meta.version == v%d", (g+i)%4)
+				ok, err := MatchFilter(f, inst)
+				if err != nil || ok != ((g+i)%4 == 2) {
+					t.Errorf("%s: %v %v", f, ok, err)
+					return
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
 }
