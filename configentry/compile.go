@@ -195,14 +195,22 @@ func addSplit(splits []Split, s Split) []Split {
 // resolve applies service's resolver to (subset, dc): redirect, default
 // subset, failover; it returns one split of weight 100 to the target.
 func (c *compiler) resolve(service, subset, dc string) ([]Split, error) {
-	t, err := c.target(service, subset, dc, true)
+	t, err := c.target(service, subset, dc)
 	if err != nil {
 		return nil, err
+	}
+	if !c.failedOver[t.ID] {
+		c.failedOver[t.ID] = true
+		if err := c.failover(t); err != nil {
+			return nil, err
+		}
 	}
 	return []Split{{Weight: 100, TargetID: t.ID}}, nil
 }
 
-func (c *compiler) target(service, subset, dc string, withFailover bool) (*Target, error) {
+// target follows service's resolver to one target: redirects, the default
+// subset and the subset's filter (failover is resolve's).
+func (c *compiler) target(service, subset, dc string) (*Target, error) {
 	key := TargetID(service, subset, dc)
 	if contains(c.resolving, key) || len(c.resolving) >= maxChainDepth {
 		return nil, fmt.Errorf("%w: redirect cycle: %s -> %s", ErrConflict, strings.Join(c.resolving, " -> "), key)
@@ -224,7 +232,7 @@ func (c *compiler) target(service, subset, dc string, withFailover bool) (*Targe
 		if nextSubset == "" && next == service {
 			nextSubset = subset
 		}
-		return c.target(next, nextSubset, orDefault(rd.Datacenter, dc), withFailover)
+		return c.target(next, nextSubset, orDefault(rd.Datacenter, dc))
 	}
 	if subset == "" {
 		subset = r.DefaultSubset
@@ -243,14 +251,7 @@ func (c *compiler) target(service, subset, dc string, withFailover bool) (*Targe
 		}
 		t.Filter, t.OnlyPassing = def.Filter, def.OnlyPassing
 	}
-	t = c.addTarget(t)
-	if withFailover && !c.failedOver[t.ID] {
-		c.failedOver[t.ID] = true
-		if err := c.failover(r, t); err != nil {
-			return nil, err
-		}
-	}
-	return t, nil
+	return c.addTarget(t), nil
 }
 
 func (c *compiler) addTarget(t *Target) *Target {
@@ -261,8 +262,13 @@ func (c *compiler) addTarget(t *Target) *Target {
 	return t
 }
 
-// failover fills t.Failover from r's Failover entry for t's subset (or "*").
-func (c *compiler) failover(r *consul.ServiceResolverConfigEntry, t *Target) error {
+// failover fills t.Failover from its resolver's Failover entry for t's
+// subset (or "*"); failover targets do not fail over further.
+func (c *compiler) failover(t *Target) error {
+	r, _ := c.s.Get(ServiceResolver, t.Service).(*consul.ServiceResolverConfigEntry)
+	if r == nil {
+		return nil
+	}
 	f, ok := r.Failover[t.Subset]
 	if !ok || t.Subset == "" {
 		if f, ok = r.Failover["*"]; !ok {
@@ -294,7 +300,7 @@ func (c *compiler) failover(r *consul.ServiceResolverConfigEntry, t *Target) err
 		}
 	}
 	for _, h := range hops {
-		ft, err := c.target(h.svc, h.subset, h.dc, false)
+		ft, err := c.target(h.svc, h.subset, h.dc)
 		if err != nil {
 			return err
 		}

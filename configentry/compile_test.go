@@ -319,3 +319,31 @@ func TestIntegerWeights(t *testing.T) {
 		}
 	}
 }
+
+// Failover to itself, or to a service that redirects back, is no cycle:
+// such hops are dropped.
+func TestCompileFailoverSelf(t *testing.T) {
+	web := with(resolver("web", "v1"), func(r *consul.ServiceResolverConfigEntry) {
+		r.Failover = map[string]consul.ServiceResolverFailover{"*": {Targets: []consul.ServiceResolverFailoverTarget{
+			{ServiceSubset: "v1"}, {Service: "alias"}, {Service: "backup"},
+		}}}
+	})
+	alias := &consul.ServiceResolverConfigEntry{Kind: ServiceResolver, Name: "alias", Redirect: &consul.ServiceResolverRedirect{Service: "web", ServiceSubset: "v1"}}
+	s := NewSet(web, alias)
+	for _, e := range []Entry{web, alias} {
+		if err := s.Check(e); err != nil {
+			t.Fatalf("check %s: %v", KeyOf(e), err)
+		}
+	}
+	c := mustCompile(t, s, "web")
+	want := []string{"v1.web.default.default.dc1", "backup.default.default.dc1"}
+	if got := c.Targets["web.default.default.dc1"].Failover; !reflect.DeepEqual(got, want) {
+		t.Errorf("failover without a default subset %v, want %v", got, want)
+	}
+	r, _ := s.Get(ServiceResolver, "web").(*consul.ServiceResolverConfigEntry)
+	r.DefaultSubset = "v1"
+	c = mustCompile(t, s, "web")
+	if got := c.Targets["v1.web.default.default.dc1"].Failover; !reflect.DeepEqual(got, []string{"backup.default.default.dc1"}) {
+		t.Errorf("failover %v", got)
+	}
+}
