@@ -291,3 +291,88 @@ func TestParseClientJSONRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+func TestParseHCLForms(t *testing.T) {
+	src := `
+Kind = "service-resolver"
+Name = "web"
+DefaultSubset = "v1"
+Subsets "v1" { Filter = "Service.Meta.version == v1" }
+Subsets "v2" {
+  Filter       = "Service.Meta.version == v2"
+  only_passing = "true"
+}
+Failover "v1" { ServiceSubset = "v2" }
+`
+	e, err := Parse("labels.hcl", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Validate(e); err != nil {
+		t.Fatal(err)
+	}
+	r := e.(*consul.ServiceResolverConfigEntry)
+	if len(r.Subsets) != 2 || !r.Subsets["v2"].OnlyPassing || r.Failover["v1"].ServiceSubset != "v2" {
+		t.Errorf("labelled blocks: %+v", r)
+	}
+
+	src = `
+Kind = "service-router"
+Name = "web"
+Routes = [{
+  Match { HTTP { PathPrefix = "/api", Methods = ["get"] } }
+  Destination {
+    NumRetries               = "2"
+    RetryOnConnectFailure    = true
+    RequestTimeout           = "2s"
+    PrefixRewrite            = "/"
+    RequestHeaders {
+      Add { "x-from" = "mesh" }
+      Set = { x-version = 2 }
+      Remove = ["x-debug"]
+    }
+    response_headers { remove = ["server"] }
+  }
+}]
+`
+	e, err = Parse("router.hcl", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Validate(e); err != nil {
+		t.Fatal(err)
+	}
+	d := e.(*consul.ServiceRouterConfigEntry).Routes[0].Destination
+	want := &consul.HTTPHeaderModifiers{Add: map[string]string{"x-from": "mesh"}, Set: map[string]string{"x-version": "2"}, Remove: []string{"x-debug"}}
+	if d.NumRetries != 2 || !d.RetryOnConnectFailure || d.RequestTimeout != 2*time.Second ||
+		!reflect.DeepEqual(d.RequestHeaders, want) || !reflect.DeepEqual(d.ResponseHeaders.Remove, []string{"server"}) {
+		t.Errorf("destination %+v req %+v", d, d.RequestHeaders)
+	}
+	if m := e.(*consul.ServiceRouterConfigEntry).Routes[0].Match.HTTP.Methods; !reflect.DeepEqual(m, []string{"GET"}) {
+		t.Errorf("methods not upper-cased: %v", m)
+	}
+
+	bad := []struct{ src, want string }{
+		{"Kind = \"service-resolver\"\nName = \"x\"\nSubsets = \"v1\"\n", "Subsets: expected an object, got string"},
+		{"Kind = \"service-resolver\"\nName = \"x\"\nConnectTimeout = true\n", "ConnectTimeout: expected a duration, got bool"},
+		{"Kind = \"service-router\"\nName = \"x\"\nRoutes = [{ Destination { RetryOnConnectFailure = \"maybe\" } }]\n", "expected a bool"},
+		{"Kind = \"service-router\"\nName = \"x\"\nRoutes = [{ Destination { NumRetries = 1.5 } }]\n", "NumRetries: expected a non-negative integer"},
+		{"Kind = 3\n", "Kind: expected a string, got number 3"},
+		{"Kind = \"service-splitter\"\nName = \"x\"\nSplits = [{ Weight = 100, RequestHeaders { Add { \"\" = \"v\" } } }]\n", ""},
+	}
+	for _, b := range bad {
+		e, err := Parse("bad.hcl", []byte(b.src))
+		if b.want == "" {
+			if err == nil {
+				err = Validate(e)
+			}
+			if err == nil || !strings.Contains(err.Error(), "header name is empty") {
+				t.Errorf("%q: %v", b.src, err)
+			}
+			continue
+		}
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), b.want) {
+			t.Errorf("%q: error %v, want %q", b.src, err, b.want)
+		}
+	}
+}
