@@ -10,4 +10,12 @@
 // must exist); Compile turns the entries that concern one upstream into
 // a Chain, the Envoy-independent discovery chain that the xDS server
 // translates into routes and clusters.
+//
+// Files: decode.go and decodevalue.go (Parse/Decode: HCL1 or JSON into the
+// consul/api types, unknown keys named with their line), validate*.go
+// (per-kind rules, ErrInvalid), check.go (referential rules, ErrConflict),
+// compile.go (the chain: routes, splits, targets, failover) and filter.go
+// (subset filters: go-bexpr over Consul's health-entry view of an
+// instance: Service.ID, Service.Service, Service.Tags, Service.Meta.<key>,
+// Service.Port, Service.Address, Node.Node, Node.Meta.<key>, Checks).
 package configentry

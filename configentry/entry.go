@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 
 	consul "github.com/hashicorp/consul/api"
 )
@@ -56,6 +57,11 @@ func KnownKind(kind string) bool {
 // writes; readers share it freely once built.
 type Set struct {
 	entries map[Key]Entry
+
+	// problemsOnce caches the set's referential problems (see check.go):
+	// a set does not change once built.
+	problemsOnce sync.Once
+	problemsList []string
 }
 
 // NewSet builds a set from entries (a later duplicate key wins).
