@@ -136,7 +136,8 @@ func NewServer(cfg Config) (*Server, error) {
 	discoverygrpc.RegisterAggregatedDiscoveryServiceServer(s.grpc, xs)
 
 	// Subscribe first, then queue a full sync: nothing can fall in between.
-	s.unsubs = append(s.unsubs, cfg.Catalog.Subscribe(s.onCatalog), cfg.Certs.Subscribe(s.onCA))
+	s.unsubs = append(s.unsubs, cfg.Catalog.Subscribe(s.onCatalog), cfg.Certs.Subscribe(s.onCA),
+		cfg.ConfigEntries.Subscribe(s.onConfigEntries))
 	s.enqueue(func(c *changes) {
 		c.roots = true
 		for _, p := range cfg.Catalog.Proxies() {
