@@ -30,6 +30,10 @@ type upstreamOut struct {
 	specs    map[claKey]endpointSpec
 }
 
+// compileFunc compiles a service's discovery chain (Set.Compile; tests
+// inject hand-built chains).
+type compileFunc func(set *configentry.Set, service, dc string) (*configentry.Chain, error)
+
 // entries is the set of config entries the builder compiles chains from.
 func (b builder) entries() *configentry.Set {
 	if b.set == nil {
@@ -42,8 +46,11 @@ func (b builder) entries() *configentry.Set {
 // protocol when set, else its service-defaults (or proxy-defaults).
 func (b builder) serviceProtocol(cfg map[string]any, service string) (protocol, error) {
 	prot, err := parseProtocol(cfg)
-	if err != nil || prot != protoTCP {
+	if err != nil {
 		return prot, err
+	}
+	if v, _ := cfg[cfgProtocol].(string); v != "" {
+		return prot, nil
 	}
 	if p := protocol(b.entries().Protocol(service)); configentry.IsHTTP(string(p)) {
 		return p, nil
@@ -66,11 +73,21 @@ func (b builder) routeName(dest, dc string) string {
 // config entry concerns dest) gives exactly the pre-L7 resources: the
 // upstream config's protocol and timeout, one cluster named ClusterName.
 func (b builder) upstreamChain(own string, up catalog.Upstream, bind, dc string, cfgProt protocol, timeoutMS int, timeoutSet bool) (*upstreamOut, error) {
-	dest := up.DestinationName
-	ch, err := b.entries().Compile(dest, dc)
-	if err != nil {
-		return nil, fmt.Errorf("%w: upstream %q: %w", ErrInvalidChain, dest, err)
+	compile := b.compile
+	if compile == nil {
+		compile = (*configentry.Set).Compile
 	}
+	ch, err := compile(b.entries(), up.DestinationName, dc)
+	if err != nil {
+		return nil, fmt.Errorf("%w: upstream %q: %w", ErrInvalidChain, up.DestinationName, err)
+	}
+	return b.translate(ch, own, up, bind, dc, cfgProt, timeoutMS, timeoutSet)
+}
+
+// translate turns a compiled chain into an upstream's resources.
+func (b builder) translate(ch *configentry.Chain, own string, up catalog.Upstream, bind, dc string, cfgProt protocol, timeoutMS int, timeoutSet bool) (*upstreamOut, error) {
+	dest := up.DestinationName
+	var err error
 	prot := cfgProt
 	if !ch.Default && configentry.IsHTTP(ch.Protocol) {
 		prot = protocol(ch.Protocol)

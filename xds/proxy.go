@@ -44,6 +44,7 @@ type builder struct {
 	dc          string
 	trustDomain string
 	set         *configentry.Set
+	compile     compileFunc // nil: Set.Compile
 }
 
 // proxy builds a connect proxy's listeners and clusters. Errors wrap

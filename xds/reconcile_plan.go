@@ -4,7 +4,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/meshlet/meshlet/catalog"
-	"github.com/meshlet/meshlet/configentry"
 )
 
 // groupThreshold: above this many services, endpoints are read from one
@@ -43,7 +42,7 @@ func (s *Server) planEndpoints(ch changes, staged map[string]*proxyResources, p 
 	src := s.instanceSource(len(keys) > groupThreshold)
 	for k := range keys {
 		name := k.clusterName(s.b.trustDomain)
-		cla, err := targetAssignment(name, s.rec.claSpecs[k], src, configentry.MatchFilter)
+		cla, err := targetAssignment(name, s.rec.claSpecs[k], src, s.cfg.matchFilter)
 		if err != nil {
 			s.log.Warn("subset filter failed; instances it could not judge are left out", "cluster", name, "error", err)
 		}

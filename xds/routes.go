@@ -75,37 +75,54 @@ func chainRoute(chain *configentry.Chain, r *configentry.Route, clusterOf func(s
 	return out, nil
 }
 
-// weightedClusters turns percentages into integer weights out of 10000;
-// rounding leftovers go to the largest split so the sum is exact.
+// weightedClusters turns percentages into integer weights out of 10000.
+// Rounding leftovers (a few units at most) go to the splits that rounding
+// shortchanged most, so the sum is exact.
 func weightedClusters(splits []configentry.Split, clusterOf func(string) (string, error)) (*route.WeightedCluster, error) {
 	wc := &route.WeightedCluster{}
-	sum, largest := 0, 0
+	exact := make([]float64, len(splits))
+	weights := make([]int, len(splits))
+	sum := 0
+	for i, s := range splits {
+		exact[i] = float64(s.Weight) * 100
+		weights[i] = int(math.Round(exact[i]))
+		if weights[i] <= 0 {
+			return nil, fmt.Errorf("%w: split to %q has weight %v", ErrInvalidChain, s.TargetID, s.Weight)
+		}
+		sum += weights[i]
+	}
+	d := totalWeight - sum
+	if d > len(splits) || d < -len(splits) {
+		return nil, fmt.Errorf("%w: split weights sum to %v%%, not 100%%", ErrInvalidChain, float64(sum)/100)
+	}
+	for ; d != 0; d -= sign(d) {
+		best := -1
+		for i := range weights {
+			gap := (exact[i] - float64(weights[i])) * float64(sign(d))
+			if (d > 0 || weights[i] > 1) && (best < 0 || gap > (exact[best]-float64(weights[best]))*float64(sign(d))) {
+				best = i
+			}
+		}
+		weights[best] += sign(d)
+	}
 	for i, s := range splits {
 		c, err := clusterOf(s.TargetID)
 		if err != nil {
 			return nil, err
 		}
-		w := int(math.Round(float64(s.Weight) * 100))
-		if w <= 0 {
-			return nil, fmt.Errorf("%w: split to %q has weight %v", ErrInvalidChain, s.TargetID, s.Weight)
-		}
-		cw := &route.WeightedCluster_ClusterWeight{Name: c, Weight: wrapperspb.UInt32(uint32(w))}
+		cw := &route.WeightedCluster_ClusterWeight{Name: c, Weight: wrapperspb.UInt32(uint32(weights[i]))}
 		cw.RequestHeadersToAdd, cw.RequestHeadersToRemove = headerMods(s.RequestHeaders)
 		cw.ResponseHeadersToAdd, cw.ResponseHeadersToRemove = headerMods(s.ResponseHeaders)
 		wc.Clusters = append(wc.Clusters, cw)
-		sum += w
-		if w > int(wc.Clusters[largest].GetWeight().GetValue()) {
-			largest = i
-		}
-	}
-	if d := totalWeight - sum; d != 0 {
-		w := int(wc.Clusters[largest].Weight.GetValue()) + d
-		if d > len(splits) || d < -len(splits) || w <= 0 {
-			return nil, fmt.Errorf("%w: split weights sum to %v%%, not 100%%", ErrInvalidChain, float64(sum)/100)
-		}
-		wc.Clusters[largest].Weight = wrapperspb.UInt32(uint32(w))
 	}
 	return wc, nil
+}
+
+func sign(n int) int {
+	if n < 0 {
+		return -1
+	}
+	return 1
 }
 
 // routeMatch: nil (the catch-all) and a match without a path match every

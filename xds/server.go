@@ -50,6 +50,10 @@ type Config struct {
 	// ConfigEntries are the L7 config entries compiled into each
 	// upstream's discovery chain (nil: none, every chain is the default).
 	ConfigEntries *configentry.Registry
+
+	// Test hooks (nil: configentry's Set.Compile and MatchFilter).
+	compile     compileFunc
+	matchFilter matchFunc
 }
 
 // ErrInvalidServerConfig is returned by NewServer for a bad Config.
@@ -112,6 +116,9 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.ConfigEntries == nil {
 		cfg.ConfigEntries = configentry.NewRegistry()
 	}
+	if cfg.matchFilter == nil {
+		cfg.matchFilter = configentry.MatchFilter
+	}
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, err
@@ -119,7 +126,7 @@ func NewServer(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg:    cfg,
 		log:    cfg.Logger.Named("xds"),
-		b:      builder{dc: cfg.Datacenter, trustDomain: td},
+		b:      builder{dc: cfg.Datacenter, trustDomain: td, compile: cfg.compile},
 		m:      m,
 		wake:   make(chan struct{}, 1),
 		status: map[string]*proxyStatus{},
