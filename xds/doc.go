@@ -67,6 +67,11 @@
 //	secrets    roots                                 shared: trusted CA roots (validation context)
 //	           leaf:<service>                        shared by every proxy of <service>
 //
+// The cluster local_agent (ext_authz, ADS) is a static cluster of the
+// bootstrap and is not served. Service names are RFC 1123 labels, so shared
+// names (<service>, SNI names) never clash with per-proxy ones (local_app,
+// names with colons).
+//
 // # Discovery chains (L7)
 //
 // Each upstream's destination is compiled with the config entries
@@ -90,11 +95,6 @@
 // L7 intentions are decided per request. A Registry change rebuilds every
 // local proxy; content hashes keep unchanged resources from being re-sent,
 // so changing a split pushes one route configuration and no listener.
-//
-// The cluster local_agent (ext_authz, ADS) is a static cluster of the
-// bootstrap and is not served. Service names are RFC 1123 labels, so shared
-// names (<service>, SNI names) never clash with per-proxy ones (local_app,
-// names with colons).
 //
 // # Cache design
 //
