@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/meshlet/meshlet/catalog"
 	"github.com/meshlet/meshlet/configentry"
+	"github.com/meshlet/meshlet/internal/testutil"
 )
 
 // splitterCompile is a small stand-in for Set.Compile (the placeholder
@@ -166,13 +168,7 @@ func TestADSRoutesFollowRegistry(t *testing.T) {
 
 func waitGone(t *testing.T, e *testEnv, typeURL, node, name string) {
 	t.Helper()
-	deadline := time.Now().Add(hangGuard)
-	for e.srv.cache.get(typeURL, node, name) != nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s %q of %s still served", typeLabel(typeURL), name, node)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testutil.WaitFor(t, hangGuard, typeLabel(typeURL)+" "+name+" withdrawn", func() bool { return e.srv.cache.get(typeURL, node, name) == nil })
 }
 
 // The same walkthrough on a delta stream, through the real Set.Compile:
@@ -241,4 +237,30 @@ func deltaRoutes(t *testing.T, set *configentry.Set, edit func(*Config)) {
 	if r := decode(t, rds2)["db"].(*route.RouteConfiguration).GetVirtualHosts()[0].GetRoutes()[0].GetRoute(); r.GetCluster() != v2 {
 		t.Errorf("route after promotion = %v", r)
 	}
+}
+
+// A chain that cannot be translated holds the proxy at its last good
+// resources with the error in ProxyError; fixing the entries clears it.
+func TestChainErrorClearsWhenEntriesChange(t *testing.T) {
+	reg := configentry.NewRegistry()
+	broken := func(set *configentry.Set, service, dc string) (*configentry.Chain, error) {
+		ch, err := splitterCompile(set, service, dc)
+		if err == nil && set.Get(configentry.ServiceDefaults, "broken") != nil {
+			ch.Routes[0].Splits[0].TargetID = "nowhere"
+		}
+		return ch, err
+	}
+	e := newEnvConfig(t, hclog.Warn, 2*time.Millisecond, func(c *Config) {
+		c.ConfigEntries, c.compile, c.matchFilter = reg, broken, metaFilter
+	})
+	e.proxy(webProxy, "web", "10.1.0.1", 21000, catalog.Upstream{DestinationName: "db", LocalBindPort: 9191})
+	e.waitProxy(webProxy, 21000)
+	reg.Replace(canarySet(90, 10).With(&consul.ServiceConfigEntry{Kind: consul.ServiceDefaults, Name: "broken"}), 1)
+	testutil.WaitFor(t, hangGuard, "chain error reported", func() bool { return errors.Is(e.srv.ProxyError(webProxy), ErrInvalidChain) })
+	if e.srv.cache.get(listenerType, webProxy, PublicListenerName(21000)) == nil {
+		t.Fatal("the proxy lost its last good listeners")
+	}
+	reg.Replace(canarySet(90, 10), 2)
+	testutil.WaitFor(t, hangGuard, "chain error cleared", func() bool { return e.srv.ProxyError(webProxy) == nil })
+	testutil.WaitFor(t, hangGuard, "routes served", func() bool { return e.srv.cache.get(routeType, webProxy, "db") != nil })
 }
