@@ -45,21 +45,23 @@ type proxyState struct {
 
 // reconciler is the state only the reconciler goroutine touches.
 type reconciler struct {
-	proxies   map[string]*proxyState
-	claRefs   map[claKey]map[string]struct{} // CLA -> proxies using it
-	clas      map[claKey]bool                // published CLAs
-	claSpecs  map[claKey]endpointSpec        // how each CLA is computed (latest build)
-	leafRefs  map[string]map[string]struct{} // service -> its proxies
-	leaves    map[string]bool                // published leaf secrets
-	proxyless map[string]bool                // services with proxyless resources
-	holds     holdState                      // CA leaf references (holds.go)
-	rootsOK   bool
+	proxies    map[string]*proxyState
+	claRefs    map[claKey]map[string]struct{} // CLA -> proxies using it
+	clas       map[claKey]bool                // published CLAs
+	claSpecs   map[claKey]endpointSpec        // how each CLA is computed (latest build)
+	filterErrs map[claKey]string              // last subset filter error logged per CLA
+	leafRefs   map[string]map[string]struct{} // service -> its proxies
+	leaves     map[string]bool                // published leaf secrets
+	proxyless  map[string]bool                // services with proxyless resources
+	holds      holdState                      // CA leaf references (holds.go)
+	rootsOK    bool
 }
 
 func newReconciler() reconciler {
 	return reconciler{
 		proxies: map[string]*proxyState{}, claRefs: map[claKey]map[string]struct{}{}, clas: map[claKey]bool{}, claSpecs: map[claKey]endpointSpec{},
-		leafRefs: map[string]map[string]struct{}{}, leaves: map[string]bool{}, proxyless: map[string]bool{},
+		filterErrs: map[claKey]string{},
+		leafRefs:   map[string]map[string]struct{}{}, leaves: map[string]bool{}, proxyless: map[string]bool{},
 		holds: newHoldState(),
 	}
 }

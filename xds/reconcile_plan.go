@@ -43,12 +43,27 @@ func (s *Server) planEndpoints(ch changes, staged map[string]*proxyResources, p 
 	for k := range keys {
 		name := k.clusterName(s.b.trustDomain)
 		cla, err := targetAssignment(name, s.rec.claSpecs[k], src, s.cfg.matchFilter)
-		if err != nil {
-			s.log.Warn("subset filter failed; instances it could not judge are left out", "cluster", name, "error", err)
-		}
+		s.filterError(k, name, err)
 		p.set(endpointType, op{name: name, msg: cla})
 		s.rec.clas[k] = true
 	}
+}
+
+// filterError logs a subset filter's failure once, until it changes.
+func (s *Server) filterError(k claKey, name string, err error) {
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	if s.rec.filterErrs[k] == msg {
+		return
+	}
+	if msg == "" {
+		delete(s.rec.filterErrs, k)
+		return
+	}
+	s.rec.filterErrs[k] = msg
+	s.log.Warn("subset filter failed; instances it could not judge are left out", "cluster", name, "error", err)
 }
 
 // instanceSource reads sidecars from the catalog: from one scan of every
@@ -219,6 +234,7 @@ func (s *Server) planGC(p *plan) {
 			p.endpointDels = append(p.endpointDels, op{name: name})
 			delete(s.rec.clas, k)
 			delete(s.rec.claSpecs, k)
+			delete(s.rec.filterErrs, k)
 		}
 	}
 	p.endpoints = without(p.endpoints, gone)
