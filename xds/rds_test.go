@@ -6,6 +6,7 @@ import (
 	"time"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
@@ -263,4 +264,41 @@ func TestChainErrorClearsWhenEntriesChange(t *testing.T) {
 	reg.Replace(canarySet(90, 10), 2)
 	testutil.WaitFor(t, hangGuard, "chain error cleared", func() bool { return e.srv.ProxyError(webProxy) == nil })
 	testutil.WaitFor(t, hangGuard, "routes served", func() bool { return e.srv.cache.get(routeType, webProxy, "db") != nil })
+}
+
+// A target failing over to another service: that service's catalog
+// changes rebuild the target's endpoints (priority 1), empty priority 0
+// kept so Envoy fails over.
+func TestFailoverEndpointsFollowCatalog(t *testing.T) {
+	reg := configentry.NewRegistry()
+	failover := func(set *configentry.Set, service, dc string) (*configentry.Chain, error) {
+		ch := defaultChain(service, dc)
+		if service == "db" {
+			ch.Default = false
+			id := "db.default.default." + dc
+			ch.Targets[id].Failover = []string{"db-backup.default.default." + dc}
+			ch.Targets["db-backup.default.default."+dc] = &configentry.Target{ID: "db-backup.default.default." + dc, Service: "db-backup", Datacenter: dc}
+		}
+		return ch, nil
+	}
+	e := newEnvConfig(t, hclog.Warn, 2*time.Millisecond, func(c *Config) {
+		c.ConfigEntries, c.compile, c.matchFilter = reg, failover, metaFilter
+	})
+	e.proxy(webProxy, "web", "10.1.0.1", 21000, catalog.Upstream{DestinationName: "db", LocalBindPort: 9191})
+	e.waitProxy(webProxy, 21000)
+	dbCluster := ClusterName("db", "dc1", e.ca.td)
+	c := e.dial(webProxy, true)
+	c.dreq(endpointType, []string{dbCluster}, nil, "", "")
+	first := c.dnext(endpointType)
+	c.ack(first)
+	cla := decode(t, first)[dbCluster].(*endpoint.ClusterLoadAssignment)
+	if got := addrsByPriority(cla); len(got) != 2 || len(got[0]) != 0 || len(got[1]) != 0 {
+		t.Fatalf("endpoints by priority = %v, want two empty priorities", got)
+	}
+	e.proxy("backup-1-sidecar-proxy", "db-backup", "10.1.0.9", 21001)
+	next := c.dnext(endpointType)
+	cla = decode(t, next)[dbCluster].(*endpoint.ClusterLoadAssignment)
+	if got := addrsByPriority(cla); len(got) != 2 || len(got[0]) != 0 || len(got[1]) != 1 || got[1][0] != "10.1.0.9" {
+		t.Fatalf("endpoints by priority = %v, want the backup at priority 1", got)
+	}
 }
