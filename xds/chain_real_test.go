@@ -1,6 +1,9 @@
 package xds
 
 import (
+	"os"
+	"path/filepath"
+	"sort"
 	"testing"
 
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -127,5 +130,63 @@ func TestCanaryPromotionThroughRealCompile(t *testing.T) {
 	}
 	if catchAll.GetRoute().GetCluster() != clV2 {
 		t.Errorf("catch-all = %v, want cluster %s", catchAll, clV2)
+	}
+}
+
+// config/canary's example files, as `meshlet config write` reads them,
+// compiled and translated; then the promotion file.
+func TestCanaryExampleFiles(t *testing.T) {
+	realCanarySet(t, 90, 10) // skips while Compile is the placeholder
+	files, err := filepath.Glob("../config/canary/*")
+	if err != nil || len(files) < 5 {
+		t.Fatalf("example files: %v %v", files, err)
+	}
+	sort.Strings(files)
+	set := configentry.NewSet()
+	var sets []*configentry.Set
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := configentry.Parse(f, src)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if err := configentry.Validate(e); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if err := set.Check(e); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		set = set.With(e)
+		sets = append(sets, set)
+	}
+	inst := testProxy("a1", "service-a", 21000, nil, catalog.Upstream{DestinationName: "service-b", LocalBindPort: 9191})
+	for i, want := range map[int]map[string]uint32{len(sets) - 2: {clV1: 9000, clV2: 1000}, len(sets) - 1: {clV2: 10000}} {
+		res, err := builder{dc: "dc1", trustDomain: testTD, set: sets[i]}.proxy(inst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		validateAll(t, res)
+		rs := res.routes[0].GetVirtualHosts()[0].GetRoutes()
+		if rs[0].GetMatch().GetPrefix() != "/admin" || rs[0].GetRoute().GetCluster() != clV2 {
+			t.Errorf("after %s: route 0 = %v", files[i], rs[0])
+		}
+		got := map[string]uint32{}
+		if c := rs[2].GetRoute().GetCluster(); c != "" {
+			got[c] = totalWeight
+		}
+		for _, c := range rs[2].GetRoute().GetWeightedClusters().GetClusters() {
+			got[c.GetName()] = c.GetWeight().GetValue()
+		}
+		if len(got) != len(want) {
+			t.Errorf("after %s: catch-all weights = %v, want %v", files[i], got, want)
+		}
+		for k, w := range want {
+			if got[k] != w {
+				t.Errorf("after %s: catch-all weights = %v, want %v", files[i], got, want)
+			}
+		}
 	}
 }
