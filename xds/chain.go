@@ -116,6 +116,12 @@ func (b builder) translate(ch *configentry.Chain, own string, up catalog.Upstrea
 		if out.route, err = routeConfig(rn, ch, clusterOf); err != nil {
 			return nil, err
 		}
+		// Entry strings (header names, regexes) reach the routes: check them
+		// here for a clear error rather than a NACK. No Any inside, so the
+		// generated ValidateAll sees everything.
+		if err := out.route.ValidateAll(); err != nil {
+			return nil, fmt.Errorf("%w: routes of %q: %w", ErrInvalidChain, dest, err)
+		}
 		out.listener, err = rdsListener(dest, bind, up.LocalBindPort, rn)
 		return out, err
 	}
@@ -161,6 +167,7 @@ func (b builder) targetCluster(ch *configentry.Chain, t *configentry.Target, own
 	if err := applyLB(c, t.LoadBalancer); err != nil {
 		return nil, key, spec, fmt.Errorf("target %q: %w", t.ID, err)
 	}
+
 	return c, key, spec, nil
 }
 
@@ -174,7 +181,8 @@ func applyLB(c *cluster.Cluster, lb *consul.LoadBalancer) error {
 		c.LbPolicy = cluster.Cluster_ROUND_ROBIN
 	case "least_request":
 		c.LbPolicy = cluster.Cluster_LEAST_REQUEST
-		if cfg := lb.LeastRequestConfig; cfg != nil && cfg.ChoiceCount > 0 {
+		// Envoy wants at least 2 choices (its default); fewer is ignored.
+		if cfg := lb.LeastRequestConfig; cfg != nil && cfg.ChoiceCount >= 2 {
 			c.LbConfig = &cluster.Cluster_LeastRequestLbConfig_{LeastRequestLbConfig: &cluster.Cluster_LeastRequestLbConfig{
 				ChoiceCount: wrapperspb.UInt32(cfg.ChoiceCount),
 			}}

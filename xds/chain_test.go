@@ -3,6 +3,7 @@ package xds
 import (
 	"errors"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -233,6 +234,11 @@ func TestTargetClusters(t *testing.T) {
 				t.Errorf("lb = %v %v", c.GetLbPolicy(), c.GetLbConfig())
 			}
 		}},
+		{"least_request, one choice (Envoy wants 2+)", &consul.LoadBalancer{Policy: "least_request", LeastRequestConfig: &consul.LeastRequestConfig{ChoiceCount: 1}}, func(t *testing.T, c *cluster.Cluster) {
+			if c.GetLbPolicy() != cluster.Cluster_LEAST_REQUEST || c.GetLbConfig() != nil {
+				t.Errorf("lb = %v %v", c.GetLbPolicy(), c.GetLbConfig())
+			}
+		}},
 		{"random", &consul.LoadBalancer{Policy: "random"}, func(t *testing.T, c *cluster.Cluster) {
 			if c.GetLbPolicy() != cluster.Cluster_RANDOM {
 				t.Errorf("lb = %v", c.GetLbPolicy())
@@ -362,5 +368,17 @@ func TestServiceDefaultsProtocolOnPublicListener(t *testing.T) {
 	}
 	if fs := res.listeners[0].GetFilterChains()[0].GetFilters(); fs[len(fs)-1].GetName() != tcpProxyFilter {
 		t.Errorf("tcp public listener filters = %v", fs)
+	}
+}
+
+// Entry strings that Envoy would refuse fail the build with a clear error
+// (and the proxy keeps its last good resources) instead of a NACK.
+func TestInvalidRouteFailsBuild(t *testing.T) {
+	b := chainBuilder(func(service, dc string) *configentry.Chain {
+		return canaryChain(&configentry.Route{Match: &consul.ServiceRouteHTTPMatch{Header: []consul.ServiceRouteHTTPMatchHeader{{Name: "", Exact: "x"}}}, Splits: to(tgtV2)})
+	})
+	_, err := b.proxy(testProxy("p1", "service-a", 21000, nil, catalog.Upstream{DestinationName: "service-b", LocalBindPort: 9191}))
+	if !errors.Is(err, ErrInvalidChain) || !strings.Contains(err.Error(), "Name") {
+		t.Fatalf("err = %v, want ErrInvalidChain naming the header", err)
 	}
 }
