@@ -7,6 +7,7 @@ import (
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	extauthz "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/ext_authz/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tcpproxy "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
@@ -86,7 +87,7 @@ func TestBuildProxyResourcesValidate(t *testing.T) {
 			if got := fs[len(fs)-1].GetName(); got != tc.lastFilter {
 				t.Errorf("last public filter = %s, want %s", got, tc.lastFilter)
 			}
-			if err := checkConsistent(msgs(res.listeners), msgs(res.clusters), func(string, string) bool { return true }); err != nil {
+			if err := checkConsistent(msgs(res.listeners), msgs(res.clusters), msgs(res.routes), func(string, string) bool { return true }); err != nil {
 				t.Errorf("consistency: %v", err)
 			}
 		})
@@ -279,18 +280,21 @@ func TestCheckConsistent(t *testing.T) {
 		name      string
 		listeners []proto.Message
 		clusters  []proto.Message
+		routes    []proto.Message
 		exists    func(string, string) bool
 		want      string
 	}{
-		{"ok", []proto.Message{pub, upL}, []proto.Message{local, up}, all, ""},
-		{"missing cluster", []proto.Message{pub, upL}, []proto.Message{local}, all, upName},
-		{"missing endpoints", []proto.Message{upL}, []proto.Message{up}, func(t, n string) bool { return t != endpointType }, "endpoints"},
-		{"missing secret", []proto.Message{pub}, []proto.Message{local}, func(t, n string) bool { return n != "leaf:web" }, "leaf:web"},
-		{"rds not served", []proto.Message{rds}, []proto.Message{local}, all, "RDS"},
+		{"ok", []proto.Message{pub, upL}, []proto.Message{local, up}, nil, all, ""},
+		{"missing cluster", []proto.Message{pub, upL}, []proto.Message{local}, nil, all, upName},
+		{"missing endpoints", []proto.Message{upL}, []proto.Message{up}, nil, func(t, n string) bool { return t != endpointType }, "endpoints"},
+		{"missing secret", []proto.Message{pub}, []proto.Message{local}, nil, func(t, n string) bool { return n != "leaf:web" }, "leaf:web"},
+		{"rds not served", []proto.Message{rds}, []proto.Message{local}, nil, all, "RDS"},
+		{"rds served", []proto.Message{rds}, []proto.Message{local}, []proto.Message{rdsRoutes("r", LocalAppCluster)}, all, ""},
+		{"route to missing cluster", []proto.Message{rds}, []proto.Message{local}, []proto.Message{rdsRoutes("r", upName)}, all, upName},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			err := checkConsistent(tc.listeners, tc.clusters, tc.exists)
+			err := checkConsistent(tc.listeners, tc.clusters, tc.routes, tc.exists)
 			if tc.want == "" {
 				if err != nil {
 					t.Fatalf("err = %v", err)
@@ -302,4 +306,15 @@ func TestCheckConsistent(t *testing.T) {
 			}
 		})
 	}
+}
+
+// rdsRoutes is a route configuration sending everything to cluster.
+func rdsRoutes(name, cluster string) *route.RouteConfiguration {
+	return &route.RouteConfiguration{Name: name, VirtualHosts: []*route.VirtualHost{{
+		Name: name, Domains: []string{"*"},
+		Routes: []*route.Route{{
+			Match:  &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
+			Action: &route.Route_Route{Route: &route.RouteAction{ClusterSpecifier: &route.RouteAction_Cluster{Cluster: cluster}}},
+		}},
+	}}}
 }

@@ -139,6 +139,19 @@ func localAppCluster(addr string, port, timeoutMS int, prot protocol) (*cluster.
 // presents its own leaf and accepts only a peer whose certificate chains to
 // the roots AND carries the destination's SPIFFE ID.
 func upstreamCluster(name, ownService, destSpiffe string, timeoutMS int, prot protocol) (*cluster.Cluster, error) {
+	return meshCluster(name, ownService, []string{destSpiffe}, timeoutMS, prot)
+}
+
+// meshCluster is upstreamCluster accepting any of several identities (a
+// target and the services it fails over to).
+func meshCluster(name, ownService string, destSpiffes []string, timeoutMS int, prot protocol) (*cluster.Cluster, error) {
+	sans := make([]*tlsv3.SubjectAltNameMatcher, len(destSpiffes))
+	for i, id := range destSpiffes {
+		sans[i] = &tlsv3.SubjectAltNameMatcher{
+			SanType: tlsv3.SubjectAltNameMatcher_URI,
+			Matcher: &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: id}},
+		}
+	}
 	sock, err := tlsSocket(&tlsv3.UpstreamTlsContext{
 		Sni: name,
 		CommonTlsContext: &tlsv3.CommonTlsContext{
@@ -146,10 +159,7 @@ func upstreamCluster(name, ownService, destSpiffe string, timeoutMS int, prot pr
 			ValidationContextType: &tlsv3.CommonTlsContext_CombinedValidationContext{
 				CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
 					DefaultValidationContext: &tlsv3.CertificateValidationContext{
-						MatchTypedSubjectAltNames: []*tlsv3.SubjectAltNameMatcher{{
-							SanType: tlsv3.SubjectAltNameMatcher_URI,
-							Matcher: &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: destSpiffe}},
-						}},
+						MatchTypedSubjectAltNames: sans,
 					},
 					ValidationContextSdsSecretConfig: sdsConfig(RootsSecret),
 				},

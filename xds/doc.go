@@ -55,19 +55,46 @@
 //	listeners  public_listener:0.0.0.0:<port>       per proxy (inbound mTLS, ext_authz, local_app)
 //	           <dest>:<bind-addr>:<bind-port>        per proxy upstream
 //	           <service>                             shared, proxyless gRPC (api_listener)
+//	routes     <dest> (<dest>.<dc> for another dc)   per proxy HTTP upstream with a discovery chain (RDS)
 //	clusters   local_app                             per proxy (STATIC)
-//	           <svc>.default.<dc>.internal.<td>      per proxy upstream (EDS over ADS, mTLS)
+//	           [<subset>.]<svc>.default.<dc>.internal.<td>
+//	                                                 per proxy chain target (EDS over ADS, mTLS)
 //	           <service>                             shared, proxyless gRPC (EDS over ADS)
-//	endpoints  <svc>.default.<dc>.internal.<td>      shared: healthy sidecars of <svc>
+//	endpoints  [<subset>.]<svc>.default.<dc>.internal.<td>
+//	                                                 shared: healthy sidecars of <svc> passing the
+//	                                                 subset's filter; failover targets as priorities
 //	           <service>                             shared: healthy plain instances of <service>
 //	secrets    roots                                 shared: trusted CA roots (validation context)
 //	           leaf:<service>                        shared by every proxy of <service>
 //
-// Routes are inline in the HTTP connection managers, so no RDS is served.
 // The cluster local_agent (ext_authz, ADS) is a static cluster of the
 // bootstrap and is not served. Service names are RFC 1123 labels, so shared
 // names (<service>, SNI names) never clash with per-proxy ones (local_app,
 // names with colons).
+//
+// # Discovery chains (L7)
+//
+// Each upstream's destination is compiled with the config entries
+// (Config.ConfigEntries, Set.Compile) into a configentry.Chain (chain.go).
+// A default chain (no entry concerns the destination) gives exactly the
+// pre-L7 resources: the upstream config's protocol, inline routes for http,
+// tcp_proxy otherwise, one cluster named ClusterName. Otherwise every
+// target a route splits to gets its own cluster (subset prefix, the
+// resolver's connect timeout and load-balancing policy; failover targets'
+// identities accepted too) and its own load assignment (endpoints.go:
+// sidecars passing the subset filter, evaluated on the sidecar's tags and
+// meta, else its application's; failover targets as priorities 1, 2...,
+// kept even when empty). An http, http2 or grpc chain makes the upstream
+// listener's HTTP connection manager use RDS; the route configuration
+// (routes.go) holds one route per chain route: path, header, method and
+// query matches; one cluster or integer weighted clusters summing to
+// 10000; retries, timeouts, prefix rewrite, header changes; hash policies
+// for ring_hash and maglev. A tcp chain keeps tcp_proxy to its one target.
+// The public listener of an HTTP service (proxy config protocol, else its
+// service-defaults) adds the HTTP ext_authz filter before the router, so
+// L7 intentions are decided per request. A Registry change rebuilds every
+// local proxy; content hashes keep unchanged resources from being re-sent,
+// so changing a split pushes one route configuration and no listener.
 //
 // # Cache design
 //
@@ -100,7 +127,7 @@
 // and api_listener routes, which Snapshot.Consistent misses — is resolved:
 // clusters must be the proxy's own (or the bootstrap's local_agent), EDS
 // clusters must have their load assignment, SDS names their secret, and RDS
-// is refused (routes are inline). A proxy that fails (bad protocol or
+// names the proxy's own route configurations. A proxy that fails (bad protocol or
 // timeout, invalid envoy_public_listener_json escape hatch, a reference to
 // nothing) keeps its last good resources; the error is logged once and
 // returned by ProxyError so the agent can fail the allocation. A proxy whose
@@ -120,7 +147,7 @@
 // only what the change touched (EDS for touched services, LDS/CDS for
 // proxies whose own registration changed, SDS for CA events), checks each
 // proxy's resources for consistency, and publishes them in dependency order
-// (SDS, EDS, CDS, LDS; removals in reverse). The reconciler is the only
+// (SDS, EDS, CDS, RDS, LDS; removals in reverse). The reconciler is the only
 // writer of the cache; gRPC stream goroutines create and cancel watches and
 // authorize their own requests (reading the catalog). The cache is guarded
 // by one mutex; the proxy status table by another; the stream table

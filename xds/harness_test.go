@@ -59,12 +59,22 @@ func newEnv(t testing.TB, level hclog.Level) *testEnv {
 // newEnvCoalesce is newEnv with the reconciler batching changes for d.
 func newEnvCoalesce(t testing.TB, level hclog.Level, d time.Duration) *testEnv {
 	t.Helper()
+	return newEnvConfig(t, level, d, nil)
+}
+
+// newEnvConfig is newEnvCoalesce with a last say on the server's Config.
+func newEnvConfig(t testing.TB, level hclog.Level, d time.Duration, edit func(*Config)) *testEnv {
+	t.Helper()
 	e := &testEnv{t: t, cat: catalog.New(), ca: newTestCA(t), reg: prometheus.NewRegistry()}
 	w := &testLog{t: t}
-	s, err := NewServer(Config{
+	cfg := Config{
 		Catalog: e.cat, Certs: e.ca, Datacenter: "dc1", Coalesce: d, Registerer: e.reg,
 		Logger: hclog.New(&hclog.LoggerOptions{Name: "test", Level: level, Output: w}),
-	})
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	s, err := NewServer(cfg)
 	if err != nil {
 		t.Fatalf("NewServer: %v", err)
 	}

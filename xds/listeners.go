@@ -53,9 +53,9 @@ func tcpProxy(statPrefix, clusterName string) (*listener.Filter, error) {
 }
 
 // httpManager is an HTTP connection manager with an inline route config
-// sending every request to clusterName; the router is the last (and only)
-// HTTP filter, which Envoy and gRPC-Go both require.
-func httpManager(statPrefix, routeName, clusterName string, domains []string) (*hcm.HttpConnectionManager, error) {
+// sending every request to clusterName; the router is the last HTTP filter
+// (after pre), which Envoy and gRPC-Go both require.
+func httpManager(statPrefix, routeName, clusterName string, domains []string, pre ...*hcm.HttpFilter) (*hcm.HttpConnectionManager, error) {
 	r, err := anyOf(&routerv3.Router{})
 	if err != nil {
 		return nil, err
@@ -76,13 +76,13 @@ func httpManager(statPrefix, routeName, clusterName string, domains []string) (*
 				}},
 			}},
 		}},
-		HttpFilters: []*hcm.HttpFilter{{Name: routerFilter, ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: r}}},
+		HttpFilters: append(pre, &hcm.HttpFilter{Name: routerFilter, ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: r}}),
 	}, nil
 }
 
 // publicListener accepts mTLS from other sidecars on 0.0.0.0:port, asks the
 // agent (ext_authz, fail closed) whether the peer may connect, then proxies
-// to local_app.
+// to local_app; for HTTP it also asks about every request (httpExtAuthz).
 func publicListener(port int, service string, prot protocol) (*listener.Listener, error) {
 	authz, err := networkFilter(extAuthzFilter, &extauthz.ExtAuthz{
 		StatPrefix:             "connect_authz",
@@ -96,7 +96,11 @@ func publicListener(port int, service string, prot protocol) (*listener.Listener
 	}
 	var last *listener.Filter
 	if prot.isHTTP() {
-		m, err := httpManager("public_listener_http", "public_listener", LocalAppCluster, []string{"*"})
+		az, err := httpExtAuthz()
+		if err != nil {
+			return nil, err
+		}
+		m, err := httpManager("public_listener_http", "public_listener", LocalAppCluster, []string{"*"}, az)
 		if err != nil {
 			return nil, err
 		}

@@ -7,10 +7,12 @@ import (
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/meshlet/meshlet/catalog"
+	"github.com/meshlet/meshlet/configentry"
 	"github.com/meshlet/meshlet/internal/envoyvalidate"
 )
 
@@ -26,21 +28,23 @@ var (
 	ErrRejected = errors.New("proxy rejected the configuration")
 )
 
-// claKey names one shared ClusterLoadAssignment of mesh endpoints.
-type claKey struct{ service, dc string }
-
 // proxyResources is everything built for one connect-proxy instance.
 type proxyResources struct {
 	service   string // identity: the destination (app) service
 	listeners []*listener.Listener
 	clusters  []*cluster.Cluster
+	routes    []*route.RouteConfiguration // RDS of HTTP upstreams with a chain
 	upstreams []claKey
+	specs     map[claKey]endpointSpec // how each upstream CLA is computed
 }
 
-// builder holds what resource names depend on.
+// builder holds what resource names depend on, and the config entries
+// discovery chains are compiled from (nil: none).
 type builder struct {
 	dc          string
 	trustDomain string
+	set         *configentry.Set
+	compile     compileFunc // nil: Set.Compile
 }
 
 // proxy builds a connect proxy's listeners and clusters. Errors wrap
@@ -60,7 +64,7 @@ func (b builder) proxy(inst catalog.ServiceInstance) (*proxyResources, error) {
 	if err := validBind(localAddr, p.LocalServicePort); err != nil {
 		return nil, fmt.Errorf("local service: %w", err)
 	}
-	prot, err := parseProtocol(p.Config)
+	prot, err := b.serviceProtocol(p.Config, p.DestinationServiceName)
 	if err != nil {
 		return nil, err
 	}
@@ -72,7 +76,7 @@ func (b builder) proxy(inst catalog.ServiceInstance) (*proxyResources, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := &proxyResources{service: p.DestinationServiceName, clusters: []*cluster.Cluster{local}}
+	out := &proxyResources{service: p.DestinationServiceName, clusters: []*cluster.Cluster{local}, specs: map[claKey]endpointSpec{}}
 	public, err := b.publicListener(inst, prot)
 	if err != nil {
 		return nil, err
@@ -106,9 +110,11 @@ func (b builder) publicListener(inst catalog.ServiceInstance, prot protocol) (*l
 	return l, nil
 }
 
-// upstreams adds one listener per upstream and one cluster per destination.
+// upstreams adds one listener per upstream, and the clusters, routes and
+// endpoint specs of each upstream's discovery chain.
 func (b builder) upstreams(p *catalog.Proxy, out *proxyResources) error {
 	clusters := map[string]*cluster.Cluster{}
+	routes := map[string]*route.RouteConfiguration{}
 	listeners := map[string]bool{out.listeners[0].GetName(): true}
 	for i, up := range p.Upstreams {
 		if up.DestinationName == "" {
@@ -129,33 +135,55 @@ func (b builder) upstreams(p *catalog.Proxy, out *proxyResources) error {
 		if err != nil {
 			return fmt.Errorf("upstream %q: %w", up.DestinationName, err)
 		}
+		_, timeoutSet := up.Config[cfgConnectTimeout]
 		dc := up.Datacenter
 		if dc == "" {
 			dc = b.dc
 		}
-		name := ClusterName(up.DestinationName, dc, b.trustDomain)
-		c, err := upstreamCluster(name, p.DestinationServiceName, SpiffeID(b.trustDomain, dc, up.DestinationName), timeout, prot)
+		u, err := b.upstreamChain(p.DestinationServiceName, up, bind, dc, prot, timeout, timeoutSet)
 		if err != nil {
 			return err
 		}
-		if prev, ok := clusters[name]; ok {
+		if err := out.merge(u, clusters, routes); err != nil {
+			return fmt.Errorf("%w: upstreams to %q: %w", ErrInvalidProxyConfig, up.DestinationName, err)
+		}
+		if listeners[u.listener.Name] {
+			return fmt.Errorf("%w: two listeners named %q (local_bind_port must be unique)", ErrInvalidProxyConfig, u.listener.Name)
+		}
+		listeners[u.listener.Name] = true
+		out.listeners = append(out.listeners, u.listener)
+	}
+	return nil
+}
+
+// merge adds an upstream's clusters, routes and endpoint specs; two
+// upstreams may share them only when they agree.
+func (out *proxyResources) merge(u *upstreamOut, clusters map[string]*cluster.Cluster, routes map[string]*route.RouteConfiguration) error {
+	for _, c := range u.clusters {
+		if prev, ok := clusters[c.Name]; ok {
 			if !proto.Equal(prev, c) {
-				return fmt.Errorf("%w: upstreams to %q disagree on protocol or connect_timeout_ms", ErrInvalidProxyConfig, up.DestinationName)
+				return fmt.Errorf("they disagree on cluster %q (protocol or connect_timeout_ms)", c.Name)
+			}
+			continue
+		}
+		clusters[c.Name] = c
+		out.clusters = append(out.clusters, c)
+	}
+	if r := u.route; r != nil {
+		if prev, ok := routes[r.Name]; ok {
+			if !proto.Equal(prev, r) {
+				return fmt.Errorf("they disagree on routes %q", r.Name)
 			}
 		} else {
-			clusters[name] = c
-			out.clusters = append(out.clusters, c)
-			out.upstreams = append(out.upstreams, claKey{service: up.DestinationName, dc: dc})
+			routes[r.Name] = r
+			out.routes = append(out.routes, r)
 		}
-		l, err := upstreamListener(up.DestinationName, bind, up.LocalBindPort, name, prot)
-		if err != nil {
-			return err
+	}
+	for k, spec := range u.specs {
+		if _, ok := out.specs[k]; !ok {
+			out.upstreams = append(out.upstreams, k)
 		}
-		if listeners[l.Name] {
-			return fmt.Errorf("%w: two listeners named %q (local_bind_port must be unique)", ErrInvalidProxyConfig, l.Name)
-		}
-		listeners[l.Name] = true
-		out.listeners = append(out.listeners, l)
+		out.specs[k] = spec
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ const (
 	clusterType  = resource.ClusterType
 	endpointType = resource.EndpointType
 	secretType   = resource.SecretType
+	routeType    = resource.RouteType
 )
 
 // changes is what happened since the last reconcile.
@@ -25,6 +26,7 @@ type changes struct {
 	leaves   map[string]struct{}
 	closed   map[string]struct{}
 	roots    bool
+	entries  bool      // the config entries changed: rebuild every local proxy
 	since    time.Time // first change of the batch
 }
 
@@ -37,25 +39,29 @@ type proxyState struct {
 	service   string
 	listeners []string
 	clusters  []string
+	routes    []string
 	upstreams []claKey
 }
 
 // reconciler is the state only the reconciler goroutine touches.
 type reconciler struct {
-	proxies   map[string]*proxyState
-	claRefs   map[claKey]map[string]struct{} // CLA -> proxies using it
-	clas      map[claKey]bool                // published CLAs
-	leafRefs  map[string]map[string]struct{} // service -> its proxies
-	leaves    map[string]bool                // published leaf secrets
-	proxyless map[string]bool                // services with proxyless resources
-	holds     holdState                      // CA leaf references (holds.go)
-	rootsOK   bool
+	proxies    map[string]*proxyState
+	claRefs    map[claKey]map[string]struct{} // CLA -> proxies using it
+	clas       map[claKey]bool                // published CLAs
+	claSpecs   map[claKey]endpointSpec        // how each CLA is computed (latest build)
+	filterErrs map[claKey]string              // last subset filter error logged per CLA
+	leafRefs   map[string]map[string]struct{} // service -> its proxies
+	leaves     map[string]bool                // published leaf secrets
+	proxyless  map[string]bool                // services with proxyless resources
+	holds      holdState                      // CA leaf references (holds.go)
+	rootsOK    bool
 }
 
 func newReconciler() reconciler {
 	return reconciler{
-		proxies: map[string]*proxyState{}, claRefs: map[claKey]map[string]struct{}{}, clas: map[claKey]bool{},
-		leafRefs: map[string]map[string]struct{}{}, leaves: map[string]bool{}, proxyless: map[string]bool{},
+		proxies: map[string]*proxyState{}, claRefs: map[claKey]map[string]struct{}{}, clas: map[claKey]bool{}, claSpecs: map[claKey]endpointSpec{},
+		filterErrs: map[claKey]string{},
+		leafRefs:   map[string]map[string]struct{}{}, leaves: map[string]bool{}, proxyless: map[string]bool{},
 		holds: newHoldState(),
 	}
 }
@@ -86,6 +92,13 @@ func (s *Server) onCatalog(ch catalog.Change) {
 			c.proxies[id] = struct{}{}
 		}
 	})
+}
+
+// onConfigEntries queues a rebuild of every local proxy: any chain, and
+// any service's protocol, may have changed. Unchanged resources are not
+// re-sent (content-hashed versions).
+func (s *Server) onConfigEntries(uint64) {
+	s.enqueue(func(c *changes) { c.entries = true })
 }
 
 func (s *Server) onCA(ev ca.Event) {
@@ -131,9 +144,9 @@ func (s *Server) run() {
 
 // plan is one batch of cache operations, published in dependency order.
 type plan struct {
-	secrets, endpoints, clusters, listeners []op
-	clusterDels, endpointDels, secretDels   []op
-	planned                                 map[string]bool // typeURL+"\x00"+name of shared sets
+	secrets, endpoints, clusters, routes, listeners  []op
+	routeDels, clusterDels, endpointDels, secretDels []op
+	planned                                          map[string]bool // typeURL+"\x00"+name of shared sets
 }
 
 func (p *plan) set(typeURL string, o op) {
@@ -144,6 +157,8 @@ func (p *plan) set(typeURL string, o op) {
 		p.endpoints = append(p.endpoints, o)
 	case clusterType:
 		p.clusters = append(p.clusters, o)
+	case routeType:
+		p.routes = append(p.routes, o)
 	case listenerType:
 		p.listeners = append(p.listeners, o)
 	}
@@ -156,6 +171,15 @@ func (p *plan) set(typeURL string, o op) {
 func (s *Server) reconcile(ch changes) {
 	ver := s.cache.bump()
 	s.tracker.setChangeTime(ver, ch.since)
+	set, _ := s.cfg.ConfigEntries.Current()
+	s.b.set = set
+	if ch.entries {
+		for _, inst := range s.cfg.Catalog.Proxies() {
+			if s.isLocal(inst) {
+				ch.proxies[inst.ID] = struct{}{}
+			}
+		}
+	}
 	p := &plan{planned: map[string]bool{}}
 	s.planRoots(ch, p)
 	staged := s.stageProxies(ch, p)
@@ -165,7 +189,7 @@ func (s *Server) reconcile(ch changes) {
 		return p.planned[typeURL+"\x00"+name] || s.cache.has(typeURL, "", name)
 	}
 	for id, res := range staged {
-		if err := checkConsistent(msgs(res.listeners), msgs(res.clusters), exists); err != nil {
+		if err := checkConsistent(msgs(res.listeners), msgs(res.clusters), msgs(res.routes), exists); err != nil {
 			s.held(id, res, err)
 			continue
 		}

@@ -18,25 +18,59 @@ func msgs[T proto.Message](in []T) []proto.Message {
 	return out
 }
 
-// planEndpoints rebuilds the shared load assignments of the services the
-// change touched and of the upstreams staged proxies need.
+// planEndpoints rebuilds the shared load assignments of the upstreams
+// staged proxies need, and of those reading a service the change touched.
 func (s *Server) planEndpoints(ch changes, staged map[string]*proxyResources, p *plan) {
 	keys := map[claKey]bool{}
 	for _, res := range staged {
 		for _, k := range res.upstreams {
 			keys[k] = true
+			s.rec.claSpecs[k] = res.specs[k]
 		}
 	}
 	for k := range s.rec.claRefs {
-		if _, ok := ch.services[k.service]; ok {
-			keys[k] = true
+		for svc := range ch.services {
+			if s.rec.claSpecs[k].uses(svc) {
+				keys[k] = true
+				break
+			}
 		}
 	}
 	if len(keys) == 0 {
 		return
 	}
+	src := s.instanceSource(len(keys) > groupThreshold)
+	for k := range keys {
+		name := k.clusterName(s.b.trustDomain)
+		cla, err := targetAssignment(name, s.rec.claSpecs[k], src, s.cfg.matchFilter)
+		s.filterError(k, name, err)
+		p.set(endpointType, op{name: name, msg: cla})
+		s.rec.clas[k] = true
+	}
+}
+
+// filterError logs a subset filter's failure once, until it changes.
+func (s *Server) filterError(k claKey, name string, err error) {
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	if s.rec.filterErrs[k] == msg {
+		return
+	}
+	if msg == "" {
+		delete(s.rec.filterErrs, k)
+		return
+	}
+	s.rec.filterErrs[k] = msg
+	s.log.Warn("subset filter failed; instances it could not judge are left out", "cluster", name, "error", err)
+}
+
+// instanceSource reads sidecars from the catalog: from one scan of every
+// proxy when many services are needed, else one query per service.
+func (s *Server) instanceSource(scan bool) instanceSource {
 	var bySvc map[string][]catalog.ServiceInstance
-	if len(keys) > groupThreshold {
+	if scan {
 		bySvc = map[string][]catalog.ServiceInstance{}
 		for _, inst := range s.cfg.Catalog.Proxies() {
 			if inst.Proxy != nil {
@@ -44,28 +78,34 @@ func (s *Server) planEndpoints(ch changes, staged map[string]*proxyResources, p 
 			}
 		}
 	}
-	for k := range keys {
-		insts, ok := bySvc[k.service]
-		if !ok && bySvc == nil {
-			insts = s.cfg.Catalog.ConnectProxies(k.service)
-		}
-		var inDC []catalog.ServiceInstance
-		for _, inst := range insts {
-			if inst.Datacenter == k.dc || (inst.Datacenter == "" && k.dc == s.b.dc) {
-				inDC = append(inDC, inst)
+	return instanceSource{
+		sidecars: func(service, dc string) []catalog.ServiceInstance {
+			insts, ok := bySvc[service]
+			if !ok && bySvc == nil {
+				insts = s.cfg.Catalog.ConnectProxies(service)
 			}
-		}
-		name := ClusterName(k.service, k.dc, s.b.trustDomain)
-		p.set(endpointType, op{name: name, msg: loadAssignment(name, k.dc, inDC)})
-		s.rec.clas[k] = true
+			var inDC []catalog.ServiceInstance
+			for _, inst := range insts {
+				if inst.Datacenter == dc || (inst.Datacenter == "" && dc == s.b.dc) {
+					inDC = append(inDC, inst)
+				}
+			}
+			return inDC
+		},
+		get: s.cfg.Catalog.Get,
 	}
 }
 
 // commitProxy publishes a checked proxy and moves its references.
 func (s *Server) commitProxy(id string, res *proxyResources, p *plan) {
 	old := s.rec.proxies[id]
-	st := &proxyState{service: res.service, upstreams: res.upstreams}
 	keep := map[string]bool{}
+	st := &proxyState{service: res.service, upstreams: res.upstreams}
+	for _, r := range res.routes {
+		p.set(routeType, op{node: id, name: r.GetName(), msg: r})
+		st.routes = append(st.routes, r.GetName())
+		keep[r.GetName()] = true
+	}
 	for _, l := range res.listeners {
 		p.set(listenerType, op{node: id, name: l.GetName(), msg: l})
 		st.listeners = append(st.listeners, l.GetName())
@@ -87,6 +127,11 @@ func (s *Server) commitProxy(id string, res *proxyResources, p *plan) {
 				p.clusterDels = append(p.clusterDels, op{node: id, name: n})
 			}
 		}
+		for _, n := range old.routes {
+			if !keep[n] {
+				p.routeDels = append(p.routeDels, op{node: id, name: n})
+			}
+		}
 		s.release(id, old)
 	}
 	for _, k := range res.upstreams {
@@ -104,6 +149,9 @@ func (s *Server) removeProxy(id string, p *plan) {
 	}
 	for _, n := range old.listeners {
 		p.listeners = append(p.listeners, op{node: id, name: n})
+	}
+	for _, n := range old.routes {
+		p.routeDels = append(p.routeDels, op{node: id, name: n})
 	}
 	for _, n := range old.clusters {
 		p.clusterDels = append(p.clusterDels, op{node: id, name: n})
@@ -164,7 +212,7 @@ func (s *Server) planProxyless(ch changes, p *plan) {
 		l, c, cla, err := proxylessResources(svc, s.b.dc, plain)
 		if err == nil {
 			p.set(endpointType, op{name: svc, msg: cla})
-			err = checkConsistent([]proto.Message{l}, []proto.Message{c}, exists)
+			err = checkConsistent([]proto.Message{l}, []proto.Message{c}, nil, exists)
 		}
 		if err != nil {
 			s.log.Error("failed to build proxyless resources", "service", svc, "error", err)
@@ -181,10 +229,12 @@ func (s *Server) planGC(p *plan) {
 	gone := map[string]bool{}
 	for k := range s.rec.clas {
 		if len(s.rec.claRefs[k]) == 0 {
-			name := ClusterName(k.service, k.dc, s.b.trustDomain)
+			name := k.clusterName(s.b.trustDomain)
 			gone[name] = true
 			p.endpointDels = append(p.endpointDels, op{name: name})
 			delete(s.rec.clas, k)
+			delete(s.rec.claSpecs, k)
+			delete(s.rec.filterErrs, k)
 		}
 	}
 	p.endpoints = without(p.endpoints, gone)
@@ -219,8 +269,9 @@ func (s *Server) apply(p *plan) {
 		typeURL string
 		ops     []op
 	}{
-		{secretType, p.secrets}, {endpointType, p.endpoints}, {clusterType, p.clusters}, {listenerType, p.listeners},
-		{clusterType, p.clusterDels}, {endpointType, p.endpointDels}, {secretType, p.secretDels},
+		{secretType, p.secrets}, {endpointType, p.endpoints}, {clusterType, p.clusters}, {routeType, p.routes},
+		{listenerType, p.listeners},
+		{routeType, p.routeDels}, {clusterType, p.clusterDels}, {endpointType, p.endpointDels}, {secretType, p.secretDels},
 	}
 	for _, st := range steps {
 		if len(st.ops) == 0 {
@@ -230,7 +281,7 @@ func (s *Server) apply(p *plan) {
 			s.log.Error("failed to publish resources", "type", typeLabel(st.typeURL), "error", err)
 		}
 	}
-	for _, t := range []string{listenerType, clusterType, endpointType, secretType} {
+	for _, t := range []string{listenerType, routeType, clusterType, endpointType, secretType} {
 		s.m.resources.WithLabelValues(typeLabel(t)).Set(float64(s.cache.count(t)))
 	}
 }

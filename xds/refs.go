@@ -19,7 +19,7 @@ type refs struct {
 	clusters map[string]bool // from tcp_proxy, routes, gRPC services
 	clas     map[string]bool // EDS clusters' load assignments
 	secrets  map[string]bool // SDS names
-	routes   map[string]bool // RDS names (never served: inline routes only)
+	routes   map[string]bool // RDS names
 }
 
 func newRefs() *refs {
@@ -89,12 +89,20 @@ func (r *refs) walk(m protoreflect.Message) error {
 	return err
 }
 
-// checkConsistent verifies that every cluster the listeners use is among
-// clusters (or the bootstrap's local_agent), and that every load assignment
-// and secret they need exists according to exists(typeURL, name).
-func checkConsistent(listeners, clusters []proto.Message, exists func(typeURL, name string) bool) error {
+// checkConsistent verifies that every cluster the listeners and routes use
+// is among clusters (or the bootstrap's local_agent), that every RDS name
+// is among routes (the proxy's own), and that every load assignment and
+// secret they need exists according to exists(typeURL, name).
+func checkConsistent(listeners, clusters, routes []proto.Message, exists func(typeURL, name string) bool) error {
 	r := newRefs()
 	have := map[string]bool{LocalAgentCluster: true}
+	haveRoutes := map[string]bool{}
+	for _, rc := range routes {
+		haveRoutes[rc.(*route.RouteConfiguration).GetName()] = true
+		if err := r.collect(rc); err != nil {
+			return err
+		}
+	}
 	for _, c := range clusters {
 		have[c.(*cluster.Cluster).GetName()] = true
 		if err := r.collect(c); err != nil {
@@ -112,7 +120,9 @@ func checkConsistent(listeners, clusters []proto.Message, exists func(typeURL, n
 		}
 	}
 	for n := range r.routes {
-		return fmt.Errorf("%w: route config %q is referenced over RDS, which is not served", ErrInconsistent, n)
+		if !haveRoutes[n] {
+			return fmt.Errorf("%w: route config %q is referenced over RDS but not served", ErrInconsistent, n)
+		}
 	}
 	for n := range r.clas {
 		if !exists(endpointType, n) {

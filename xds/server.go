@@ -50,6 +50,10 @@ type Config struct {
 	// ConfigEntries are the L7 config entries compiled into each
 	// upstream's discovery chain (nil: none, every chain is the default).
 	ConfigEntries *configentry.Registry
+
+	// Test hooks (nil: configentry's Set.Compile and MatchFilter).
+	compile     compileFunc
+	matchFilter matchFunc
 }
 
 // ErrInvalidServerConfig is returned by NewServer for a bad Config.
@@ -112,6 +116,9 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.ConfigEntries == nil {
 		cfg.ConfigEntries = configentry.NewRegistry()
 	}
+	if cfg.matchFilter == nil {
+		cfg.matchFilter = configentry.MatchFilter
+	}
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, err
@@ -119,7 +126,7 @@ func NewServer(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg:    cfg,
 		log:    cfg.Logger.Named("xds"),
-		b:      builder{dc: cfg.Datacenter, trustDomain: td},
+		b:      builder{dc: cfg.Datacenter, trustDomain: td, compile: cfg.compile},
 		m:      m,
 		wake:   make(chan struct{}, 1),
 		status: map[string]*proxyStatus{},
@@ -136,7 +143,8 @@ func NewServer(cfg Config) (*Server, error) {
 	discoverygrpc.RegisterAggregatedDiscoveryServiceServer(s.grpc, xs)
 
 	// Subscribe first, then queue a full sync: nothing can fall in between.
-	s.unsubs = append(s.unsubs, cfg.Catalog.Subscribe(s.onCatalog), cfg.Certs.Subscribe(s.onCA))
+	s.unsubs = append(s.unsubs, cfg.Catalog.Subscribe(s.onCatalog), cfg.Certs.Subscribe(s.onCA),
+		cfg.ConfigEntries.Subscribe(s.onConfigEntries))
 	s.enqueue(func(c *changes) {
 		c.roots = true
 		for _, p := range cfg.Catalog.Proxies() {
