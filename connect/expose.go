@@ -27,14 +27,14 @@ func ExposeCheckPortLabel(service string, index int, c *structs.ServiceCheck) st
 	return fmt.Sprintf("svc_%s_ck_%s", service, hex.EncodeToString(h.Sum(nil))[:6])
 }
 
-// GRPCHealthPath is the HTTP/2 path of grpc.health.v1's Check method: a
-// grpc check's expose path, as Consul exposes grpc checks.
+// GRPCHealthPath is the HTTP/2 path of grpc.health.v1's Check method: an
+// exposed grpc check's expose path, as Consul exposes grpc checks.
 const GRPCHealthPath = "/grpc.health.v1.Health/Check"
 
 // CheckExposable reports whether an expose = true check gets an expose
 // path: an http check with a path starting with "/" (Nomad's rule), or a
-// grpc check (its health RPC's path, GRPCHealthPath, as Consul exposes
-// grpc checks).
+// grpc check (GRPCHealthPath over HTTP/2, Consul's rule: meshlet's grpc
+// checks have no path).
 func CheckExposable(c *structs.ServiceCheck) bool {
 	switch strings.ToLower(c.Type) {
 	case "http":

@@ -45,8 +45,10 @@ func TestInjectExposesChecks(t *testing.T) {
 	if !exposeLabelRE.MatchString(httpLabel) || !exposeLabelRE.MatchString(grpcLabel) || httpLabel == grpcLabel {
 		t.Fatalf("check port labels %q, %q; want two distinct svc_api_ck_<hash>", httpLabel, grpcLabel)
 	}
-	if s.Checks[2].PortLabel != "" || s.Checks[3].PortLabel != "" {
-		t.Errorf("a tcp or unexposed check got a port: %q, %q", s.Checks[2].PortLabel, s.Checks[3].PortLabel)
+	for _, c := range s.Checks[2:] {
+		if c.PortLabel != "" {
+			t.Errorf("check %q (tcp or unexposed) got port %q", c.Name, c.PortLabel)
+		}
 	}
 	want := []structs.ConsulExposePath{
 		{Path: "/metrics", Protocol: "http", LocalPathPort: 9102, ListenerPort: "metrics"},

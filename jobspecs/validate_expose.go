@@ -28,17 +28,23 @@ func checkExpose(tg *structs.TaskGroup, p path, labels []string, report reporter
 			ep := sp.sub("connect").sub("sidecar_service").sub("proxy").sub("expose")
 			checkExposePaths(px.Expose.Paths, ep, labels, busy, report)
 		}
+		portReported := false
 		for j := range s.Checks {
 			c := &s.Checks[j]
 			if !c.Expose || (c.Type != "http" && c.Type != "grpc") {
 				continue
 			}
 			cp := sp.item("check", j, c.Name)
+			if c.Type == "http" && !strings.HasPrefix(c.Path, "/") {
+				report(SeverityError, cp.attr("path"), "Invalid exposed check path",
+					fmt.Sprintf("Check path %q must start with \"/\" to be exposed through the sidecar.", c.Path))
+			}
 			if c.PortLabel != "" {
 				checkListenerLabel("Check port", c.PortLabel, cp.attr("port"), labels, busy, report)
 			}
-			if msg := exposeLocalPort(tg, s); msg != "" {
+			if msg := exposeLocalPort(tg, s); msg != "" && !portReported {
 				report(SeverityError, cp.attr("expose"), "Invalid exposed check", msg)
+				portReported = true // once per service
 			}
 		}
 	}

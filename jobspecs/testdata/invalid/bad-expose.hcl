@@ -34,6 +34,15 @@ job "bad-expose" {
       }
 
       check {
+        name     = "no-slash"
+        type     = "http"
+        path     = "health"
+        expose   = true
+        interval = "5s"
+        timeout  = "2s"
+      }
+
+      check {
         name     = "tcp-exposed"
         type     = "tcp"
         expose   = true

@@ -1,5 +1,6 @@
 # Expose paths, both forms: an http and a grpc check with expose = true
-# (each gets a dynamic port and an expose path through the sidecar), and an
+# (each gets a dynamic port and an expose path through the sidecar; a grpc
+# check's is /grpc.health.v1.Health/Check over HTTP/2), and an
 # explicit expose block serving /metrics on its own mapped port. The app
 # listens on 127.0.0.1 only; the sidecar serves these paths without mTLS.
 job "expose" {
