@@ -108,6 +108,14 @@ func TestExposePathsFromTheHost(t *testing.T) {
 		return false
 	})
 	t.Logf("alloc checks: %s", last)
+	// Registering the same jobspec again changes nothing: the generated
+	// port and expose path are the same, so no new version.
+	a.MustCLI("job", "run", "input/expose.hcl")
+	if j2, _, err := a.Nomad().Jobs().Info(job, nil); err != nil {
+		t.Error(err)
+	} else if *j2.Version != *j.Version {
+		t.Errorf("re-running the same jobspec: version %d -> %d, want unchanged", *j.Version, *j2.Version)
+	}
 	status := a.MustCLI("alloc", "status", alloc.ID[:8])
 	if !strings.Contains(status, "api-health") || !strings.Contains(status, "passing") {
 		t.Errorf("alloc status does not show the passing exposed check:\n%s", status)
