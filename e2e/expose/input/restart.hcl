@@ -8,6 +8,12 @@ job "restart" {
       mode = "bridge"
     }
 
+    restart {
+      attempts = 3
+      delay    = "1s"
+      mode     = "fail"
+    }
+
     service {
       name = "web"
       port = "8080"
