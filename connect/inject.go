@@ -10,7 +10,8 @@ import (
 
 // Inject adds, for every service with a sidecar_service, the sidecar's
 // public-listener port to the group network and a prestart sidecar task
-// `connect-proxy-<service>` merged with any sidecar_task override. The
+// `connect-proxy-<service>` merged with any sidecar_task override, and
+// turns exposed checks into expose paths (exposeChecks). The
 // task runs `meshlet connect sidecar`, which picks Envoy or the built-in
 // proxy on the node. Inject is idempotent.
 func Inject(job *structs.Job) error {
@@ -20,6 +21,9 @@ func Inject(job *structs.Job) error {
 			continue
 		}
 		if err := checkNetwork(tg); err != nil {
+			return err
+		}
+		if err := exposeChecks(tg); err != nil {
 			return err
 		}
 		for i, s := range services {

@@ -254,11 +254,11 @@ func TestParseSidecarOverrides(t *testing.T) {
 	wantChecks := []structs.ServiceCheck{
 		{Name: "billing-health", Type: "http", Path: "/health", Expose: true, Interval: 10 * time.Second,
 			Timeout: 2 * time.Second, CheckRestart: &structs.CheckRestart{Limit: 3, Grace: &grace}},
-		{Type: "grpc", PortLabel: "http", Expose: true, Interval: 15 * time.Second, Timeout: 3 * time.Second},
+		{Type: "grpc", PortLabel: "health", Expose: true, Interval: 15 * time.Second, Timeout: 3 * time.Second},
 	}
 	assertJSONEqual(t, svc.Checks, wantChecks)
 	wantExpose := &structs.ConsulExposeConfig{Paths: []*structs.ConsulExposePath{
-		{Path: "/metrics", Protocol: "http", LocalPathPort: 9102, ListenerPort: "http"}}}
+		{Path: "/metrics", Protocol: "http", LocalPathPort: 9102, ListenerPort: "metrics"}}}
 	assertJSONEqual(t, svc.Connect.SidecarService.Proxy.Expose, wantExpose)
 	if !svc.Connect.SidecarService.DisableDefaultTCPCheck || tg.Count != 2 {
 		t.Errorf("disable_default_tcp_check / count not decoded: %+v count=%d", svc.Connect.SidecarService, tg.Count)

@@ -25,6 +25,7 @@ func TestValidJobspecs(t *testing.T) {
 		"testdata/valid/multi-upstream.hcl":     nil,
 		"testdata/valid/batch-lifecycle.hcl":    nil,
 		"testdata/valid/checks.hcl":             nil,
+		"testdata/valid/expose.hcl":             nil,
 		"testdata/valid/runtime-references.hcl": {`Unknown raw_exec config key "nested"; ignored`},
 		"testdata/valid/sidecar-overrides.hcl":  {unsupportedMsg("template")},
 		"testdata/valid/spread.hcl":             nil,

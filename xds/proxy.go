@@ -85,6 +85,9 @@ func (b builder) proxy(inst catalog.ServiceInstance) (*proxyResources, error) {
 	if err := b.upstreams(p, out); err != nil {
 		return nil, err
 	}
+	if err := b.exposePaths(p, localAddr, timeout, out); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 

@@ -12,6 +12,10 @@ job "billing" {
       port "http" {
         to = 8080
       }
+
+      port "health" {}
+
+      port "metrics" {}
     }
 
     service {
@@ -35,7 +39,7 @@ job "billing" {
 
       check {
         type     = "grpc"
-        port     = "http"
+        port     = "health"
         expose   = true
         interval = "15s"
         timeout  = "3s"
@@ -53,7 +57,7 @@ job "billing" {
                 path            = "/metrics"
                 protocol        = "http"
                 local_path_port = 9102
-                listener_port   = "http"
+                listener_port   = "metrics"
               }
             }
 
