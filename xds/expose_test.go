@@ -48,7 +48,7 @@ func TestExposePathsResources(t *testing.T) {
 		}
 	}
 	all := func(string, string) bool { return true }
-	if err := checkConsistent(ls, cs, all); err != nil {
+	if err := checkConsistent(ls, cs, nil, all); err != nil {
 		t.Errorf("inconsistent: %v", err)
 	}
 	if len(res.listeners) != 4 || len(res.clusters) != 5 {
