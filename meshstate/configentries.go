@@ -201,7 +201,7 @@ func (s *Store) commitConfig(ctx context.Context, what string, guard int64, op c
 	if guard == 0 {
 		cmp = clientv3.Compare(clientv3.CreateRevision(ik), "=", 0)
 	}
-	resp, err := s.c.Txn(ctx).If(cmp).Then(op, clientv3.OpPut(ik, "")).Commit()
+	resp, err := s.c.Txn(ctx).If(cmp).Then(op, clientv3.OpPut(ik, strings.TrimPrefix(string(op.KeyBytes()), s.key(configEntriesDir)))).Commit()
 	if err != nil {
 		return 0, false, fmt.Errorf("failed to %s: %w", what, err)
 	}
