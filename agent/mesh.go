@@ -41,8 +41,10 @@ type mesh struct {
 	roots   string
 	ixIndex uint64
 	// configEntries is the registry of config entries the feed keeps
-	// current (newMeshConfig).
+	// current (newMeshConfig); configIndex is the index of the entries
+	// last cached (client-only agents; the feed's goroutine).
 	configEntries *configentry.Registry
+	configIndex   uint64
 	// sweepCancel and sweepDone stop the leader's sweep (servers).
 	sweepCancel context.CancelFunc
 	sweepDone   chan struct{}
@@ -116,6 +118,7 @@ func (a *Agent) startMeshFeed(selfNode string) {
 		ConfigEntries: a.mesh.configEntries}
 	if a.mesh.store == nil {
 		mc.OnIntentions = a.cacheIntentions
+		mc.OnConfig = a.cacheConfigEntries
 	}
 	a.mesh.mirror = meshstate.NewMirror(mc)
 	var follow func(context.Context, func(meshstate.Batch) error) error

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
@@ -62,4 +63,54 @@ func TestConfigEntriesThroughTheAgent(t *testing.T) {
 	if set, i := b.mesh.configEntries.Current(); set.Len() != 0 || i <= index {
 		t.Fatalf("registry after the delete = %v at %d", set.List(""), i)
 	}
+}
+
+// A client-only agent caches the config entries it applied and loads
+// them at the next start, so restored proxies keep their routes before
+// the servers' feed arrives; a corrupt cache is ignored whole; the cache
+// is written only for a new index.
+func TestConfigEntriesCache(t *testing.T) {
+	dir := t.TempDir()
+	a := &Agent{cfg: &Config{DataDir: dir}, logger: testLogger(), mesh: &mesh{}}
+	res := &consul.ServiceResolverConfigEntry{Kind: consul.ServiceResolver, Name: "b", DefaultSubset: "v1", ConnectTimeout: 2 * time.Second,
+		Subsets: map[string]consul.ServiceResolverSubset{"v1": {Filter: "Service.Meta.version == v1"}}, CreateIndex: 3, ModifyIndex: 5}
+	set := configentry.NewSet(res, &consul.ServiceConfigEntry{Kind: consul.ServiceDefaults, Name: "b", Protocol: "http", CreateIndex: 2, ModifyIndex: 2})
+	a.cacheConfigEntries(set, 5)
+	path := configCachePath(dir)
+
+	b := &Agent{cfg: &Config{DataDir: dir}, logger: testLogger(), mesh: &mesh{}}
+	reg := configentry.NewRegistry()
+	b.restoreConfigEntries(reg)
+	got, index := reg.Current()
+	r, _ := got.Get(consul.ServiceResolver, "b").(*consul.ServiceResolverConfigEntry)
+	if index != 5 || got.Len() != 2 || r == nil || r.ConnectTimeout != 2*time.Second || r.Subsets["v1"].Filter != res.Subsets["v1"].Filter ||
+		r.ModifyIndex != 5 || r.CreateIndex != 3 || b.mesh.configIndex != 5 {
+		t.Fatalf("restored %v at %d (resolver %+v)", got.List(""), index, r)
+	}
+	// The same index again is not written; a new one is.
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	b.cacheConfigEntries(set, 5)
+	if _, err := os.Stat(path); err == nil {
+		t.Fatal("cache rewritten for an unchanged index")
+	}
+	b.cacheConfigEntries(set.Without(configentry.Key{Kind: consul.ServiceResolver, Name: "b"}), 6)
+	if s, i, err := loadConfigCache(path); err != nil || i != 6 || s.Len() != 1 {
+		t.Fatalf("cache after a new index = %v, %d, %v", s, i, err)
+	}
+
+	// Corrupt (one entry does not decode): ignored whole.
+	if err := os.WriteFile(path, []byte(`{"Index":9,"Entries":[{"Key":"service-defaults/b","Value":"e30="}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := &Agent{cfg: &Config{DataDir: dir}, logger: testLogger(), mesh: &mesh{}}
+	reg2 := configentry.NewRegistry()
+	c.restoreConfigEntries(reg2)
+	if s, i := reg2.Current(); s.Len() != 0 || i != 0 || c.mesh.configIndex != 0 {
+		t.Fatalf("a corrupt cache was applied: %v at %d", s.List(""), i)
+	}
+	// No cache at all: nothing happens.
+	d := &Agent{cfg: &Config{DataDir: t.TempDir()}, logger: testLogger(), mesh: &mesh{}}
+	d.restoreConfigEntries(configentry.NewRegistry())
 }

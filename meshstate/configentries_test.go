@@ -172,7 +172,13 @@ func TestConfigEntriesFeedRegistry(t *testing.T) {
 	reg := configentry.NewRegistry()
 	notified := make(chan uint64, 16)
 	reg.Subscribe(func(i uint64) { notified <- i })
-	m := NewMirror(MirrorConfig{ConfigEntries: reg})
+	var onMu sync.Mutex
+	var onIndexes []uint64
+	m := NewMirror(MirrorConfig{ConfigEntries: reg, OnConfig: func(set *configentry.Set, i uint64) {
+		onMu.Lock()
+		onIndexes = append(onIndexes, i)
+		onMu.Unlock()
+	}})
 	fctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- s.Follow(fctx, m.Apply) }()
@@ -208,6 +214,11 @@ func TestConfigEntriesFeedRegistry(t *testing.T) {
 	default:
 		t.Fatal("subscribers were not notified")
 	}
+	onMu.Lock()
+	if n := len(onIndexes); n < 3 || onIndexes[n-1] != idx {
+		t.Fatalf("OnConfig saw indexes %v; want the reset, the write and the delete (last %d)", onIndexes, idx)
+	}
+	onMu.Unlock()
 
 	// A restarted server: a new client and store over the same state.
 	s2 := openTest(t, newClient(t), prefix)

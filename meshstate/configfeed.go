@@ -94,6 +94,9 @@ func (m *Mirror) applyConfig(b Batch) {
 		}
 	}
 	reg.Replace(next, index)
+	if m.cfg.OnConfig != nil {
+		m.cfg.OnConfig(next, index)
+	}
 }
 
 // decodeConfig decodes one stored entry; on failure it logs and returns

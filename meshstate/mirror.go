@@ -30,8 +30,11 @@ type MirrorConfig struct {
 	// servers sent once it is applied (a client agent caches it).
 	OnIntentions func(intention.State)
 	// ConfigEntries, when set, is the agent's registry of config entries
-	// (Replace-fed with every change, see ConfigBatch).
+	// (Replace-fed with every change, see ConfigBatch); OnConfig, when
+	// set, is called with every set it installs (a client agent caches
+	// it).
 	ConfigEntries *configentry.Registry
+	OnConfig      func(set *configentry.Set, index uint64)
 	// SelfNode is this agent's node ID ("" on a server-only agent): its
 	// registrations come from the Registrar, not from the feed.
 	SelfNode string
