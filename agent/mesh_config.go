@@ -13,6 +13,10 @@ import (
 	"github.com/meshlet/meshlet/meshstate"
 )
 
+// The servers' RPC backend writes client agents' config entries (package
+// rpc serves them when its ConnectBackend is a ConfigEntryWriter).
+var _ meshstate.ConfigEntryWriter = connectBackend{}
+
 // newMeshConfig is the agent's registry of the cluster's L7 config
 // entries, which the mesh feed keeps current (Replace on every change; see
 // startMeshFeed) and the control plane reads (xDS, authz, the API); and

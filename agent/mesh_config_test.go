@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -113,4 +114,51 @@ func TestConfigEntriesCache(t *testing.T) {
 	// No cache at all: nothing happens.
 	d := &Agent{cfg: &Config{DataDir: t.TempDir()}, logger: testLogger(), mesh: &mesh{}}
 	d.restoreConfigEntries(configentry.NewRegistry())
+}
+
+// A client-only agent's config writes go through a server (the rpc call),
+// are checked and stored there, and reach both agents' registries; the
+// client caches what it applied.
+func TestConfigEntriesThroughAClientOnlyAgent(t *testing.T) {
+	srv := startAgent(t, t.TempDir())
+	t.Cleanup(func() { _ = srv.Shutdown() })
+	dir := t.TempDir()
+	cl := startAgentWith(t, dir, func(cfg *Config) {
+		cfg.Cluster = ClusterConfig{Client: true, Servers: []string{srv.RPCAddr()}}
+		cfg.NodeName = "test-client"
+	})
+	t.Cleanup(func() { _ = cl.Shutdown() })
+	if cl.mesh.store != nil {
+		t.Fatal("the client-only agent opened the servers' store")
+	}
+	c, err := consul.NewClient(&consul.Config{Address: cl.ControlPlane().HTTPAddr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok, _, err := c.ConfigEntries().Set(&consul.ServiceConfigEntry{Kind: consul.ServiceDefaults, Name: "web", Protocol: "grpc"}, nil)
+	if err != nil || !ok {
+		t.Fatalf("Set through the client = %v, %v", ok, err)
+	}
+	set, index := cl.mesh.configEntries.Current()
+	if e, _ := set.Get(configentry.ServiceDefaults, "web").(*consul.ServiceConfigEntry); e == nil || e.Protocol != "grpc" || index == 0 {
+		t.Fatalf("client registry after its write = %v at %d", set.List(""), index)
+	}
+	testutil.WaitFor(t, 10*time.Second, "the entry in the server's registry", func() bool {
+		s, i := srv.mesh.configEntries.Current()
+		return s.Get(configentry.ServiceDefaults, "web") != nil && i == index
+	})
+	_, _, err = c.ConfigEntries().Set(&consul.ServiceConfigEntry{Kind: "service-nope", Name: "x"}, nil)
+	if err == nil || !strings.Contains(err.Error(), "400") {
+		t.Fatalf("an unknown kind through the client = %v, want a 400", err)
+	}
+	testutil.WaitFor(t, 10*time.Second, "the client's cache", func() bool {
+		s, i, err := loadConfigCache(configCachePath(dir))
+		return err == nil && i == index && s.Len() == 1
+	})
+	if _, err := c.ConfigEntries().Delete(consul.ServiceDefaults, "web", nil); err != nil {
+		t.Fatalf("Delete through the client = %v", err)
+	}
+	if s, _ := cl.mesh.configEntries.Current(); s.Len() != 0 {
+		t.Fatalf("client registry after its delete = %v", s.List(""))
+	}
 }
