@@ -1,5 +1,5 @@
 // Package consulapi serves the subset of Consul's HTTP API that connect
-// tooling needs (catalog, health/connect, intentions, CA roots and leaves,
+// tooling needs (catalog, health/connect, intentions, config entries, CA roots and leaves,
 // CA configuration and root rotation, agent authorize), in the exact JSON
 // shapes github.com/hashicorp/consul/api decodes. The agent serves it on
 // 127.0.0.1:8500. It owns HTTP concerns
