@@ -36,6 +36,7 @@ func (a *Agent) startControlPlane() error {
 	if err != nil {
 		return err
 	}
+	configEntries, configWriter := a.newMeshConfig()
 	cp, err := controlplane.New(controlplane.Config{
 		CA:           caMgr,
 		Intentions:   a.newMeshIntentions(),
@@ -54,6 +55,8 @@ func (a *Agent) startControlPlane() error {
 		StopGrace:    shutdownTimeout,
 		Logger:       a.logger,
 		Registerer:   a.metrics,
+
+		ConfigEntries: configEntries, ConfigWriter: configWriter,
 	}, a.catalog)
 	if err != nil {
 		_ = caMgr.Close()

@@ -14,6 +14,7 @@ import (
 	"github.com/meshlet/meshlet/ca"
 	"github.com/meshlet/meshlet/catalog"
 	"github.com/meshlet/meshlet/client"
+	"github.com/meshlet/meshlet/configentry"
 	"github.com/meshlet/meshlet/intention"
 	"github.com/meshlet/meshlet/meshstate"
 	"github.com/meshlet/meshlet/rpc"
@@ -39,6 +40,11 @@ type mesh struct {
 	// are used by the feed's goroutine after start.
 	roots   string
 	ixIndex uint64
+	// configEntries is the registry of config entries the feed keeps
+	// current (newMeshConfig); configIndex is the index of the entries
+	// last cached (client-only agents; the feed's goroutine).
+	configEntries *configentry.Registry
+	configIndex   uint64
 	// sweepCancel and sweepDone stop the leader's sweep (servers).
 	sweepCancel context.CancelFunc
 	sweepDone   chan struct{}
@@ -108,9 +114,11 @@ func (a *Agent) newMeshIntentions() *intention.Store {
 func (a *Agent) startMeshFeed(selfNode string) {
 	cp := a.controlPlane
 	mc := meshstate.MirrorConfig{Catalog: a.catalog, Intentions: cp.Intentions,
-		OnRoots: func(r ca.Roots) { a.applyRoots(cp.CA, r) }, SelfNode: selfNode, Logger: a.logger}
+		OnRoots: func(r ca.Roots) { a.applyRoots(cp.CA, r) }, SelfNode: selfNode, Logger: a.logger,
+		ConfigEntries: a.mesh.configEntries}
 	if a.mesh.store == nil {
 		mc.OnIntentions = a.cacheIntentions
+		mc.OnConfig = a.cacheConfigEntries
 	}
 	a.mesh.mirror = meshstate.NewMirror(mc)
 	var follow func(context.Context, func(meshstate.Batch) error) error

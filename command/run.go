@@ -91,6 +91,7 @@ var groups = []group{
 	{"server", "Inspect and manage the cluster's servers", "$ meshlet server members"},
 	{"operator", "Save and restore snapshots of the cluster's state", "$ meshlet operator snapshot save backup.snap\n  $ meshlet operator snapshot restore backup.snap"},
 	{"intention", "Manage service-mesh intentions (who may talk to whom)", "$ meshlet intention create -deny web db\n  $ meshlet intention check web db"},
+	{"config", "Write, read, list and delete L7 config entries (routers, splitters, resolvers...)", "$ meshlet config write resolver.hcl\n  $ meshlet config list -kind service-resolver"},
 	{"connect", "Run sidecar proxies (Envoy bootstraps, the built-in proxy); manage the mesh CA", "$ meshlet connect envoy -sidecar-for <service-id> -bootstrap\n  $ meshlet connect proxy -sidecar-for <service-id>\n  $ meshlet connect ca set-config -config-file ca.json"},
 	{"tls", "Create a CA and certificates for mutual TLS between agents", "$ meshlet tls ca create\n  $ meshlet tls cert create -server"},
 }

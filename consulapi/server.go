@@ -1,5 +1,5 @@
 // Package consulapi serves the subset of Consul's HTTP API that connect
-// tooling needs (catalog, health/connect, intentions, CA roots and leaves,
+// tooling needs (catalog, health/connect, intentions, config entries, CA roots and leaves,
 // CA configuration and root rotation, agent authorize), in the exact JSON
 // shapes github.com/hashicorp/consul/api decodes. The agent serves it on
 // 127.0.0.1:8500. It owns HTTP concerns
@@ -58,6 +58,11 @@ type Deps struct {
 	// call through a server on a client agent. nil: CA's own Rotate if it
 	// has one.
 	RotateCA func(ctx context.Context) error
+	// ConfigEntries is the registry of config entries /v1/config reads
+	// (nil: an empty one); ConfigWriter writes them (nil over a
+	// *configentry.Registry: into it, in memory). See config.go.
+	ConfigEntries ConfigEntries
+	ConfigWriter  ConfigWriter
 }
 
 // Server is the Consul-shaped HTTP API.
@@ -84,6 +89,7 @@ func NewServer(d Deps, logger hclog.Logger) *Server {
 	if d.NodeAddress == "" {
 		d.NodeAddress = "127.0.0.1"
 	}
+	d = configDeps(d)
 	s := &Server{d: d, logger: logger.Named("consulapi"), mux: http.NewServeMux()}
 	s.done, s.close = context.WithCancel(context.Background())
 	s.routes()
@@ -121,6 +127,7 @@ func (s *Server) routes() {
 		"POST /v1/agent/connect/authorize":     s.authorize,
 		"PUT /v1/agent/connect/authorize":      s.authorize,
 	}
+	s.configRoutes(h)
 	for pattern, fn := range h {
 		s.mux.HandleFunc(pattern, fn)
 	}

@@ -72,8 +72,12 @@ type Config struct {
 	Logger     hclog.Logger
 	Registerer prometheus.Registerer
 	// ConfigEntries holds the L7 config entries the xDS server compiles
-	// into discovery chains (nil: a registry that stays empty).
+	// into discovery chains and the Consul-shaped API serves (nil: a new
+	// empty registry). ConfigWriter writes them for the API (an agent
+	// passes its cluster's: the servers' store or a call through a
+	// server); nil: the API writes into ConfigEntries, in memory.
 	ConfigEntries *configentry.Registry
+	ConfigWriter  consulapi.ConfigWriter
 	// CA and Intentions, when set, are used instead of the ones DataDir
 	// would hold: an agent in a cluster passes its etcd-backed or remote
 	// CA and its mirror of the cluster's intentions. The control plane
@@ -128,7 +132,15 @@ func New(cfg Config, cat *catalog.Catalog) (*ControlPlane, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.ConfigEntries == nil {
+		cfg.ConfigEntries = configentry.NewRegistry()
+	}
 	az := authz.New(caMgr, ix, cfg.Logger, cfg.Registerer)
+	reg := cfg.ConfigEntries
+	az.SetProtocols(func(svc string) string {
+		set, _ := reg.Current()
+		return set.Protocol(svc)
+	})
 	xs, err := xds.NewServer(xds.Config{
 		Catalog: cat, Certs: caMgr, Datacenter: cfg.Datacenter,
 		Logger: cfg.Logger, Registerer: cfg.Registerer, LocalProxy: cfg.LocalProxy,
@@ -187,7 +199,7 @@ func (c *ControlPlane) Start() error {
 	c.api = consulapi.NewServer(consulapi.Deps{
 		Catalog: c.Catalog, CA: c.CA, Intentions: c.Intentions, Authz: c.Authz,
 		Datacenter: c.cfg.Datacenter, NodeName: c.cfg.NodeName, NodeAddress: c.cfg.NodeAddress,
-		RotateCA: c.cfg.RotateCA,
+		RotateCA: c.cfg.RotateCA, ConfigEntries: c.cfg.ConfigEntries, ConfigWriter: c.cfg.ConfigWriter,
 	}, c.cfg.Logger)
 	policy := c.cfg.HTTPPolicy
 	if policy.Logger == nil {

@@ -5,6 +5,8 @@
 //
 //	catalog/<node-id>/<alloc-id>  one allocation's service registrations
 //	intentions                    every intention, one value (compare-and-swap)
+//	config/entries/<kind>/<name>  one L7 config entry (consul/api's JSON)
+//	config/index                  moved by every config entry write (its guard)
 //	ca/roots                      the CA's cluster ID, index and public roots
 //	ca/keys/<root-id>             a root's private key (servers only)
 //

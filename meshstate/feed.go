@@ -20,6 +20,9 @@ type Batch struct {
 	Intentions *intention.State `json:",omitempty"`
 	// Roots, when set, are the CA's new public roots.
 	Roots *ca.Roots `json:",omitempty"`
+	// Config, when set, carries the config entries: all of them in a
+	// Reset batch, else those that changed (see ConfigBatch).
+	Config *ConfigBatch `json:",omitempty"`
 }
 
 // AllocRegs are one allocation's service registrations.

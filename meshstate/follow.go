@@ -41,7 +41,7 @@ func (s *Store) Snapshot(ctx context.Context) (Batch, error) {
 	if err != nil {
 		return Batch{}, fmt.Errorf("failed to read the mesh state: %w", err)
 	}
-	b := Batch{Revision: resp.Header.Revision, Reset: true, Intentions: &intention.State{}}
+	b := Batch{Revision: resp.Header.Revision, Reset: true, Intentions: &intention.State{}, Config: &ConfigBatch{}}
 	for _, r := range resp.Responses {
 		for _, kv := range r.GetResponseRange().Kvs {
 			s.applyKV(&b, nil, kv, false)
@@ -62,6 +62,8 @@ func (s *Store) applyKV(b *Batch, allocIdx map[string]int, kv *mvccpb.KeyValue, 
 	switch {
 	case strings.HasPrefix(sub, catalogDir):
 		s.applyAlloc(b, allocIdx, sub, kv, deleted)
+	case strings.HasPrefix(sub, configDir):
+		applyConfigKV(b, sub, kv, deleted)
 	case sub == intentionsKey:
 		st := intention.State{}
 		if !deleted {
@@ -208,5 +210,5 @@ func (s *Store) watchBatch(events []*clientv3.Event) (b Batch, ok bool) {
 		s.applyKV(&b, idx, ev.Kv, ev.Type == clientv3.EventTypeDelete)
 		b.Revision = ev.Kv.ModRevision
 	}
-	return b, len(b.Allocs) > 0 || b.Intentions != nil || b.Roots != nil
+	return b, len(b.Allocs) > 0 || b.Intentions != nil || b.Roots != nil || b.Config != nil
 }

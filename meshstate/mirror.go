@@ -11,6 +11,7 @@ import (
 
 	"github.com/meshlet/meshlet/ca"
 	"github.com/meshlet/meshlet/catalog"
+	"github.com/meshlet/meshlet/configentry"
 	"github.com/meshlet/meshlet/intention"
 )
 
@@ -28,6 +29,12 @@ type MirrorConfig struct {
 	// OnIntentions, when set, is called with every intentions state the
 	// servers sent once it is applied (a client agent caches it).
 	OnIntentions func(intention.State)
+	// ConfigEntries, when set, is the agent's registry of config entries
+	// (Replace-fed with every change, see ConfigBatch); OnConfig, when
+	// set, is called with every set it installs (a client agent caches
+	// it).
+	ConfigEntries *configentry.Registry
+	OnConfig      func(set *configentry.Set, index uint64)
 	// SelfNode is this agent's node ID ("" on a server-only agent): its
 	// registrations come from the Registrar, not from the feed.
 	SelfNode string
@@ -120,6 +127,7 @@ func (m *Mirror) Apply(b Batch) error {
 			m.cfg.OnIntentions(*b.Intentions)
 		}
 	}
+	m.applyConfig(b)
 	if b.Roots != nil && m.cfg.OnRoots != nil {
 		m.cfg.OnRoots(*b.Roots)
 	}

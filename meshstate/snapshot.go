@@ -20,11 +20,11 @@ var ErrOtherCA = errors.New("the snapshot's CA is of another trust domain")
 
 // DurableKeys are the key ranges (prefixes relative to the store's prefix,
 // in key order) that a backup of the mesh state carries: the CA (ca/roots
-// and every root's private key under ca/keys/) and the intentions. The
-// catalog registrations (catalog/) are not durable state: each node's
-// Registrar writes its own again within its sync interval (anti-entropy),
-// so a restore leaves them as they are.
-func DurableKeys() []string { return []string{caDir, intentionsKey} }
+// and every root's private key under ca/keys/), the config entries
+// (config/) and the intentions. The catalog registrations (catalog/) are
+// not durable state: each node's Registrar writes its own again within
+// its sync interval (anti-entropy), so a restore leaves them as they are.
+func DurableKeys() []string { return []string{caDir, configDir, intentionsKey} }
 
 // SnapshotInfo describes the durable mesh state of a snapshot.
 type SnapshotInfo struct {
@@ -34,6 +34,8 @@ type SnapshotInfo struct {
 	Roots        int
 	// Intentions counts the intentions (0 also when none were stored).
 	Intentions int
+	// ConfigEntries counts the config entries.
+	ConfigEntries int
 	// PreviousClusterID is set by PrepareRestore when the snapshot's CA
 	// replaces one of another cluster ID (allowOtherCA): the stored CA's.
 	PreviousClusterID string
@@ -49,7 +51,8 @@ func (i SnapshotInfo) TrustDomain() string {
 
 // CheckDurable validates the durable keys of a snapshot (keys relative to
 // the store's prefix, as DurableKeys selects them): only known keys; the
-// intentions decode and validate; ca/roots decodes and, with the keys
+// config entries decode under their keys; the intentions decode and
+// validate; ca/roots decodes and, with the keys
 // under ca/keys/, passes ca.CheckStoredState (each root's certificate,
 // cross-signed certificate and private key parse and match, exactly one
 // root active); a key under ca/keys/ for every root and for no other. A
@@ -57,15 +60,21 @@ func (i SnapshotInfo) TrustDomain() string {
 // ErrInvalid and name the key.
 func CheckDurable(snap map[string][]byte) (SnapshotInfo, error) {
 	var info SnapshotInfo
-	keys := map[string][]byte{}
+	keys, config := map[string][]byte{}, map[string][]byte{}
 	for k, v := range snap {
 		switch {
+		case strings.HasPrefix(k, configDir):
+			config[k] = v
 		case k == intentionsKey, k == caRootsKey:
 		case strings.HasPrefix(k, caKeysDir) && checkSegment("root ID", strings.TrimPrefix(k, caKeysDir)) == nil:
 			keys[strings.TrimPrefix(k, caKeysDir)] = v
 		default:
 			return info, fmt.Errorf("%w: snapshot key %q is not durable mesh state", ErrInvalid, k)
 		}
+	}
+	var err error
+	if info.ConfigEntries, err = checkConfigDurable(config); err != nil {
+		return info, err
 	}
 	if b, ok := snap[intentionsKey]; ok {
 		st, err := intention.DecodeState(b)
@@ -126,12 +135,14 @@ func checkRoots(b []byte, keys map[string][]byte) (storedRoots, error) {
 
 // PrepareRestore returns the durable keys a restore writes in place of
 // live (the durable keys stored now), both relative to the store's prefix:
-// snap's, checked by CheckDurable, with two changes:
+// snap's, checked by CheckDurable, with these changes:
 //
 //   - The indexes of the intentions and of ca/roots move past both live's
 //     and snap's, so blocking queries and mirrors see a change; a value
 //     equal to live's but for its index is live's, unchanged (a restore
 //     that does not change the CA does not re-issue leaves).
+//   - config/index gets a new value when the config entries differ from
+//     live's (the config index moves), else keeps live's.
 //   - A snapshot without a CA keeps live's (ca/roots and keys together);
 //     one without intentions means none: an empty list.
 //
@@ -152,6 +163,7 @@ func PrepareRestore(snap, live map[string][]byte, allowOtherCA bool) (map[string
 		}
 		out[intentionsKey] = ix
 	}
+	restoredConfig(snap, live, out)
 	_, withCA := snap[caRootsKey]
 	from := snap
 	if !withCA {

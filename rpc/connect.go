@@ -106,6 +106,7 @@ func (s *Server) connectRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST "+pathConnectIntentions, s.handleConnectIntentions)
 	mux.HandleFunc("GET "+pathConnectRoots, s.handleConnectRoots)
 	mux.HandleFunc("POST "+pathConnectCARotate, s.handleConnectCARotate)
+	mux.HandleFunc("POST "+pathConnectConfig, s.handleConnectConfig)
 }
 
 // handleConnectRoots answers the CA's public roots to any peer the TLS

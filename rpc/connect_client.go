@@ -151,7 +151,9 @@ func connectAnswerError(req *request, addr string, resp *http.Response, rd io.Re
 	case codeConnectNotServed:
 		return fmt.Errorf("failed to %s: %w by server %s", req.what, ErrConnectNotServed, addr)
 	default:
-		return answerError(req, addr, resp, rd)
+		if sentinel = configSentinel(resp.Header.Get(headerErrorCode)); sentinel == nil {
+			return answerError(req, addr, resp, rd)
+		}
 	}
 	var er errorResponse
 	msg := sentinel.Error()
