@@ -178,8 +178,11 @@ func TestL7Intentions(t *testing.T) {
 	if c := tally(t, a, svcA.ID, "/public", 20); c["200 v1"]+c["200 v2"]+c["503 v1 flaked"] != 20 {
 		t.Fatalf("/public x20 = %v; want allowed", c)
 	}
-	out := a.MustCLI("intention", "check", "-path", "/admin", "service-a", "service-b")
-	if !strings.Contains(out, "Denied: denied by permission 1") {
-		t.Fatalf("intention check = %q", out)
+	// intention check exits 1 on "Denied" (0 allowed, 2 error).
+	if r := a.CLI("intention", "check", "-path", "/admin", "service-a", "service-b"); r.Code != 1 || !strings.Contains(r.Stdout, "Denied: denied by permission 1") {
+		t.Fatalf("intention check -path /admin: exit %d: %q %q", r.Code, r.Stdout, r.Stderr)
+	}
+	if r := a.CLI("intention", "check", "-path", "/public", "service-a", "service-b"); r.Code != 0 || !strings.Contains(r.Stdout, "Allowed") {
+		t.Fatalf("intention check -path /public: exit %d: %q %q", r.Code, r.Stdout, r.Stderr)
 	}
 }
