@@ -7,8 +7,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -62,6 +64,32 @@ func (c *cluster) stop() {
 	for _, a := range agents {
 		removeAllocNamespaces(c.t, a)
 	}
+	// Tasks outlive a killed agent (as Nomad's do); the test's must not
+	// outlive the test. They all run in an alloc dir under dataRoot.
+	if pids := killUnder(c.dataRoot); len(pids) > 0 {
+		c.t.Logf("cleanup: killed %d task processes left by the killed agents: %v", len(pids), pids)
+	}
+}
+
+// killUnder kills every process whose working directory is under dir and
+// returns their PIDs.
+func killUnder(dir string) []int {
+	procs, _ := filepath.Glob("/proc/[0-9]*/cwd")
+	var out []int
+	for _, p := range procs {
+		cwd, err := os.Readlink(p)
+		if err != nil || !strings.HasPrefix(strings.TrimSuffix(cwd, " (deleted)"), dir+"/") {
+			continue
+		}
+		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if syscall.Kill(pid, syscall.SIGKILL) == nil {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
 
 // removeAllocNamespaces deletes the network namespaces of a killed agent's
