@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -39,8 +38,10 @@ type host struct {
 // clusterState is an immutable snapshot of a cluster's config and endpoints.
 type clusterState struct {
 	cfg     *clusterConfig
-	hosts   []*host   // all, sorted by priority
-	healthy [][]*host // healthy hosts grouped by ascending priority
+	hosts   []*host    // all, sorted by priority
+	healthy [][]*host  // healthy hosts grouped by ascending priority
+	rings   []hashRing // ring_hash: one ring per healthy group
+	panic   hashRing   // ring_hash: all hosts (no healthy one)
 	byAddr  map[string]*host
 	tlsConf *tls.Config // nil: plaintext
 }
@@ -105,6 +106,9 @@ func (c *cluster) apply(cfgEntry, edsEntry *entry, set *endpointSet) {
 			delete(c.hostStats, addr)
 		}
 	}
+	if cfg.lb == lbRingHash {
+		st.buildRings()
+	}
 	c.stats.membershipTotal.Store(int64(len(st.hosts)))
 	c.stats.membershipHealthy.Store(healthyCount)
 	old := c.state.Swap(st)
@@ -117,44 +121,6 @@ func (c *cluster) apply(cfgEntry, edsEntry *entry, set *endpointSet) {
 	}
 }
 
-// candidates returns the endpoints to try, in order: round robin (or the
-// configured policy) within each priority of healthy endpoints, lower
-// priorities first; all endpoints if none is healthy (Envoy's panic mode).
-func (c *cluster) candidates(st *clusterState) []*host {
-	groups := st.healthy
-	if len(groups) == 0 && len(st.hosts) > 0 {
-		groups = [][]*host{st.hosts}
-	}
-	out := make([]*host, 0, maxConnectAttempts)
-	for _, g := range groups {
-		start := c.pickStart(st.cfg.lb, g)
-		for i := range g {
-			out = append(out, g[(start+i)%len(g)])
-			if len(out) == maxConnectAttempts {
-				return out
-			}
-		}
-	}
-	return out
-}
-
-func (c *cluster) pickStart(lb lbPolicy, g []*host) int {
-	n := len(g)
-	switch {
-	case n == 1:
-		return 0
-	case lb == lbRandom:
-		return rand.IntN(n)
-	case lb == lbLeastRequest:
-		a, b := rand.IntN(n), rand.IntN(n)
-		if g[b].stats.cxActive.Load()+g[b].stats.rqActive.Load() < g[a].stats.cxActive.Load()+g[a].stats.rqActive.Load() {
-			return b
-		}
-		return a
-	}
-	return int((c.rr.Add(1) - 1) % uint64(n))
-}
-
 // dial opens a connection to one endpoint, failing over to the next on a
 // connect or TLS failure. done must be called when the connection closes.
 func (c *cluster) dial(ctx context.Context) (net.Conn, *host, func(), error) {
@@ -162,7 +128,7 @@ func (c *cluster) dial(ctx context.Context) (net.Conn, *host, func(), error) {
 	if st == nil {
 		return nil, nil, nil, ErrNoHealthyUpstream
 	}
-	cands := c.candidates(st)
+	cands := c.candidates(st, lbContext{}, nil)
 	if len(cands) == 0 {
 		c.stats.cxNoneHealthy.Add(1)
 		return nil, nil, nil, ErrNoHealthyUpstream

@@ -21,6 +21,7 @@ const (
 	lbRoundRobin lbPolicy = iota
 	lbRandom
 	lbLeastRequest
+	lbRingHash // also MAGLEV: consistent hashing on the route's hash policy
 )
 
 // clusterConfig is a decoded, validated Cluster.
@@ -70,6 +71,8 @@ func decodeCluster(c *clusterv3.Cluster) (*clusterConfig, error) {
 		out.lb = lbRandom
 	case clusterv3.Cluster_LEAST_REQUEST:
 		out.lb = lbLeastRequest
+	case clusterv3.Cluster_RING_HASH, clusterv3.Cluster_MAGLEV:
+		out.lb = lbRingHash
 	default:
 		return nil, wrap(fmt.Errorf("lb_policy %s is not supported", c.GetLbPolicy()))
 	}

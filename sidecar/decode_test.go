@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -216,7 +217,7 @@ func TestRouteMatching(t *testing.T) {
 		}
 		got := ""
 		for _, r := range vh.routes {
-			if r.matches(tc.path, h) {
+			if r.matches(&reqView{req: &http.Request{Method: "GET", Host: tc.host, URL: &url.URL{Path: tc.path}, Header: h}}) {
 				got = r.clusters[0].name
 				break
 			}

@@ -2,7 +2,6 @@ package sidecar
 
 import (
 	"bufio"
-	"context"
 	"crypto/tls"
 	"errors"
 	"io"
@@ -47,6 +46,7 @@ type h1conn struct {
 	armed  time.Time   // when the idle read deadline was last pushed out
 	client string      // downstream IP, for X-Forwarded-For
 	proto  string      // X-Forwarded-Proto
+	peer   *authzPeer  // HTTP ext_authz identity, computed on first use
 }
 
 // serveHTTP runs the HTTP connection manager on c until the connection
@@ -156,77 +156,6 @@ func (h *h1conn) finishBody(body io.ReadCloser) bool {
 	}
 	_, err := io.CopyN(io.Discard, body, h1MaxDrainBody)
 	return err == io.EOF
-}
-
-// route picks the request's route and cluster and proxies it; it reports
-// whether the connection may be kept.
-func (h *h1conn) route(req *http.Request, keep bool) bool {
-	l, st := h.l, h.c.state.httpStats
-	hc := h.c.state.cfg.chain.http
-	rc := hc.routes
-	if hc.rdsName != "" {
-		rc = l.p.routes.get(hc.rdsName)
-	}
-	var rt *route
-	if rc != nil {
-		if vh := rc.selectVirtualHost(req.Host); vh != nil {
-			for _, cand := range vh.routes {
-				if cand.matches(req.URL.Path, req.Header) {
-					rt = cand
-					break
-				}
-			}
-		}
-	}
-	if rt == nil {
-		st.noRoute.Add(1)
-		return h.localReply(req, http.StatusNotFound, "", keep)
-	}
-	cl := l.p.clusters.get(pickWeighted(rt.clusters))
-	if cl == nil {
-		st.noCluster.Add(1)
-		return h.localReply(req, http.StatusServiceUnavailable, "no healthy upstream", keep)
-	}
-	return h.proxy(req, rt, cl, keep)
-}
-
-// proxy sends req to the cluster and relays the answer.
-func (h *h1conn) proxy(req *http.Request, rt *route, cl *cluster, keep bool) bool {
-	ctx := h.l.ctx
-	if rt.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, rt.timeout)
-		defer cancel()
-	}
-	if strings.EqualFold(req.Header.Get("Expect"), "100-continue") {
-		// Answered here, as Envoy does by default; the upstream gets the
-		// body without waiting.
-		req.Header.Del("Expect")
-		if req.Body != http.NoBody {
-			_, _ = h.bw.WriteString("HTTP/1.1 100 Continue\r\n\r\n")
-			if h.bw.Flush() != nil {
-				return false
-			}
-		}
-	}
-	upgrade := h.outbound(req, rt)
-	resp, err := cl.roundTrip(req.WithContext(ctx))
-	if err != nil {
-		h.c.state.httpStats.upstreamFail.Add(1)
-		code := http.StatusServiceUnavailable
-		// The route's deadline passing is a timeout, whichever error the
-		// transport reported when it noticed.
-		if errors.Is(err, context.DeadlineExceeded) || deadlinePassed(ctx) {
-			code = http.StatusGatewayTimeout
-		}
-		return h.localReply(req, code, "upstream connect error or disconnect/reset before headers", keep)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode == http.StatusSwitchingProtocols {
-		h.relayUpgrade(req, resp, upgrade)
-		return false
-	}
-	return h.writeResponse(req, resp, keep)
 }
 
 // outbound turns the downstream request into the upstream one in place:

@@ -1,0 +1,136 @@
+package sidecar
+
+import (
+	"hash/fnv"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strconv"
+)
+
+// ringMinSize is the number of points of a ring_hash ring (Envoy's
+// minimum_ring_size default).
+const ringMinSize = 1024
+
+// lbContext is what a request tells the load balancer: its hash (from
+// the route's hash_policy) for ring_hash.
+type lbContext struct {
+	hash    uint64
+	hasHash bool
+}
+
+// ringPoint is one point of a consistent hash ring.
+type ringPoint struct {
+	hash uint64
+	idx  int // index in the ring's group
+}
+
+type hashRing []ringPoint
+
+// buildRing places every host of g on a ring, weighted by its endpoint
+// weight.
+func buildRing(g []*host) hashRing {
+	if len(g) == 0 {
+		return nil
+	}
+	var total uint64
+	for _, h := range g {
+		total += uint64(max(h.ep.weight, 1))
+	}
+	ring := make(hashRing, 0, ringMinSize+len(g))
+	for i, h := range g {
+		n := max(1, int(uint64(ringMinSize)*uint64(max(h.ep.weight, 1))/total))
+		for k := 0; k < n; k++ {
+			ring = append(ring, ringPoint{hash: hashString(h.ep.addr + "_" + strconv.Itoa(k)), idx: i})
+		}
+	}
+	sort.Slice(ring, func(a, b int) bool { return ring[a].hash < ring[b].hash })
+	return ring
+}
+
+// lookup returns the group index of the first point at or after hash.
+func (r hashRing) lookup(hash uint64) int {
+	i := sort.Search(len(r), func(i int) bool { return r[i].hash >= hash })
+	if i == len(r) {
+		i = 0
+	}
+	return r[i].idx
+}
+
+func hashString(s string) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(s))
+	return h.Sum64()
+}
+
+// buildRings prepares the ring_hash rings of a state.
+func (st *clusterState) buildRings() {
+	st.rings = make([]hashRing, len(st.healthy))
+	for i, g := range st.healthy {
+		st.rings[i] = buildRing(g)
+	}
+	st.panic = buildRing(st.hosts)
+}
+
+// candidates returns the endpoints to try, in order: the policy's pick
+// (round robin, random, least request or ring hash) then the rest within
+// each priority of healthy endpoints, lower priorities first; all endpoints
+// if none is healthy (Envoy's panic mode). Hosts in exclude (tried by an
+// earlier attempt) go last, so a retry picks another host when there is one.
+func (c *cluster) candidates(st *clusterState, lbc lbContext, exclude []*host) []*host {
+	groups := st.healthy
+	rings := st.rings
+	if len(groups) == 0 && len(st.hosts) > 0 {
+		groups = [][]*host{st.hosts}
+		rings = []hashRing{st.panic}
+	}
+	out := make([]*host, 0, maxConnectAttempts)
+	for gi, g := range groups {
+		var ring hashRing
+		if gi < len(rings) {
+			ring = rings[gi]
+		}
+		start := c.pickStart(st.cfg.lb, g, ring, lbc)
+		for i := range g {
+			out = append(out, g[(start+i)%len(g)])
+			if len(out) == maxConnectAttempts && len(exclude) == 0 {
+				return out
+			}
+		}
+	}
+	if len(exclude) > 0 {
+		// Stable: untried hosts first, in policy order.
+		slices.SortStableFunc(out, func(a, b *host) int {
+			return boolInt(slices.Contains(exclude, a)) - boolInt(slices.Contains(exclude, b))
+		})
+		out = out[:min(len(out), maxConnectAttempts)]
+	}
+	return out
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// pickStart picks the first host of a group under the cluster's policy.
+func (c *cluster) pickStart(lb lbPolicy, g []*host, ring hashRing, lbc lbContext) int {
+	n := len(g)
+	switch {
+	case n == 1:
+		return 0
+	case lb == lbRingHash && lbc.hasHash && len(ring) > 0:
+		return ring.lookup(lbc.hash)
+	case lb == lbRandom || lb == lbRingHash:
+		return rand.IntN(n) // ring_hash without a hash: Envoy picks at random
+	case lb == lbLeastRequest:
+		a, b := rand.IntN(n), rand.IntN(n)
+		if g[b].stats.rqActive.Load()+g[b].stats.cxActive.Load() < g[a].stats.rqActive.Load()+g[a].stats.cxActive.Load() {
+			return b
+		}
+		return a
+	}
+	return int((c.rr.Add(1) - 1) % uint64(n))
+}
