@@ -2,15 +2,17 @@ package sidecar
 
 import (
 	"hash/fnv"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sort"
 	"strconv"
 )
 
-// ringMinSize is the number of points of a ring_hash ring (Envoy's
-// minimum_ring_size default).
-const ringMinSize = 1024
+// ringPointsPerHost is how many points a host of the smallest weight gets
+// on a ring_hash ring. A fixed count per host (not a fixed ring size)
+// means a host leaving moves only its own keys.
+const ringPointsPerHost = 160
 
 // lbContext is what a request tells the load balancer: its hash (from
 // the route's hash_policy) for ring_hash.
@@ -33,13 +35,13 @@ func buildRing(g []*host) hashRing {
 	if len(g) == 0 {
 		return nil
 	}
-	var total uint64
+	minW := uint64(math.MaxUint32)
 	for _, h := range g {
-		total += uint64(max(h.ep.weight, 1))
+		minW = min(minW, uint64(max(h.ep.weight, 1)))
 	}
-	ring := make(hashRing, 0, ringMinSize+len(g))
+	ring := make(hashRing, 0, ringPointsPerHost*len(g))
 	for i, h := range g {
-		n := max(1, int(uint64(ringMinSize)*uint64(max(h.ep.weight, 1))/total))
+		n := int(min(ringPointsPerHost*uint64(max(h.ep.weight, 1))/minW, 10*ringPointsPerHost))
 		for k := 0; k < n; k++ {
 			ring = append(ring, ringPoint{hash: hashString(h.ep.addr + "_" + strconv.Itoa(k)), idx: i})
 		}
@@ -57,10 +59,18 @@ func (r hashRing) lookup(hash uint64) int {
 	return r[i].idx
 }
 
+// hashString is FNV-1a with murmur3's 64-bit finalizer, so that keys
+// differing in their last bytes spread over the whole ring.
 func hashString(s string) uint64 {
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(s))
-	return h.Sum64()
+	k := h.Sum64()
+	k ^= k >> 33
+	k *= 0xff51afd7ed558ccd
+	k ^= k >> 33
+	k *= 0xc4ceb9fe1a85ec53
+	k ^= k >> 33
+	return k
 }
 
 // buildRings prepares the ring_hash rings of a state.
