@@ -246,7 +246,6 @@ func decodeHeaderMatcher(h *routev3.HeaderMatcher) (headerMatcher, error) {
 type reqView struct {
 	req    *http.Request
 	scheme string
-	query  url.Values // parsed on first use
 }
 
 // header returns a header's values joined by "," (pseudo headers from the
@@ -303,21 +302,41 @@ func (r *route) matches(v *reqView) bool {
 			return false
 		}
 	}
-	if len(r.query) > 0 {
-		if v.query == nil {
-			v.query = v.req.URL.Query()
-		}
-		for _, qm := range r.query {
-			vals, ok := v.query[qm.name]
-			switch {
-			case !ok:
-				return false
-			case qm.m != nil && !qm.m.match(vals[0]):
-				return false
-			}
+	for _, qm := range r.query {
+		val, ok := queryValue(v.req.URL.RawQuery, qm.name)
+		if !ok || (qm.m != nil && !qm.m.match(val)) {
+			return false
 		}
 	}
 	return true
+}
+
+// queryValue returns the first value of a query parameter (decoded) and
+// whether it is present, without building the whole url.Values.
+func queryValue(raw, name string) (string, bool) {
+	for raw != "" {
+		var pair string
+		pair, raw, _ = strings.Cut(raw, "&")
+		k, v, _ := strings.Cut(pair, "=")
+		if strings.ContainsAny(k, "%+") {
+			var err error
+			if k, err = url.QueryUnescape(k); err != nil {
+				continue
+			}
+		}
+		if k != name {
+			continue
+		}
+		if strings.ContainsAny(v, "%+") {
+			dv, err := url.QueryUnescape(v)
+			if err != nil {
+				continue
+			}
+			v = dv
+		}
+		return v, true
+	}
+	return "", false
 }
 
 func (hm headerMatcher) matches(v *reqView) bool {

@@ -180,7 +180,11 @@ func TestL7RoutesRewriteAndHeaders(t *testing.T) {
 	echo := func(version string) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/slow" {
-				time.Sleep(2 * time.Second)
+				select {
+				case <-time.After(2 * time.Second):
+				case <-r.Context().Done():
+					return
+				}
 			}
 			w.Header().Set("X-Internal", "secret")
 			fmt.Fprintf(w, "%s path=%s added=%s removed=%s", version, r.URL.Path, r.Header.Get("X-Route"), r.Header.Get("X-Strip"))

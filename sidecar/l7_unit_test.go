@@ -106,6 +106,7 @@ func TestRouteMatchingKinds(t *testing.T) {
 		{testRequest("GET", "/p?raw=1", "h"), "pathhdr"},
 		{testRequest("GET", "/q?version=2&beta", "h"), "query"},
 		{testRequest("GET", "/q?version=2", "h"), ""},
+		{testRequest("GET", "/q?a=1&versio%6E=%32&beta=&version=3", "h"), "query"}, // decoded; the first value counts
 		{testRequest("GET", "/q?version=3&beta=1", "h"), ""},
 		{testRequest("GET", "/api/v1", "h", "X-Canary", "1"), "canary"}, // first match wins
 		{testRequest("GET", "/api/v1", "h"), "api"},

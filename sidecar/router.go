@@ -52,7 +52,12 @@ func (rc *routeConfig) match(v *reqView) *route {
 	if rc == nil {
 		return nil
 	}
-	vh := rc.selectVirtualHost(v.req.Host)
+	var vh *virtualHost
+	if len(rc.vhosts) == 1 && len(rc.vhosts[0].domains) == 1 && rc.vhosts[0].domains[0] == "*" {
+		vh = rc.vhosts[0] // the shape meshlet's xDS emits: no host to parse
+	} else {
+		vh = rc.selectVirtualHost(v.req.Host)
+	}
 	if vh == nil {
 		return nil
 	}
