@@ -40,7 +40,7 @@ func benchL7(b *testing.B, rc *routev3.RouteConfiguration) {
 		}
 	})
 	b.StopTimer()
-	b.ReportMetric(float64((cpuTime(b) - before).Microseconds())/float64(b.N), "cpu-µs/req")
+	b.ReportMetric(float64((cpuTime(b)-before).Microseconds())/float64(b.N), "cpu-µs/req")
 }
 
 // BenchmarkPlain: one catch-all route to one cluster (plain forwarding).

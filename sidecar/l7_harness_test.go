@@ -168,7 +168,9 @@ func (p *Proxy) nodeIDOr(id string) string {
 	return p.cfg.ProxyID
 }
 
-func (m *l7Mesh) url(path string) string { return fmt.Sprintf("http://127.0.0.1:%d%s", m.webPort, path) }
+func (m *l7Mesh) url(path string) string {
+	return fmt.Sprintf("http://127.0.0.1:%d%s", m.webPort, path)
+}
 
 // get sends one request through web and returns the status and body.
 func (m *l7Mesh) get(client *http.Client, path string, hdr ...string) (int, string, http.Header, error) {
@@ -211,7 +213,6 @@ func clusterRoute(prefix, cluster string, mod func(*routev3.Route)) *routev3.Rou
 	}
 	return r
 }
-
 
 func durationpbNew(d time.Duration) *durationpb.Duration { return durationpb.New(d) }
 
