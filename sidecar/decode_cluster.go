@@ -31,6 +31,7 @@ type clusterConfig struct {
 	edsName        string       // EDS resource name (service_name or the cluster name)
 	static         *endpointSet // load_assignment of a STATIC cluster
 	lb             lbPolicy
+	choiceCount    int // least_request: hosts sampled per pick
 	connectTimeout time.Duration
 	tls            *upstreamTLS // nil: plaintext
 }
@@ -71,6 +72,13 @@ func decodeCluster(c *clusterv3.Cluster) (*clusterConfig, error) {
 		out.lb = lbRandom
 	case clusterv3.Cluster_LEAST_REQUEST:
 		out.lb = lbLeastRequest
+		out.choiceCount = 2
+		if n := c.GetLeastRequestLbConfig().GetChoiceCount(); n != nil {
+			if n.GetValue() < 2 {
+				return nil, wrap(errors.New("least_request_lb_config.choice_count must be at least 2"))
+			}
+			out.choiceCount = int(min(n.GetValue(), 100))
+		}
 	case clusterv3.Cluster_RING_HASH, clusterv3.Cluster_MAGLEV:
 		out.lb = lbRingHash
 	default:

@@ -53,6 +53,13 @@ type authzConfig struct {
 type weightedCluster struct {
 	name   string
 	weight uint32
+	// A route's weighted cluster may add or remove headers (applied
+	// before the route's own); nil when it does not.
+	hdrs *clusterHeaders
+}
+
+type clusterHeaders struct {
+	req, resp headerMutation
 }
 
 type tcpProxyConfig struct {

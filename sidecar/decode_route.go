@@ -197,7 +197,13 @@ func decodeRoute(r *routev3.Route) (*route, error) {
 				return nil, errors.New("weighted cluster has no name")
 			}
 			if w := c.GetWeight().GetValue(); w > 0 {
-				out.clusters = append(out.clusters, weightedCluster{name: c.GetName(), weight: w})
+				wc := weightedCluster{name: c.GetName(), weight: w}
+				hdrs, err := decodeClusterHeaders(c)
+				if err != nil {
+					return nil, fmt.Errorf("weighted cluster %q: %w", c.GetName(), err)
+				}
+				wc.hdrs = hdrs
+				out.clusters = append(out.clusters, wc)
 			}
 		}
 		if len(out.clusters) == 0 {

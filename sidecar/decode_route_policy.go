@@ -249,3 +249,20 @@ func decodeQueryMatchers(qs []*routev3.QueryParameterMatcher) ([]queryMatcher, e
 	}
 	return out, nil
 }
+
+// decodeClusterHeaders decodes a weighted cluster's header mutations; nil
+// when it has none.
+func decodeClusterHeaders(c *routev3.WeightedCluster_ClusterWeight) (*clusterHeaders, error) {
+	req, err := decodeHeaderMutation(c.GetRequestHeadersToAdd(), c.GetRequestHeadersToRemove())
+	if err != nil {
+		return nil, fmt.Errorf("request headers: %w", err)
+	}
+	resp, err := decodeHeaderMutation(c.GetResponseHeadersToAdd(), c.GetResponseHeadersToRemove())
+	if err != nil {
+		return nil, fmt.Errorf("response headers: %w", err)
+	}
+	if req.empty() && resp.empty() {
+		return nil, nil
+	}
+	return &clusterHeaders{req: req, resp: resp}, nil
+}

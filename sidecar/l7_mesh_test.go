@@ -194,10 +194,9 @@ func TestL7RoutesRewriteAndHeaders(t *testing.T) {
 	canary := clusterRoute("/", v2, func(r *routev3.Route) {
 		r.Match.Headers = []*routev3.HeaderMatcher{hdrMatch("x-canary", "exact", "1", false)}
 	})
-	admin := clusterRoute("/admin/", v2, func(r *routev3.Route) {
-		r.GetRoute().PrefixRewrite = "/internal/"
-		r.RequestHeadersToAdd = nil
-	})
+	admin := splitRoute("/admin/", v2, 10000)
+	admin.GetRoute().PrefixRewrite = "/internal/"
+	admin.GetRoute().GetWeightedClusters().Clusters[0].RequestHeadersToAdd = headerOpts("x-route", "v2-split")
 	slow := clusterRoute("/slow", v1, func(r *routev3.Route) {
 		r.Match.PathSpecifier = &routev3.RouteMatch_Path{Path: "/slow"}
 		r.GetRoute().Timeout = durationpbNew(300 * time.Millisecond)
@@ -221,7 +220,7 @@ func TestL7RoutesRewriteAndHeaders(t *testing.T) {
 		return h
 	}
 	check("/x", 200, "v2 path=/x", "X-Canary", "1")
-	check("/admin/users", 200, "v2 path=/internal/users")
+	check("/admin/users", 200, "v2 path=/internal/users added=v2-split")
 	h := check("/x", 200, "v1 path=/x added=main removed=", "X-Strip", "please")
 	if h.Get("X-Internal") != "" || h.Get("X-Served-By") != "meshlet" {
 		t.Fatalf("response headers %v: want X-Internal removed and X-Served-By added", h)

@@ -124,7 +124,7 @@ func TestRouteMatchingKinds(t *testing.T) {
 
 // Weighted clusters are picked in proportion to their integer weights.
 func TestWeightedClusterSplit(t *testing.T) {
-	cs := []weightedCluster{{"v1", 9000}, {"v2", 1000}}
+	cs := []weightedCluster{{name: "v1", weight: 9000}, {name: "v2", weight: 1000}}
 	counts := map[string]int{}
 	const n = 100000
 	for i := 0; i < n; i++ {

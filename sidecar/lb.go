@@ -100,7 +100,7 @@ func (c *cluster) candidates(st *clusterState, lbc lbContext, exclude []*host) [
 		if gi < len(rings) {
 			ring = rings[gi]
 		}
-		start := c.pickStart(st.cfg.lb, g, ring, lbc)
+		start := c.pickStart(st.cfg, g, ring, lbc)
 		for i := range g {
 			out = append(out, g[(start+i)%len(g)])
 			if len(out) == maxConnectAttempts && len(exclude) == 0 {
@@ -126,9 +126,9 @@ func boolInt(b bool) int {
 }
 
 // pickStart picks the first host of a group under the cluster's policy.
-func (c *cluster) pickStart(lb lbPolicy, g []*host, ring hashRing, lbc lbContext) int {
+func (c *cluster) pickStart(cfg *clusterConfig, g []*host, ring hashRing, lbc lbContext) int {
 	n := len(g)
-	switch {
+	switch lb := cfg.lb; {
 	case n == 1:
 		return 0
 	case lb == lbRingHash && lbc.hasHash && len(ring) > 0:
@@ -136,11 +136,17 @@ func (c *cluster) pickStart(lb lbPolicy, g []*host, ring hashRing, lbc lbContext
 	case lb == lbRandom || lb == lbRingHash:
 		return rand.IntN(n) // ring_hash without a hash: Envoy picks at random
 	case lb == lbLeastRequest:
-		a, b := rand.IntN(n), rand.IntN(n)
-		if g[b].stats.rqActive.Load()+g[b].stats.cxActive.Load() < g[a].stats.rqActive.Load()+g[a].stats.cxActive.Load() {
-			return b
+		// Envoy's power of choice_count (default two) random choices.
+		best := rand.IntN(n)
+		for i := 1; i < max(cfg.choiceCount, 2); i++ {
+			if cand := rand.IntN(n); hostLoad(g[cand]) < hostLoad(g[best]) {
+				best = cand
+			}
 		}
-		return a
+		return best
 	}
 	return int((c.rr.Add(1) - 1) % uint64(n))
 }
+
+// hostLoad is a host's active requests (HTTP) plus connections (TCP).
+func hostLoad(h *host) int64 { return h.stats.rqActive.Load() + h.stats.cxActive.Load() }

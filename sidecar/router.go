@@ -38,12 +38,13 @@ func (h *h1conn) route(req *http.Request, keep bool) bool {
 		st.noRoute.Add(1)
 		return h.localReply(req, http.StatusNotFound, "", keep)
 	}
-	cl := l.p.clusters.get(pickWeighted(rt.clusters))
+	wc := &rt.clusters[pickIndex(rt.clusters)]
+	cl := l.p.clusters.get(wc.name)
 	if cl == nil {
 		st.noCluster.Add(1)
 		return h.localReply(req, http.StatusServiceUnavailable, "no healthy upstream", keep)
 	}
-	return h.proxy(req, rt, cl, keep)
+	return h.proxy(req, rt, wc.hdrs, cl, keep)
 }
 
 // match returns the first route of the request's virtual host that
@@ -71,7 +72,7 @@ func (rc *routeConfig) match(v *reqView) *route {
 
 // proxy sends req to the cluster (with the route's retries) and relays the
 // answer.
-func (h *h1conn) proxy(req *http.Request, rt *route, cl *cluster, keep bool) bool {
+func (h *h1conn) proxy(req *http.Request, rt *route, ch *clusterHeaders, cl *cluster, keep bool) bool {
 	ctx := h.l.ctx
 	if rt.timeout > 0 {
 		var cancel context.CancelFunc
@@ -91,6 +92,9 @@ func (h *h1conn) proxy(req *http.Request, rt *route, cl *cluster, keep bool) boo
 	}
 	lbc := h.lbContext(req, rt, cl)
 	upgrade := h.outbound(req, rt)
+	if ch != nil {
+		ch.req.apply(req.Header)
+	}
 	if !rt.reqHeaders.empty() {
 		rt.reqHeaders.apply(req.Header)
 	}
@@ -111,6 +115,9 @@ func (h *h1conn) proxy(req *http.Request, rt *route, cl *cluster, keep bool) boo
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		h.relayUpgrade(req, resp, upgrade)
 		return false
+	}
+	if ch != nil {
+		ch.resp.apply(resp.Header)
 	}
 	if !rt.respHeaders.empty() {
 		rt.respHeaders.apply(resp.Header)
