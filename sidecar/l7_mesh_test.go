@@ -13,6 +13,8 @@ import (
 	"time"
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"github.com/meshlet/meshlet/internal/testutil"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -322,4 +324,33 @@ func TestL7ConfigDumpRoutes(t *testing.T) {
 		return
 	}
 	t.Fatal("config_dump has no RoutesConfigDump")
+}
+
+// An invalid route configuration is NACKed and the last good one keeps
+// routing; a valid one after it is ACKed and applies.
+func TestL7RouteNACKKeepsLastGood(t *testing.T) {
+	v1, v2 := subsetCluster("v1"), subsetCluster("v2")
+	m := newL7Mesh(t, []l7BackendSpec{{v1, versionApp("v1", 0)}, {v2, versionApp("v2", 0)}}, apiRoutes(clusterRoute("/", v1, nil)), l7Options{})
+	client := &http.Client{Timeout: waitTimeout}
+	t.Cleanup(client.CloseIdleConnections)
+	bad := clusterRoute("/", v2, func(r *routev3.Route) {
+		r.Match.PathSpecifier = &routev3.RouteMatch_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: "(unclosed"}}
+	})
+	m.setWeb(apiRoutes(bad), nil)
+	testutil.WaitFor(t, waitTimeout, "web to NACK the routes", func() bool {
+		for _, n := range m.cp.nacksFor(m.web.cfg.ProxyID) {
+			if n.typeURL == typeRoute && strings.Contains(n.detail, "unclosed") {
+				return true
+			}
+		}
+		return false
+	})
+	if code, body, _, err := m.get(client, "/"); err != nil || code != 200 || body != "v1" {
+		t.Fatalf("GET after the NACK = %d %q %v, want v1 (last good)", code, body, err)
+	}
+	v := m.setWeb(apiRoutes(clusterRoute("/", v2, nil)), nil)
+	waitAccepted(t, m.web, typeRoute, v)
+	if code, body, _, err := m.get(client, "/"); err != nil || code != 200 || body != "v2" {
+		t.Fatalf("GET after a good update = %d %q %v, want v2", code, body, err)
+	}
 }
