@@ -55,7 +55,8 @@ type cluster struct {
 	state     atomic.Pointer[clusterState]
 	rr        atomic.Uint64
 	transport *h1Transport
-	plainIO   bool // Config.PlainIO
+	h2        h2Transport // clusters with HTTP/2 protocol options
+	plainIO   bool        // Config.PlainIO
 
 	// applied is the CDS entry in effect (read by config_dump).
 	applied atomic.Pointer[entry]
@@ -67,6 +68,7 @@ type cluster struct {
 func newCluster(name string, reg *statsRegistry, secrets *secretStore, plainIO bool) *cluster {
 	c := &cluster{name: name, stats: newClusterStats(reg, name), secrets: secrets, hostStats: map[string]*hostStats{}, plainIO: plainIO}
 	c.transport = newH1Transport(c.dialAddr)
+	c.h2.dial = c.dialAddr
 	return c
 }
 
@@ -77,6 +79,10 @@ func (c *cluster) apply(cfgEntry, edsEntry *entry, set *endpointSet) {
 	st := &clusterState{cfg: cfg, byAddr: map[string]*host{}}
 	if cfg.tls != nil {
 		st.tlsConf = c.secrets.clientTLSConfig(cfg.tls)
+		if cfg.h2 {
+			st.tlsConf = st.tlsConf.Clone()
+			st.tlsConf.NextProtos = []string{"h2"}
+		}
 	}
 	live := map[string]bool{}
 	var healthyCount int64
@@ -117,7 +123,7 @@ func (c *cluster) apply(cfgEntry, edsEntry *entry, set *endpointSet) {
 	if old != nil {
 		// Pooled HTTP connections may point at removed endpoints or use old
 		// TLS settings; new requests open fresh ones.
-		c.transport.CloseIdleConnections()
+		c.closeIdle()
 	}
 }
 
@@ -292,7 +298,7 @@ func (m *clusterManager) reconcile(cds, eds map[string]*entry) int {
 	}
 	for name, c := range cur {
 		if _, ok := next[name]; !ok {
-			c.transport.CloseIdleConnections()
+			c.closeIdle()
 		}
 	}
 	m.byName.Store(&next)

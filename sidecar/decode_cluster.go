@@ -34,6 +34,7 @@ type clusterConfig struct {
 	choiceCount    int // least_request: hosts sampled per pick
 	connectTimeout time.Duration
 	tls            *upstreamTLS // nil: plaintext
+	h2             bool         // HTTP/2 to the endpoints (h2c, or h2 over TLS)
 }
 
 // endpointSet is a decoded ClusterLoadAssignment, sorted by priority.
@@ -59,6 +60,7 @@ func decodeCluster(c *clusterv3.Cluster) (*clusterConfig, error) {
 	}
 	wrap := func(err error) error { return fmt.Errorf("cluster %q: %w", c.GetName(), err) }
 	out := &clusterConfig{name: c.GetName(), connectTimeout: defaultConnectTimeout}
+	var err error
 	if t := c.GetConnectTimeout(); t != nil {
 		if err := t.CheckValid(); err != nil || t.AsDuration() <= 0 {
 			return nil, wrap(errors.New("connect_timeout must be positive"))
@@ -109,6 +111,9 @@ func decodeCluster(c *clusterv3.Cluster) (*clusterConfig, error) {
 		}
 	default:
 		return nil, wrap(fmt.Errorf("cluster type %s is not supported (STATIC or EDS)", dt.Type))
+	}
+	if out.h2, err = decodeHTTPProtocol(c); err != nil {
+		return nil, wrap(err)
 	}
 	tlsCtx, err := decodeUpstreamTLS(c.GetTransportSocket())
 	if err != nil {

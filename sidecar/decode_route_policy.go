@@ -130,6 +130,7 @@ func decodeHeaderMutation(add []*corev3.HeaderValueOption, remove []string) (hea
 			v = string(raw)
 		}
 		op := headerOp{name: http.CanonicalHeaderKey(k), value: v, action: o.GetAppendAction()}
+		//lint:ignore SA1019 the deprecated append flag is still what older control planes send
 		if a := o.GetAppend(); a != nil && !a.GetValue() {
 			op.action = corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
 		}

@@ -78,6 +78,10 @@ func (l *listener) serveHTTP(c *httpConn) bool {
 		h.bw.Reset(nil)
 		h1Writers.Put(h.bw)
 	}()
+	if h.isH2Preface() {
+		h.serveH2()
+		return true
+	}
 	for h.serveOne() {
 	}
 	return true

@@ -70,12 +70,30 @@ func (h *h1conn) checkRequest(req *http.Request, cfg *httpAuthzConfig) *authv3.C
 	}}
 }
 
-// extAuthz runs the HTTP ext_authz filter on one request. ok is true when
-// the request may go on (allowed, or the check failed under
-// failure_mode_allow); otherwise the answer was sent and kept says whether
-// the connection stays open. A failed check answers status_on_error (403):
-// fail closed.
+// authzVerdict is the HTTP ext_authz filter's answer for one request:
+// go on, or reply with code, headers and body.
+type authzVerdict struct {
+	allow bool
+	code  int
+	hdr   http.Header
+	body  string
+}
+
+// extAuthz runs the HTTP ext_authz filter on one request (HTTP/1.1). ok is
+// true when the request may go on; otherwise the answer was sent and kept
+// says whether the connection stays open.
 func (h *h1conn) extAuthz(req *http.Request, cfg *httpAuthzConfig, keep bool) (ok, kept bool) {
+	v := h.checkHTTP(req, cfg)
+	if v.allow {
+		return true, keep
+	}
+	return false, h.reply(req, v.code, v.hdr, v.body, keep)
+}
+
+// checkHTTP asks the authorization service about one request. A failed
+// check answers status_on_error (403, fail closed) unless
+// failure_mode_allow is set. Safe for concurrent use once h.peer is set.
+func (h *h1conn) checkHTTP(req *http.Request, cfg *httpAuthzConfig) authzVerdict {
 	st := h.c.state.httpStats
 	a := h.l.p.authz
 	ctx, cancel := context.WithTimeout(h.l.ctx, cfg.timeout)
@@ -88,10 +106,10 @@ func (h *h1conn) extAuthz(req *http.Request, cfg *httpAuthzConfig, keep bool) (o
 		st.authzError.Add(1)
 		if cfg.failureModeAllow {
 			st.authzFailureModeAllowed.Add(1)
-			return true, keep
+			return authzVerdict{allow: true}
 		}
 		h.l.log.Warn("request authorization failed, denying", "error", err)
-		return false, h.localReply(req, cfg.statusOnError, "", keep)
+		return authzVerdict{code: cfg.statusOnError, hdr: http.Header{}}
 	}
 	if resp.GetStatus().GetCode() == int32(codes.OK) {
 		st.authzOK.Add(1)
@@ -101,19 +119,18 @@ func (h *h1conn) extAuthz(req *http.Request, cfg *httpAuthzConfig, keep bool) (o
 				m.apply(req.Header)
 			}
 		}
-		return true, keep
+		return authzVerdict{allow: true}
 	}
 	st.authzDenied.Add(1)
 	d := resp.GetDeniedResponse()
-	code := int(d.GetStatus().GetCode())
-	if code == 0 {
-		code = http.StatusForbidden
+	v := authzVerdict{code: int(d.GetStatus().GetCode()), hdr: http.Header{}, body: d.GetBody()}
+	if v.code == 0 {
+		v.code = http.StatusForbidden
 	}
-	hdr := http.Header{}
 	if m, err := decodeHeaderMutation(d.GetHeaders(), nil); err == nil {
-		m.apply(hdr)
+		m.apply(v.hdr)
 	}
-	return false, h.reply(req, code, hdr, d.GetBody(), keep)
+	return v
 }
 
 // reply answers with a response made here: status, headers and body.

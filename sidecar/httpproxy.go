@@ -76,7 +76,13 @@ func (c *cluster) roundTrip(req *http.Request, lbc lbContext, tried *[]*host) (*
 		c.stats.rqTotal.Add(1)
 		h.stats.rqTotal.Add(1)
 		h.stats.rqActive.Add(1)
-		resp, err := c.transport.RoundTrip(req)
+		var resp *http.Response
+		var err error
+		if st.cfg.h2 {
+			resp, err = c.h2.roundTrip(req)
+		} else {
+			resp, err = c.transport.RoundTrip(req)
+		}
 		h.stats.rqActive.Add(-1)
 		if err != nil {
 			lastErr = err

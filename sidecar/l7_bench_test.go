@@ -15,7 +15,7 @@ import (
 // the benchmarks of this file).
 func benchL7(b *testing.B, rc *routev3.RouteConfiguration) {
 	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, `{"count":1}`) })
-	m := newL7Mesh(b, []l7BackendSpec{{subsetCluster("v1"), ok}, {subsetCluster("v2"), ok}}, rc, l7Options{})
+	m := newL7Mesh(b, []l7BackendSpec{{cluster: subsetCluster("v1"), handler: ok}, {cluster: subsetCluster("v2"), handler: ok}}, rc, l7Options{})
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}, Timeout: waitTimeout}
 	defer client.CloseIdleConnections()
 	url := m.url("/api/items?page=2")

@@ -16,7 +16,9 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	httpauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -31,6 +33,7 @@ type l7Backend struct {
 	nodeID  string
 	port    int
 	app     *httptest.Server
+	appAddr string
 	proxy   *Proxy
 }
 
@@ -46,16 +49,19 @@ type l7Mesh struct {
 	backends []*l7Backend
 	webLeaf  *testLeaf
 	withheld map[string]bool // clusters left out of web's config for now
+	h2       bool
 }
 
 type l7BackendSpec struct {
 	cluster string
 	handler http.Handler
+	addr    string // an app already listening (handler unused)
 }
 
 type l7Options struct {
 	httpAuthz bool     // api's public listener runs the HTTP ext_authz filter
 	withhold  []string // clusters web does not get until withheld is cleared
+	h2        bool     // every cluster speaks HTTP/2 (h2c to the apps, h2 over mTLS between sidecars)
 }
 
 // subsetCluster is the name of a subset's cluster ("" = the service's).
@@ -68,14 +74,18 @@ func subsetCluster(subset string) string {
 
 func newL7Mesh(t testing.TB, specs []l7BackendSpec, rc *routev3.RouteConfiguration, opts l7Options) *l7Mesh {
 	t.Helper()
-	m := &l7Mesh{t: t, cp: newControlPlane(t), ca: newTestCA(t, "root-1"), webPort: freePort(t), withheld: map[string]bool{}}
+	m := &l7Mesh{t: t, cp: newControlPlane(t), ca: newTestCA(t, "root-1"), webPort: freePort(t), withheld: map[string]bool{}, h2: opts.h2}
 	for _, c := range opts.withhold {
 		m.withheld[c] = true
 	}
 	m.webLeaf = m.ca.leaf(t, spiffeID("web"))
 	for i, s := range specs {
-		b := &l7Backend{cluster: s.cluster, nodeID: fmt.Sprintf("api-sidecar-proxy-%d", i), port: freePort(t), app: httptest.NewServer(s.handler)}
-		t.Cleanup(b.app.Close)
+		b := &l7Backend{cluster: s.cluster, nodeID: fmt.Sprintf("api-sidecar-proxy-%d", i), port: freePort(t), appAddr: s.addr}
+		if s.addr == "" {
+			b.app = httptest.NewServer(s.handler)
+			b.appAddr = b.app.Listener.Addr().String()
+			t.Cleanup(b.app.Close)
+		}
 		m.cp.set(b.nodeID, m.backendResources(b, opts))
 		m.backends = append(m.backends, b)
 	}
@@ -119,9 +129,13 @@ func (m *l7Mesh) backendResources(b *l7Backend, opts l7Options) map[string][]typ
 		h.HttpFilters = append([]*hcmv3.HttpFilter{httpAuthzFilter(m.t)}, h.HttpFilters...)
 		hcm = &listenerv3.Filter{Name: hcm.Name, ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: mustPack(m.t, &h)}}
 	}
+	app := localAppCluster(b.appAddr)
+	if opts.h2 {
+		withH2(m.t, app)
+	}
 	return map[string][]types.Resource{
 		typeListener: {publicListener(m.t, b.port, "leaf", "roots", hcm)},
-		typeCluster:  {localAppCluster(b.app.Listener.Addr().String())},
+		typeCluster:  {app},
 		typeSecret:   {certSecret("leaf", m.ca.leaf(m.t, spiffeID("api"))), rootsSecret("roots", m.ca)},
 	}
 }
@@ -151,6 +165,9 @@ func (m *l7Mesh) setWeb(rc *routev3.RouteConfiguration, mod func(*clusterv3.Clus
 	for _, n := range names {
 		c := upstreamCluster(m.t, "api", "leaf", "roots")
 		c.Name = n
+		if m.h2 {
+			withH2(m.t, c)
+		}
 		if mod != nil {
 			mod(c)
 		}
@@ -222,4 +239,14 @@ func headerOpts(kv ...string) []*corev3.HeaderValueOption {
 		out = append(out, &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: kv[i], Value: kv[i+1]}})
 	}
 	return out
+}
+
+// withH2 makes a cluster speak HTTP/2 to its endpoints, as the xDS server
+// does for http2 and grpc services.
+func withH2(t testing.TB, c *clusterv3.Cluster) {
+	c.TypedExtensionProtocolOptions = map[string]*anypb.Any{typeHTTPProtocolOptions: mustPack(t, &upstreamhttpv3.HttpProtocolOptions{
+		UpstreamProtocolOptions: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig{
+			ProtocolConfig: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: &corev3.Http2ProtocolOptions{}},
+		}},
+	})}
 }

@@ -71,9 +71,9 @@ func runLoad(m *l7Mesh, workers int, stop <-chan struct{}) []outcome {
 func TestL7SplitPromotionUnderLoad(t *testing.T) {
 	v1, v2, v3 := subsetCluster("v1"), subsetCluster("v2"), subsetCluster("v3")
 	m := newL7Mesh(t, []l7BackendSpec{
-		{v1, versionApp("v1", 2*time.Millisecond)},
-		{v2, versionApp("v2", 2*time.Millisecond)},
-		{v3, versionApp("v3", 2*time.Millisecond)},
+		{cluster: v1, handler: versionApp("v1", 2*time.Millisecond)},
+		{cluster: v2, handler: versionApp("v2", 2*time.Millisecond)},
+		{cluster: v3, handler: versionApp("v3", 2*time.Millisecond)},
 	}, apiRoutes(splitRoute("/", v1, 9000, v2, 1000)), l7Options{withhold: []string{v3}})
 
 	client := &http.Client{Timeout: waitTimeout}
@@ -141,7 +141,7 @@ func TestL7RetriesHideFlakyInstance(t *testing.T) {
 		fmt.Fprint(w, "flaky-ok")
 	})
 	api := subsetCluster("")
-	m := newL7Mesh(t, []l7BackendSpec{{api, flaky}, {api, versionApp("steady", 0)}}, apiRoutes(clusterRoute("/", api, nil)), l7Options{})
+	m := newL7Mesh(t, []l7BackendSpec{{cluster: api, handler: flaky}, {cluster: api, handler: versionApp("steady", 0)}}, apiRoutes(clusterRoute("/", api, nil)), l7Options{})
 	client := &http.Client{Timeout: waitTimeout}
 	t.Cleanup(client.CloseIdleConnections)
 	failed := 0
@@ -210,7 +210,7 @@ func TestL7RoutesRewriteAndHeaders(t *testing.T) {
 		r.ResponseHeadersToRemove = []string{"x-internal"}
 		r.ResponseHeadersToAdd = headerOpts("x-served-by", "meshlet")
 	})
-	m := newL7Mesh(t, []l7BackendSpec{{v1, echo("v1")}, {v2, echo("v2")}}, apiRoutes(canary, admin, slow, posts), l7Options{})
+	m := newL7Mesh(t, []l7BackendSpec{{cluster: v1, handler: echo("v1")}, {cluster: v2, handler: echo("v2")}}, apiRoutes(canary, admin, slow, posts), l7Options{})
 	client := &http.Client{Timeout: waitTimeout}
 	t.Cleanup(client.CloseIdleConnections)
 	check := func(path string, wantCode int, wantBody string, hdr ...string) http.Header {
@@ -244,7 +244,7 @@ func TestL7RoutesRewriteAndHeaders(t *testing.T) {
 // the DeniedResponse's status, headers and body; a failed check is a 403.
 func TestL7ExtAuthzPerRequest(t *testing.T) {
 	api := subsetCluster("")
-	m := newL7Mesh(t, []l7BackendSpec{{api, versionApp("api", 0)}}, apiRoutes(clusterRoute("/", api, nil)), l7Options{httpAuthz: true})
+	m := newL7Mesh(t, []l7BackendSpec{{cluster: api, handler: versionApp("api", 0)}}, apiRoutes(clusterRoute("/", api, nil)), l7Options{httpAuthz: true})
 	m.cp.authz.setDenyPath("/admin", true)
 	client := &http.Client{Timeout: waitTimeout}
 	t.Cleanup(client.CloseIdleConnections)
@@ -289,7 +289,7 @@ func TestL7ExtAuthzPerRequest(t *testing.T) {
 // /config_dump has Envoy's RoutesConfigDump with the RDS configuration.
 func TestL7ConfigDumpRoutes(t *testing.T) {
 	api := subsetCluster("")
-	m := newL7Mesh(t, []l7BackendSpec{{api, versionApp("api", 0)}}, apiRoutes(clusterRoute("/", api, nil)), l7Options{})
+	m := newL7Mesh(t, []l7BackendSpec{{cluster: api, handler: versionApp("api", 0)}}, apiRoutes(clusterRoute("/", api, nil)), l7Options{})
 	var dump struct {
 		Configs []map[string]json.RawMessage `json:"configs"`
 	}
@@ -330,7 +330,7 @@ func TestL7ConfigDumpRoutes(t *testing.T) {
 // routing; a valid one after it is ACKed and applies.
 func TestL7RouteNACKKeepsLastGood(t *testing.T) {
 	v1, v2 := subsetCluster("v1"), subsetCluster("v2")
-	m := newL7Mesh(t, []l7BackendSpec{{v1, versionApp("v1", 0)}, {v2, versionApp("v2", 0)}}, apiRoutes(clusterRoute("/", v1, nil)), l7Options{})
+	m := newL7Mesh(t, []l7BackendSpec{{cluster: v1, handler: versionApp("v1", 0)}, {cluster: v2, handler: versionApp("v2", 0)}}, apiRoutes(clusterRoute("/", v1, nil)), l7Options{})
 	client := &http.Client{Timeout: waitTimeout}
 	t.Cleanup(client.CloseIdleConnections)
 	bad := clusterRoute("/", v2, func(r *routev3.Route) {

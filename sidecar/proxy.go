@@ -153,7 +153,7 @@ func (p *Proxy) Close() error {
 	p.listeners.closeAll()
 	p.connWG.Wait() // every connection was closed by the drain
 	for _, c := range p.clusters.all() {
-		c.transport.CloseIdleConnections()
+		c.closeIdle()
 	}
 	var errs []error
 	if adminSrv != nil {
