@@ -113,7 +113,9 @@ func (h *h1conn) waitRequest() bool {
 // serveOne serves one request and reports whether the connection stays
 // open for another.
 func (h *h1conn) serveOne() bool {
-	h.lim.n = h1MaxHeaderBytes
+	if h.lim.n < 0 {
+		h.lim.n = h1MaxHeaderBytes
+	}
 	if !h.waitRequest() {
 		return false
 	}

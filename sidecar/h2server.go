@@ -21,6 +21,7 @@ const h2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 // decides. It reads byte by byte only while the preface still matches, so
 // a short HTTP/1.x request never waits for bytes that will not come.
 func (h *h1conn) isH2Preface() bool {
+	h.lim.n = h1MaxHeaderBytes // what is read here counts towards the first head
 	now := time.Now()
 	_ = h.c.SetReadDeadline(now.Add(h1IdleTimeout))
 	h.armed = now
@@ -52,6 +53,7 @@ func (c *bufConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 // like an HTTP/1.1 request, on its own goroutine (net/http's HTTP/2
 // server, with prior knowledge over the connection, TLS or not).
 func (h *h1conn) serveH2() {
+	h.lim.n = -1
 	_ = h.c.SetReadDeadline(time.Time{})
 	if hc := h.c.state.cfg.chain.http; hc.authz != nil {
 		h.authzPeerInfo(hc.authz.includePeerCert) // before streams share h
