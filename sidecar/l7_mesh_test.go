@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"github.com/meshlet/meshlet/internal/testutil"
@@ -352,5 +353,37 @@ func TestL7RouteNACKKeepsLastGood(t *testing.T) {
 	waitAccepted(t, m.web, typeRoute, v)
 	if code, body, _, err := m.get(client, "/"); err != nil || code != 200 || body != "v2" {
 		t.Fatalf("GET after a good update = %d %q %v, want v2", code, body, err)
+	}
+}
+
+// ring_hash with a header hash policy: requests with the same header value
+// reach the same instance; different values spread over both.
+func TestL7RingHashStickiness(t *testing.T) {
+	api := subsetCluster("")
+	rc := apiRoutes(clusterRoute("/", api, func(r *routev3.Route) {
+		r.GetRoute().HashPolicy = []*routev3.RouteAction_HashPolicy{{PolicySpecifier: &routev3.RouteAction_HashPolicy_Header_{
+			Header: &routev3.RouteAction_HashPolicy_Header{HeaderName: "x-user"}}}}
+	}))
+	m := newL7Mesh(t, []l7BackendSpec{{cluster: api, handler: versionApp("a", 0)}, {cluster: api, handler: versionApp("b", 0)}}, rc, l7Options{})
+	v := m.setWeb(rc, func(c *clusterv3.Cluster) { c.LbPolicy = clusterv3.Cluster_RING_HASH })
+	waitAccepted(t, m.web, typeCluster, v)
+	client := &http.Client{Timeout: waitTimeout}
+	t.Cleanup(client.CloseIdleConnections)
+	seen := map[string]bool{}
+	for u := 0; u < 20; u++ {
+		user := fmt.Sprintf("user-%d", u)
+		_, first, _, err := m.get(client, "/", "X-User", user)
+		if err != nil {
+			t.Fatalf("GET: %v", err)
+		}
+		seen[first] = true
+		for i := 0; i < 5; i++ {
+			if _, again, _, _ := m.get(client, "/", "X-User", user); again != first {
+				t.Fatalf("%s went to %s, then %s", user, first, again)
+			}
+		}
+	}
+	if len(seen) != 2 {
+		t.Fatalf("20 users all hashed to %v", seen)
 	}
 }

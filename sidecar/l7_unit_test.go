@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -8,6 +9,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -312,4 +314,29 @@ func addrsOf(hs []*host) string {
 		out = append(out, h.ep.addr)
 	}
 	return strings.Join(out, ",")
+}
+
+// A request whose RDS configuration has not arrived waits for it (up to
+// the limit) instead of failing.
+func TestRouteStoreWait(t *testing.T) {
+	var rs routeStore
+	rs.replace(map[string]*routeConfig{})
+	got := make(chan *routeConfig, 1)
+	go func() { got <- rs.wait(context.Background(), "api", 5*time.Second) }()
+	time.Sleep(50 * time.Millisecond)
+	rs.replace(map[string]*routeConfig{"other": {name: "other"}})
+	want := &routeConfig{name: "api"}
+	rs.replace(map[string]*routeConfig{"api": want})
+	select {
+	case rc := <-got:
+		if rc != want {
+			t.Fatalf("wait returned %v", rc)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("wait did not see the published configuration")
+	}
+	start := time.Now()
+	if rc := rs.wait(context.Background(), "missing", 100*time.Millisecond); rc != nil || time.Since(start) < 100*time.Millisecond {
+		t.Fatalf("wait for a missing configuration = %v after %v", rc, time.Since(start))
+	}
 }
