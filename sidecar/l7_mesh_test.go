@@ -387,3 +387,25 @@ func TestL7RingHashStickiness(t *testing.T) {
 		t.Fatalf("20 users all hashed to %v", seen)
 	}
 }
+
+// A route configuration naming a cluster that never arrives is held (the
+// previous one serves) for the warm-up timeout, then applies: requests to
+// the missing cluster get 503 as in Envoy.
+func TestL7RouteToMissingClusterAppliesAfterWarmTimeout(t *testing.T) {
+	prev := routeWarmTimeout
+	routeWarmTimeout = 500 * time.Millisecond
+	t.Cleanup(func() { routeWarmTimeout = prev })
+	v1 := subsetCluster("v1")
+	m := newL7Mesh(t, []l7BackendSpec{{cluster: v1, handler: versionApp("v1", 0)}}, apiRoutes(clusterRoute("/", v1, nil)), l7Options{})
+	client := &http.Client{Timeout: waitTimeout}
+	t.Cleanup(client.CloseIdleConnections)
+	v := m.setWeb(apiRoutes(clusterRoute("/", "missing-cluster", nil)), nil)
+	waitAccepted(t, m.web, typeRoute, v)
+	if code, body, _, err := m.get(client, "/"); err != nil || code != 200 || body != "v1" {
+		t.Fatalf("GET while the new routes wait for their cluster = %d %q %v, want v1", code, body, err)
+	}
+	testutil.WaitFor(t, waitTimeout, "the new routes to apply", func() bool {
+		code, _, _, err := m.get(client, "/")
+		return err == nil && code == http.StatusServiceUnavailable
+	})
+}

@@ -33,16 +33,20 @@ type Proxy struct {
 	connectedGauge *atomic.Int64
 	reconnects     *atomic.Uint64
 
-	store     *store
-	secrets   *secretStore
-	routes    routeStore
-	clusters  *clusterManager
-	listeners *listenerManager
-	authz     *authorizer
-	conn      *grpc.ClientConn
-	connSem   chan struct{}
-	connWG    sync.WaitGroup // downstream connection goroutines
-	ready     atomic.Bool
+	store   *store
+	secrets *secretStore
+	routes  routeStore
+	// routesMu serializes publishRoutes; routesHeld are the route
+	// configurations waiting for their clusters, since when.
+	routesMu   sync.Mutex
+	routesHeld map[*routeConfig]time.Time
+	clusters   *clusterManager
+	listeners  *listenerManager
+	authz      *authorizer
+	conn       *grpc.ClientConn
+	connSem    chan struct{}
+	connWG     sync.WaitGroup // downstream connection goroutines
+	ready      atomic.Bool
 
 	mu       sync.Mutex
 	started  bool
@@ -385,19 +389,39 @@ func (r *routeStore) wait(ctx context.Context, name string, d time.Duration) *ro
 
 // publishRoutes publishes the accepted route configurations. A changed
 // configuration naming a cluster that is not active yet (still warming:
-// its endpoints or secrets are on their way) waits, and the previous one
-// keeps serving, so a new split never sends requests to a missing cluster.
+// its endpoints or secrets are on their way) waits, up to
+// routeWarmTimeout, while the previous one keeps serving, so a new split
+// never sends requests to a missing cluster; after that it applies anyway
+// (as Envoy's initial fetch timeout does). Called by the ADS loop and by
+// the warm-up timer.
 func (p *Proxy) publishRoutes() {
+	p.routesMu.Lock()
+	defer p.routesMu.Unlock()
 	rds := p.store.get(typeRoute)
 	routes := make(map[string]*routeConfig, len(rds))
+	held := make(map[*routeConfig]time.Time, len(p.routesHeld))
+	now := time.Now()
 	for n, e := range rds {
 		rc := e.cfg.(*routeConfig)
-		if old := p.routes.get(n); old != nil && old != rc && !p.clustersActive(rc.clusterNames()) {
-			routes[n] = old
+		old := p.routes.get(n)
+		if old == nil || old == rc || p.clustersActive(rc.clusterNames()) {
+			routes[n] = rc
 			continue
 		}
-		routes[n] = rc
+		since, ok := p.routesHeld[rc]
+		if !ok {
+			since = now
+			time.AfterFunc(routeWarmTimeout, p.publishRoutes)
+		}
+		if now.Sub(since) >= routeWarmTimeout {
+			p.log.Warn("route configuration names clusters that did not warm; applying it anyway", "route_config", n)
+			routes[n] = rc
+			continue
+		}
+		held[rc] = since
+		routes[n] = old
 	}
+	p.routesHeld = held
 	p.routes.replace(routes)
 }
 

@@ -10,6 +10,10 @@ import (
 	"time"
 )
 
+// routeWarmTimeout is how long a new route configuration waits for its
+// clusters to warm (a variable so tests can shorten it).
+var routeWarmTimeout = 10 * time.Second
+
 // Retry back-off (Envoy's defaults: 25 ms base, 10x max, full jitter) and
 // how long a request waits for its listener's RDS configuration.
 const (
