@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"errors"
 	"io"
@@ -42,11 +43,12 @@ type h1conn struct {
 	lim    headLimitReader
 	br     *bufio.Reader
 	bw     *bufio.Writer
-	idle   atomic.Bool // waiting for the next request
-	armed  time.Time   // when the idle read deadline was last pushed out
-	client string      // downstream IP, for X-Forwarded-For
-	proto  string      // X-Forwarded-Proto
-	peer   *authzPeer  // HTTP ext_authz identity, computed on first use
+	idle   atomic.Bool                 // waiting for the next request
+	armed  time.Time                   // when the idle read deadline was last pushed out
+	client string                      // downstream IP, for X-Forwarded-For
+	proto  string                      // X-Forwarded-Proto
+	peer   *authzPeer                  // HTTP ext_authz identity, computed on first use
+	h2srv  atomic.Pointer[http.Server] // set while serving HTTP/2
 }
 
 // serveHTTP runs the HTTP connection manager on c until the connection
@@ -89,6 +91,16 @@ func (l *listener) serveHTTP(c *httpConn) bool {
 
 // closeIfIdle closes the connection if it is waiting for a request (drain).
 func (h *h1conn) closeIfIdle() {
+	if srv := h.h2srv.Load(); srv != nil {
+		// HTTP/2: GOAWAY, let open streams finish, then close (the
+		// drain timeout still bounds it).
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), h.l.p.cfg.DrainTimeout)
+			defer cancel()
+			_ = srv.Shutdown(ctx)
+		}()
+		return
+	}
 	if h.idle.Load() {
 		h.c.Conn.Close()
 	}

@@ -59,6 +59,7 @@ func (h *h1conn) serveH2() {
 		h.authzPeerInfo(hc.authz.includePeerCert) // before streams share h
 	}
 	ln := &oneConnListener{c: &bufConn{Conn: h.c, r: h.br}, done: make(chan struct{})}
+	connDone := make(chan struct{})
 	var protos http.Protocols
 	protos.SetUnencryptedHTTP2(true)
 	srv := &http.Server{
@@ -70,11 +71,19 @@ func (h *h1conn) serveH2() {
 		ConnState: func(_ net.Conn, s http.ConnState) {
 			if s == http.StateClosed || s == http.StateHijacked {
 				ln.Close()
+				close(connDone)
 			}
 		},
 	}
+	h.h2srv.Store(srv)
+	if h.c.state.draining.Load() {
+		return // the drain started before this connection was served
+	}
 	_ = srv.Serve(ln)
-	<-ln.done
+	if !ln.took {
+		return // shut down before the connection was accepted
+	}
+	<-connDone // the connection's streams are done with h
 }
 
 // oneConnListener hands one connection to an http.Server, then blocks

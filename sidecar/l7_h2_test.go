@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -86,5 +87,63 @@ func TestL7GRPCThroughTwoProxies(t *testing.T) {
 	if rq := m.cp.authz.lastHTTP.Load(); rq.GetAttributes().GetRequest().GetHttp().GetPath() != "/grpc.health.v1.Health/Check" ||
 		rq.GetAttributes().GetSource().GetPrincipal() != spiffeID("web") {
 		t.Fatalf("last HTTP check path = %q", rq.GetAttributes().GetRequest().GetHttp().GetPath())
+	}
+}
+
+// An LDS update drains web's HTTP/2 connections gracefully (GOAWAY): gRPC
+// calls running through it all the while never fail.
+func TestL7GRPCListenerUpdateDrains(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	gs := grpc.NewServer()
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(gs, hs)
+	go func() { _ = gs.Serve(ln) }()
+	t.Cleanup(gs.Stop)
+	api := subsetCluster("")
+	rc := apiRoutes(clusterRoute("/", api, nil))
+	m := newL7Mesh(t, []l7BackendSpec{{cluster: api, addr: ln.Addr().String()}}, rc, l7Options{h2: true})
+	conn, err := grpc.NewClient(m.url("")[len("http://"):], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatalf("grpc client: %v", err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	client := healthpb.NewHealthClient(conn)
+	stop := make(chan struct{})
+	errs := make(chan error, 1)
+	calls := 0
+	go func() {
+		defer close(errs)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+			_, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
+			cancel()
+			if err != nil {
+				errs <- err
+				return
+			}
+			calls++
+		}
+	}()
+	time.Sleep(200 * time.Millisecond)
+	for i := 1; i <= 3; i++ {
+		m.webStat = fmt.Sprintf("upstream.api.v%d", i)
+		v := m.setWeb(rc, nil)
+		waitAccepted(t, m.web, typeListener, v)
+		time.Sleep(700 * time.Millisecond) // past the 500 ms drain timeout
+	}
+	close(stop)
+	if err := <-errs; err != nil {
+		t.Fatalf("a gRPC call failed during listener updates (after %d calls): %v", calls, err)
+	}
+	if calls == 0 {
+		t.Fatal("no call completed")
 	}
 }

@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"net"
@@ -50,6 +51,9 @@ type l7Mesh struct {
 	webLeaf  *testLeaf
 	withheld map[string]bool // clusters left out of web's config for now
 	h2       bool
+	// webStat is the stat prefix of web's upstream listener ("" =
+	// "upstream.api"); changing it replaces the listener (LDS update).
+	webStat string
 }
 
 type l7BackendSpec struct {
@@ -158,7 +162,7 @@ func (m *l7Mesh) setWeb(rc *routev3.RouteConfiguration, mod func(*clusterv3.Clus
 	}
 	sort.Strings(names)
 	res := map[string][]types.Resource{
-		typeListener: {upstreamListener("api", m.webPort, hcmFilter(m.t, "upstream.api", nil, "api"))},
+		typeListener: {upstreamListener("api", m.webPort, hcmFilter(m.t, cmp.Or(m.webStat, "upstream.api"), nil, "api"))},
 		typeRoute:    {rc},
 		typeSecret:   {certSecret("leaf", m.webLeaf), rootsSecret("roots", m.ca)},
 	}
