@@ -3,7 +3,11 @@ package sidecar
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -145,5 +149,37 @@ func TestL7GRPCListenerUpdateDrains(t *testing.T) {
 	}
 	if calls == 0 {
 		t.Fatal("no call completed")
+	}
+}
+
+// An HTTP/1.1 client of an http2 upstream: web's HTTP/1.1 downstream, h2
+// between the sidecars and to the app (h2c), and back.
+func TestL7HTTP1ClientOfHTTP2Upstream(t *testing.T) {
+	app := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "proto=%s method=%s body=%s", r.Proto, r.Method, b)
+	}))
+	var protos http.Protocols
+	protos.SetHTTP1(true)
+	protos.SetUnencryptedHTTP2(true)
+	app.Config.Protocols = &protos
+	app.Start()
+	t.Cleanup(app.Close)
+	api := subsetCluster("")
+	m := newL7Mesh(t, []l7BackendSpec{{cluster: api, addr: app.Listener.Addr().String()}}, apiRoutes(clusterRoute("/", api, nil)), l7Options{h2: true})
+	client := &http.Client{Timeout: waitTimeout}
+	t.Cleanup(client.CloseIdleConnections)
+	code, body, _, err := m.get(client, "/x")
+	if err != nil || code != 200 || body != "proto=HTTP/2.0 method=GET body=" {
+		t.Fatalf("GET = %d %q %v", code, body, err)
+	}
+	resp, err := client.Post(m.url("/x"), "text/plain", strings.NewReader("hello"))
+	if err != nil {
+		t.Fatalf("POST: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(b) != "proto=HTTP/2.0 method=POST body=hello" {
+		t.Fatalf("POST = %d %q", resp.StatusCode, b)
 	}
 }
