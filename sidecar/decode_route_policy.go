@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -184,8 +185,13 @@ const (
 // hashPolicy is one decoded RouteAction.HashPolicy.
 type hashPolicy struct {
 	kind     hashKind
-	name     string // header (canonical), cookie or query parameter name
+	name     string // header (lower case), cookie or query parameter name
 	terminal bool
+	// Cookie policies with a ttl: a request without the cookie gets one
+	// generated (Set-Cookie on the response), ttl 0 meaning a session
+	// cookie, so the client sticks to one endpoint.
+	cookieTTL  *time.Duration
+	cookiePath string
 }
 
 func decodeHashPolicies(hps []*routev3.RouteAction_HashPolicy) ([]hashPolicy, error) {
@@ -196,7 +202,14 @@ func decodeHashPolicies(hps []*routev3.RouteAction_HashPolicy) ([]hashPolicy, er
 		case *routev3.RouteAction_HashPolicy_Header_:
 			p.kind, p.name = hashHeader, strings.ToLower(s.Header.GetHeaderName())
 		case *routev3.RouteAction_HashPolicy_Cookie_:
-			p.kind, p.name = hashCookie, s.Cookie.GetName()
+			p.kind, p.name, p.cookiePath = hashCookie, s.Cookie.GetName(), s.Cookie.GetPath()
+			if ttl := s.Cookie.GetTtl(); ttl != nil {
+				if err := ttl.CheckValid(); err != nil || ttl.AsDuration() < 0 {
+					return nil, fmt.Errorf("hash_policy[%d]: cookie ttl is invalid", i)
+				}
+				d := ttl.AsDuration()
+				p.cookieTTL = &d
+			}
 		case *routev3.RouteAction_HashPolicy_ConnectionProperties_:
 			if !s.ConnectionProperties.GetSourceIp() {
 				continue

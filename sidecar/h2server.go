@@ -173,6 +173,9 @@ func (h *h1conn) serveStream(w http.ResponseWriter, req *http.Request) {
 		wc.hdrs.resp.apply(resp.Header)
 	}
 	rt.respHeaders.apply(resp.Header)
+	if lbc.setCookie != "" {
+		resp.Header.Add("Set-Cookie", lbc.setCookie)
+	}
 	h.h2Relay(w, resp)
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"net/http/cookiejar"
 	"net/url"
 	"strings"
 	"sync"
@@ -408,4 +409,37 @@ func TestL7RouteToMissingClusterAppliesAfterWarmTimeout(t *testing.T) {
 		code, _, _, err := m.get(client, "/")
 		return err == nil && code == http.StatusServiceUnavailable
 	})
+}
+
+// A cookie hash policy with a ttl generates the cookie for a new client
+// (Set-Cookie) so it sticks to one instance (Consul's sticky sessions).
+func TestL7RingHashGeneratedCookie(t *testing.T) {
+	api := subsetCluster("")
+	rc := apiRoutes(clusterRoute("/", api, func(r *routev3.Route) {
+		r.GetRoute().HashPolicy = []*routev3.RouteAction_HashPolicy{{PolicySpecifier: &routev3.RouteAction_HashPolicy_Cookie_{
+			Cookie: &routev3.RouteAction_HashPolicy_Cookie{Name: "sticky", Ttl: durationpbNew(time.Hour), Path: "/"}}}}
+	}))
+	m := newL7Mesh(t, []l7BackendSpec{{cluster: api, handler: versionApp("a", 0)}, {cluster: api, handler: versionApp("b", 0)}}, rc, l7Options{})
+	v := m.setWeb(rc, func(c *clusterv3.Cluster) { c.LbPolicy = clusterv3.Cluster_MAGLEV })
+	waitAccepted(t, m.web, typeCluster, v)
+	seen := map[string]bool{}
+	for c := 0; c < 20; c++ {
+		jar, _ := cookiejar.New(nil)
+		client := &http.Client{Timeout: waitTimeout, Jar: jar}
+		_, first, h, err := m.get(client, "/")
+		if err != nil || !strings.HasPrefix(h.Get("Set-Cookie"), "sticky=") || !strings.Contains(h.Get("Set-Cookie"), "Max-Age=3600") {
+			t.Fatalf("first GET: Set-Cookie %q, %v", h.Get("Set-Cookie"), err)
+		}
+		seen[first] = true
+		for i := 0; i < 5; i++ {
+			_, again, h, _ := m.get(client, "/")
+			if again != first || h.Get("Set-Cookie") != "" {
+				t.Fatalf("client %d went to %s, then %s (Set-Cookie %q)", c, first, again, h.Get("Set-Cookie"))
+			}
+		}
+		client.CloseIdleConnections()
+	}
+	if len(seen) != 2 {
+		t.Fatalf("20 clients all stuck to %v", seen)
+	}
 }

@@ -19,6 +19,8 @@ const ringPointsPerHost = 160
 type lbContext struct {
 	hash    uint64
 	hasHash bool
+	// setCookie is a generated hash cookie for the response ("" none).
+	setCookie string
 }
 
 // ringPoint is one point of a consistent hash ring.

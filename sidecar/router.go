@@ -6,6 +6,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -126,6 +127,9 @@ func (h *h1conn) proxy(req *http.Request, rt *route, ch *clusterHeaders, cl *clu
 	if !rt.respHeaders.empty() {
 		rt.respHeaders.apply(resp.Header)
 	}
+	if lbc.setCookie != "" {
+		resp.Header.Add("Set-Cookie", lbc.setCookie)
+	}
 	return h.writeResponse(req, resp, keep)
 }
 
@@ -197,6 +201,10 @@ func (h *h1conn) lbContext(req *http.Request, rt *route, cl *cluster) lbContext 
 	var out lbContext
 	for _, hp := range rt.hash {
 		v, ok := h.hashInput(req, hp)
+		if !ok && hp.kind == hashCookie && hp.cookieTTL != nil && out.setCookie == "" {
+			v, ok = strconv.FormatUint(rand.Uint64(), 16), true
+			out.setCookie = hashCookieHeader(hp, v)
+		}
 		if !ok {
 			continue
 		}
@@ -210,6 +218,15 @@ func (h *h1conn) lbContext(req *http.Request, rt *route, cl *cluster) lbContext 
 		}
 	}
 	return out
+}
+
+// hashCookieHeader is the Set-Cookie value of a generated hash cookie.
+func hashCookieHeader(hp hashPolicy, value string) string {
+	c := &http.Cookie{Name: hp.name, Value: value, Path: hp.cookiePath, HttpOnly: true}
+	if ttl := *hp.cookieTTL; ttl > 0 {
+		c.MaxAge = max(1, int(ttl/time.Second))
+	}
+	return c.String()
 }
 
 func (h *h1conn) hashInput(req *http.Request, hp hashPolicy) (string, bool) {
