@@ -185,32 +185,8 @@ func decodeRoute(r *routev3.Route) (*route, error) {
 	if out.hash, err = decodeHashPolicies(action.GetHashPolicy()); err != nil {
 		return nil, err
 	}
-	switch cs := action.GetClusterSpecifier().(type) {
-	case *routev3.RouteAction_Cluster:
-		if cs.Cluster == "" {
-			return nil, errors.New("route.cluster is empty")
-		}
-		out.clusters = []weightedCluster{{name: cs.Cluster, weight: 1}}
-	case *routev3.RouteAction_WeightedClusters:
-		for _, c := range cs.WeightedClusters.GetClusters() {
-			if c.GetName() == "" {
-				return nil, errors.New("weighted cluster has no name")
-			}
-			if w := c.GetWeight().GetValue(); w > 0 {
-				wc := weightedCluster{name: c.GetName(), weight: w}
-				hdrs, err := decodeClusterHeaders(c)
-				if err != nil {
-					return nil, fmt.Errorf("weighted cluster %q: %w", c.GetName(), err)
-				}
-				wc.hdrs = hdrs
-				out.clusters = append(out.clusters, wc)
-			}
-		}
-		if len(out.clusters) == 0 {
-			return nil, errors.New("weighted_clusters has no cluster with a positive weight")
-		}
-	default:
-		return nil, fmt.Errorf("cluster specifier %T is not supported", cs)
+	if out.clusters, err = decodeClusterSpecifier(action); err != nil {
+		return nil, err
 	}
 	out.prefixRewrite = action.GetPrefixRewrite()
 	if t := action.GetTimeout(); t != nil {
@@ -400,4 +376,38 @@ func (rc *routeConfig) matchDomain(host string, exactOnly bool) *virtualHost {
 		}
 	}
 	return best
+}
+
+// decodeClusterSpecifier decodes a route action's cluster or weighted
+// clusters (weight-0 clusters are dropped).
+func decodeClusterSpecifier(action *routev3.RouteAction) ([]weightedCluster, error) {
+	var out []weightedCluster
+	switch cs := action.GetClusterSpecifier().(type) {
+	case *routev3.RouteAction_Cluster:
+		if cs.Cluster == "" {
+			return nil, errors.New("route.cluster is empty")
+		}
+		out = []weightedCluster{{name: cs.Cluster, weight: 1}}
+	case *routev3.RouteAction_WeightedClusters:
+		for _, c := range cs.WeightedClusters.GetClusters() {
+			if c.GetName() == "" {
+				return nil, errors.New("weighted cluster has no name")
+			}
+			if w := c.GetWeight().GetValue(); w > 0 {
+				wc := weightedCluster{name: c.GetName(), weight: w}
+				hdrs, err := decodeClusterHeaders(c)
+				if err != nil {
+					return nil, fmt.Errorf("weighted cluster %q: %w", c.GetName(), err)
+				}
+				wc.hdrs = hdrs
+				out = append(out, wc)
+			}
+		}
+		if len(out) == 0 {
+			return nil, errors.New("weighted_clusters has no cluster with a positive weight")
+		}
+	default:
+		return nil, fmt.Errorf("cluster specifier %T is not supported", cs)
+	}
+	return out, nil
 }
