@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -20,6 +21,7 @@ const (
 	retryRetriableStatusCodes
 	retryReset
 	retryRefusedStream
+	retry4xx
 )
 
 var retryOnNames = map[string]retryOn{
@@ -29,7 +31,7 @@ var retryOnNames = map[string]retryOn{
 	"retriable-status-codes":     retryRetriableStatusCodes,
 	"reset":                      retryReset,
 	"refused-stream":             retryRefusedStream,
-	"retriable-4xx":              0, // accepted, never retried (409 only in Envoy)
+	"retriable-4xx":              retry4xx, // 409 only, as Envoy
 	"envoy-ratelimited":          0,
 	"retriable-headers":          0,
 	"http3-post-connect-failure": 0,
@@ -40,13 +42,35 @@ type retryPolicy struct {
 	on         retryOn
 	codes      map[int]bool
 	numRetries int
+	perTry     time.Duration // 0: none (the route timeout bounds all tries)
+	// Back-off between tries (Envoy's retry_back_off; 25 ms and 10x).
+	backoffBase, backoffMax time.Duration
 }
 
 func decodeRetryPolicy(rp *routev3.RetryPolicy) (*retryPolicy, error) {
 	if rp == nil {
 		return nil, nil
 	}
-	out := &retryPolicy{numRetries: 1, codes: map[int]bool{}}
+	out := &retryPolicy{numRetries: 1, codes: map[int]bool{}, backoffBase: retryBackoffBase, backoffMax: retryBackoffMax}
+	if t := rp.GetPerTryTimeout(); t != nil {
+		if err := t.CheckValid(); err != nil || t.AsDuration() < 0 {
+			return nil, errors.New("retry_policy: per_try_timeout is invalid")
+		}
+		out.perTry = t.AsDuration()
+	}
+	if bo := rp.GetRetryBackOff(); bo != nil {
+		base, maxI := bo.GetBaseInterval(), bo.GetMaxInterval()
+		if base.CheckValid() != nil || base.AsDuration() <= 0 {
+			return nil, errors.New("retry_policy: retry_back_off.base_interval must be positive")
+		}
+		out.backoffBase, out.backoffMax = base.AsDuration(), 10*base.AsDuration()
+		if maxI != nil {
+			if maxI.CheckValid() != nil || maxI.AsDuration() < out.backoffBase {
+				return nil, errors.New("retry_policy: retry_back_off.max_interval must be at least base_interval")
+			}
+			out.backoffMax = maxI.AsDuration()
+		}
+	}
 	for _, name := range strings.Split(rp.GetRetryOn(), ",") {
 		name = strings.TrimSpace(name)
 		if name == "" {
@@ -78,6 +102,8 @@ func (rp *retryPolicy) retriableStatus(code int) bool {
 	case rp.on&retryGatewayError != 0 && (code == http.StatusBadGateway || code == http.StatusServiceUnavailable || code == http.StatusGatewayTimeout):
 		return true
 	case rp.on&retryRetriableStatusCodes != 0 && rp.codes[code]:
+		return true
+	case rp.on&retry4xx != 0 && code == http.StatusConflict:
 		return true
 	}
 	return false

@@ -443,3 +443,36 @@ func TestL7RingHashGeneratedCookie(t *testing.T) {
 		t.Fatalf("20 clients all stuck to %v", seen)
 	}
 }
+
+// per_try_timeout: an instance that hangs on every second request is
+// retried on the other instance before the route timeout.
+func TestL7PerTryTimeout(t *testing.T) {
+	var calls atomic.Int64
+	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1)%2 == 0 {
+			select {
+			case <-time.After(5 * time.Second):
+			case <-r.Context().Done():
+				return
+			}
+		}
+		fmt.Fprint(w, "slow-ok")
+	})
+	api := subsetCluster("")
+	m := newL7Mesh(t, []l7BackendSpec{{cluster: api, handler: slow}, {cluster: api, handler: versionApp("fast", 0)}}, apiRoutes(clusterRoute("/", api, func(r *routev3.Route) {
+		r.GetRoute().Timeout = durationpbNew(3 * time.Second)
+		r.GetRoute().RetryPolicy = &routev3.RetryPolicy{RetryOn: "gateway-error", NumRetries: wrapperspb.UInt32(2), PerTryTimeout: durationpbNew(200 * time.Millisecond)}
+	})), l7Options{})
+	client := &http.Client{Timeout: waitTimeout}
+	t.Cleanup(client.CloseIdleConnections)
+	for i := 0; i < 20; i++ {
+		start := time.Now()
+		code, body, _, err := m.get(client, "/")
+		if err != nil || code != 200 || time.Since(start) > 2*time.Second {
+			t.Fatalf("GET %d = %d %q %v after %v", i, code, body, err, time.Since(start))
+		}
+	}
+	if n := statValue(t, m.web, "cluster."+api+".upstream_rq_per_try_timeout"); n == 0 {
+		t.Fatal("no per-try timeout was counted")
+	}
+}

@@ -172,6 +172,7 @@ func TestRetryPolicyConditions(t *testing.T) {
 	connErr := &connectError{addr: "x", err: errors.New("refused")}
 	refused := fmt.Errorf("%w: %w: reset", errStaleConn, errNothingWritten)
 	reset := errors.New("connection reset by peer")
+	perTry := fmt.Errorf("%w: %w", errPerTryTimeout, context.DeadlineExceeded)
 	cases := []struct {
 		name string
 		rp   *retryPolicy
@@ -199,6 +200,12 @@ func TestRetryPolicyConditions(t *testing.T) {
 		{"POST with body not on reset", decode("5xx,reset"), post, nil, reset, false},
 		{"POST with body on connect failure", decode("connect-failure"), post, nil, connErr, true},
 		{"POST with idempotency key on 503", decode("5xx"), keyed, resp(503), nil, true},
+		{"retriable-4xx on 409", decode("retriable-4xx"), get, resp(409), nil, true},
+		{"retriable-4xx not on 404", decode("retriable-4xx"), get, resp(404), nil, false},
+		{"per-try timeout under gateway-error", decode("gateway-error"), get, nil, perTry, true},
+		{"per-try timeout under 5xx", decode("5xx"), get, nil, perTry, true},
+		{"per-try timeout not under connect-failure", decode("connect-failure"), get, nil, perTry, false},
+		{"per-try timeout of a POST with body", decode("5xx"), post, nil, perTry, false},
 	}
 	for _, tc := range cases {
 		if got := shouldRetry(tc.req, tc.rp, tc.resp, tc.err); got != tc.want {

@@ -3,6 +3,7 @@ package sidecar
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -109,7 +110,7 @@ func (h *h1conn) proxy(req *http.Request, rt *route, ch *clusterHeaders, cl *clu
 		code := http.StatusServiceUnavailable
 		// The route's deadline passing is a timeout, whichever error the
 		// transport reported when it noticed.
-		if errors.Is(err, context.DeadlineExceeded) || deadlinePassed(ctx) {
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errPerTryTimeout) || deadlinePassed(ctx) {
 			code = http.StatusGatewayTimeout
 			cl.stats.rqTimeout.Add(1)
 			return h.localReply(req, code, "upstream request timeout", keep)
@@ -140,7 +141,7 @@ func (h *h1conn) proxy(req *http.Request, rt *route, ch *clusterHeaders, cl *clu
 func sendWithRetries(req *http.Request, rp *retryPolicy, cl *cluster, lbc lbContext) (*http.Response, error) {
 	var tried []*host
 	for attempt := 0; ; attempt++ {
-		resp, err := cl.roundTrip(req, lbc, &tried)
+		resp, err := tryOnce(req, rp, cl, lbc, &tried)
 		if attempt > 0 && err == nil && resp.StatusCode < 500 {
 			cl.stats.rqRetrySuccess.Add(1)
 		}
@@ -154,10 +155,49 @@ func sendWithRetries(req *http.Request, rp *retryPolicy, cl *cluster, lbc lbCont
 			resp.Body.Close()
 		}
 		cl.stats.rqRetry.Add(1)
-		if !retrySleep(req.Context(), attempt) {
+		if !retrySleep(req.Context(), rp, attempt) {
 			return nil, req.Context().Err()
 		}
 	}
+}
+
+// tryOnce is one attempt, bounded by the policy's per_try_timeout if any
+// (the timeout then also covers reading the response body).
+func tryOnce(req *http.Request, rp *retryPolicy, cl *cluster, lbc lbContext, tried *[]*host) (*http.Response, error) {
+	if rp == nil || rp.perTry <= 0 {
+		return cl.roundTrip(req, lbc, tried)
+	}
+	ctx, cancel := context.WithTimeout(req.Context(), rp.perTry)
+	resp, err := cl.roundTrip(req.WithContext(ctx), lbc, tried)
+	if err != nil {
+		cancel()
+		if ctx.Err() != nil && req.Context().Err() == nil {
+			cl.stats.rqPerTryTimeout.Add(1)
+			err = fmt.Errorf("%w: %w", errPerTryTimeout, err)
+		}
+		return nil, err
+	}
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		cancel() // an upgraded connection is detached from the attempt
+		return resp, nil
+	}
+	resp.Body = &cancelBody{ReadCloser: resp.Body, cancel: cancel}
+	return resp, nil
+}
+
+// errPerTryTimeout marks an attempt that ran out of its per_try_timeout.
+var errPerTryTimeout = errors.New("upstream per-try timeout")
+
+// cancelBody releases an attempt's context when its body is closed.
+type cancelBody struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b *cancelBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
 }
 
 // shouldRetry applies a retry policy to an attempt's outcome.
@@ -169,6 +209,10 @@ func shouldRetry(req *http.Request, rp *retryPolicy, resp *http.Response, err er
 		var ce *connectError
 		connectFailed := errors.As(err, &ce)
 		refused := errors.Is(err, errNothingWritten)
+		if errors.Is(err, errPerTryTimeout) {
+			// Envoy answers a per-try timeout with a 504.
+			return replayable(req) && rp.retriableStatus(http.StatusGatewayTimeout)
+		}
 		if !connectFailed && !refused && !replayable(req) {
 			return false // part of the request may have been processed
 		}
@@ -179,8 +223,8 @@ func shouldRetry(req *http.Request, rp *retryPolicy, resp *http.Response, err er
 
 // retrySleep waits the jittered back-off before retry number attempt+1;
 // false if ctx ended first.
-func retrySleep(ctx context.Context, attempt int) bool {
-	d := min(retryBackoffBase<<min(attempt, 4), retryBackoffMax)
+func retrySleep(ctx context.Context, rp *retryPolicy, attempt int) bool {
+	d := min(rp.backoffBase<<min(attempt, 10), rp.backoffMax)
 	t := time.NewTimer(rand.N(d) + time.Millisecond)
 	defer t.Stop()
 	select {
