@@ -180,8 +180,11 @@ func (h *h1conn) finishBody(body io.ReadCloser) bool {
 // path rewrite, hop-by-hop headers dropped, X-Forwarded-* set. It returns
 // the requested protocol upgrade, if any.
 func (h *h1conn) outbound(req *http.Request, rt *route) string {
-	if rt.prefixRewrite != "" && rt.kind == pathPrefix {
-		req.URL.Path = rt.prefixRewrite + strings.TrimPrefix(req.URL.Path, rt.path)
+	if rt.prefixRewrite != "" && rt.kind != pathRegex && len(req.URL.Path) >= len(rt.path) {
+		// The matched prefix (or exact path, matched case-insensitively
+		// perhaps) is swapped for the rewrite; Envoy keeps the original.
+		req.Header.Set("X-Envoy-Original-Path", req.URL.RequestURI())
+		req.URL.Path = rt.prefixRewrite + req.URL.Path[len(rt.path):]
 		req.URL.RawPath = ""
 	}
 	upgrade := upgradeType(req.Header)

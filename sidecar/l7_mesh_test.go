@@ -191,7 +191,7 @@ func TestL7RoutesRewriteAndHeaders(t *testing.T) {
 				}
 			}
 			w.Header().Set("X-Internal", "secret")
-			fmt.Fprintf(w, "%s path=%s added=%s removed=%s", version, r.URL.Path, r.Header.Get("X-Route"), r.Header.Get("X-Strip"))
+			fmt.Fprintf(w, "%s path=%s added=%s removed=%s original=%s", version, r.URL.Path, r.Header.Get("X-Route"), r.Header.Get("X-Strip"), r.Header.Get("X-Envoy-Original-Path"))
 		})
 	}
 	v1, v2 := subsetCluster("v1"), subsetCluster("v2")
@@ -224,7 +224,7 @@ func TestL7RoutesRewriteAndHeaders(t *testing.T) {
 		return h
 	}
 	check("/x", 200, "v2 path=/x", "X-Canary", "1")
-	check("/admin/users", 200, "v2 path=/internal/users added=v2-split")
+	check("/admin/users?x=1", 200, "v2 path=/internal/users added=v2-split removed= original=/admin/users?x=1")
 	h := check("/x", 200, "v1 path=/x added=main removed=", "X-Strip", "please")
 	if h.Get("X-Internal") != "" || h.Get("X-Served-By") != "meshlet" {
 		t.Fatalf("response headers %v: want X-Internal removed and X-Served-By added", h)
