@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -39,8 +38,10 @@ type host struct {
 // clusterState is an immutable snapshot of a cluster's config and endpoints.
 type clusterState struct {
 	cfg     *clusterConfig
-	hosts   []*host   // all, sorted by priority
-	healthy [][]*host // healthy hosts grouped by ascending priority
+	hosts   []*host    // all, sorted by priority
+	healthy [][]*host  // healthy hosts grouped by ascending priority
+	rings   []hashRing // ring_hash: one ring per healthy group
+	panic   hashRing   // ring_hash: all hosts (no healthy one)
 	byAddr  map[string]*host
 	tlsConf *tls.Config // nil: plaintext
 }
@@ -54,7 +55,8 @@ type cluster struct {
 	state     atomic.Pointer[clusterState]
 	rr        atomic.Uint64
 	transport *h1Transport
-	plainIO   bool // Config.PlainIO
+	h2        h2Transport // clusters with HTTP/2 protocol options
+	plainIO   bool        // Config.PlainIO
 
 	// applied is the CDS entry in effect (read by config_dump).
 	applied atomic.Pointer[entry]
@@ -66,6 +68,7 @@ type cluster struct {
 func newCluster(name string, reg *statsRegistry, secrets *secretStore, plainIO bool) *cluster {
 	c := &cluster{name: name, stats: newClusterStats(reg, name), secrets: secrets, hostStats: map[string]*hostStats{}, plainIO: plainIO}
 	c.transport = newH1Transport(c.dialAddr)
+	c.h2.dial = c.dialAddr
 	return c
 }
 
@@ -76,6 +79,10 @@ func (c *cluster) apply(cfgEntry, edsEntry *entry, set *endpointSet) {
 	st := &clusterState{cfg: cfg, byAddr: map[string]*host{}}
 	if cfg.tls != nil {
 		st.tlsConf = c.secrets.clientTLSConfig(cfg.tls)
+		if cfg.h2 {
+			st.tlsConf = st.tlsConf.Clone()
+			st.tlsConf.NextProtos = []string{"h2"}
+		}
 	}
 	live := map[string]bool{}
 	var healthyCount int64
@@ -105,6 +112,9 @@ func (c *cluster) apply(cfgEntry, edsEntry *entry, set *endpointSet) {
 			delete(c.hostStats, addr)
 		}
 	}
+	if cfg.lb == lbRingHash {
+		st.buildRings()
+	}
 	c.stats.membershipTotal.Store(int64(len(st.hosts)))
 	c.stats.membershipHealthy.Store(healthyCount)
 	old := c.state.Swap(st)
@@ -113,46 +123,8 @@ func (c *cluster) apply(cfgEntry, edsEntry *entry, set *endpointSet) {
 	if old != nil {
 		// Pooled HTTP connections may point at removed endpoints or use old
 		// TLS settings; new requests open fresh ones.
-		c.transport.CloseIdleConnections()
+		c.closeIdle()
 	}
-}
-
-// candidates returns the endpoints to try, in order: round robin (or the
-// configured policy) within each priority of healthy endpoints, lower
-// priorities first; all endpoints if none is healthy (Envoy's panic mode).
-func (c *cluster) candidates(st *clusterState) []*host {
-	groups := st.healthy
-	if len(groups) == 0 && len(st.hosts) > 0 {
-		groups = [][]*host{st.hosts}
-	}
-	out := make([]*host, 0, maxConnectAttempts)
-	for _, g := range groups {
-		start := c.pickStart(st.cfg.lb, g)
-		for i := range g {
-			out = append(out, g[(start+i)%len(g)])
-			if len(out) == maxConnectAttempts {
-				return out
-			}
-		}
-	}
-	return out
-}
-
-func (c *cluster) pickStart(lb lbPolicy, g []*host) int {
-	n := len(g)
-	switch {
-	case n == 1:
-		return 0
-	case lb == lbRandom:
-		return rand.IntN(n)
-	case lb == lbLeastRequest:
-		a, b := rand.IntN(n), rand.IntN(n)
-		if g[b].stats.cxActive.Load()+g[b].stats.rqActive.Load() < g[a].stats.cxActive.Load()+g[a].stats.rqActive.Load() {
-			return b
-		}
-		return a
-	}
-	return int((c.rr.Add(1) - 1) % uint64(n))
 }
 
 // dial opens a connection to one endpoint, failing over to the next on a
@@ -162,7 +134,7 @@ func (c *cluster) dial(ctx context.Context) (net.Conn, *host, func(), error) {
 	if st == nil {
 		return nil, nil, nil, ErrNoHealthyUpstream
 	}
-	cands := c.candidates(st)
+	cands := c.candidates(st, lbContext{}, nil)
 	if len(cands) == 0 {
 		c.stats.cxNoneHealthy.Add(1)
 		return nil, nil, nil, ErrNoHealthyUpstream
@@ -326,7 +298,7 @@ func (m *clusterManager) reconcile(cds, eds map[string]*entry) int {
 	}
 	for name, c := range cur {
 		if _, ok := next[name]; !ok {
-			c.transport.CloseIdleConnections()
+			c.closeIdle()
 		}
 	}
 	m.byName.Store(&next)

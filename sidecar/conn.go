@@ -332,20 +332,23 @@ func writeBatched(dst net.Conn, t *tlsTransport, b []byte) (int, error) {
 }
 
 // pickWeighted chooses a cluster by weight (the only one, usually).
-func pickWeighted(cs []weightedCluster) string {
+func pickWeighted(cs []weightedCluster) string { return cs[pickIndex(cs)].name }
+
+// pickIndex chooses the index of a cluster by weight.
+func pickIndex(cs []weightedCluster) int {
 	if len(cs) == 1 {
-		return cs[0].name
+		return 0
 	}
 	var total uint64
 	for _, c := range cs {
 		total += uint64(c.weight)
 	}
 	n := rand.Uint64N(total)
-	for _, c := range cs {
+	for i, c := range cs {
 		if n < uint64(c.weight) {
-			return c.name
+			return i
 		}
 		n -= uint64(c.weight)
 	}
-	return cs[len(cs)-1].name
+	return len(cs) - 1
 }

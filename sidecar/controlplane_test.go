@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
@@ -30,6 +32,18 @@ type fakeAuthz struct {
 	deny   map[string]bool
 	calls  atomic.Int64
 	lastRq atomic.Pointer[authv3.CheckRequest]
+	// HTTP (per request) checks: paths denied with a 403 and a body.
+	denyPaths map[string]bool
+	lastHTTP  atomic.Pointer[authv3.CheckRequest]
+}
+
+func (f *fakeAuthz) setDenyPath(path string, deny bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.denyPaths == nil {
+		f.denyPaths = map[string]bool{}
+	}
+	f.denyPaths[path] = deny
 }
 
 func (f *fakeAuthz) setDeny(principal string, deny bool) {
@@ -43,7 +57,22 @@ func (f *fakeAuthz) Check(_ context.Context, req *authv3.CheckRequest) (*authv3.
 	f.lastRq.Store(req)
 	f.mu.Lock()
 	denied := f.deny[req.GetAttributes().GetSource().GetPrincipal()]
+	hr := req.GetAttributes().GetRequest().GetHttp()
+	pathDenied := hr != nil && f.denyPaths[strings.SplitN(hr.GetPath(), "?", 2)[0]]
 	f.mu.Unlock()
+	if hr != nil {
+		f.lastHTTP.Store(req)
+	}
+	if pathDenied {
+		return &authv3.CheckResponse{
+			Status: &rpcstatus.Status{Code: int32(codes.PermissionDenied), Message: "denied by permission"},
+			HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{
+				Status:  &typev3.HttpStatus{Code: typev3.StatusCode_Forbidden},
+				Headers: []*corev3.HeaderValueOption{{Header: &corev3.HeaderValue{Key: "x-denied-by", Value: "fake-authz"}}},
+				Body:    "denied by permission 1 of intention web => api",
+			}},
+		}, nil
+	}
 	if denied {
 		return &authv3.CheckResponse{Status: &rpcstatus.Status{Code: int32(codes.PermissionDenied), Message: "denied by intention"}}, nil
 	}

@@ -21,6 +21,7 @@ const (
 	lbRoundRobin lbPolicy = iota
 	lbRandom
 	lbLeastRequest
+	lbRingHash // also MAGLEV: consistent hashing on the route's hash policy
 )
 
 // clusterConfig is a decoded, validated Cluster.
@@ -30,8 +31,10 @@ type clusterConfig struct {
 	edsName        string       // EDS resource name (service_name or the cluster name)
 	static         *endpointSet // load_assignment of a STATIC cluster
 	lb             lbPolicy
+	choiceCount    int // least_request: hosts sampled per pick
 	connectTimeout time.Duration
 	tls            *upstreamTLS // nil: plaintext
+	h2             bool         // HTTP/2 to the endpoints (h2c, or h2 over TLS)
 }
 
 // endpointSet is a decoded ClusterLoadAssignment, sorted by priority.
@@ -57,6 +60,7 @@ func decodeCluster(c *clusterv3.Cluster) (*clusterConfig, error) {
 	}
 	wrap := func(err error) error { return fmt.Errorf("cluster %q: %w", c.GetName(), err) }
 	out := &clusterConfig{name: c.GetName(), connectTimeout: defaultConnectTimeout}
+	var err error
 	if t := c.GetConnectTimeout(); t != nil {
 		if err := t.CheckValid(); err != nil || t.AsDuration() <= 0 {
 			return nil, wrap(errors.New("connect_timeout must be positive"))
@@ -70,6 +74,15 @@ func decodeCluster(c *clusterv3.Cluster) (*clusterConfig, error) {
 		out.lb = lbRandom
 	case clusterv3.Cluster_LEAST_REQUEST:
 		out.lb = lbLeastRequest
+		out.choiceCount = 2
+		if n := c.GetLeastRequestLbConfig().GetChoiceCount(); n != nil {
+			if n.GetValue() < 2 {
+				return nil, wrap(errors.New("least_request_lb_config.choice_count must be at least 2"))
+			}
+			out.choiceCount = int(min(n.GetValue(), 100))
+		}
+	case clusterv3.Cluster_RING_HASH, clusterv3.Cluster_MAGLEV:
+		out.lb = lbRingHash
 	default:
 		return nil, wrap(fmt.Errorf("lb_policy %s is not supported", c.GetLbPolicy()))
 	}
@@ -98,6 +111,9 @@ func decodeCluster(c *clusterv3.Cluster) (*clusterConfig, error) {
 		}
 	default:
 		return nil, wrap(fmt.Errorf("cluster type %s is not supported (STATIC or EDS)", dt.Type))
+	}
+	if out.h2, err = decodeHTTPProtocol(c); err != nil {
+		return nil, wrap(err)
 	}
 	tlsCtx, err := decodeUpstreamTLS(c.GetTransportSocket())
 	if err != nil {

@@ -53,6 +53,13 @@ type authzConfig struct {
 type weightedCluster struct {
 	name   string
 	weight uint32
+	// A route's weighted cluster may add or remove headers (applied
+	// before the route's own); nil when it does not.
+	hdrs *clusterHeaders
+}
+
+type clusterHeaders struct {
+	req, resp headerMutation
 }
 
 type tcpProxyConfig struct {
@@ -65,6 +72,7 @@ type httpConfig struct {
 	statPrefix string
 	rdsName    string
 	routes     *routeConfig
+	authz      *httpAuthzConfig // nil: no HTTP ext_authz filter
 }
 
 // secretNames returns the SDS secrets the listener needs.
@@ -292,6 +300,14 @@ func decodeHCM(typed *anypb.Any) (*httpConfig, error) {
 		switch {
 		case i == len(hf)-1 && !isRouter:
 			return nil, errors.New("http_connection_manager: http_filters must end with the router")
+		case i < len(hf)-1 && f.GetTypedConfig().GetTypeUrl() == typeHTTPExtAuthz:
+			if out.authz != nil {
+				return nil, errors.New("http_connection_manager: ext_authz appears twice")
+			}
+			var err error
+			if out.authz, err = decodeHTTPExtAuthz(f.GetTypedConfig()); err != nil {
+				return nil, fmt.Errorf("http_connection_manager: %w", err)
+			}
 		case i < len(hf)-1 && !f.GetIsOptional():
 			return nil, fmt.Errorf("http_connection_manager: http filter %q is not supported", f.GetName())
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"regexp"
 	"strings"
 	"time"
@@ -43,11 +44,20 @@ type route struct {
 	re            *regexp.Regexp
 	caseSensitive bool
 	headers       []headerMatcher
+	query         []queryMatcher
 	clusters      []weightedCluster
 	prefixRewrite string
 	timeout       time.Duration // 0: none
+	retry         *retryPolicy  // nil: no retries
+	hash          []hashPolicy
+	// Header mutations of the route, then its virtual host, then the
+	// route configuration (Envoy's default order).
+	reqHeaders, respHeaders headerMutation
 }
 
+// headerMatcher is a decoded HeaderMatcher. name is lower case; pseudo
+// headers (":method", ":path", ":authority", ":scheme") are matched
+// against the request line.
 type headerMatcher struct {
 	name    string
 	present *bool
@@ -69,21 +79,57 @@ func (rc *routeConfig) clusterNames() []string {
 
 func decodeRouteConfig(rc *routev3.RouteConfiguration) (*routeConfig, error) {
 	out := &routeConfig{name: rc.GetName()}
+	rcReq, err := decodeHeaderMutation(rc.GetRequestHeadersToAdd(), rc.GetRequestHeadersToRemove())
+	if err != nil {
+		return nil, fmt.Errorf("request headers: %w", err)
+	}
+	rcResp, err := decodeHeaderMutation(rc.GetResponseHeadersToAdd(), rc.GetResponseHeadersToRemove())
+	if err != nil {
+		return nil, fmt.Errorf("response headers: %w", err)
+	}
 	for i, vh := range rc.GetVirtualHosts() {
-		if len(vh.GetDomains()) == 0 {
-			return nil, fmt.Errorf("virtual_hosts[%d] %q: domains is empty", i, vh.GetName())
-		}
-		v := &virtualHost{name: vh.GetName(), domains: vh.GetDomains()}
-		for j, r := range vh.GetRoutes() {
-			dr, err := decodeRoute(r)
-			if err != nil {
-				return nil, fmt.Errorf("virtual_hosts[%d] %q: routes[%d]: %w", i, vh.GetName(), j, err)
-			}
-			v.routes = append(v.routes, dr)
+		v, err := decodeVirtualHost(vh, rcReq, rcResp)
+		if err != nil {
+			return nil, fmt.Errorf("virtual_hosts[%d] %q: %w", i, vh.GetName(), err)
 		}
 		out.vhosts = append(out.vhosts, v)
 	}
 	return out, nil
+}
+
+// decodeVirtualHost decodes a virtual host's routes; the virtual host's
+// and the route configuration's header mutations and the virtual host's
+// retry policy are folded into each route.
+func decodeVirtualHost(vh *routev3.VirtualHost, rcReq, rcResp headerMutation) (*virtualHost, error) {
+	if len(vh.GetDomains()) == 0 {
+		return nil, errors.New("domains is empty")
+	}
+	vReq, err := decodeHeaderMutation(vh.GetRequestHeadersToAdd(), vh.GetRequestHeadersToRemove())
+	if err != nil {
+		return nil, fmt.Errorf("request headers: %w", err)
+	}
+	vResp, err := decodeHeaderMutation(vh.GetResponseHeadersToAdd(), vh.GetResponseHeadersToRemove())
+	if err != nil {
+		return nil, fmt.Errorf("response headers: %w", err)
+	}
+	vRetry, err := decodeRetryPolicy(vh.GetRetryPolicy())
+	if err != nil {
+		return nil, err
+	}
+	v := &virtualHost{name: vh.GetName(), domains: vh.GetDomains()}
+	for j, r := range vh.GetRoutes() {
+		dr, err := decodeRoute(r)
+		if err != nil {
+			return nil, fmt.Errorf("routes[%d]: %w", j, err)
+		}
+		if dr.retry == nil {
+			dr.retry = vRetry
+		}
+		dr.reqHeaders = dr.reqHeaders.then(vReq).then(rcReq)
+		dr.respHeaders = dr.respHeaders.then(vResp).then(rcResp)
+		v.routes = append(v.routes, dr)
+	}
+	return v, nil
 }
 
 func decodeRoute(r *routev3.Route) (*route, error) {
@@ -112,8 +158,12 @@ func decodeRoute(r *routev3.Route) (*route, error) {
 	default:
 		return nil, fmt.Errorf("path match %T is not supported", p)
 	}
-	if len(m.GetQueryParameters()) > 0 || m.GetGrpc() != nil || m.GetRuntimeFraction() != nil {
-		return nil, errors.New("query_parameters, grpc and runtime_fraction matches are not supported")
+	if m.GetGrpc() != nil || m.GetRuntimeFraction() != nil {
+		return nil, errors.New("grpc and runtime_fraction matches are not supported")
+	}
+	var err error
+	if out.query, err = decodeQueryMatchers(m.GetQueryParameters()); err != nil {
+		return nil, err
 	}
 	for i, h := range m.GetHeaders() {
 		hm, err := decodeHeaderMatcher(h)
@@ -122,27 +172,21 @@ func decodeRoute(r *routev3.Route) (*route, error) {
 		}
 		out.headers = append(out.headers, hm)
 	}
+	if out.reqHeaders, err = decodeHeaderMutation(r.GetRequestHeadersToAdd(), r.GetRequestHeadersToRemove()); err != nil {
+		return nil, fmt.Errorf("request headers: %w", err)
+	}
+	if out.respHeaders, err = decodeHeaderMutation(r.GetResponseHeadersToAdd(), r.GetResponseHeadersToRemove()); err != nil {
+		return nil, fmt.Errorf("response headers: %w", err)
+	}
 	action := ra.Route
-	switch cs := action.GetClusterSpecifier().(type) {
-	case *routev3.RouteAction_Cluster:
-		if cs.Cluster == "" {
-			return nil, errors.New("route.cluster is empty")
-		}
-		out.clusters = []weightedCluster{{name: cs.Cluster, weight: 1}}
-	case *routev3.RouteAction_WeightedClusters:
-		for _, c := range cs.WeightedClusters.GetClusters() {
-			if c.GetName() == "" {
-				return nil, errors.New("weighted cluster has no name")
-			}
-			if w := c.GetWeight().GetValue(); w > 0 {
-				out.clusters = append(out.clusters, weightedCluster{name: c.GetName(), weight: w})
-			}
-		}
-		if len(out.clusters) == 0 {
-			return nil, errors.New("weighted_clusters has no cluster with a positive weight")
-		}
-	default:
-		return nil, fmt.Errorf("cluster specifier %T is not supported", cs)
+	if out.retry, err = decodeRetryPolicy(action.GetRetryPolicy()); err != nil {
+		return nil, err
+	}
+	if out.hash, err = decodeHashPolicies(action.GetHashPolicy()); err != nil {
+		return nil, err
+	}
+	if out.clusters, err = decodeClusterSpecifier(action); err != nil {
+		return nil, err
 	}
 	out.prefixRewrite = action.GetPrefixRewrite()
 	if t := action.GetTimeout(); t != nil {
@@ -155,7 +199,7 @@ func decodeRoute(r *routev3.Route) (*route, error) {
 }
 
 func decodeHeaderMatcher(h *routev3.HeaderMatcher) (headerMatcher, error) {
-	out := headerMatcher{name: http.CanonicalHeaderKey(h.GetName()), invert: h.GetInvertMatch()}
+	out := headerMatcher{name: strings.ToLower(h.GetName()), invert: h.GetInvertMatch()}
 	if h.GetName() == "" {
 		return out, errors.New("header name is empty")
 	}
@@ -180,8 +224,39 @@ func decodeHeaderMatcher(h *routev3.HeaderMatcher) (headerMatcher, error) {
 	return out, nil
 }
 
-// matches reports whether the request's path and headers select r.
-func (r *route) matches(path string, h http.Header) bool {
+// reqView is what route matching reads from a request.
+type reqView struct {
+	req    *http.Request
+	scheme string
+}
+
+// header returns a header's values joined by "," (pseudo headers from the
+// request line) and whether it is present.
+func (v *reqView) header(name string) (string, bool) {
+	switch name {
+	case ":method":
+		return v.req.Method, true
+	case ":path":
+		return v.req.URL.RequestURI(), true
+	case ":authority", "host":
+		return v.req.Host, v.req.Host != ""
+	case ":scheme":
+		return v.scheme, true
+	}
+	vals, ok := v.req.Header[http.CanonicalHeaderKey(name)]
+	if !ok {
+		return "", false
+	}
+	if len(vals) == 1 {
+		return vals[0], true
+	}
+	return strings.Join(vals, ","), true
+}
+
+// matches reports whether the request selects r: path, then headers, then
+// query parameters.
+func (r *route) matches(v *reqView) bool {
+	path := v.req.URL.Path
 	p, want := path, r.path
 	if !r.caseSensitive {
 		p, want = strings.ToLower(p), strings.ToLower(want)
@@ -205,15 +280,49 @@ func (r *route) matches(path string, h http.Header) bool {
 		}
 	}
 	for _, hm := range r.headers {
-		if !hm.matches(h) {
+		if !hm.matches(v) {
+			return false
+		}
+	}
+	for _, qm := range r.query {
+		val, ok := queryValue(v.req.URL.RawQuery, qm.name)
+		if !ok || (qm.m != nil && !qm.m.match(val)) {
 			return false
 		}
 	}
 	return true
 }
 
-func (hm headerMatcher) matches(h http.Header) bool {
-	vals, ok := h[hm.name]
+// queryValue returns the first value of a query parameter (decoded) and
+// whether it is present, without building the whole url.Values.
+func queryValue(raw, name string) (string, bool) {
+	for raw != "" {
+		var pair string
+		pair, raw, _ = strings.Cut(raw, "&")
+		k, v, _ := strings.Cut(pair, "=")
+		if strings.ContainsAny(k, "%+") {
+			var err error
+			if k, err = url.QueryUnescape(k); err != nil {
+				continue
+			}
+		}
+		if k != name {
+			continue
+		}
+		if strings.ContainsAny(v, "%+") {
+			dv, err := url.QueryUnescape(v)
+			if err != nil {
+				continue
+			}
+			v = dv
+		}
+		return v, true
+	}
+	return "", false
+}
+
+func (hm headerMatcher) matches(v *reqView) bool {
+	val, ok := v.header(hm.name)
 	var res bool
 	switch {
 	case hm.present != nil:
@@ -221,7 +330,7 @@ func (hm headerMatcher) matches(h http.Header) bool {
 	case !ok:
 		return false // a missing header never matches a value matcher
 	default:
-		res = hm.m.match(strings.Join(vals, ","))
+		res = hm.m.match(val)
 	}
 	return res != hm.invert
 }
@@ -267,4 +376,38 @@ func (rc *routeConfig) matchDomain(host string, exactOnly bool) *virtualHost {
 		}
 	}
 	return best
+}
+
+// decodeClusterSpecifier decodes a route action's cluster or weighted
+// clusters (weight-0 clusters are dropped).
+func decodeClusterSpecifier(action *routev3.RouteAction) ([]weightedCluster, error) {
+	var out []weightedCluster
+	switch cs := action.GetClusterSpecifier().(type) {
+	case *routev3.RouteAction_Cluster:
+		if cs.Cluster == "" {
+			return nil, errors.New("route.cluster is empty")
+		}
+		out = []weightedCluster{{name: cs.Cluster, weight: 1}}
+	case *routev3.RouteAction_WeightedClusters:
+		for _, c := range cs.WeightedClusters.GetClusters() {
+			if c.GetName() == "" {
+				return nil, errors.New("weighted cluster has no name")
+			}
+			if w := c.GetWeight().GetValue(); w > 0 {
+				wc := weightedCluster{name: c.GetName(), weight: w}
+				hdrs, err := decodeClusterHeaders(c)
+				if err != nil {
+					return nil, fmt.Errorf("weighted cluster %q: %w", c.GetName(), err)
+				}
+				wc.hdrs = hdrs
+				out = append(out, wc)
+			}
+		}
+		if len(out) == 0 {
+			return nil, errors.New("weighted_clusters has no cluster with a positive weight")
+		}
+	default:
+		return nil, fmt.Errorf("cluster specifier %T is not supported", cs)
+	}
+	return out, nil
 }

@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -114,7 +115,7 @@ func TestDecodeClusterErrors(t *testing.T) {
 		{"eds not over ads", mod(func(c *clusterv3.Cluster) {
 			c.EdsClusterConfig.EdsConfig = &corev3.ConfigSource{ConfigSourceSpecifier: &corev3.ConfigSource_PathConfigSource{PathConfigSource: &corev3.PathConfigSource{Path: "/x"}}}
 		}), "want ads"},
-		{"ring hash", mod(func(c *clusterv3.Cluster) { c.LbPolicy = clusterv3.Cluster_RING_HASH }), "RING_HASH is not supported"},
+		{"cluster provided lb", mod(func(c *clusterv3.Cluster) { c.LbPolicy = clusterv3.Cluster_CLUSTER_PROVIDED }), "CLUSTER_PROVIDED is not supported"},
 		{"zero connect timeout", mod(func(c *clusterv3.Cluster) { c.ConnectTimeout = durationpb.New(0) }), "connect_timeout must be positive"},
 		{"static without endpoints", mod(func(c *clusterv3.Cluster) {
 			c.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC}
@@ -216,7 +217,7 @@ func TestRouteMatching(t *testing.T) {
 		}
 		got := ""
 		for _, r := range vh.routes {
-			if r.matches(tc.path, h) {
+			if r.matches(&reqView{req: &http.Request{Method: "GET", Host: tc.host, URL: &url.URL{Path: tc.path}, Header: h}}) {
 				got = r.clusters[0].name
 				break
 			}

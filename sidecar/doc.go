@@ -13,9 +13,26 @@
 //     valid; otherwise it is NACKed and nothing changes;
 //   - the runtime: listeners (TLS termination with client certificates,
 //     the ext_authz network filter, tcp_proxy and the HTTP connection
-//     manager), clusters (round robin with failover, upstream TLS that
-//     verifies both the chain and the SPIFFE ID) and the Envoy-compatible
-//     admin endpoints (/ready, /stats, /clusters, /config_dump, /listeners).
+//     manager), clusters (round robin, random, least_request, ring_hash and
+//     maglev (as ring_hash) with failover, upstream TLS that verifies both
+//     the chain and the SPIFFE ID) and the Envoy-compatible admin endpoints
+//     (/ready, /stats, /clusters, /config_dump, /listeners);
+//   - the L7 router (router.go, decode_route*.go): RDS route configurations
+//     matched per request (path prefix/exact/regex, headers including the
+//     :method, :path, :authority pseudo headers, query parameters; first
+//     match wins, none is a 404), weighted clusters, prefix_rewrite,
+//     per-route timeouts (504), header mutations, hash policies and
+//     retry_policy (5xx, gateway-error, connect-failure,
+//     retriable-status-codes, reset, refused-stream; a retry goes to
+//     another endpoint and only replays what may be sent twice); the HTTP
+//     ext_authz filter asks the agent about every request (httpauthz.go,
+//     fail closed); a changed route configuration applies to the next
+//     request, and one naming a cluster still warming waits for it while
+//     the previous one serves;
+//   - HTTP/2 (h2server.go, h2upstream.go): a connection manager serves h2
+//     when a connection opens with the HTTP/2 preface (h2c, or h2 inside
+//     TLS), and a cluster with http2_protocol_options speaks h2 (h2c, or h2
+//     over its mTLS), so gRPC passes through two sidecars.
 //
 // Concurrency rules: one goroutine (the ADS loop) owns the resource store and
 // is the only writer of runtime configuration. The data path never takes a

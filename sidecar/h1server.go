@@ -43,10 +43,12 @@ type h1conn struct {
 	lim    headLimitReader
 	br     *bufio.Reader
 	bw     *bufio.Writer
-	idle   atomic.Bool // waiting for the next request
-	armed  time.Time   // when the idle read deadline was last pushed out
-	client string      // downstream IP, for X-Forwarded-For
-	proto  string      // X-Forwarded-Proto
+	idle   atomic.Bool                 // waiting for the next request
+	armed  time.Time                   // when the idle read deadline was last pushed out
+	client string                      // downstream IP, for X-Forwarded-For
+	proto  string                      // X-Forwarded-Proto
+	peer   *authzPeer                  // HTTP ext_authz identity, computed on first use
+	h2srv  atomic.Pointer[http.Server] // set while serving HTTP/2
 }
 
 // serveHTTP runs the HTTP connection manager on c until the connection
@@ -78,6 +80,10 @@ func (l *listener) serveHTTP(c *httpConn) bool {
 		h.bw.Reset(nil)
 		h1Writers.Put(h.bw)
 	}()
+	if h.isH2Preface() {
+		h.serveH2()
+		return true
+	}
 	for h.serveOne() {
 	}
 	return true
@@ -85,6 +91,16 @@ func (l *listener) serveHTTP(c *httpConn) bool {
 
 // closeIfIdle closes the connection if it is waiting for a request (drain).
 func (h *h1conn) closeIfIdle() {
+	if srv := h.h2srv.Load(); srv != nil {
+		// HTTP/2: GOAWAY, let open streams finish, then close (the
+		// drain timeout still bounds it).
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), h.l.p.cfg.DrainTimeout)
+			defer cancel()
+			_ = srv.Shutdown(ctx)
+		}()
+		return
+	}
 	if h.idle.Load() {
 		h.c.Conn.Close()
 	}
@@ -109,7 +125,9 @@ func (h *h1conn) waitRequest() bool {
 // serveOne serves one request and reports whether the connection stays
 // open for another.
 func (h *h1conn) serveOne() bool {
-	h.lim.n = h1MaxHeaderBytes
+	if h.lim.n < 0 {
+		h.lim.n = h1MaxHeaderBytes
+	}
 	if !h.waitRequest() {
 		return false
 	}
@@ -158,83 +176,15 @@ func (h *h1conn) finishBody(body io.ReadCloser) bool {
 	return err == io.EOF
 }
 
-// route picks the request's route and cluster and proxies it; it reports
-// whether the connection may be kept.
-func (h *h1conn) route(req *http.Request, keep bool) bool {
-	l, st := h.l, h.c.state.httpStats
-	hc := h.c.state.cfg.chain.http
-	rc := hc.routes
-	if hc.rdsName != "" {
-		rc = l.p.routes.get(hc.rdsName)
-	}
-	var rt *route
-	if rc != nil {
-		if vh := rc.selectVirtualHost(req.Host); vh != nil {
-			for _, cand := range vh.routes {
-				if cand.matches(req.URL.Path, req.Header) {
-					rt = cand
-					break
-				}
-			}
-		}
-	}
-	if rt == nil {
-		st.noRoute.Add(1)
-		return h.localReply(req, http.StatusNotFound, "", keep)
-	}
-	cl := l.p.clusters.get(pickWeighted(rt.clusters))
-	if cl == nil {
-		st.noCluster.Add(1)
-		return h.localReply(req, http.StatusServiceUnavailable, "no healthy upstream", keep)
-	}
-	return h.proxy(req, rt, cl, keep)
-}
-
-// proxy sends req to the cluster and relays the answer.
-func (h *h1conn) proxy(req *http.Request, rt *route, cl *cluster, keep bool) bool {
-	ctx := h.l.ctx
-	if rt.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, rt.timeout)
-		defer cancel()
-	}
-	if strings.EqualFold(req.Header.Get("Expect"), "100-continue") {
-		// Answered here, as Envoy does by default; the upstream gets the
-		// body without waiting.
-		req.Header.Del("Expect")
-		if req.Body != http.NoBody {
-			_, _ = h.bw.WriteString("HTTP/1.1 100 Continue\r\n\r\n")
-			if h.bw.Flush() != nil {
-				return false
-			}
-		}
-	}
-	upgrade := h.outbound(req, rt)
-	resp, err := cl.roundTrip(req.WithContext(ctx))
-	if err != nil {
-		h.c.state.httpStats.upstreamFail.Add(1)
-		code := http.StatusServiceUnavailable
-		// The route's deadline passing is a timeout, whichever error the
-		// transport reported when it noticed.
-		if errors.Is(err, context.DeadlineExceeded) || deadlinePassed(ctx) {
-			code = http.StatusGatewayTimeout
-		}
-		return h.localReply(req, code, "upstream connect error or disconnect/reset before headers", keep)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode == http.StatusSwitchingProtocols {
-		h.relayUpgrade(req, resp, upgrade)
-		return false
-	}
-	return h.writeResponse(req, resp, keep)
-}
-
 // outbound turns the downstream request into the upstream one in place:
 // path rewrite, hop-by-hop headers dropped, X-Forwarded-* set. It returns
 // the requested protocol upgrade, if any.
 func (h *h1conn) outbound(req *http.Request, rt *route) string {
-	if rt.prefixRewrite != "" && rt.kind == pathPrefix {
-		req.URL.Path = rt.prefixRewrite + strings.TrimPrefix(req.URL.Path, rt.path)
+	if rt.prefixRewrite != "" && rt.kind != pathRegex && len(req.URL.Path) >= len(rt.path) {
+		// The matched prefix (or exact path, matched case-insensitively
+		// perhaps) is swapped for the rewrite; Envoy keeps the original.
+		req.Header.Set("X-Envoy-Original-Path", req.URL.RequestURI())
+		req.URL.Path = rt.prefixRewrite + req.URL.Path[len(rt.path):]
 		req.URL.RawPath = ""
 	}
 	upgrade := upgradeType(req.Header)

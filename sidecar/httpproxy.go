@@ -14,6 +14,8 @@ import (
 type httpStats struct {
 	rqTotal, noRoute, noCluster, upstreamFail *atomic.Uint64
 	rqClass                                   [6]*atomic.Uint64
+	// HTTP ext_authz filter: http.<stat_prefix>.ext_authz.*.
+	authzOK, authzDenied, authzError, authzFailureModeAllowed *atomic.Uint64
 }
 
 func newHTTPStats(r *statsRegistry, prefix string) *httpStats {
@@ -23,6 +25,11 @@ func newHTTPStats(r *statsRegistry, prefix string) *httpStats {
 		noRoute:      r.counter(p + "no_route"),
 		noCluster:    r.counter(p + "no_cluster"),
 		upstreamFail: r.counter(p + "upstream_rq_fail"),
+
+		authzOK:                 r.counter(p + "ext_authz.ok"),
+		authzDenied:             r.counter(p + "ext_authz.denied"),
+		authzError:              r.counter(p + "ext_authz.error"),
+		authzFailureModeAllowed: r.counter(p + "ext_authz.failure_mode_allowed"),
 	}
 	for i := 1; i <= 5; i++ {
 		s.rqClass[i] = r.counter(p + "downstream_rq_" + string(rune('0'+i)) + "xx")
@@ -47,26 +54,35 @@ func (c *httpConn) Close() error {
 
 // roundTrip sends req to one endpoint per attempt, failing over to the next
 // when the connection cannot be opened (nothing was sent yet, so a request
-// body is untouched). req is the connection manager's own outbound request,
-// so it is retargeted in place rather than cloned per attempt; its body's
-// Close is the caller's concern (h1conn passes one that ignores it).
-func (c *cluster) roundTrip(req *http.Request) (*http.Response, error) {
+// body is untouched). Endpoints in *tried (earlier attempts of a retried
+// request) are tried last, and every endpoint used is appended to it. req
+// is the connection manager's own outbound request, so it is retargeted in
+// place rather than cloned per attempt; its body's Close is the caller's
+// concern (h1conn passes one that ignores it).
+func (c *cluster) roundTrip(req *http.Request, lbc lbContext, tried *[]*host) (*http.Response, error) {
 	st := c.state.Load()
 	if st == nil {
 		return nil, ErrNoHealthyUpstream
 	}
-	cands := c.candidates(st)
+	cands := c.candidates(st, lbc, *tried)
 	if len(cands) == 0 {
 		c.stats.cxNoneHealthy.Add(1)
 		return nil, ErrNoHealthyUpstream
 	}
 	var lastErr error
 	for _, h := range cands {
+		*tried = append(*tried, h)
 		req.URL.Host = h.ep.addr
 		c.stats.rqTotal.Add(1)
 		h.stats.rqTotal.Add(1)
 		h.stats.rqActive.Add(1)
-		resp, err := c.transport.RoundTrip(req)
+		var resp *http.Response
+		var err error
+		if st.cfg.h2 {
+			resp, err = c.h2.roundTrip(req)
+		} else {
+			resp, err = c.transport.RoundTrip(req)
+		}
 		h.stats.rqActive.Add(-1)
 		if err != nil {
 			lastErr = err

@@ -33,16 +33,20 @@ type Proxy struct {
 	connectedGauge *atomic.Int64
 	reconnects     *atomic.Uint64
 
-	store     *store
-	secrets   *secretStore
-	routes    routeStore
-	clusters  *clusterManager
-	listeners *listenerManager
-	authz     *authorizer
-	conn      *grpc.ClientConn
-	connSem   chan struct{}
-	connWG    sync.WaitGroup // downstream connection goroutines
-	ready     atomic.Bool
+	store   *store
+	secrets *secretStore
+	routes  routeStore
+	// routesMu serializes publishRoutes; routesHeld are the route
+	// configurations waiting for their clusters, since when.
+	routesMu   sync.Mutex
+	routesHeld map[*routeConfig]time.Time
+	clusters   *clusterManager
+	listeners  *listenerManager
+	authz      *authorizer
+	conn       *grpc.ClientConn
+	connSem    chan struct{}
+	connWG     sync.WaitGroup // downstream connection goroutines
+	ready      atomic.Bool
 
 	mu       sync.Mutex
 	started  bool
@@ -153,7 +157,7 @@ func (p *Proxy) Close() error {
 	p.listeners.closeAll()
 	p.connWG.Wait() // every connection was closed by the drain
 	for _, c := range p.clusters.all() {
-		c.transport.CloseIdleConnections()
+		c.closeIdle()
 	}
 	var errs []error
 	if adminSrv != nil {
@@ -220,8 +224,9 @@ func (p *Proxy) applyUpdate(u *update, subscribed map[string]bool) error {
 	return nil
 }
 
-// reconcile brings the runtime in line with the store: secrets, routes,
-// clusters, then listeners (which warm on the other three).
+// reconcile brings the runtime in line with the store: secrets, clusters,
+// routes (which wait for their clusters), then listeners (which warm on
+// the other three).
 func (p *Proxy) reconcile() {
 	sds := p.store.get(typeSecret)
 	secrets := make(map[string]*secret, len(sds))
@@ -229,13 +234,8 @@ func (p *Proxy) reconcile() {
 		secrets[n] = e.cfg.(*secret)
 	}
 	p.secrets.replace(secrets)
-	rds := p.store.get(typeRoute)
-	routes := make(map[string]*routeConfig, len(rds))
-	for n, e := range rds {
-		routes[n] = e.cfg.(*routeConfig)
-	}
-	p.routes.replace(routes)
 	warmingClusters := p.clusters.reconcile(p.store.get(typeCluster), p.store.get(typeEndpoint))
+	p.publishRoutes()
 	warmingListeners := p.listeners.reconcile(p.store.get(typeListener), p.listenerWarm)
 	p.stats.gauge("cluster_manager.warming_clusters").Store(int64(warmingClusters))
 	p.stats.gauge("cluster_manager.active_clusters").Store(int64(len(p.clusters.all())))
@@ -332,9 +332,13 @@ func (p *Proxy) buildListenerState(cfg *listenerConfig) *listenerState {
 	return st
 }
 
-// routeStore publishes the current RDS route configurations.
+// routeStore publishes the current RDS route configurations. Requests
+// read it per request (lock free); a request whose configuration has not
+// arrived yet waits for the next publication.
 type routeStore struct {
-	m atomic.Pointer[map[string]*routeConfig]
+	m       atomic.Pointer[map[string]*routeConfig]
+	mu      sync.Mutex
+	changed chan struct{} // closed on the next replace
 }
 
 func (r *routeStore) get(name string) *routeConfig {
@@ -345,4 +349,87 @@ func (r *routeStore) get(name string) *routeConfig {
 	return (*m)[name]
 }
 
-func (r *routeStore) replace(m map[string]*routeConfig) { r.m.Store(&m) }
+func (r *routeStore) replace(m map[string]*routeConfig) {
+	r.m.Store(&m)
+	r.mu.Lock()
+	if r.changed != nil {
+		close(r.changed)
+		r.changed = nil
+	}
+	r.mu.Unlock()
+}
+
+// wait returns the named configuration, waiting up to d for it to be
+// published; nil if it was not (or ctx ended).
+func (r *routeStore) wait(ctx context.Context, name string, d time.Duration) *routeConfig {
+	if rc := r.get(name); rc != nil {
+		return rc
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		r.mu.Lock()
+		if r.changed == nil {
+			r.changed = make(chan struct{})
+		}
+		ch := r.changed
+		r.mu.Unlock()
+		if rc := r.get(name); rc != nil {
+			return rc
+		}
+		select {
+		case <-ch:
+		case <-t.C:
+			return nil
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// publishRoutes publishes the accepted route configurations. A changed
+// configuration naming a cluster that is not active yet (still warming:
+// its endpoints or secrets are on their way) waits, up to
+// routeWarmTimeout, while the previous one keeps serving, so a new split
+// never sends requests to a missing cluster; after that it applies anyway
+// (as Envoy's initial fetch timeout does). Called by the ADS loop and by
+// the warm-up timer.
+func (p *Proxy) publishRoutes() {
+	p.routesMu.Lock()
+	defer p.routesMu.Unlock()
+	rds := p.store.get(typeRoute)
+	routes := make(map[string]*routeConfig, len(rds))
+	held := make(map[*routeConfig]time.Time, len(p.routesHeld))
+	now := time.Now()
+	for n, e := range rds {
+		rc := e.cfg.(*routeConfig)
+		old := p.routes.get(n)
+		if old == nil || old == rc || p.clustersActive(rc.clusterNames()) {
+			routes[n] = rc
+			continue
+		}
+		since, ok := p.routesHeld[rc]
+		if !ok {
+			since = now
+			time.AfterFunc(routeWarmTimeout, p.publishRoutes)
+		}
+		if now.Sub(since) >= routeWarmTimeout {
+			p.log.Warn("route configuration names clusters that did not warm; applying it anyway", "route_config", n)
+			routes[n] = rc
+			continue
+		}
+		held[rc] = since
+		routes[n] = old
+	}
+	p.routesHeld = held
+	p.routes.replace(routes)
+}
+
+func (p *Proxy) clustersActive(names []string) bool {
+	for _, n := range names {
+		if p.clusters.get(n) == nil {
+			return false
+		}
+	}
+	return true
+}

@@ -116,7 +116,8 @@ type clusterStats struct {
 	cxTotal, cxConnectFail, cxConnectTimeout, cxNoneHealthy *atomic.Uint64
 	cxActive                                                *atomic.Int64
 	txBytes, rxBytes                                        *atomic.Uint64
-	rqTotal                                                 *atomic.Uint64
+	rqTotal, rqRetry, rqRetrySuccess, rqTimeout             *atomic.Uint64
+	rqPerTryTimeout                                         *atomic.Uint64
 	rqClass                                                 [6]*atomic.Uint64 // index = status/100
 	sslError, sslFailSAN, sslFailVerify                     *atomic.Uint64
 	membershipHealthy, membershipTotal                      *atomic.Int64
@@ -133,6 +134,10 @@ func newClusterStats(r *statsRegistry, name string) *clusterStats {
 		txBytes:           r.counter(p + "upstream_cx_tx_bytes_total"),
 		rxBytes:           r.counter(p + "upstream_cx_rx_bytes_total"),
 		rqTotal:           r.counter(p + "upstream_rq_total"),
+		rqRetry:           r.counter(p + "upstream_rq_retry"),
+		rqRetrySuccess:    r.counter(p + "upstream_rq_retry_success"),
+		rqTimeout:         r.counter(p + "upstream_rq_timeout"),
+		rqPerTryTimeout:   r.counter(p + "upstream_rq_per_try_timeout"),
 		sslError:          r.counter(p + "ssl.connection_error"),
 		sslFailSAN:        r.counter(p + "ssl.fail_verify_san"),
 		sslFailVerify:     r.counter(p + "ssl.fail_verify_error"),
