@@ -1,5 +1,3 @@
-//go:build l7traffic
-
 // Package traffic holds the end-to-end tests of L7 traffic management:
 // config entries written with the CLI and the official consul/api client,
 // compiled into the sidecars' routes, splits and retries, and L7
