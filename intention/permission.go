@@ -1,6 +1,7 @@
 package intention
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -114,7 +115,7 @@ func normalizePermission(p Permission) (Permission, error) {
 	h.Header = append([]HeaderPermission(nil), h.Header...)
 	for i := range h.Header {
 		if err := h.Header[i].compile(); err != nil {
-			return p, fmt.Errorf("Header[%d]: %w", i, err)
+			return p, fmt.Errorf("header %d: %w", i, err)
 		}
 	}
 	h.Methods = append([]string(nil), h.Methods...)
@@ -130,7 +131,7 @@ func normalizePermission(p Permission) (Permission, error) {
 
 func (hp *HeaderPermission) compile() error {
 	if hp.Name == "" {
-		return fmt.Errorf("Name is required")
+		return errors.New("a header needs a Name")
 	}
 	n := 0
 	if hp.Present {
