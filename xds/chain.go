@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
-	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
@@ -221,10 +220,5 @@ func rdsListener(dest, bindAddr string, port int, routeName string) (*listener.L
 	if err != nil {
 		return nil, err
 	}
-	return &listener.Listener{
-		Name:             UpstreamListenerName(dest, bindAddr, port),
-		Address:          socketAddress(bindAddr, port),
-		TrafficDirection: core.TrafficDirection_OUTBOUND,
-		FilterChains:     []*listener.FilterChain{{Filters: []*listener.Filter{f}}},
-	}, nil
+	return outboundListener(dest, bindAddr, port, f), nil
 }

@@ -150,12 +150,18 @@ func upstreamListener(dest, bindAddr string, port int, clusterName string, prot 
 	if err != nil {
 		return nil, err
 	}
+	return outboundListener(dest, bindAddr, port, f), nil
+}
+
+// outboundListener is an upstream's listener on bindAddr:port with one
+// filter chain ending in f.
+func outboundListener(dest, bindAddr string, port int, f *listener.Filter) *listener.Listener {
 	return &listener.Listener{
 		Name:             UpstreamListenerName(dest, bindAddr, port),
 		Address:          socketAddress(bindAddr, port),
 		TrafficDirection: core.TrafficDirection_OUTBOUND,
 		FilterChains:     []*listener.FilterChain{{Filters: []*listener.Filter{f}}},
-	}, nil
+	}
 }
 
 // proxylessListener is what gRPC-Go's xDS resolver asks for when dialing
