@@ -2,8 +2,8 @@
 // end-to-end tests run as tasks (`meshlet demo-app <name>`): a TCP echo
 // server, an HTTP counter, a dashboard that reads the counter through its
 // upstream, an HTTP service that merges its upstream's answer into its own,
-// and two tiny clients (TCP and HTTP) for use inside an allocation where no
-// nc or curl may exist. They use only the addresses they are given.
+// a gRPC server naming itself in a header, and tiny clients (TCP, HTTP and
+// gRPC) for use inside an allocation where no nc, curl or grpcurl may exist. They use only the addresses they are given.
 package demoapp
 
 import (
@@ -34,6 +34,8 @@ var apps = map[string]app{
 	"hello":      {"HTTP service answering -path with its -id, merging its -upstream's answer on /", runHello},
 	"tcp-client": {"send -message to -addr over TCP and print the reply", runTCPClient},
 	"get":        {"HTTP GET a URL and print the body (exit 1 on a non-2xx status)", runGet},
+	"grpc-hello": {"gRPC server (plaintext HTTP/2) answering grpc.health.v1 with its -id in a header: -listen ADDR", runGRPCHello},
+	"grpc-get":   {"call grpc.health.v1 Check -n times over one connection: \"OK <id>\" or \"error <code>\" per call", runGRPCGet},
 }
 
 // Main runs `meshlet demo-app NAME ARGS...` and returns the exit code.
