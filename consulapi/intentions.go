@@ -104,6 +104,9 @@ func (s *Server) intentionCreate(w http.ResponseWriter, r *http.Request) {
 	}
 	in, err := body.toIntention()
 	if err == nil {
+		err = s.checkL7Protocol(in)
+	}
+	if err == nil {
 		in, err = s.d.Intentions.Upsert(in, false)
 	}
 	if err != nil {
@@ -156,6 +159,10 @@ func (s *Server) intentionPutExact(w http.ResponseWriter, r *http.Request) {
 	}
 	if dstNS != "" {
 		in.DestinationNS = dstNS
+	}
+	if err := s.checkL7Protocol(in); err != nil {
+		s.failFor(w, r, err)
+		return
 	}
 	saved, err := s.d.Intentions.Upsert(in, true)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/meshlet/meshlet/configentry"
 	"github.com/meshlet/meshlet/intention"
 )
 
@@ -84,4 +85,19 @@ func describePermission(p *intention.Permission) string {
 		parts = append(parts, "method in "+strings.Join(h.Methods, ","))
 	}
 	return p.Action + " when " + strings.Join(parts, " and ")
+}
+
+// checkL7Protocol refuses an intention with permissions whose destination
+// does not speak HTTP, as Consul does at write time: its permissions could
+// never match a request (the proxy sees bytes, not requests).
+func (s *Server) checkL7Protocol(in intention.Intention) error {
+	if len(in.Permissions) == 0 || in.DestinationName == intention.Wildcard {
+		return nil
+	}
+	set, _ := s.d.ConfigEntries.Current()
+	if p := set.Protocol(in.DestinationName); !configentry.IsHTTP(p) {
+		return badRequest("intention %s => %s has permissions, which need an HTTP destination, but %s's protocol is %q: write a service-defaults entry with Protocol http, http2 or grpc first",
+			in.SourceName, in.DestinationName, in.DestinationName, p)
+	}
+	return nil
 }

@@ -15,6 +15,15 @@ import (
 func TestL7IntentionThroughOfficialClient(t *testing.T) {
 	f := newFixture(t)
 	conn := f.client.Connect()
+	l7 := []*consul.IntentionPermission{{Action: consul.IntentionActionDeny, HTTP: &consul.IntentionHTTPPermission{PathPrefix: "/admin"}}}
+	// Permissions need an HTTP destination: refused while api is tcp.
+	_, err := conn.IntentionUpsert(&consul.Intention{SourceName: "web", DestinationName: "api", Permissions: l7}, nil)
+	if statusCode(err) != http.StatusBadRequest || !strings.Contains(err.Error(), `api's protocol is "tcp"`) {
+		t.Fatalf("L7 intention to a tcp service = %v; want 400 naming the protocol", err)
+	}
+	if _, _, err := f.client.ConfigEntries().Set(&consul.ServiceConfigEntry{Kind: consul.ServiceDefaults, Name: "api", Protocol: "http"}, nil); err != nil {
+		t.Fatal(err)
+	}
 	in := &consul.Intention{SourceName: "web", DestinationName: "api", Permissions: []*consul.IntentionPermission{
 		{Action: consul.IntentionActionDeny, HTTP: &consul.IntentionHTTPPermission{PathPrefix: "/admin"}},
 		{Action: consul.IntentionActionAllow, HTTP: &consul.IntentionHTTPPermission{PathPrefix: "/", Methods: []string{"GET"},

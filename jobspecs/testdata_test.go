@@ -19,6 +19,7 @@ func TestValidJobspecs(t *testing.T) {
 		"canary.hcl":                            nil,
 		"countdash.hcl":                         nil,
 		"countdash-cluster.hcl":                 nil,
+		"grpc.hcl":                              nil,
 		"hello.hcl":                             nil,
 		"hello-exec.hcl":                        nil,
 		"testdata/valid/countdash-docker.hcl":   {dockerWarning, dockerWarning},
