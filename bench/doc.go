@@ -18,6 +18,13 @@
 //     upstream listeners (mesh) and the servers' namespace addresses
 //     (direct); sidecar CPU and memory (PSS, VmRSS, RssAnon) come from
 //     /proc;
+//   - L7 routing: the sidecar's per-request CPU with a 5-route router and
+//     a 2-way split against plain HTTP forwarding (sidecar.BenchmarkRouted
+//     and BenchmarkPlain, interleaved rounds of the same run, target ratio
+//     ≤ 1.25), the router alone (BenchmarkRouteMatch), the xDS build and
+//     size for one proxy with 1,000 routed upstreams
+//     (xds.BenchmarkCompileRoutes1000) and configentry's compile of 1,000
+//     chains and one write check against them (bench/l7.go);
 //   - faults: the agent under injected failures (bench/faults.go);
 //   - cluster: placement throughput, plan commit latency, failover and
 //     heartbeat capacity with one server and simulated client nodes;
@@ -27,6 +34,11 @@
 //     endpoint change to reach the proxies on every node, and the feed's
 //     bytes and messages per second with 1,000 proxies on one client (one
 //     stream per agent, against one per proxy).
+//
+// `-areas` runs only some areas; their sections then replace the same
+// sections of the results already in the output directory (the others,
+// and the machine table, stay those of the earlier run; each replaced
+// section says when and at which commit it was measured).
 //
 // Every area degrades on its own: a piece that is missing or broken yields
 // "not measured: <reason>" figures instead of failing the run. Load is

@@ -62,6 +62,9 @@ func renderSummary(b *strings.Builder, r *Report) {
 
 func renderArea(b *strings.Builder, a *Area) {
 	fmt.Fprintf(b, "## %s\n\n", a.Name)
+	if a.Run != "" {
+		fmt.Fprintf(b, "_%s_\n\n", a.Run)
+	}
 	if a.Intro != "" {
 		fmt.Fprintf(b, "%s\n\n", a.Intro)
 	}

@@ -20,6 +20,8 @@ type Report struct {
 // Area is one table of the report.
 type Area struct {
 	Name string `json:"name"`
+	// Key is the area's -areas key ("dataplane", "l7"...).
+	Key string `json:"key,omitempty"`
 	// Intro says what "measured" and "baseline" mean in this area.
 	Intro   string    `json:"intro"`
 	Figures []*Figure `json:"figures"`
@@ -27,6 +29,9 @@ type Area struct {
 	Findings []string `json:"findings,omitempty"`
 	// Elapsed is how long the area took.
 	Elapsed string `json:"elapsed,omitempty"`
+	// Run is set on an area measured by a partial run merged into the
+	// results of an earlier one: when and at which commit it ran.
+	Run string `json:"run,omitempty"`
 }
 
 // Figure is one measured value with its baseline.

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -22,17 +23,22 @@ type Options struct {
 	Iperf3  string // iperf3 binary ("" = not installed)
 	OutDir  string // where results.json and RESULTS.md go
 	// Areas limits the run to these areas ("controlplane", "lifecycle",
-	// "dataplane", "faults"); empty runs all.
+	// "dataplane", "l7", "faults", "cluster", "clustermesh"); empty runs
+	// all. A partial run replaces only its areas' sections of the results
+	// already in OutDir (see MergeReports).
 	Areas  []string
 	Logger hclog.Logger
 	// Keep leaves the scratch directory (agent logs, profiles) in place.
 	Keep bool
 }
 
-// area is one measured area.
+// area is one measured area: its -areas key, the Name its run gives the
+// Area (to recognize results written before areas carried their key) and
+// how it runs.
 type area struct {
-	key string
-	run func(r *Runner, ctx context.Context) *Area
+	key  string
+	name string
+	run  func(r *Runner, ctx context.Context) *Area
 }
 
 // areas run in this order. The allocation lifecycle goes first: CNI
@@ -42,13 +48,16 @@ type area struct {
 // control plane goes last: its 10,000-proxy runs leave a large process's
 // memory and sockets to be torn down while the next area would measure.
 var areas = []area{
-	{"lifecycle", (*Runner).lifecycle},
-	{"dataplane", (*Runner).dataPlane},
-	{"controlplane", (*Runner).controlPlane},
+	{"lifecycle", "Allocation lifecycle", (*Runner).lifecycle},
+	{"dataplane", "Data plane (built-in proxy)", (*Runner).dataPlane},
+	// L7 before the control plane: its per-request CPU is the process's
+	// own, but its times should not share the machine with the teardown.
+	{"l7", "L7 routing (built-in proxy)", (*Runner).l7},
+	{"controlplane", "Control plane", (*Runner).controlPlane},
 	// Faults last: its 60 s outage and 1,000 cycles take the longest.
-	{"faults", (*Runner).faults},
-	{"cluster", (*Runner).cluster},
-	{"clustermesh", (*Runner).clusterMesh},
+	{"faults", "Faults", (*Runner).faults},
+	{"cluster", "Cluster", (*Runner).cluster},
+	{"clustermesh", "Cluster mesh", (*Runner).clusterMesh},
 }
 
 // Runner runs the areas and collects the report.
@@ -75,7 +84,7 @@ func NewRunner(o Options) (*Runner, error) {
 	}
 	for _, a := range o.Areas {
 		if !knownArea(a) {
-			return nil, fmt.Errorf("failed to configure bench: unknown area %q (want dataplane, lifecycle, controlplane, faults, cluster or clustermesh)", a)
+			return nil, fmt.Errorf("failed to configure bench: unknown area %q (want dataplane, lifecycle, l7, controlplane, faults, cluster or clustermesh)", a)
 		}
 	}
 	return &Runner{opts: o, log: o.Logger.Named("bench")}, nil
@@ -111,6 +120,7 @@ func (r *Runner) Run(ctx context.Context) (*Report, error) {
 		r.log.Info("measuring", "area", a.key)
 		t0 := time.Now()
 		res := a.run(r, ctx)
+		res.Key = a.key
 		res.Elapsed = time.Since(t0).Round(time.Second).String()
 		rep.Areas = append(rep.Areas, res)
 		r.log.Info("measured", "area", a.key, "elapsed", res.Elapsed)
@@ -122,10 +132,30 @@ func (r *Runner) Run(ctx context.Context) (*Report, error) {
 	if err := os.MkdirAll(r.opts.OutDir, 0o755); err != nil {
 		return rep, fmt.Errorf("failed to create output dir: %w", err)
 	}
-	if err := rep.WriteJSON(filepath.Join(r.opts.OutDir, "results.json")); err != nil {
+	out := rep
+	if len(r.opts.Areas) > 0 {
+		out = r.mergePrevious(rep)
+	}
+	if err := out.WriteJSON(filepath.Join(r.opts.OutDir, "results.json")); err != nil {
 		return rep, err
 	}
-	return rep, rep.WriteMarkdown(filepath.Join(r.opts.OutDir, "RESULTS.md"))
+	return rep, out.WriteMarkdown(filepath.Join(r.opts.OutDir, "RESULTS.md"))
+}
+
+// mergePrevious puts a partial run's areas into the results already in
+// the output directory; without readable previous results it is the run
+// alone.
+func (r *Runner) mergePrevious(rep *Report) *Report {
+	path := filepath.Join(r.opts.OutDir, "results.json")
+	prev, err := ReadReport(path)
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			r.log.Warn("previous results unreadable; writing this run's areas only", "path", path, "error", err)
+		}
+		return rep
+	}
+	r.log.Info("merging into previous results", "path", path, "areas", strings.Join(r.opts.Areas, ","))
+	return MergeReports(prev, rep)
 }
 
 func (r *Runner) loadGens() string {
