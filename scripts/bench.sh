@@ -25,15 +25,30 @@ for f in bin/meshlet bin/cni/bridge; do
 	fi
 done
 
-if ! command -v iperf3 >/dev/null 2>&1; then
-	echo "bench: installing iperf3 (Debian package)"
-	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iperf3 >/dev/null
+# Only the data-plane and cluster-mesh areas use the load generators: a
+# run limited by -areas to others installs neither.
+AREAS=all
+prev=""
+for a in "$@"; do
+	case "$prev" in -areas | --areas) AREAS="$a" ;; esac
+	case "$a" in -areas=* | --areas=*) AREAS="${a#*=}" ;; esac
+	prev="$a"
+done
+if [[ $AREAS == all || ,$AREAS, == *,dataplane,* || ,$AREAS, == *,clustermesh,* ]]; then
+	if ! command -v iperf3 >/dev/null 2>&1; then
+		echo "bench: installing iperf3 (Debian package)"
+		apt-get update -qq
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iperf3 >/dev/null
+	fi
+	if [[ ! -x bin/fortio ]]; then
+		echo "bench: installing fortio $FORTIO_VERSION into bin/"
+		GOBIN="$ROOT/bin" "$GO" install "fortio.org/fortio@$FORTIO_VERSION"
+	fi
 fi
-if [[ ! -x bin/fortio ]]; then
-	echo "bench: installing fortio $FORTIO_VERSION into bin/"
-	GOBIN="$ROOT/bin" "$GO" install "fortio.org/fortio@$FORTIO_VERSION"
+FORTIO=()
+if [[ -x bin/fortio ]]; then
+	FORTIO=(-fortio "$ROOT/bin/fortio")
 fi
 
 "$GO" build -o bin/benchrun ./bench/cmd/benchrun
-exec bin/benchrun -repo "$ROOT" -go "$GO" -fortio "$ROOT/bin/fortio" "$@"
+exec bin/benchrun -repo "$ROOT" -go "$GO" "${FORTIO[@]}" "$@"
