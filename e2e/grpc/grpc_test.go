@@ -195,4 +195,20 @@ func TestGRPCThroughTheMesh(t *testing.T) {
 	if !v1 || !v2 {
 		t.Errorf("service-a's sidecar stats lack requests on per-subset clusters: %v", sub)
 	}
+
+	// A router matches the gRPC method by its path.
+	router := &consulapi.ServiceRouterConfigEntry{
+		Kind: consulapi.ServiceRouter, Name: "grpc-b",
+		Routes: []consulapi.ServiceRoute{{
+			Match:       &consulapi.ServiceRouteMatch{HTTP: &consulapi.ServiceRouteHTTPMatch{PathPrefix: "/grpc.health.v1.Health/"}},
+			Destination: &consulapi.ServiceRouteDestination{ServiceSubset: "v2"},
+		}},
+	}
+	if _, _, err := cc.ConfigEntries().Set(router, nil); err != nil {
+		t.Fatalf("official client Set router: %v", err)
+	}
+	a.Eventually(10*time.Second, "the Health method routed to v2", func() bool {
+		last = calls(t, a, svcA, 20)
+		return last["OK v2"] == 20
+	})
 }
