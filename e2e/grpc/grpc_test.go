@@ -117,13 +117,20 @@ func TestGRPCThroughTheMesh(t *testing.T) {
 	svcA := a.AllocByGroup(allocs, "service-a").ID
 	bs := []string{a.AllocByGroup(allocs, "grpc-b-v1").ID, a.AllocByGroup(allocs, "grpc-b-v2").ID}
 
+	// Over TCP (no protocol yet), the one connection reaches one
+	// instance: every call answers the same version.
+	var last map[string]int
+	a.Eventually(30*time.Second, "grpc-b answering over TCP", func() bool {
+		last = calls(t, a, svcA, 20)
+		return last["OK v1"] == 20 || last["OK v2"] == 20
+	})
+	t.Logf("20 calls over TCP: %v", last)
+
 	r := a.CLIStdin([]byte("Kind = \"service-defaults\"\nName = \"grpc-b\"\nProtocol = \"grpc\"\n"), "config", "write", "-")
 	if r.Code != 0 {
 		t.Fatalf("config write service-defaults: exit %d: %s %s", r.Code, r.Stdout, r.Stderr)
 	}
-	// Over TCP, one connection reaches one instance; once the sidecars
-	// speak gRPC, one connection's calls reach both.
-	var last map[string]int
+	// Once the sidecars speak gRPC, one connection's calls reach both.
 	a.Eventually(30*time.Second, "one connection's calls balanced over v1 and v2", func() bool {
 		last = calls(t, a, svcA, 20)
 		return last["OK v1"] > 0 && last["OK v2"] > 0 && last["OK v1"]+last["OK v2"] == 20
