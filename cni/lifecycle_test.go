@@ -295,14 +295,18 @@ func TestNamedCNINetwork(t *testing.T) {
 	}
 }
 
-// TestChurn runs 200 setup/teardown cycles (20 with -short); one cycle in
-// ten maps a port (a port adds portmap's iptables work and its UDP
-// conntrack flush to the cycle).
+// TestChurn runs 200 setup/teardown cycles (20 with -short, 40 under the
+// race detector, which the plain run of the same test precedes); one
+// cycle in ten maps a port (a port adds portmap's iptables work and its
+// UDP conntrack flush to the cycle).
 func TestChurn(t *testing.T) {
 	tn := newTestNet(t)
 	cycles := 200
-	if testing.Short() {
+	switch {
+	case testing.Short():
 		cycles = 20
+	case raceEnabled:
+		cycles = 40
 	}
 	port := freePort(t)
 	ids := make([]string, 0, cycles)

@@ -1,0 +1,5 @@
+//go:build !race
+
+package cni
+
+const raceEnabled = false
