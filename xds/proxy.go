@@ -147,6 +147,9 @@ func (b builder) upstreams(p *catalog.Proxy, out *proxyResources) error {
 		}
 		_, timeoutSet := up.Config[cfgConnectTimeout]
 		settings := b.upstreamSettings(p.DestinationServiceName, up.DestinationName)
+		if v, _ := up.Config[cfgProtocol].(string); v == "" && configentry.IsHTTP(settings.Protocol) {
+			prot = protocol(settings.Protocol) // as the upstream's own protocol key
+		}
 		if !timeoutSet && settings.ConnectTimeoutMs > 0 {
 			// Consul merges the service-defaults value into the upstream's
 			// config where that leaves connect_timeout_ms unset.
