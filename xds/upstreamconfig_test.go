@@ -5,7 +5,9 @@ import (
 	"testing"
 	"time"
 
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	consul "github.com/hashicorp/consul/api"
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/meshlet/meshlet/catalog"
 	"github.com/meshlet/meshlet/configentry"
@@ -193,5 +195,66 @@ func TestLocalTimeouts(t *testing.T) {
 	}
 	if _, err := b.proxy(testProxy("p1", "web", 21000, map[string]any{"local_request_timeout_ms": "soon"})); !errors.Is(err, ErrInvalidProxyConfig) {
 		t.Errorf("bad local_request_timeout_ms: err = %v", err)
+	}
+}
+
+// Over a real ADS stream: writing the caller's service-defaults re-pushes
+// its upstream cluster with circuit breakers and outlier detection, and
+// removing it takes them away again.
+func TestADSUpstreamConfigFollowsRegistry(t *testing.T) {
+	reg := configentry.NewRegistry()
+	e := newEnvConfig(t, hclog.Warn, 2*time.Millisecond, func(c *Config) { c.ConfigEntries = reg })
+	e.proxy(webProxy, "web", "10.1.0.1", 21000, catalog.Upstream{DestinationName: "db", LocalBindPort: 9191})
+	e.waitProxy(webProxy, 21000)
+	c := e.dial(webProxy, false)
+	dbCluster := ClusterName("db", "dc1", e.ca.td)
+	c.req(clusterType, nil, "", "", "")
+	cds := c.next(clusterType)
+	if db := decode(t, cds)[dbCluster].(*cluster.Cluster); db.GetCircuitBreakers() != nil || db.GetOutlierDetection() != nil {
+		t.Fatalf("before the entry: %v", db)
+	}
+	c.ack(cds)
+
+	web := sdEntry("web")
+	web.UpstreamConfig = &consul.UpstreamConfiguration{Overrides: []*consul.UpstreamConfig{{Name: "db",
+		Limits: &consul.UpstreamLimits{MaxConnections: intp(3)}, PassiveHealthCheck: &consul.PassiveHealthCheck{MaxFailures: 4}}}}
+	reg.Replace(configentry.NewSet(web), 1)
+	cds = c.next(clusterType)
+	db := decode(t, cds)[dbCluster].(*cluster.Cluster)
+	if db.GetCircuitBreakers().GetThresholds()[0].GetMaxConnections().GetValue() != 3 || db.GetOutlierDetection().GetConsecutive_5Xx().GetValue() != 4 {
+		t.Fatalf("after the entry: %v", db)
+	}
+	c.ack(cds)
+
+	reg.Replace(configentry.NewSet(), 2)
+	cds = c.next(clusterType)
+	if db := decode(t, cds)[dbCluster].(*cluster.Cluster); db.GetCircuitBreakers() != nil || db.GetOutlierDetection() != nil {
+		t.Fatalf("after removal: %v", db)
+	}
+	c.ack(cds)
+}
+
+// UpstreamConfig.Protocol is the upstream's protocol unless its own config
+// names one: http gives the inline-route HTTP upstream listener.
+func TestUpstreamConfigProtocol(t *testing.T) {
+	web := sdEntry("web")
+	web.UpstreamConfig = &consul.UpstreamConfiguration{Defaults: &consul.UpstreamConfig{Protocol: "http"}}
+	b := entriesBuilder(t, web)
+	res, err := b.proxy(testProxy("p1", "web", 21000, nil,
+		catalog.Upstream{DestinationName: "api", LocalBindPort: 9191},
+		catalog.Upstream{DestinationName: "db", LocalBindPort: 9192, Config: map[string]any{"protocol": "tcp"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	validateAll(t, res)
+	for _, l := range res.listeners[1:] {
+		fs := l.GetFilterChains()[0].GetFilters()
+		want := hcmFilter
+		if l.GetName() == "db:127.0.0.1:9192" {
+			want = tcpProxyFilter
+		}
+		if fs[len(fs)-1].GetName() != want {
+			t.Errorf("%s: filter %s, want %s", l.GetName(), fs[len(fs)-1].GetName(), want)
+		}
 	}
 }
