@@ -98,7 +98,7 @@ func (c *cluster) candidates(st *clusterState, lbc lbContext, exclude []*host) [
 		rings = []hashRing{st.panic}
 	}
 	now := time.Now()
-	ejected := st.anyEjected(now)
+	ejected := c.anyEjected(st, now)
 	out := make([]*host, 0, maxConnectAttempts)
 	for gi, g := range groups {
 		var ring hashRing

@@ -166,15 +166,20 @@ func (c *cluster) outlierResult(st *clusterState, h *host, failed bool) {
 	c.outlier.active.Store(int64(ejected + 1))
 }
 
-// anyEjected reports whether some endpoint of st is ejected at now.
-func (st *clusterState) anyEjected(now time.Time) bool {
+// anyEjected reports whether some endpoint of st is ejected at now, and
+// keeps the ejections_active gauge current (ejections end lazily).
+func (c *cluster) anyEjected(st *clusterState, now time.Time) bool {
 	if st.cfg.outlier == nil {
 		return false
 	}
+	n := 0
 	for _, h := range st.hosts {
 		if h.stats.outlier.ejected(now) {
-			return true
+			n++
 		}
 	}
-	return false
+	if c.outlier != nil {
+		c.outlier.active.Store(int64(n))
+	}
+	return n > 0
 }
