@@ -130,7 +130,7 @@ func validateServiceDefaults(e *consul.ServiceConfigEntry) error {
 	case e.LocalRequestTimeoutMs < 0:
 		return invalidf("LocalRequestTimeoutMs must be >= 0")
 	}
-	return nil
+	return validateUpstreamConfiguration(e.UpstreamConfig)
 }
 
 func validateSplitter(e *consul.ServiceSplitterConfigEntry) error {

@@ -57,6 +57,8 @@ type cluster struct {
 	transport *h1Transport
 	h2        h2Transport // clusters with HTTP/2 protocol options
 	plainIO   bool        // Config.PlainIO
+	cb        *circuit    // circuit breakers
+	outlier   *outlierStats
 
 	// applied is the CDS entry in effect (read by config_dump).
 	applied atomic.Pointer[entry]
@@ -66,8 +68,10 @@ type cluster struct {
 }
 
 func newCluster(name string, reg *statsRegistry, secrets *secretStore, plainIO bool) *cluster {
-	c := &cluster{name: name, stats: newClusterStats(reg, name), secrets: secrets, hostStats: map[string]*hostStats{}, plainIO: plainIO}
+	c := &cluster{name: name, stats: newClusterStats(reg, name), secrets: secrets, hostStats: map[string]*hostStats{}, plainIO: plainIO,
+		cb: newCircuit(reg, name), outlier: newOutlierStats(reg, name)}
 	c.transport = newH1Transport(c.dialAddr)
+	c.transport.cb = c.cb
 	c.h2.dial = c.dialAddr
 	return c
 }
@@ -77,6 +81,7 @@ func newCluster(name string, reg *statsRegistry, secrets *secretStore, plainIO b
 func (c *cluster) apply(cfgEntry, edsEntry *entry, set *endpointSet) {
 	cfg := cfgEntry.cfg.(*clusterConfig)
 	st := &clusterState{cfg: cfg, byAddr: map[string]*host{}}
+	c.cb.setLimits(cfg.circuit)
 	if cfg.tls != nil {
 		st.tlsConf = c.secrets.clientTLSConfig(cfg.tls)
 		if cfg.h2 {
@@ -143,10 +148,11 @@ func (c *cluster) dial(ctx context.Context) (net.Conn, *host, func(), error) {
 	for _, h := range cands {
 		conn, done, err := c.dialHost(ctx, st, h)
 		if err == nil {
+			c.outlierResult(st, h, false)
 			return conn, h, done, nil
 		}
 		errs = append(errs, err)
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || errors.Is(err, ErrOverflow) {
 			break
 		}
 	}
@@ -156,12 +162,16 @@ func (c *cluster) dial(ctx context.Context) (net.Conn, *host, func(), error) {
 // dialHost connects to h within the cluster's connect timeout and, if
 // configured, completes upstream TLS (SNI, our leaf, chain and SAN check).
 func (c *cluster) dialHost(ctx context.Context, st *clusterState, h *host) (net.Conn, func(), error) {
+	if !c.cb.acquireConn() {
+		return nil, nil, overflowError("max_connections", st.cfg.circuit.maxConns)
+	}
 	ctx, cancel := context.WithTimeout(ctx, st.cfg.connectTimeout)
 	defer cancel()
 	d := net.Dialer{}
 	raw, err := d.DialContext(ctx, "tcp", h.ep.addr)
 	if err != nil {
-		c.connectFailed(h, ctx.Err() != nil)
+		c.cb.releaseConn()
+		c.connectFailed(st, h, ctx.Err() != nil)
 		return nil, nil, &connectError{addr: h.ep.addr, err: err}
 	}
 	var conn net.Conn
@@ -179,7 +189,8 @@ func (c *cluster) dialHost(ctx context.Context, st *clusterState, h *host) (net.
 			case errors.Is(err, ErrPeerNotTrusted):
 				c.stats.sslFailVerify.Add(1)
 			}
-			c.connectFailed(h, false)
+			c.cb.releaseConn()
+			c.connectFailed(st, h, false)
 			return nil, nil, &connectError{addr: h.ep.addr, err: err}
 		}
 		conn = tc
@@ -193,12 +204,14 @@ func (c *cluster) dialHost(ctx context.Context, st *clusterState, h *host) (net.
 		once.Do(func() {
 			c.stats.cxActive.Add(-1)
 			h.stats.cxActive.Add(-1)
+			c.cb.releaseConn()
 		})
 	}
 	return conn, done, nil
 }
 
-func (c *cluster) connectFailed(h *host, timeout bool) {
+func (c *cluster) connectFailed(st *clusterState, h *host, timeout bool) {
+	c.outlierResult(st, h, true)
 	c.stats.cxConnectFail.Add(1)
 	h.stats.cxConnectFail.Add(1)
 	if timeout {

@@ -35,6 +35,8 @@ type clusterConfig struct {
 	connectTimeout time.Duration
 	tls            *upstreamTLS // nil: plaintext
 	h2             bool         // HTTP/2 to the endpoints (h2c, or h2 over TLS)
+	circuit        thresholds   // circuit_breakers (DEFAULT priority)
+	outlier        *outlierConfig
 }
 
 // endpointSet is a decoded ClusterLoadAssignment, sorted by priority.
@@ -120,6 +122,10 @@ func decodeCluster(c *clusterv3.Cluster) (*clusterConfig, error) {
 		return nil, wrap(err)
 	}
 	out.tls = tlsCtx
+	out.circuit = decodeCircuitBreakers(c.GetCircuitBreakers())
+	if out.outlier, err = decodeOutlierDetection(c.GetOutlierDetection()); err != nil {
+		return nil, wrap(err)
+	}
 	return out, nil
 }
 

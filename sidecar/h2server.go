@@ -160,6 +160,10 @@ func (h *h1conn) serveStream(w http.ResponseWriter, req *http.Request) {
 	resp, err := sendWithRetries(out, rt.retry, cl, lbc)
 	if err != nil {
 		st.upstreamFail.Add(1)
+		if errors.Is(err, ErrOverflow) {
+			h.h2Reply(w, http.StatusServiceUnavailable, http.Header{overloadedHeader: {"true"}}, overflowBody)
+			return
+		}
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errPerTryTimeout) || deadlinePassed(ctx) {
 			cl.stats.rqTimeout.Add(1)
 			h.h2Reply(w, http.StatusGatewayTimeout, nil, "upstream request timeout\n")

@@ -69,6 +69,21 @@ func (c *cluster) roundTrip(req *http.Request, lbc lbContext, tried *[]*host) (*
 		c.stats.cxNoneHealthy.Add(1)
 		return nil, ErrNoHealthyUpstream
 	}
+	if !c.cb.acquireRequest() {
+		return nil, overflowError("max_requests", st.cfg.circuit.maxRequests)
+	}
+	resp, err := c.attempt(req, st, cands, tried)
+	if err != nil || resp.StatusCode == http.StatusSwitchingProtocols {
+		c.cb.releaseRequest() // an upgraded connection is no longer a request
+		return resp, err
+	}
+	resp.Body = &requestBody{ReadCloser: resp.Body, done: c.cb.releaseRequest}
+	return resp, nil
+}
+
+// attempt sends req to the first candidate it can connect to, and records
+// the outcome for outlier detection.
+func (c *cluster) attempt(req *http.Request, st *clusterState, cands []*host, tried *[]*host) (*http.Response, error) {
 	var lastErr error
 	for _, h := range cands {
 		*tried = append(*tried, h)
@@ -88,8 +103,14 @@ func (c *cluster) roundTrip(req *http.Request, lbc lbContext, tried *[]*host) (*
 			lastErr = err
 			var ce *connectError
 			if errors.As(err, &ce) && req.Context().Err() == nil {
-				continue
+				continue // connectFailed recorded it
 			}
+			if errors.Is(err, ErrOverflow) {
+				return nil, err
+			}
+			// A reset or a timeout counts as a 5xx; a request the
+			// downstream gave up on does not.
+			c.outlierResult(st, h, !errors.Is(err, context.Canceled))
 			h.stats.rqError.Add(1)
 			if errors.Is(err, context.DeadlineExceeded) {
 				h.stats.rqTimeout.Add(1)
@@ -102,6 +123,7 @@ func (c *cluster) roundTrip(req *http.Request, lbc lbContext, tried *[]*host) (*
 		} else {
 			h.stats.rqSuccess.Add(1)
 		}
+		c.outlierResult(st, h, resp.StatusCode >= 500)
 		return resp, nil
 	}
 	return nil, lastErr

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"time"
 )
 
 // ringPointsPerHost is how many points a host of the smallest weight gets
@@ -96,6 +97,8 @@ func (c *cluster) candidates(st *clusterState, lbc lbContext, exclude []*host) [
 		groups = [][]*host{st.hosts}
 		rings = []hashRing{st.panic}
 	}
+	now := time.Now()
+	ejected := c.anyEjected(st, now)
 	out := make([]*host, 0, maxConnectAttempts)
 	for gi, g := range groups {
 		var ring hashRing
@@ -105,16 +108,19 @@ func (c *cluster) candidates(st *clusterState, lbc lbContext, exclude []*host) [
 		start := c.pickStart(st.cfg, g, ring, lbc)
 		for i := range g {
 			out = append(out, g[(start+i)%len(g)])
-			if len(out) == maxConnectAttempts && len(exclude) == 0 {
+			if len(out) == maxConnectAttempts && len(exclude) == 0 && !ejected {
 				return out
 			}
 		}
 	}
-	if len(exclude) > 0 {
-		// Stable: untried hosts first, in policy order.
-		slices.SortStableFunc(out, func(a, b *host) int {
-			return boolInt(slices.Contains(exclude, a)) - boolInt(slices.Contains(exclude, b))
-		})
+	if len(exclude) > 0 || ejected {
+		// Stable: untried hosts first, in policy order; hosts ejected by
+		// outlier detection after every other (Envoy's panic mode when
+		// all are ejected), then the tried ones.
+		rank := func(h *host) int {
+			return 2*boolInt(slices.Contains(exclude, h)) + boolInt(ejected && h.stats.outlier.ejected(now))
+		}
+		slices.SortStableFunc(out, func(a, b *host) int { return rank(a) - rank(b) })
 		out = out[:min(len(out), maxConnectAttempts)]
 	}
 	return out

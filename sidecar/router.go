@@ -107,6 +107,9 @@ func (h *h1conn) proxy(req *http.Request, rt *route, ch *clusterHeaders, cl *clu
 	resp, err := sendWithRetries(req.WithContext(ctx), rt.retry, cl, lbc)
 	if err != nil {
 		h.c.state.httpStats.upstreamFail.Add(1)
+		if errors.Is(err, ErrOverflow) {
+			return h.overloadedReply(req, keep)
+		}
 		code := http.StatusServiceUnavailable
 		// The route's deadline passing is a timeout, whichever error the
 		// transport reported when it noticed.
@@ -203,7 +206,7 @@ func (b *cancelBody) Close() error {
 // shouldRetry applies a retry policy to an attempt's outcome.
 func shouldRetry(req *http.Request, rp *retryPolicy, resp *http.Response, err error) bool {
 	if err != nil {
-		if errors.Is(err, ErrNoHealthyUpstream) {
+		if errors.Is(err, ErrNoHealthyUpstream) || errors.Is(err, ErrOverflow) {
 			return false
 		}
 		var ce *connectError

@@ -154,6 +154,7 @@ func newClusterStats(r *statsRegistry, name string) *clusterStats {
 type hostStats struct {
 	cxTotal, cxConnectFail, rqTotal, rqSuccess, rqError, rqTimeout atomic.Uint64
 	cxActive, rqActive                                             atomic.Int64
+	outlier                                                        hostOutlier
 }
 
 // authzStats are the ext_authz network filter's counters,

@@ -32,6 +32,9 @@ const (
 // all of it. It is safe for concurrent use.
 type h1Transport struct {
 	dial func(ctx context.Context, addr string) (net.Conn, error)
+	// cb, when set, is the cluster's circuit breaker: at max_connections a
+	// request waits (as pending) for a pooled or closed connection.
+	cb *circuit
 
 	mu    sync.Mutex
 	idle  map[string][]*upstreamConn // per endpoint, most recently used last
@@ -104,19 +107,22 @@ func replayable(req *http.Request) bool {
 // connection used for a request that cannot be replayed is first checked
 // for a close from the upstream.
 func (t *h1Transport) getConn(ctx context.Context, addr string, replay bool) (*upstreamConn, bool, error) {
-	for {
-		pc := t.popIdle(addr)
-		if pc == nil {
-			break
+	var c net.Conn
+	for c == nil {
+		for {
+			pc := t.popIdle(addr)
+			if pc == nil {
+				break
+			}
+			if replay || connAlive(pc.conn) {
+				return pc, true, nil
+			}
+			pc.conn.Close()
 		}
-		if replay || connAlive(pc.conn) {
-			return pc, true, nil
+		var err error
+		if c, err = t.dialLimited(ctx, addr); err != nil {
+			return nil, false, err
 		}
-		pc.conn.Close()
-	}
-	c, err := t.dial(ctx, addr)
-	if err != nil {
-		return nil, false, err
 	}
 	pc := &upstreamConn{conn: c, addr: addr, br: bufio.NewReaderSize(c, upstreamBufferSize)}
 	pc.bw = bufio.NewWriterSize(pc, upstreamBufferSize)
@@ -306,6 +312,9 @@ func (t *h1Transport) putIdle(pc *upstreamConn) {
 	t.idle[pc.addr] = append(t.idle[pc.addr], pc)
 	if t.sweep == nil {
 		t.sweep = time.AfterFunc(upstreamIdleTimeout, t.sweepIdle)
+	}
+	if t.cb != nil {
+		t.cb.pooled()
 	}
 }
 

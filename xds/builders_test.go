@@ -95,7 +95,7 @@ func TestBuildProxyResourcesValidate(t *testing.T) {
 }
 
 func TestPublicListenerShape(t *testing.T) {
-	l, err := publicListener(21000, "web", protoTCP)
+	l, err := publicListener(21000, "web", protoTCP, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +265,7 @@ func TestValidateDeepLooksInsideAny(t *testing.T) {
 }
 
 func TestCheckConsistent(t *testing.T) {
-	pub, _ := publicListener(21000, "web", protoHTTP)
+	pub, _ := publicListener(21000, "web", protoHTTP, nil)
 	local, _ := localAppCluster("127.0.0.1", 8080, 5000, protoTCP)
 	upName := ClusterName("db", "dc1", testTD)
 	up, _ := upstreamCluster(upName, "web", SpiffeID(testTD, "dc1", "db"), 5000, protoTCP)

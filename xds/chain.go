@@ -29,6 +29,14 @@ type upstreamOut struct {
 	specs    map[claKey]endpointSpec
 }
 
+// upstreamTimeout is an upstream's connect timeout (set: by its own config
+// or by the caller's service-defaults) and the rest of its UpstreamConfig.
+type upstreamTimeout struct {
+	ms       int
+	set      bool
+	settings consul.UpstreamConfig
+}
+
 // compileFunc compiles a service's discovery chain (Set.Compile; tests
 // inject hand-built chains).
 type compileFunc func(set *configentry.Set, service, dc string) (*configentry.Chain, error)
@@ -71,7 +79,7 @@ func (b builder) routeName(dest, dc string) string {
 // listener, routes, clusters and endpoint specs. A default chain (no
 // config entry concerns dest) gives exactly the pre-L7 resources: the
 // upstream config's protocol and timeout, one cluster named ClusterName.
-func (b builder) upstreamChain(own string, up catalog.Upstream, bind, dc string, cfgProt protocol, timeoutMS int, timeoutSet bool) (*upstreamOut, error) {
+func (b builder) upstreamChain(own string, up catalog.Upstream, bind, dc string, cfgProt protocol, ut upstreamTimeout) (*upstreamOut, error) {
 	compile := b.compile
 	if compile == nil {
 		compile = (*configentry.Set).Compile
@@ -80,11 +88,11 @@ func (b builder) upstreamChain(own string, up catalog.Upstream, bind, dc string,
 	if err != nil {
 		return nil, fmt.Errorf("%w: upstream %q: %w", ErrInvalidChain, up.DestinationName, err)
 	}
-	return b.translate(ch, own, up, bind, dc, cfgProt, timeoutMS, timeoutSet)
+	return b.translate(ch, own, up, bind, dc, cfgProt, ut)
 }
 
 // translate turns a compiled chain into an upstream's resources.
-func (b builder) translate(ch *configentry.Chain, own string, up catalog.Upstream, bind, dc string, cfgProt protocol, timeoutMS int, timeoutSet bool) (*upstreamOut, error) {
+func (b builder) translate(ch *configentry.Chain, own string, up catalog.Upstream, bind, dc string, cfgProt protocol, ut upstreamTimeout) (*upstreamOut, error) {
 	dest := up.DestinationName
 	var err error
 	prot := cfgProt
@@ -101,7 +109,7 @@ func (b builder) translate(ch *configentry.Chain, own string, up catalog.Upstrea
 		if t == nil {
 			return "", fmt.Errorf("%w: unknown target %q", ErrInvalidChain, id)
 		}
-		c, key, spec, err := b.targetCluster(ch, t, own, prot, timeoutMS, timeoutSet)
+		c, key, spec, err := b.targetCluster(ch, t, own, prot, ut)
 		if err != nil {
 			return "", err
 		}
@@ -138,7 +146,7 @@ func (b builder) translate(ch *configentry.Chain, own string, up catalog.Upstrea
 // targetCluster is the mTLS EDS cluster of one target, accepting the
 // identities of the target and of its failover targets, and the spec of
 // its load assignment (failover targets as lower priorities).
-func (b builder) targetCluster(ch *configentry.Chain, t *configentry.Target, own string, prot protocol, timeoutMS int, timeoutSet bool) (*cluster.Cluster, claKey, endpointSpec, error) {
+func (b builder) targetCluster(ch *configentry.Chain, t *configentry.Target, own string, prot protocol, ut upstreamTimeout) (*cluster.Cluster, claKey, endpointSpec, error) {
 	first := sourceOf(t, b.dc)
 	key := claKey{service: first.service, dc: first.dc, subset: t.Subset}
 	spec := endpointSpec{sources: []endpointSource{first}}
@@ -156,12 +164,18 @@ func (b builder) targetCluster(ch *configentry.Chain, t *configentry.Target, own
 			ids = append(ids, id)
 		}
 	}
-	c, err := meshCluster(key.clusterName(b.trustDomain), own, ids, timeoutMS, prot)
+	c, err := meshCluster(key.clusterName(b.trustDomain), own, ids, ut.ms, prot)
 	if err != nil {
 		return nil, key, spec, err
 	}
-	if !ch.Default && t.ConnectTimeout > 0 && !(timeoutSet && t.ConnectTimeout == configentry.DefaultConnectTimeout) {
+	// Consul's precedence: the upstream's connect_timeout_ms (its own
+	// config, else the caller's service-defaults UpstreamConfig) overrides
+	// the resolver's ConnectTimeout, which overrides the 5 s default.
+	if !ch.Default && !ut.set && t.ConnectTimeout > 0 {
 		c.ConnectTimeout = durationpb.New(t.ConnectTimeout)
+	}
+	if err := applyUpstreamSettings(c, ut.settings); err != nil {
+		return nil, key, spec, fmt.Errorf("upstream config of %q: %w", t.ID, err)
 	}
 	if err := applyLB(c, t.LoadBalancer); err != nil {
 		return nil, key, spec, fmt.Errorf("target %q: %w", t.ID, err)

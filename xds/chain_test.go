@@ -297,7 +297,10 @@ func TestUpstreamTimeoutVersusResolver(t *testing.T) {
 		want     time.Duration
 	}{
 		{"resolver default, config set", configentry.DefaultConnectTimeout, map[string]any{"connect_timeout_ms": 750}, 750 * time.Millisecond},
-		{"resolver set wins", 2 * time.Second, map[string]any{"connect_timeout_ms": 750}, 2 * time.Second},
+		// Consul: the upstream's connect_timeout_ms overrides the resolver's
+		// (discoverychain compile, OverrideConnectTimeout).
+		{"config beats resolver", 2 * time.Second, map[string]any{"connect_timeout_ms": 750}, 750 * time.Millisecond},
+		{"resolver set, config unset", 2 * time.Second, nil, 2 * time.Second},
 		{"nothing set", configentry.DefaultConnectTimeout, nil, configentry.DefaultConnectTimeout},
 	} {
 		b := chainBuilder(func(service, dc string) *configentry.Chain {

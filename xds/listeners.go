@@ -14,6 +14,7 @@ import (
 	tcpproxy "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -83,7 +84,7 @@ func httpManager(statPrefix, routeName, clusterName string, domains []string, pr
 // publicListener accepts mTLS from other sidecars on 0.0.0.0:port, asks the
 // agent (ext_authz, fail closed) whether the peer may connect, then proxies
 // to local_app; for HTTP it also asks about every request (httpExtAuthz).
-func publicListener(port int, service string, prot protocol) (*listener.Listener, error) {
+func publicListener(port int, service string, prot protocol, rqTimeout *durationpb.Duration) (*listener.Listener, error) {
 	authz, err := networkFilter(extAuthzFilter, &extauthz.ExtAuthz{
 		StatPrefix:             "connect_authz",
 		GrpcService:            &core.GrpcService{TargetSpecifier: &core.GrpcService_EnvoyGrpc_{EnvoyGrpc: &core.GrpcService_EnvoyGrpc{ClusterName: LocalAgentCluster}}},
@@ -103,6 +104,9 @@ func publicListener(port int, service string, prot protocol) (*listener.Listener
 		m, err := httpManager("public_listener_http", "public_listener", LocalAppCluster, []string{"*"}, az)
 		if err != nil {
 			return nil, err
+		}
+		if rqTimeout != nil {
+			m.GetRouteConfig().GetVirtualHosts()[0].GetRoutes()[0].GetRoute().Timeout = rqTimeout
 		}
 		last, err = networkFilter(hcmFilter, m)
 		if err != nil {

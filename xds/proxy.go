@@ -10,6 +10,7 @@ import (
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/meshlet/meshlet/catalog"
 	"github.com/meshlet/meshlet/configentry"
@@ -68,7 +69,7 @@ func (b builder) proxy(inst catalog.ServiceInstance) (*proxyResources, error) {
 	if err != nil {
 		return nil, err
 	}
-	timeout, err := parseTimeoutMS(p.Config, cfgLocalConnectTimeout, defaultConnectTimeout)
+	timeout, err := b.localConnectTimeout(p.Config, p.DestinationServiceName)
 	if err != nil {
 		return nil, err
 	}
@@ -98,7 +99,13 @@ func (b builder) publicListener(inst catalog.ServiceInstance, prot protocol) (*l
 		return nil, err
 	}
 	if raw == "" {
-		return publicListener(inst.Port, inst.Proxy.DestinationServiceName, prot)
+		var rqTimeout *durationpb.Duration
+		if prot.isHTTP() {
+			if rqTimeout, err = b.localRequestTimeout(inst.Proxy.Config, inst.Proxy.DestinationServiceName); err != nil {
+				return nil, err
+			}
+		}
+		return publicListener(inst.Port, inst.Proxy.DestinationServiceName, prot, rqTimeout)
 	}
 	l := &listener.Listener{}
 	if err := protojson.Unmarshal([]byte(raw), l); err != nil {
@@ -139,11 +146,20 @@ func (b builder) upstreams(p *catalog.Proxy, out *proxyResources) error {
 			return fmt.Errorf("upstream %q: %w", up.DestinationName, err)
 		}
 		_, timeoutSet := up.Config[cfgConnectTimeout]
+		settings := b.upstreamSettings(p.DestinationServiceName, up.DestinationName)
+		if v, _ := up.Config[cfgProtocol].(string); v == "" && configentry.IsHTTP(settings.Protocol) {
+			prot = protocol(settings.Protocol) // as the upstream's own protocol key
+		}
+		if !timeoutSet && settings.ConnectTimeoutMs > 0 {
+			// Consul merges the service-defaults value into the upstream's
+			// config where that leaves connect_timeout_ms unset.
+			timeout, timeoutSet = min(settings.ConnectTimeoutMs, maxConnectTimeoutMS), true
+		}
 		dc := up.Datacenter
 		if dc == "" {
 			dc = b.dc
 		}
-		u, err := b.upstreamChain(p.DestinationServiceName, up, bind, dc, prot, timeout, timeoutSet)
+		u, err := b.upstreamChain(p.DestinationServiceName, up, bind, dc, prot, upstreamTimeout{ms: timeout, set: timeoutSet, settings: settings})
 		if err != nil {
 			return err
 		}
@@ -165,7 +181,7 @@ func (out *proxyResources) merge(u *upstreamOut, clusters map[string]*cluster.Cl
 	for _, c := range u.clusters {
 		if prev, ok := clusters[c.Name]; ok {
 			if !proto.Equal(prev, c) {
-				return fmt.Errorf("they disagree on cluster %q (protocol or connect_timeout_ms)", c.Name)
+				return fmt.Errorf("they disagree on cluster %q (protocol, connect timeout, limits or passive health check)", c.Name)
 			}
 			continue
 		}
