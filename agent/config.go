@@ -43,9 +43,11 @@ type Config struct {
 	NodeName   string
 	// PluginDir holds external task driver plugins.
 	PluginDir string
-	Client    ClientConfig
-	LogLevel  string
-	Dev       bool
+	// Plugins are the plugin "NAME" blocks by name (see PluginConfig).
+	Plugins  map[string]PluginConfig
+	Client   ClientConfig
+	LogLevel string
+	Dev      bool
 	// Sidecar is "auto", "envoy" or "builtin".
 	Sidecar     string
 	EnvoyBinary string
@@ -115,7 +117,8 @@ type ClientConfig struct {
 	BridgeNetworkName   string
 	MinDynamicPort      int
 	MaxDynamicPort      int
-	// Options: "driver.raw_exec.enable", "driver.exec.enable" ("true"/"false").
+	// Options: "driver.raw_exec.enable" (default false, true in dev mode;
+	// a plugin "raw_exec" block wins), "driver.exec.enable" (default true).
 	Options map[string]string
 	Meta    map[string]string
 	// ReservedPorts are host ports no job may take, in Nomad's
@@ -162,7 +165,8 @@ func DefaultConfig() *Config {
 }
 
 // DevConfig returns a dev-mode configuration: everything on 127.0.0.1, a
-// temporary data dir (unless DataDir is set before Start), raw_exec on.
+// temporary data dir (unless DataDir is set before Start), raw_exec enabled
+// (as Nomad's -dev; outside dev mode it needs plugin "raw_exec").
 func DevConfig() *Config {
 	c := DefaultConfig()
 	c.Dev = true
@@ -239,22 +243,23 @@ func (c *Config) Validate() error {
 // fileConfig is the HCL shape of an agent config file; pointers tell
 // "unset" (keep the default) from zero.
 type fileConfig struct {
-	DataDir     *string      `hcl:"data_dir"`
-	BindAddr    *string      `hcl:"bind_addr"`
-	Ports       *filePorts   `hcl:"ports,block"`
-	Datacenter  *string      `hcl:"datacenter"`
-	Region      *string      `hcl:"region"`
-	NodeName    *string      `hcl:"node_name"`
-	PluginDir   *string      `hcl:"plugin_dir"`
-	Client      *fileClient  `hcl:"client,block"`
-	LogLevel    *string      `hcl:"log_level"`
-	Dev         *bool        `hcl:"dev"`
-	Sidecar     *string      `hcl:"sidecar"`
-	EnvoyBinary *string      `hcl:"envoy_binary"`
-	Connect     *fileConnect `hcl:"connect,block"`
-	HTTPAPI     *fileHTTPAPI `hcl:"http_api,block"`
-	Server      *fileServer  `hcl:"server,block"`
-	TLS         *fileTLS     `hcl:"tls,block"`
+	DataDir     *string       `hcl:"data_dir"`
+	BindAddr    *string       `hcl:"bind_addr"`
+	Ports       *filePorts    `hcl:"ports,block"`
+	Datacenter  *string       `hcl:"datacenter"`
+	Region      *string       `hcl:"region"`
+	NodeName    *string       `hcl:"node_name"`
+	PluginDir   *string       `hcl:"plugin_dir"`
+	Plugins     []*filePlugin `hcl:"plugin,block"`
+	Client      *fileClient   `hcl:"client,block"`
+	LogLevel    *string       `hcl:"log_level"`
+	Dev         *bool         `hcl:"dev"`
+	Sidecar     *string       `hcl:"sidecar"`
+	EnvoyBinary *string       `hcl:"envoy_binary"`
+	Connect     *fileConnect  `hcl:"connect,block"`
+	HTTPAPI     *fileHTTPAPI  `hcl:"http_api,block"`
+	Server      *fileServer   `hcl:"server,block"`
+	TLS         *fileTLS      `hcl:"tls,block"`
 }
 
 type fileHTTPAPI struct {
@@ -344,6 +349,9 @@ func ParseConfig(filename string, src []byte) (*Config, error) {
 		set(&c.Ports.RPC, p.RPC)
 	}
 	fc.TLS.apply(&c.TLS)
+	if err := applyPlugins(filename, fc.Plugins, c); err != nil {
+		return nil, err
+	}
 	if err := fc.Client.apply(filename, &c.Client); err != nil {
 		return nil, err
 	}

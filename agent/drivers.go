@@ -32,10 +32,13 @@ func (a *Agent) enabled(option string, def bool) bool {
 func (a *Agent) loadDrivers() ([]driver.Driver, func(), error) {
 	stateDir := filepath.Join(a.cfg.DataDir, "drivers")
 	var out []driver.Driver
-	if a.enabled("driver.raw_exec.enable", true) {
-		out = append(out, rawexec.New(rawexec.Config{ExecutorCmd: a.cfg.ExecutorCmd,
-			StateDir: filepath.Join(stateDir, rawexec.Name)}, a.logger.Named("driver").Named(rawexec.Name)))
+	var raw driver.Driver = rawexec.New(rawexec.Config{ExecutorCmd: a.cfg.ExecutorCmd,
+		StateDir: filepath.Join(stateDir, rawexec.Name)}, a.logger.Named("driver").Named(rawexec.Name))
+	if !a.rawExecEnabled() {
+		raw = disabledDriver{Driver: raw, hint: `plugin "raw_exec" { config { enabled = true } } in the agent config`}
+		a.logger.Info("raw_exec driver disabled; enable it with plugin \"raw_exec\" { config { enabled = true } }")
 	}
+	out = append(out, raw)
 	if a.enabled("driver.exec.enable", true) {
 		out = append(out, exec.New(exec.Config{ExecutorCmd: a.cfg.ExecutorCmd,
 			StateDir: filepath.Join(stateDir, exec.Name)}, a.logger.Named("driver").Named(exec.Name)))
@@ -44,7 +47,38 @@ func (a *Agent) loadDrivers() ([]driver.Driver, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("failed to load driver plugins from %s: %w", a.cfg.PluginDir, err)
 	}
-	return append(out, plugins...), cleanup, nil
+	out = append(out, plugins...)
+	a.warnUnusedPlugins(out)
+	return out, cleanup, nil
+}
+
+// rawExecEnabled: a plugin "raw_exec" block's enabled wins, then the legacy
+// client option driver.raw_exec.enable; otherwise only dev mode enables
+// raw_exec (Nomad's defaults).
+func (a *Agent) rawExecEnabled() bool {
+	if p, ok := a.cfg.Plugins[rawexec.Name]; ok && p.Enabled != nil {
+		return *p.Enabled
+	}
+	return a.enabled("driver.raw_exec.enable", a.cfg.Dev)
+}
+
+// warnUnusedPlugins warns about plugin blocks that name no loaded driver
+// (Nomad ignores them too) and about args or config meshlet does not pass
+// to external plugins.
+func (a *Agent) warnUnusedPlugins(drivers []driver.Driver) {
+	builtin := map[string]bool{rawexec.Name: true, exec.Name: true}
+	loaded := map[string]bool{}
+	for _, d := range drivers {
+		loaded[d.Name()] = true
+	}
+	for name, p := range a.cfg.Plugins {
+		switch {
+		case !loaded[name]:
+			a.logger.Warn("plugin block names no loaded driver; ignoring it", "plugin", name)
+		case !builtin[name] && len(p.Args) > 0:
+			a.logger.Warn("external plugins get no args; ignoring them", "plugin", name)
+		}
+	}
 }
 
 // newNetworker builds the CNI manager, or explains why bridge networking is

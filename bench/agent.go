@@ -98,6 +98,11 @@ client {
   bridge_network_name   = %q
   bridge_network_subnet = %q
 }
+plugin "raw_exec" {
+  config {
+    enabled = true
+  }
+}
 `, filepath.Join(a.DataDir, "d"), ports[0], ports[1], ports[2], o.CNIPath, a.Bridge, subnet)
 	cfgPath := filepath.Join(a.logDir, "agent.hcl")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {

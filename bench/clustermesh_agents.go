@@ -191,6 +191,11 @@ client {
   servers  = ["%s:%d"]
   cni_path = %q
 }
+plugin "raw_exec" {
+  config {
+    enabled = true
+  }
+}
 `, meshHTTPPort, c.net.Addr(meshServerHost), meshRPCPort, c.cniPath)
 	if server {
 		role, body = "server", fmt.Sprintf(`ports {

@@ -38,7 +38,11 @@ func feasible(job *structs.Job, tg *structs.TaskGroup, n *structs.Node) string {
 		info := n.Drivers[t.Driver]
 		switch {
 		case info == nil || !info.Detected:
-			return fmt.Sprintf("driver %s not available on node %s", t.Driver, n.Name)
+			msg := fmt.Sprintf("driver %s not available on node %s", t.Driver, n.Name)
+			if info != nil && info.HealthDescription != "" { // e.g. raw_exec "disabled; enable it with ..."
+				msg += ": " + info.HealthDescription
+			}
+			return msg
 		case !info.Healthy:
 			msg := fmt.Sprintf("driver %s unhealthy on node %s", t.Driver, n.Name)
 			if info.HealthDescription != "" {

@@ -186,6 +186,13 @@ sidecar   = "auto"
 client {
   cni_path = "${CNI_DIR}"
 }
+
+# The jobspecs use raw_exec, which (as in Nomad) is off unless enabled here.
+plugin "raw_exec" {
+  config {
+    enabled = true
+  }
+}
 CONF
 	install_unit
 }
@@ -259,6 +266,8 @@ CONF
 	client) printf 'client {\n  enabled  = true\n  servers  = %s\n  cni_path = "%s"\n}\n' "$(rpc_addrs "${server_ips[@]}")" "$CNI_DIR" ;;
 	both) printf 'client {\n  enabled  = true\n  cni_path = "%s"\n}\n' "$CNI_DIR" ;;
 	esac
+	# The jobspecs use raw_exec, which (as in Nomad) is off unless enabled.
+	[[ "$role" != server ]] && printf '\nplugin "raw_exec" {\n  config {\n    enabled = true\n  }\n}\n'
 	cat <<CONF
 
 tls {

@@ -220,6 +220,11 @@ client {
   servers  = %s
   cni_path = %q
 }
+plugin "raw_exec" {
+  config {
+    enabled = true
+  }
+}
 `, httpPort, hclList(rpcAddrs(servers)), c.cniPath))
 }
 

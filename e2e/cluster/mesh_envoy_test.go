@@ -45,6 +45,11 @@ client {
   servers  = %s
   cni_path = %q
 }
+plugin "raw_exec" {
+  config {
+    enabled = true
+  }
+}
 sidecar      = "envoy"
 envoy_binary = %q
 `, httpPort, hclList(rpcAddrs([]*agent{s1})), c.cniPath, bin))

@@ -173,6 +173,11 @@ client {
   bridge_network_name   = %q
   bridge_network_subnet = %q
 }
+plugin "raw_exec" {
+  config {
+    enabled = true
+  }
+}
 `, stateDir, sidecar, opts.EnvoyBinary, ports[0], ports[1], ports[2], policy, cni, a.Bridge, a.Subnet)
 }
 

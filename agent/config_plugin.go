@@ -1,0 +1,72 @@
+package agent
+
+import (
+	"fmt"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/gohcl"
+
+	"github.com/meshlet/meshlet/driver/exec"
+	"github.com/meshlet/meshlet/driver/rawexec"
+)
+
+// PluginConfig is one of Nomad's plugin "NAME" { args, config { } } blocks.
+// Only the built-in drivers' config is understood: raw_exec's enabled
+// (raw_exec is off unless enabled here, by the legacy client option
+// driver.raw_exec.enable or by -dev). External plugins get neither args
+// nor config; the agent warns when a block names no driver.
+type PluginConfig struct {
+	Args []string
+	// Enabled is raw_exec's config { enabled = BOOL }; nil = not set.
+	Enabled *bool
+}
+
+type filePlugin struct {
+	Name   string            `hcl:"name,label"`
+	Args   []string          `hcl:"args,optional"`
+	Config *filePluginConfig `hcl:"config,block"`
+}
+
+type filePluginConfig struct {
+	Remain hcl.Body `hcl:",remain"`
+}
+
+// rawExecPluginConfig is the part of Nomad's raw_exec plugin config meshlet
+// implements; any other key is an error with its position.
+type rawExecPluginConfig struct {
+	Enabled *bool `hcl:"enabled"`
+}
+
+// noPluginConfig takes no keys: meshlet's exec driver has no plugin
+// options yet (Nomad's no_pivot_root, allow_caps... are errors).
+type noPluginConfig struct{}
+
+// applyPlugins decodes the plugin blocks into c.Plugins. A name given twice
+// is an error, as in Nomad.
+func applyPlugins(filename string, blocks []*filePlugin, c *Config) error {
+	for _, p := range blocks {
+		if _, dup := c.Plugins[p.Name]; dup {
+			return fmt.Errorf("%s: invalid agent configuration: plugin %q is configured more than once", filename, p.Name)
+		}
+		pc := PluginConfig{Args: p.Args}
+		if p.Config != nil && p.Config.Remain != nil {
+			var diags hcl.Diagnostics
+			switch p.Name {
+			case rawexec.Name:
+				var rc rawExecPluginConfig
+				diags = gohcl.DecodeBody(p.Config.Remain, nil, &rc)
+				pc.Enabled = rc.Enabled
+			case exec.Name:
+				diags = gohcl.DecodeBody(p.Config.Remain, nil, &noPluginConfig{})
+			}
+			if diags.HasErrors() {
+				return diagError(diags)
+			}
+		}
+		if c.Plugins == nil {
+			c.Plugins = map[string]PluginConfig{}
+		}
+		c.Plugins[p.Name] = pc
+	}
+	return nil
+}
