@@ -19,6 +19,8 @@ type PluginConfig struct {
 	Args []string
 	// Enabled is raw_exec's config { enabled = BOOL }; nil = not set.
 	Enabled *bool
+	// HasConfig: the block has a config block.
+	HasConfig bool
 }
 
 type filePlugin struct {
@@ -48,7 +50,7 @@ func applyPlugins(filename string, blocks []*filePlugin, c *Config) error {
 		if _, dup := c.Plugins[p.Name]; dup {
 			return fmt.Errorf("%s: invalid agent configuration: plugin %q is configured more than once", filename, p.Name)
 		}
-		pc := PluginConfig{Args: p.Args}
+		pc := PluginConfig{Args: p.Args, HasConfig: p.Config != nil}
 		if p.Config != nil && p.Config.Remain != nil {
 			var diags hcl.Diagnostics
 			switch p.Name {

@@ -75,8 +75,8 @@ func (a *Agent) warnUnusedPlugins(drivers []driver.Driver) {
 		switch {
 		case !loaded[name]:
 			a.logger.Warn("plugin block names no loaded driver; ignoring it", "plugin", name)
-		case !builtin[name] && len(p.Args) > 0:
-			a.logger.Warn("external plugins get no args; ignoring them", "plugin", name)
+		case !builtin[name] && (len(p.Args) > 0 || p.HasConfig):
+			a.logger.Warn("external plugins get no args or config; ignoring them", "plugin", name)
 		}
 	}
 }

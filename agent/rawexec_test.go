@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/meshlet/meshlet/api"
 	"github.com/meshlet/meshlet/driver"
 	"github.com/meshlet/meshlet/driver/rawexec"
@@ -147,3 +149,28 @@ func TestRawExecDisabledRefusesPlacement(t *testing.T) {
 		t.Fatal("raw_exec not detected with the plugin block")
 	}
 }
+
+// TestWarnUnusedPlugins: blocks naming no loaded driver, and args or config
+// for external plugins, are warned about, not silently dropped.
+func TestWarnUnusedPlugins(t *testing.T) {
+	c, err := ParseConfig("agent.hcl", []byte("data_dir = \"/x\"\nplugin \"docker\" {}\nplugin \"echo\" {\n  config {\n    x = 1\n  }\n}\n"+rawExecBlock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf strings.Builder
+	a := &Agent{cfg: c, logger: hclog.New(&hclog.LoggerOptions{Output: &buf, Level: hclog.Warn})}
+	raw := rawexec.New(rawexec.Config{StateDir: t.TempDir()}, testLogger())
+	a.warnUnusedPlugins([]driver.Driver{raw, namedDriver{Driver: raw, name: "echo"}})
+	out := buf.String()
+	if !strings.Contains(out, "plugin block names no loaded driver; ignoring it: plugin=docker") ||
+		!strings.Contains(out, "external plugins get no args or config; ignoring them: plugin=echo") || strings.Contains(out, "raw_exec") {
+		t.Fatalf("warnings:\n%s", out)
+	}
+}
+
+type namedDriver struct {
+	driver.Driver
+	name string
+}
+
+func (d namedDriver) Name() string { return d.name }
