@@ -102,7 +102,7 @@ func TestL7CompileFigures(t *testing.T) {
 	if *x[0].Value != 210 || *x[0].Baseline != 150 || !approx(*x[0].Ratio, 1.4) || x[0].Unit != "ms" {
 		t.Errorf("build figure %+v", x[0])
 	}
-	if !strings.Contains(x[0].Note, "210 µs per service; 1500000 allocations (120 MB) per build") {
+	if !strings.Contains(x[0].Note, "210 µs per service; 1500000 allocations (120 MB) per build") || !strings.Contains(x[0].Note, "610 B of route configuration per service against 640") {
 		t.Errorf("build note %q", x[0].Note)
 	}
 	if !approx(*x[1].Value, 3500000.0/1024) || x[1].Unit != "KiB" || *x[2].Value != 640 {
@@ -164,5 +164,24 @@ func TestL7Render(t *testing.T) {
 		if !strings.Contains(md, want) {
 			t.Errorf("RESULTS.md lacks %q\n%s", want, md)
 		}
+	}
+}
+
+func TestMedianResult(t *testing.T) {
+	out := `BenchmarkCompile1000-2  66  18000000 ns/op
+BenchmarkCheck1000-2  120  9500000 ns/op
+BenchmarkCompile1000-2  60  30000000 ns/op
+BenchmarkCompile1000-2  70  20000000 ns/op
+`
+	rs, _ := ParseGoBench(out)
+	b, ok := medianResult(rs, l7CompileBench)
+	if !ok || b.Metrics["ns/op"] != 20000000 {
+		t.Errorf("median of three runs = %v, want 20 ms", b.Metrics)
+	}
+	if f := configEntryFigures(rs, nil); *f[0].Value != 20 || *f[1].Value != 9.5 {
+		t.Errorf("figures %v, %v", *f[0].Value, *f[1].Value)
+	}
+	if _, ok := medianResult(rs, "BenchmarkNone"); ok {
+		t.Error("median of nothing")
 	}
 }
