@@ -319,6 +319,10 @@ func (a *Agent) listenHTTP() error {
 	if err != nil {
 		return fmt.Errorf("failed to listen on %s: %w", addr, err)
 	}
+	if ln, err = a.wrapHTTPListener(ln); err != nil {
+		_ = ln.Close()
+		return err
+	}
 	a.httpLn = ln
 	return nil
 }
@@ -340,8 +344,10 @@ func (a *Agent) startHTTP() error {
 		}
 	}
 	if a.server != nil {
-		handler = a.toAllocNode(handler)
 		var err error
+		if handler, err = a.toAllocNode(handler); err != nil {
+			return err
+		}
 		if handler, err = a.toLeader(handler); err != nil {
 			return err
 		}
