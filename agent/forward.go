@@ -41,7 +41,6 @@ func (a *Agent) toAllocNode(next http.Handler) (http.Handler, error) {
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.TLSClientConfig = dialTLS
 	a.cleanups = append(a.cleanups, transport.CloseIdleConnections)
-	scheme := a.cfg.HTTPScheme()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := allocOfClientPath(r.URL.Path)
 		if id == "" || a.server == nil {
@@ -56,6 +55,10 @@ func (a *Agent) toAllocNode(next http.Handler) (http.Handler, error) {
 		if node.HTTPAddr == "" {
 			http.Error(w, fmt.Sprintf("node %s of allocation %s has no HTTP address to forward to", node.Name, id), http.StatusBadGateway)
 			return
+		}
+		scheme := "http"
+		if node.TLSEnabled {
+			scheme = "https"
 		}
 		target := &url.URL{Scheme: scheme, Host: node.HTTPAddr}
 		proxy := &httputil.ReverseProxy{Transport: transport, Rewrite: func(pr *httputil.ProxyRequest) {
