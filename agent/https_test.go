@@ -240,3 +240,32 @@ tls {
 		}
 	}
 }
+
+// A server-only agent forwards task logs and exec to the client node that
+// runs the allocation over HTTPS, presenting its own certificate to the
+// node (verify_https_client on both); the official client, given a CLI
+// certificate, only ever talks to the server.
+func TestHTTPSForwardsToClientNode(t *testing.T) {
+	f := writeHTTPSFiles(t)
+	tune := func(c *Config) {
+		c.TLS.HTTP, c.TLS.VerifyHTTPSClient = true, true
+		c.TLS.CAFile, c.TLS.CertFile, c.TLS.KeyFile = f.CA, f.Cert, f.Key
+	}
+	srv := startAgentWith(t, t.TempDir(), func(c *Config) {
+		tune(c)
+		c.Cluster.Client = false
+		c.NodeName = "https-server"
+	})
+	t.Cleanup(func() { _ = srv.Shutdown() })
+	cl := startAgentWith(t, t.TempDir(), func(c *Config) {
+		tune(c)
+		c.Cluster.Server, c.Cluster.Servers = false, []string{srv.RPCAddr()}
+		c.NodeName = "https-client"
+	})
+	// Runs before srv's shutdown (LIFO): the job stops on the client
+	// node, then the client goes.
+	t.Cleanup(func() { _ = cl.Shutdown() })
+	cleanupJob(t, &cl, apitest.OfficialClientJobID)
+	apitest.ExerciseOfficialClientConfig(t, &nomad.Config{Address: "https://" + srv.HTTPAddr(),
+		TLSConfig: &nomad.TLSConfig{CACert: f.CA, ClientCert: f.CLICert, ClientKey: f.CLIKey}})
+}
