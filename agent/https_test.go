@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -10,10 +11,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	consul "github.com/hashicorp/consul/api"
 	nomad "github.com/hashicorp/nomad/api"
 
+	"github.com/meshlet/meshlet/api"
 	"github.com/meshlet/meshlet/api/apitest"
 	"github.com/meshlet/meshlet/internal/tlsutil"
 )
@@ -265,7 +268,28 @@ func TestHTTPSForwardsToClientNode(t *testing.T) {
 	// Runs before srv's shutdown (LIFO): the job stops on the client
 	// node, then the client goes.
 	t.Cleanup(func() { _ = cl.Shutdown() })
-	cleanupJob(t, &cl, apitest.OfficialClientJobID)
+	t.Cleanup(func() { stopAndWait(srv.Backend(), apitest.OfficialClientJobID) })
 	apitest.ExerciseOfficialClientConfig(t, &nomad.Config{Address: "https://" + srv.HTTPAddr(),
 		TLSConfig: &nomad.TLSConfig{CACert: f.CA, ClientCert: f.CLICert, ClientKey: f.CLIKey}})
+	// Before the exercise's purge (LIFO), while the job's allocations can
+	// still be waited for.
+	t.Cleanup(func() { stopAndWait(srv.Backend(), apitest.OfficialClientJobID) })
+}
+
+// stopAndWait stops a job and waits (up to hang) for its allocations to
+// end, so that no task outlives the test.
+func stopAndWait(b api.Backend, jobID string) {
+	if _, err := b.StopJob(context.Background(), jobID, false); err != nil {
+		return
+	}
+	for deadline := time.Now().Add(hang); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		allocs, _ := b.JobAllocations(context.Background(), jobID)
+		done := true
+		for _, al := range allocs {
+			done = done && al.TerminalStatus()
+		}
+		if done {
+			return
+		}
+	}
 }
