@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -148,7 +149,6 @@ func tlsHint(err error, addr, envAddr string) string {
 	var unknown x509.UnknownAuthorityError
 	var host x509.HostnameError
 	var verify *tls.CertificateVerificationError
-	var alert tls.AlertError
 	var header tls.RecordHeaderError
 	switch {
 	case errors.As(err, &unknown) || errors.As(err, &verify) && !errors.As(err, &host):
@@ -157,7 +157,7 @@ func tlsHint(err error, addr, envAddr string) string {
 	case errors.As(err, &host):
 		return fmt.Sprintf("the TLS certificate of the agent at %s does not name that address: %s (set MESHLET_TLS_SERVER_NAME or -tls-server-name)",
 			addr, rootCause(err))
-	case errors.As(err, &alert) && (alert == alertCertificateRequired || alert == alertBadCertificate):
+	case certificateRefused(err):
 		return fmt.Sprintf("the agent at %s requires a client certificate (tls.verify_https_client): set MESHLET_CLIENT_CERT and MESHLET_CLIENT_KEY (or -client-cert and -client-key) to one signed by its CA: %s",
 			addr, rootCause(err))
 	case errors.As(err, &header) || strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):
@@ -168,9 +168,15 @@ func tlsHint(err error, addr, envAddr string) string {
 	return ""
 }
 
-// TLS alert codes (RFC 8446) the agent sends a client without a
-// certificate: TLS 1.3 and TLS 1.2.
-const (
-	alertCertificateRequired tls.AlertError = 116
-	alertBadCertificate      tls.AlertError = 42
-)
+// certificateRefused reports the agent's TLS alert for a missing or
+// unacceptable client certificate: certificate_required (TLS 1.3) or
+// bad_certificate (TLS 1.2). crypto/tls returns a remote alert as a
+// *net.OpError "remote error" around an unexported type.
+func certificateRefused(err error) bool {
+	var op *net.OpError
+	if !errors.As(err, &op) || op.Op != "remote error" || op.Err == nil {
+		return false
+	}
+	msg := op.Err.Error()
+	return strings.HasSuffix(msg, "certificate required") || strings.HasSuffix(msg, "bad certificate")
+}
