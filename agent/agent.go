@@ -353,6 +353,9 @@ func (a *Agent) startHTTP() error {
 		}
 	}
 	a.httpSrv = httpsrv.New(httpsrv.Protect(handler, a.httpPolicy()))
+	// TLS handshake failures (a client without the CA or a certificate)
+	// are the client's to report; the agent keeps them at debug.
+	a.httpSrv.HTTP().ErrorLog = a.logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{ForceLevel: hclog.Debug})
 	a.httpDone = make(chan struct{})
 	go func() {
 		defer close(a.httpDone)

@@ -213,6 +213,7 @@ func (c *ControlPlane) Start() error {
 		policy.Logger = c.log.Named("http")
 	}
 	c.httpSrv = httpsrv.New(httpsrv.Protect(c.api.Handler(), policy))
+	c.httpSrv.HTTP().ErrorLog = policy.Logger.StandardLogger(&hclog.StandardLoggerOptions{ForceLevel: hclog.Debug})
 	c.serve("grpc", func() error { return c.XDS.Serve(gl) })
 	c.serve("http", func() error { return c.httpSrv.Serve(hl) })
 	c.log.Info("control plane started", "grpc_addr", gl.Addr().String(), "http_addr", hl.Addr().String(),
