@@ -54,13 +54,13 @@ func connectAddressFlag(fs *flag.FlagSet) *apiTarget {
 // else <alt><NAME> (NOMAD_CACERT, CONSUL_CACERT...).
 func (t *apiTarget) tlsFlags(fs *flag.FlagSet, alt string) {
 	fs.StringVar(&t.CACert, "ca-cert", envOr("", "MESHLET_CACERT", alt+"CACERT"),
-		"`FILE`: PEM CA certificate that signed the agent's certificate (env MESHLET_CACERT)")
+		"PEM `file` of the CA that signed the agent's certificate (env MESHLET_CACERT)")
 	fs.StringVar(&t.ClientCert, "client-cert", envOr("", "MESHLET_CLIENT_CERT", alt+"CLIENT_CERT"),
-		"`FILE`: PEM client certificate, for an agent with verify_https_client (env MESHLET_CLIENT_CERT)")
+		"PEM `file` of a client certificate, for an agent with verify_https_client (env MESHLET_CLIENT_CERT)")
 	fs.StringVar(&t.ClientKey, "client-key", envOr("", "MESHLET_CLIENT_KEY", alt+"CLIENT_KEY"),
-		"`FILE`: PEM key of -client-cert (env MESHLET_CLIENT_KEY)")
+		"PEM `file` of -client-cert's key (env MESHLET_CLIENT_KEY)")
 	fs.StringVar(&t.ServerName, "tls-server-name", envOr("", "MESHLET_TLS_SERVER_NAME", alt+"TLS_SERVER_NAME"),
-		"`NAME` to verify the agent's certificate against instead of the address's host (env MESHLET_TLS_SERVER_NAME)")
+		"`name` to verify the agent's certificate against instead of the address's host (env MESHLET_TLS_SERVER_NAME)")
 	skip := envOr("", "MESHLET_SKIP_VERIFY", alt+"SKIP_VERIFY")
 	if v, ok := os.LookupEnv("CONSUL_HTTP_SSL_VERIFY"); ok && skip == "" && alt == "CONSUL_" {
 		if b, err := strconv.ParseBool(v); err == nil && !b {

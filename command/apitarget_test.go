@@ -1,13 +1,16 @@
 package command
 
 import (
+	"context"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -18,6 +21,7 @@ import (
 	"github.com/meshlet/meshlet/catalog"
 	"github.com/meshlet/meshlet/consulapi"
 	"github.com/meshlet/meshlet/intention"
+	"github.com/meshlet/meshlet/internal/testutil"
 	"github.com/meshlet/meshlet/internal/tlsutil"
 )
 
@@ -174,4 +178,66 @@ func TestConnectCLIOverHTTPS(t *testing.T) {
 	}
 	wantOneLineError(t, runCLI(t, "", "intention", "list", "-connect-address", "http://"+addr),
 		"serves HTTPS (tls.http): use an https:// address in MESHLET_CONNECT_ADDR")
+}
+
+// The real agent with tls.http and verify_https_client, its certificates
+// from `meshlet tls`: the banner says https:// and MESHLET_CACERT, and
+// the CLI reaches both APIs with the CA and a CLI certificate.
+func TestAgentCommandHTTPS(t *testing.T) {
+	f := makeCLITLSFiles(t)
+	clearTLSEnv(t)
+	cfg := writeFile(t, "agent.hcl", fmt.Sprintf(`
+data_dir  = %q
+bind_addr = "127.0.0.1"
+ports {
+  http         = 0
+  connect_http = 0
+  grpc         = 0
+  rpc          = 0
+}
+tls {
+  http                = true
+  verify_https_client = true
+  ca_file             = %q
+  cert_file           = %q
+  key_file            = %q
+}
+`, filepath.Join(t.TempDir(), "data"), f.CA, f.Cert, f.Key))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stdout, stderr, done := startCLI(ctx, "agent", "-config", cfg, "-log-level", "info")
+	addrRE := regexp.MustCompile(`HTTP API\s+= (https://127\.0\.0\.1:\d+)`)
+	testutil.WaitFor(t, hangGuard, "the agent banner", func() bool {
+		select {
+		case code := <-done:
+			t.Fatalf("agent exited early with %d:\n%s%s", code, stdout, stderr)
+		default:
+		}
+		return addrRE.MatchString(stdout.String())
+	})
+	if !strings.Contains(stdout.String(), "MESHLET_CACERT="+f.CA) {
+		t.Fatalf("banner does not name the CA:\n%s", stdout)
+	}
+	t.Setenv("MESHLET_ADDR", addrRE.FindStringSubmatch(stdout.String())[1])
+	t.Setenv("MESHLET_CACERT", f.CA)
+	wantOneLineError(t, runCLI(t, "", "node", "status"), "set MESHLET_CLIENT_CERT and MESHLET_CLIENT_KEY")
+	t.Setenv("MESHLET_CLIENT_CERT", f.CLICert)
+	t.Setenv("MESHLET_CLIENT_KEY", f.CLIKey)
+	testutil.WaitFor(t, hangGuard, "a ready node", func() bool {
+		r := runCLI(t, "", "node", "status")
+		return r.code == 0 && strings.Contains(r.stdout, "ready")
+	})
+	connectRE := regexp.MustCompile(`control plane started: .*http_addr=(127\.0\.0\.1:\d+)`)
+	m := connectRE.FindStringSubmatch(stderr.String())
+	if m == nil {
+		t.Fatalf("no connect API address in the log:\n%s", stderr)
+	}
+	t.Setenv("MESHLET_CONNECT_ADDR", "https://"+m[1])
+	if r := runCLI(t, "", "intention", "check", "web", "db"); r.code != 0 || r.stdout != "Allowed\n" {
+		t.Fatalf("intention check over HTTPS: exit %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("agent exit %d:\n%s%s", code, stdout, stderr)
+	}
 }
