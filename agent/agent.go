@@ -274,7 +274,7 @@ func (a *Agent) startClient() error {
 	}
 	cl, err := client.New(client.Config{
 		DataDir: a.cfg.DataDir, NodeName: a.cfg.NodeName, Datacenter: a.cfg.Datacenter, NodeMeta: a.cfg.Client.Meta,
-		Drivers: drivers, Networker: networker, NetworkUnavailable: why, Server: conn, HTTPAddr: a.HTTPAddr(),
+		Drivers: drivers, Networker: networker, NetworkUnavailable: why, Server: conn, HTTPAddr: a.HTTPAddr(), HTTPTLS: a.cfg.TLS.HTTP,
 		Reserved: a.reservedResources(),
 		Version:  Version, BinaryPath: a.cfg.BinaryPath, Logger: a.logger.Named("client"),
 		GCInterval: a.cfg.Client.GCInterval, GCMaxAllocs: a.cfg.Client.GCMaxAllocs, GCAllocTTL: a.cfg.Client.GCAllocTTL,
@@ -319,6 +319,10 @@ func (a *Agent) listenHTTP() error {
 	if err != nil {
 		return fmt.Errorf("failed to listen on %s: %w", addr, err)
 	}
+	if ln, err = a.wrapHTTPListener(ln); err != nil {
+		_ = ln.Close()
+		return err
+	}
 	a.httpLn = ln
 	return nil
 }
@@ -340,13 +344,18 @@ func (a *Agent) startHTTP() error {
 		}
 	}
 	if a.server != nil {
-		handler = a.toAllocNode(handler)
 		var err error
+		if handler, err = a.toAllocNode(handler); err != nil {
+			return err
+		}
 		if handler, err = a.toLeader(handler); err != nil {
 			return err
 		}
 	}
 	a.httpSrv = httpsrv.New(httpsrv.Protect(handler, a.httpPolicy()))
+	// TLS handshake failures (a client without the CA or a certificate)
+	// are the client's to report; the agent keeps them at debug.
+	a.httpSrv.HTTP().ErrorLog = a.logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{ForceLevel: hclog.Debug})
 	a.httpDone = make(chan struct{})
 	go func() {
 		defer close(a.httpDone)

@@ -34,17 +34,23 @@ type ClusterConfig struct {
 }
 
 // TLSConfig is the agent's tls block (Nomad's): mutual TLS on the RPC
-// port between servers and client nodes.
+// port between servers and client nodes (RPC), and HTTPS on the HTTP API
+// and the Consul-shaped connect API (HTTP), with client certificates
+// required only with VerifyHTTPSClient. Both use the same files.
 type TLSConfig struct {
 	RPC                  bool
+	HTTP                 bool
 	CAFile               string
 	CertFile             string
 	KeyFile              string
 	VerifyServerHostname bool
+	VerifyHTTPSClient    bool
 }
 
 type fileTLS struct {
 	RPC                  *bool   `hcl:"rpc"`
+	HTTP                 *bool   `hcl:"http"`
+	VerifyHTTPSClient    *bool   `hcl:"verify_https_client"`
 	CAFile               *string `hcl:"ca_file"`
 	CertFile             *string `hcl:"cert_file"`
 	KeyFile              *string `hcl:"key_file"`
@@ -56,6 +62,8 @@ func (ft *fileTLS) apply(c *TLSConfig) {
 		return
 	}
 	set(&c.RPC, ft.RPC)
+	set(&c.HTTP, ft.HTTP)
+	set(&c.VerifyHTTPSClient, ft.VerifyHTTPSClient)
 	set(&c.CAFile, ft.CAFile)
 	set(&c.CertFile, ft.CertFile)
 	set(&c.KeyFile, ft.KeyFile)
@@ -91,6 +99,12 @@ func (c *Config) clusterProblems() []string {
 	}
 	if t := c.TLS; t.RPC && (t.CAFile == "" || t.CertFile == "" || t.KeyFile == "") {
 		out = append(out, "tls.rpc needs ca_file, cert_file and key_file")
+	}
+	if t := c.TLS; t.HTTP && (t.CAFile == "" || t.CertFile == "" || t.KeyFile == "") {
+		out = append(out, "tls.http needs ca_file, cert_file and key_file")
+	}
+	if t := c.TLS; t.VerifyHTTPSClient && !t.HTTP {
+		out = append(out, "tls.verify_https_client needs tls.http = true")
 	}
 	return out
 }

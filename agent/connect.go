@@ -37,6 +37,11 @@ func (a *Agent) startControlPlane() error {
 		return err
 	}
 	configEntries, configWriter := a.newMeshConfig()
+	httpTLS, err := a.httpServerTLS()
+	if err != nil {
+		_ = caMgr.Close()
+		return err
+	}
 	cp, err := controlplane.New(controlplane.Config{
 		CA:           caMgr,
 		Intentions:   a.newMeshIntentions(),
@@ -52,6 +57,7 @@ func (a *Agent) startControlPlane() error {
 		GRPCAddr:     net.JoinHostPort(a.controlPlaneHost(), strconv.Itoa(a.cfg.Ports.GRPC)),
 		HTTPAddr:     net.JoinHostPort(a.controlPlaneHost(), strconv.Itoa(a.cfg.Ports.ConnectHTTP)),
 		HTTPPolicy:   a.httpPolicy(),
+		HTTPTLS:      httpTLS,
 		StopGrace:    shutdownTimeout,
 		Logger:       a.logger,
 		Registerer:   a.metrics,

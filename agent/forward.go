@@ -31,8 +31,16 @@ func allocOfClientPath(path string) string {
 // toAllocNode sends a server agent's task log and exec requests for an
 // allocation on another node to that node's agent (Nomad's servers
 // forward them to the client that runs the allocation); the rest, and
-// allocations on this agent's own node, are served by next.
-func (a *Agent) toAllocNode(next http.Handler) http.Handler {
+// allocations on this agent's own node, are served by next. With
+// tls.http the node is dialed over HTTPS with this agent's certificate.
+func (a *Agent) toAllocNode(next http.Handler) (http.Handler, error) {
+	dialTLS, err := a.httpDialTLS()
+	if err != nil {
+		return nil, err
+	}
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.TLSClientConfig = dialTLS
+	a.cleanups = append(a.cleanups, transport.CloseIdleConnections)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := allocOfClientPath(r.URL.Path)
 		if id == "" || a.server == nil {
@@ -48,13 +56,17 @@ func (a *Agent) toAllocNode(next http.Handler) http.Handler {
 			http.Error(w, fmt.Sprintf("node %s of allocation %s has no HTTP address to forward to", node.Name, id), http.StatusBadGateway)
 			return
 		}
-		target := &url.URL{Scheme: "http", Host: node.HTTPAddr}
-		proxy := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) {
+		scheme := "http"
+		if node.TLSEnabled {
+			scheme = "https"
+		}
+		target := &url.URL{Scheme: scheme, Host: node.HTTPAddr}
+		proxy := &httputil.ReverseProxy{Transport: transport, Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
 			pr.Out.Host = target.Host
 		}}
 		proxy.ServeHTTP(w, r)
-	})
+	}), nil
 }
 
 // allocNode is the node of allocation id when that is another node than

@@ -85,6 +85,8 @@ type Config struct {
 	// Attributes are extra node attributes (e.g. meshlet.sidecar).
 	Attributes map[string]string
 	HTTPAddr   string
+	// HTTPTLS says HTTPAddr serves HTTPS (the node's TLSEnabled).
+	HTTPTLS bool
 	// Reserved is what the node keeps for itself (reserved { cpu memory
 	// disk }); nil reserves nothing.
 	Reserved *structs.NodeReservedResources

@@ -46,7 +46,7 @@ func (c *Client) fingerprint(ctx context.Context, nodeID string) *structs.Node {
 		attrs["kernel.version"] = unix.ByteSliceToString(uts.Release[:])
 	}
 	node := &structs.Node{ID: nodeID, Name: name, Datacenter: dc, Status: structs.NodeStatusReady,
-		Attributes: attrs, Meta: c.cfg.NodeMeta, Drivers: map[string]*structs.DriverInfo{}, HTTPAddr: c.cfg.HTTPAddr,
+		Attributes: attrs, Meta: c.cfg.NodeMeta, Drivers: map[string]*structs.DriverInfo{}, HTTPAddr: c.cfg.HTTPAddr, TLSEnabled: c.cfg.HTTPTLS,
 		SecretID: c.secretID, NodeResources: nodeResources(c.cfg.DataDir), SchedulingEligibility: structs.NodeSchedulingEligible,
 		ReservedResources: c.cfg.Reserved}
 	for dname, d := range c.drivers {

@@ -142,7 +142,7 @@ func writeBanner(w io.Writer, a *agent.Agent) {
 	cfg := a.Config()
 	fmt.Fprintf(w, "==> meshlet agent started (%s)\n\n", VersionString())
 	writeKV(w, [][2]string{
-		{"  HTTP API", "http://" + a.HTTPAddr()},
+		{"  HTTP API", cfg.HTTPScheme() + "://" + a.HTTPAddr()},
 		{"  RPC", orNone(a.RPCAddr())},
 		{"  Roles", roles(cfg)},
 		{"  Data Dir", cfg.DataDir},
@@ -151,7 +151,10 @@ func writeBanner(w io.Writer, a *agent.Agent) {
 		{"  Dev Mode", fmt.Sprint(cfg.Dev)},
 		{"  Log Level", cfg.LogLevel},
 	})
-	fmt.Fprintf(w, "\n==> Set MESHLET_ADDR=http://%s to use the CLI against this agent\n", a.HTTPAddr())
+	fmt.Fprintf(w, "\n==> Set MESHLET_ADDR=%s://%s to use the CLI against this agent\n", cfg.HTTPScheme(), a.HTTPAddr())
+	if cfg.TLS.HTTP {
+		fmt.Fprintf(w, "==> and MESHLET_CACERT=%s (the HTTP APIs serve TLS)\n", cfg.TLS.CAFile)
+	}
 }
 
 func roles(cfg agent.Config) string {

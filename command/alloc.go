@@ -40,20 +40,20 @@ func runAllocStatus(e *env, c *command, args []string) int {
 	if fs.NArg() != 1 || fs.Arg(0) == "" {
 		return e.usageError(c, "expected exactly one argument: the ALLOC ID")
 	}
-	client, err := nomadClient(*addr)
+	client, err := nomadClient(addr)
 	if err != nil {
 		return e.errorf("%v", err)
 	}
 	if *asJSON {
-		return e.rawAlloc(client, *addr, fs.Arg(0))
+		return e.rawAlloc(client, addr.Addr, fs.Arg(0))
 	}
 	alloc, _, err := client.Allocations().Info(fs.Arg(0), nil)
 	if err != nil {
-		return e.errorf("failed to query allocation %q: %s", fs.Arg(0), describe(err, *addr))
+		return e.errorf("failed to query allocation %q: %s", fs.Arg(0), describe(err, addr.Addr))
 	}
 	writeAllocStatus(e.stdout, alloc, time.Now(), sidecarProxyMode(client, alloc.NodeID), followupTime(client, alloc.FollowupEvalID),
 		nodeAddress(client, alloc.NodeID))
-	e.allocChecks(client, alloc, *addr)
+	e.allocChecks(client, alloc, addr.Addr)
 	return exitOK
 }
 

@@ -35,13 +35,13 @@ func runAllocExec(e *env, c *command, args []string) int {
 	if fs.NArg() < 2 || fs.Arg(0) == "" {
 		return e.usageError(c, "expected ALLOC and a COMMAND")
 	}
-	client, err := nomadClient(*addr)
+	client, err := nomadClient(addr)
 	if err != nil {
 		return e.errorf("%v", err)
 	}
 	alloc, _, err := client.Allocations().Info(fs.Arg(0), nil)
 	if err != nil {
-		return e.errorf("failed to query allocation %q: %s", fs.Arg(0), describe(err, *addr))
+		return e.errorf("failed to query allocation %q: %s", fs.Arg(0), describe(err, addr.Addr))
 	}
 	name, err := pickTask(alloc, *task)
 	if err != nil {
@@ -68,7 +68,7 @@ func runAllocExec(e *env, c *command, args []string) int {
 		if e.ctx.Err() != nil {
 			return exitInterrupted
 		}
-		return e.errorf("failed to exec in task %q of allocation %q: %s", name, short(alloc.ID), describe(err, *addr))
+		return e.errorf("failed to exec in task %q of allocation %q: %s", name, short(alloc.ID), describe(err, addr.Addr))
 	}
 	return code
 }

@@ -56,13 +56,13 @@ func runAllocLogs(e *env, c *command, args []string) int {
 	if opts.tail && opts.lines < 0 {
 		opts.lines = defaultTailLines
 	}
-	client, err := nomadClient(*addr)
+	client, err := nomadClient(addr)
 	if err != nil {
 		return e.errorf("%v", err)
 	}
 	alloc, _, err := client.Allocations().Info(fs.Arg(0), nil)
 	if err != nil {
-		return e.errorf("failed to query allocation %q: %s", fs.Arg(0), describe(err, *addr))
+		return e.errorf("failed to query allocation %q: %s", fs.Arg(0), describe(err, addr.Addr))
 	}
 	if opts.task, err = pickTask(alloc, fs.Arg(1)); err != nil {
 		return e.errorf("%v", err)
@@ -71,7 +71,7 @@ func runAllocLogs(e *env, c *command, args []string) int {
 		if e.ctx.Err() != nil {
 			return exitOK // interrupted while following: the normal way out
 		}
-		return e.errorf("failed to read logs of task %q: %s", opts.task, describe(err, *addr))
+		return e.errorf("failed to read logs of task %q: %s", opts.task, describe(err, addr.Addr))
 	}
 	return exitOK
 }

@@ -95,11 +95,11 @@ func (e *env) configArgs(c *command, args []string, withKind, withName, withCAS 
 	case withKind && !configentry.KnownKind(cc.kind):
 		return nil, nil, e.errorf("unknown config entry kind %q (kinds: %v)", cc.kind, configentry.Kinds), false
 	}
-	client, err := consulClient(*addr)
+	client, err := consulClient(addr)
 	if err != nil {
 		return nil, nil, e.errorf("%v", err), false
 	}
-	cc.client, cc.addr = client, *addr
+	cc.client, cc.addr = client, addr.Addr
 	return cc, fs, 0, true
 }
 

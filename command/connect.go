@@ -8,7 +8,6 @@ import (
 	"runtime"
 	"strings"
 
-	consulapi "github.com/hashicorp/consul/api"
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/meshlet/meshlet/connect"
@@ -69,17 +68,20 @@ type proxyTarget struct {
 
 // resolveProxy finds the proxy by -proxy-id or -sidecar-for through the
 // Consul-shaped API.
-func resolveProxy(addr, proxyID, sidecarFor string) (*proxyTarget, error) {
+func resolveProxy(addr *apiTarget, proxyID, sidecarFor string) (*proxyTarget, error) {
 	if proxyID == "" && sidecarFor == "" {
 		return nil, errors.New("one of -proxy-id or -sidecar-for is required")
 	}
-	client, err := consulapi.NewClient(&consulapi.Config{Address: strings.TrimPrefix(strings.TrimPrefix(addr, "http://"), "https://")})
+	client, err := consulClient(addr)
 	if err != nil {
-		return nil, fmt.Errorf("failed to create connect API client: %w", err)
+		return nil, err
 	}
 	names, _, err := client.Catalog().Services(nil)
 	if err != nil {
-		return nil, fmt.Errorf("failed to list services at %s (is the agent running? set MESHLET_CONNECT_ADDR): %w", addr, err)
+		if hint := tlsHint(err, addr.Addr, "MESHLET_CONNECT_ADDR"); hint != "" {
+			return nil, errors.New(hint)
+		}
+		return nil, fmt.Errorf("failed to list services at %s (is the agent running? set MESHLET_CONNECT_ADDR): %w", addr.Addr, err)
 	}
 	for name := range names {
 		if !strings.HasSuffix(name, connect.ProxySuffix) {
@@ -124,7 +126,7 @@ func runConnectEnvoy(e *env, c *command, args []string) int {
 	if code, ok := e.parse(c, fs, args); !ok {
 		return code
 	}
-	target, err := resolveProxy(*connectAddr, *proxyID, *sidecarFor)
+	target, err := resolveProxy(connectAddr, *proxyID, *sidecarFor)
 	if err != nil {
 		return e.errorf("%v", err)
 	}
@@ -166,7 +168,7 @@ func runConnectProxy(e *env, c *command, args []string) int {
 	}
 	id, svc := *proxyID, *service
 	if id == "" || svc == "" {
-		target, err := resolveProxy(*connectAddr, id, *sidecarFor)
+		target, err := resolveProxy(connectAddr, id, *sidecarFor)
 		if err != nil {
 			return e.errorf("%v", err)
 		}

@@ -69,13 +69,13 @@ func runConnectCAGetConfig(e *env, c *command, args []string) int {
 	if fs.NArg() != 0 {
 		return e.usageError(c, "connect ca get-config takes no arguments")
 	}
-	client, err := consulClient(*addr)
+	client, err := consulClient(addr)
 	if err != nil {
 		return e.errorf("%v", err)
 	}
 	cfg, _, err := client.Connect().CAGetConfig(nil)
 	if err != nil {
-		return e.errorf("failed to read the CA configuration: %s", describeConsul(err, *addr))
+		return e.errorf("failed to read the CA configuration: %s", describeConsul(err, addr.Addr))
 	}
 	out, err := json.MarshalIndent(cfg, "", "\t")
 	if err != nil {
@@ -109,12 +109,12 @@ func runConnectCASetConfig(e *env, c *command, args []string) int {
 		return e.errorf("failed to parse the config file %s: %v", *file, err)
 	}
 	cfg.ForceWithoutCrossSigning = *force
-	client, err := consulClient(*addr)
+	client, err := consulClient(addr)
 	if err != nil {
 		return e.errorf("%v", err)
 	}
 	if _, err := client.Connect().CASetConfig(&cfg, nil); err != nil {
-		return e.errorf("failed to set the CA configuration: %s", describeConsul(err, *addr))
+		return e.errorf("failed to set the CA configuration: %s", describeConsul(err, addr.Addr))
 	}
 	fmt.Fprintln(e.stdout, "Configuration updated!")
 	return exitOK

@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"slices"
 	"strings"
-	"time"
 
 	consulapi "github.com/hashicorp/consul/api"
 )
@@ -89,14 +88,6 @@ func parseServiceRef(s string) (serviceRef, error) {
 	return ref, nil
 }
 
-func consulClient(addr string) (*consulapi.Client, error) {
-	c, err := consulapi.NewClient(&consulapi.Config{Address: normalizeAddr(addr)})
-	if err != nil {
-		return nil, fmt.Errorf("failed to create connect API client for %s: %w", addr, err)
-	}
-	return c, nil
-}
-
 // intentionCall is a parsed intention command: client, address, SRC, DST.
 type intentionCall struct {
 	client   *consulapi.Client
@@ -128,11 +119,11 @@ func (e *env) intentionArgs(c *command, args []string, extra func(fs *flag.FlagS
 	if err != nil {
 		return nil, e.usageError(c, "invalid DST "+err.Error()), false
 	}
-	client, err := consulClient(*addr)
+	client, err := consulClient(addr)
 	if err != nil {
 		return nil, e.errorf("%v", err), false
 	}
-	return &intentionCall{client: client, addr: *addr, src: fs.Arg(0), dst: fs.Arg(1), srcRef: src, dstRef: dst}, 0, true
+	return &intentionCall{client: client, addr: addr.Addr, src: fs.Arg(0), dst: fs.Arg(1), srcRef: src, dstRef: dst}, 0, true
 }
 
 func runIntentionCreate(e *env, c *command, args []string) int {
@@ -203,13 +194,13 @@ func runIntentionList(e *env, c *command, args []string) int {
 	if fs.NArg() != 0 {
 		return e.usageError(c, "intention list takes no arguments")
 	}
-	client, err := consulClient(*addr)
+	client, err := consulClient(addr)
 	if err != nil {
 		return e.errorf("%v", err)
 	}
 	ixns, _, err := client.Connect().Intentions(nil)
 	if err != nil {
-		return e.errorf("failed to list intentions: %s", describeConsul(err, *addr))
+		return e.errorf("failed to list intentions: %s", describeConsul(err, addr.Addr))
 	}
 	if len(ixns) == 0 {
 		fmt.Fprintln(e.stdout, "No intentions found.")
@@ -261,9 +252,9 @@ func runIntentionCheck(e *env, c *command, args []string) int {
 	for _, h := range headers {
 		q.Add("header", h)
 	}
-	out, err := intentionCheckHTTP(*addr, q)
+	out, err := intentionCheckHTTP(addr, q)
 	if err != nil {
-		e.errorf("failed to check intention %s => %s: %s", fs.Arg(0), fs.Arg(1), describeConsul(err, *addr))
+		e.errorf("failed to check intention %s => %s: %s", fs.Arg(0), fs.Arg(1), describeConsul(err, addr.Addr))
 		return exitCheckError
 	}
 	verdict := "Allowed"
@@ -290,11 +281,13 @@ type intentionCheckResult struct {
 
 // intentionCheckHTTP asks /v1/connect/intentions/check with q (consul/api's
 // IntentionCheck cannot send the request's method, path and headers).
-func intentionCheckHTTP(addr string, q url.Values) (intentionCheckResult, error) {
+func intentionCheckHTTP(t *apiTarget, q url.Values) (intentionCheckResult, error) {
 	var out intentionCheckResult
-	base := normalizeAddr(addr)
-	client := &http.Client{Timeout: 30 * time.Second}
-	resp, err := client.Get(strings.TrimRight(base, "/") + "/v1/connect/intentions/check?" + q.Encode())
+	client, err := t.httpClient()
+	if err != nil {
+		return out, err
+	}
+	resp, err := client.Get(strings.TrimRight(t.URL(), "/") + "/v1/connect/intentions/check?" + q.Encode())
 	if err != nil {
 		return out, err
 	}
@@ -304,7 +297,7 @@ func intentionCheckHTTP(addr string, q url.Values) (intentionCheckResult, error)
 		return out, consulapi.StatusError{Code: resp.StatusCode, Body: strings.TrimSpace(string(b))}
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		return out, fmt.Errorf("%s: unreadable answer: %w", addr, err)
+		return out, fmt.Errorf("%s: unreadable answer: %w", t.Addr, err)
 	}
 	return out, nil
 }
@@ -321,6 +314,9 @@ func qualified(ns, name string) string {
 // describeConsul renders a consul/api error on one line, with a hint when
 // the connect API is unreachable.
 func describeConsul(err error, addr string) string {
+	if hint := tlsHint(err, addr, "MESHLET_CONNECT_ADDR"); hint != "" {
+		return hint
+	}
 	var se consulapi.StatusError
 	switch {
 	case errors.As(err, &se):

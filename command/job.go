@@ -85,13 +85,13 @@ func runJobRun(e *env, c *command, args []string) int {
 	if err != nil {
 		return e.errorf("%v", err)
 	}
-	client, err := nomadClient(*addr)
+	client, err := nomadClient(addr)
 	if err != nil {
 		return e.errorf("%v", err)
 	}
 	resp, _, err := client.Jobs().Register(apiJob, nil)
 	if err != nil {
-		return e.errorf("failed to register job %q: %s", job.ID, describe(err, *addr))
+		return e.errorf("failed to register job %q: %s", job.ID, describe(err, addr.Addr))
 	}
 	if resp.Warnings != "" && parsed.warnings == 0 { // local warnings were printed already
 		fmt.Fprintf(e.stderr, "Job Warnings:\n%s\n", resp.Warnings)
@@ -105,7 +105,7 @@ func runJobRun(e *env, c *command, args []string) int {
 		counts[tg.Name] = tg.Count
 	}
 	m := newMonitor(resp.EvalID, job.Type, counts)
-	return e.follow(client, *addr, job.ID, resp.EvalID, m)
+	return e.follow(client, addr.Addr, job.ID, resp.EvalID, m)
 }
 
 // follow runs the monitor loop: one blocking query on the job's
@@ -170,14 +170,14 @@ func runJobStop(e *env, c *command, args []string) int {
 	if fs.NArg() != 1 || fs.Arg(0) == "" {
 		return e.usageError(c, "expected exactly one argument: the JOB ID")
 	}
-	client, err := nomadClient(*addr)
+	client, err := nomadClient(addr)
 	if err != nil {
 		return e.errorf("%v", err)
 	}
 	jobID := fs.Arg(0)
 	evalID, _, err := client.Jobs().Deregister(jobID, *purge, nil)
 	if err != nil {
-		return e.errorf("failed to stop job %q: %s", jobID, describe(err, *addr))
+		return e.errorf("failed to stop job %q: %s", jobID, describe(err, addr.Addr))
 	}
 	if *detach {
 		fmt.Fprintf(e.stdout, "Job %q stopped\nEvaluation ID: %s\n", jobID, evalID)
@@ -193,7 +193,7 @@ func runJobStop(e *env, c *command, args []string) int {
 			if e.ctx.Err() != nil {
 				return e.interrupted(jobID)
 			}
-			return e.errorf("failed to query allocations of job %q: %s", jobID, describe(err, *addr))
+			return e.errorf("failed to query allocations of job %q: %s", jobID, describe(err, addr.Addr))
 		}
 		for _, l := range m.trackAllocs(allocs) {
 			e.progress(false, "%s", l)

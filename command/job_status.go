@@ -19,18 +19,18 @@ func runJobStatus(e *env, c *command, args []string) int {
 	if fs.NArg() > 1 || fs.NArg() == 1 && fs.Arg(0) == "" {
 		return e.usageError(c, "expected at most one argument: a JOB ID")
 	}
-	client, err := nomadClient(*addr)
+	client, err := nomadClient(addr)
 	if err != nil {
 		return e.errorf("%v", err)
 	}
 	if fs.NArg() == 0 {
-		return e.listJobs(client, *addr)
+		return e.listJobs(client, addr.Addr)
 	}
 	job, err := resolveJob(client, fs.Arg(0))
 	if err != nil {
-		return e.errorf("%s", describe(err, *addr))
+		return e.errorf("%s", describe(err, addr.Addr))
 	}
-	return e.showJob(client, *addr, job)
+	return e.showJob(client, addr.Addr, job)
 }
 
 func (e *env) listJobs(client *nomadapi.Client, addr string) int {

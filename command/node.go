@@ -32,14 +32,14 @@ func runNodeStatus(e *env, c *command, args []string) int {
 	if fs.NArg() > 1 || fs.NArg() == 1 && fs.Arg(0) == "" {
 		return e.usageError(c, "expected at most one argument: a NODE ID")
 	}
-	client, err := nomadClient(*addr)
+	client, err := nomadClient(addr)
 	if err != nil {
 		return e.errorf("%v", err)
 	}
 	if fs.NArg() == 0 {
 		nodes, _, err := client.Nodes().List(nil)
 		if err != nil {
-			return e.errorf("failed to list nodes: %s", describe(err, *addr))
+			return e.errorf("failed to list nodes: %s", describe(err, addr.Addr))
 		}
 		rows := []string{row("ID", "DC", "Name", "Drain", "Eligibility", "Status")}
 		if *verbose {
@@ -57,11 +57,11 @@ func runNodeStatus(e *env, c *command, args []string) int {
 	}
 	node, _, err := client.Nodes().Info(fs.Arg(0), nil)
 	if err != nil {
-		return e.errorf("failed to query node %q: %s", fs.Arg(0), describe(err, *addr))
+		return e.errorf("failed to query node %q: %s", fs.Arg(0), describe(err, addr.Addr))
 	}
 	allocs, _, err := client.Nodes().Allocations(node.ID, nil)
 	if err != nil {
-		return e.errorf("failed to list allocations of node %q: %s", short(node.ID), describe(err, *addr))
+		return e.errorf("failed to list allocations of node %q: %s", short(node.ID), describe(err, addr.Addr))
 	}
 	writeNodeStatus(e, node, allocs)
 	if *verbose {
@@ -173,12 +173,12 @@ func runNodeEligibility(e *env, c *command, args []string) int {
 	if *enable == *disable {
 		return e.usageError(c, "either the '-enable' or '-disable' flag must be set")
 	}
-	client, node, code, ok := e.targetNode(c, fs, *addr, *self)
+	client, node, code, ok := e.targetNode(c, fs, addr, *self)
 	if !ok {
 		return code
 	}
 	if _, err := client.Nodes().ToggleEligibility(node.ID, *enable, nil); err != nil {
-		return e.errorf("failed to update scheduling eligibility: %s", describe(err, *addr))
+		return e.errorf("failed to update scheduling eligibility: %s", describe(err, addr.Addr))
 	}
 	state := "ineligible"
 	if *enable {
@@ -216,7 +216,7 @@ func runNodeDrain(e *env, c *command, args []string) int {
 	if msg != "" {
 		return e.usageError(c, msg)
 	}
-	client, node, code, ok := e.targetNode(c, fs, *addr, *f.self)
+	client, node, code, ok := e.targetNode(c, fs, addr, *f.self)
 	if !ok {
 		return code
 	}
@@ -227,7 +227,7 @@ func runNodeDrain(e *env, c *command, args []string) int {
 	}
 	resp, err := client.Nodes().UpdateDrainOpts(node.ID, &nomadapi.DrainOptions{DrainSpec: spec, MarkEligible: !*f.keepIneligible}, nil)
 	if err != nil {
-		return e.errorf("failed to update drain specification: %s", describe(err, *addr))
+		return e.errorf("failed to update drain specification: %s", describe(err, addr.Addr))
 	}
 	switch {
 	case *f.disable:
@@ -303,7 +303,7 @@ func (e *env) confirmDrain(nodeID string, enable bool) (int, bool) {
 }
 
 // targetNode resolves the command's NODE argument (or -self) to one node.
-func (e *env) targetNode(c *command, fs *flag.FlagSet, addr string, self bool) (*nomadapi.Client, *nomadapi.NodeListStub, int, bool) {
+func (e *env) targetNode(c *command, fs *flag.FlagSet, addr *apiTarget, self bool) (*nomadapi.Client, *nomadapi.NodeListStub, int, bool) {
 	if self && fs.NArg() != 0 || !self && (fs.NArg() != 1 || fs.Arg(0) == "") {
 		return nil, nil, e.usageError(c, "expected exactly one argument: the NODE ID (or -self)"), false
 	}
@@ -313,7 +313,7 @@ func (e *env) targetNode(c *command, fs *flag.FlagSet, addr string, self bool) (
 	}
 	id := fs.Arg(0)
 	if self {
-		if id, err = localNodeID(client, addr); err != nil {
+		if id, err = localNodeID(client, addr.Addr); err != nil {
 			return nil, nil, e.errorf("%v", err), false
 		}
 	}
@@ -322,7 +322,7 @@ func (e *env) targetNode(c *command, fs *flag.FlagSet, addr string, self bool) (
 	}
 	nodes, _, err := client.Nodes().PrefixList(id)
 	if err != nil {
-		return nil, nil, e.errorf("failed to list nodes: %s", describe(err, addr)), false
+		return nil, nil, e.errorf("failed to list nodes: %s", describe(err, addr.Addr)), false
 	}
 	switch len(nodes) {
 	case 0:

@@ -47,17 +47,17 @@ func runSnapshotSave(e *env, c *command, args []string) int {
 	if fs.NArg() != 1 || fs.Arg(0) == "" {
 		return e.usageError(c, "expected one argument: the snapshot FILE")
 	}
-	client, err := nomadClient(*addr)
+	client, err := nomadClient(addr)
 	if err != nil {
 		return e.errorf("%v", err)
 	}
 	snap, err := client.Operator().Snapshot((&nomadapi.QueryOptions{}).WithContext(e.ctx))
 	if err != nil {
-		return e.errorf("failed to get a snapshot: %s", describe(err, *addr))
+		return e.errorf("failed to get a snapshot: %s", describe(err, addr.Addr))
 	}
 	defer snap.Close()
 	if err := writeAtomically(fs.Arg(0), snap); err != nil {
-		return e.errorf("failed to save the snapshot: %s", describe(err, *addr))
+		return e.errorf("failed to save the snapshot: %s", describe(err, addr.Addr))
 	}
 	fmt.Fprintf(e.stdout, "State file written to %s\n", fs.Arg(0))
 	return exitOK
@@ -78,7 +78,7 @@ func runSnapshotRestore(e *env, c *command, args []string) int {
 		return e.errorf("failed to open the snapshot: %v", err)
 	}
 	defer f.Close()
-	client, err := nomadClient(*addr)
+	client, err := nomadClient(addr)
 	if err != nil {
 		return e.errorf("%v", err)
 	}
@@ -90,7 +90,7 @@ func runSnapshotRestore(e *env, c *command, args []string) int {
 		_, err = client.Operator().SnapshotRestore(f, q)
 	}
 	if err != nil {
-		return e.errorf("failed to restore the snapshot: %s", describe(err, *addr))
+		return e.errorf("failed to restore the snapshot: %s", describe(err, addr.Addr))
 	}
 	fmt.Fprintln(e.stdout, "Snapshot restored")
 	return exitOK

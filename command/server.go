@@ -33,13 +33,13 @@ func runServerMembers(e *env, c *command, args []string) int {
 	if fs.NArg() != 0 {
 		return e.usageError(c, "server members takes no arguments")
 	}
-	client, err := nomadClient(*addr)
+	client, err := nomadClient(addr)
 	if err != nil {
 		return e.errorf("%v", err)
 	}
 	members, err := client.Agent().Members()
 	if err != nil {
-		return e.errorf("failed to list servers: %s", describe(err, *addr))
+		return e.errorf("failed to list servers: %s", describe(err, addr.Addr))
 	}
 	sort.Slice(members.Members, func(i, j int) bool { return members.Members[i].Name < members.Members[j].Name })
 	rows := []string{row("Name", "Address", "Port", "Status", "Leader", "Etcd Role", "Build", "Datacenter", "Region")}
@@ -60,12 +60,12 @@ func runServerForceLeave(e *env, c *command, args []string) int {
 	if fs.NArg() != 1 || fs.Arg(0) == "" {
 		return e.usageError(c, "expected one argument: the server's NAME")
 	}
-	client, err := nomadClient(*addr)
+	client, err := nomadClient(addr)
 	if err != nil {
 		return e.errorf("%v", err)
 	}
 	if err := client.Agent().ForceLeave(fs.Arg(0)); err != nil {
-		return e.errorf("failed to remove server %q: %s", fs.Arg(0), describe(err, *addr))
+		return e.errorf("failed to remove server %q: %s", fs.Arg(0), describe(err, addr.Addr))
 	}
 	fmt.Fprintf(e.stdout, "Server %q removed from the cluster\n", fs.Arg(0))
 	return exitOK

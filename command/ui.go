@@ -2,12 +2,10 @@ package command
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -24,45 +22,13 @@ const (
 	shortID            = 8
 )
 
-// addressFlag adds -address (default MESHLET_ADDR, else 127.0.0.1:4646).
-func addressFlag(fs *flag.FlagSet) *string {
-	def := os.Getenv("MESHLET_ADDR")
-	if def == "" {
-		def = defaultAddr
-	}
-	return fs.String("address", def, "`URL` of the meshlet agent's HTTP API (env MESHLET_ADDR)")
-}
-
-// connectAddressFlag adds -connect-address (default MESHLET_CONNECT_ADDR).
-func connectAddressFlag(fs *flag.FlagSet) *string {
-	def := os.Getenv("MESHLET_CONNECT_ADDR")
-	if def == "" {
-		def = defaultConnectAddr
-	}
-	return fs.String("connect-address", def, "`URL` of the agent's Consul-compatible connect API (env MESHLET_CONNECT_ADDR)")
-}
-
-// normalizeAddr adds http:// to a bare host:port.
-func normalizeAddr(addr string) string {
-	if !strings.Contains(addr, "://") {
-		return "http://" + addr
-	}
-	return addr
-}
-
-// nomadClient returns the official Nomad API client for addr.
-func nomadClient(addr string) (*nomadapi.Client, error) {
-	c, err := nomadapi.NewClient(&nomadapi.Config{Address: normalizeAddr(addr)})
-	if err != nil {
-		return nil, fmt.Errorf("failed to create API client for %s: %w", addr, err)
-	}
-	return c, nil
-}
-
 // describe renders an API error as one readable line: the server's message
 // instead of the client's "Unexpected response code" wrapping, and a hint
 // when the agent cannot be reached.
 func describe(err error, addr string) string {
+	if hint := tlsHint(err, addr, "MESHLET_ADDR"); hint != "" {
+		return hint
+	}
 	var ure nomadapi.UnexpectedResponseError
 	if errors.As(err, &ure) && ure.HasBody() {
 		return fmt.Sprintf("%s (HTTP %d)", oneLine(strings.TrimSpace(ure.Body())), ure.StatusCode())

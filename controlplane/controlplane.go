@@ -12,6 +12,7 @@ package controlplane
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -66,6 +67,9 @@ type Config struct {
 	// (the zero value: loopback names and addresses only, no cross-origin
 	// request); see httpsrv.Policy.
 	HTTPPolicy httpsrv.Policy
+	// HTTPTLS, when set, makes the HTTP listener serve HTTPS with it (the
+	// agent's tls { http = true }).
+	HTTPTLS *tls.Config
 	// StopGrace bounds how long Stop waits for HTTP requests in flight
 	// (default 5s).
 	StopGrace  time.Duration
@@ -196,6 +200,9 @@ func (c *ControlPlane) Start() error {
 		return fmt.Errorf("failed to listen for the connect API on %s: %w", c.cfg.HTTPAddr, err)
 	}
 	c.grpcAddr, c.httpAddr = gl.Addr(), hl.Addr()
+	if c.cfg.HTTPTLS != nil {
+		hl = tls.NewListener(hl, c.cfg.HTTPTLS)
+	}
 	c.api = consulapi.NewServer(consulapi.Deps{
 		Catalog: c.Catalog, CA: c.CA, Intentions: c.Intentions, Authz: c.Authz,
 		Datacenter: c.cfg.Datacenter, NodeName: c.cfg.NodeName, NodeAddress: c.cfg.NodeAddress,
@@ -206,6 +213,7 @@ func (c *ControlPlane) Start() error {
 		policy.Logger = c.log.Named("http")
 	}
 	c.httpSrv = httpsrv.New(httpsrv.Protect(c.api.Handler(), policy))
+	c.httpSrv.HTTP().ErrorLog = policy.Logger.StandardLogger(&hclog.StandardLoggerOptions{ForceLevel: hclog.Debug})
 	c.serve("grpc", func() error { return c.XDS.Serve(gl) })
 	c.serve("http", func() error { return c.httpSrv.Serve(hl) })
 	c.log.Info("control plane started", "grpc_addr", gl.Addr().String(), "http_addr", hl.Addr().String(),

@@ -29,6 +29,8 @@ type Node struct {
 	Meta       map[string]string      `json:"Meta,omitempty"`
 	Drivers    map[string]*DriverInfo `json:"Drivers,omitempty"`
 	HTTPAddr   string                 `json:"HTTPAddr,omitempty"`
+	// TLSEnabled says the node's HTTP API serves HTTPS (tls.http).
+	TLSEnabled bool `json:"TLSEnabled,omitempty"`
 	// SecretID authenticates the node's client to the servers (with its
 	// certificate). It is stored by the servers and never served by the
 	// HTTP API (see Sanitize).

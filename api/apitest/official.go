@@ -58,7 +58,14 @@ const officialTimeout = 60 * time.Second
 // It works against any backend that runs OfficialClientJobHCL.
 func ExerciseOfficialClient(t *testing.T, addr string) {
 	t.Helper()
-	client, err := nomadapi.NewClient(&nomadapi.Config{Address: addr})
+	ExerciseOfficialClientConfig(t, &nomadapi.Config{Address: addr})
+}
+
+// ExerciseOfficialClientConfig is ExerciseOfficialClient with the client's
+// whole configuration (an https:// address and its TLSConfig).
+func ExerciseOfficialClientConfig(t *testing.T, cfg *nomadapi.Config) {
+	t.Helper()
+	client, err := nomadapi.NewClient(cfg)
 	if err != nil {
 		t.Fatalf("failed to create nomad client: %v", err)
 	}
