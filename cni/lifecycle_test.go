@@ -295,13 +295,13 @@ func TestNamedCNINetwork(t *testing.T) {
 	}
 }
 
-// TestChurn runs 200 setup/teardown cycles (20 with -short, 40 under the
+// TestChurn runs 100 setup/teardown cycles (20 with -short, 40 under the
 // race detector, which the plain run of the same test precedes); one
 // cycle in ten maps a port (a port adds portmap's iptables work and its
 // UDP conntrack flush to the cycle).
 func TestChurn(t *testing.T) {
 	tn := newTestNet(t)
-	cycles := 200
+	cycles := 100
 	switch {
 	case testing.Short():
 		cycles = 20
