@@ -21,6 +21,11 @@ const (
 	upstreamMaxIdlePerHost = 64
 	upstreamIdleTimeout    = 90 * time.Second
 	upstreamBufferSize     = 4 << 10
+	// upstreamWriteWait is how long a finished response waits for its
+	// request body's writer before the connection is given up as still
+	// busy: the writer may not have reported yet although the upstream
+	// read everything (net/http's maxWriteWaitBeforeConnReuse).
+	upstreamWriteWait = 50 * time.Millisecond
 )
 
 // h1Transport is the HTTP connection manager's client side: HTTP/1.1 over
@@ -247,7 +252,8 @@ func (b *upstreamBody) Close() error {
 
 // finish releases the connection once: back to the pool if the body was
 // read to its end, the request fully written and the context still live;
-// closed otherwise. It never waits on an upstream that stopped reading.
+// closed otherwise. It waits on an upstream that stopped reading the
+// request body for upstreamWriteWait at most.
 func (b *upstreamBody) finish(eof bool) {
 	if b.done {
 		return
@@ -256,23 +262,33 @@ func (b *upstreamBody) finish(eof bool) {
 	live := b.stop() // false: the context ended and closed the connection
 	keep := eof && live && b.reusable
 	if b.wrote != nil {
-		select {
-		case err := <-b.wrote:
-			keep = keep && err == nil
-		default:
-			// The upstream answered without reading all of the request
-			// body: the connection cannot be reused, and closing it ends
-			// the write.
-			keep = false
-			b.pc.conn.Close()
-			<-b.wrote
-		}
+		keep = b.settleWrite(keep)
 	}
 	if keep {
 		b.t.putIdle(b.pc)
 		return
 	}
 	b.pc.conn.Close()
+}
+
+// settleWrite waits for the request body's writer: up to
+// upstreamWriteWait when the connection could be kept (the writer may not
+// have reported yet although the upstream read everything), otherwise, or
+// after that, it closes the connection to end the write. It reports
+// whether the write finished without error in time.
+func (b *upstreamBody) settleWrite(keep bool) bool {
+	if keep {
+		timer := time.NewTimer(upstreamWriteWait)
+		defer timer.Stop()
+		select {
+		case err := <-b.wrote:
+			return err == nil
+		case <-timer.C:
+		}
+	}
+	b.pc.conn.Close()
+	<-b.wrote
+	return false
 }
 
 // upgradedConn is the body of a 101 response: the connection itself, for

@@ -148,6 +148,62 @@ func TestH1TransportEarlyResponse(t *testing.T) {
 	}
 }
 
+// slowReportConn returns from each write a delay after the bytes went out:
+// the upstream reads the whole request and answers while the request
+// writer has not reported yet.
+type slowReportConn struct {
+	net.Conn
+	delay time.Duration
+}
+
+func (c *slowReportConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	time.Sleep(c.delay)
+	return n, err
+}
+
+// A connection whose request writer reports a moment after the response
+// ended is still pooled (it waits for the writer as net/http does), so
+// sequential POSTs share one connection; a writer that does not report in
+// time gives its connection up.
+func TestH1TransportLateWriterReuse(t *testing.T) {
+	for _, c := range []struct {
+		delay time.Duration
+		conns int64
+	}{{10 * time.Millisecond, 1}, {200 * time.Millisecond, 2}} {
+		t.Run(c.delay.String(), func(t *testing.T) {
+			srv, conns := countingServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				b := make([]byte, r.ContentLength)
+				_, _ = io.ReadFull(r.Body, b)
+				fmt.Fprintf(w, "%s", b)
+			}))
+			tr := newH1Transport(func(ctx context.Context, addr string) (net.Conn, error) {
+				conn, err := plainDial(ctx, addr)
+				if err != nil {
+					return nil, err
+				}
+				return &slowReportConn{Conn: conn, delay: c.delay}, nil
+			})
+			t.Cleanup(tr.CloseIdleConnections)
+			for i := 0; i < 2; i++ {
+				req, _ := http.NewRequest("POST", srv.URL, strings.NewReader("hello"))
+				resp, err := tr.RoundTrip(req)
+				if err != nil {
+					t.Fatalf("POST %d: %v", i, err)
+				}
+				b, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil || string(b) != "hello" {
+					t.Fatalf("POST %d answered %q, %v", i, b, err)
+				}
+			}
+			if n := conns.Load(); n != c.conns {
+				t.Fatalf("2 POSTs whose writer reported %s late used %d upstream connections, want %d", c.delay, n, c.conns)
+			}
+		})
+	}
+}
+
 // A request whose context ends while waiting for the upstream fails with
 // the context's error and its connection is not pooled.
 func TestH1TransportContextDeadline(t *testing.T) {

@@ -145,8 +145,9 @@ func TestMeshCARotation(t *testing.T) {
 	}
 	secondRoot := rl.rootCert(t, newID)
 	again := rotateThrough(t, c, s1, "the server")
-	thirdID := checkRootsRotated(t, again, newID, 3, s1, c2)
+	thirdID := checkRootsRotated(t, again, newID, 3, s1, c2, c1)
 	checkLeafRotated(t, again, c2, "service-b", thirdID, secondRoot)
+	checkLeafRotated(t, again, c1, "service-a", thirdID, secondRoot)
 	if after := tally(c.answers(s1, aID, 50, 10*time.Millisecond)); after["b-0"] != 50 {
 		t.Fatalf("50 requests after the second rotation: %v, want all answered by b-0", after)
 	}
