@@ -28,7 +28,7 @@ var (
 	// ErrTokenNotFound: a request's secret names no token (or an expired one).
 	ErrTokenNotFound = errors.New("ACL token not found")
 	// ErrPermissionDenied: the token's policies do not allow the request.
-	ErrPermissionDenied = errors.New("Permission denied") //nolint:staticcheck // Nomad's exact message
+	ErrPermissionDenied = errors.New("Permission denied") //lint:ignore ST1005 Nomad's exact message
 	// ErrNotFound: no policy or token (by accessor) of that name.
 	ErrNotFound = errors.New("not found")
 	// ErrInvalid: a policy's rules or a token's fields are refused.

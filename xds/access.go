@@ -8,9 +8,12 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
+	"github.com/meshlet/meshlet/acl"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 )
@@ -35,14 +38,47 @@ func (g grant) allowsSecret(name string) bool {
 
 const explicitWildcard = "*"
 
+// tokenMetadata is the gRPC metadata key of an xDS client's ACL token
+// (Consul's name; Envoy's bootstrap sends it as initial_metadata).
+const tokenMetadata = "x-consul-token"
+
+// aclResolveTimeout bounds the resolution of a stream's token.
+const aclResolveTimeout = 10 * time.Second
+
 // hostGrant is the policy of the host-local listeners (the TCP listener on
-// 127.0.0.1:8502, and any listener passed to Serve directly): whoever
-// reaches them runs on the host, where root and the agent's neighbours can
-// read the CA's key files anyway, so the trust boundary is the host itself
-// and every node ID and every resource is served. This is the one function
-// an ACL-token check (x-consul-token) will tighten.
-func hostGrant(string) (grant, error) {
-	return grant{anyNode: true, allSecrets: true}, nil
+// 127.0.0.1:8502, and any listener passed to Serve directly). Without ACLs
+// whoever reaches them runs on the host, where root and the agent's
+// neighbours can read the CA's key files anyway, so the trust boundary is
+// the host itself and every node ID and every resource is served. With
+// ACLs the stream's token decides, as in Consul: a management token gets
+// everything; any other token may only act as a connect-proxy registered
+// on this node whose destination service it has service:write on, and
+// only receive that service's leaf.
+func (s *Server) hostGrant(token, node string) (grant, error) {
+	if s.cfg.ACL == nil {
+		return grant{anyNode: true, allSecrets: true}, nil
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, aclResolveTimeout)
+	defer cancel()
+	authz, _, err := s.cfg.ACL.Resolve(ctx, token)
+	if err != nil {
+		return grant{}, fmt.Errorf("%s: %w", tokenMetadata, err)
+	}
+	if authz.IsManagement() {
+		return grant{anyNode: true, allSecrets: true}, nil
+	}
+	if node == "" {
+		return grant{}, errors.New("the stream's first request must name its node (the proxy ID)")
+	}
+	inst, ok := s.localProxy(node)
+	if !ok || inst.Proxy == nil {
+		return grant{}, fmt.Errorf("node %q is not a connect proxy registered in the catalog on this node", node)
+	}
+	dest := inst.Proxy.DestinationServiceName
+	if !authz.AllowServiceWrite(dest) {
+		return grant{}, fmt.Errorf("%w: the token has no service:write on %q (proxy %q)", acl.ErrPermissionDenied, dest, node)
+	}
+	return grant{node: node, leaf: LeafSecretName(dest)}, nil
 }
 
 // allocGrant is the policy of an allocation's socket: a stream may only act
@@ -73,8 +109,9 @@ func (t *tracker) authorize(k streamKey, node string, secrets []string) error {
 	st := t.streams[k]
 	var who peerInfo
 	var g *grant
+	var token string
 	if st != nil {
-		who, g = st.peer, st.grant
+		who, g, token = st.peer, st.grant, st.token
 	}
 	t.mu.Unlock()
 	if st == nil {
@@ -84,7 +121,7 @@ func (t *tracker) authorize(k streamKey, node string, secrets []string) error {
 		if g != nil {
 			return t.deny(who, node, fmt.Errorf("stream is bound to node %q and cannot switch to %q", g.node, node))
 		}
-		ng, err := t.grantFor(who, node)
+		ng, err := t.grantFor(who, token, node)
 		if err != nil {
 			return t.deny(who, node, err)
 		}
@@ -101,10 +138,10 @@ func (t *tracker) authorize(k streamKey, node string, secrets []string) error {
 	return nil
 }
 
-func (t *tracker) grantFor(who peerInfo, node string) (grant, error) {
+func (t *tracker) grantFor(who peerInfo, token, node string) (grant, error) {
 	switch who.kind {
 	case peerHost:
-		return hostGrant(node)
+		return t.s.hostGrant(token, node)
 	case peerAlloc:
 		return t.s.allocGrant(who.allocID, node)
 	default:
@@ -142,6 +179,17 @@ type peerInfo struct {
 
 // AuthType implements credentials.AuthInfo.
 func (peerInfo) AuthType() string { return "meshlet-local" }
+
+// tokenOf is the ACL token secret a stream sent in its metadata ("" when
+// none).
+func tokenOf(ctx context.Context) string {
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		if v := md.Get(tokenMetadata); len(v) > 0 {
+			return v[0]
+		}
+	}
+	return ""
+}
 
 func peerOf(ctx context.Context) peerInfo {
 	if p, ok := peer.FromContext(ctx); ok {

@@ -32,8 +32,11 @@ type allocEnv struct {
 	lA           interface{ Close() error }
 }
 
-func newAllocEnv(t *testing.T) *allocEnv {
-	e := &allocEnv{testEnv: newEnv(t, hclog.Error)}
+func newAllocEnv(t *testing.T) *allocEnv { return newAllocEnvConfig(t, nil) }
+
+// newAllocEnvConfig is newAllocEnv with a last say on the server's Config.
+func newAllocEnvConfig(t *testing.T, edit func(*Config)) *allocEnv {
+	e := &allocEnv{testEnv: newEnvConfig(t, hclog.Error, 2*time.Millisecond, edit)}
 	dir := t.TempDir()
 	conns := map[string]*grpc.ClientConn{}
 	for _, id := range []string{allocA, allocB} {

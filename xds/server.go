@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/meshlet/meshlet/acl"
 	"github.com/meshlet/meshlet/ca"
 	"github.com/meshlet/meshlet/catalog"
 	"github.com/meshlet/meshlet/configentry"
@@ -50,10 +51,24 @@ type Config struct {
 	// ConfigEntries are the L7 config entries compiled into each
 	// upstream's discovery chain (nil: none, every chain is the default).
 	ConfigEntries *configentry.Registry
+	// ACL, when set (the agent runs with acl { enabled = true }), makes
+	// the host listeners (TCP 8502) serve only streams whose
+	// x-consul-token metadata resolves to a token with service:write on
+	// the proxy's destination service (or a management token), as
+	// Consul's xDS server does. nil: whoever reaches them is trusted as
+	// the host. Allocation sockets are scoped to their allocation either
+	// way.
+	ACL ACLResolver
 
 	// Test hooks (nil: configentry's Set.Compile and MatchFilter).
 	compile     compileFunc
 	matchFilter matchFunc
+}
+
+// ACLResolver resolves a request's token secret to what it may do
+// (acl.Resolver implements it).
+type ACLResolver interface {
+	Resolve(ctx context.Context, secret string) (*acl.ACL, *acl.Token, error)
 }
 
 // ErrInvalidServerConfig is returned by NewServer for a bad Config.

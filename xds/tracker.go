@@ -31,6 +31,7 @@ type sent struct {
 
 type streamState struct {
 	peer    peerInfo // the listener the stream came through
+	token   string   // the x-consul-token metadata (a secret: never logged)
 	grant   *grant   // what it may ask for; nil until it names a node
 	node    string
 	reqVer  map[string]uint64 // type -> cache version when the last request came
@@ -79,7 +80,7 @@ func (t *tracker) open(ctx context.Context, k streamKey) error {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.streams[k] = &streamState{peer: who, reqVer: map[string]uint64{}, lastOut: map[string]sent{}}
+	t.streams[k] = &streamState{peer: who, token: tokenOf(ctx), reqVer: map[string]uint64{}, lastOut: map[string]sent{}}
 	return nil
 }
 
