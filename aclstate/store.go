@@ -115,16 +115,11 @@ func (s *EtcdStore) callCtx(ctx context.Context) (context.Context, context.Cance
 // Index returns the ACL index: the revision of the last ACL write, 0 when
 // none was ever made.
 func (s *EtcdStore) Index(ctx context.Context) (uint64, error) {
-	ctx, cancel := s.callCtx(ctx)
-	defer cancel()
-	resp, err := s.c.Get(ctx, s.key(indexKey))
+	idx, _, err := s.readIndex(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("failed to read the ACL index: %w", err)
 	}
-	if len(resp.Kvs) == 0 {
-		return 0, nil
-	}
-	return uint64(resp.Kvs[0].ModRevision), nil
+	return idx, nil
 }
 
 // state is the keys one write depends on, read at one revision with the
