@@ -152,6 +152,9 @@ func connectAnswerError(req *request, addr string, resp *http.Response, rd io.Re
 		return fmt.Errorf("failed to %s: %w by server %s", req.what, ErrConnectNotServed, addr)
 	default:
 		if sentinel = configSentinel(resp.Header.Get(headerErrorCode)); sentinel == nil {
+			sentinel = aclSentinel(resp.Header.Get(headerErrorCode))
+		}
+		if sentinel == nil {
 			return answerError(req, addr, resp, rd)
 		}
 	}

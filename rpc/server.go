@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/meshlet/meshlet/acl"
 	"github.com/meshlet/meshlet/internal/httpsrv"
 	"github.com/meshlet/meshlet/structs"
 )
@@ -66,6 +67,9 @@ type ServerConfig struct {
 	// feed, registrations, CSR signing, intentions); without it they are
 	// answered 404.
 	Connect ConnectBackend
+	// ACL, when set, resolves tokens and policies for client agents
+	// (acl.go); without it those calls answer acl.ErrDisabled.
+	ACL acl.Reader
 }
 
 // closeGrace bounds how long Close waits for calls in flight.
@@ -124,6 +128,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	mux.HandleFunc("POST "+pathHeartbeat, s.leaderOnly(s.handleHeartbeat))
 	mux.HandleFunc("POST "+pathJoin, s.handleJoin)
 	s.connectRoutes(mux)
+	s.aclRoutes(mux)
 	mux.HandleFunc("/v1/", s.apiHandler)
 	s.http = httpsrv.New(s.guard(mux))
 	// TLS handshake failures (a foreign CA, no certificate) land here.
