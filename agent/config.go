@@ -67,6 +67,8 @@ type Config struct {
 	// secures the RPC port.
 	Cluster ClusterConfig
 	TLS     TLSConfig
+	// ACL is the acl block: whether API requests need a token.
+	ACL ACLConfig
 }
 
 // HTTPAPIConfig says which browser-visible names and origins the HTTP APIs
@@ -152,6 +154,7 @@ func DefaultConfig() *Config {
 		LogLevel:   "info",
 		Sidecar:    SidecarAuto,
 		Connect:    ConnectConfig{DefaultIntentionPolicy: "allow"},
+		ACL:        ACLConfig{TokenTTL: DefaultACLTokenTTL},
 		Client: ClientConfig{
 			CNIPath:             defaultCNIPath(),
 			CNIConfigDir:        cni.DefaultConfigDir,
@@ -231,6 +234,7 @@ func (c *Config) Validate() error {
 	problems = append(problems, c.originProblems()...)
 	problems = append(problems, c.Server.problems()...)
 	problems = append(problems, c.clusterProblems()...)
+	problems = append(problems, c.ACL.problems()...)
 	if !c.Dev && c.DataDir == "" {
 		problems = append(problems, "data_dir is required outside dev mode")
 	}
@@ -260,6 +264,7 @@ type fileConfig struct {
 	HTTPAPI     *fileHTTPAPI  `hcl:"http_api,block"`
 	Server      *fileServer   `hcl:"server,block"`
 	TLS         *fileTLS      `hcl:"tls,block"`
+	ACL         *fileACL      `hcl:"acl,block"`
 }
 
 type fileHTTPAPI struct {
@@ -359,6 +364,9 @@ func ParseConfig(filename string, src []byte) (*Config, error) {
 		return nil, err
 	}
 	if err := fc.applyCluster(filename, &c.Cluster); err != nil {
+		return nil, err
+	}
+	if err := fc.ACL.apply(filename, &c.ACL); err != nil {
 		return nil, err
 	}
 	if h := fc.HTTPAPI; h != nil {

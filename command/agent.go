@@ -35,11 +35,11 @@ type agentFlags struct {
 	servers, node   string
 	join            stringList
 	bootstrapExpect int
+	aclEnabled      bool
 }
 
-func runAgent(e *env, c *command, args []string) int {
-	fs := newFlags(c)
-	var f agentFlags
+// define adds the agent's flags to fs.
+func (f *agentFlags) define(fs *flag.FlagSet) {
 	fs.BoolVar(&f.dev, "dev", false, "dev mode: temporary data dir, debug logs, everything on 127.0.0.1")
 	fs.StringVar(&f.dataDir, "data-dir", "", "`DIR` for state, allocations and CNI leases")
 	fs.StringVar(&f.config, "config", "", "HCL agent configuration `FILE`")
@@ -51,6 +51,13 @@ func runAgent(e *env, c *command, args []string) int {
 	fs.Var(&f.join, "join", "RPC `ADDR` of a running server this server joins (repeatable)")
 	fs.IntVar(&f.bootstrapExpect, "bootstrap-expect", 0, "`N` servers the cluster is meant to have")
 	fs.StringVar(&f.node, "node", "", "node `NAME` (default: the host name)")
+	fs.BoolVar(&f.aclEnabled, "acl-enabled", false, "require ACL tokens on the APIs (acl { enabled = true })")
+}
+
+func runAgent(e *env, c *command, args []string) int {
+	fs := newFlags(c)
+	var f agentFlags
+	f.define(fs)
 	if code, ok := e.parse(c, fs, args); !ok {
 		return code
 	}
@@ -72,6 +79,9 @@ func runAgent(e *env, c *command, args []string) int {
 	a, err := agent.New(cfg, logger)
 	if err != nil {
 		return e.errorf("invalid agent configuration: %v", err)
+	}
+	if w := cfg.ACLWarning(); w != "" {
+		logger.Warn(w)
 	}
 	if err := a.Start(); err != nil {
 		return e.errorf("failed to start agent: %v", err)
@@ -120,6 +130,8 @@ func agentConfig(fs *flag.FlagSet, f agentFlags) (*agent.Config, error) {
 			cfg.Cluster.BootstrapExpect = f.bootstrapExpect
 		case "node":
 			cfg.NodeName = f.node
+		case "acl-enabled":
+			cfg.ACL.Enabled = f.aclEnabled
 		}
 	})
 	if f.server || f.client {

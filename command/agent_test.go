@@ -38,6 +38,10 @@ ports {
 		return addrRE.MatchString(stdout.String())
 	})
 	addr := addrRE.FindStringSubmatch(stdout.String())[1]
+	// ACLs are off: one startup warning (the log level is warn).
+	if n := strings.Count(stderr.String(), "[WARN]  meshlet: ACLs are disabled: any local user or web page"); n != 1 {
+		t.Errorf("the ACL warning is logged %d times:\n%s", n, stderr)
+	}
 	testutil.WaitFor(t, hangGuard, "a ready node", func() bool {
 		r := runCLI(t, "", "node", "status", "-address", addr)
 		return r.code == 0 && strings.Contains(r.stdout, "ready")

@@ -18,9 +18,10 @@ import (
 )
 
 // apiTarget is one of the agent's HTTP APIs as the CLI reaches it: its
-// address and, for an https:// address, how to verify the agent and
-// which client certificate to present (Nomad's -ca-cert, -client-cert,
-// -client-key, -tls-server-name and -tls-skip-verify).
+// address, for an https:// address how to verify the agent and which
+// client certificate to present (Nomad's -ca-cert, -client-cert,
+// -client-key, -tls-server-name and -tls-skip-verify), and the ACL token
+// sent with each request (-token; see secret).
 type apiTarget struct {
 	Addr       string
 	CACert     string
@@ -28,25 +29,35 @@ type apiTarget struct {
 	ClientKey  string
 	ServerName string
 	SkipVerify bool
+	// Token is -token; empty: the first of tokenEnv that is set.
+	Token string
+	// tokenEnv are the variables read without -token, in order;
+	// tokenHeader carries the token on hand-rolled requests.
+	tokenEnv    []string
+	tokenHeader string
 }
 
-// addressFlag adds -address (default MESHLET_ADDR, else 127.0.0.1:4646)
-// and the TLS flags (MESHLET_CACERT... or Nomad's NOMAD_CACERT...).
+// addressFlag adds -address (default MESHLET_ADDR, else 127.0.0.1:4646),
+// the TLS flags (MESHLET_CACERT... or Nomad's NOMAD_CACERT...) and -token
+// (MESHLET_TOKEN, else NOMAD_TOKEN).
 func addressFlag(fs *flag.FlagSet) *apiTarget {
-	t := &apiTarget{}
+	t := &apiTarget{tokenEnv: []string{"MESHLET_TOKEN", "NOMAD_TOKEN"}, tokenHeader: nomadTokenHeader}
 	fs.StringVar(&t.Addr, "address", envOr(defaultAddr, "MESHLET_ADDR"),
 		"`URL` of the meshlet agent's HTTP API, https:// with tls.http (env MESHLET_ADDR)")
 	t.tlsFlags(fs, "NOMAD_")
+	t.tokenFlag(fs)
 	return t
 }
 
-// connectAddressFlag adds -connect-address (default MESHLET_CONNECT_ADDR)
-// and the TLS flags (MESHLET_CACERT... or Consul's CONSUL_CACERT...).
+// connectAddressFlag adds -connect-address (default MESHLET_CONNECT_ADDR),
+// the TLS flags (MESHLET_CACERT... or Consul's CONSUL_CACERT...) and
+// -token (MESHLET_TOKEN, else CONSUL_HTTP_TOKEN).
 func connectAddressFlag(fs *flag.FlagSet) *apiTarget {
-	t := &apiTarget{}
+	t := &apiTarget{tokenEnv: []string{"MESHLET_TOKEN", "CONSUL_HTTP_TOKEN"}, tokenHeader: consulTokenHeader}
 	fs.StringVar(&t.Addr, "connect-address", envOr(defaultConnectAddr, "MESHLET_CONNECT_ADDR"),
 		"`URL` of the agent's Consul-compatible connect API, https:// with tls.http (env MESHLET_CONNECT_ADDR)")
 	t.tlsFlags(fs, "CONSUL_")
+	t.tokenFlag(fs)
 	return t
 }
 
@@ -102,7 +113,7 @@ func (t *apiTarget) URL() string {
 
 // nomadClient returns the official Nomad API client for t.
 func nomadClient(t *apiTarget) (*nomadapi.Client, error) {
-	cfg := &nomadapi.Config{Address: t.URL()}
+	cfg := &nomadapi.Config{Address: t.URL(), SecretID: t.secret()}
 	if t.hasTLS() {
 		cfg.TLSConfig = &nomadapi.TLSConfig{CACert: t.CACert, ClientCert: t.ClientCert, ClientKey: t.ClientKey,
 			TLSServerName: t.ServerName, Insecure: t.SkipVerify}
@@ -116,7 +127,7 @@ func nomadClient(t *apiTarget) (*nomadapi.Client, error) {
 
 // consulClient returns the official Consul API client for t.
 func consulClient(t *apiTarget) (*consulapi.Client, error) {
-	cfg := &consulapi.Config{Address: t.URL(), TLSConfig: t.consulTLS()}
+	cfg := &consulapi.Config{Address: t.URL(), TLSConfig: t.consulTLS(), Token: t.secret()}
 	c, err := consulapi.NewClient(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("failed to create connect API client for %s: %s", t.Addr, oneLine(err.Error()))
@@ -130,7 +141,7 @@ func (t *apiTarget) consulTLS() consulapi.TLSConfig {
 }
 
 // httpClient is a plain HTTP client for t, for requests the official
-// clients cannot make.
+// clients cannot make; it sends t's ACL token as the official ones do.
 func (t *apiTarget) httpClient() (*http.Client, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	if t.hasTLS() {
@@ -140,7 +151,7 @@ func (t *apiTarget) httpClient() (*http.Client, error) {
 		}
 		tr.TLSClientConfig = cfg
 	}
-	return &http.Client{Timeout: 30 * time.Second, Transport: tr}, nil
+	return &http.Client{Timeout: 30 * time.Second, Transport: t.withToken(tr)}, nil
 }
 
 // tlsHint explains a TLS failure talking to the agent in one line, or

@@ -30,7 +30,9 @@ addresses), delta ADS, stats tags and the proxy's escape hatches. With
 in memory, never written to disk) and any arguments after --.
 
 The proxy is found with -proxy-id, or with -sidecar-for SERVICE-ID (the
-proxy whose destination service ID that is) through the connect API.`,
+proxy whose destination service ID that is) through the connect API. The
+ACL token of that look-up (-token, MESHLET_TOKEN or CONSUL_HTTP_TOKEN) is
+also the x-consul-token of Envoy's xDS requests, as in Consul.`,
 			example: "$ meshlet connect envoy -sidecar-for _nomad-task-8c3a...-group-web-web-8080 -bootstrap\n" +
 				"$ meshlet connect envoy -proxy-id web-sidecar-proxy -grpc-addr unix:///alloc/run/meshlet_grpc.sock -- -l debug",
 			run: runConnectEnvoy,
@@ -121,7 +123,6 @@ func runConnectEnvoy(e *env, c *command, args []string) int {
 	adminBind := fs.String("admin-bind", "localhost:19000", "`ADDR` of Envoy's admin listener")
 	grpcAddr := grpcAddrFlag(fs)
 	binary := fs.String("envoy-binary", "", "`PATH` of the envoy binary (default: envoy in PATH)")
-	token := fs.String("token", "", "ACL `TOKEN` sent as x-consul-token")
 	connectAddr := connectAddressFlag(fs)
 	if code, ok := e.parse(c, fs, args); !ok {
 		return code
@@ -132,7 +133,7 @@ func runConnectEnvoy(e *env, c *command, args []string) int {
 	}
 	js, err := envoy.JSON(envoy.BootstrapConfig{
 		ProxyID: target.ID, Cluster: target.Service, AdminBind: *adminBind, GRPCAddr: *grpcAddr,
-		Token: *token, ProxyConfig: target.Config,
+		Token: connectAddr.secret(), ProxyConfig: target.Config,
 	})
 	if err != nil {
 		return e.errorf("%v", err)

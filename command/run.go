@@ -1,10 +1,12 @@
 // Package command is meshlet's command-line interface: `meshlet agent`,
 // `meshlet job ...`, `meshlet alloc ...`, `meshlet node status`,
-// `meshlet intention ...` and `meshlet version`, plus the hidden `executor`
-// and `demo-app` entry points that tasks run. It talks to the agent with the
-// official github.com/hashicorp/nomad/api client (MESHLET_ADDR, -address) and
-// to the Consul-shaped connect API with github.com/hashicorp/consul/api
-// (MESHLET_CONNECT_ADDR, -connect-address).
+// `meshlet intention ...`, `meshlet acl ...` and `meshlet version`, plus
+// the hidden `executor` and `demo-app` entry points that tasks run. It
+// talks to the agent with the official github.com/hashicorp/nomad/api
+// client (MESHLET_ADDR, -address) and to the Consul-shaped connect API
+// with github.com/hashicorp/consul/api (MESHLET_CONNECT_ADDR,
+// -connect-address). Both send the ACL token of -token, else
+// MESHLET_TOKEN, else NOMAD_TOKEN or CONSUL_HTTP_TOKEN respectively.
 //
 // Conventions: one flag.FlagSet per command; `-h` prints the usage line, a
 // description and an example on stdout and exits 0; errors are one line on
@@ -94,6 +96,7 @@ var groups = []group{
 	{"config", "Write, read, list and delete L7 config entries (routers, splitters, resolvers...)", "$ meshlet config write resolver.hcl\n  $ meshlet config list -kind service-resolver"},
 	{"connect", "Run sidecar proxies (Envoy bootstraps, the built-in proxy); manage the mesh CA", "$ meshlet connect envoy -sidecar-for <service-id> -bootstrap\n  $ meshlet connect proxy -sidecar-for <service-id>\n  $ meshlet connect ca set-config -config-file ca.json"},
 	{"tls", "Create a CA and certificates for mutual TLS between agents", "$ meshlet tls ca create\n  $ meshlet tls cert create -server"},
+	{"acl", "Bootstrap ACLs; manage ACL policies and tokens", "$ meshlet acl bootstrap\n  $ meshlet acl policy apply readonly readonly.hcl\n  $ meshlet acl token create -name ci -policy readonly"},
 }
 
 // commands is filled by the init functions of the command files.
