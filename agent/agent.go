@@ -64,9 +64,11 @@ type Agent struct {
 	rpcLn     net.Listener
 	rpcSrv    *rpc.Server
 	rpcClient *rpc.Client
-	server    *server.Server
-	client    *client.Client
-	backend   *Backend
+	// acl is the ACL system, nil while ACLs are disabled (acl.go).
+	acl     *aclSystem
+	server  *server.Server
+	client  *client.Client
+	backend *Backend
 	// cleanups run in reverse order at Shutdown (driver plugins...).
 	cleanups []func()
 
@@ -403,6 +405,7 @@ func (a *Agent) stop() error {
 	// The registrar and the feed write and read through the RPC client
 	// and the store: stop them before either is closed.
 	a.stopMesh()
+	a.stopACL()
 	if a.rpcClient != nil {
 		_ = a.rpcClient.Close()
 		a.rpcClient = nil

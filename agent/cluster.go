@@ -96,6 +96,9 @@ func (a *Agent) serveRPC() error {
 	cfg := rpc.ServerConfig{Backend: a.server.RPCBackend(), TLS: srvTLS, DialTLS: dialTLS,
 		Logger: a.logger, API: a.apiSrv.Handler(),
 		Connect: connectBackend{Store: a.mesh.store, ca: a.controlPlane.CA}}
+	if st := a.aclStore(); st != nil {
+		cfg.ACL = st
+	}
 	if a.etcdMember != nil {
 		// One join at a time: etcd takes one learner at a time, and a
 		// second join waits for the first member's promotion.

@@ -42,6 +42,13 @@ func (a *Agent) startControlPlane() error {
 		_ = caMgr.Close()
 		return err
 	}
+	var aclRes controlplane.ACLResolver // a nil interface, never a typed nil
+	if res, err := a.aclResolver(); err != nil {
+		_ = caMgr.Close()
+		return err
+	} else if res != nil {
+		aclRes = res
+	}
 	cp, err := controlplane.New(controlplane.Config{
 		CA:           caMgr,
 		Intentions:   a.newMeshIntentions(),
@@ -63,6 +70,7 @@ func (a *Agent) startControlPlane() error {
 		Registerer:   a.metrics,
 
 		ConfigEntries: configEntries, ConfigWriter: configWriter,
+		ACL: aclRes,
 	}, a.catalog)
 	if err != nil {
 		_ = caMgr.Close()

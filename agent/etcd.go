@@ -63,6 +63,9 @@ func (a *Agent) openServerState() (state.Store, *server.EtcdLeadership, error) {
 	if err == nil {
 		err = a.openMeshStore(ctx, cli, prefix+"connect/")
 	}
+	if err == nil && a.cfg.ACL.Enabled {
+		a.openACLStore(cli, prefix+"acl/")
+	}
 	if err != nil {
 		_ = st.Close()
 		return nil, nil, err

@@ -25,6 +25,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/meshlet/meshlet/acl"
 	"github.com/meshlet/meshlet/authz"
 	"github.com/meshlet/meshlet/ca"
 	"github.com/meshlet/meshlet/catalog"
@@ -98,6 +99,15 @@ type Config struct {
 	// PUT /v1/connect/ca/configuration (consulapi.Deps.RotateCA): a
 	// server's CA, or a call through a server on a client agent.
 	RotateCA func(ctx context.Context) error
+	// ACL, when set (acl { enabled = true }), resolves request tokens:
+	// the Consul-shaped API and the xDS host listener enforce them. A nil
+	// interface value disables ACLs; never pass a typed nil.
+	ACL ACLResolver
+}
+
+// ACLResolver resolves a request's token secret (acl.Resolver).
+type ACLResolver interface {
+	Resolve(ctx context.Context, secret string) (*acl.ACL, *acl.Token, error)
 }
 
 // ControlPlane is the running control plane.
@@ -148,7 +158,7 @@ func New(cfg Config, cat *catalog.Catalog) (*ControlPlane, error) {
 	xs, err := xds.NewServer(xds.Config{
 		Catalog: cat, Certs: caMgr, Datacenter: cfg.Datacenter,
 		Logger: cfg.Logger, Registerer: cfg.Registerer, LocalProxy: cfg.LocalProxy,
-		ConfigEntries: cfg.ConfigEntries,
+		ConfigEntries: cfg.ConfigEntries, ACL: cfg.ACL,
 	})
 	if err != nil {
 		_ = caMgr.Close()
