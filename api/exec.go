@@ -103,6 +103,9 @@ func (s *Server) parseExecRequest(r *http.Request) (ExecRequest, error) {
 	if err := checkTask(alloc, req.Task); err != nil {
 		return req, err
 	}
+	if err := s.authorizeExec(r, alloc, req.Task); err != nil {
+		return req, err
+	}
 	req.AllocID = alloc.ID
 	return req, nil
 }

@@ -60,6 +60,9 @@ func (s *Server) registerJob(r *http.Request) (any, uint64, error) {
 	if err := checkJobBounds(req.Job); err != nil {
 		return nil, 0, err
 	}
+	if err := s.authorizeJob(r, req.Job); err != nil {
+		return nil, 0, err
+	}
 	res, err := s.b.RegisterJob(r.Context(), req.Job)
 	if err != nil {
 		return nil, 0, fmt.Errorf("failed to register job: %w", err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/meshlet/meshlet/acl"
 	"github.com/meshlet/meshlet/internal/httpsrv"
 	"github.com/meshlet/meshlet/jobspecs"
 )
@@ -52,6 +53,12 @@ type Server struct {
 	info    AgentInfo
 	evals   *evalMemo
 	handler http.Handler
+	// aclRes and aclStore are set by WithACL (nil: ACLs disabled);
+	// authzOf turns a resolved ACL into what enforcement asks (a seam
+	// for tests).
+	aclRes   ACLResolver
+	aclStore acl.Store
+	authzOf  func(*acl.ACL, *acl.Token) authorizer
 	// done ends long-lived requests when the server closes.
 	done  context.Context
 	close context.CancelFunc
@@ -109,7 +116,7 @@ func NewServer(b Backend, logger hclog.Logger, opts ...ServerOption) *Server {
 		o(s)
 	}
 	s.done, s.close = context.WithCancel(context.Background())
-	s.handler = s.recoverer(limitPath(s.routes()))
+	s.handler = s.recoverer(limitPath(s.enforce(s.routes())))
 	return s
 }
 
@@ -136,6 +143,7 @@ func (s *Server) routes() *http.ServeMux {
 	s.nodeRoutes(mux)
 	s.agentRoutes(mux)
 	s.operatorRoutes(mux)
+	s.aclRoutes(mux)
 	mux.HandleFunc("GET /v1/client/fs/logs/{alloc}", s.handleLogs)
 	mux.HandleFunc("GET /v1/client/allocation/{alloc}/exec", s.handleExec)
 	mux.HandleFunc("GET /v1/client/allocation/{alloc}/checks", s.handleChecks)
@@ -287,6 +295,9 @@ func (s *Server) writeJSON(w http.ResponseWriter, r *http.Request, v any) {
 
 // statusFor maps an error to its HTTP status.
 func statusFor(err error) int {
+	if code := aclStatus(err); code != 0 {
+		return code
+	}
 	var maxErr *http.MaxBytesError
 	switch {
 	case errors.Is(err, ErrNotFound):

@@ -30,7 +30,7 @@ type fixture struct {
 	client *consul.Client
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t *testing.T, opts ...Option) *fixture {
 	t.Helper()
 	m, err := ca.New(ca.Config{}, hclog.NewNullLogger(), nil)
 	if err != nil {
@@ -45,7 +45,7 @@ func newFixture(t *testing.T) *fixture {
 	srv := NewServer(Deps{
 		Catalog: cat, CA: m, Intentions: ix, Authz: authz.New(m, ix, nil, nil),
 		Datacenter: "dc1", NodeName: "node-1",
-	}, hclog.NewNullLogger())
+	}, hclog.NewNullLogger(), opts...)
 	hs := httptest.NewServer(srv.Handler()) // listens on 127.0.0.1:0
 	t.Cleanup(hs.Close)
 	client, err := consul.NewClient(&consul.Config{Address: hs.Listener.Addr().String(), Scheme: "http"})

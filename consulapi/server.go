@@ -29,6 +29,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/meshlet/meshlet/acl"
 	"github.com/meshlet/meshlet/authz"
 	"github.com/meshlet/meshlet/ca"
 	"github.com/meshlet/meshlet/intention"
@@ -73,10 +74,14 @@ type Server struct {
 	// done ends blocking queries when the server closes.
 	done  context.Context
 	close context.CancelFunc
+	// aclRes is set by WithACL (nil: ACLs disabled); authzOf turns a
+	// resolved ACL into what enforcement asks (a seam for tests).
+	aclRes  ACLResolver
+	authzOf func(*acl.ACL, *acl.Token) authorizer
 }
 
 // NewServer builds the routes.
-func NewServer(d Deps, logger hclog.Logger) *Server {
+func NewServer(d Deps, logger hclog.Logger, opts ...Option) *Server {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
@@ -91,6 +96,9 @@ func NewServer(d Deps, logger hclog.Logger) *Server {
 	}
 	d = configDeps(d)
 	s := &Server{d: d, logger: logger.Named("consulapi"), mux: http.NewServeMux()}
+	for _, o := range opts {
+		o(s)
+	}
 	s.done, s.close = context.WithCancel(context.Background())
 	s.routes()
 	return s
@@ -126,10 +134,11 @@ func (s *Server) routes() {
 		"GET /v1/agent/connect/ca/leaf/{name}": s.caLeaf,
 		"POST /v1/agent/connect/authorize":     s.authorize,
 		"PUT /v1/agent/connect/authorize":      s.authorize,
+		"GET /v1/acl/token/self":               s.aclTokenSelf,
 	}
 	s.configRoutes(h)
 	for pattern, fn := range h {
-		s.mux.HandleFunc(pattern, fn)
+		s.mux.HandleFunc(pattern, s.guard(pattern, fn))
 	}
 }
 

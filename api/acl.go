@@ -1,0 +1,213 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/meshlet/meshlet/acl"
+	"github.com/meshlet/meshlet/structs"
+)
+
+// ACL enforcement. With WithACL every request's token (X-Nomad-Token, or
+// Authorization: Bearer) is resolved and checked against the rule of the
+// route it reaches (acl_rules.go) before its handler runs; the /v1/acl
+// endpoints (acl_endpoints.go) manage tokens and policies. Without it
+// nothing is enforced and the /v1/acl endpoints answer 400 "ACL support
+// disabled", as Nomad does. Secrets are never logged.
+
+// ACLResolver turns a request's secret into its ACL and token. An empty
+// secret is the anonymous token (its ACL is the anonymous policy's; the
+// token may be nil). A secret naming no token, or an expired one, is an
+// error wrapping acl.ErrTokenNotFound.
+type ACLResolver interface {
+	Resolve(ctx context.Context, secret string) (*acl.ACL, *acl.Token, error)
+}
+
+// WithACL enables ACLs: res resolves request tokens and store holds the
+// tokens and policies the /v1/acl endpoints manage. A nil res or store
+// leaves ACLs disabled.
+func WithACL(res ACLResolver, store acl.Store) ServerOption {
+	return func(s *Server) {
+		if res == nil || store == nil {
+			return
+		}
+		s.aclRes, s.aclStore = res, store
+		if s.authzOf == nil {
+			s.authzOf = func(a *acl.ACL, _ *acl.Token) authorizer { return a }
+		}
+	}
+}
+
+// aclEnabled reports whether WithACL was given.
+func (s *Server) aclEnabled() bool { return s.aclRes != nil }
+
+// identity is the resolved caller of a request.
+type identity struct {
+	authz authorizer
+	// token is nil for the anonymous token.
+	token *acl.Token
+}
+
+type identityKey struct{}
+
+// identityFrom returns the caller enforcement resolved (false when ACLs
+// are disabled or the route is open).
+func identityFrom(ctx context.Context) (identity, bool) {
+	id, ok := ctx.Value(identityKey{}).(identity)
+	return id, ok
+}
+
+// requestSecret is the request's token secret: X-Nomad-Token, else an
+// "Authorization: Bearer" header; "" is the anonymous token.
+func requestSecret(r *http.Request) string {
+	if tok := strings.TrimSpace(r.Header.Get("X-Nomad-Token")); tok != "" {
+		return tok
+	}
+	scheme, tok, ok := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
+	if ok && strings.EqualFold(scheme, "Bearer") {
+		return strings.TrimSpace(tok)
+	}
+	return ""
+}
+
+// enforce checks each request against its route's rule before mux serves
+// it; requests matching no route go to mux unchecked (404 or 405).
+func (s *Server) enforce(mux *http.ServeMux) http.Handler {
+	if !s.aclEnabled() {
+		return mux
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, pattern := mux.Handler(r)
+		rl := ruleFor(pattern)
+		if pattern == "" || rl.open {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		id, err := s.resolve(r)
+		if err == nil && rl.allow != nil && !rl.allow(id.authz, r) {
+			err = acl.ErrPermissionDenied
+		}
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), identityKey{}, id)))
+	})
+}
+
+// resolve resolves the request's token.
+func (s *Server) resolve(r *http.Request) (identity, error) {
+	a, tok, err := s.aclRes.Resolve(r.Context(), requestSecret(r))
+	if err != nil {
+		if errors.Is(err, acl.ErrTokenNotFound) {
+			return identity{}, acl.ErrTokenNotFound
+		}
+		return identity{}, fmt.Errorf("failed to resolve ACL token: %w", err)
+	}
+	return identity{authz: s.authzOf(a, tok), token: tok}, nil
+}
+
+// authorizeJob checks, on top of the route's submit-job rule, that the
+// caller may submit in the job's own namespace and may register each
+// service the job declares (service write): a job may only register a
+// service name its submitter's token may write. A connect sidecar is
+// registered under its parent service's name, which covers it.
+func (s *Server) authorizeJob(r *http.Request, job *structs.Job) error {
+	if !s.aclEnabled() {
+		return nil
+	}
+	id, ok := identityFrom(r.Context())
+	if !ok {
+		return acl.ErrPermissionDenied // enforcement did not run: fail closed
+	}
+	if job.Namespace != "" && !id.authz.AllowNamespaceOperation(job.Namespace, acl.NamespaceCapabilitySubmitJob) {
+		return acl.ErrPermissionDenied
+	}
+	for _, name := range jobServiceNames(job) {
+		if !id.authz.AllowServiceWrite(name) {
+			return fmt.Errorf("%w: job registers service %q without service write permission", acl.ErrPermissionDenied, name)
+		}
+	}
+	return nil
+}
+
+// isolatedDrivers run tasks in their own filesystem and process space;
+// exec into a task of any other driver (raw_exec, or a plugin meshlet
+// cannot vouch for) is a shell on the node.
+var isolatedDrivers = map[string]bool{"exec": true, "docker": true, "podman": true}
+
+// authorizeExec checks an exec into task of alloc against the
+// allocation's own namespace: alloc-exec, and alloc-node-exec too when
+// the task's driver does not isolate it (Nomad's rule).
+func (s *Server) authorizeExec(r *http.Request, alloc *structs.Allocation, task string) error {
+	if !s.aclEnabled() {
+		return nil
+	}
+	id, ok := identityFrom(r.Context())
+	if !ok {
+		return acl.ErrPermissionDenied // enforcement did not run: fail closed
+	}
+	ns := alloc.Namespace
+	if ns == "" {
+		ns = defaultNamespace
+	}
+	if !id.authz.AllowNamespaceOperation(ns, acl.NamespaceCapabilityAllocExec) {
+		return acl.ErrPermissionDenied
+	}
+	var driver string
+	if tg := allocGroup(alloc); tg != nil {
+		if t := tg.LookupTask(task); t != nil {
+			driver = t.Driver
+		}
+	}
+	if !isolatedDrivers[driver] && !id.authz.AllowNamespaceOperation(ns, acl.NamespaceCapabilityAllocNodeExec) {
+		return fmt.Errorf("%w: exec into a %q task needs alloc-node-exec", acl.ErrPermissionDenied, driver)
+	}
+	return nil
+}
+
+// jobServiceNames lists, sorted and once each, the names of the group and
+// task services of job.
+func jobServiceNames(job *structs.Job) []string {
+	var names []string
+	for _, g := range job.TaskGroups {
+		if g == nil {
+			continue
+		}
+		for _, svc := range g.Services {
+			if svc != nil {
+				names = append(names, svc.Name)
+			}
+		}
+		for _, t := range g.Tasks {
+			if t == nil {
+				continue
+			}
+			for _, svc := range t.Services {
+				if svc != nil {
+					names = append(names, svc.Name)
+				}
+			}
+		}
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
+// aclStatus maps the acl package's sentinels to HTTP statuses (0: not an
+// ACL error).
+func aclStatus(err error) int {
+	switch {
+	case errors.Is(err, acl.ErrTokenNotFound), errors.Is(err, acl.ErrPermissionDenied):
+		return http.StatusForbidden
+	case errors.Is(err, acl.ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, acl.ErrInvalid), errors.Is(err, acl.ErrBootstrapDone), errors.Is(err, acl.ErrDisabled):
+		return http.StatusBadRequest
+	}
+	return 0
+}

@@ -1,0 +1,193 @@
+package consulapi
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+
+	consul "github.com/hashicorp/consul/api"
+
+	"github.com/meshlet/meshlet/configentry"
+)
+
+// rule is what a route requires of the caller's token, as Consul's API
+// documentation states it.
+type rule struct {
+	// open routes resolve no token (the CA roots are public).
+	open bool
+	// allow decides on the caller's ACL; an error (a malformed request
+	// the rule cannot judge) is answered as failFor answers it. nil
+	// allows any token, the anonymous one included.
+	allow func(s *Server, a authorizer, r *http.Request) (bool, error)
+	// view, when set, serves the route in place of its handler over
+	// stores filtered to what the caller may read (list endpoints).
+	view func(s *Server, w http.ResponseWriter, r *http.Request)
+}
+
+var ruleManagement = rule{allow: func(_ *Server, a authorizer, _ *http.Request) (bool, error) {
+	return a.IsManagement(), nil
+}}
+
+// need requires a coarse-grained permission.
+func need(fn func(a authorizer) bool) rule {
+	return rule{allow: func(_ *Server, a authorizer, _ *http.Request) (bool, error) { return fn(a), nil }}
+}
+
+// servicePath requires service read on the path's {name}.
+var servicePath = rule{allow: func(_ *Server, a authorizer, r *http.Request) (bool, error) {
+	return a.AllowServiceRead(r.PathValue("name")), nil
+}}
+
+// consulRules maps every route of routes() to its rule; a pattern missing
+// here requires a management token (fail closed), and
+// TestACLRulesCoverRoutes keeps the two in step.
+var consulRules = map[string]rule{
+	"GET /v1/catalog/services":       {view: (*Server).catalogServices},
+	"GET /v1/catalog/service/{name}": servicePath,
+	"GET /v1/health/service/{name}":  servicePath,
+	"GET /v1/health/connect/{name}":  servicePath,
+
+	"GET /v1/connect/intentions":          {view: (*Server).intentionList},
+	"POST /v1/connect/intentions":         {allow: allowIntentionCreate},
+	"GET /v1/connect/intentions/exact":    {allow: intentionQuery(false)},
+	"PUT /v1/connect/intentions/exact":    {allow: intentionQuery(true)},
+	"DELETE /v1/connect/intentions/exact": {allow: intentionQuery(true)},
+	"GET /v1/connect/intentions/check":    {allow: intentionQuery(false)},
+	"GET /v1/connect/intentions/match":    {view: (*Server).intentionMatch},
+	"GET /v1/connect/intentions/{id}":     {allow: intentionByID(false)},
+	"DELETE /v1/connect/intentions/{id}":  {allow: intentionByID(true)},
+
+	"GET /v1/connect/ca/roots":             {open: true},
+	"GET /v1/agent/connect/ca/roots":       {open: true},
+	"GET /v1/connect/ca/configuration":     need(authorizer.AllowOperatorRead),
+	"PUT /v1/connect/ca/configuration":     need(authorizer.AllowOperatorWrite),
+	"GET /v1/agent/connect/ca/leaf/{name}": {allow: allowLeaf},
+	"POST /v1/agent/connect/authorize":     {allow: allowAuthorize},
+	"PUT /v1/agent/connect/authorize":      {allow: allowAuthorize},
+
+	"PUT /v1/config":                  {allow: allowConfigPut},
+	"GET /v1/config/{kind}":           {view: (*Server).configList},
+	"GET /v1/config/{kind}/{name}":    {allow: configPath(false)},
+	"DELETE /v1/config/{kind}/{name}": {allow: configPath(true)},
+
+	"GET /v1/acl/token/self": {},
+}
+
+// allowLeaf requires service write on the service whose leaf is asked
+// for: the path names a service, or an instance ID resolving to its
+// service (a sidecar's to the service it fronts), as caLeaf resolves it.
+func allowLeaf(s *Server, a authorizer, r *http.Request) (bool, error) {
+	return a.AllowServiceWrite(s.leafService(r.PathValue("name"))), nil
+}
+
+// allowAuthorize requires service write on the request's Target.
+func allowAuthorize(_ *Server, a authorizer, r *http.Request) (bool, error) {
+	var req struct {
+		Target           string
+		ClientCertURI    string
+		ClientCertSerial string
+	}
+	if err := peekBody(r, &req); err != nil {
+		return false, err
+	}
+	return a.AllowServiceWrite(req.Target), nil
+}
+
+// allowIntentionCreate requires intention write on the new intention's
+// destination.
+func allowIntentionCreate(_ *Server, a authorizer, r *http.Request) (bool, error) {
+	var body intentionBody
+	if err := peekBody(r, &body); err != nil {
+		return false, err
+	}
+	return a.AllowIntentionWrite(body.DestinationName), nil
+}
+
+// intentionQuery requires intention read (or write) on ?destination=.
+func intentionQuery(write bool) func(*Server, authorizer, *http.Request) (bool, error) {
+	return func(_ *Server, a authorizer, r *http.Request) (bool, error) {
+		_, _, _, dst, err := exactPair(r)
+		if err != nil {
+			return false, err
+		}
+		if write {
+			return a.AllowIntentionWrite(dst), nil
+		}
+		return a.AllowIntentionRead(dst), nil
+	}
+}
+
+// intentionByID requires intention read (or write) on the destination of
+// the intention the path names; an unknown ID is left to the handler
+// (404).
+func intentionByID(write bool) func(*Server, authorizer, *http.Request) (bool, error) {
+	return func(s *Server, a authorizer, r *http.Request) (bool, error) {
+		in, err := s.d.Intentions.GetByID(r.PathValue("id"))
+		if err != nil {
+			return true, nil
+		}
+		if write {
+			return a.AllowIntentionWrite(in.DestinationName), nil
+		}
+		return a.AllowIntentionRead(in.DestinationName), nil
+	}
+}
+
+// allowConfigPut judges a config entry write by the entry's kind and
+// name, decoded as configPut decodes them.
+func allowConfigPut(_ *Server, a authorizer, r *http.Request) (bool, error) {
+	var raw map[string]any
+	if err := peekBody(r, &raw); err != nil {
+		return false, err
+	}
+	e, err := configentry.Decode(raw)
+	if err != nil {
+		return false, badRequest("%v", err)
+	}
+	return configAllowed(a, e.GetKind(), e.GetName(), true), nil
+}
+
+// configPath judges a config entry read (or delete) by the path's kind
+// and name.
+func configPath(write bool) func(*Server, authorizer, *http.Request) (bool, error) {
+	return func(_ *Server, a authorizer, r *http.Request) (bool, error) {
+		return configAllowed(a, r.PathValue("kind"), r.PathValue("name"), write), nil
+	}
+}
+
+// configAllowed is Consul's rule for config entries: the service kinds
+// need service read or write on the entry's name, service-intentions
+// intention read or write, proxy-defaults and mesh mesh read or write;
+// any other kind a management token.
+func configAllowed(a authorizer, kind, name string, write bool) bool {
+	switch kind {
+	case consul.ServiceDefaults, consul.ServiceRouter, consul.ServiceSplitter, consul.ServiceResolver:
+		if write {
+			return a.AllowServiceWrite(name)
+		}
+		return a.AllowServiceRead(name)
+	case consul.ServiceIntentions:
+		if write {
+			return a.AllowIntentionWrite(name)
+		}
+		return a.AllowIntentionRead(name)
+	case consul.ProxyDefaults, consul.MeshConfig:
+		if write {
+			return a.AllowMeshWrite()
+		}
+		return a.AllowMeshRead()
+	}
+	return a.IsManagement()
+}
+
+// peekBody decodes the request body into v as decodeBody does and puts
+// the bytes back for the handler.
+func peekBody(r *http.Request, v any) error {
+	raw, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	if err != nil {
+		return badRequest("failed to read request body: %v", err)
+	}
+	r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(raw), r.Body))
+	// decodeBody answers a body over maxBody as too large (413).
+	return decodeBody(&http.Request{Body: io.NopCloser(bytes.NewReader(raw))}, v)
+}
