@@ -106,6 +106,9 @@ type Store interface {
 	DeletePolicy(ctx context.Context, name string) error
 	Policy(ctx context.Context, name string) (*Policy, error)
 	ListPolicies(ctx context.Context) ([]*Policy, uint64, error)
+	// UpsertToken creates t when its CreateIndex is 0 (with its
+	// AccessorID if set, which must be unused) and updates the stored
+	// token otherwise.
 	UpsertToken(ctx context.Context, t *Token) (*Token, error)
 	DeleteToken(ctx context.Context, accessorID string) error
 	Token(ctx context.Context, accessorID string) (*Token, error)

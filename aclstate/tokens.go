@@ -57,9 +57,11 @@ func (s *EtcdStore) Bootstrap(ctx context.Context, tok *acl.Token) (*acl.Token, 
 	return t, nil
 }
 
-// UpsertToken creates a token (no AccessorID) or updates one.
+// UpsertToken creates a token (CreateIndex 0: it was never stored) or
+// updates one.
 //
-// A create fills an accessor ID, takes its secret from SecretID (or a
+// A create keeps a given accessor ID (Nomad's token upload; it must be
+// unused) or fills one, takes its secret from SecretID (or a
 // SecretHash alone) or makes one, stamps CreateTime when zero and returns
 // the token with its SecretID when the secret is known. An update needs
 // the accessor to exist (else acl.ErrNotFound) and keeps its secret hash
@@ -71,7 +73,7 @@ func (s *EtcdStore) UpsertToken(ctx context.Context, tok *acl.Token) (*acl.Token
 	if tok == nil {
 		return nil, fmt.Errorf("%w: no token", acl.ErrInvalid)
 	}
-	if tok.AccessorID == "" {
+	if tok.AccessorID == "" || tok.CreateIndex == 0 {
 		return s.createToken(ctx, tok)
 	}
 	return s.updateToken(ctx, tok)

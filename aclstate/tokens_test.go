@@ -122,7 +122,7 @@ func TestTokenLifecycle(t *testing.T) {
 	if got := rawValue(t, s, secretsDir+hash); got != tok.AccessorID {
 		t.Fatalf("secrets key holds %q, want the accessor", got)
 	}
-	upd, err := s.UpsertToken(ctx, &acl.Token{AccessorID: tok.AccessorID, Name: "ci-2", Type: acl.TypeClient,
+	upd, err := s.UpsertToken(ctx, &acl.Token{AccessorID: tok.AccessorID, CreateIndex: tok.CreateIndex, Name: "ci-2", Type: acl.TypeClient,
 		Policies: []string{"read", "write"}, CreateTime: testNow.Add(time.Hour)})
 	if err != nil {
 		t.Fatal(err)
@@ -135,10 +135,13 @@ func TestTokenLifecycle(t *testing.T) {
 	if err != nil || got.Name != "ci-2" || got.SecretHash != hash || got.ModifyIndex != upd.ModifyIndex || got.SecretID != "" {
 		t.Fatalf("Token = %+v, %v", got, err)
 	}
-	_, err = s.UpsertToken(ctx, &acl.Token{AccessorID: tok.AccessorID, SecretID: "other", Type: acl.TypeManagement})
+	_, err = s.UpsertToken(ctx, &acl.Token{AccessorID: tok.AccessorID, CreateIndex: tok.CreateIndex, SecretID: "other", Type: acl.TypeManagement})
 	wantErr(t, "secret change", err, acl.ErrInvalid)
-	_, err = s.UpsertToken(ctx, &acl.Token{AccessorID: "f00", Type: acl.TypeManagement})
+	_, err = s.UpsertToken(ctx, &acl.Token{AccessorID: "f00", CreateIndex: 1, Type: acl.TypeManagement})
 	wantErr(t, "update of an unknown accessor", err, acl.ErrNotFound)
+	// A create with a chosen accessor (Nomad's upload) needs it unused.
+	_, err = s.UpsertToken(ctx, &acl.Token{AccessorID: tok.AccessorID, Type: acl.TypeManagement})
+	wantErr(t, "create with an accessor in use", err, acl.ErrInvalid)
 	if err := s.DeleteToken(ctx, tok.AccessorID); err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +282,7 @@ func TestTokenCorrupt(t *testing.T) {
 	put(t, s, tokensDir+tok.AccessorID, "garbage")
 	_, err = s.Token(ctx, tok.AccessorID)
 	wantErr(t, "Token", err, ErrCorrupt)
-	_, err = s.UpsertToken(ctx, &acl.Token{AccessorID: tok.AccessorID, Type: acl.TypeManagement})
+	_, err = s.UpsertToken(ctx, &acl.Token{AccessorID: tok.AccessorID, CreateIndex: tok.CreateIndex, Type: acl.TypeManagement})
 	wantErr(t, "update of a corrupt token", err, ErrCorrupt)
 	if err := s.DeleteToken(ctx, tok.AccessorID); err != nil {
 		t.Fatalf("DeleteToken of a corrupt token: %v", err)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/meshlet/meshlet/acl"
 	"github.com/meshlet/meshlet/aclstate"
+	"github.com/meshlet/meshlet/api"
 )
 
 // aclSystem is the agent's ACL system when acl { enabled = true }: the
@@ -81,3 +82,57 @@ func (a *Agent) stopACL() {
 	}
 	a.acl = nil
 }
+
+// apiACLOption is the Nomad API's token enforcement: on servers with the
+// ACL state (the /v1/acl/* routes write it), on client-only agents for the
+// routes they answer themselves (logs, exec, checks; the rest is forwarded
+// to the servers with the request's token).
+func (a *Agent) apiACLOption() api.ServerOption {
+	if a.acl == nil {
+		return func(*api.Server) {}
+	}
+	var store acl.Store = clientACLStore{}
+	if a.acl.store != nil {
+		store = a.acl.store
+	}
+	return api.WithACL(a.acl.resolver, store)
+}
+
+// errACLOnServers: a client-only agent forwards every /v1/acl/ route to
+// the servers, so its API never reads or writes ACL objects itself.
+var errACLOnServers = errors.New("ACL tokens and policies are served by the servers")
+
+// clientACLStore is a client-only agent's acl.Store: the API needs one to
+// enforce tokens, but the routes that use it are forwarded to the servers.
+type clientACLStore struct{}
+
+func (clientACLStore) TokenBySecretHash(context.Context, string) (*acl.Token, error) {
+	return nil, errACLOnServers
+}
+func (clientACLStore) Policies(context.Context, []string) ([]*acl.Policy, error) {
+	return nil, errACLOnServers
+}
+func (clientACLStore) Bootstrap(context.Context, *acl.Token) (*acl.Token, error) {
+	return nil, errACLOnServers
+}
+func (clientACLStore) UpsertPolicy(context.Context, *acl.Policy) (*acl.Policy, error) {
+	return nil, errACLOnServers
+}
+func (clientACLStore) DeletePolicy(context.Context, string) error { return errACLOnServers }
+func (clientACLStore) Policy(context.Context, string) (*acl.Policy, error) {
+	return nil, errACLOnServers
+}
+func (clientACLStore) ListPolicies(context.Context) ([]*acl.Policy, uint64, error) {
+	return nil, 0, errACLOnServers
+}
+func (clientACLStore) UpsertToken(context.Context, *acl.Token) (*acl.Token, error) {
+	return nil, errACLOnServers
+}
+func (clientACLStore) DeleteToken(context.Context, string) error { return errACLOnServers }
+func (clientACLStore) Token(context.Context, string) (*acl.Token, error) {
+	return nil, errACLOnServers
+}
+func (clientACLStore) ListTokens(context.Context) ([]*acl.Token, uint64, error) {
+	return nil, 0, errACLOnServers
+}
+func (clientACLStore) Index(context.Context) (uint64, error) { return 0, errACLOnServers }

@@ -337,7 +337,7 @@ func (a *Agent) startHTTP() error {
 	}
 	a.apiSrv = api.NewServer(a.backend, a.logger, api.WithAgentInfo(api.AgentInfo{NodeName: name, Region: a.cfg.Region,
 		Datacenter: a.cfg.Datacenter, Version: Version}),
-		api.WithMetricsHandler(promhttp.HandlerFor(a.metrics, promhttp.HandlerOpts{})))
+		api.WithMetricsHandler(promhttp.HandlerFor(a.metrics, promhttp.HandlerOpts{})), a.apiACLOption())
 	handler := a.apiSrv.Handler()
 	if a.server == nil {
 		var err error

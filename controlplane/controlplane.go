@@ -217,7 +217,7 @@ func (c *ControlPlane) Start() error {
 		Catalog: c.Catalog, CA: c.CA, Intentions: c.Intentions, Authz: c.Authz,
 		Datacenter: c.cfg.Datacenter, NodeName: c.cfg.NodeName, NodeAddress: c.cfg.NodeAddress,
 		RotateCA: c.cfg.RotateCA, ConfigEntries: c.cfg.ConfigEntries, ConfigWriter: c.cfg.ConfigWriter,
-	}, c.cfg.Logger)
+	}, c.cfg.Logger, c.apiOptions()...)
 	policy := c.cfg.HTTPPolicy
 	if policy.Logger == nil {
 		policy.Logger = c.log.Named("http")
@@ -229,6 +229,15 @@ func (c *ControlPlane) Start() error {
 	c.log.Info("control plane started", "grpc_addr", gl.Addr().String(), "http_addr", hl.Addr().String(),
 		"trust_domain", c.CA.TrustDomain())
 	return nil
+}
+
+// apiOptions are the Consul-shaped API's options: token enforcement when
+// the agent runs with ACLs.
+func (c *ControlPlane) apiOptions() []consulapi.Option {
+	if c.cfg.ACL == nil {
+		return nil
+	}
+	return []consulapi.Option{consulapi.WithACL(c.cfg.ACL)}
 }
 
 func (c *ControlPlane) serve(what string, fn func() error) {

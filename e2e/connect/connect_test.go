@@ -19,8 +19,6 @@ import (
 	"testing"
 	"time"
 
-	consulapi "github.com/hashicorp/consul/api"
-
 	"github.com/meshlet/meshlet/e2e/framework"
 )
 
@@ -73,7 +71,7 @@ func TestIsolationAndIdentity(t *testing.T) {
 		}
 	})
 
-	consul := consulClient(t, a)
+	consul := a.Consul()
 	entries, _, err := consul.Health().Connect("db", "", false, nil)
 	if err != nil || len(entries) != 1 {
 		t.Fatalf("health/connect/db = %v, %v", entries, err)
@@ -162,13 +160,4 @@ func foreignCert(t *testing.T) tls.Certificate {
 		t.Fatal(err)
 	}
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-}
-
-func consulClient(t *testing.T, a *framework.Agent) *consulapi.Client {
-	t.Helper()
-	c, err := consulapi.NewClient(&consulapi.Config{Address: strings.TrimPrefix(a.ConnectAddr, "http://")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
 }

@@ -85,6 +85,11 @@ type Agent struct {
 	logMu      sync.Mutex
 	done       chan struct{}
 
+	// Token is the management token's secret the harness bootstrapped
+	// (ACLs are on unless Options.NoACL): the Nomad and Consul clients and
+	// the CLI send it.
+	Token string
+
 	nomadOnce sync.Once
 	nomad     *nomadapi.Client
 	nomadErr  error
@@ -101,6 +106,9 @@ type Options struct {
 	// StateDir, when set, is the agent's data_dir (for example a small
 	// tmpfs a fault test fills up); by default a fresh dir under DataDir.
 	StateDir string
+	// NoACL runs the agent without acl { enabled = true } (the harness
+	// otherwise bootstraps ACLs and acts with the management token).
+	NoACL bool
 }
 
 // NewAgent starts an agent for t; it is stopped (and its jobs purged) in
@@ -136,6 +144,9 @@ func NewAgent(t testing.TB, opts Options) *Agent {
 	}
 	a.start(a.ConfigPath)
 	t.Cleanup(a.cleanup)
+	if !opts.NoACL {
+		a.bootstrapACL()
+	}
 	a.waitReady()
 	return a
 }
@@ -178,7 +189,10 @@ plugin "raw_exec" {
     enabled = true
   }
 }
-`, stateDir, sidecar, opts.EnvoyBinary, ports[0], ports[1], ports[2], policy, cni, a.Bridge, a.Subnet)
+acl {
+  enabled = %t
+}
+`, stateDir, sidecar, opts.EnvoyBinary, ports[0], ports[1], ports[2], policy, cni, a.Bridge, a.Subnet, !opts.NoACL)
 }
 
 func (a *Agent) start(cfgPath string) {
@@ -234,7 +248,7 @@ func (a *Agent) waitReady() {
 // idle keep-alive connection per poll open in the agent.
 func (a *Agent) Nomad() *nomadapi.Client {
 	a.nomadOnce.Do(func() {
-		a.nomad, a.nomadErr = nomadapi.NewClient(&nomadapi.Config{Address: a.HTTPAddr})
+		a.nomad, a.nomadErr = nomadapi.NewClient(&nomadapi.Config{Address: a.HTTPAddr, SecretID: a.Token})
 	})
 	if a.nomadErr != nil {
 		a.t.Fatalf("nomad api client: %v", a.nomadErr)
@@ -255,10 +269,19 @@ func (a *Agent) CLI(args ...string) CLIResult {
 
 // CLIStdin runs the CLI with stdin.
 func (a *Agent) CLIStdin(stdin []byte, args ...string) CLIResult {
+	return a.cli(stdin, a.Token, args...)
+}
+
+// CLIAs runs the CLI with token instead of the harness's ("": none).
+func (a *Agent) CLIAs(token string, args ...string) CLIResult {
+	return a.cli(nil, token, args...)
+}
+
+func (a *Agent) cli(stdin []byte, token string, args ...string) CLIResult {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, a.Bin, args...)
-	cmd.Env = append(os.Environ(), "MESHLET_ADDR="+a.HTTPAddr, "MESHLET_CONNECT_ADDR="+a.ConnectAddr)
+	cmd.Env = append(os.Environ(), "MESHLET_ADDR="+a.HTTPAddr, "MESHLET_CONNECT_ADDR="+a.ConnectAddr, "MESHLET_TOKEN="+token)
 	if stdin != nil {
 		cmd.Stdin = bytes.NewReader(stdin)
 	}

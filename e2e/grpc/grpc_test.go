@@ -71,15 +71,6 @@ func sum(s map[string]int64, suffix string) int64 {
 	return n
 }
 
-func consulClient(t *testing.T, a *framework.Agent) *consulapi.Client {
-	t.Helper()
-	c, err := consulapi.NewClient(&consulapi.Config{Address: strings.TrimPrefix(a.ConnectAddr, "http://")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
 // connStats are the connection and request counters of one call path:
 // service-a's upstream listener and grpc-b clusters, and each grpc-b
 // sidecar's local app cluster.
@@ -162,7 +153,7 @@ func TestGRPCThroughTheMesh(t *testing.T) {
 	}
 
 	// Subsets by version: first all to v1, then 50/50 per call.
-	cc := consulClient(t, a)
+	cc := a.Consul()
 	resolver := &consulapi.ServiceResolverConfigEntry{
 		Kind: consulapi.ServiceResolver, Name: "grpc-b", DefaultSubset: "v1",
 		Subsets: map[string]consulapi.ServiceResolverSubset{

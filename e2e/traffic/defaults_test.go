@@ -31,7 +31,7 @@ func TestPassiveHealthCheckEjects(t *testing.T) {
 	// Written with the official client: the HTTP protocol (so the
 	// upstream is an HTTP connection manager) and the caller's upstream
 	// config.
-	client := consulClient(t, a).ConfigEntries()
+	client := a.Consul().ConfigEntries()
 	ejection := 5 * time.Minute
 	maxPercent := uint32(50)
 	for _, e := range []consulapi.ConfigEntry{

@@ -48,15 +48,6 @@ func failures(counts map[string]int) int {
 	return bad
 }
 
-func consulClient(t *testing.T, a *framework.Agent) *consulapi.Client {
-	t.Helper()
-	c, err := consulapi.NewClient(&consulapi.Config{Address: strings.TrimPrefix(a.ConnectAddr, "http://")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
 // The seed scenario: service-b v1 and v2, a resolver with subsets, a 90/10
 // splitter, a router sending /admin and "x-canary: 1" to v2, retries that
 // hide a flaky v1 instance, and a promotion to 0/100 that takes effect
@@ -77,7 +68,7 @@ func TestCanaryRoutingSplitAndRetries(t *testing.T) {
 	if out := a.MustCLI("config", "list", "-kind", "service-router"); strings.TrimSpace(out) != "service-b" {
 		t.Fatalf("config list -kind service-router = %q", out)
 	}
-	entry, _, err := consulClient(t, a).ConfigEntries().Get(consulapi.ServiceResolver, "service-b", nil)
+	entry, _, err := a.Consul().ConfigEntries().Get(consulapi.ServiceResolver, "service-b", nil)
 	if err != nil {
 		t.Fatalf("official client Get resolver: %v", err)
 	}
@@ -154,7 +145,7 @@ func TestL7Intentions(t *testing.T) {
 		r := a.Exec(svcA.ID, "service-a", a.Bin, "demo-app", "get", "-timeout", "3s", upstream+"/")
 		return r.Code == 0
 	})
-	_, err := consulClient(t, a).Connect().IntentionUpsert(&consulapi.Intention{
+	_, err := a.Consul().Connect().IntentionUpsert(&consulapi.Intention{
 		SourceName: "service-a", DestinationName: "service-b",
 		Permissions: []*consulapi.IntentionPermission{
 			{Action: consulapi.IntentionActionDeny, HTTP: &consulapi.IntentionHTTPPermission{PathPrefix: "/admin"}},
