@@ -1,98 +1,33 @@
 package meshstate
 
 import (
-	"bytes"
 	"context"
-	"fmt"
-	"net"
-	"os"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/meshlet/meshlet/internal/etcdembed"
+	"github.com/meshlet/meshlet/internal/etcdembed/etcdtest"
 )
 
 // testMember is one embedded etcd member shared by the package's tests
 // (each test works under its own key prefix); started by TestMain.
 var testMember *etcdembed.Member
 
+// TestMain starts the member with automatic compaction off: tests compact
+// by hand.
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "meshstate-etcd-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	testMember, err = startMember(dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "failed to start etcd member:", err)
-		_ = os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	_ = testMember.Close()
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
+	etcdtest.Main(m, "meshstate", &testMember, func(c *etcdembed.Config) { c.AutoCompactionRetention = "0" })
 }
 
-// startMember starts a Dev member on loopback ports picked free, with
-// automatic compaction off (tests compact by hand).
-func startMember(dir string) (*etcdembed.Member, error) {
-	client, err := freeURL()
-	if err != nil {
-		return nil, err
-	}
-	peer, err := freeURL()
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	return etcdembed.Start(ctx, etcdembed.Config{
-		DataDir: dir + "/etcd", Name: "meshstate-test", ClientURL: client, PeerURL: peer,
-		Logger: hclog.NewNullLogger(), Dev: true, AutoCompactionRetention: "0",
-	})
-}
-
-// freeURL returns http://127.0.0.1:<port> for a port that was free a moment
-// ago.
-func freeURL() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		return "", err
-	}
-	return "http://" + addr, nil
-}
-
-// newClient is a network client of the test member, closed when the test
-// ends.
-func newClient(t testing.TB) *clientv3.Client {
-	t.Helper()
-	c, err := clientv3.New(clientv3.Config{Endpoints: testMember.ClientURLs(), DialTimeout: 5 * time.Second,
-		Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
-
-var prefixSeq atomic.Int64
+// newClient is a network client of the test member, closed when the
+// test ends.
+func newClient(t testing.TB) *clientv3.Client { return etcdtest.Client(t, testMember) }
 
 // testPrefix is a key prefix no other test uses.
-func testPrefix(t testing.TB) string {
-	return fmt.Sprintf("/test/%d/%s/", prefixSeq.Add(1), strings.ReplaceAll(t.Name(), "/", "_"))
-}
+func testPrefix(t testing.TB) string { return etcdtest.Prefix(t) }
 
 // testNow is the clock of test stores.
 var testNow = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
@@ -112,31 +47,9 @@ func openTest(t testing.TB, c *clientv3.Client, prefix string) *Store {
 		Now: func() time.Time { return testNow }})
 }
 
-// logBuffer collects a test's log lines; goroutines may write to it after
-// the test ended, unlike t.Log.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
+type logBuffer = etcdtest.LogBuffer
 
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func ctxT(t testing.TB, d time.Duration) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
+func ctxT(t testing.TB, d time.Duration) context.Context { return etcdtest.Ctx(t, d) }
 
 // currentRev is the member's current revision.
 func currentRev(t testing.TB, c *clientv3.Client) int64 {
