@@ -23,11 +23,13 @@ import (
 func init() {
 	register(
 		&command{
-			name: "acl bootstrap", args: "[options]", synopsis: "Bootstrap the ACL system and print the initial management token",
+			name: "acl bootstrap", args: "[options] [FILE]", synopsis: "Bootstrap the ACL system and print the initial management token",
 			help: `Creates the first management token. It works once per cluster: later calls
 fail with "ACL bootstrap already done". The token's Secret ID is printed;
-keep it safe and hand it to the CLI with -token or MESHLET_TOKEN.`,
-			example: "$ meshlet acl bootstrap\n$ export MESHLET_TOKEN=<Secret ID>",
+keep it safe and hand it to the CLI with -token or MESHLET_TOKEN. With FILE
+("-" for stdin) the token's Secret ID is the UUID the file holds, as Nomad's
+bootstrap secret: provisioning can choose it before the cluster exists.`,
+			example: "$ meshlet acl bootstrap\n$ export MESHLET_TOKEN=<Secret ID>\n$ meshlet acl bootstrap /etc/meshlet/management-token",
 			run:     runACLBootstrap,
 		},
 		&command{
@@ -157,14 +159,22 @@ func runACLBootstrap(e *env, c *command, args []string) int {
 	if code, ok := e.parse(c, fs, args); !ok {
 		return code
 	}
-	if fs.NArg() != 0 {
-		return e.usageError(c, "acl bootstrap takes no arguments")
+	if fs.NArg() > 1 {
+		return e.usageError(c, "acl bootstrap takes at most one argument, a file holding the secret")
+	}
+	var secret string
+	if fs.NArg() == 1 {
+		b, err := readInputFile(e.stdin, fs.Arg(0), "bootstrap secret file")
+		if err != nil {
+			return e.errorf("%v", err)
+		}
+		secret = strings.TrimSpace(string(b))
 	}
 	client, code, ok := e.aclClient(t)
 	if !ok {
 		return code
 	}
-	tok, _, err := client.ACLTokens().Bootstrap(e.writeOpts())
+	tok, _, err := client.ACLTokens().BootstrapOpts(secret, e.writeOpts())
 	if err != nil {
 		return e.errorf("failed to bootstrap the ACL system: %s", t.describeACL(err))
 	}

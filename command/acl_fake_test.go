@@ -102,13 +102,24 @@ func writeJSONResponse(w http.ResponseWriter, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-func (f *fakeACL) bootstrap(w http.ResponseWriter, _ *http.Request) {
+func (f *fakeACL) bootstrap(w http.ResponseWriter, r *http.Request) {
 	if f.booted {
 		http.Error(w, "ACL bootstrap already done (reset index: 1)", http.StatusBadRequest)
 		return
 	}
+	var req nomadapi.BootstrapRequest
+	if r.ContentLength != 0 {
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+	}
 	f.booted = true
-	writeJSONResponse(w, f.store(&nomadapi.ACLToken{Name: "Bootstrap Token", Type: "management", Global: true}))
+	tok := f.store(&nomadapi.ACLToken{Name: "Bootstrap Token", Type: "management", Global: true})
+	if req.BootstrapSecret != "" {
+		tok.SecretID = req.BootstrapSecret // the operator's chosen secret
+	}
+	writeJSONResponse(w, tok)
 }
 
 // store saves a new token with fresh IDs and returns it, secret included.

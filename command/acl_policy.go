@@ -69,7 +69,7 @@ func runACLPolicyApply(e *env, c *command, args []string) int {
 	if fs.Arg(1) == "" {
 		return e.usageError(c, "expected two arguments: the policy NAME and its rules FILE")
 	}
-	rules, err := readPolicyFile(e.stdin, fs.Arg(1))
+	rules, err := readInputFile(e.stdin, fs.Arg(1), "policy file")
 	if err != nil {
 		return e.errorf("%v", err)
 	}
@@ -85,13 +85,14 @@ func runACLPolicyApply(e *env, c *command, args []string) int {
 	return exitOK
 }
 
-// readPolicyFile reads a policy's rules from path, or from stdin for "-".
-func readPolicyFile(stdin io.Reader, path string) ([]byte, error) {
+// readInputFile reads what (a policy file, a secret file) from path, or
+// from stdin for "-".
+func readInputFile(stdin io.Reader, path, what string) ([]byte, error) {
 	r := stdin
 	if path != "-" {
 		f, err := os.Open(path)
 		if err != nil {
-			return nil, fmt.Errorf("failed to read the policy file: %w", err)
+			return nil, fmt.Errorf("failed to read the %s: %w", what, err)
 		}
 		defer f.Close()
 		r = f
@@ -99,9 +100,9 @@ func readPolicyFile(stdin io.Reader, path string) ([]byte, error) {
 	b, err := io.ReadAll(io.LimitReader(r, maxPolicyFile+1))
 	switch {
 	case err != nil:
-		return nil, fmt.Errorf("failed to read the policy file %s: %w", path, err)
+		return nil, fmt.Errorf("failed to read the %s %s: %w", what, path, err)
 	case len(b) > maxPolicyFile:
-		return nil, fmt.Errorf("the policy file %s is larger than %d bytes", path, maxPolicyFile)
+		return nil, fmt.Errorf("the %s %s is larger than %d bytes", what, path, maxPolicyFile)
 	}
 	return b, nil
 }

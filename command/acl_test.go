@@ -2,6 +2,8 @@ package command
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -56,6 +58,25 @@ func TestACLBootstrap(t *testing.T) {
 	r = runCLI(t, "", "acl", "bootstrap", "-json")
 	if r.code != 1 || r.stderr != "Error: failed to bootstrap the ACL system: ACL bootstrap already done (reset index: 1) (HTTP 400)\n" {
 		t.Errorf("second bootstrap: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// acl bootstrap FILE makes the management token with the secret the file
+// holds (Nomad's bootstrap secret), so provisioning can choose it.
+func TestACLBootstrapSecretFile(t *testing.T) {
+	newFakeACL(t)
+	const secret = "6a1f4f9e-1c1b-4a64-9a53-3f2f3f0b8e2d"
+	path := filepath.Join(t.TempDir(), "management-token")
+	if err := os.WriteFile(path, []byte(secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := runCLI(t, "", "acl", "bootstrap", path)
+	if r.code != 0 || !strings.Contains(r.stdout, "Secret ID    = "+secret+"\n") {
+		t.Fatalf("bootstrap with a secret file: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if r := runCLI(t, "", "acl", "bootstrap", filepath.Join(t.TempDir(), "missing")); r.code != 1 ||
+		!strings.Contains(r.stderr, "failed to read the bootstrap secret file") {
+		t.Errorf("bootstrap with a missing file: exit %d, stderr %q", r.code, r.stderr)
 	}
 }
 
@@ -201,7 +222,7 @@ func TestACLUsageErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"bootstrap", "x"}, "acl bootstrap takes no arguments"},
+		{[]string{"bootstrap", "x", "y"}, "acl bootstrap takes at most one argument, a file holding the secret"},
 		{[]string{"policy", "apply", "readonly"}, "expected two arguments: the policy NAME and its rules FILE"},
 		{[]string{"policy", "apply", "../token/x", "f.hcl"}, `invalid policy name "../token/x"`},
 		{[]string{"policy", "info"}, "expected one argument: the policy NAME"},

@@ -16,10 +16,13 @@
 #                                one the others join); `both` is a server that
 #                                also runs the client role
 #
-# A cluster member makes its own RPC certificate (meshlet tls cert create)
-# from the agent CA in $MESHLET_CA_DIR (meshlet-agent-ca.pem and
+# A cluster member makes its own certificate (meshlet tls cert create) from
+# the agent CA in $MESHLET_CA_DIR (meshlet-agent-ca.pem and
 # meshlet-agent-ca-key.pem, which the Vagrantfile uploads); it keeps the CA
-# certificate and removes its copy of the CA key.
+# certificate and removes its copy of the CA key. Members run with ACLs and
+# with TLS on the RPC port and both HTTP APIs; the last server bootstraps
+# the ACL system with the secret in $MESHLET_CA_DIR/management-token, which
+# every member keeps root-only in /etc/meshlet for the CLI.
 #
 # DRY_RUN=1 prints the commands and the files instead of running and writing
 # them (CI checks it that way).
@@ -38,6 +41,9 @@ MESHLET_BIN="${MESHLET_BIN:-/usr/local/bin/meshlet}"
 RPC_PORT=4647
 CA_CERT=meshlet-agent-ca.pem
 CA_KEY=meshlet-agent-ca-key.pem
+# The cluster's management token's secret, chosen by the Vagrantfile: the
+# last server bootstraps the ACL system with it (meshlet acl bootstrap FILE).
+MGMT_TOKEN=management-token
 
 run() {
 	if [[ "${DRY_RUN:-0}" == 1 ]]; then
@@ -270,8 +276,13 @@ CONF
 	[[ "$role" != server ]] && printf '\nplugin "raw_exec" {\n  config {\n    enabled = true\n  }\n}\n'
 	cat <<CONF
 
+acl {
+  enabled = true
+}
+
 tls {
   rpc                    = true
+  http                   = true
   ca_file                = "${CONF_DIR}/${CA_CERT}"
   cert_file              = "${CONF_DIR}/${cert}.pem"
   key_file               = "${CONF_DIR}/${cert}-key.pem"
@@ -285,7 +296,7 @@ CONF
 # file:line:col when it starts).
 check_agent_config() {
 	local file="$1" role="$2" key opens closes
-	local keys=(data_dir bind_addr node_name 'server {' 'client {' enabled 'tls {' 'rpc ' ca_file cert_file key_file verify_server_hostname)
+	local keys=(data_dir bind_addr node_name 'server {' 'client {' enabled 'acl {' 'tls {' 'rpc ' 'http ' ca_file cert_file key_file verify_server_hostname)
 	[[ "$role" == client ]] && keys+=(servers)
 	[[ "$role" != server ]] && keys+=(cni_path)
 	for key in "${keys[@]}"; do
@@ -321,12 +332,14 @@ require_ca() {
 	[[ "${DRY_RUN:-0}" == 1 ]] && return 0
 	[[ -f "$MESHLET_CA_DIR/$CA_CERT" && -f "$MESHLET_CA_DIR/$CA_KEY" ]] ||
 		die "no agent CA in $MESHLET_CA_DIR ($CA_CERT and $CA_KEY): the Vagrantfile uploads them (run 'vagrant provision $1'); elsewhere create one with 'meshlet tls ca create' and set MESHLET_CA_DIR"
+	[[ -f "$MESHLET_CA_DIR/$MGMT_TOKEN" ]] ||
+		die "no $MGMT_TOKEN in $MESHLET_CA_DIR: the Vagrantfile uploads it (run 'vagrant provision $1'); elsewhere put a new UUID there (uuidgen)"
 }
 
 # member ROLE NAME IP SERVER_IPS provisions one member of a cluster.
 member() {
 	[[ $# -eq 4 ]] || usage
-	local role="$1" name="$2" ip="$3" servers="$4"
+	local role="$1" name="$2" ip="$3" servers="$4" server_ips
 	check_member_args "$role" "$name" "$ip" "$servers"
 	local conf
 	conf="$(mktemp)"
@@ -339,12 +352,49 @@ member() {
 	run install -d -m 0755 "$CONF_DIR"
 	make_node_cert "$role" "$name" "$ip"
 	write_file "$CONF_DIR/agent.hcl" 0644 <"$conf"
-	# The CLI in the VM talks to this agent, whose HTTP API listens on $ip;
-	# its connect API and xDS port stay on loopback (the CLI's defaults).
+	run install -m 0600 "$MESHLET_CA_DIR/$MGMT_TOKEN" "$CONF_DIR/$MGMT_TOKEN"
+	run rm -f "$MESHLET_CA_DIR/$MGMT_TOKEN"
+	# The CLI in the VM talks to this agent over HTTPS: its HTTP API listens
+	# on $ip, its connect API on loopback. root (sudo -i) also gets the
+	# management token.
 	write_file /etc/profile.d/meshlet.sh 0644 <<ENV
-export MESHLET_ADDR=http://${ip}:4646
+export MESHLET_ADDR=https://${ip}:4646
+export MESHLET_CONNECT_ADDR=https://127.0.0.1:8500
+export MESHLET_CACERT=${CONF_DIR}/${CA_CERT}
+if [ -r ${CONF_DIR}/${MGMT_TOKEN} ]; then
+	MESHLET_TOKEN="\$(cat ${CONF_DIR}/${MGMT_TOKEN})"
+	export MESHLET_TOKEN
+fi
 ENV
 	install_unit
+	IFS=, read -ra server_ips <<<"$servers"
+	if [[ "$ip" == "${server_ips[-1]}" ]]; then
+		bootstrap_acl "$ip"
+	fi
+}
+
+# bootstrap_acl IP: the last server provisioned makes the management token
+# with the chosen secret once the cluster answers (every server is up by
+# then); a cluster that was bootstrapped before is fine.
+bootstrap_acl() {
+	local ip="$1" out tries=0
+	local -a cmd=(env "MESHLET_ADDR=https://${ip}:4646" "MESHLET_CACERT=${CONF_DIR}/${CA_CERT}"
+		"$MESHLET_BIN" acl bootstrap "$CONF_DIR/$MGMT_TOKEN")
+	if [[ "${DRY_RUN:-0}" == 1 ]]; then
+		run "${cmd[@]}"
+		return 0
+	fi
+	while ((tries++ < 60)); do
+		if out="$("${cmd[@]}" 2>&1 >/dev/null)"; then
+			echo "provision: ACL system bootstrapped (the management token is in $CONF_DIR/$MGMT_TOKEN)"
+			return 0
+		fi
+		if [[ "$out" == *"bootstrap already done"* ]]; then
+			return 0
+		fi
+		sleep 2
+	done
+	echo "provision: WARNING: ACL bootstrap failed ($out); run 'sudo -i meshlet acl bootstrap $CONF_DIR/$MGMT_TOKEN' on $ip" >&2
 }
 
 usage() {
