@@ -34,8 +34,21 @@ func newTestNS(t *testing.T) string {
 	}
 	t.Cleanup(func() {
 		_ = n.Close()
-		if err := testutils.UnmountNS(n); err != nil {
-			t.Errorf("remove network namespace: %v", err)
+		// A dial the HTTP transport or gRPC started in the background
+		// (they outlive a cancelled request) may still hold the
+		// namespace file open for a moment: unmount refuses with EBUSY
+		// until it is closed.
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			err := testutils.UnmountNS(n)
+			if err == nil {
+				return
+			}
+			if !strings.Contains(err.Error(), "device or resource busy") || time.Now().After(deadline) {
+				t.Errorf("remove network namespace: %v", err)
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
 	})
 	err = n.Do(func(ns.NetNS) error {
