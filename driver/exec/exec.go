@@ -1,8 +1,16 @@
-// Package exec is the exec task driver: like raw_exec, plus each task gets
-// its own cpu and memory cgroups ("meshlet/<task-id>") carrying its resource
-// limits. It needs root; without usable cgroups it reports itself unhealthy
-// (saying why) and, if used anyway, runs tasks without limits.
-// All behaviour lives in driver/internal/proc.
+// Package exec is the exec task driver. Like Nomad's, it isolates each task:
+// chrooted (pivot_root) into its task directory, with the host's chroot_env
+// (/bin, /etc, /lib, /lib32, /lib64, /sbin, /usr) bound read-only, a fresh
+// /proc, a minimal /dev and /alloc; in new PID, mount, IPC and UTS
+// namespaces (the network namespace is the allocation's); as nobody unless
+// the task sets a user; with no_new_privs and a bounding set reduced to
+// Nomad's default allow-list. Each task also gets its own cpu and memory
+// cgroups ("meshlet/<task-id>") carrying its resource limits. Inside the
+// root, NOMAD_TASK_DIR is /local, NOMAD_SECRETS_DIR /secrets and
+// NOMAD_ALLOC_DIR /alloc. It needs root; without usable cgroups it reports
+// itself unhealthy (saying why) and, if used anyway, runs tasks without
+// limits. All behaviour lives in driver/internal/proc and
+// driver/internal/isolate.
 //
 // Concurrency: a Driver is safe for concurrent use.
 package exec
@@ -48,6 +56,7 @@ func New(cfg Config, logger hclog.Logger) *Driver {
 		ExecutorCmd:  cfg.ExecutorCmd,
 		StateDir:     cfg.StateDir,
 		Cgroups:      true,
+		Isolate:      true,
 		CgroupParent: cfg.CgroupParent,
 		Fingerprint:  fingerprint,
 	}, logger)}
@@ -73,5 +82,6 @@ func fingerprint(context.Context) (*driver.Fingerprint, error) {
 	fp.HealthDescription = "healthy"
 	fp.Attributes["driver.exec"] = "1"
 	fp.Attributes["driver.exec.cgroups"] = string(h.Mode)
+	fp.Attributes["driver.exec.fs_isolation"] = "chroot"
 	return fp, nil
 }

@@ -29,6 +29,13 @@ func TestMain(m *testing.M) {
 // to this test process, removed at cleanup.
 func newDriver(t *testing.T) *Driver {
 	t.Helper()
+	return newDriverIn(t, t.TempDir())
+}
+
+// newDriverIn is newDriver with a given state dir (a restarted agent's
+// driver shares its predecessor's).
+func newDriverIn(t *testing.T, stateDir string) *Driver {
+	t.Helper()
 	parent := fmt.Sprintf("meshlet-test-%d", os.Getpid())
 	t.Cleanup(func() {
 		if h, err := cgroups.Detect(); err == nil {
@@ -36,7 +43,7 @@ func newDriver(t *testing.T) *Driver {
 			os.Remove(filepath.Join(h.MemoryRoot, parent))
 		}
 	})
-	return New(Config{StateDir: t.TempDir(), CgroupParent: parent},
+	return New(Config{StateDir: stateDir, CgroupParent: parent},
 		hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: os.Stderr}))
 }
 

@@ -7,6 +7,11 @@
 // the agent, a task and its logging outlive an agent restart; the restarted
 // agent re-attaches through the PIDs and the exit file.
 //
+// An isolated task (Spec.Isolation, the exec driver) is started through
+// driver/internal/isolate's stage; its executor is then PID 1 of the task's
+// PID namespace (the driver clones it so): it reaps orphans, reports the
+// task's host PID, and kills what the task left behind once it exited.
+//
 // Protocol with the driver: the spec file path comes in -spec; the executor
 // writes exactly one JSON Started message to the status pipe (-status-fd,
 // default 3) and closes it; its own stdout/stderr are its log.
@@ -17,7 +22,6 @@ package executor
 
 import (
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -30,6 +34,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/meshlet/meshlet/driver/internal/cgroups"
+	"github.com/meshlet/meshlet/driver/internal/isolate"
 	"github.com/meshlet/meshlet/driver/internal/launch"
 	"github.com/meshlet/meshlet/driver/internal/procfs"
 	"github.com/meshlet/meshlet/driver/logging"
@@ -49,6 +54,9 @@ var forwarded = []os.Signal{
 // subcommand and returns the process exit code: 0 once the task's exit is
 // recorded, 1 when the task could not be started, 2 on bad usage.
 func Main(args []string) int {
+	if len(args) == 1 && args[0] == isolate.StageArg {
+		return isolate.StageMain()
+	}
 	fs := flag.NewFlagSet("executor", flag.ContinueOnError)
 	specPath := fs.String("spec", "", "path of the JSON task spec (deleted once read)")
 	statusFD := fs.Int("status-fd", 3, "file descriptor to report the start on")
@@ -99,54 +107,74 @@ func (e *executor) run(status *os.File) int {
 	signal.Notify(sigs, forwarded...)
 	signal.Ignore(syscall.SIGPIPE)
 
-	cmd, copiers, err := e.start()
+	cmd, hostPID, copiers, err := e.start()
 	if err != nil {
 		report(e.logger, status, &Started{Error: err.Error()})
 		return 1
 	}
-	pid := cmd.Process.Pid
-	// The task is our unreaped child: its stat exists until we Wait.
-	startTime, err := procfs.StartTime(pid)
+	// The task is our unreaped child: its stat exists until we reap it.
+	startTime, err := procfs.StartTime(hostPID)
 	if err != nil {
 		e.logger.Warn("failed to read task start time", "error", err)
 	}
-	report(e.logger, status, &Started{PID: pid, StartTime: startTime, Cgroup: e.group})
-	e.logger.Info("task started", "pid", pid)
+	report(e.logger, status, &Started{PID: hostPID, StartTime: startTime, Cgroup: e.group})
+	e.logger.Info("task started", "pid", hostPID)
 
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
-	var waitErr error
+	waited := make(chan waitResult, 1)
+	go func() { waited <- e.wait(cmd) }()
+	var res waitResult
 	for done := false; !done; {
 		select {
 		case sig := <-sigs:
-			e.logger.Info("forwarding signal", "signal", sig.String(), "pid", pid)
+			e.logger.Info("forwarding signal", "signal", sig.String(), "pid", hostPID)
 			_ = cmd.Process.Signal(sig)
-		case waitErr = <-waited:
+		case res = <-waited:
 			done = true
 		}
 	}
 	signal.Stop(sigs)
+	if e.spec.Isolation != nil {
+		// As PID 1 of the task's namespace: end what the task left behind.
+		isolate.ReapAll()
+		_ = cmd.Process.Release()
+	}
 	copiers.wait(drainTimeout)
-	return e.finish(cmd, waitErr)
+	return e.finish(res)
+}
+
+// waitResult is how the task ended: its wait status, or why it is unknown.
+type waitResult struct {
+	ws  syscall.WaitStatus
+	err error
+}
+
+// wait waits for the task. An isolated task's executor is PID 1 of the
+// task's namespace and reaps every orphan on the way.
+func (e *executor) wait(cmd *exec.Cmd) waitResult {
+	if e.spec.Isolation != nil {
+		ws, err := isolate.WaitTask(cmd.Process.Pid)
+		return waitResult{ws: syscall.WaitStatus(ws), err: err}
+	}
+	err := cmd.Wait()
+	if cmd.ProcessState != nil {
+		ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
+		return waitResult{ws: ws}
+	}
+	return waitResult{err: err}
 }
 
 // finish records the exit, releases the cgroup, and returns the executor's
 // exit code.
-func (e *executor) finish(cmd *exec.Cmd, waitErr error) int {
+func (e *executor) finish(res waitResult) int {
 	st := &ExitStatus{ExitedAt: time.Now().UTC()}
-	var exitErr *exec.ExitError
 	switch {
-	case cmd.ProcessState != nil:
-		ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
-		st.ExitCode = ws.ExitStatus()
-		if ws.Signaled() {
-			st.Signal = int(ws.Signal())
-			st.ExitCode = 128 + st.Signal
-		}
-	case errors.As(waitErr, &exitErr):
-		st.ExitCode = exitErr.ExitCode()
-	case waitErr != nil:
-		st.ExitCode, st.Error = -1, waitErr.Error()
+	case res.err != nil:
+		st.ExitCode, st.Error = -1, res.err.Error()
+	case res.ws.Signaled():
+		st.Signal = int(res.ws.Signal())
+		st.ExitCode = 128 + st.Signal
+	default:
+		st.ExitCode = res.ws.ExitStatus()
 	}
 	if e.group != nil {
 		st.OOMKilled = e.group.OOMKilled()
@@ -162,9 +190,10 @@ func (e *executor) finish(cmd *exec.Cmd, waitErr error) int {
 	return 0
 }
 
-// start opens the logs, creates the cgroup and starts the task. On error
-// everything it made is undone.
-func (e *executor) start() (cmd *exec.Cmd, c *copiers, err error) {
+// start opens the logs, creates the cgroup and starts the task; hostPID is
+// the task's PID as the host (and the driver) sees it. On error everything
+// it made is undone.
+func (e *executor) start() (cmd *exec.Cmd, hostPID int, c *copiers, err error) {
 	var cleanup []func()
 	defer func() {
 		if err != nil {
@@ -173,21 +202,50 @@ func (e *executor) start() (cmd *exec.Cmd, c *copiers, err error) {
 			}
 		}
 	}()
-	cred, err := launch.Credential(e.spec.User)
-	if err != nil {
-		return nil, nil, err
-	}
 	c = &copiers{logger: e.logger}
 	stdout, err := c.add(e.spec.StdoutPath, e.spec.LogMaxFiles, e.spec.LogMaxFileSize)
 	if err != nil {
-		return nil, nil, err
+		return nil, 0, nil, err
 	}
 	cleanup = append(cleanup, c.abort)
 	stderr, err := c.add(e.spec.StderrPath, e.spec.LogMaxFiles, e.spec.LogMaxFileSize)
 	if err != nil {
-		return nil, nil, err
+		return nil, 0, nil, err
 	}
-	cmd = &exec.Cmd{
+	if e.spec.Cgroup != nil {
+		h, err := cgroups.Detect()
+		if err != nil {
+			return nil, 0, nil, fmt.Errorf("failed to set up task cgroup: %w", err)
+		}
+		g, err := h.Create(e.spec.Cgroup.Parent, e.spec.Cgroup.Name, e.spec.Cgroup.Limits)
+		if err != nil {
+			return nil, 0, nil, err
+		}
+		e.group = g
+		cleanup = append(cleanup, func() { _ = g.Destroy(); e.group = nil })
+	}
+	if e.spec.Isolation != nil {
+		cmd, hostPID, err = e.startIsolated(stdout, stderr)
+	} else {
+		cmd, err = e.startPlain(stdout, stderr)
+		if err == nil {
+			hostPID = cmd.Process.Pid
+		}
+	}
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	c.started()
+	return cmd, hostPID, c, nil
+}
+
+// startPlain starts the task as the spec's user, in its own process group.
+func (e *executor) startPlain(stdout, stderr *os.File) (*exec.Cmd, error) {
+	cred, err := launch.Credential(e.spec.User)
+	if err != nil {
+		return nil, err
+	}
+	cmd := &exec.Cmd{
 		Path:        e.spec.Command,
 		Args:        append([]string{e.spec.Command}, e.spec.Args...),
 		Env:         launch.EnvList(e.spec.Env),
@@ -196,36 +254,27 @@ func (e *executor) start() (cmd *exec.Cmd, c *copiers, err error) {
 		Stderr:      stderr,
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Credential: cred},
 	}
-	if e.spec.Cgroup != nil {
-		h, err := cgroups.Detect()
-		if err != nil {
-			return nil, nil, fmt.Errorf("failed to set up task cgroup: %w", err)
-		}
-		g, err := h.Create(e.spec.Cgroup.Parent, e.spec.Cgroup.Name, e.spec.Cgroup.Limits)
-		if err != nil {
-			return nil, nil, err
-		}
-		e.group = g
-		cleanup = append(cleanup, func() { _ = g.Destroy(); e.group = nil })
-	}
 	if err := e.startInGroup(cmd); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	c.started()
-	return cmd, c, nil
+	return cmd, nil
 }
 
 // startInGroup forks the task from inside its cgroup (so it never runs
 // outside it) and its network namespace.
 func (e *executor) startInGroup(cmd *exec.Cmd) error {
+	start := launch.StartInNetNS
+	if e.spec.Isolation != nil {
+		start = isolate.StartInNetNS
+	}
 	if e.group == nil {
-		return launch.StartInNetNS(cmd, e.spec.NetNSPath)
+		return start(cmd, e.spec.NetNSPath)
 	}
 	restore, err := e.group.Enter()
 	if err != nil {
 		return err
 	}
-	startErr := launch.StartInNetNS(cmd, e.spec.NetNSPath)
+	startErr := start(cmd, e.spec.NetNSPath)
 	if err := restore(); err != nil {
 		e.logger.Warn("failed to leave the task cgroup", "error", err)
 	}

@@ -33,6 +33,15 @@ func TestSpecValidate(t *testing.T) {
 		{"no logs", func(s *Spec) { s.StdoutPath = "" }, "stdout_path"},
 		{"no rotation", func(s *Spec) { s.LogMaxFiles = 0 }, "log_max_files"},
 		{"no exit file", func(s *Spec) { s.ExitFile = "" }, "exit_file"},
+		{"isolated relative command", func(s *Spec) {
+			s.Command, s.Isolation = "sh", &IsolationSpec{StageCmd: []string{"/usr/bin/meshlet", "executor"}}
+		}, ""},
+		{"isolated no command", func(s *Spec) {
+			s.Command, s.Isolation = "", &IsolationSpec{StageCmd: []string{"/usr/bin/meshlet"}}
+		}, "command is required"},
+		{"isolated relative stage", func(s *Spec) {
+			s.Command, s.Isolation = "sh", &IsolationSpec{StageCmd: []string{"meshlet"}}
+		}, "stage_cmd"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -33,6 +33,23 @@ type Spec struct {
 	Cgroup *CgroupSpec `json:"cgroup,omitempty"`
 	// ExitFile is where the task's ExitStatus is written, atomically.
 	ExitFile string `json:"exit_file"`
+	// Isolation, when set, runs the task chrooted into Dir in its own
+	// namespaces (driver/internal/isolate); Command is then resolved inside
+	// that root and the executor must be PID 1 of a new PID namespace.
+	Isolation *IsolationSpec `json:"isolation,omitempty"`
+}
+
+// IsolationSpec is how an isolated task's root and privileges are built.
+type IsolationSpec struct {
+	// StageCmd runs this executor binary (the driver's executor command);
+	// the executor appends isolate.StageArg.
+	StageCmd []string `json:"stage_cmd"`
+	// AllocDir is the shared alloc directory, bound at /alloc.
+	AllocDir string `json:"alloc_dir,omitempty"`
+	// ReadOnly are the host directories bound read-only (chroot_env).
+	ReadOnly []string `json:"read_only"`
+	// Caps is the capability bounding set the task keeps.
+	Caps []string `json:"caps"`
 }
 
 // CgroupSpec names the task's cgroup: "<hierarchy>/<Parent>/<Name>".
@@ -66,8 +83,12 @@ func (s *Spec) Validate() error {
 	switch {
 	case s.TaskID == "":
 		return errors.New("invalid spec: task_id is required")
-	case !filepath.IsAbs(s.Command):
+	case s.Isolation == nil && !filepath.IsAbs(s.Command):
 		return fmt.Errorf("invalid spec: command %q is not an absolute path", s.Command)
+	case s.Command == "":
+		return errors.New("invalid spec: command is required")
+	case s.Isolation != nil && (len(s.Isolation.StageCmd) == 0 || !filepath.IsAbs(s.Isolation.StageCmd[0])):
+		return errors.New("invalid spec: isolation.stage_cmd must start with an absolute path")
 	case s.Dir == "":
 		return errors.New("invalid spec: dir is required")
 	case s.StdoutPath == "" || s.StderrPath == "":

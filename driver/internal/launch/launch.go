@@ -91,6 +91,21 @@ func Credential(name string) (*syscall.Credential, error) {
 	if name == "" {
 		return nil, nil
 	}
+	cred, err := LookupCredential(name)
+	if err != nil {
+		return nil, err
+	}
+	if int(cred.Uid) == os.Geteuid() {
+		return nil, nil
+	}
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("failed to run as user %q: switching users requires root", name)
+	}
+	return cred, nil
+}
+
+// LookupCredential returns user name's uid, primary gid and groups.
+func LookupCredential(name string) (*syscall.Credential, error) {
 	u, err := user.Lookup(name)
 	if err != nil {
 		return nil, fmt.Errorf("failed to look up user %q: %w", name, err)
@@ -99,12 +114,6 @@ func Credential(name string) (*syscall.Credential, error) {
 	gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
 	if err := errors.Join(err1, err2); err != nil {
 		return nil, fmt.Errorf("failed to parse ids of user %q: %w", name, err)
-	}
-	if int(uid) == os.Geteuid() {
-		return nil, nil
-	}
-	if os.Geteuid() != 0 {
-		return nil, fmt.Errorf("failed to run as user %q: switching users requires root", name)
 	}
 	cred := &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 	if gids, err := u.GroupIds(); err == nil {

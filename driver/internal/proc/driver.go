@@ -1,8 +1,9 @@
 // Package proc is the driver core shared by the exec and raw_exec drivers:
 // tasks run under a detached executor process (driver/executor), tracked in
 // a small in-memory task store and re-attached after an agent restart from a
-// versioned recovery payload. The two drivers differ only in their name,
-// fingerprint and whether tasks get cgroups.
+// versioned recovery payload. The two drivers differ in their name,
+// fingerprint, whether tasks get cgroups and whether they are isolated
+// (chroot, namespaces, reduced privileges: see isolated.go).
 //
 // Concurrency: every Driver method is safe for concurrent use. The task
 // store is a map behind an RWMutex; each taskHandle guards its mutable
@@ -20,6 +21,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/meshlet/meshlet/driver"
+	"github.com/meshlet/meshlet/driver/internal/isolate"
 )
 
 // Options configure a Driver.
@@ -37,6 +39,16 @@ type Options struct {
 	// with the task's resource limits, when the host supports them.
 	Cgroups      bool
 	CgroupParent string
+	// Isolate runs each task chrooted into its task dir, in new PID, mount,
+	// IPC and UTS namespaces, as nobody unless it sets a user, with
+	// no_new_privs and the Caps bounding set (driver/internal/isolate).
+	Isolate bool
+	// ChrootEnv are the host directories bound read-only into an isolated
+	// task's root; default isolate.DefaultChrootEnv.
+	ChrootEnv []string
+	// Caps is an isolated task's capability bounding set; default
+	// isolate.DefaultCaps.
+	Caps []string
 	// Fingerprint reports the driver's health; nil means always healthy.
 	Fingerprint func(ctx context.Context) (*driver.Fingerprint, error)
 }
@@ -69,6 +81,12 @@ func New(opts Options, logger hclog.Logger) *Driver {
 	}
 	if opts.CgroupParent == "" {
 		opts.CgroupParent = "meshlet"
+	}
+	if opts.Isolate && opts.ChrootEnv == nil {
+		opts.ChrootEnv = isolate.DefaultChrootEnv()
+	}
+	if opts.Isolate && opts.Caps == nil {
+		opts.Caps = isolate.DefaultCaps()
 	}
 	if logger == nil {
 		logger = hclog.NewNullLogger()

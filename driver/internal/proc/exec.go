@@ -43,7 +43,8 @@ func (d *Driver) ExecTask(taskID string, cmd []string, timeout time.Duration) (*
 
 // ExecTaskStreaming implements driver.StreamingExecer: the command runs in
 // the task's network namespace, with the task's env, user and working
-// directory (not in its cgroups). Stdout and Stderr are written from
+// directory (not in its cgroups); for an isolated task also in its PID,
+// IPC and UTS namespaces, chrooted into its root, with its privileges. Stdout and Stderr are written from
 // separate goroutines. A caller-supplied Stdin that never returns from Read
 // keeps one goroutine alive until it does.
 func (d *Driver) ExecTaskStreaming(ctx context.Context, taskID string, opts *driver.ExecOptions) (int, error) {
@@ -67,7 +68,12 @@ func (d *Driver) execStreaming(ctx context.Context, taskID string, opts *driver.
 		return -1, false, fmt.Errorf("failed to exec in task %s: task is not running", taskID)
 	}
 	cloexecOnce.Do(launch.CloexecInherited)
-	cmd, err := execCommand(h.cfg, opts.Command)
+	var cmd *exec.Cmd
+	if h.st.Isolated {
+		cmd, err = isolatedExecCommand(h, opts.Command)
+	} else {
+		cmd, err = execCommand(h.cfg, opts.Command)
+	}
 	if err != nil {
 		return -1, false, fmt.Errorf("failed to exec in task %s: %w", taskID, err)
 	}
@@ -75,7 +81,7 @@ func (d *Driver) execStreaming(ctx context.Context, taskID string, opts *driver.
 	if err != nil {
 		return -1, false, fmt.Errorf("failed to exec in task %s: %w", taskID, err)
 	}
-	if err := launch.StartInNetNS(cmd, h.cfg.NetNSPath); err != nil {
+	if err := d.startExec(h, cmd); err != nil {
 		s.closeAll()
 		return -1, false, fmt.Errorf("failed to exec in task %s: %w", taskID, err)
 	}

@@ -32,6 +32,9 @@ type driverState struct {
 	Command           string         `json:"command"`
 	Args              []string       `json:"args,omitempty"`
 	Cgroup            *cgroups.Group `json:"cgroup,omitempty"`
+	// Isolated: the task runs chrooted in its own namespaces (a payload
+	// from before isolation existed decodes as false).
+	Isolated bool `json:"isolated,omitempty"`
 }
 
 func decodeState(b []byte) (*driverState, error) {

@@ -94,9 +94,12 @@ func (d *Driver) StartTask(cfg *driver.TaskConfig) (*driver.TaskHandle, error) {
 	if cfg.TaskDir == "" {
 		return nil, fmt.Errorf("failed to start task %s: task dir is required", cfg.ID)
 	}
-	command, err := launch.LookPath(tc.Command, cfg.Env, cfg.TaskDir)
-	if err != nil {
-		return nil, fmt.Errorf("failed to start task %s: %w", cfg.ID, err)
+	// An isolated task's command is resolved in its root, by the executor.
+	command := tc.Command
+	if !d.opts.Isolate {
+		if command, err = launch.LookPath(tc.Command, cfg.Env, cfg.TaskDir); err != nil {
+			return nil, fmt.Errorf("failed to start task %s: %w", cfg.ID, err)
+		}
 	}
 	if err := d.tasks.reserve(cfg.ID); err != nil {
 		return nil, fmt.Errorf("failed to start task: %w", err)
@@ -144,6 +147,7 @@ func (d *Driver) StartTask(cfg *driver.TaskConfig) (*driver.TaskHandle, error) {
 		Command:           command,
 		Args:              tc.Args,
 		Cgroup:            started.Cgroup,
+		Isolated:          spec.Isolation != nil,
 	}
 	h := newHandle(cfg, st)
 	go d.monitorChild(h, cmd)
@@ -192,6 +196,9 @@ func (d *Driver) buildSpec(cfg *driver.TaskConfig, tc *taskConfig, command, dir 
 	if spec.LogMaxFileSize <= 0 {
 		spec.LogMaxFileSize = driver.DefaultLogMaxFileSizeMB << 20
 	}
+	if d.opts.Isolate {
+		d.isolateSpec(cfg, spec)
+	}
 	if d.opts.Cgroups {
 		if _, err := cgroups.Detect(); err != nil {
 			d.logger.Warn("task runs without resource limits", "task_id", cfg.ID, "error", err)
@@ -224,6 +231,10 @@ func (d *Driver) launchExecutor(dir, specPath string) (*exec.Cmd, *executor.Star
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.ExtraFiles = []*os.File{w}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if d.opts.Isolate {
+		// The executor is init (PID 1) of the task's PID namespace.
+		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWPID
+	}
 	err = cmd.Start()
 	w.Close()
 	if err != nil {

@@ -1,0 +1,92 @@
+package proc
+
+import (
+	"os/exec"
+	"path/filepath"
+	"syscall"
+
+	"github.com/meshlet/meshlet/driver"
+	"github.com/meshlet/meshlet/driver/executor"
+	"github.com/meshlet/meshlet/driver/internal/isolate"
+	"github.com/meshlet/meshlet/driver/internal/launch"
+)
+
+// Paths of the task's directories inside an isolated task's root (Nomad's).
+const (
+	isoAllocDir   = "/alloc"
+	isoLocalDir   = "/local"
+	isoSecretsDir = "/secrets"
+)
+
+// isolateSpec makes spec run isolated: the default user, the stage command,
+// chroot_env, caps, and the env's directory variables as the task sees them.
+func (d *Driver) isolateSpec(cfg *driver.TaskConfig, spec *executor.Spec) {
+	spec.User = isolatedUser(cfg)
+	spec.Env = isolatedEnv(cfg)
+	spec.Isolation = &executor.IsolationSpec{
+		StageCmd: d.opts.ExecutorCmd,
+		AllocDir: cfg.AllocDir,
+		ReadOnly: d.opts.ChrootEnv,
+		Caps:     d.opts.Caps,
+	}
+}
+
+// isolatedUser is the user an isolated task runs as.
+func isolatedUser(cfg *driver.TaskConfig) string {
+	if cfg.User != "" {
+		return cfg.User
+	}
+	return isolate.DefaultUser
+}
+
+// isolatedEnv is the task's env with NOMAD_ALLOC_DIR, NOMAD_TASK_DIR and
+// NOMAD_SECRETS_DIR moved from the host paths the client set to the paths
+// inside the task's root. Other values are left as they are.
+func isolatedEnv(cfg *driver.TaskConfig) map[string]string {
+	moved := map[string][2]string{
+		"NOMAD_TASK_DIR":    {filepath.Join(cfg.TaskDir, "local"), isoLocalDir},
+		"NOMAD_SECRETS_DIR": {filepath.Join(cfg.TaskDir, "secrets"), isoSecretsDir},
+	}
+	if cfg.AllocDir != "" {
+		moved["NOMAD_ALLOC_DIR"] = [2]string{cfg.AllocDir, isoAllocDir}
+	}
+	env := make(map[string]string, len(cfg.Env))
+	for k, v := range cfg.Env {
+		if m, ok := moved[k]; ok && filepath.Clean(v) == m[0] {
+			v = m[1]
+		}
+		env[k] = v
+	}
+	return env
+}
+
+// isolatedExecCommand builds an exec session's command for an isolated
+// task: resolved in the task's root, run from its "/" as the task's user.
+func isolatedExecCommand(h *taskHandle, argv []string) (*exec.Cmd, error) {
+	env := isolatedEnv(h.cfg)
+	path, err := isolate.LookPathIn(h.st.TaskPID, argv[0], env, "/")
+	if err != nil {
+		return nil, err
+	}
+	cred, err := launch.Credential(isolatedUser(h.cfg))
+	if err != nil {
+		return nil, err
+	}
+	return &exec.Cmd{
+		Path:        path,
+		Args:        append([]string{argv[0]}, argv[1:]...),
+		Env:         launch.EnvList(env),
+		Dir:         "/",
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Credential: cred},
+	}, nil
+}
+
+// startExec starts an exec session's command in the task's context.
+func (d *Driver) startExec(h *taskHandle, cmd *exec.Cmd) error {
+	if !h.st.Isolated {
+		return launch.StartInNetNS(cmd, h.cfg.NetNSPath)
+	}
+	return isolate.StartInTask(cmd, isolate.Target{
+		PID: h.st.TaskPID, StartTime: h.st.TaskStartTime, NetNSPath: h.cfg.NetNSPath, Caps: d.opts.Caps,
+	})
+}
