@@ -70,6 +70,8 @@ type harness struct {
 	dir   string
 	log   *callLog
 	alloc *structs.Allocation
+	// nodeAttrs are the node's attributes the runner sees.
+	nodeAttrs map[string]string
 
 	mu      sync.Mutex
 	updates []*structs.Allocation
@@ -110,7 +112,7 @@ func (h *harness) runner(restored bool, hooks ...AllocHook) *AllocRunner {
 			h.t.Fatal(err)
 		}
 	}
-	ar, err := New(Config{Alloc: h.alloc, Node: &structs.Node{ID: "n1", Datacenter: "dc1"},
+	ar, err := New(Config{Alloc: h.alloc, Node: &structs.Node{ID: "n1", Datacenter: "dc1", Attributes: h.nodeAttrs},
 		AllocDir: allocdir.New(filepath.Join(h.dir, "alloc"), h.alloc.ID),
 		Driver: func(name string) (driver.Driver, error) {
 			if name != "fake" {
@@ -235,6 +237,46 @@ func TestHookEnvReachesTasks(t *testing.T) {
 	}
 	ar.Kill()
 	waitDone(t, ar)
+}
+
+// A task of a driver that chroots it into its directory (the fingerprint's
+// driver.<name>.fs_isolation = "chroot") gets the paths it sees inside:
+// in its environment and in its interpolated config.
+func TestIsolatedTaskSeesInsidePaths(t *testing.T) {
+	app := task("app", "", false)
+	app.Config = map[string]any{"script": "${NOMAD_TASK_DIR}/run.sh"}
+	for _, c := range []struct {
+		attrs                    map[string]string
+		wantTask, wantAllocInEnv string
+	}{
+		{map[string]string{"driver.fake.fs_isolation": "chroot"}, "/local", "/alloc"},
+		{nil, "", ""}, // host paths: checked by suffix below
+	} {
+		h := newHarness(t, "service", app)
+		h.nodeAttrs = c.attrs
+		ar := h.runner(false)
+		go ar.Run()
+		h.waitStatus(ar, structs.AllocClientStatusRunning)
+		var cfg *driver.TaskConfig
+		testutil.WaitFor(t, hang, "the app's persisted handle", func() bool {
+			ls, _ := h.db.TaskStates(h.alloc.ID)
+			if ls["app"] == nil || ls["app"].Handle == nil {
+				return false
+			}
+			cfg = ls["app"].Handle.Config
+			return true
+		})
+		if c.wantTask != "" {
+			if cfg.Env["NOMAD_TASK_DIR"] != c.wantTask || cfg.Env["NOMAD_ALLOC_DIR"] != c.wantAllocInEnv ||
+				cfg.Env["NOMAD_SECRETS_DIR"] != "/secrets" || cfg.Config["script"] != "/local/run.sh" {
+				t.Errorf("isolated task: env %v config %v, want the paths inside its chroot", cfg.Env, cfg.Config)
+			}
+		} else if !strings.HasSuffix(cfg.Env["NOMAD_TASK_DIR"], "alloc-1/app/local") || cfg.Config["script"] != cfg.Env["NOMAD_TASK_DIR"]+"/run.sh" {
+			t.Errorf("task without isolation: env %v config %v, want host paths", cfg.Env, cfg.Config)
+		}
+		ar.Kill()
+		waitDone(t, ar)
+	}
 }
 
 func TestFailures(t *testing.T) {

@@ -171,11 +171,32 @@ func (ar *AllocRunner) setTaskEnv() {
 	for _, name := range ar.TaskNames() {
 		tr := ar.TaskRunner(name)
 		td := ar.cfg.AllocDir.TaskDir(name)
+		shared, local, secrets := ar.cfg.AllocDir.SharedDir, td.LocalDir, td.SecretsDir
+		if ar.isolatesFS(tr.Task().Driver) {
+			shared, local, secrets = IsolatedAllocDir, IsolatedLocalDir, IsolatedSecretsDir
+		}
 		env := taskenv.NewBuilder(ar.cfg.Node, alloc, tr.Task()).
-			SetDirs(ar.cfg.AllocDir.SharedDir, td.LocalDir, td.SecretsDir).
+			SetDirs(shared, local, secrets).
 			SetNetworkStatus(ar.hc.NetworkStatus).SetExtra(ar.hc.Env).Build()
 		tr.SetEnv(env, ar.hc.NetNSPath)
 	}
+}
+
+// Where a task of a driver that isolates its file system (the exec
+// driver's chroot) sees its directories, as in Nomad: NOMAD_ALLOC_DIR,
+// NOMAD_TASK_DIR and NOMAD_SECRETS_DIR, and the config interpolated with
+// them, name these paths.
+const (
+	IsolatedAllocDir   = "/alloc"
+	IsolatedLocalDir   = "/local"
+	IsolatedSecretsDir = "/secrets"
+)
+
+// isolatesFS reports whether driver runs tasks in a chroot of their
+// directory: its fingerprint says so with the attribute
+// driver.<name>.fs_isolation = "chroot" (Nomad's FSIsolationChroot).
+func (ar *AllocRunner) isolatesFS(driver string) bool {
+	return ar.cfg.Node != nil && ar.cfg.Node.Attributes["driver."+driver+".fs_isolation"] == "chroot"
 }
 
 func (ar *AllocRunner) allDead() bool {
