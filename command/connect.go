@@ -208,6 +208,7 @@ func runConnectSidecar(e *env, c *command, args []string) int {
 	mode := fs.String("mode", connect.SidecarAuto, "`MODE`: auto, envoy or builtin")
 	binary := fs.String("envoy-binary", "", "`PATH` of the envoy binary found on the node")
 	bootstrapPath := fs.String("bootstrap-path", "", "`PATH` of the Envoy bootstrap the client wrote")
+	runAs := fs.String("user", connect.ProxyUser, "`USER` the built-in proxy drops to when started as root (\"root\" keeps root)")
 	if code, ok := e.parse(c, fs, args); !ok {
 		return code
 	}
@@ -223,6 +224,18 @@ func runConnectSidecar(e *env, c *command, args []string) int {
 		argv := append([]string{*binary}, connect.EnvoyArgs(*bootstrapPath)...)
 		return e.errorf("failed to exec envoy: %v", execve(*binary, argv))
 	}
-	cfg := sidecar.Config{ProxyID: *proxyID, Cluster: *service, XDSAddr: *grpcAddr, AdminBind: *adminBind, Delta: true}
+	if os.Geteuid() == 0 && *runAs != "" && *runAs != "root" {
+		if err := ensureNoNewPrivs(); err != nil {
+			return e.errorf("built-in proxy: %v", err)
+		}
+	}
+	xdsAddr, err := socketFromDir(*grpcAddr)
+	if err != nil {
+		return e.errorf("built-in proxy: %v", err)
+	}
+	if err := dropPrivileges(*runAs); err != nil {
+		return e.errorf("built-in proxy: %v", err)
+	}
+	cfg := sidecar.Config{ProxyID: *proxyID, Cluster: *service, XDSAddr: xdsAddr, AdminBind: *adminBind, Delta: true}
 	return e.runBuiltinProxy(cfg, "info", connect.ProxyConcurrency)
 }

@@ -29,6 +29,10 @@ const (
 	ProxyTaskPrefix = "connect-proxy-"
 	// KindPrefix marks an injected task's Kind, as Nomad does.
 	KindPrefix = "connect-proxy:"
+	// ProxyUser is the user the built-in proxy of an injected sidecar
+	// drops to (it is started as the task's user, root by default, to
+	// read the agent's binary wherever it lives).
+	ProxyUser = "nobody"
 	// SocketName is the control plane's unix socket in an allocation's
 	// shared alloc/run directory (SocketDir); the sidecar reaches xDS and
 	// ext_authz through it from inside the network namespace.

@@ -15,6 +15,8 @@ import (
 	"math/big"
 	"net"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -68,6 +70,16 @@ func TestIsolationAndIdentity(t *testing.T) {
 		r := a.Exec(db.ID, "db", a.Bin, "demo-app", "tcp-client", "-addr", "127.0.0.1:9191", "-timeout", "1s")
 		if r.Code == 0 {
 			t.Errorf("web's upstream listener answered from db's namespace: %q", r.Stdout)
+		}
+	})
+
+	t.Run("sidecars run as nobody without privileges", func(t *testing.T) {
+		for _, alloc := range []string{web.ID, db.ID} {
+			status := sidecarStatus(t, alloc)
+			if !strings.Contains(status, "\nUid:\t65534\t65534\t65534\t65534\n") || !strings.Contains(status, "\nNoNewPrivs:\t1\n") ||
+				!strings.Contains(status, "\nCapEff:\t0000000000000000\n") {
+				t.Errorf("allocation %s's built-in sidecar: want uid nobody, no_new_privs, no capabilities; /proc status:\n%s", alloc, status)
+			}
 		}
 	})
 
@@ -160,4 +172,31 @@ func foreignCert(t *testing.T) tls.Certificate {
 		t.Fatal(err)
 	}
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+// sidecarStatus is /proc/<pid>/status of the built-in sidecar of
+// allocation allocID (its command line names the allocation in its proxy
+// ID).
+func sidecarStatus(t *testing.T, allocID string) string {
+	t.Helper()
+	dirs, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dirs {
+		cmd, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(cmd), "\x00")
+		if len(args) > 3 && args[1] == "connect" && args[2] == "sidecar" && strings.Contains(string(cmd), allocID) {
+			status, err := os.ReadFile(filepath.Join("/proc", d.Name(), "status"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return string(status)
+		}
+	}
+	t.Fatalf("no built-in sidecar process of allocation %s", allocID)
+	return ""
 }
