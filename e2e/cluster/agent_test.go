@@ -34,6 +34,9 @@ type agent struct {
 	ConfigPath string
 	LogPath    string
 	argv       []string
+	// token is the cluster's management token (the API client, and the
+	// calls made inside the agent's namespace, send it).
+	token string
 
 	apiOnce sync.Once
 	api     *nomadapi.Client
@@ -152,6 +155,7 @@ func (a *agent) API() *nomadapi.Client {
 		var err error
 		a.api, err = nomadapi.NewClient(&nomadapi.Config{
 			Address:    a.HTTPAddr(),
+			SecretID:   a.token,
 			HttpClient: &http.Client{Timeout: 10 * time.Second, Transport: tr},
 		})
 		if err != nil {

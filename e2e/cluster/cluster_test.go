@@ -4,15 +4,20 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
+	nomadapi "github.com/hashicorp/nomad/api"
 )
 
 // cluster is a set of agents on one test network, sharing a CA. Its
@@ -25,6 +30,11 @@ type cluster struct {
 	net      *testNet
 	certDir  string // CA, certificates, configs and logs
 	dataRoot string // short: unix socket paths under data dirs are limited
+	// token is the management token's secret: every agent runs with ACLs
+	// and the first wait for a leader or for ready nodes bootstraps with
+	// it (booted); the CLI and the API clients send it.
+	token  string
+	booted atomic.Bool
 
 	mu     sync.Mutex
 	agents []*agent
@@ -40,7 +50,7 @@ func newCluster(t *testing.T) *cluster {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dataRoot) })
-	c := &cluster{t: t, bin: bin, cniPath: cniPath, certDir: t.TempDir(), dataRoot: dataRoot}
+	c := &cluster{t: t, bin: bin, cniPath: cniPath, certDir: t.TempDir(), dataRoot: dataRoot, token: uuid.NewString()}
 	c.net = newTestNet(t)
 	t.Cleanup(c.stop)
 	c.tls("ca", "create")
@@ -157,6 +167,9 @@ func (c *cluster) add(name string, host int, server bool, body string) *agent {
 bind_addr = %q
 node_name = %q
 log_level = "debug"
+acl {
+  enabled = true
+}
 `, filepath.Join(c.dataRoot, name), ip, name) + body + c.tlsBlock(role, name, ip)
 	return c.startAgent(name, host, server, cfg)
 }
@@ -165,7 +178,7 @@ log_level = "debug"
 // config cfg in it (data dir dataRoot/name).
 func (c *cluster) startAgent(name string, host int, server bool, cfg string) *agent {
 	c.t.Helper()
-	a := &agent{t: c.t, Name: name, IP: c.net.Addr(host), Server: server,
+	a := &agent{t: c.t, Name: name, IP: c.net.Addr(host), Server: server, token: c.token,
 		DataDir: filepath.Join(c.dataRoot, name), LogPath: filepath.Join(c.certDir, name+".log"),
 		ConfigPath: filepath.Join(c.certDir, name+".hcl")}
 	a.argv = []string{c.bin, "agent", "-config", a.ConfigPath}
@@ -266,7 +279,33 @@ func (c *cluster) WaitLeader(timeout time.Duration, servers ...*agent) (string, 
 		}
 		return true, ""
 	})
+	poll(c.t, timeout, "the ACL bootstrap", func() (bool, string) {
+		if err := c.bootstrapACL(servers[0]); err != nil {
+			return false, err.Error()
+		}
+		return true, ""
+	})
 	return leader, took
+}
+
+// bootstrapACL makes the cluster's management token with the chosen
+// secret through via, once; a cluster bootstrapped before is fine.
+func (c *cluster) bootstrapACL(via *agent) error {
+	if c.booted.Load() {
+		return nil
+	}
+	anon, err := nomadapi.NewClient(&nomadapi.Config{Address: via.HTTPAddr(),
+		HttpClient: &http.Client{Timeout: 10 * time.Second}})
+	if err != nil {
+		return err
+	}
+	defer anon.Close()
+	_, _, err = anon.ACLTokens().BootstrapOpts(c.token, nil)
+	if err != nil && !strings.Contains(err.Error(), "bootstrap already done") {
+		return fmt.Errorf("ACL bootstrap through %s: %w", via.Name, err)
+	}
+	c.booted.Store(true)
+	return nil
 }
 
 // WaitNodesReady waits until via lists every client's node as ready.
@@ -276,6 +315,9 @@ func (c *cluster) WaitNodesReady(timeout time.Duration, via *agent, clients ...*
 		via.checkAlive()
 		for _, cl := range clients {
 			cl.checkAlive()
+		}
+		if err := c.bootstrapACL(via); err != nil {
+			return false, err.Error()
 		}
 		status, err := c.nodeStatus(via)
 		if err != nil {
@@ -322,7 +364,7 @@ func (c *cluster) CLI(via *agent, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, c.bin, args...)
-	cmd.Env = append(os.Environ(), "MESHLET_ADDR="+via.HTTPAddr())
+	cmd.Env = append(os.Environ(), "MESHLET_ADDR="+via.HTTPAddr(), "MESHLET_TOKEN="+c.token)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()

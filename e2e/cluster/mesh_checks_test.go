@@ -87,7 +87,7 @@ func TestFailingCheckLeavesRoundRobinAcrossNodes(t *testing.T) {
 
 // exec1 GETs url inside host's network namespace (its agent's local APIs).
 func exec1(host *agent, url string) (string, error) {
-	out, err := runIn(host.NS, host.argv[0], "demo-app", "get", url)
+	out, err := runIn(host.NS, host.argv[0], "demo-app", "get", withToken(url, host.token))
 	return out, err
 }
 

@@ -89,9 +89,19 @@ func (c *cluster) execIn(via *agent, allocID, task string, argv ...string) (stri
 	return c.CLI(via, append([]string{"alloc", "exec", "-task", task, allocID}, argv...)...)
 }
 
+// withToken adds the ACL token to a Consul-shaped API URL (?token=, which
+// Consul accepts as X-Consul-Token).
+func withToken(url, token string) string {
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	return url + sep + "token=" + token
+}
+
 // getOnHost GETs url (http://127.0.0.1:8500/...) inside host's namespace.
 func getOnHost(host *agent, url string) (string, error) {
-	out, err := exec.Command("ip", "netns", "exec", host.NS, host.argv[0], "demo-app", "get", "-timeout", "5s", url).CombinedOutput()
+	out, err := exec.Command("ip", "netns", "exec", host.NS, host.argv[0], "demo-app", "get", "-timeout", "5s", withToken(url, host.token)).CombinedOutput()
 	if err != nil {
 		return string(out), fmt.Errorf("GET %s on %s: %w", url, host.Name, err)
 	}

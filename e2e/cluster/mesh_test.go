@@ -3,6 +3,7 @@ package cluster
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -139,7 +140,9 @@ func (c *cluster) answers(via *agent, allocID string, n int, every time.Duration
 // the agent's connect API listens on 127.0.0.1:8500 (loopback only, as
 // Consul's client_addr).
 func (c *cluster) CLIOnHost(host *agent, args ...string) (string, error) {
-	out, err := exec.Command("ip", append([]string{"netns", "exec", host.NS, c.bin}, args...)...).CombinedOutput()
+	cmd := exec.Command("ip", append([]string{"netns", "exec", host.NS, c.bin}, args...)...)
+	cmd.Env = append(os.Environ(), "MESHLET_TOKEN="+c.token)
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		err = fmt.Errorf("meshlet %s on %s: %w", strings.Join(args, " "), host.Name, err)
 	}
@@ -216,7 +219,7 @@ func TestCrossNodeMesh(t *testing.T) {
 func checkRemoteCatalog(t *testing.T, c1 *agent, bOn map[string]string) {
 	t.Helper()
 	out, err := exec.Command("ip", "netns", "exec", c1.NS, c1.argv[0], "demo-app", "get",
-		"http://127.0.0.1:8500/v1/health/connect/service-b").CombinedOutput()
+		withToken("http://127.0.0.1:8500/v1/health/connect/service-b", c1.token)).CombinedOutput()
 	if err != nil {
 		t.Fatalf("c1's /v1/health/connect/service-b: %v\n%s", err, out)
 	}
@@ -283,7 +286,7 @@ func checkNodeDeath(t *testing.T, c *cluster, via, observer *agent, aID string, 
 	// plus grace 2 s in this harness, then at most a feed round trip.
 	gone := poll(t, 20*time.Second, "the dead node's service-b instance leaving c1's catalog", func() (bool, string) {
 		out, err := exec.Command("ip", "netns", "exec", observer.NS, observer.argv[0], "demo-app", "get",
-			"http://127.0.0.1:8500/v1/health/connect/service-b").CombinedOutput()
+			withToken("http://127.0.0.1:8500/v1/health/connect/service-b", observer.token)).CombinedOutput()
 		return err == nil && !strings.Contains(string(out), `"`+victim.Name+`"`), string(out)
 	})
 	figure(t, "node SIGKILL to its instances leaving another node's catalog (TTL 2s + grace 2s)", time.Since(killed))
