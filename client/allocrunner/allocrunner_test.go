@@ -218,17 +218,7 @@ func TestHookEnvReachesTasks(t *testing.T) {
 	ar := h.runner(false, &recorder{name: "sidecar", log: h.log, env: map[string]string{"UPSTREAM": "10.0.0.1:8080"}})
 	go ar.Run()
 	h.waitStatus(ar, structs.AllocClientStatusRunning)
-	// The in-memory state turns running just before the handle is
-	// written; wait for the write.
-	var cfg *driver.TaskConfig
-	testutil.WaitFor(t, hang, "the app's persisted handle", func() bool {
-		ls, _ := h.db.TaskStates(h.alloc.ID)
-		if ls["app"] == nil || ls["app"].Handle == nil {
-			return false
-		}
-		cfg = ls["app"].Handle.Config
-		return true
-	})
+	cfg := h.persistedConfig("app")
 	if cfg.Config["x"] != "0-10.0.0.1:8080" || cfg.Env["UPSTREAM"] != "10.0.0.1:8080" || cfg.Env["NOMAD_ALLOC_ID"] != "alloc-1" {
 		t.Fatalf("task config %v env %v", cfg.Config, cfg.Env)
 	}
@@ -242,6 +232,23 @@ func TestHookEnvReachesTasks(t *testing.T) {
 // A task of a driver that chroots it into its directory (the fingerprint's
 // driver.<name>.fs_isolation = "chroot") gets the paths it sees inside:
 // in its environment and in its interpolated config.
+// persistedConfig waits for task's persisted handle and returns the task
+// config it was started with (the in-memory state turns running just
+// before the handle is written).
+func (h *harness) persistedConfig(task string) *driver.TaskConfig {
+	h.t.Helper()
+	var cfg *driver.TaskConfig
+	testutil.WaitFor(h.t, hang, task+"'s persisted handle", func() bool {
+		ls, _ := h.db.TaskStates(h.alloc.ID)
+		if ls[task] == nil || ls[task].Handle == nil {
+			return false
+		}
+		cfg = ls[task].Handle.Config
+		return true
+	})
+	return cfg
+}
+
 func TestIsolatedTaskSeesInsidePaths(t *testing.T) {
 	app := task("app", "", false)
 	app.Config = map[string]any{"script": "${NOMAD_TASK_DIR}/run.sh"}
@@ -257,15 +264,7 @@ func TestIsolatedTaskSeesInsidePaths(t *testing.T) {
 		ar := h.runner(false)
 		go ar.Run()
 		h.waitStatus(ar, structs.AllocClientStatusRunning)
-		var cfg *driver.TaskConfig
-		testutil.WaitFor(t, hang, "the app's persisted handle", func() bool {
-			ls, _ := h.db.TaskStates(h.alloc.ID)
-			if ls["app"] == nil || ls["app"].Handle == nil {
-				return false
-			}
-			cfg = ls["app"].Handle.Config
-			return true
-		})
+		cfg := h.persistedConfig("app")
 		if c.wantTask != "" {
 			if cfg.Env["NOMAD_TASK_DIR"] != c.wantTask || cfg.Env["NOMAD_ALLOC_DIR"] != c.wantAllocInEnv ||
 				cfg.Env["NOMAD_SECRETS_DIR"] != "/secrets" || cfg.Config["script"] != "/local/run.sh" {
