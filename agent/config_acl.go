@@ -44,7 +44,7 @@ func (c *ACLConfig) problems() []string {
 }
 
 // aclDisabledWarning is ACLWarning's one line.
-const aclDisabledWarning = "ACLs are disabled: any local user or web page that reaches the API can run jobs and read keys; " +
+const aclDisabledWarning = "ACLs are disabled: any program that reaches the HTTP APIs can run jobs and read service keys; " +
 	"enable acl { enabled = true } outside development"
 
 // ACLWarning is the warning to log at start when ACLs are off (in dev

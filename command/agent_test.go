@@ -39,7 +39,7 @@ ports {
 	})
 	addr := addrRE.FindStringSubmatch(stdout.String())[1]
 	// ACLs are off: one startup warning (the log level is warn).
-	if n := strings.Count(stderr.String(), "[WARN]  meshlet: ACLs are disabled: any local user or web page"); n != 1 {
+	if n := strings.Count(stderr.String(), "[WARN]  meshlet: ACLs are disabled: any program that reaches the HTTP APIs"); n != 1 {
 		t.Errorf("the ACL warning is logged %d times:\n%s", n, stderr)
 	}
 	testutil.WaitFor(t, hangGuard, "a ready node", func() bool {
