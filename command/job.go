@@ -49,15 +49,18 @@ With -purge the job is also removed from the agent.`,
 
 func runJobValidate(e *env, c *command, args []string) int {
 	fs := newFlags(c)
-	vars := varsFlag{}
-	fs.Var(vars, "var", "set a jobspec variable, `key=value` (repeatable)")
+	vars := addJobVarFlags(fs)
 	if code, ok := e.parse(c, fs, args); !ok {
 		return code
 	}
 	if fs.NArg() != 1 {
 		return e.usageError(c, "expected exactly one argument: the jobspec FILE")
 	}
-	if res := parseJobFile(fs.Arg(0), vars, e.stderr); res.errors > 0 {
+	opts, err := vars.options()
+	if err != nil {
+		return e.errorf("%v", err)
+	}
+	if res := parseJobFile(fs.Arg(0), opts, e.stderr); res.errors > 0 {
 		return e.errorf("job validation failed: %d error(s)", res.errors)
 	}
 	fmt.Fprintln(e.stdout, "Job validation successful")
@@ -68,15 +71,18 @@ func runJobRun(e *env, c *command, args []string) int {
 	fs := newFlags(c)
 	addr := addressFlag(fs)
 	detach := fs.Bool("detach", false, "return after registering, without monitoring")
-	vars := varsFlag{}
-	fs.Var(vars, "var", "set a jobspec variable, `key=value` (repeatable)")
+	vars := addJobVarFlags(fs)
 	if code, ok := e.parse(c, fs, args); !ok {
 		return code
 	}
 	if fs.NArg() != 1 {
 		return e.usageError(c, "expected exactly one argument: the jobspec FILE")
 	}
-	parsed := parseJobFile(fs.Arg(0), vars, e.stderr)
+	opts, err := vars.options()
+	if err != nil {
+		return e.errorf("%v", err)
+	}
+	parsed := parseJobFile(fs.Arg(0), opts, e.stderr)
 	if parsed.errors > 0 {
 		return e.errorf("jobspec %s has %d error(s); nothing was registered", fs.Arg(0), parsed.errors)
 	}

@@ -2,6 +2,7 @@ package command
 
 import (
 	"context"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -215,6 +216,47 @@ func TestJobRunVars(t *testing.T) {
 	}
 	if r := runCLI(t, "", "job", "validate", "-var", "m=3", writeFile(t, "web.hcl", src)); r.code != 1 || !strings.Contains(r.stderr, "Undefined variable m") {
 		t.Fatalf("undeclared -var: %d %q", r.code, r.stderr)
+	}
+}
+
+// -var-file (HCL, or JSON for *.json) and NOMAD_VAR_<name> set jobspec
+// variables, in Nomad's precedence: -var > -var-file (the later) > env >
+// default; a file naming an undeclared variable warns.
+func TestJobVarFilesAndEnv(t *testing.T) {
+	src := strings.Replace(webJobHCL, "count = 2", "count = var.n", 1) + "\nvariable \"n\" {\n  type    = number\n  default = 1\n}\n"
+	job := writeFile(t, "web.hcl", src)
+	hclVars := writeFile(t, "vars.hcl", "n = 4\n")
+	jsonVars := writeFile(t, "vars.json", `{"n": 5, "other": "x"}`)
+	bad := writeFile(t, "bad.json", `[1]`)
+	count := func(args ...string) (string, cliResult) {
+		t.Helper()
+		fb := newAgent(t)
+		r := runCLI(t, "", append(append([]string{"job", "run", "-detach"}, args...), job)...)
+		if r.code != 0 {
+			return "", r
+		}
+		return fmt.Sprint(len(fb.Allocations())), r
+	}
+	t.Setenv("NOMAD_VAR_n", "3")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "3"}, // env over the default
+		{[]string{"-var-file", hclVars}, "4"},
+		{[]string{"-var-file", hclVars, "-var-file", jsonVars}, "5"},
+		{[]string{"-var-file", jsonVars, "-var", "n=2"}, "2"},
+	} {
+		if got, r := count(c.args...); got != c.want {
+			t.Errorf("job run %v with NOMAD_VAR_n=3: %s allocations (exit %d, %s), want %s", c.args, got, r.code, r.stderr, c.want)
+		}
+	}
+	if r := runCLI(t, "", "job", "validate", "-var-file", jsonVars, job); r.code != 0 ||
+		!strings.Contains(r.stderr, "vars.json: warning: Value for undeclared variable other") {
+		t.Errorf("validate with an undeclared variable in a file: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if r := runCLI(t, "", "job", "validate", "-var-file", bad, job); r.code != 1 || !strings.Contains(r.stderr, "want a JSON object") {
+		t.Errorf("validate with a bad JSON var file: exit %d, stderr %q", r.code, r.stderr)
 	}
 }
 

@@ -42,8 +42,10 @@ type parsedJob struct {
 // "file:line:col: severity: ..." line each) to w. job is nil when the
 // jobspec has errors. Count and size are the server's to check (its
 // job_max_count and job_max_size are not known here).
-func parseJobFile(path string, vars map[string]string, w io.Writer) parsedJob {
-	job, diags := jobspecs.ParseFile(path, &jobspecs.ParseOptions{Vars: vars, Validate: jobspecs.Unbounded()})
+func parseJobFile(path string, opts *jobspecs.ParseOptions, w io.Writer) parsedJob {
+	o := *opts
+	o.Validate = jobspecs.Unbounded()
+	job, diags := jobspecs.ParseFile(path, &o)
 	for _, d := range diags {
 		fmt.Fprintln(w, d.String())
 	}

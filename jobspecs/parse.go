@@ -15,8 +15,17 @@ import (
 
 // ParseOptions tunes Parse. A nil *ParseOptions is valid.
 type ParseOptions struct {
-	// Vars are -var overrides for the jobspec's variable blocks.
+	// Vars are -var overrides for the jobspec's variable blocks: a name the
+	// jobspec does not declare is an error.
 	Vars map[string]string
+	// FileVars are the values of -var-file files, in order (a later file
+	// wins); Vars win over them. A name the jobspec does not declare is a
+	// warning, as in Nomad.
+	FileVars []VarFile
+	// EnvVars are NOMAD_VAR_<name> values from the environment, the
+	// weakest overrides (only a default loses to them); names the jobspec
+	// does not declare are ignored.
+	EnvVars map[string]string
 	// Limits bound the source size and the cost of evaluating it; nil
 	// (or a zero field) means DefaultLimits.
 	Limits *Limits
@@ -58,7 +67,7 @@ func Parse(filename string, src []byte, opts *ParseOptions) (*structs.Job, Diagn
 		return nil, ds
 	}
 	top := d.content(body, spec{blocks: []string{"job", "variable", "variables", "locals"}})
-	d.buildContext(top, filename, opts.Vars)
+	d.buildContext(top, filename, opts)
 	jb := d.one(top, "job")
 	if jb == nil {
 		d.diags = append(d.diags, Diagnostic{Severity: SeverityError, Filename: filename,

@@ -35,3 +35,65 @@ func TestParseVariables(t *testing.T) {
 		}
 	}
 }
+
+// Values for variables come in Nomad's precedence: -var over -var-file
+// (a later file over an earlier one) over NOMAD_VAR_ over the default;
+// an undeclared name is an error from -var, a warning from a file, and
+// ignored from the environment.
+func TestVariablePrecedence(t *testing.T) {
+	const src = `
+variable "a" {
+  default = "default"
+}
+variable "b" {
+  default = "default"
+}
+variable "c" {
+  default = "default"
+}
+variable "d" {
+  default = "default"
+}
+job "j" {
+  meta {
+    a = var.a
+    b = var.b
+    c = var.c
+    d = var.d
+  }
+  group "g" {
+    task "t" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/true"
+      }
+    }
+  }
+}
+`
+	opts := &ParseOptions{
+		EnvVars: map[string]string{"a": "env", "b": "env", "c": "env", "nope": "ignored"},
+		FileVars: []VarFile{
+			{Name: "one.hcl", Vars: map[string]string{"a": "file1", "b": "file1"}},
+			{Name: "two.json", Vars: map[string]string{"b": "file2", "undeclared": "x"}},
+		},
+		Vars: map[string]string{"a": "cli"},
+	}
+	job, diags := Parse("j.hcl", []byte(src), opts)
+	if diags.HasErrors() || job == nil {
+		t.Fatalf("parse: %v", diags)
+	}
+	want := map[string]string{"a": "cli", "b": "file2", "c": "env", "d": "default"}
+	for k, v := range want {
+		if job.Meta[k] != v {
+			t.Errorf("var.%s = %q, want %q (meta %v)", k, job.Meta[k], v, job.Meta)
+		}
+	}
+	if w := diags.Warnings(); len(w) != 1 || !strings.Contains(w[0].String(), "two.json: warning: Value for undeclared variable undeclared") {
+		t.Errorf("warnings = %v, want one naming two.json's undeclared variable", w)
+	}
+	opts.Vars = map[string]string{"nope": "x"}
+	if _, diags := Parse("j.hcl", []byte(src), opts); !diags.HasErrors() || !strings.Contains(diags.Error(), "Undefined variable nope") {
+		t.Errorf("undeclared -var: %v, want an error", diags)
+	}
+}

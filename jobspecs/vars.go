@@ -23,7 +23,7 @@ type declaredVar struct {
 
 // buildContext evaluates variable, variables and locals blocks into the
 // evaluation context that the job block is decoded with.
-func (d *decoder) buildContext(c content, filename string, overrides map[string]string) {
+func (d *decoder) buildContext(c content, filename string, opts *ParseOptions) {
 	d.ctx = &hcl.EvalContext{Functions: d.budget.functions(), Variables: map[string]cty.Value{
 		"var": cty.EmptyObjectVal, "local": cty.EmptyObjectVal,
 	}}
@@ -42,15 +42,20 @@ func (d *decoder) buildContext(c content, filename string, overrides map[string]
 			d.add(SeverityError, nb.TypeRange, "Unexpected block in variables", "variables takes name = default arguments only.")
 		}
 	}
-	for _, name := range slices.Sorted(maps.Keys(overrides)) {
-		v := declared[name]
-		if v == nil {
+	for _, o := range layeredOverrides(opts.withDeclaredEnv(declared)) {
+		v := declared[o.name]
+		switch {
+		case v == nil && o.file == "":
 			d.diags = append(d.diags, Diagnostic{Severity: SeverityError, Filename: filename,
-				Summary: "Undefined variable " + name,
-				Detail:  fmt.Sprintf("A value was given for variable %q with -var, but the jobspec declares no such variable.", name)})
-			continue
+				Summary: "Undefined variable " + o.name,
+				Detail:  fmt.Sprintf("A value was given for variable %q with -var, but the jobspec declares no such variable.", o.name)})
+		case v == nil:
+			d.diags = append(d.diags, Diagnostic{Severity: SeverityWarning, Filename: o.file,
+				Summary: "Value for undeclared variable " + o.name,
+				Detail:  fmt.Sprintf("The variable file sets %q, but the jobspec declares no such variable; the value is ignored.", o.name)})
+		default:
+			v.value = d.override(o.name, o.raw, v, filename)
 		}
-		v.value = d.override(name, overrides[name], v, filename)
 	}
 	vals := map[string]cty.Value{}
 	for name, v := range declared {
@@ -266,4 +271,49 @@ func localsReady(expr hclsyntax.Expression, done map[string]cty.Value, defined m
 		}
 	}
 	return true
+}
+
+// VarFile is one -var-file's values, named for diagnostics.
+type VarFile struct {
+	Name string
+	Vars map[string]string
+}
+
+// varOverride is one value given for a variable; file is the -var-file
+// that gave it ("" for -var and the environment).
+type varOverride struct{ name, raw, file string }
+
+// layeredOverrides are the values given for variables, weakest first
+// (environment, then each var file, then -var), so that applying them in
+// order leaves Nomad's precedence: -var > -var-file > env > default.
+// Names are sorted within a layer for stable diagnostics.
+func layeredOverrides(opts *ParseOptions) []varOverride {
+	var out []varOverride
+	add := func(vars map[string]string, file string) {
+		for _, name := range slices.Sorted(maps.Keys(vars)) {
+			out = append(out, varOverride{name: name, raw: vars[name], file: file})
+		}
+	}
+	add(opts.EnvVars, "")
+	for _, f := range opts.FileVars {
+		add(f.Vars, f.Name)
+	}
+	add(opts.Vars, "")
+	return out
+}
+
+// withDeclaredEnv is opts with only the environment values of declared
+// variables: NOMAD_VAR_ names the jobspec does not declare are ignored.
+func (opts *ParseOptions) withDeclaredEnv(declared map[string]*declaredVar) *ParseOptions {
+	if len(opts.EnvVars) == 0 {
+		return opts
+	}
+	o := *opts
+	o.EnvVars = map[string]string{}
+	for name, raw := range opts.EnvVars {
+		if declared[name] != nil {
+			o.EnvVars[name] = raw
+		}
+	}
+	return &o
 }
