@@ -126,7 +126,7 @@ func (f *fakeACL) bootstrap(w http.ResponseWriter, r *http.Request) {
 func (f *fakeACL) store(tok *nomadapi.ACLToken) *nomadapi.ACLToken {
 	f.index++
 	tok.AccessorID, tok.SecretID = uuid.NewString(), uuid.NewString()
-	tok.CreateTime = time.Date(2026, 12, 4, 17, 0, 0, 0, time.UTC)
+	tok.CreateTime = time.Date(2096, 12, 4, 17, 0, 0, 0, time.UTC)
 	if tok.ExpirationTTL > 0 {
 		exp := tok.CreateTime.Add(tok.ExpirationTTL)
 		tok.ExpirationTime = &exp

@@ -45,7 +45,7 @@ func TestACLBootstrap(t *testing.T) {
 	// Nomad's outputACLToken: aligned keys, management tokens have no policies.
 	for _, line := range []string{
 		"Accessor ID  = ", "Secret ID    = ", "Name         = Bootstrap Token", "Type         = management",
-		"Global       = true", "Create Time  = 2026-12-04 17:00:00 +0000 UTC", "Expiry Time  = <none>",
+		"Global       = true", "Create Time  = 2096-12-04 17:00:00 +0000 UTC", "Expiry Time  = <none>",
 		"Create Index = 1", "Modify Index = 1", "Policies     = n/a",
 	} {
 		if !strings.Contains(r.stdout, line) {
@@ -154,7 +154,7 @@ func TestACLTokenCommands(t *testing.T) {
 	}
 	accessor, secret := kvValue(r.stdout, "Accessor ID"), kvValue(r.stdout, "Secret ID")
 	if len(accessor) != 36 || len(secret) != 36 || kvValue(r.stdout, "Policies") != "[readonly deploy]" ||
-		kvValue(r.stdout, "Expiry Time") != "2026-12-04 18:00:00 +0000 UTC" || kvValue(r.stdout, "Global") != "true" {
+		kvValue(r.stdout, "Expiry Time") != "2096-12-04 18:00:00 +0000 UTC" || kvValue(r.stdout, "Global") != "true" {
 		t.Fatalf("create output:\n%s", r.stdout)
 	}
 

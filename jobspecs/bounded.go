@@ -10,6 +10,8 @@ import (
 	"github.com/zclconf/go-cty/cty/convert"
 	"github.com/zclconf/go-cty/cty/function"
 	"github.com/zclconf/go-cty/cty/function/stdlib"
+
+	"github.com/hashicorp/hcl/v2/ext/tryfunc"
 )
 
 // stdFunctions are the HCL functions a jobspec may call at parse time,
@@ -59,10 +61,16 @@ const (
 // functions returns the function table of one parse, every function bounded
 // by b.
 func (b *budget) functions() map[string]function.Function {
-	out := make(map[string]function.Function, len(stdFunctions)+2)
+	out := make(map[string]function.Function, len(stdFunctions)+len(moreFunctions)+5)
 	for name, f := range stdFunctions {
 		out[name] = b.bound(f, preChecks[name])
 	}
+	for name, f := range moreFunctions {
+		out[name] = b.bound(f, moreChecks[name])
+	}
+	// try and can take expressions, not values: what they evaluate is
+	// bounded by the rewrite's charges like any expression.
+	out["try"], out["can"] = tryfunc.TryFunc, tryfunc.CanFunc
 	b.addInternal(out)
 	b.tables = append(b.tables, out)
 	return out

@@ -258,13 +258,22 @@ func TestBoundedFunctionsStillWork(t *testing.T) {
 	}
 }
 
-// TestUnavailableFunctions: functions that only build big values (range,
-// chunklist, setproduct...) are not offered at all.
+// TestUnavailableFunctions: functions whose results dwarf their arguments
+// (setproduct, formatlist, indent) are not offered; range is, within the
+// collection limit.
 func TestUnavailableFunctions(t *testing.T) {
-	for _, expr := range []string{`range(1e9)`, `setproduct(["a"], ["b"])`, `chunklist([1], 1)`, `strrev("a")`} {
+	for _, expr := range []string{`setproduct(["a"], ["b"])`, `formatlist("%s", ["a"])`, `indent(2, "a")`} {
 		_, diags := parseTask(t, "", "config { x = "+expr+" }", nil)
 		if errs := diags.Errs(); len(errs) != 1 || errs[0].Summary != "Call to unknown function" {
 			t.Errorf("%s: %s", expr, diags.Error())
 		}
+	}
+	_, diags := parseTask(t, "", "config { x = range(1e9) }", nil)
+	if !diags.HasErrors() || !strings.Contains(diags.Error(), "range would produce 1000000000 elements") {
+		t.Errorf("range(1e9): %v, want the collection limit", diags)
+	}
+	_, diags = parseTask(t, "", `config { x = regex_replace("`+strings.Repeat("a", 4096)+`", "", "`+strings.Repeat("b", 4096)+`") }`, nil)
+	if !diags.HasErrors() || !strings.Contains(diags.Error(), "regex_replace would produce a string") {
+		t.Errorf("a regex_replace past the string limit: %v", diags)
 	}
 }
