@@ -209,21 +209,7 @@ func cleanupJob(t *testing.T, a **Agent, jobID string) {
 		if *a == nil || (*a).Backend() == nil {
 			return
 		}
-		b := (*a).Backend()
-		if _, err := b.StopJob(context.Background(), jobID, false); err == nil {
-			deadline := time.Now().Add(hang)
-			for time.Now().Before(deadline) {
-				allocs, _ := b.JobAllocations(context.Background(), jobID)
-				done := true
-				for _, al := range allocs {
-					done = done && al.TerminalStatus()
-				}
-				if done {
-					break
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
-		}
+		stopAndWait((*a).Backend(), jobID)
 		_ = (*a).Shutdown()
 	})
 }
