@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 
 	"github.com/meshlet/meshlet/acl"
+	"github.com/meshlet/meshlet/jobspecs"
 	"github.com/meshlet/meshlet/structs"
 )
 
@@ -170,33 +170,10 @@ func (s *Server) authorizeExec(r *http.Request, alloc *structs.Allocation, task 
 	return nil
 }
 
-// jobServiceNames lists, sorted and once each, the names of the group and
-// task services of job.
-func jobServiceNames(job *structs.Job) []string {
-	var names []string
-	for _, g := range job.TaskGroups {
-		if g == nil {
-			continue
-		}
-		for _, svc := range g.Services {
-			if svc != nil {
-				names = append(names, svc.Name)
-			}
-		}
-		for _, t := range g.Tasks {
-			if t == nil {
-				continue
-			}
-			for _, svc := range t.Services {
-				if svc != nil {
-					names = append(names, svc.Name)
-				}
-			}
-		}
-	}
-	slices.Sort(names)
-	return slices.Compact(names)
-}
+// jobServiceNames are the names the job's services will register under:
+// defaults filled and connect names interpolated, as the servers
+// canonicalize them, so that the check sees the names that register.
+func jobServiceNames(job *structs.Job) []string { return jobspecs.ServiceNames(job) }
 
 // aclStatus maps the acl package's sentinels to HTTP statuses (0: not an
 // ACL error).

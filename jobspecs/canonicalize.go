@@ -1,6 +1,8 @@
 package jobspecs
 
 import (
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/meshlet/meshlet/structs"
@@ -61,6 +63,7 @@ func Canonicalize(job *structs.Job) {
 	}
 	canonicalizeConstraints(job.Constraints)
 	canonicalizeSpreads(job.Spreads)
+	interpolateConnectNames(job)
 	for _, tg := range job.TaskGroups {
 		if tg != nil {
 			canonicalizeGroup(job, tg)
@@ -206,4 +209,120 @@ func fillFrom[T any](dst **T, src *T) {
 		v := *src
 		*dst = &v
 	}
+}
+
+// interpolateConnectNames substitutes job-level values into the names of
+// the job's connect services (interpolateJobLevel). Parse does it before
+// validating, Canonicalize (the servers' path) again: it is idempotent.
+func interpolateConnectNames(job *structs.Job) {
+	for _, tg := range job.TaskGroups {
+		if tg == nil {
+			continue
+		}
+		for _, s := range tg.Services {
+			if s != nil && s.Connect != nil {
+				s.Name = interpolateJobLevel(s.Name, job, tg)
+			}
+		}
+	}
+}
+
+// interpolateJobLevel substitutes in a connect service's name the values
+// known when the job is registered, as Nomad does before it checks the
+// name: NOMAD_JOB_ID, NOMAD_JOB_NAME, NOMAD_NAMESPACE, NOMAD_REGION,
+// NOMAD_GROUP_NAME and NOMAD_META_<key> (the group's meta over the
+// job's). Other references (node or allocation values) stay as written.
+func interpolateJobLevel(name string, job *structs.Job, tg *structs.TaskGroup) string {
+	if !strings.Contains(name, "${") {
+		return name
+	}
+	or := func(v, def string) string {
+		if v == "" {
+			return def
+		}
+		return v
+	}
+	vals := map[string]string{
+		"NOMAD_JOB_ID": or(job.ID, job.Name), "NOMAD_JOB_NAME": or(job.Name, job.ID),
+		"NOMAD_NAMESPACE": or(job.Namespace, DefaultNamespace), "NOMAD_REGION": or(job.Region, DefaultRegion),
+		"NOMAD_GROUP_NAME": tg.Name,
+	}
+	for _, meta := range []map[string]string{job.Meta, tg.Meta} {
+		for k, v := range meta {
+			vals["NOMAD_META_"+k] = v
+		}
+	}
+	var b strings.Builder
+	for {
+		i := strings.Index(name, "${")
+		if i < 0 {
+			break
+		}
+		j := strings.Index(name[i:], "}")
+		if j < 0 {
+			break
+		}
+		ref := strings.TrimSpace(name[i+2 : i+j])
+		b.WriteString(name[:i])
+		if v, ok := vals[ref]; ok {
+			b.WriteString(v)
+		} else {
+			b.WriteString(name[i : i+j+1])
+		}
+		name = name[i+j+1:]
+	}
+	b.WriteString(name)
+	return b.String()
+}
+
+// ServiceNames are the names job's services register under once the job
+// is canonicalized (an unnamed service gets "<job>-<group>" or
+// "<job>-<group>-<task>", a connect name its job-level values), sorted
+// and without duplicates; job is not changed.
+func ServiceNames(job *structs.Job) []string {
+	jobName := job.Name
+	if jobName == "" {
+		jobName = job.ID
+	}
+	name := func(s *structs.Service, tg *structs.TaskGroup, def string) string {
+		n := s.Name
+		if n == "" {
+			n = def
+		}
+		if s.Connect != nil {
+			n = interpolateJobLevel(n, job, tg)
+		}
+		return n
+	}
+	var out []string
+	for _, tg := range job.TaskGroups {
+		if tg == nil {
+			continue
+		}
+		for _, s := range tg.Services {
+			if s != nil {
+				out = append(out, name(s, tg, jobName+"-"+tg.Name))
+			}
+		}
+		for _, t := range tg.Tasks {
+			for _, s := range taskServices(t) {
+				out = append(out, name(s, tg, jobName+"-"+tg.Name+"-"+t.Name))
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+func taskServices(t *structs.Task) []*structs.Service {
+	if t == nil {
+		return nil
+	}
+	var out []*structs.Service
+	for _, s := range t.Services {
+		if s != nil {
+			out = append(out, s)
+		}
+	}
+	return out
 }

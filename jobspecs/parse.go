@@ -86,6 +86,7 @@ func Parse(filename string, src []byte, opts *ParseOptions) (*structs.Job, Diagn
 	// Validate what the user wrote, then fill defaults: defaults are valid
 	// by construction, and values a task inherits from its group would
 	// otherwise be reported twice.
+	interpolateConnectNames(job) // Nomad checks connect names after this
 	checkJob(job, opts.Validate.withDefaults(), d.report)
 	Canonicalize(job)
 	sortDiagnostics(d.diags)

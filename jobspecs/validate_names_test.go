@@ -1,6 +1,7 @@
 package jobspecs
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -162,5 +163,69 @@ func TestValidateOptionsUnbounded(t *testing.T) {
 	}
 	if _, err := ValidateWith(j, &ValidateOptions{MaxJobBytes: -1, MaxCount: 10}); err == nil || !strings.Contains(err.Error(), "over the limit of 10") {
 		t.Fatalf("MaxCount 10 with unbounded size: %v", err)
+	}
+}
+
+// A connect service's name may use job-level values: Nomad substitutes
+// NOMAD_JOB_NAME, NOMAD_META_* and the like before it checks the name.
+func TestConnectNameInterpolation(t *testing.T) {
+	jobspec := func(job, name string) string {
+		return `job "` + job + `" {
+  meta {
+    team = "pay"
+  }
+  group "web" {
+    network {
+      mode = "bridge"
+    }
+    service {
+      name = "` + name + `"
+      port = "8080"
+      connect {
+        sidecar_service {}
+      }
+    }
+    task "t" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/true"
+      }
+    }
+  }
+}
+`
+	}
+	for _, c := range []struct{ job, name, want, err string }{
+		{"shop", "${NOMAD_JOB_NAME}-rails", "shop-rails", ""},
+		{"shop", "${NOMAD_META_team}-${NOMAD_GROUP_NAME}-${NOMAD_NAMESPACE}", "pay-web-default", ""},
+		{"Shop", "${NOMAD_JOB_NAME}-rails", "", `Consul Connect service name "Shop-rails" must not contain uppercase characters`},
+		{"shop", "api-${NOMAD_ALLOC_INDEX}", "", `Service name "api-${NOMAD_ALLOC_INDEX}" must be valid per RFC 1123`},
+	} {
+		job, diags := Parse("j.hcl", []byte(jobspec(c.job, c.name)), nil)
+		if c.err != "" {
+			if !diags.HasErrors() || !strings.Contains(diags.Error(), c.err) {
+				t.Errorf("%s in job %s: %v, want an error with %q", c.name, c.job, diags, c.err)
+			}
+			continue
+		}
+		if diags.HasErrors() || job.TaskGroups[0].Services[0].Name != c.want {
+			t.Errorf("%s in job %s: %v %v, want the name %q", c.name, c.job, diags, job, c.want)
+		}
+	}
+}
+
+// ServiceNames are the names that register: defaults filled, connect
+// names interpolated, the job untouched.
+func TestServiceNames(t *testing.T) {
+	job := &structs.Job{ID: "shop", TaskGroups: []*structs.TaskGroup{{Name: "web",
+		Services: []*structs.Service{{}, {Name: "${NOMAD_JOB_NAME}-rails", Connect: &structs.ConsulConnect{}}, {Name: "${NOMAD_JOB_NAME}-plain"}},
+		Tasks:    []*structs.Task{{Name: "t", Services: []*structs.Service{{}}}}}}}
+	got := ServiceNames(job)
+	want := []string{"${NOMAD_JOB_NAME}-plain", "shop-rails", "shop-web", "shop-web-t"}
+	if !slices.Equal(got, want) {
+		t.Errorf("ServiceNames = %v, want %v", got, want)
+	}
+	if job.TaskGroups[0].Services[1].Name != "${NOMAD_JOB_NAME}-rails" || job.TaskGroups[0].Services[0].Name != "" {
+		t.Errorf("ServiceNames changed the job: %+v", job.TaskGroups[0].Services)
 	}
 }

@@ -377,9 +377,17 @@ func checkCheckTasks(s *structs.Service, p path, tg *structs.TaskGroup, report r
 func checkConnect(s *structs.Service, sp path, report reporter) {
 	c, p := s.Connect, sp.sub("connect")
 	// An empty name is filled by Canonicalize ("<job>-<group>").
-	if s.Name != "" && !connectNameRE.MatchString(s.Name) {
+	// Job-level references were substituted by Canonicalize; Nomad's
+	// rules: a service name valid per RFC 1123, and for connect no
+	// uppercase character.
+	switch {
+	case s.Name == "" || connectNameRE.MatchString(s.Name):
+	case strings.ToLower(s.Name) != s.Name && connectNameRE.MatchString(strings.ToLower(s.Name)):
 		report(SeverityError, sp.attr("name"), "Invalid connect service name", fmt.Sprintf(
-			"Connect service name %q must be lowercase RFC 1123: a-z, 0-9 and dashes, at most 63 characters, starting and ending with a letter or digit.", s.Name))
+			"Consul Connect service name %q must not contain uppercase characters.", s.Name))
+	default:
+		report(SeverityError, sp.attr("name"), "Invalid connect service name", fmt.Sprintf(
+			"Service name %q must be valid per RFC 1123 and can contain only alphanumeric characters or dashes, at most 63 characters (a connect service name must also be lowercase).", s.Name))
 	}
 	if c.Native {
 		report(SeverityWarning, p.attr("native"), "connect native is not supported by meshlet yet", "")

@@ -62,9 +62,9 @@ func TestValidationRules(t *testing.T) {
 			[]string{`t.hcl:6:3: error: Connect requires bridge networking; Service "s" has a connect sidecar, so group "g" needs exactly one network block with mode "bridge" or "cni/<name>"; found network mode "host".`}},
 		{"connect with cni is fine", "network { mode = \"cni/mesh\" }\nservice {\n  name = \"s\"\n  connect {\n    sidecar_service {}\n  }\n}\n" + okTask, nil},
 		{"connect name", bridge + "service {\n  name = \"web.api\"\n  connect {\n    sidecar_service {}\n  }\n}\n" + okTask,
-			[]string{`t.hcl:7:10: error: Invalid connect service name; Connect service name "web.api" must be lowercase RFC 1123: a-z, 0-9 and dashes, at most 63 characters, starting and ending with a letter or digit.`}},
+			[]string{`t.hcl:7:10: error: Invalid connect service name; Service name "web.api" must be valid per RFC 1123 and can contain only alphanumeric characters or dashes, at most 63 characters (a connect service name must also be lowercase).`}},
 		{"connect name too long", bridge + "service {\n  name = \"" + strings.Repeat("a", 64) + "\"\n  connect {\n    sidecar_service {}\n  }\n}\n" + okTask,
-			[]string{`t.hcl:7:10: error: Invalid connect service name; Connect service name "` + strings.Repeat("a", 64) + `" must be lowercase RFC 1123: a-z, 0-9 and dashes, at most 63 characters, starting and ending with a letter or digit.`}},
+			[]string{`t.hcl:7:10: error: Invalid connect service name; Service name "` + strings.Repeat("a", 64) + `" must be valid per RFC 1123 and can contain only alphanumeric characters or dashes, at most 63 characters (a connect service name must also be lowercase).`}},
 		{"upstreams", bridge + `service {
   name = "s"
   connect {
@@ -225,7 +225,7 @@ func TestValidateJSON(t *testing.T) {
 				`group "g": network[0]: reserved_port "http": Invalid port; Port "http": static 70000 is out of range 0-65535.`,
 				`group "g": task "t": Duplicate task name; Task name "t" is used more than once in group "g"; task names must be unique within a group.`,
 				`group "g": task "t": Missing driver; Task "t" needs a driver, e.g. driver = "raw_exec".`,
-				`group "g": service "Web": Invalid connect service name; Connect service name "Web" must be lowercase RFC 1123: a-z, 0-9 and dashes, at most 63 characters, starting and ending with a letter or digit.`,
+				`group "g": service "Web": Invalid connect service name; Consul Connect service name "Web" must not contain uppercase characters.`,
 				`group "g": service "Web": connect: Connect requires bridge networking; Service "Web" has a connect sidecar, so group "g" needs exactly one network block with mode "bridge" or "cni/<name>"; found network mode "host".`,
 				`group "g": service "Web": connect: sidecar_service: proxy: upstream "b": Duplicate local_bind_port; local_bind_port 8080 of upstream "b" (service "Web") is already used by upstream "a" (service "Web") in group "g"; each upstream needs its own port.`,
 				`group "g": Duplicate group name; Group name "g" is used more than once; group names must be unique within a job.`,
