@@ -195,6 +195,10 @@ func TestConnectNameInterpolation(t *testing.T) {
 }
 `
 	}
+	upperGroup := strings.Replace(jobspec("shop", "api"), `group "web"`, `group "Web"`, 1)
+	if _, diags := Parse("j.hcl", []byte(upperGroup), nil); !strings.Contains(diags.Error(), `Consul Connect group "Web" with sidecar may not contain uppercase letters`) {
+		t.Errorf("an uppercase group with a sidecar: %v, want Nomad's error", diags)
+	}
 	for _, c := range []struct{ job, name, want, err string }{
 		{"shop", "${NOMAD_JOB_NAME}-rails", "shop-rails", ""},
 		{"shop", "${NOMAD_META_team}-${NOMAD_GROUP_NAME}-${NOMAD_NAMESPACE}", "pay-web-default", ""},

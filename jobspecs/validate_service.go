@@ -132,6 +132,10 @@ func checkService(s *structs.Service, p path, tg *structs.TaskGroup, labels []st
 	}
 	if s.Connect != nil {
 		checkConnect(s, p, report)
+		if s.Connect.HasSidecar() && strings.ToLower(tg.Name) != tg.Name {
+			report(SeverityError, p, "Invalid connect group name", fmt.Sprintf(
+				"Consul Connect group %q with sidecar may not contain uppercase letters.", tg.Name))
+		}
 	}
 }
 
