@@ -71,6 +71,10 @@ func (b *budget) functions() map[string]function.Function {
 	// try and can take expressions, not values: what they evaluate is
 	// bounded by the rewrite's charges like any expression.
 	out["try"], out["can"] = tryfunc.TryFunc, tryfunc.CanFunc
+	if b.fileDir != "" {
+		out["file"] = b.bound(fileFunc(b.fileDir, int64(b.lim.MaxStringBytes)), nil)
+		out["fileexists"] = b.bound(fileExistsFunc(b.fileDir), nil)
+	}
 	b.addInternal(out)
 	b.tables = append(b.tables, out)
 	return out

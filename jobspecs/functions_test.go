@@ -1,7 +1,10 @@
 package jobspecs
 
 import (
+	"os"
+	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 )
 
@@ -85,5 +88,45 @@ func TestFunctionLibrary(t *testing.T) {
 	}
 	if _, diags := parseTask(t, "", `      config { x = base64decode("!!") }`, nil); !diags.HasErrors() {
 		t.Error("base64decode of bad data: no error")
+	}
+}
+
+// file() and fileexists() read relative to the jobspec's directory when it
+// is parsed from a file (the CLI), and do not exist for a jobspec parsed
+// from bytes (the servers', which must not read their own files).
+func TestFileFunctions(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "conf"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "conf", "motd.txt"), []byte("hello from a file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	src := `job "j" {
+  group "g" {
+    task "t" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/echo"
+        args    = [trimspace(file("conf/motd.txt")), tostring(fileexists("conf/motd.txt")), tostring(fileexists("nope"))]
+      }
+    }
+  }
+}
+`
+	path := filepath.Join(dir, "j.hcl")
+	if err := os.WriteFile(path, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	job, diags := ParseFile(path, nil)
+	if diags.HasErrors() {
+		t.Fatal(diags.Error())
+	}
+	args, _ := job.TaskGroups[0].Tasks[0].Config["args"].([]any)
+	if len(args) != 3 || args[0] != "hello from a file" || args[1] != "true" || args[2] != "false" {
+		t.Errorf("args = %#v", args)
+	}
+	if _, diags := Parse("j.hcl", []byte(src), nil); !strings.Contains(diags.Error(), `There is no function named "file"`) {
+		t.Errorf("file() in a jobspec parsed from bytes: %v, want no such function", diags)
 	}
 }

@@ -110,6 +110,8 @@ type budget struct {
 	// before a function runs) or running the loops inside them.
 	tables    []map[string]function.Function
 	exhausted bool
+	// fileDir is where file() and fileexists() read ("": not offered).
+	fileDir string
 }
 
 // spend adds n to the cost, failing once the total is over the limit.

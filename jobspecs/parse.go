@@ -22,6 +22,11 @@ type ParseOptions struct {
 	// wins); Vars win over them. A name the jobspec does not declare is a
 	// warning, as in Nomad.
 	FileVars []VarFile
+	// FileDir, when set, offers file(path) and fileexists(path), reading
+	// relative to it (ParseFile sets it to the jobspec's directory). The
+	// servers parse jobspecs sent to them without it: a jobspec must not
+	// read the server's files.
+	FileDir string
 	// EnvVars are NOMAD_VAR_<name> values from the environment, the
 	// weakest overrides (only a default loses to them); names the jobspec
 	// does not declare are ignored.
@@ -60,6 +65,7 @@ func Parse(filename string, src []byte, opts *ParseOptions) (*structs.Job, Diagn
 		return nil, Diagnostics{{Severity: SeverityError, Filename: filename, Summary: "Unsupported jobspec syntax"}}
 	}
 	d := newDecoder(src, lim)
+	d.budget.fileDir = opts.FileDir
 	d.diags = fromHCL(hds)
 	if hds := boundBody(body); hds.HasErrors() {
 		ds := fromHCL(hds)
@@ -120,7 +126,14 @@ func ParseFile(path string, opts *ParseOptions) (*structs.Job, Diagnostics) {
 		return nil, Diagnostics{{Severity: SeverityError, Filename: path,
 			Summary: "Failed to read jobspec", Detail: fmt.Sprintf("failed to read %s: %v", filepath.Base(path), err)}}
 	}
-	return Parse(path, src, opts)
+	o := ParseOptions{}
+	if opts != nil {
+		o = *opts
+	}
+	if o.FileDir == "" {
+		o.FileDir = filepath.Dir(path)
+	}
+	return Parse(path, src, &o)
 }
 
 // readLimited reads a file, but no more than one byte past limit, so that
