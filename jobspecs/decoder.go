@@ -138,6 +138,9 @@ func (d *decoder) unsupportedAttr(a *hclsyntax.Attribute) {
 // unsupportedBlock parses an ignored block free-form and warns about it.
 func (d *decoder) unsupportedBlock(b *hclsyntax.Block) {
 	d.freeformBody(b.Body)
+	if sch := unrunSchemas[b.Type]; sch != nil {
+		d.checkUnrun(b.Body, sch)
+	}
 	d.add(SeverityWarning, b.TypeRange, unsupportedMsg(b.Type), "")
 }
 

@@ -1,0 +1,85 @@
+package jobspecs
+
+import (
+	"strings"
+	"testing"
+)
+
+// Blocks meshlet does not run are still checked against Nomad's schema: a
+// typo is an error at its position, a correct block only warns.
+func TestUnrunBlocksAreSchemaChecked(t *testing.T) {
+	src := `job "j" {
+  periodic {
+    crn = "* * * * *"
+  }
+  group "g" {
+    ephemeral_disk {
+      size   = 300
+      sizee  = 1
+    }
+    volume "data" {
+      type = "host"
+      mount_options {
+        fs_typ = "ext4"
+      }
+    }
+    affinity {
+      attribute = "${node.datacenter}"
+      wieght    = 50
+    }
+    scaling {
+      min = 1
+      max = 3
+      policy {
+        anything = "goes"
+      }
+    }
+    task "t" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/true"
+      }
+      artifact {
+        source  = "https://example.invalid/a.tgz"
+        destinaton = "local/"
+        options {
+          checksum = "sha256:00"
+        }
+      }
+      vault {
+        role    = "r"
+        polcies = ["x"]
+      }
+      identity {
+        aud = ["a"]
+        tll = "1h"
+      }
+      consul {
+        namspace = "x"
+      }
+    }
+  }
+}
+`
+	_, diags := Parse("j.hcl", []byte(src), nil)
+	want := []string{
+		`j.hcl:3:5: error: Unsupported argument; An argument named "crn" is not expected here. Did you mean "cron"?`,
+		`j.hcl:8:7: error: Unsupported argument; An argument named "sizee" is not expected here. Did you mean "size"?`,
+		`j.hcl:13:9: error: Unsupported argument; An argument named "fs_typ" is not expected here. Did you mean "fs_type"?`,
+		`j.hcl:18:7: error: Unsupported argument; An argument named "wieght" is not expected here. Did you mean "weight"?`,
+		`j.hcl:34:9: error: Unsupported argument; An argument named "destinaton" is not expected here. Did you mean "destination"?`,
+		`j.hcl:41:9: error: Unsupported argument; An argument named "polcies" is not expected here. Did you mean "policies"?`,
+		`j.hcl:45:9: error: Unsupported argument; An argument named "tll" is not expected here. Did you mean "ttl"?`,
+		`j.hcl:48:9: error: Unsupported argument; An argument named "namspace" is not expected here. Did you mean "namespace"?`,
+	}
+	var got []string
+	for _, d := range diags.Errs() {
+		got = append(got, d.String())
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("errors:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if len(diags.Warnings()) == 0 {
+		t.Error("no warning that the blocks have no effect")
+	}
+}
