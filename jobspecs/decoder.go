@@ -73,6 +73,7 @@ func (c content) has(name string) bool {
 
 // content checks body against s, reporting unknown and unsupported names.
 func (d *decoder) content(body *hclsyntax.Body, s spec) content {
+	body = d.expandDynamic(body, s)
 	c := content{attrs: map[string]*hclsyntax.Attribute{}, blocks: map[string][]*hclsyntax.Block{}}
 	for _, a := range sortedAttrs(body) {
 		switch {

@@ -108,6 +108,21 @@ func sortDiagnostics(ds Diagnostics) {
 	})
 }
 
+// uniqueDiagnostics drops exact repeats, keeping the first of each: the
+// blocks a dynamic block generates share their source, so one mistake in
+// its content would otherwise be reported once per iteration.
+func uniqueDiagnostics(ds Diagnostics) Diagnostics {
+	seen := make(map[Diagnostic]bool, len(ds))
+	out := ds[:0]
+	for _, d := range ds {
+		if !seen[d] {
+			seen[d] = true
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
 // fromHCL converts HCL's diagnostics.
 func fromHCL(hds hcl.Diagnostics) Diagnostics {
 	out := make(Diagnostics, 0, len(hds))

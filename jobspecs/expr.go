@@ -14,6 +14,12 @@ import (
 // eval evaluates an expression, keeping runtime interpolations as text,
 // and charges the result to the parse's budget.
 func (d *decoder) eval(expr hclsyntax.Expression) (cty.Value, hcl.Diagnostics) {
+	if s, ok := expr.(*scopedExpr); ok {
+		saved := d.ctx
+		d.ctx = s.ctx
+		defer func() { d.ctx = saved }()
+		expr = s.Expression
+	}
 	if inner := unwrapCharge(expr); inner != nil {
 		expr = inner
 	}

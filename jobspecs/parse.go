@@ -96,7 +96,7 @@ func Parse(filename string, src []byte, opts *ParseOptions) (*structs.Job, Diagn
 	checkJob(job, opts.Validate.withDefaults(), d.report)
 	Canonicalize(job)
 	sortDiagnostics(d.diags)
-	return job, d.diags
+	return job, uniqueDiagnostics(d.diags)
 }
 
 // limitDiags keeps the evaluation limit errors of a parse that ran out of
