@@ -206,6 +206,7 @@ func (d *decoder) decodeConnect(b *hclsyntax.Block, p path) *structs.ConsulConne
 		gp := p.sub("gateway")
 		d.rec(gp, gb.DefRange())
 		cc.Gateway = &structs.ConsulGateway{Config: d.freeformBody(gb.Body)}
+		d.checkUnrun(gb.Body, gatewaySchema)
 		for _, kind := range []string{"ingress", "terminating", "mesh"} {
 			if _, ok := cc.Gateway.Config[kind]; ok && cc.Gateway.Kind == "" {
 				cc.Gateway.Kind = kind

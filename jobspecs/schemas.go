@@ -23,6 +23,29 @@ var (
 	consulSchema       = &unrunSchema{attrs: []string{"cluster", "namespace", "partition"}}
 )
 
+// gatewayTLSSchema is an ingress gateway's (or its service's) tls block.
+var gatewayTLSSchema = &unrunSchema{attrs: []string{"enabled", "tls_min_version", "tls_max_version", "cipher_suites"},
+	blocks: map[string]*unrunSchema{"sds": {attrs: []string{"cluster_name", "cert_resource"}}}}
+
+// gatewaySchema is Nomad's connect gateway block: its proxy, and one of
+// ingress, terminating and mesh.
+var gatewaySchema = &unrunSchema{blocks: map[string]*unrunSchema{
+	"proxy": {attrs: []string{"connect_timeout", "envoy_gateway_bind_tagged_addresses", "envoy_gateway_no_default_bind",
+		"envoy_dns_discovery_type"}, maps: []string{"config"},
+		blocks: map[string]*unrunSchema{"envoy_gateway_bind_addresses": {attrs: []string{"address", "port"}}}},
+	"ingress": {blocks: map[string]*unrunSchema{
+		"tls": gatewayTLSSchema,
+		"listener": {attrs: []string{"port", "protocol"}, blocks: map[string]*unrunSchema{
+			"service": {attrs: []string{"name", "hosts", "max_connections", "max_pending_requests", "max_concurrent_requests"},
+				maps: []string{"request_headers", "response_headers"}, blocks: map[string]*unrunSchema{"tls": gatewayTLSSchema}},
+		}},
+	}},
+	"terminating": {blocks: map[string]*unrunSchema{
+		"service": {attrs: []string{"name", "ca_file", "cert_file", "key_file", "sni"}},
+	}},
+	"mesh": {},
+}}
+
 // unrunSchemas are Nomad's schemas (api package, 1.9) of the blocks the
 // decoders list as unsupported. A block without an entry stays free-form.
 var unrunSchemas = map[string]*unrunSchema{
@@ -45,6 +68,8 @@ var unrunSchemas = map[string]*unrunSchema{
 	"csi_plugin":       {attrs: []string{"id", "type", "mount_dir", "stage_publish_base_dir", "health_timeout"}},
 	"action":           {attrs: []string{"command", "args"}},
 	"weights":          {attrs: []string{"passing", "warning"}},
+	"transparent_proxy": {attrs: []string{"uid", "outbound_port", "exclude_inbound_ports", "exclude_outbound_ports",
+		"exclude_outbound_cidrs", "exclude_uids", "no_dns"}},
 	"multiregion": {blocks: map[string]*unrunSchema{
 		"strategy": {attrs: []string{"max_parallel", "on_failure"}},
 		"region":   {attrs: []string{"count", "datacenters", "node_pool"}, maps: []string{"meta"}},

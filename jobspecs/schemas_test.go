@@ -83,3 +83,56 @@ func TestUnrunBlocksAreSchemaChecked(t *testing.T) {
 		t.Error("no warning that the blocks have no effect")
 	}
 }
+
+// The connect gateway tree and proxy.transparent_proxy are checked against
+// Nomad's schema too.
+func TestGatewayAndTransparentProxySchemas(t *testing.T) {
+	body := `service {
+        name = "ingress"
+        port = "8080"
+        connect {
+          gateway {
+            proxy {
+              connect_timeout = "5s"
+              envoy_gateway_bind_addresses "http" {
+                address = "0.0.0.0"
+                prot    = 8080
+              }
+            }
+            ingress {
+              listener {
+                port     = 8080
+                protocol = "http"
+                service {
+                  name  = "web"
+                  hsots = ["*"]
+                }
+              }
+            }
+          }
+        }
+      }
+      service {
+        name = "api"
+        port = "9090"
+        connect {
+          sidecar_service {
+            proxy {
+              transparent_proxy {
+                exclude_uid = ["1"]
+              }
+            }
+          }
+        }
+      }`
+	_, diags := parseTask(t, "", "      "+body, nil)
+	for _, want := range []string{
+		`An argument named "prot" is not expected here. Did you mean "port"?`,
+		`An argument named "hsots" is not expected here. Did you mean "hosts"?`,
+		`An argument named "exclude_uid" is not expected here. Did you mean "exclude_uids"?`,
+	} {
+		if !strings.Contains(diags.Error(), want) {
+			t.Errorf("diagnostics lack %q:\n%s", want, diags.Error())
+		}
+	}
+}
