@@ -59,6 +59,8 @@ type spec struct {
 	// unsupported are known to Nomad but not run by meshlet: parsed, then
 	// reported as a warning.
 	unsupported []string
+	// free: any block type (a free-form body, such as a task's config).
+	free bool
 }
 
 // content is a body split by name according to a spec.

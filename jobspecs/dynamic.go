@@ -77,7 +77,7 @@ func (d *decoder) dynamicBlocks(b *hclsyntax.Block, s spec) []*hclsyntax.Block {
 		return nil
 	}
 	typ := b.Labels[0]
-	if !slices.Contains(s.blocks, typ) && !slices.Contains(s.maps, typ) && !slices.Contains(s.unsupported, typ) {
+	if !s.free && !slices.Contains(s.blocks, typ) && !slices.Contains(s.maps, typ) && !slices.Contains(s.unsupported, typ) {
 		d.add(SeverityError, b.LabelRanges[0], "Unsupported block type", fmt.Sprintf(
 			"A dynamic block cannot generate blocks of type %q here.%s", typ, suggest(typ, s.blocks, s.maps, s.unsupported)))
 		return nil

@@ -153,3 +153,32 @@ func TestDynamicBlockErrors(t *testing.T) {
 		}
 	}
 }
+
+// A dynamic block inside a free-form body (a task's config, as docker's
+// mount blocks are often written) generates the blocks there too, and one
+// inside a block meshlet does not run is checked as the block it makes.
+func TestDynamicInFreeformBodies(t *testing.T) {
+	body := `config {
+        command = "/bin/true"
+        dynamic "mount" {
+          for_each = ["a", "b"]
+          content {
+            target = "/mnt/${mount.value}"
+          }
+        }
+      }
+      vault {
+        dynamic "identity" {
+          for_each = [1]
+          content {}
+        }
+      }`
+	task, diags := parseTask(t, "", "      "+body, nil)
+	mounts, _ := task.Config["mount"].([]any)
+	if len(mounts) != 2 || mounts[1].(map[string]any)["target"] != "/mnt/b" {
+		t.Errorf("config mounts = %#v (%v)", task.Config["mount"], diags)
+	}
+	if !strings.Contains(diags.Error(), `Blocks of type "identity" are not expected here.`) {
+		t.Errorf("a dynamic block making an unknown block inside vault: %v, want an error", diags)
+	}
+}

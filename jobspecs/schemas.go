@@ -91,8 +91,11 @@ func (d *decoder) checkUnrun(body *hclsyntax.Body, sch *unrunSchema) {
 			"An argument named %q is not expected here.%s", a.Name, suggest(a.Name, sch.attrs, sch.maps, blockNames)))
 	}
 	for _, b := range body.Blocks {
+		if b.Type == "dynamic" && len(b.Labels) == 1 {
+			b = dynamicContent(b) // checked as the blocks it generates
+		}
 		switch {
-		case slices.Contains(sch.maps, b.Type):
+		case b == nil || slices.Contains(sch.maps, b.Type):
 		case sch.blocks[b.Type] != nil:
 			d.checkUnrun(b.Body, sch.blocks[b.Type])
 		default:
@@ -100,4 +103,17 @@ func (d *decoder) checkUnrun(body *hclsyntax.Body, sch *unrunSchema) {
 				"Blocks of type %q are not expected here.%s", b.Type, suggest(b.Type, blockNames, sch.maps, sch.attrs)))
 		}
 	}
+}
+
+// dynamicContent is a dynamic block seen as one block it generates: its
+// content, typed by its label (nil when it has no content block).
+func dynamicContent(b *hclsyntax.Block) *hclsyntax.Block {
+	for _, cb := range b.Body.Blocks {
+		if cb.Type == "content" {
+			out := *cb
+			out.Type = b.Labels[0]
+			return &out
+		}
+	}
+	return nil
 }

@@ -259,6 +259,7 @@ func (d *decoder) freeform(c content, p path, name string) map[string]any {
 // type used once becomes a map, one used several times a []any of maps;
 // block labels nest ("a" "b" {} → {"a": {"b": {...}}}).
 func (d *decoder) freeformBody(body *hclsyntax.Body) map[string]any {
+	body = d.expandDynamic(body, spec{free: true})
 	out := map[string]any{}
 	for _, a := range sortedAttrs(body) {
 		v, hds := d.eval(a.Expr)
