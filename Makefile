@@ -9,7 +9,7 @@ PLUGINS_MOD := github.com/containernetworking/plugins
 TEST_TIMEOUT ?= 15m
 # The race tier: every package with concurrency of its own (the e2e tests
 # run the agent binary, which the race detector cannot see into).
-RACE_PKGS ?= ./acl/... ./sidecar/... ./xds/... ./ca/... ./cni/... ./client/... ./driver/... ./intention/... \
+RACE_PKGS ?= ./acl/... ./aclstate/... ./sidecar/... ./xds/... ./ca/... ./cni/... ./client/... ./driver/... ./intention/... \
 	./catalog/... ./authz/... ./server/... ./state/... ./scheduler/... ./controlplane/... ./consulapi/... \
 	./api/... ./agent/... ./internal/... ./rpc/... ./configentry/... ./meshstate/...
 

@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -28,16 +29,15 @@ import (
 // go-cty's standard library or are a few lines over Go's (encoding,
 // hashing, UUIDs). Like stdFunctions every one is bounded (budget.bound):
 // its result is checked and charged, and those that could allocate far
-// more than their arguments have a pre-check (moreChecks). Left out:
-// setproduct, formatlist and indent (results far larger than their
-// arguments), and the file system, CIDR, yaml and crypto-key families.
+// more than their arguments have a pre-check (moreChecks). Left out: the
+// path, CIDR, yaml and crypto-key families and fileset.
 var moreFunctions = map[string]function.Function{
 	// numeric
 	"abs": stdlib.AbsoluteFunc, "ceil": stdlib.CeilFunc, "floor": stdlib.FloorFunc,
 	"log": stdlib.LogFunc, "pow": stdlib.PowFunc, "signum": stdlib.SignumFunc,
 	"parseint": stdlib.ParseIntFunc,
 	// strings
-	"chomp": stdlib.ChompFunc, "regex": stdlib.RegexFunc, "regexall": stdlib.RegexAllFunc,
+	"chomp": stdlib.ChompFunc, "formatlist": stdlib.FormatListFunc, "indent": stdlib.IndentFunc, "regex": stdlib.RegexFunc, "regexall": stdlib.RegexAllFunc,
 	"regex_replace": stdlib.RegexReplaceFunc, "strrev": stdlib.ReverseFunc, "substr": stdlib.SubstrFunc,
 	"title": stdlib.TitleFunc, "trim": stdlib.TrimFunc, "trimprefix": stdlib.TrimPrefixFunc,
 	"trimsuffix": stdlib.TrimSuffixFunc, "strlen": stdlib.StrlenFunc,
@@ -46,7 +46,7 @@ var moreFunctions = map[string]function.Function{
 	"contains": stdlib.ContainsFunc, "distinct": stdlib.DistinctFunc, "element": stdlib.ElementFunc,
 	"flatten": stdlib.FlattenFunc, "index": indexOfFunc, "keys": stdlib.KeysFunc,
 	"length": stdlib.LengthFunc, "lookup": stdlib.LookupFunc, "range": stdlib.RangeFunc,
-	"reverse": stdlib.ReverseListFunc, "setintersection": stdlib.SetIntersectionFunc,
+	"reverse": stdlib.ReverseListFunc, "setintersection": stdlib.SetIntersectionFunc, "setproduct": stdlib.SetProductFunc,
 	"setunion": stdlib.SetUnionFunc, "setsubtract": stdlib.SetSubtractFunc, "slice": stdlib.SliceFunc,
 	"sort": stdlib.SortFunc, "values": stdlib.ValuesFunc, "zipmap": stdlib.ZipmapFunc,
 	// encoding, date and time, type conversion
@@ -66,6 +66,53 @@ var moreChecks = map[string]func(b *budget, args []cty.Value) error{
 	"range":         checkRange,
 	"regex_replace": checkRegexReplace,
 	"flatten":       checkCollections("flatten"),
+	"formatlist":    checkFormatList,
+	"indent":        checkIndent,
+	"setproduct":    checkSetProduct,
+}
+
+// checkFormatList: formatlist(format, args...) makes one string per
+// element of its longest list, each at most the format plus every
+// argument's text.
+func checkFormatList(b *budget, args []cty.Value) error {
+	n, each := int64(1), int64(len(args[0].AsString()))
+	for _, a := range args[1:] {
+		if a.CanIterateElements() && !a.Type().IsObjectType() && !a.Type().IsMapType() {
+			n = max(n, int64(a.LengthInt()))
+		}
+		each += jsonSize(a, int64(b.lim.MaxStringBytes)+1)
+	}
+	if n > int64(b.lim.MaxCollectionLen) {
+		return limitErr("formatlist would produce %d elements; the limit is %d", n, b.lim.MaxCollectionLen)
+	}
+	return b.checkString("formatlist", n*each)
+}
+
+// checkIndent: indent(spaces, str) adds spaces to every line but the
+// first.
+func checkIndent(b *budget, args []cty.Value) error {
+	if args[0].Type() != cty.Number {
+		return nil
+	}
+	spaces, _ := args[0].AsBigFloat().Int64()
+	s := args[1].AsString()
+	return b.checkString("indent", int64(len(s))+max(spaces, 0)*int64(strings.Count(s, "\n")))
+}
+
+// checkSetProduct: the product has as many elements as its sets' sizes
+// multiplied.
+func checkSetProduct(b *budget, args []cty.Value) error {
+	n := int64(1)
+	for _, a := range args {
+		if !a.CanIterateElements() {
+			return nil
+		}
+		n *= int64(a.LengthInt())
+		if n > int64(b.lim.MaxCollectionLen) {
+			return limitErr("setproduct would produce more than %d elements; the limit is %d", b.lim.MaxCollectionLen, b.lim.MaxCollectionLen)
+		}
+	}
+	return nil
 }
 
 // checkRange: range(limit), range(start, limit) or range(start, limit,

@@ -258,22 +258,29 @@ func TestBoundedFunctionsStillWork(t *testing.T) {
 	}
 }
 
-// TestUnavailableFunctions: functions whose results dwarf their arguments
-// (setproduct, formatlist, indent) are not offered; range is, within the
-// collection limit.
+// TestUnavailableFunctions: functions whose results can dwarf their
+// arguments (range, setproduct, formatlist, indent, regex_replace) are
+// offered within the collection and string limits.
 func TestUnavailableFunctions(t *testing.T) {
-	for _, expr := range []string{`setproduct(["a"], ["b"])`, `formatlist("%s", ["a"])`, `indent(2, "a")`} {
+	big := strings.Repeat("a", 4096)
+	for expr, want := range map[string]string{
+		`range(1e9)`: "range would produce 1000000000 elements",
+		`regex_replace("` + big + `", "", "` + big + `")`:        "regex_replace would produce a string",
+		`setproduct(range(1000), range(1000))`:                    "setproduct would produce more than",
+		`formatlist("` + big + `%s", [for i in range(1000) : i])`: "formatlist would produce a string",
+		`indent(1000000, "` + strings.Repeat("a\\n", 100) + `")`: "indent would produce a string",
+	} {
 		_, diags := parseTask(t, "", "config { x = "+expr+" }", nil)
-		if errs := diags.Errs(); len(errs) != 1 || errs[0].Summary != "Call to unknown function" {
-			t.Errorf("%s: %s", expr, diags.Error())
+		if !diags.HasErrors() || !strings.Contains(diags.Error(), want) {
+			t.Errorf("%.60s: %v, want %q", expr, diags, want)
 		}
 	}
-	_, diags := parseTask(t, "", "config { x = range(1e9) }", nil)
-	if !diags.HasErrors() || !strings.Contains(diags.Error(), "range would produce 1000000000 elements") {
-		t.Errorf("range(1e9): %v, want the collection limit", diags)
-	}
-	_, diags = parseTask(t, "", `config { x = regex_replace("`+strings.Repeat("a", 4096)+`", "", "`+strings.Repeat("b", 4096)+`") }`, nil)
-	if !diags.HasErrors() || !strings.Contains(diags.Error(), "regex_replace would produce a string") {
-		t.Errorf("a regex_replace past the string limit: %v", diags)
+	task, diags := parseTask(t, "", `config {
+  fl = join(",", formatlist("%s=%d", ["a", "b"], [1, 2]))
+  in = indent(2, "x\ny")
+  sp = length(setproduct(["a", "b"], [1, 2, 3]))
+}`, nil)
+	if diags.HasErrors() || task.Config["fl"] != "a=1,b=2" || task.Config["in"] != "x\n  y" || task.Config["sp"] != 6 {
+		t.Errorf("small calls: %v %v", task.Config, diags)
 	}
 }
