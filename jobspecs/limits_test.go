@@ -265,10 +265,10 @@ func TestUnavailableFunctions(t *testing.T) {
 	big := strings.Repeat("a", 4096)
 	for expr, want := range map[string]string{
 		`range(1e9)`: "range would produce 1000000000 elements",
-		`regex_replace("` + big + `", "", "` + big + `")`:        "regex_replace would produce a string",
+		`regex_replace("` + big + `", "", "` + big + `")`:         "regex_replace would produce a string",
 		`setproduct(range(1000), range(1000))`:                    "setproduct would produce more than",
 		`formatlist("` + big + `%s", [for i in range(1000) : i])`: "formatlist would produce a string",
-		`indent(1000000, "` + strings.Repeat("a\\n", 100) + `")`: "indent would produce a string",
+		`indent(1000000, "` + strings.Repeat("a\\n", 100) + `")`:  "indent would produce a string",
 	} {
 		_, diags := parseTask(t, "", "config { x = "+expr+" }", nil)
 		if !diags.HasErrors() || !strings.Contains(diags.Error(), want) {
