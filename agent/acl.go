@@ -91,48 +91,5 @@ func (a *Agent) apiACLOption() api.ServerOption {
 	if a.acl == nil {
 		return func(*api.Server) {}
 	}
-	var store acl.Store = clientACLStore{}
-	if a.acl.store != nil {
-		store = a.acl.store
-	}
-	return api.WithACL(a.acl.resolver, store)
+	return api.WithACL(a.acl.resolver, a.aclStore())
 }
-
-// errACLOnServers: a client-only agent forwards every /v1/acl/ route to
-// the servers, so its API never reads or writes ACL objects itself.
-var errACLOnServers = errors.New("ACL tokens and policies are served by the servers")
-
-// clientACLStore is a client-only agent's acl.Store: the API needs one to
-// enforce tokens, but the routes that use it are forwarded to the servers.
-type clientACLStore struct{}
-
-func (clientACLStore) TokenBySecretHash(context.Context, string) (*acl.Token, error) {
-	return nil, errACLOnServers
-}
-func (clientACLStore) Policies(context.Context, []string) ([]*acl.Policy, error) {
-	return nil, errACLOnServers
-}
-func (clientACLStore) Bootstrap(context.Context, *acl.Token) (*acl.Token, error) {
-	return nil, errACLOnServers
-}
-func (clientACLStore) UpsertPolicy(context.Context, *acl.Policy) (*acl.Policy, error) {
-	return nil, errACLOnServers
-}
-func (clientACLStore) DeletePolicy(context.Context, string) error { return errACLOnServers }
-func (clientACLStore) Policy(context.Context, string) (*acl.Policy, error) {
-	return nil, errACLOnServers
-}
-func (clientACLStore) ListPolicies(context.Context) ([]*acl.Policy, uint64, error) {
-	return nil, 0, errACLOnServers
-}
-func (clientACLStore) UpsertToken(context.Context, *acl.Token) (*acl.Token, error) {
-	return nil, errACLOnServers
-}
-func (clientACLStore) DeleteToken(context.Context, string) error { return errACLOnServers }
-func (clientACLStore) Token(context.Context, string) (*acl.Token, error) {
-	return nil, errACLOnServers
-}
-func (clientACLStore) ListTokens(context.Context) ([]*acl.Token, uint64, error) {
-	return nil, 0, errACLOnServers
-}
-func (clientACLStore) Index(context.Context) (uint64, error) { return 0, errACLOnServers }

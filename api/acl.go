@@ -28,11 +28,13 @@ type ACLResolver interface {
 }
 
 // WithACL enables ACLs: res resolves request tokens and store holds the
-// tokens and policies the /v1/acl endpoints manage. A nil res or store
-// leaves ACLs disabled.
+// tokens and policies the /v1/acl endpoints manage. A nil res leaves ACLs
+// disabled; a nil store (a client-only agent, which forwards the /v1/acl
+// routes to its servers) enforces tokens and answers those routes with
+// errNoACLStore.
 func WithACL(res ACLResolver, store acl.Store) ServerOption {
 	return func(s *Server) {
-		if res == nil || store == nil {
+		if res == nil {
 			return
 		}
 		s.aclRes, s.aclStore = res, store
@@ -41,6 +43,9 @@ func WithACL(res ACLResolver, store acl.Store) ServerOption {
 		}
 	}
 }
+
+// errNoACLStore: this server enforces tokens but keeps no ACL state.
+var errNoACLStore = fmt.Errorf("%w: ACL tokens and policies are served by the servers", errBadRequest)
 
 // aclEnabled reports whether WithACL was given.
 func (s *Server) aclEnabled() bool { return s.aclRes != nil }

@@ -45,6 +45,18 @@ func (s *Server) aclRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("DELETE /v1/acl/token/{accessor}", s.aclWrite(s.aclTokenDelete))
 }
 
+// aclState is why the /v1/acl routes cannot be served here (nil: they
+// can).
+func (s *Server) aclState() error {
+	switch {
+	case !s.aclEnabled():
+		return acl.ErrDisabled
+	case s.aclStore == nil:
+		return errNoACLStore
+	}
+	return nil
+}
+
 // aclReadFunc produces an ACL read's body and its index (0: the store's).
 type aclReadFunc func(r *http.Request) (any, uint64, error)
 
@@ -52,8 +64,8 @@ type aclReadFunc func(r *http.Request) (any, uint64, error)
 // from the ACL store.
 func (s *Server) aclRead(fn aclReadFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if !s.aclEnabled() {
-			s.writeError(w, r, acl.ErrDisabled)
+		if err := s.aclState(); err != nil {
+			s.writeError(w, r, err)
 			return
 		}
 		out, idx, err := fn(r)
@@ -73,8 +85,8 @@ func (s *Server) aclRead(fn aclReadFunc) http.HandlerFunc {
 // index, as Nomad's policy and delete endpoints do.
 func (s *Server) aclWrite(fn writeFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if !s.aclEnabled() {
-			s.writeError(w, r, acl.ErrDisabled)
+		if err := s.aclState(); err != nil {
+			s.writeError(w, r, err)
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)

@@ -252,6 +252,23 @@ func TestACLDisabled(t *testing.T) {
 	}
 }
 
+// A server that enforces tokens without keeping the ACL state (a
+// client-only agent: its servers hold it) refuses requests without a
+// valid token and answers the /v1/acl routes that they are served
+// elsewhere.
+func TestACLEnforcedWithoutStore(t *testing.T) {
+	store := apitest.NewACLStore()
+	srv := newTestServer(t, apitest.NewBackend(), api.WithACL(apitest.ACLResolver{Reader: store}, nil))
+	anon, err := nomadapi.NewClient(&nomadapi.Config{Address: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = anon.Jobs().List(nil)
+	wantErr(t, "job List without a token", err, http.StatusForbidden, "Permission denied")
+	_, _, err = anon.ACLTokens().Bootstrap(nil)
+	wantErr(t, "Bootstrap", err, http.StatusBadRequest, "ACL tokens and policies are served by the servers")
+}
+
 func hdr(k, v string) http.Header { return http.Header{k: {v}} }
 
 func doHeader(t *testing.T, method, url, body string, h http.Header) (*http.Response, string) {

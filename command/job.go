@@ -56,7 +56,7 @@ func runJobValidate(e *env, c *command, args []string) int {
 	if fs.NArg() != 1 {
 		return e.usageError(c, "expected exactly one argument: the jobspec FILE")
 	}
-	opts, err := vars.options()
+	opts, err := vars.options(e.stdin)
 	if err != nil {
 		return e.errorf("%v", err)
 	}
@@ -78,7 +78,7 @@ func runJobRun(e *env, c *command, args []string) int {
 	if fs.NArg() != 1 {
 		return e.usageError(c, "expected exactly one argument: the jobspec FILE")
 	}
-	opts, err := vars.options()
+	opts, err := vars.options(e.stdin)
 	if err != nil {
 		return e.errorf("%v", err)
 	}

@@ -33,11 +33,12 @@ func addJobVarFlags(fs *flag.FlagSet) *jobVars {
 	return v
 }
 
-// options are the parse options carrying every value given.
-func (v *jobVars) options() (*jobspecs.ParseOptions, error) {
+// options are the parse options carrying every value given; a -var-file
+// of "-" is read from stdin.
+func (v *jobVars) options(stdin io.Reader) (*jobspecs.ParseOptions, error) {
 	opts := &jobspecs.ParseOptions{Vars: v.vars, EnvVars: envJobVars(os.Environ())}
 	for _, path := range v.files {
-		vars, err := readVarFile(path)
+		vars, err := readVarFile(stdin, path)
 		if err != nil {
 			return nil, err
 		}
@@ -62,10 +63,10 @@ func envJobVars(environ []string) map[string]string {
 // readVarFile reads one -var-file: a JSON object when the name ends in
 // .json (strings as they are, other values as JSON, which the jobspec
 // reads as HCL), else HCL name = value lines.
-func readVarFile(path string) (map[string]string, error) {
-	src, err := readLimited(path)
+func readVarFile(stdin io.Reader, path string) (map[string]string, error) {
+	src, err := readInputFile(stdin, path, "variable file")
 	if err != nil {
-		return nil, fmt.Errorf("failed to read the variable file: %w", err)
+		return nil, err
 	}
 	if !strings.EqualFold(filepath.Ext(path), ".json") {
 		vars, err := jobspecs.ParseVariables(path, src, nil)
@@ -88,21 +89,4 @@ func readVarFile(path string) (map[string]string, error) {
 		out[name] = string(v)
 	}
 	return out, nil
-}
-
-// maxVarFile bounds a variable file (the jobspec's own default limit).
-const maxVarFile = 1 << 20
-
-// readLimited reads a variable file of at most maxVarFile bytes.
-func readLimited(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxVarFile+1))
-	if err == nil && len(b) > maxVarFile {
-		err = fmt.Errorf("%s is larger than %d bytes", path, maxVarFile)
-	}
-	return b, err
 }
