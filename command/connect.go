@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/user"
 	"runtime"
 	"strings"
 
@@ -225,7 +226,12 @@ func runConnectSidecar(e *env, c *command, args []string) int {
 		return e.errorf("failed to exec envoy: %v", execve(*binary, argv))
 	}
 	if os.Geteuid() == 0 && *runAs != "" && *runAs != "root" {
-		if err := ensureNoNewPrivs(); err != nil {
+		if _, err := user.Lookup(*runAs); err != nil {
+			// A host without the user keeps running its sidecars as
+			// before rather than failing every connect allocation.
+			fmt.Fprintf(e.stderr, "==> built-in proxy: not dropping privileges: %v\n", err)
+			*runAs = "root"
+		} else if err := ensureNoNewPrivs(); err != nil {
 			return e.errorf("built-in proxy: %v", err)
 		}
 	}
