@@ -151,6 +151,7 @@ func (r *Resolver) Resolve(ctx context.Context, secret string) (*ACL, *Token, er
 	}
 	tok := *cached
 	tok.Policies = slices.Clone(cached.Policies)
+	tok.ServiceIdentities = slices.Clone(cached.ServiceIdentities)
 	if tok.Expired(r.now()) {
 		r.logger.Debug("ACL token expired", "accessor_id", tok.AccessorID)
 		return nil, nil, fmt.Errorf("ACL token %s expired: %w", tok.AccessorID, ErrTokenNotFound)
@@ -214,6 +215,7 @@ func (r *Resolver) compile(ctx context.Context, tok *Token) (*ACL, error) {
 	if err != nil {
 		return nil, fmt.Errorf("failed to read policies of ACL token %s: %w", tok.AccessorID, err)
 	}
+	policies = append(policies, serviceIdentityPolicies(tok)...)
 	key := policySetKey(policies)
 	r.mu.Lock()
 	gen := r.gen

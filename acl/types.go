@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -43,17 +44,59 @@ var (
 // hash (HashSecret), by which requests find the token. SecretID is set
 // only on the copy handed back by a create or a bootstrap, once.
 type Token struct {
-	AccessorID     string
-	SecretID       string `json:",omitempty"`
-	SecretHash     string
-	Name           string
-	Type           string // TypeClient or TypeManagement
-	Policies       []string
-	Global         bool
+	AccessorID string
+	SecretID   string `json:",omitempty"`
+	SecretHash string
+	Name       string
+	Type       string // TypeClient or TypeManagement
+	Policies   []string
+	Global     bool
+	// ServiceIdentities are Consul's service identities: each grants
+	// write on its service and the service's sidecar proxy and read on
+	// every service (ServiceIdentityRules).
+	ServiceIdentities []*ServiceIdentity `json:",omitempty"`
+	// AllocID and TaskName bind a workload token (a connect sidecar's
+	// service identity, minted by the servers for that task) to its
+	// allocation: the servers revoke it once the allocation has ended.
+	AllocID        string `json:",omitempty"`
+	TaskName       string `json:",omitempty"`
 	CreateTime     time.Time
 	ExpirationTime *time.Time `json:",omitempty"`
 	CreateIndex    uint64
 	ModifyIndex    uint64
+}
+
+// ServiceIdentity is one of a token's service identities (Consul's
+// ACLServiceIdentity).
+type ServiceIdentity struct {
+	ServiceName string
+	Datacenters []string `json:",omitempty"`
+}
+
+// serviceIdentityPolicyPrefix names the synthetic policy of a service
+// identity; ':' keeps it apart from stored policy names.
+const serviceIdentityPolicyPrefix = "service-identity:"
+
+// ServiceIdentityRules is the policy a service identity grants, as
+// Consul's synthetic policy: service:write on the service and on its
+// sidecar proxy, service:read on every service. name must be a valid
+// service name (the store checks it).
+func ServiceIdentityRules(name string) string {
+	return fmt.Sprintf("service %q { policy = \"write\" }\nservice %q { policy = \"write\" }\nservice_prefix \"\" { policy = \"read\" }\n",
+		name, name+"-sidecar-proxy")
+}
+
+// serviceIdentityPolicies are the synthetic policies of tok's service
+// identities.
+func serviceIdentityPolicies(tok *Token) []*Policy {
+	out := make([]*Policy, 0, len(tok.ServiceIdentities))
+	for _, si := range tok.ServiceIdentities {
+		if si == nil {
+			continue
+		}
+		out = append(out, &Policy{Name: serviceIdentityPolicyPrefix + si.ServiceName, Rules: ServiceIdentityRules(si.ServiceName)})
+	}
+	return out
 }
 
 // Expired reports whether the token has an expiration time before now.

@@ -29,6 +29,8 @@ var (
 	policyNameRe = regexp.MustCompile(`^[a-zA-Z0-9-]{1,128}$`)
 	// accessorRe admits UUIDs and other plain IDs, one key segment each.
 	accessorRe = regexp.MustCompile(`^[a-zA-Z0-9_.-]{1,128}$`)
+	// serviceIdentityRe is Consul's rule for service identity names.
+	serviceIdentityRe = regexp.MustCompile(`^[a-z0-9](?:[a-z0-9_-]{0,254}[a-z0-9])?$`)
 	// secretHashRe is the form of acl.HashSecret's output.
 	secretHashRe = regexp.MustCompile(`^[0-9a-f]{64}$`)
 )
@@ -70,6 +72,10 @@ type storedToken struct {
 	Global         bool     `json:",omitempty"`
 	CreateTime     time.Time
 	ExpirationTime *time.Time `json:",omitempty"`
+	// Service identities and the workload binding (acl.Token).
+	ServiceIdentities []*acl.ServiceIdentity `json:",omitempty"`
+	AllocID           string                 `json:",omitempty"`
+	TaskName          string                 `json:",omitempty"`
 }
 
 // bootstrapRecord is the value of the bootstrap key.
@@ -85,7 +91,8 @@ func encodePolicy(p *acl.Policy) string {
 
 func encodeToken(t *acl.Token) string {
 	b, _ := json.Marshal(storedToken{AccessorID: t.AccessorID, SecretHash: t.SecretHash, Name: t.Name, Type: t.Type,
-		Policies: t.Policies, Global: t.Global, CreateTime: t.CreateTime, ExpirationTime: t.ExpirationTime}) // cannot fail
+		Policies: t.Policies, Global: t.Global, CreateTime: t.CreateTime, ExpirationTime: t.ExpirationTime,
+		ServiceIdentities: t.ServiceIdentities, AllocID: t.AllocID, TaskName: t.TaskName}) // cannot fail
 	return string(b)
 }
 
@@ -129,6 +136,7 @@ func decodeToken(kv *mvccpb.KeyValue, accessor string) (*acl.Token, error) {
 	}
 	return &acl.Token{AccessorID: st.AccessorID, SecretHash: st.SecretHash, Name: st.Name, Type: st.Type,
 		Policies: st.Policies, Global: st.Global, CreateTime: st.CreateTime, ExpirationTime: st.ExpirationTime,
+		ServiceIdentities: st.ServiceIdentities, AllocID: st.AllocID, TaskName: st.TaskName,
 		CreateIndex: uint64(kv.CreateRevision), ModifyIndex: uint64(kv.ModRevision)}, nil
 }
 
@@ -142,12 +150,12 @@ func (s *EtcdStore) lastSegment(kv *mvccpb.KeyValue, dir string) string {
 func checkTokenFields(t *acl.Token) error {
 	switch t.Type {
 	case acl.TypeManagement:
-		if len(t.Policies) > 0 {
-			return fmt.Errorf("%w: a management token may not have policies", acl.ErrInvalid)
+		if len(t.Policies) > 0 || len(t.ServiceIdentities) > 0 {
+			return fmt.Errorf("%w: a management token may not have policies or service identities", acl.ErrInvalid)
 		}
 	case acl.TypeClient:
-		if len(t.Policies) == 0 {
-			return fmt.Errorf("%w: a client token needs at least one policy", acl.ErrInvalid)
+		if len(t.Policies) == 0 && len(t.ServiceIdentities) == 0 {
+			return fmt.Errorf("%w: a client token needs at least one policy or service identity", acl.ErrInvalid)
 		}
 		if len(t.Policies) > maxTokenPolicies {
 			return fmt.Errorf("%w: a token may have at most %d policies", acl.ErrInvalid, maxTokenPolicies)
@@ -163,9 +171,38 @@ func checkTokenFields(t *acl.Token) error {
 	if len(t.Name) > maxNameLen {
 		return fmt.Errorf("%w: token name longer than %d bytes", acl.ErrInvalid, maxNameLen)
 	}
+	if err := checkWorkloadFields(t); err != nil {
+		return err
+	}
 	if t.ExpirationTime != nil && !t.ExpirationTime.After(t.CreateTime) {
 		return fmt.Errorf("%w: token expiration time %s is not after its create time %s", acl.ErrInvalid,
 			t.ExpirationTime.Format(time.RFC3339), t.CreateTime.Format(time.RFC3339))
+	}
+	return nil
+}
+
+// checkWorkloadFields checks a token's service identities (Consul's
+// name rule) and its allocation binding.
+func checkWorkloadFields(t *acl.Token) error {
+	if len(t.ServiceIdentities) > maxTokenPolicies {
+		return fmt.Errorf("%w: a token may have at most %d service identities", acl.ErrInvalid, maxTokenPolicies)
+	}
+	for _, si := range t.ServiceIdentities {
+		if si == nil || !serviceIdentityRe.MatchString(si.ServiceName) {
+			name := ""
+			if si != nil {
+				name = si.ServiceName
+			}
+			return fmt.Errorf("%w: service identity name %.140q must be 1 to 256 lowercase letters, digits, '-' and '_', starting and ending with a letter or digit",
+				acl.ErrInvalid, name)
+		}
+	}
+	if t.AllocID != "" {
+		if !accessorRe.MatchString(t.AllocID) || len(t.TaskName) == 0 || len(t.TaskName) > maxNameLen {
+			return fmt.Errorf("%w: a workload token needs a plain allocation ID and a task name of 1 to %d bytes", acl.ErrInvalid, maxNameLen)
+		}
+	} else if t.TaskName != "" {
+		return fmt.Errorf("%w: a token's task name needs its allocation ID", acl.ErrInvalid)
 	}
 	return nil
 }

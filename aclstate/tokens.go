@@ -145,7 +145,9 @@ func mergeUpdate(cur, in *acl.Token) (*acl.Token, error) {
 	t := *in
 	t.SecretID = ""
 	t.SecretHash, t.CreateTime, t.CreateIndex = cur.SecretHash, cur.CreateTime, cur.CreateIndex
+	t.AllocID, t.TaskName = cur.AllocID, cur.TaskName // a workload binding never moves
 	t.Policies = slices.Clone(in.Policies)
+	t.ServiceIdentities = slices.Clone(in.ServiceIdentities)
 	if err := checkTokenFields(&t); err != nil {
 		return nil, err
 	}
@@ -157,6 +159,7 @@ func mergeUpdate(cur, in *acl.Token) (*acl.Token, error) {
 func (s *EtcdStore) prepareNew(in *acl.Token) (*acl.Token, error) {
 	t := *in
 	t.Policies = slices.Clone(in.Policies)
+	t.ServiceIdentities = slices.Clone(in.ServiceIdentities)
 	t.CreateIndex, t.ModifyIndex = 0, 0
 	if t.AccessorID == "" {
 		t.AccessorID = uuid.NewString()

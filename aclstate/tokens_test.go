@@ -163,18 +163,25 @@ func TestTokenValidation(t *testing.T) {
 	before, _ := s.Index(ctx)
 	past, soon := testNow.Add(-time.Minute), testNow.Add(time.Minute)
 	for name, tok := range map[string]*acl.Token{
-		"nil":                    nil,
-		"no type":                {Policies: []string{"read"}},
-		"unknown type":           {Type: "root"},
-		"client without policy":  {Type: acl.TypeClient},
-		"management with policy": {Type: acl.TypeManagement, Policies: []string{"read"}},
-		"invalid policy name":    {Type: acl.TypeClient, Policies: []string{"a/b"}},
-		"long name":              {Type: acl.TypeManagement, Name: strings.Repeat("n", 257)},
-		"expired at birth":       {Type: acl.TypeManagement, ExpirationTime: &past},
-		"hash mismatch":          {Type: acl.TypeManagement, SecretID: "s", SecretHash: acl.HashSecret("t")},
-		"malformed hash":         {Type: acl.TypeManagement, SecretHash: "abc"},
-		"invalid accessor":       {AccessorID: "a/b", Type: acl.TypeManagement},
-		"expiry before creation": {Type: acl.TypeManagement, CreateTime: soon.Add(time.Hour), ExpirationTime: &soon},
+		"nil":                      nil,
+		"no type":                  {Policies: []string{"read"}},
+		"unknown type":             {Type: "root"},
+		"client without policy":    {Type: acl.TypeClient},
+		"management with policy":   {Type: acl.TypeManagement, Policies: []string{"read"}},
+		"invalid policy name":      {Type: acl.TypeClient, Policies: []string{"a/b"}},
+		"long name":                {Type: acl.TypeManagement, Name: strings.Repeat("n", 257)},
+		"expired at birth":         {Type: acl.TypeManagement, ExpirationTime: &past},
+		"hash mismatch":            {Type: acl.TypeManagement, SecretID: "s", SecretHash: acl.HashSecret("t")},
+		"malformed hash":           {Type: acl.TypeManagement, SecretHash: "abc"},
+		"invalid accessor":         {AccessorID: "a/b", Type: acl.TypeManagement},
+		"expiry before creation":   {Type: acl.TypeManagement, CreateTime: soon.Add(time.Hour), ExpirationTime: &soon},
+		"management with identity": {Type: acl.TypeManagement, ServiceIdentities: []*acl.ServiceIdentity{{ServiceName: "web"}}},
+		"uppercase identity":       {Type: acl.TypeClient, ServiceIdentities: []*acl.ServiceIdentity{{ServiceName: "Web"}}},
+		"identity ending in dash":  {Type: acl.TypeClient, ServiceIdentities: []*acl.ServiceIdentity{{ServiceName: "web-"}}},
+		"nil identity":             {Type: acl.TypeClient, ServiceIdentities: []*acl.ServiceIdentity{nil}},
+		"task without allocation":  {Type: acl.TypeClient, Policies: []string{"read"}, TaskName: "t"},
+		"allocation without task":  {Type: acl.TypeClient, Policies: []string{"read"}, AllocID: "a1"},
+		"allocation with a slash":  {Type: acl.TypeClient, Policies: []string{"read"}, AllocID: "a/1", TaskName: "t"},
 	} {
 		_, err := s.UpsertToken(ctx, tok)
 		wantErr(t, name, err, acl.ErrInvalid)
@@ -198,6 +205,30 @@ func TestTokenValidation(t *testing.T) {
 	tok, err = s.UpsertToken(ctx, &acl.Token{Type: acl.TypeManagement, SecretHash: acl.HashSecret("replicated")})
 	if err != nil || tok.SecretID != "" {
 		t.Fatalf("token with a given hash = %+v, %v", tok, err)
+	}
+}
+
+// A token of service identities only is a client token; its identities
+// and allocation binding are stored, and an update cannot move the
+// binding to another allocation.
+func TestWorkloadToken(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t, 10*time.Second)
+	tok, err := s.UpsertToken(ctx, &acl.Token{Type: acl.TypeClient, AllocID: "a1", TaskName: "connect-proxy-web",
+		ServiceIdentities: []*acl.ServiceIdentity{{ServiceName: "web", Datacenters: []string{"dc1"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.TokenBySecretHash(ctx, acl.HashSecret(tok.SecretID))
+	if err != nil || got.AllocID != "a1" || got.TaskName != "connect-proxy-web" || len(got.ServiceIdentities) != 1 ||
+		got.ServiceIdentities[0].ServiceName != "web" || got.ServiceIdentities[0].Datacenters[0] != "dc1" {
+		t.Fatalf("stored workload token = %+v, %v", got, err)
+	}
+	up := *got
+	up.AllocID, up.TaskName, up.Name = "a2", "other", "renamed"
+	upd, err := s.UpsertToken(ctx, &up)
+	if err != nil || upd.AllocID != "a1" || upd.TaskName != "connect-proxy-web" || upd.Name != "renamed" {
+		t.Fatalf("updated workload token = %+v, %v; want the binding kept", upd, err)
 	}
 }
 

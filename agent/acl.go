@@ -9,6 +9,7 @@ import (
 	"github.com/meshlet/meshlet/acl"
 	"github.com/meshlet/meshlet/aclstate"
 	"github.com/meshlet/meshlet/api"
+	"github.com/meshlet/meshlet/sitoken"
 )
 
 // aclSystem is the agent's ACL system when acl { enabled = true }: the
@@ -19,8 +20,10 @@ import (
 type aclSystem struct {
 	store    *aclstate.EtcdStore
 	resolver *acl.Resolver
-	cancel   context.CancelFunc
-	done     chan struct{}
+	// minter mints sidecars' service identity tokens (servers).
+	minter *sitoken.Minter
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 // validateRules is the store's check of a policy's rules on write.

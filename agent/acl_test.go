@@ -114,6 +114,14 @@ func TestACLServerAndClientAgents(t *testing.T) {
 	want403(t, "db's service-defaults with web's token", err)
 	_, _, err = consulClient(t, cl, "").ConfigEntries().Set(entry("web"), nil)
 	want403(t, "web's service-defaults without a token", err)
+	// Intention writes too: the server judges them again with the token
+	// the client agent forwards (the node's credentials alone write none).
+	ixn := &consul.Intention{SourceName: "web", DestinationName: "db", Action: consul.IntentionActionAllow}
+	if _, _, err := consulClient(t, cl, boot.SecretID).Connect().IntentionCreate(ixn, nil); err != nil {
+		t.Errorf("intention web->db with the management token through the client agent: %v", err)
+	}
+	_, err = consulClient(t, cl, webTok.SecretID).Connect().IntentionDeleteExact("web", "db", nil)
+	want403(t, "deleting web->db with web's token", err)
 
 	// A deleted token is refused by the server at once.
 	if _, err := mgmt.ACLTokens().Delete(webTok.AccessorID, nil); err != nil {

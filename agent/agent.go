@@ -256,6 +256,7 @@ func (a *Agent) startServer() error {
 		return err
 	}
 	a.server = srv
+	a.startSITokens()
 	a.startMeshSweep()
 	return nil
 }

@@ -99,6 +99,12 @@ func (a *Agent) serveRPC() error {
 	if st := a.aclStore(); st != nil {
 		cfg.ACL = st
 	}
+	if a.acl != nil && a.acl.minter != nil {
+		cfg.WorkloadTokens = a.acl.minter
+	}
+	if a.acl != nil {
+		cfg.Tokens = a.acl.resolver
+	}
 	if a.etcdMember != nil {
 		// One join at a time: etcd takes one learner at a time, and a
 		// second join waits for the first member's promotion.

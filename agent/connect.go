@@ -125,7 +125,7 @@ func (a *Agent) connectHooks() client.HookFactory {
 		return connecthook.Factory(connecthook.Deps{
 			Sockets: a.controlPlane, Catalog: a.mesh.registrar, NodeID: a.client.Node().ID, NodeAddress: a.nodeAddress(),
 			NodeName: a.client.Node().Name, CheckExec: a.checkExec, CheckRestart: a.checkRestart,
-			Datacenter: a.cfg.Datacenter, SidecarMode: a.cfg.Sidecar, EnvoyBinary: a.envoyBinary,
+			Datacenter: a.cfg.Datacenter, SidecarMode: a.cfg.Sidecar, EnvoyBinary: a.envoyBinary, SITokens: a.siTokenSource(),
 			ValidateProxy: func(inst catalog.ServiceInstance) error {
 				return xds.ValidateProxy(inst, a.cfg.Datacenter, a.controlPlane.CA.TrustDomain())
 			},

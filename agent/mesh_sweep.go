@@ -39,6 +39,7 @@ func (a *Agent) startMeshSweep() {
 			if leader && (!wasLeader || time.Since(last) >= meshSweepInterval) {
 				last = time.Now()
 				a.sweepMesh(ctx)
+				a.sweepSITokens(ctx)
 			}
 			wasLeader = leader
 			select {

@@ -210,11 +210,16 @@ func runConnectSidecar(e *env, c *command, args []string) int {
 	binary := fs.String("envoy-binary", "", "`PATH` of the envoy binary found on the node")
 	bootstrapPath := fs.String("bootstrap-path", "", "`PATH` of the Envoy bootstrap the client wrote")
 	runAs := fs.String("user", connect.ProxyUser, "`USER` the built-in proxy drops to when started as root (\"root\" keeps root)")
+	tokenFile := fs.String("token-file", "", "`PATH` of the sidecar's service identity token (its x-consul-token); a missing file means none")
 	if code, ok := e.parse(c, fs, args); !ok {
 		return code
 	}
 	if *proxyID == "" || *grpcAddr == "" {
 		return e.usageError(c, "-proxy-id and -grpc-addr are required")
+	}
+	token, err := readTokenFile(*tokenFile) // before any privilege drop: the file is the agent's
+	if err != nil {
+		return e.errorf("sidecar: %v", err)
 	}
 	resolved, err := connect.ResolveSidecarMode(*mode, *binary)
 	if err != nil {
@@ -242,6 +247,23 @@ func runConnectSidecar(e *env, c *command, args []string) int {
 	if err := dropPrivileges(*runAs); err != nil {
 		return e.errorf("built-in proxy: %v", err)
 	}
-	cfg := sidecar.Config{ProxyID: *proxyID, Cluster: *service, XDSAddr: xdsAddr, AdminBind: *adminBind, Delta: true}
+	cfg := sidecar.Config{ProxyID: *proxyID, Cluster: *service, XDSAddr: xdsAddr, AdminBind: *adminBind, Delta: true, Token: token}
 	return e.runBuiltinProxy(cfg, "info", connect.ProxyConcurrency)
+}
+
+// readTokenFile reads a token file: its content without surrounding
+// space; "" for no path or a file that does not exist (ACLs disabled: the
+// agent wrote none).
+func readTokenFile(path string) (string, error) {
+	if path == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("failed to read the token file: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
 }

@@ -90,6 +90,7 @@ func proxyTask(group string, s *structs.Service, index int) *structs.Task {
 				"-mode", "${attr.meshlet.sidecar}",
 				"-envoy-binary", "${attr.meshlet.envoy_binary}",
 				"-bootstrap-path", "${NOMAD_SECRETS_DIR}/envoy_bootstrap.json",
+				"-token-file", "${NOMAD_SECRETS_DIR}/si_token",
 			},
 		},
 		Resources:     &structs.Resources{CPU: &cpu, MemoryMB: &mem},

@@ -115,7 +115,8 @@ func (s *Server) guard(pattern string, fn http.HandlerFunc) http.HandlerFunc {
 				return
 			}
 		}
-		r = r.WithContext(context.WithValue(r.Context(), identityKey{}, id))
+		ctx := acl.ContextWithSecret(context.WithValue(r.Context(), identityKey{}, id), requestSecret(r))
+		r = r.WithContext(ctx)
 		if rl.view != nil {
 			rl.view(s.scoped(id.authz), w, r)
 			return

@@ -5,8 +5,6 @@ import (
 	"io"
 	"net/http"
 
-	consul "github.com/hashicorp/consul/api"
-
 	"github.com/meshlet/meshlet/configentry"
 )
 
@@ -144,40 +142,15 @@ func allowConfigPut(_ *Server, a authorizer, r *http.Request) (bool, error) {
 	if err != nil {
 		return false, badRequest("%v", err)
 	}
-	return configAllowed(a, e.GetKind(), e.GetName(), true), nil
+	return configentry.Allowed(a, e.GetKind(), e.GetName(), true), nil
 }
 
 // configPath judges a config entry read (or delete) by the path's kind
 // and name.
 func configPath(write bool) func(*Server, authorizer, *http.Request) (bool, error) {
 	return func(_ *Server, a authorizer, r *http.Request) (bool, error) {
-		return configAllowed(a, r.PathValue("kind"), r.PathValue("name"), write), nil
+		return configentry.Allowed(a, r.PathValue("kind"), r.PathValue("name"), write), nil
 	}
-}
-
-// configAllowed is Consul's rule for config entries: the service kinds
-// need service read or write on the entry's name, service-intentions
-// intention read or write, proxy-defaults and mesh mesh read or write;
-// any other kind a management token.
-func configAllowed(a authorizer, kind, name string, write bool) bool {
-	switch kind {
-	case consul.ServiceDefaults, consul.ServiceRouter, consul.ServiceSplitter, consul.ServiceResolver:
-		if write {
-			return a.AllowServiceWrite(name)
-		}
-		return a.AllowServiceRead(name)
-	case consul.ServiceIntentions:
-		if write {
-			return a.AllowIntentionWrite(name)
-		}
-		return a.AllowIntentionRead(name)
-	case consul.ProxyDefaults, consul.MeshConfig:
-		if write {
-			return a.AllowMeshWrite()
-		}
-		return a.AllowMeshRead()
-	}
-	return a.IsManagement()
 }
 
 // peekBody decodes the request body into v as decodeBody does and puts

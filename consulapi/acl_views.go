@@ -78,7 +78,7 @@ type aclConfigEntries struct {
 func (v aclConfigEntries) Current() (*configentry.Set, uint64) {
 	set, index := v.ConfigEntries.Current()
 	for _, e := range set.List("") {
-		if !configAllowed(v.a, e.GetKind(), e.GetName(), false) {
+		if !configentry.Allowed(v.a, e.GetKind(), e.GetName(), false) {
 			set = set.Without(configentry.KeyOf(e))
 		}
 	}

@@ -39,11 +39,12 @@ type CA interface {
 	LeafTTL() time.Duration
 }
 
-// Intentions is the intentions store.
+// Intentions is the intentions store. Writes take the request's context:
+// on a client agent it carries the caller's ACL secret to the servers.
 type Intentions interface {
-	Upsert(in intention.Intention, replace bool) (intention.Intention, error)
-	Delete(src, dst string) error
-	DeleteByID(id string) error
+	UpsertCtx(ctx context.Context, in intention.Intention, replace bool) (intention.Intention, error)
+	DeleteCtx(ctx context.Context, src, dst string) error
+	DeleteByIDCtx(ctx context.Context, id string) error
 	Get(src, dst string) (intention.Intention, error)
 	GetByID(id string) (intention.Intention, error)
 	List() []intention.Intention

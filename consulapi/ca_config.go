@@ -8,6 +8,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/meshlet/meshlet/acl"
 	"github.com/meshlet/meshlet/ca"
 )
 
@@ -123,6 +124,8 @@ func (s *Server) caConfigSet(w http.ResponseWriter, r *http.Request) {
 			code = http.StatusConflict
 		case errors.Is(err, ca.ErrClosed):
 			code = http.StatusServiceUnavailable
+		case errors.Is(err, acl.ErrPermissionDenied), errors.Is(err, acl.ErrTokenNotFound):
+			code = http.StatusForbidden
 		}
 		s.fail(w, r, code, err)
 		return

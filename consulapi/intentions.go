@@ -107,7 +107,7 @@ func (s *Server) intentionCreate(w http.ResponseWriter, r *http.Request) {
 		err = s.checkL7Protocol(in)
 	}
 	if err == nil {
-		in, err = s.d.Intentions.Upsert(in, false)
+		in, err = s.d.Intentions.UpsertCtx(r.Context(), in, false)
 	}
 	if err != nil {
 		s.failFor(w, r, err)
@@ -164,7 +164,7 @@ func (s *Server) intentionPutExact(w http.ResponseWriter, r *http.Request) {
 		s.failFor(w, r, err)
 		return
 	}
-	saved, err := s.d.Intentions.Upsert(in, true)
+	saved, err := s.d.Intentions.UpsertCtx(r.Context(), in, true)
 	if err != nil {
 		s.failFor(w, r, err)
 		return
@@ -176,7 +176,7 @@ func (s *Server) intentionPutExact(w http.ResponseWriter, r *http.Request) {
 func (s *Server) intentionDeleteExact(w http.ResponseWriter, r *http.Request) {
 	_, src, _, dst, err := exactPair(r)
 	if err == nil {
-		err = s.d.Intentions.Delete(src, dst)
+		err = s.d.Intentions.DeleteCtx(r.Context(), src, dst)
 	}
 	if err != nil {
 		s.failFor(w, r, err)
@@ -260,7 +260,7 @@ func (s *Server) intentionGetID(w http.ResponseWriter, r *http.Request) {
 
 // DELETE /v1/connect/intentions/{id}
 func (s *Server) intentionDeleteID(w http.ResponseWriter, r *http.Request) {
-	if err := s.d.Intentions.DeleteByID(r.PathValue("id")); err != nil {
+	if err := s.d.Intentions.DeleteByIDCtx(r.Context(), r.PathValue("id")); err != nil {
 		s.failFor(w, r, err)
 		return
 	}

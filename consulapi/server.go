@@ -186,7 +186,9 @@ func (s *Server) failFor(w http.ResponseWriter, r *http.Request, err error) {
 		code = http.StatusNotFound
 	case errors.Is(err, intention.ErrExists):
 		code = http.StatusConflict
-	case errors.Is(err, ca.ErrSignRefused):
+	case errors.Is(err, ca.ErrSignRefused), errors.Is(err, acl.ErrPermissionDenied), errors.Is(err, acl.ErrTokenNotFound):
+		// The last two: the servers refused a client agent's forwarded
+		// write with the caller's token.
 		code = http.StatusForbidden
 	case errors.Is(err, syscall.ENOSPC):
 		// Nothing was stored; the operator must free space.

@@ -31,9 +31,10 @@ func NewMirror(w Writer, defaultAllow bool, logger hclog.Logger) *Store {
 }
 
 // mirrorWrite makes a write through the Writer and waits until the mirror
-// has seen it.
-func (s *Store) mirrorWrite(call func(context.Context) (Intention, uint64, error)) (Intention, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), s.writeTimeout)
+// has seen it. The call runs under parent's values and cancellation,
+// bounded by the write timeout.
+func (s *Store) mirrorWrite(parent context.Context, call func(context.Context) (Intention, uint64, error)) (Intention, error) {
+	ctx, cancel := context.WithTimeout(parent, s.writeTimeout)
 	ix, index, err := call(ctx)
 	cancel()
 	if err != nil {

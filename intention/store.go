@@ -135,8 +135,14 @@ func (s *Store) write(op func(State) (State, Intention, error)) (Intention, erro
 // match the existing intention's. Invalid input returns ErrInvalid.
 // On a mirror the write is made by its Writer (see NewMirror).
 func (s *Store) Upsert(in Intention, replace bool) (Intention, error) {
+	return s.UpsertCtx(context.Background(), in, replace)
+}
+
+// UpsertCtx is Upsert on behalf of ctx's caller: a mirror's write to its
+// Writer runs under ctx (which may carry the caller's ACL secret).
+func (s *Store) UpsertCtx(ctx context.Context, in Intention, replace bool) (Intention, error) {
 	if s.writer != nil {
-		return s.mirrorWrite(func(ctx context.Context) (Intention, uint64, error) {
+		return s.mirrorWrite(ctx, func(ctx context.Context) (Intention, uint64, error) {
 			return s.writer.Upsert(ctx, in, replace)
 		})
 	}
@@ -150,8 +156,13 @@ func (s *Store) Upsert(in Intention, replace bool) (Intention, error) {
 
 // Delete removes the intention for (src, dst); ErrNotFound if none.
 func (s *Store) Delete(src, dst string) error {
+	return s.DeleteCtx(context.Background(), src, dst)
+}
+
+// DeleteCtx is Delete on behalf of ctx's caller (see UpsertCtx).
+func (s *Store) DeleteCtx(ctx context.Context, src, dst string) error {
 	if s.writer != nil {
-		_, err := s.mirrorWrite(func(ctx context.Context) (Intention, uint64, error) {
+		_, err := s.mirrorWrite(ctx, func(ctx context.Context) (Intention, uint64, error) {
 			return s.writer.Delete(ctx, src, dst)
 		})
 		return err
@@ -161,8 +172,13 @@ func (s *Store) Delete(src, dst string) error {
 
 // DeleteByID removes the intention with id; ErrNotFound if none.
 func (s *Store) DeleteByID(id string) error {
+	return s.DeleteByIDCtx(context.Background(), id)
+}
+
+// DeleteByIDCtx is DeleteByID on behalf of ctx's caller (see UpsertCtx).
+func (s *Store) DeleteByIDCtx(ctx context.Context, id string) error {
 	if s.writer != nil {
-		_, err := s.mirrorWrite(func(ctx context.Context) (Intention, uint64, error) {
+		_, err := s.mirrorWrite(ctx, func(ctx context.Context) (Intention, uint64, error) {
 			return s.writer.DeleteByID(ctx, id)
 		})
 		return err

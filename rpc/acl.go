@@ -69,6 +69,8 @@ func aclSentinel(code string) error {
 		return acl.ErrDisabled
 	case codeACLTokenNotFound:
 		return acl.ErrTokenNotFound
+	case codeACLPermissionDenied:
+		return acl.ErrPermissionDenied
 	}
 	return nil
 }
@@ -77,6 +79,7 @@ func aclSentinel(code string) error {
 func (s *Server) aclRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST "+pathACLToken, s.handleACLToken)
 	mux.HandleFunc("POST "+pathACLPolicies, s.handleACLPolicies)
+	mux.HandleFunc("POST "+pathACLWorkloadToken, s.handleACLWorkloadToken)
 }
 
 // aclNode authenticates the calling node and returns the server's ACL

@@ -383,6 +383,16 @@ func (s *Server) handleConnectIntentions(w http.ResponseWriter, r *http.Request)
 	if !decodeBody(w, r, &req) {
 		return
 	}
+	if s.cfg.Tokens != nil {
+		allowed, err := intentionAllowed(r.Context(), cb, req)
+		if err != nil {
+			s.backendError(w, r, false, err)
+			return
+		}
+		if !s.callerAllowed(w, r, nodeID, "write an intention", allowed) {
+			return
+		}
+	}
 	var (
 		out   connectIntentionResponse
 		err   error

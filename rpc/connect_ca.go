@@ -28,7 +28,7 @@ const codeCAConflict = "ca_state_conflict"
 // server agent's own CA and a client agent's call through here alike).
 func (s *Server) handleConnectCARotate(w http.ResponseWriter, r *http.Request) {
 	cb, nodeID, ok := s.connectNode(w, r)
-	if !ok {
+	if !ok || !s.callerAllowed(w, r, nodeID, "rotate the CA root", rotateAllowed) {
 		return
 	}
 	switch err := cb.RotateCA(r.Context()); {

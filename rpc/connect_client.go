@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 
+	"github.com/meshlet/meshlet/acl"
 	"github.com/meshlet/meshlet/ca"
 	"github.com/meshlet/meshlet/catalog"
 	"github.com/meshlet/meshlet/intention"
@@ -119,6 +120,7 @@ func (c *Client) connectCall(ctx context.Context, what, method, path string, in,
 		}
 	}
 	req := &request{what: what, method: method, path: path, body: body, nodeID: id, secret: secret, timeout: c.cfg.Timeout, mesh: true}
+	req.token, _ = acl.SecretFromContext(ctx)
 	return c.call(ctx, req, out)
 }
 

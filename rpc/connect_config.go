@@ -97,9 +97,15 @@ func (s *Server) handleConnectConfig(w http.ResponseWriter, r *http.Request) {
 	case req.Op == configOpPut && len(req.Entry) > 0:
 		var e configentry.Entry
 		if e, err = decodeEntryJSON(req.Entry); err == nil {
+			if !s.callerAllowed(w, r, nodeID, "write a config entry", configWriteAllowed(e.GetKind(), e.GetName())) {
+				return
+			}
 			out.OK, out.Index, err = cw.PutConfigEntry(r.Context(), e, req.CAS)
 		}
 	case req.Op == configOpDelete && req.Kind != "" && req.Name != "":
+		if !s.callerAllowed(w, r, nodeID, "delete a config entry", configWriteAllowed(req.Kind, req.Name)) {
+			return
+		}
 		out.OK, out.Index, err = cw.DeleteConfigEntry(r.Context(), configentry.Key{Kind: req.Kind, Name: req.Name}, req.CAS)
 	default:
 		writeError(w, http.StatusBadRequest, "", "%v: want Op %q with an Entry or %q with Kind and Name", ErrBadRequest, configOpPut, configOpDelete)

@@ -24,6 +24,9 @@ type request struct {
 	query          url.Values
 	body           []byte
 	nodeID, secret string
+	// token is the ACL secret of the caller the call is made for (a
+	// client agent's API request), sent as HeaderToken; "" sends none.
+	token string
 	// timeout bounds one attempt on one server.
 	timeout time.Duration
 	// write: a call the leader takes (retried while there is no leader).
@@ -147,6 +150,9 @@ func (c *Client) attempt(ctx context.Context, addr string, req *request, out any
 	}
 	hr.Header.Set(HeaderNodeID, req.nodeID)
 	hr.Header.Set(HeaderNodeSecret, req.secret)
+	if req.token != "" {
+		hr.Header.Set(HeaderToken, req.token)
+	}
 	if req.retried {
 		hr.Header.Set(headerRetry, "1")
 	}

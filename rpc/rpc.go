@@ -82,6 +82,9 @@ var (
 const (
 	HeaderNodeID     = "X-Meshlet-Node-ID"
 	HeaderNodeSecret = "X-Meshlet-Node-Secret" // never logged
+	// HeaderToken carries the ACL secret of the caller a client agent
+	// makes a mesh write for (never logged).
+	HeaderToken = "X-Meshlet-Token"
 	// HeaderForwarded marks a call a follower forwarded to the leader.
 	HeaderForwarded = "X-Meshlet-Forwarded"
 	// headerRetry marks a call the client sends again after a server

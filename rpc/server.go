@@ -70,6 +70,15 @@ type ServerConfig struct {
 	// ACL, when set, resolves tokens and policies for client agents
 	// (acl.go); without it those calls answer acl.ErrDisabled.
 	ACL acl.Reader
+	// WorkloadTokens, when set, mints the service identity tokens of
+	// connect sidecars for client agents (acl_workload.go); without it
+	// that call answers acl.ErrDisabled.
+	WorkloadTokens WorkloadTokenMinter
+	// Tokens, when set (ACLs enabled), judges the intention, config entry
+	// and CA rotation writes client agents make for their callers with
+	// the callers' tokens (acl_writes.go); without it node credentials
+	// suffice.
+	Tokens TokenResolver
 }
 
 // closeGrace bounds how long Close waits for calls in flight.

@@ -58,11 +58,9 @@ func (s *Server) hostGrant(token, node string) (grant, error) {
 	if s.cfg.ACL == nil {
 		return grant{anyNode: true, allSecrets: true}, nil
 	}
-	ctx, cancel := context.WithTimeout(s.ctx, aclResolveTimeout)
-	defer cancel()
-	authz, _, err := s.cfg.ACL.Resolve(ctx, token)
+	authz, err := s.resolveToken(token)
 	if err != nil {
-		return grant{}, fmt.Errorf("%s: %w", tokenMetadata, err)
+		return grant{}, err
 	}
 	if authz.IsManagement() {
 		return grant{anyNode: true, allSecrets: true}, nil
@@ -85,8 +83,11 @@ func (s *Server) hostGrant(token, node string) (grant, error) {
 // as a connect-proxy registered in the catalog with that allocation's ID,
 // and may only receive the leaf of that proxy's destination service (plus
 // the shared roots, endpoints and proxyless resources, and its own
-// listeners and clusters, which are looked up by its node ID).
-func (s *Server) allocGrant(allocID, node string) (grant, error) {
+// listeners and clusters, which are looked up by its node ID). With ACLs
+// the stream's token must also have service:write on that service (the
+// sidecar's service identity token), so another task of the allocation
+// that reaches the socket cannot take the sidecar's identity.
+func (s *Server) allocGrant(allocID, token, node string) (grant, error) {
 	if node == "" {
 		return grant{}, errors.New("the stream's first request must name its node (the proxy ID)")
 	}
@@ -97,7 +98,37 @@ func (s *Server) allocGrant(allocID, node string) (grant, error) {
 	if inst.AllocID != allocID {
 		return grant{}, fmt.Errorf("node %q does not belong to allocation %s", node, allocID)
 	}
-	return grant{node: node, leaf: LeafSecretName(inst.Proxy.DestinationServiceName)}, nil
+	dest := inst.Proxy.DestinationServiceName
+	if err := s.checkServiceToken(token, dest, node); err != nil {
+		return grant{}, err
+	}
+	return grant{node: node, leaf: LeafSecretName(dest)}, nil
+}
+
+// checkServiceToken: with ACLs, token must have service:write on dest.
+func (s *Server) checkServiceToken(token, dest, node string) error {
+	if s.cfg.ACL == nil {
+		return nil
+	}
+	authz, err := s.resolveToken(token)
+	if err != nil {
+		return err
+	}
+	if !authz.AllowServiceWrite(dest) {
+		return fmt.Errorf("%w: the token has no service:write on %q (proxy %q)", acl.ErrPermissionDenied, dest, node)
+	}
+	return nil
+}
+
+// resolveToken resolves a stream's token (ACLs enabled).
+func (s *Server) resolveToken(token string) (*acl.ACL, error) {
+	ctx, cancel := context.WithTimeout(s.ctx, aclResolveTimeout)
+	defer cancel()
+	authz, _, err := s.cfg.ACL.Resolve(ctx, token)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", tokenMetadata, err)
+	}
+	return authz, nil
 }
 
 // authorize checks one request of stream k: node is the request's node ID
@@ -143,7 +174,7 @@ func (t *tracker) grantFor(who peerInfo, token, node string) (grant, error) {
 	case peerHost:
 		return t.s.hostGrant(token, node)
 	case peerAlloc:
-		return t.s.allocGrant(who.allocID, node)
+		return t.s.allocGrant(who.allocID, token, node)
 	default:
 		return grant{}, errors.New("connection did not come through a meshlet listener")
 	}

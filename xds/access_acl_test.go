@@ -36,6 +36,12 @@ func compiled(t *testing.T, rules string) *acl.ACL {
 // x-consul-token on every stream ("" sends none).
 func (e *allocEnv) tokenConn(token string) *grpc.ClientConn {
 	e.t.Helper()
+	return e.tokenConnTo(e.addr, token)
+}
+
+// tokenConnTo is tokenConn to another target (an allocation's socket).
+func (e *allocEnv) tokenConnTo(target, token string) *grpc.ClientConn {
+	e.t.Helper()
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	if token != "" {
 		opts = append(opts, grpc.WithStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn,
@@ -43,7 +49,7 @@ func (e *allocEnv) tokenConn(token string) *grpc.ClientConn {
 			return streamer(metadata.AppendToOutgoingContext(ctx, tokenMetadata, token), desc, cc, method, o...)
 		}))
 	}
-	conn, err := grpc.NewClient(e.addr, opts...)
+	conn, err := grpc.NewClient(target, opts...)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -106,6 +112,54 @@ func TestHostListenerACL(t *testing.T) {
 			c.t = t
 			wantNames(t, "management secrets", c.secretsOf(LeafSecretName("api"), LeafSecretName("dash")), LeafSecretName("api"), LeafSecretName("dash"))
 			c.close()
+		})
+	}
+}
+
+// With ACLs an allocation's socket also wants the sidecar's token: the
+// api sidecar's service identity token (service:write on api) gets its
+// own config and leaf there; no token, another service's token or a
+// read-only one get nothing, so another task of the allocation that can
+// reach the socket cannot take the sidecar's identity. A token with
+// write on every service still gets only the allocation's own proxy.
+func TestAllocSocketACL(t *testing.T) {
+	si, err := acl.NewACL(false, []*acl.Policy{{Name: "si", Rules: acl.ServiceIdentityRules("api")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens := tokenACLs{
+		"api-si":   si,
+		"dash-w":   compiled(t, `service "dash" { policy = "write" }`),
+		"api-r":    compiled(t, `service "api" { policy = "read" }`),
+		"prefix-w": compiled(t, `service_prefix "" { policy = "write" }`),
+	}
+	e := newAllocEnvConfig(t, func(c *Config) { c.ACL = tokens })
+	sock := "unix://" + e.pathA
+	for _, delta := range []bool{false, true} {
+		t.Run(fmt.Sprintf("delta=%v", delta), func(t *testing.T) {
+			e.t = t
+			c := e.dialConn(e.tokenConnTo(sock, "api-si"), apiNode, delta)
+			c.t = t
+			wantNames(t, "service identity's secrets", c.secretsOf(LeafSecretName("api"), RootsSecret), LeafSecretName("api"), RootsSecret)
+			c.close()
+			for _, d := range []struct{ name, token, node string }{
+				{"no token", "", apiNode},
+				{"unknown token", "forged", apiNode},
+				{"another service's token", "dash-w", apiNode},
+				{"read-only token", "api-r", apiNode},
+				{"write-all token as the other allocation's proxy", "prefix-w", dashPx},
+			} {
+				c := e.dialConn(e.tokenConnTo(sock, d.token), d.node, delta)
+				c.t = t
+				if delta {
+					c.dreq(secretType, []string{RootsSecret}, nil, "", "")
+				} else {
+					c.req(secretType, []string{RootsSecret}, "", "", "")
+				}
+				if code, msg := c.ended(); code.String() != "PermissionDenied" {
+					t.Errorf("%s: stream ended with %v (%s), want PermissionDenied", d.name, code, msg)
+				}
+			}
 		})
 	}
 }

@@ -29,6 +29,7 @@ const (
 type allocEnv struct {
 	*testEnv
 	sockA, sockB *grpc.ClientConn
+	pathA        string // allocation A's socket
 	lA           interface{ Close() error }
 }
 
@@ -47,7 +48,7 @@ func newAllocEnvConfig(t *testing.T, edit func(*Config)) *allocEnv {
 		}
 		t.Cleanup(func() { _ = l.Close() })
 		if id == allocA {
-			e.lA = l
+			e.lA, e.pathA = l, path
 		}
 		go func() { _ = e.srv.Serve(l) }()
 		conn, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))

@@ -22,6 +22,7 @@ package allocdir
 import (
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"os/user"
@@ -261,4 +262,41 @@ func (d *AllocDir) Destroy() error {
 func (d *AllocDir) Exists() bool {
 	_, err := os.Stat(d.SharedDir)
 	return err == nil
+}
+
+// maxSecretRead bounds ReadSecret.
+const maxSecretRead = 64 << 10
+
+// ReadSecret reads a file the agent wrote into a task's secrets/ dir with
+// WriteSecret. Like WriteSecret it never follows a link the task planted
+// (neither the secrets dir nor the file); a missing file is an error
+// wrapping os.ErrNotExist. Files over 64 KiB are refused.
+func (d *AllocDir) ReadSecret(task, name string) ([]byte, error) {
+	if err := validTaskName(task); err != nil {
+		return nil, fmt.Errorf("failed to read secret: %w", err)
+	}
+	secrets := d.TaskDir(task).SecretsDir
+	dir, err := openDirNoFollow(secrets)
+	if err != nil {
+		return nil, fmt.Errorf("failed to open secrets dir: %w", err)
+	}
+	defer dir.Close()
+	base := filepath.Base(name)
+	p := filepath.Join(secrets, base)
+	fd, err := unix.Openat(int(dir.Fd()), base, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: p, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), p)
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil {
+		return nil, fmt.Errorf("failed to stat %s: %w", p, err)
+	} else if !fi.Mode().IsRegular() || fi.Size() > maxSecretRead {
+		return nil, fmt.Errorf("failed to read %s: not a regular file of at most %d bytes", p, maxSecretRead)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxSecretRead+1))
+	if err != nil {
+		return nil, fmt.Errorf("failed to read %s: %w", p, err)
+	}
+	return b, nil
 }

@@ -241,7 +241,7 @@ func (h *ServicesHook) startChecks(hc *allocrunner.AllocHookContext, insts []cat
 	for _, inst := range insts {
 		sc.insts[inst.ID] = inst
 	}
-	cfg := checks.Config{Logger: hc.Logger.With("alloc_id", hc.Alloc.ID), NetNS: hc.NetNSPath, OnChange: sc.onResult}
+	cfg := checks.Config{Logger: hc.Logger, NetNS: hc.NetNSPath, OnChange: sc.onResult}
 	if h.d.CheckExec != nil {
 		cfg.Exec = h.d.CheckExec(hc.Alloc.ID)
 	}

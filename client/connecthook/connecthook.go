@@ -67,6 +67,10 @@ type Deps struct {
 	// tasks are not restarted.
 	CheckExec    func(allocID string) checks.Execer
 	CheckRestart func(allocID string) checks.Restarter
+	// SITokens derives each sidecar's service identity token (its
+	// x-consul-token towards the xDS server) when ACLs are enabled; nil:
+	// sidecars get no token.
+	SITokens SITokenSource
 }
 
 // Factory returns the hooks for an allocation: sidecar, then services.
@@ -111,21 +115,25 @@ func (h *SidecarHook) Prerun(ctx context.Context, hc *allocrunner.AllocHookConte
 	if usesLegacySocket(hc, tg) {
 		linkLegacySocket(hc.AllocDir.SharedDir, hc.Logger)
 	}
+	tokens, err := h.siTokens(ctx, hc, tg)
+	if err != nil {
+		return fmt.Errorf("failed to derive the sidecars' service identity tokens: %w", err)
+	}
 	mode, err := connect.ResolveSidecarMode(h.d.SidecarMode, h.d.EnvoyBinary)
 	if err != nil {
 		return fmt.Errorf("failed to choose the sidecar proxy: %w", err)
 	}
-	hc.Logger.Info("sidecar proxies prepared", "alloc_id", hc.Alloc.ID, "mode", mode, "socket", sock)
+	hc.Logger.Info("sidecar proxies prepared", "mode", mode, "socket", sock, "tokens", len(tokens))
 	if mode != connect.SidecarEnvoy {
 		return nil
 	}
-	return h.writeBootstraps(hc, tg, sock)
+	return h.writeBootstraps(hc, tg, sock, tokens)
 }
 
 // writeBootstraps writes secrets/envoy_bootstrap.json for every sidecar;
 // escape-hatch JSON that does not parse fails the allocation here, with a
 // message that names the service and the key.
-func (h *SidecarHook) writeBootstraps(hc *allocrunner.AllocHookContext, tg *structs.TaskGroup, sock string) error {
+func (h *SidecarHook) writeBootstraps(hc *allocrunner.AllocHookContext, tg *structs.TaskGroup, sock string, tokens map[string]string) error {
 	for i, s := range connect.ConnectServices(tg) {
 		var pc map[string]any
 		if p := s.Connect.SidecarService.Proxy; p != nil {
@@ -138,6 +146,7 @@ func (h *SidecarHook) writeBootstraps(hc *allocrunner.AllocHookContext, tg *stru
 			GRPCAddr:    "unix://" + sock,
 			Datacenter:  h.d.Datacenter,
 			ProxyConfig: pc,
+			Token:       tokens[s.Name],
 		})
 		if err != nil {
 			return fmt.Errorf("service %q sidecar: %w", s.Name, err)
@@ -209,7 +218,7 @@ func (h *ServicesHook) Prerun(ctx context.Context, hc *allocrunner.AllocHookCont
 		if sc == nil {
 			h.d.Catalog.Register(inst)
 		}
-		hc.Logger.Debug("service registered", "alloc_id", hc.Alloc.ID, "service", inst.Name, "service_id", inst.ID,
+		hc.Logger.Debug("service registered", "service", inst.Name, "service_id", inst.ID,
 			"address", inst.Address, "port", inst.Port)
 	}
 	return nil

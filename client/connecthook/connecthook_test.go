@@ -51,19 +51,32 @@ func webAlloc(t *testing.T, proxyConfig map[string]any) *structs.Allocation {
 
 func run(t *testing.T, mode string, proxyConfig map[string]any) (*allocrunner.AllocHookContext, *catalog.Catalog, *sockets, []allocrunner.AllocHook, error) {
 	t.Helper()
+	return runDeps(t, mode, proxyConfig, nil, nil)
+}
+
+// runDeps is run with a last say on the hooks' Deps, and the allocation
+// directory ad when given (else a new one).
+func runDeps(t *testing.T, mode string, proxyConfig map[string]any, edit func(*Deps), ad *allocdir.AllocDir) (*allocrunner.AllocHookContext, *catalog.Catalog, *sockets, []allocrunner.AllocHook, error) {
+	t.Helper()
 	cat := catalog.New()
 	socks := &sockets{served: map[string]string{}, removed: map[string]string{}}
 	alloc := webAlloc(t, proxyConfig)
-	ad := allocdir.New(t.TempDir(), alloc.ID)
+	if ad == nil {
+		ad = allocdir.New(t.TempDir(), alloc.ID)
+	}
 	if err := ad.Build([]string{"web", "connect-proxy-web"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	hc := &allocrunner.AllocHookContext{Alloc: alloc, AllocDir: ad, Logger: hclog.NewNullLogger(),
 		NetworkStatus: &structs.AllocNetworkStatus{InterfaceName: "eth0", Address: "10.9.0.2"}}
-	hooks := Factory(Deps{Sockets: socks, Catalog: cat, NodeID: "n1", Datacenter: "dc1", SidecarMode: mode,
+	d := Deps{Sockets: socks, Catalog: cat, NodeID: "n1", Datacenter: "dc1", SidecarMode: mode,
 		EnvoyBinary: "/usr/bin/envoy", ValidateProxy: func(inst catalog.ServiceInstance) error {
 			return xds.ValidateProxy(inst, "dc1", "11111111-2222-3333-4444-555555555555.meshlet")
-		}})(alloc)
+		}}
+	if edit != nil {
+		edit(&d)
+	}
+	hooks := Factory(d)(alloc)
 	for _, h := range hooks {
 		if err := h.Prerun(context.Background(), hc); err != nil {
 			return hc, cat, socks, hooks, err
