@@ -6,6 +6,7 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/gohcl"
 
+	"github.com/meshlet/meshlet/driver/connectproxy"
 	"github.com/meshlet/meshlet/driver/exec"
 	"github.com/meshlet/meshlet/driver/rawexec"
 )
@@ -13,8 +14,9 @@ import (
 // PluginConfig is one of Nomad's plugin "NAME" { args, config { } } blocks.
 // Only the built-in drivers' config is understood: raw_exec's enabled
 // (raw_exec is off unless enabled here, by the legacy client option
-// driver.raw_exec.enable or by -dev). External plugins get neither args
-// nor config; the agent warns when a block names no driver.
+// driver.raw_exec.enable or by -dev); exec's and connect_proxy's config
+// takes no keys. External plugins get neither args nor config; the agent
+// warns when a block names no driver.
 type PluginConfig struct {
 	Args []string
 	// Enabled is raw_exec's config { enabled = BOOL }; nil = not set.
@@ -40,7 +42,8 @@ type rawExecPluginConfig struct {
 }
 
 // noPluginConfig takes no keys: meshlet's exec driver has no plugin
-// options yet (Nomad's no_pivot_root, allow_caps... are errors).
+// options yet (Nomad's no_pivot_root, allow_caps... are errors), and
+// connect_proxy has none (it is always enabled).
 type noPluginConfig struct{}
 
 // applyPlugins decodes the plugin blocks into c.Plugins. A name given twice
@@ -58,7 +61,7 @@ func applyPlugins(filename string, blocks []*filePlugin, c *Config) error {
 				var rc rawExecPluginConfig
 				diags = gohcl.DecodeBody(p.Config.Remain, nil, &rc)
 				pc.Enabled = rc.Enabled
-			case exec.Name:
+			case exec.Name, connectproxy.Name:
 				diags = gohcl.DecodeBody(p.Config.Remain, nil, &noPluginConfig{})
 			}
 			if diags.HasErrors() {

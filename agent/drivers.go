@@ -9,6 +9,7 @@ import (
 	"github.com/meshlet/meshlet/client"
 	"github.com/meshlet/meshlet/cni"
 	"github.com/meshlet/meshlet/driver"
+	"github.com/meshlet/meshlet/driver/connectproxy"
 	"github.com/meshlet/meshlet/driver/exec"
 	"github.com/meshlet/meshlet/driver/rawexec"
 )
@@ -29,9 +30,14 @@ func (a *Agent) enabled(option string, def bool) bool {
 
 // loadDrivers returns the built-in drivers that are enabled plus the
 // external plugins in plugin_dir, and a cleanup that stops the plugins.
+// connect_proxy, which runs connect sidecars and nothing else, is always
+// enabled.
 func (a *Agent) loadDrivers() ([]driver.Driver, func(), error) {
 	stateDir := filepath.Join(a.cfg.DataDir, "drivers")
-	var out []driver.Driver
+	out := []driver.Driver{connectproxy.New(connectproxy.Config{
+		Binary: client.BinaryPath(a.cfg.BinaryPath), EnvoyBinary: a.envoyBinary, ExecutorCmd: a.cfg.ExecutorCmd,
+		StateDir: filepath.Join(stateDir, connectproxy.Name),
+	}, a.logger.Named("driver").Named(connectproxy.Name))}
 	var raw driver.Driver = rawexec.New(rawexec.Config{ExecutorCmd: a.cfg.ExecutorCmd,
 		StateDir: filepath.Join(stateDir, rawexec.Name)}, a.logger.Named("driver").Named(rawexec.Name))
 	if !a.rawExecEnabled() {
@@ -66,7 +72,7 @@ func (a *Agent) rawExecEnabled() bool {
 // (Nomad ignores them too) and about args or config meshlet does not pass
 // to external plugins.
 func (a *Agent) warnUnusedPlugins(drivers []driver.Driver) {
-	builtin := map[string]bool{rawexec.Name: true, exec.Name: true}
+	builtin := map[string]bool{rawexec.Name: true, exec.Name: true, connectproxy.Name: true}
 	loaded := map[string]bool{}
 	for _, d := range drivers {
 		loaded[d.Name()] = true

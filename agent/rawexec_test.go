@@ -11,6 +11,7 @@ import (
 
 	"github.com/meshlet/meshlet/api"
 	"github.com/meshlet/meshlet/driver"
+	"github.com/meshlet/meshlet/driver/connectproxy"
 	"github.com/meshlet/meshlet/driver/rawexec"
 	"github.com/meshlet/meshlet/structs"
 )
@@ -68,6 +69,8 @@ func TestParsePluginBlockErrors(t *testing.T) {
 			`agent.hcl:5:5: Unsupported argument; An argument named "no_cgroups"`},
 		{"not a bool", "plugin \"raw_exec\" {\n  config {\n    enabled = \"yes please\"\n  }\n}\n", "agent.hcl:4:16: Unsuitable value type"},
 		{"exec takes no keys", "plugin \"exec\" {\n  config {\n    allow_caps = [\"kill\"]\n  }\n}\n", "agent.hcl:4:5: Unsupported argument"},
+		{"connect_proxy takes no keys", "plugin \"connect_proxy\" {\n  config {\n    enabled = false\n  }\n}\n",
+			`agent.hcl:4:5: Unsupported argument; An argument named "enabled"`},
 		{"missing label", "plugin {\n}\n", "agent.hcl:2:8: Missing name for plugin"},
 		{"unknown plugin key", "plugin \"raw_exec\" {\n  enabled = true\n}\n", "agent.hcl:3:3: Unsupported argument"},
 		{"twice", "plugin \"raw_exec\" {}\nplugin \"raw_exec\" {}\n", `agent.hcl: invalid agent configuration: plugin "raw_exec" is configured more than once`},
@@ -114,6 +117,10 @@ func TestRawExecDisabledRefusesPlacement(t *testing.T) {
 	if _, ok := node.Attributes["driver.raw_exec"]; ok {
 		t.Fatal("node has attribute driver.raw_exec")
 	}
+	// Connect sidecars need no raw_exec: their driver is always there.
+	if d := node.Drivers[connectproxy.Name]; d == nil || !d.Detected || !d.Healthy || node.Attributes["driver.connect_proxy"] != "1" {
+		t.Fatalf("connect_proxy on the node = %+v", d)
+	}
 	b := a.Backend()
 	ctx := context.Background()
 	res, err := b.RegisterJob(ctx, parseJob(t, shJob("raw", "echo hi", "")))
@@ -153,17 +160,20 @@ func TestRawExecDisabledRefusesPlacement(t *testing.T) {
 // TestWarnUnusedPlugins: blocks naming no loaded driver, and args or config
 // for external plugins, are warned about, not silently dropped.
 func TestWarnUnusedPlugins(t *testing.T) {
-	c, err := ParseConfig("agent.hcl", []byte("data_dir = \"/x\"\nplugin \"docker\" {}\nplugin \"echo\" {\n  config {\n    x = 1\n  }\n}\n"+rawExecBlock))
+	c, err := ParseConfig("agent.hcl", []byte("data_dir = \"/x\"\nplugin \"docker\" {}\nplugin \"echo\" {\n  config {\n    x = 1\n  }\n}\n"+
+		"plugin \"connect_proxy\" {\n  config {}\n}\n"+rawExecBlock))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var buf strings.Builder
 	a := &Agent{cfg: c, logger: hclog.New(&hclog.LoggerOptions{Output: &buf, Level: hclog.Warn})}
 	raw := rawexec.New(rawexec.Config{StateDir: t.TempDir()}, testLogger())
-	a.warnUnusedPlugins([]driver.Driver{raw, namedDriver{Driver: raw, name: "echo"}})
+	cp := connectproxy.New(connectproxy.Config{StateDir: t.TempDir()}, testLogger())
+	a.warnUnusedPlugins([]driver.Driver{raw, cp, namedDriver{Driver: raw, name: "echo"}})
 	out := buf.String()
 	if !strings.Contains(out, "plugin block names no loaded driver; ignoring it: plugin=docker") ||
-		!strings.Contains(out, "external plugins get no args or config; ignoring them: plugin=echo") || strings.Contains(out, "raw_exec") {
+		!strings.Contains(out, "external plugins get no args or config; ignoring them: plugin=echo") || strings.Contains(out, "raw_exec") ||
+		strings.Contains(out, "connect_proxy") {
 		t.Fatalf("warnings:\n%s", out)
 	}
 }

@@ -141,8 +141,9 @@ func (s *Server) authorizeJob(r *http.Request, job *structs.Job) error {
 }
 
 // isolatedDrivers run tasks in their own filesystem and process space;
-// exec into a task of any other driver (raw_exec, or a plugin meshlet
-// cannot vouch for) is a shell on the node.
+// exec into a task of any other driver (raw_exec, connect_proxy, whose
+// sidecar drops privileges but whose exec sessions do not, or a plugin
+// meshlet cannot vouch for) is a shell on the node.
 var isolatedDrivers = map[string]bool{"exec": true, "docker": true, "podman": true}
 
 // authorizeExec checks an exec into task of alloc against the

@@ -34,7 +34,7 @@ func (c *Client) fingerprint(ctx context.Context, nodeID string) *structs.Node {
 		"unique.hostname":           host,
 		"unique.network.ip-address": "127.0.0.1",
 		"meshlet.version":           c.cfg.Version,
-		"meshlet.binary":            binaryPath(c.cfg.BinaryPath),
+		"meshlet.binary":            BinaryPath(c.cfg.BinaryPath),
 		"nomad.version":             "1.9.0",
 		"os.name":                   runtime.GOOS,
 	}
@@ -73,8 +73,10 @@ func (c *Client) fingerprint(ctx context.Context, nodeID string) *structs.Node {
 	return node
 }
 
-// binaryPath resolves the meshlet binary's absolute path.
-func binaryPath(override string) string {
+// BinaryPath resolves the meshlet binary's absolute path (symbolic links
+// resolved): override, or the running executable when it is empty. It is
+// the node attribute meshlet.binary.
+func BinaryPath(override string) string {
 	p := override
 	if p == "" {
 		var err error

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/user"
 	"runtime"
 	"strings"
 
@@ -51,12 +50,16 @@ clusters, and an admin listener with /ready, /stats, /clusters and
 			run: runConnectProxy,
 		},
 		&command{
-			name: "connect sidecar", args: "[options]", hidden: true,
+			name: "connect sidecar", args: "[options] [-- ENVOY ARGS]", hidden: true,
 			synopsis: "Internal: the injected connect-proxy task (Envoy or the built-in proxy)",
-			help: `The command meshlet's injected connect-proxy-<service> task runs. It picks
-the data plane like the client does (agent config sidecar = auto|envoy|builtin
-and the envoy binary found on the node): Envoy with the bootstrap the client
-wrote to the task's secrets/envoy_bootstrap.json, or the built-in proxy.`,
+			help: `The command meshlet's connect_proxy driver runs for an injected
+connect-proxy-<service> task. It picks the data plane like the client does
+(agent config sidecar = auto|envoy|builtin and the envoy binary found on the
+node): Envoy with the bootstrap the client wrote to the task's
+secrets/envoy_bootstrap.json and any arguments after --, or the built-in
+proxy. Started as root, either drops to -user (no capabilities,
+no_new_privs) first; Envoy then gets an in-memory copy of the bootstrap, as
+the file stays readable by root only.`,
 			example: "$ meshlet connect sidecar -proxy-id ID -service web -grpc-addr unix:///alloc/run/meshlet_grpc.sock -mode auto",
 			run:     runConnectSidecar,
 		},
@@ -198,72 +201,4 @@ func (e *env) runBuiltinProxy(cfg sidecar.Config, level string, concurrency int)
 		return e.errorf("built-in proxy: %v", err)
 	}
 	return exitOK
-}
-
-func runConnectSidecar(e *env, c *command, args []string) int {
-	fs := newFlags(c)
-	proxyID := fs.String("proxy-id", "", "the sidecar proxy's service `ID`")
-	service := fs.String("service", "", "the destination service `NAME`")
-	grpcAddr := fs.String("grpc-addr", "", "meshlet's gRPC `ADDR` (unix:///path inside the allocation)")
-	adminBind := fs.String("admin-bind", sidecar.DefaultAdminBind, "`ADDR` of the admin listener")
-	mode := fs.String("mode", connect.SidecarAuto, "`MODE`: auto, envoy or builtin")
-	binary := fs.String("envoy-binary", "", "`PATH` of the envoy binary found on the node")
-	bootstrapPath := fs.String("bootstrap-path", "", "`PATH` of the Envoy bootstrap the client wrote")
-	runAs := fs.String("user", connect.ProxyUser, "`USER` the built-in proxy drops to when started as root (\"root\" keeps root)")
-	tokenFile := fs.String("token-file", "", "`PATH` of the sidecar's service identity token (its x-consul-token); a missing file means none")
-	if code, ok := e.parse(c, fs, args); !ok {
-		return code
-	}
-	if *proxyID == "" || *grpcAddr == "" {
-		return e.usageError(c, "-proxy-id and -grpc-addr are required")
-	}
-	token, err := readTokenFile(*tokenFile) // before any privilege drop: the file is the agent's
-	if err != nil {
-		return e.errorf("sidecar: %v", err)
-	}
-	resolved, err := connect.ResolveSidecarMode(*mode, *binary)
-	if err != nil {
-		return e.errorf("%v", err)
-	}
-	if resolved == connect.SidecarEnvoy {
-		fmt.Fprintf(e.stdout, "==> sidecar for %s: Envoy (%s)\n", *service, *binary)
-		argv := append([]string{*binary}, connect.EnvoyArgs(*bootstrapPath)...)
-		return e.errorf("failed to exec envoy: %v", execve(*binary, argv))
-	}
-	if os.Geteuid() == 0 && *runAs != "" && *runAs != "root" {
-		if _, err := user.Lookup(*runAs); err != nil {
-			// A host without the user keeps running its sidecars as
-			// before rather than failing every connect allocation.
-			fmt.Fprintf(e.stderr, "==> built-in proxy: not dropping privileges: %v\n", err)
-			*runAs = "root"
-		} else if err := ensureNoNewPrivs(); err != nil {
-			return e.errorf("built-in proxy: %v", err)
-		}
-	}
-	xdsAddr, err := socketFromDir(*grpcAddr)
-	if err != nil {
-		return e.errorf("built-in proxy: %v", err)
-	}
-	if err := dropPrivileges(*runAs); err != nil {
-		return e.errorf("built-in proxy: %v", err)
-	}
-	cfg := sidecar.Config{ProxyID: *proxyID, Cluster: *service, XDSAddr: xdsAddr, AdminBind: *adminBind, Delta: true, Token: token}
-	return e.runBuiltinProxy(cfg, "info", connect.ProxyConcurrency)
-}
-
-// readTokenFile reads a token file: its content without surrounding
-// space; "" for no path or a file that does not exist (ACLs disabled: the
-// agent wrote none).
-func readTokenFile(path string) (string, error) {
-	if path == "" {
-		return "", nil
-	}
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return "", nil
-	}
-	if err != nil {
-		return "", fmt.Errorf("failed to read the token file: %w", err)
-	}
-	return strings.TrimSpace(string(b)), nil
 }

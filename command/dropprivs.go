@@ -16,9 +16,10 @@ import (
 // dropPrivileges makes the process run as name from now on: its groups,
 // gid and uid (every thread: Go's Setuid applies to all of them), which
 // empties its capabilities. It does nothing unless the process runs as
-// root. Callers set no_new_privs first (ensureNoNewPrivs). The built-in sidecar calls it
-// first: it needs only its allocation's socket (0666), unprivileged ports
-// and its standard streams.
+// root. Callers set no_new_privs first (ensureNoNewPrivs). A sidecar calls
+// it before it serves anything, the built-in proxy and Envoy alike: they
+// need only their allocation's socket (0666), unprivileged ports and their
+// standard streams (and Envoy its bootstrap, handed over in memory).
 func dropPrivileges(name string) error {
 	if os.Geteuid() != 0 || name == "" || name == "root" {
 		return nil

@@ -3,7 +3,6 @@ package connect
 import (
 	"errors"
 	"reflect"
-	"slices"
 	"testing"
 	"time"
 
@@ -48,14 +47,20 @@ func TestInjectAddsSidecarTaskAndPort(t *testing.T) {
 	if !reflect.DeepEqual(tg.Networks[0].DynamicPorts, want) {
 		t.Errorf("dynamic ports = %+v", tg.Networks[0].DynamicPorts)
 	}
-	args := px.Config["args"].([]any)
-	if args[3] != "_nomad-task-${NOMAD_ALLOC_ID}-group-dashboard-count-dashboard-http-sidecar-proxy" {
-		t.Errorf("proxy id arg = %v", args[3])
+	wantConfig := map[string]any{
+		"proxy_id": "_nomad-task-${NOMAD_ALLOC_ID}-group-dashboard-count-dashboard-http-sidecar-proxy",
+		"service":  "count-dashboard",
+		// The socket lives in alloc/run (root-only), not alloc/tmp (any
+		// task may plant files there).
+		"grpc_addr":      "unix://${NOMAD_ALLOC_DIR}/run/meshlet_grpc.sock",
+		"admin_bind":     "127.0.0.2:19001",
+		"mode":           "${attr.meshlet.sidecar}",
+		"envoy_binary":   "${attr.meshlet.envoy_binary}",
+		"bootstrap_path": "${NOMAD_SECRETS_DIR}/envoy_bootstrap.json",
+		"token_file":     "${NOMAD_SECRETS_DIR}/si_token",
 	}
-	// The socket lives in alloc/run (root-only), not alloc/tmp (any task
-	// may plant files there).
-	if !slices.Contains(args, any("unix://${NOMAD_ALLOC_DIR}/run/meshlet_grpc.sock")) {
-		t.Errorf("sidecar args = %v, want the socket in alloc/run", args)
+	if px.Driver != "connect_proxy" || !reflect.DeepEqual(px.Config, wantConfig) {
+		t.Errorf("sidecar driver %q config %v, want connect_proxy %v", px.Driver, px.Config, wantConfig)
 	}
 	if got := SocketPath("/d/alloc/a1/alloc/"); got != "/d/alloc/a1/alloc/run/meshlet_grpc.sock" {
 		t.Errorf("SocketPath = %s", got)
@@ -70,7 +75,7 @@ func TestInjectMergesSidecarTask(t *testing.T) {
 	mem, delay := 300, 2*time.Second
 	job.TaskGroups[0].Services[0].Connect.SidecarTask = &structs.SidecarTask{
 		Env: map[string]string{"X": "1"}, Resources: &structs.Resources{MemoryMB: &mem}, ShutdownDelay: &delay,
-		Config: map[string]any{"command": "/usr/local/bin/envoy-wrapper"},
+		Config: map[string]any{"envoy_args": []any{"-l", "debug"}, "admin_bind": "127.0.0.2:19100"},
 	}
 	if err := Inject(job); err != nil {
 		t.Fatal(err)
@@ -79,8 +84,58 @@ func TestInjectMergesSidecarTask(t *testing.T) {
 	if *px.Resources.MemoryMB != 300 || *px.Resources.CPU != 250 || px.ShutdownDelay != delay || px.Env["X"] != "1" {
 		t.Errorf("merge: resources %+v delay %s env %v", px.Resources, px.ShutdownDelay, px.Env)
 	}
-	if px.Config["command"] != "/usr/local/bin/envoy-wrapper" || px.Config["args"] == nil {
-		t.Errorf("config merge = %v", px.Config)
+	if px.Driver != "connect_proxy" || px.Config["admin_bind"] != "127.0.0.2:19100" || px.Config["envoy_args"] == nil ||
+		px.Config["proxy_id"] == nil || len(px.Config) != 9 {
+		t.Errorf("config merge = %s %v", px.Driver, px.Config)
+	}
+}
+
+// TestInjectSidecarTaskDriver: a sidecar_task that names connect_proxy
+// merges like the default; raw_exec starts from the same sidecar as a
+// command line (what a raw_exec sidecar always was); any other driver
+// starts from its own config only.
+func TestInjectSidecarTaskDriver(t *testing.T) {
+	rawArgs := []any{"connect", "sidecar",
+		"-proxy-id", "_nomad-task-${NOMAD_ALLOC_ID}-group-dashboard-count-dashboard-http-sidecar-proxy",
+		"-service", "count-dashboard", "-grpc-addr", "unix://${NOMAD_ALLOC_DIR}/run/meshlet_grpc.sock",
+		"-admin-bind", "127.0.0.2:19001", "-mode", "${attr.meshlet.sidecar}", "-envoy-binary", "${attr.meshlet.envoy_binary}",
+		"-bootstrap-path", "${NOMAD_SECRETS_DIR}/envoy_bootstrap.json", "-token-file", "${NOMAD_SECRETS_DIR}/si_token"}
+	tests := []struct {
+		name       string
+		driver     string
+		config     map[string]any
+		wantDriver string
+		want       map[string]any
+	}{
+		{"raw_exec alone", "raw_exec", nil, "raw_exec", map[string]any{"command": "${attr.meshlet.binary}", "args": rawArgs}},
+		{"raw_exec with a command", "raw_exec", map[string]any{"command": "/usr/local/bin/envoy-wrapper"}, "raw_exec",
+			map[string]any{"command": "/usr/local/bin/envoy-wrapper", "args": rawArgs}},
+		{"raw_exec with its own command line", "raw_exec", map[string]any{"command": "/usr/local/bin/envoy", "args": []any{"-c", "x"}},
+			"raw_exec", map[string]any{"command": "/usr/local/bin/envoy", "args": []any{"-c", "x"}}},
+		{"another driver", "docker", map[string]any{"image": "envoyproxy/envoy:v1.31"}, "docker",
+			map[string]any{"image": "envoyproxy/envoy:v1.31"}},
+		{"another driver without config", "exec", nil, "exec", map[string]any{}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			job := dashboardJob()
+			job.TaskGroups[0].Services[0].Connect.SidecarTask = &structs.SidecarTask{Driver: tc.driver, Config: tc.config}
+			if err := Inject(job); err != nil {
+				t.Fatal(err)
+			}
+			px := job.TaskGroups[0].Tasks[0]
+			if px.Driver != tc.wantDriver || !reflect.DeepEqual(px.Config, tc.want) {
+				t.Errorf("driver %q config %#v\nwant %q %#v", px.Driver, px.Config, tc.wantDriver, tc.want)
+			}
+		})
+	}
+	job := dashboardJob()
+	job.TaskGroups[0].Services[0].Connect.SidecarTask = &structs.SidecarTask{Driver: "connect_proxy", Config: map[string]any{"mode": "builtin"}}
+	if err := Inject(job); err != nil {
+		t.Fatal(err)
+	}
+	if px := job.TaskGroups[0].Tasks[0]; px.Driver != "connect_proxy" || px.Config["mode"] != "builtin" || px.Config["service"] != "count-dashboard" {
+		t.Errorf("connect_proxy named explicitly: %s %v", px.Driver, px.Config)
 	}
 }
 

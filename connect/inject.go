@@ -12,8 +12,9 @@ import (
 // public-listener port to the group network and a prestart sidecar task
 // `connect-proxy-<service>` merged with any sidecar_task override, and
 // turns exposed checks into expose paths (exposeChecks). The
-// task runs `meshlet connect sidecar`, which picks Envoy or the built-in
-// proxy on the node. Inject is idempotent.
+// task runs on the connect_proxy driver (ProxyDriver), which starts
+// `meshlet connect sidecar`; that picks Envoy or the built-in proxy on the
+// node. Inject is idempotent.
 func Inject(job *structs.Job) error {
 	for _, tg := range job.TaskGroups {
 		services := ConnectServices(tg)
@@ -69,6 +70,11 @@ func ensureDynamicPort(n *structs.NetworkResource, label string) {
 	n.DynamicPorts = append(n.DynamicPorts, structs.Port{Label: label, To: -1})
 }
 
+// ProxyDriver is the driver of the injected sidecar task (the built-in
+// driver/connectproxy): its config is the sidecar's settings, not a
+// command line, so sidecars need no raw_exec.
+const ProxyDriver = "connect_proxy"
+
 func proxyTask(group string, s *structs.Service, index int) *structs.Task {
 	cpu, mem := DefaultProxyCPU, DefaultProxyMemoryMB
 	files, size := 2, 2
@@ -77,21 +83,17 @@ func proxyTask(group string, s *structs.Service, index int) *structs.Task {
 	return &structs.Task{
 		Name:      ProxyTaskName(s.Name),
 		Kind:      KindPrefix + s.Name,
-		Driver:    "raw_exec",
+		Driver:    ProxyDriver,
 		Lifecycle: &structs.TaskLifecycle{Hook: structs.TaskLifecycleHookPrestart, Sidecar: true},
 		Config: map[string]any{
-			"command": "${attr.meshlet.binary}",
-			"args": []any{
-				"connect", "sidecar",
-				"-proxy-id", id,
-				"-service", s.Name,
-				"-grpc-addr", "unix://" + SocketPath("${NOMAD_ALLOC_DIR}"),
-				"-admin-bind", fmt.Sprintf("127.0.0.2:%d", AdminBasePort+index),
-				"-mode", "${attr.meshlet.sidecar}",
-				"-envoy-binary", "${attr.meshlet.envoy_binary}",
-				"-bootstrap-path", "${NOMAD_SECRETS_DIR}/envoy_bootstrap.json",
-				"-token-file", "${NOMAD_SECRETS_DIR}/si_token",
-			},
+			"proxy_id":       id,
+			"service":        s.Name,
+			"grpc_addr":      "unix://" + SocketPath("${NOMAD_ALLOC_DIR}"),
+			"admin_bind":     fmt.Sprintf("127.0.0.2:%d", AdminBasePort+index),
+			"mode":           "${attr.meshlet.sidecar}",
+			"envoy_binary":   "${attr.meshlet.envoy_binary}",
+			"bootstrap_path": "${NOMAD_SECRETS_DIR}/envoy_bootstrap.json",
+			"token_file":     "${NOMAD_SECRETS_DIR}/si_token",
 		},
 		Resources:     &structs.Resources{CPU: &cpu, MemoryMB: &mem},
 		LogConfig:     &structs.LogConfig{MaxFiles: &files, MaxFileSizeMB: &size},
@@ -99,8 +101,24 @@ func proxyTask(group string, s *structs.Service, index int) *structs.Task {
 	}
 }
 
+// rawExecConfig is the default sidecar's config as a raw_exec command line
+// (`meshlet connect sidecar` with one flag per key): what a sidecar_task
+// that sets driver = "raw_exec" starts from, as before connect_proxy.
+func rawExecConfig(c map[string]any) map[string]any {
+	args := []any{"connect", "sidecar"}
+	for _, k := range []string{"proxy_id", "service", "grpc_addr", "admin_bind", "mode", "envoy_binary", "bootstrap_path", "token_file"} {
+		args = append(args, "-"+strings.ReplaceAll(k, "_", "-"), c[k])
+	}
+	return map[string]any{"command": "${attr.meshlet.binary}", "args": args}
+}
+
 // mergeSidecarTask applies a sidecar_task override: set fields replace the
-// defaults; config, env and meta maps are merged key by key.
+// defaults; env and meta maps are merged key by key. Config keys are merged
+// into the default's while the driver stays connect_proxy (an unknown key
+// then fails the task with the driver's error); another driver starts from
+// an empty config, except raw_exec, which starts from the same sidecar as a
+// command line (rawExecConfig), so an override of command or args alone
+// keeps working as it did.
 func mergeSidecarTask(t *structs.Task, o *structs.SidecarTask) {
 	if o == nil {
 		return
@@ -108,18 +126,17 @@ func mergeSidecarTask(t *structs.Task, o *structs.SidecarTask) {
 	if o.Name != "" {
 		t.Name = o.Name
 	}
-	if o.Driver != "" {
-		t.Driver = o.Driver
-	}
 	if o.User != "" {
 		t.User = o.User
 	}
-	if len(o.Config) > 0 {
-		if t.Driver != "raw_exec" && o.Driver != "" {
-			t.Config = map[string]any{}
-		}
-		maps.Copy(t.Config, o.Config)
+	switch o.Driver {
+	case "", ProxyDriver:
+	case "raw_exec":
+		t.Driver, t.Config = o.Driver, rawExecConfig(t.Config)
+	default:
+		t.Driver, t.Config = o.Driver, map[string]any{}
 	}
+	maps.Copy(t.Config, o.Config)
 	t.Env = mergeStrings(t.Env, o.Env)
 	t.Meta = mergeStrings(t.Meta, o.Meta)
 	if r := o.Resources; r != nil {

@@ -38,20 +38,45 @@ func Args(configPath string, passthrough []string) []string {
 }
 
 // Exec replaces the current process with Envoy. The bootstrap is handed
-// over in an anonymous in-memory file (/dev/fd/N), so no copy of it is left
-// on disk. It only returns on error.
+// over in an anonymous in-memory file (/dev/fd/N, see MemFile), so no copy
+// of it is left on disk. It only returns on error.
 func Exec(binary string, bootstrap []byte, passthrough []string) error {
-	fd, err := unix.MemfdCreate("envoy-bootstrap", 0) // no CLOEXEC: Envoy inherits it
+	path, err := MemFile(bootstrap)
 	if err != nil {
-		return fmt.Errorf("failed to create in-memory bootstrap file: %w", err)
+		return err
 	}
-	f := os.NewFile(uintptr(fd), "envoy-bootstrap")
-	if _, err := f.Write(bootstrap); err != nil {
-		return fmt.Errorf("failed to write bootstrap: %w", err)
-	}
-	argv := append([]string{binary}, Args("/dev/fd/"+strconv.Itoa(fd), passthrough)...)
+	argv := append([]string{binary}, Args(path, passthrough)...)
 	if err := syscall.Exec(binary, argv, os.Environ()); err != nil {
 		return fmt.Errorf("failed to exec %s: %w", binary, err)
 	}
 	return nil
+}
+
+// MemFile puts a bootstrap in a sealed anonymous in-memory file that the
+// programs this process executes inherit, and returns its path,
+// "/dev/fd/N". Any user can open it there (a memfd's mode is 0777), so a
+// process that drops privileges before executing Envoy still hands it a
+// bootstrap only root could read; the seals keep it from being changed.
+func MemFile(data []byte) (string, error) {
+	// No MFD_CLOEXEC: Envoy inherits it.
+	fd, err := unix.MemfdCreate("envoy-bootstrap", unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return "", fmt.Errorf("failed to create in-memory bootstrap file: %w", err)
+	}
+	// The raw fd is written directly: an *os.File would close it when
+	// collected, before the exec.
+	for rest := data; len(rest) > 0; {
+		n, err := unix.Write(fd, rest)
+		if err != nil {
+			_ = unix.Close(fd)
+			return "", fmt.Errorf("failed to write bootstrap: %w", err)
+		}
+		rest = rest[n:]
+	}
+	seals := unix.F_SEAL_SEAL | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals); err != nil {
+		_ = unix.Close(fd)
+		return "", fmt.Errorf("failed to seal in-memory bootstrap file: %w", err)
+	}
+	return "/dev/fd/" + strconv.Itoa(fd), nil
 }

@@ -43,6 +43,7 @@ func TestValidationRules(t *testing.T) {
 			[]string{`t.hcl:3:1: error: Missing driver; Task "t" needs a driver, e.g. driver = "raw_exec".`}},
 		{"docker driver warns", `task "t" { driver = "docker" }`,
 			[]string{`t.hcl:3:21: warning: Driver "docker" is not built into meshlet; meshlet ships the exec and raw_exec drivers; placement fails with "driver docker not available on node" unless a docker driver plugin is installed.`}},
+		{"connect_proxy driver is built in", "task \"t\" {\n  driver = \"connect_proxy\"\n  config { proxy_id = \"x\" }\n}", nil},
 		{"lifecycle hook", "task \"t\" {\n  driver = \"exec\"\n  lifecycle { hook = \"prerun\" }\n  config { command = \"x\" }\n}",
 			[]string{`t.hcl:5:22: error: Invalid lifecycle hook; Hook "prerun" is not valid; use "prestart", "poststart" or "poststop".`}},
 		{"restart", "restart {\n  mode = \"never\"\n  attempts = -1\n}\n" + okTask, []string{

@@ -193,7 +193,8 @@ client {
   cni_path = "${CNI_DIR}"
 }
 
-# The jobspecs use raw_exec, which (as in Nomad) is off unless enabled here.
+# The jobspecs' app tasks use raw_exec, which (as in Nomad) is off unless
+# enabled here; their connect sidecars run on connect_proxy, always enabled.
 plugin "raw_exec" {
   config {
     enabled = true
@@ -272,7 +273,8 @@ CONF
 	client) printf 'client {\n  enabled  = true\n  servers  = %s\n  cni_path = "%s"\n}\n' "$(rpc_addrs "${server_ips[@]}")" "$CNI_DIR" ;;
 	both) printf 'client {\n  enabled  = true\n  cni_path = "%s"\n}\n' "$CNI_DIR" ;;
 	esac
-	# The jobspecs use raw_exec, which (as in Nomad) is off unless enabled.
+	# The jobspecs' app tasks use raw_exec, which (as in Nomad) is off unless
+	# enabled; their sidecars run on connect_proxy, always enabled.
 	[[ "$role" != server ]] && printf '\nplugin "raw_exec" {\n  config {\n    enabled = true\n  }\n}\n'
 	cat <<CONF
 

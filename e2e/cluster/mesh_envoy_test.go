@@ -27,10 +27,17 @@ import (
 func TestEnvoySidecarOnClientNode(t *testing.T) {
 	c := newCluster(t)
 	s1 := c.AddServer("s1", 2, 1)
+	// The stand-in runs as the proxy user: it lives where any user may run
+	// it and records where any user may write.
 	dir := t.TempDir()
+	for d, mode := range map[string]os.FileMode{filepath.Dir(dir): 0o755, dir: 0o777} {
+		if err := os.Chmod(d, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
 	record := filepath.Join(dir, "record")
 	bin := filepath.Join(dir, "envoy")
-	script := fmt.Sprintf("#!/bin/sh\ncp \"$2\" %[1]s.json.tmp && mv %[1]s.json.tmp %[1]s.json\nexec sleep 600\n", record)
+	script := fmt.Sprintf("#!/bin/sh\npwd > %[1]s.cwd\ncp \"$2\" %[1]s.json.tmp && mv %[1]s.json.tmp %[1]s.json\nexec sleep 600\n", record)
 	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +107,13 @@ envoy_binary = %q
 	if b.Node.Id != wantID {
 		t.Errorf("node = %s, want %s", b.Node.Id, wantID)
 	}
-	pipe := b.StaticResources.Clusters[0].LoadAssignment.Endpoints[0].LbEndpoints[0].GetEndpoint().Address.GetPipe().GetPath()
+	// Envoy runs in the socket's directory, the socket relative to it.
+	cwd, err := os.ReadFile(record + ".cwd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pipe := filepath.Join(strings.TrimSpace(string(cwd)),
+		b.StaticResources.Clusters[0].LoadAssignment.Endpoints[0].LbEndpoints[0].GetEndpoint().Address.GetPipe().GetPath())
 	if !strings.HasPrefix(pipe, c1.DataDir+string(os.PathSeparator)) {
 		t.Errorf("xDS socket %q is not in the client node's data dir %s", pipe, c1.DataDir)
 	}

@@ -109,6 +109,10 @@ type Options struct {
 	// NoACL runs the agent without acl { enabled = true } (the harness
 	// otherwise bootstraps ACLs and acts with the management token).
 	NoACL bool
+	// NoRawExec leaves raw_exec disabled (the default outside -dev); the
+	// harness otherwise enables it for the jobs' app tasks. Connect
+	// sidecars never need it (they run on the connect_proxy driver).
+	NoRawExec bool
 }
 
 // NewAgent starts an agent for t; it is stopped (and its jobs purged) in
@@ -186,13 +190,13 @@ client {
 }
 plugin "raw_exec" {
   config {
-    enabled = true
+    enabled = %t
   }
 }
 acl {
   enabled = %t
 }
-`, stateDir, sidecar, opts.EnvoyBinary, ports[0], ports[1], ports[2], policy, cni, a.Bridge, a.Subnet, !opts.NoACL)
+`, stateDir, sidecar, opts.EnvoyBinary, ports[0], ports[1], ports[2], policy, cni, a.Bridge, a.Subnet, !opts.NoRawExec, !opts.NoACL)
 }
 
 func (a *Agent) start(cfgPath string) {

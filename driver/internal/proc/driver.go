@@ -1,9 +1,10 @@
-// Package proc is the driver core shared by the exec and raw_exec drivers:
-// tasks run under a detached executor process (driver/executor), tracked in
-// a small in-memory task store and re-attached after an agent restart from a
-// versioned recovery payload. The two drivers differ in their name,
-// fingerprint, whether tasks get cgroups and whether they are isolated
-// (chroot, namespaces, reduced privileges: see isolated.go).
+// Package proc is the driver core shared by the exec, raw_exec and
+// connect_proxy drivers: tasks run under a detached executor process
+// (driver/executor), tracked in a small in-memory task store and
+// re-attached after an agent restart from a versioned recovery payload. The
+// drivers differ in their name, fingerprint, how a task's config becomes a
+// command line (Options.Launch), whether tasks get cgroups and whether they
+// are isolated (chroot, namespaces, reduced privileges: see isolated.go).
 //
 // Concurrency: every Driver method is safe for concurrent use. The task
 // store is a map behind an RWMutex; each taskHandle guards its mutable
@@ -51,6 +52,19 @@ type Options struct {
 	Caps []string
 	// Fingerprint reports the driver's health; nil means always healthy.
 	Fingerprint func(ctx context.Context) (*driver.Fingerprint, error)
+	// Launch, when set, builds what a task runs from its config, for a
+	// driver whose config is not a command line (connect_proxy); nil reads
+	// config command and args and runs them with the task's env.
+	Launch func(cfg *driver.TaskConfig) (*Launch, error)
+}
+
+// Launch is what a task runs: its command (a path, or a name looked up in
+// the task's PATH), its arguments and its environment.
+type Launch struct {
+	Command string
+	Args    []string
+	// Env replaces the task's env when not nil.
+	Env map[string]string
 }
 
 // Driver implements driver.Driver and driver.StreamingExecer.

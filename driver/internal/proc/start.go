@@ -28,6 +28,8 @@ const startTimeout = 30 * time.Second
 type taskConfig struct {
 	Command string
 	Args    []string
+	// Env replaces the task's env when not nil (Options.Launch).
+	Env map[string]string
 }
 
 // parseTaskConfig reads command (required string) and args (a list whose
@@ -80,6 +82,19 @@ func stringify(v any) (string, error) {
 	return "", fmt.Errorf("must be a string or number, got %T", v)
 }
 
+// taskLaunch reads what the task runs: Options.Launch's answer, or config
+// command and args.
+func (d *Driver) taskLaunch(cfg *driver.TaskConfig) (*taskConfig, error) {
+	if d.opts.Launch == nil {
+		return parseTaskConfig(cfg.Config)
+	}
+	l, err := d.opts.Launch(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &taskConfig{Command: l.Command, Args: l.Args, Env: l.Env}, nil
+}
+
 // StartTask implements driver.Driver: it launches an executor for the task
 // and returns once the task runs, or with the start error and nothing left
 // behind.
@@ -87,9 +102,13 @@ func (d *Driver) StartTask(cfg *driver.TaskConfig) (*driver.TaskHandle, error) {
 	if cfg == nil || cfg.ID == "" || cfg.ID == "." || cfg.ID == ".." {
 		return nil, errors.New("failed to start task: a task ID is required")
 	}
-	tc, err := parseTaskConfig(cfg.Config)
+	tc, err := d.taskLaunch(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("failed to start task %s: %w", cfg.ID, err)
+	}
+	env := cfg.Env
+	if tc.Env != nil {
+		env = tc.Env
 	}
 	if cfg.TaskDir == "" {
 		return nil, fmt.Errorf("failed to start task %s: task dir is required", cfg.ID)
@@ -97,7 +116,7 @@ func (d *Driver) StartTask(cfg *driver.TaskConfig) (*driver.TaskHandle, error) {
 	// An isolated task's command is resolved in its root, by the executor.
 	command := tc.Command
 	if !d.opts.Isolate {
-		if command, err = launch.LookPath(tc.Command, cfg.Env, cfg.TaskDir); err != nil {
+		if command, err = launch.LookPath(tc.Command, env, cfg.TaskDir); err != nil {
 			return nil, fmt.Errorf("failed to start task %s: %w", cfg.ID, err)
 		}
 	}
@@ -183,6 +202,9 @@ func (d *Driver) buildSpec(cfg *driver.TaskConfig, tc *taskConfig, command, dir 
 		LogMaxFiles:    cfg.LogMaxFiles,
 		LogMaxFileSize: int64(cfg.LogMaxFileSizeMB) << 20,
 		ExitFile:       filepath.Join(dir, "exit.json"),
+	}
+	if tc.Env != nil {
+		spec.Env = tc.Env
 	}
 	if spec.StdoutPath == "" {
 		spec.StdoutPath = filepath.Join(logDir, cfg.Name+".stdout")

@@ -1,4 +1,6 @@
-# One connect service, for checking what an Envoy sidecar is given.
+# One connect service, for checking what an Envoy sidecar is given, on a
+# client without raw_exec: the app is an exec task, the sidecar runs on the
+# built-in connect_proxy driver.
 job "envoy-db" {
   datacenters = ["dc1"]
 
@@ -23,11 +25,11 @@ job "envoy-db" {
     }
 
     task "db" {
-      driver = "raw_exec"
+      driver = "exec"
 
       config {
-        command = "${attr.meshlet.binary}"
-        args    = ["demo-app", "echo", "-listen", "127.0.0.1:9090"]
+        command = "/bin/sleep"
+        args    = ["600"]
       }
     }
   }
