@@ -117,7 +117,7 @@ func TestACLServerAndClientAgents(t *testing.T) {
 	// Intention writes too: the server judges them again with the token
 	// the client agent forwards (the node's credentials alone write none).
 	ixn := &consul.Intention{SourceName: "web", DestinationName: "db", Action: consul.IntentionActionAllow}
-	if _, _, err := consulClient(t, cl, boot.SecretID).Connect().IntentionCreate(ixn, nil); err != nil {
+	if _, err := consulClient(t, cl, boot.SecretID).Connect().IntentionUpsert(ixn, nil); err != nil {
 		t.Errorf("intention web->db with the management token through the client agent: %v", err)
 	}
 	_, err = consulClient(t, cl, webTok.SecretID).Connect().IntentionDeleteExact("web", "db", nil)

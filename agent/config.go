@@ -141,6 +141,11 @@ type ClientConfig struct {
 	// GCDiskUsageThreshold (percent, Nomad's gc_disk_usage_threshold):
 	// over it every terminal allocation is collected; zero: 80.
 	GCDiskUsageThreshold float64
+	// ChrootEnv (Nomad's chroot_env) maps host paths to paths inside exec
+	// tasks' roots, bound read-only; empty means the exec driver's default
+	// (/bin /etc /lib /lib32 /lib64 /sbin /usr). Both sides absolute; a
+	// missing host path is skipped; no entry may overlap data_dir.
+	ChrootEnv map[string]string
 }
 
 // DefaultConfig returns the defaults every configuration starts from.
@@ -235,6 +240,7 @@ func (c *Config) Validate() error {
 	problems = append(problems, c.Server.problems()...)
 	problems = append(problems, c.clusterProblems()...)
 	problems = append(problems, c.ACL.problems()...)
+	problems = append(problems, c.execProblems()...)
 	if !c.Dev && c.DataDir == "" {
 		problems = append(problems, "data_dir is required outside dev mode")
 	}
@@ -311,6 +317,7 @@ type fileClient struct {
 	GCDiskUsage         *float64          `hcl:"gc_disk_usage_threshold"`
 	Enabled             *bool             `hcl:"enabled"`
 	Servers             []string          `hcl:"servers,optional"`
+	ChrootEnv           *hcl.Attribute    `hcl:"chroot_env"`
 }
 
 // LoadConfigFile reads an HCL agent configuration over the defaults.

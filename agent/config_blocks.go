@@ -80,6 +80,9 @@ func (cl *fileClient) apply(filename string, c *ClientConfig) error {
 	}
 	set(&c.GCMaxAllocs, cl.GCMaxAllocs)
 	set(&c.GCDiskUsageThreshold, cl.GCDiskUsage)
+	if err := applyChrootEnv(cl.ChrootEnv, c); err != nil {
+		return err
+	}
 	return setDurations(filename, "client",
 		durationField{"gc_interval", cl.GCInterval, &c.GCInterval},
 		durationField{"gc_alloc_ttl", cl.GCAllocTTL, &c.GCAllocTTL})

@@ -14,13 +14,15 @@ import (
 // PluginConfig is one of Nomad's plugin "NAME" { args, config { } } blocks.
 // Only the built-in drivers' config is understood: raw_exec's enabled
 // (raw_exec is off unless enabled here, by the legacy client option
-// driver.raw_exec.enable or by -dev); exec's and connect_proxy's config
-// takes no keys. External plugins get neither args nor config; the agent
-// warns when a block names no driver.
+// driver.raw_exec.enable or by -dev) and exec's options (ExecPluginConfig);
+// connect_proxy's config takes no keys. External plugins get neither args
+// nor config; the agent warns when a block names no driver.
 type PluginConfig struct {
 	Args []string
 	// Enabled is raw_exec's config { enabled = BOOL }; nil = not set.
 	Enabled *bool
+	// Exec is exec's config (see ExecPluginConfig); nil = not set.
+	Exec *ExecPluginConfig
 	// HasConfig: the block has a config block.
 	HasConfig bool
 }
@@ -41,9 +43,8 @@ type rawExecPluginConfig struct {
 	Enabled *bool `hcl:"enabled"`
 }
 
-// noPluginConfig takes no keys: meshlet's exec driver has no plugin
-// options yet (Nomad's no_pivot_root, allow_caps... are errors), and
-// connect_proxy has none (it is always enabled).
+// noPluginConfig takes no keys: connect_proxy has none (it is always
+// enabled).
 type noPluginConfig struct{}
 
 // applyPlugins decodes the plugin blocks into c.Plugins. A name given twice
@@ -61,7 +62,9 @@ func applyPlugins(filename string, blocks []*filePlugin, c *Config) error {
 				var rc rawExecPluginConfig
 				diags = gohcl.DecodeBody(p.Config.Remain, nil, &rc)
 				pc.Enabled = rc.Enabled
-			case exec.Name, connectproxy.Name:
+			case exec.Name:
+				diags = decodeExecPlugin(p.Config.Remain, &pc)
+			case connectproxy.Name:
 				diags = gohcl.DecodeBody(p.Config.Remain, nil, &noPluginConfig{})
 			}
 			if diags.HasErrors() {

@@ -46,8 +46,11 @@ func (a *Agent) loadDrivers() ([]driver.Driver, func(), error) {
 	}
 	out = append(out, raw)
 	if a.enabled("driver.exec.enable", true) {
-		out = append(out, exec.New(exec.Config{ExecutorCmd: a.cfg.ExecutorCmd,
-			StateDir: filepath.Join(stateDir, exec.Name)}, a.logger.Named("driver").Named(exec.Name)))
+		execCfg, err := a.newExecDriverConfig(filepath.Join(stateDir, exec.Name))
+		if err != nil {
+			return nil, nil, err
+		}
+		out = append(out, exec.New(execCfg, a.logger.Named("driver").Named(exec.Name)))
 	}
 	plugins, cleanup, err := loadPlugins(a.cfg.PluginDir, a.logger)
 	if err != nil {

@@ -87,13 +87,17 @@ func checkCNIName(mode string, p path, report reporter) {
 	}
 }
 
-// Driver config keys of Nomad's exec and raw_exec drivers. meshlet's
-// drivers read command and args; the rest are accepted with a warning.
+// Driver config keys of Nomad's exec and raw_exec drivers. Both of
+// meshlet's drivers read command and args, exec also the capability lists
+// and namespace modes; the rest are accepted with a warning.
 var (
-	driverConfigUsed    = []string{"command", "args"}
+	driverConfigUsed = map[string][]string{
+		"raw_exec": {"command", "args"},
+		"exec":     {"command", "args", "cap_add", "cap_drop", "pid_mode", "ipc_mode"},
+	}
 	driverConfigIgnored = map[string][]string{
 		"raw_exec": {"cgroup_v1_override", "cgroup_v2_override", "oom_score_adj", "work_dir", "denied_envvars"},
-		"exec":     {"pid_mode", "ipc_mode", "cap_add", "cap_drop", "work_dir", "denied_envvars", "oom_score_adj"},
+		"exec":     {"work_dir", "denied_envvars", "oom_score_adj"},
 	}
 )
 
@@ -120,14 +124,57 @@ func checkDriverConfig(t *structs.Task, p path, report reporter) {
 		report(SeverityError, cp, "Invalid driver config", fmt.Sprintf("Task %q: config command must be a string, not %s.", t.Name, goType(cmd)))
 	}
 	checkArgs(t, cp, report)
+	if t.Driver == "exec" {
+		checkExecConfig(t, cp, report)
+	}
+	used := driverConfigUsed[t.Driver]
 	for _, k := range slices.Sorted(maps.Keys(t.Config)) {
 		switch {
-		case slices.Contains(driverConfigUsed, k):
+		case slices.Contains(used, k):
 		case slices.Contains(ignored, k):
 			report(SeverityWarning, cp, fmt.Sprintf("config %s is not supported by meshlet's %s driver; ignored", k, t.Driver), "")
 		default:
 			report(SeverityWarning, cp, fmt.Sprintf("Unknown %s config key %q; ignored", t.Driver, k), fmt.Sprintf(
-				"The %s driver takes command and args.%s", t.Driver, suggest(k, driverConfigUsed, ignored)))
+				"The %s driver takes %s.%s", t.Driver, andList(used), suggest(k, used, ignored)))
+		}
+	}
+}
+
+// andList joins names as prose: "a and b", "a, b and c".
+func andList(names []string) string {
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+}
+
+// checkExecConfig checks the exec driver's capability lists (lists of
+// strings) and namespace modes ("private" or "host") as the driver reads
+// them; whether a capability is allowed is the client's allow_caps, known
+// only where the task runs.
+func checkExecConfig(t *structs.Task, cp path, report reporter) {
+	for _, k := range []string{"cap_add", "cap_drop"} {
+		switch v := t.Config[k].(type) {
+		case nil, []string:
+		case []any:
+			for i, c := range v {
+				if _, ok := c.(string); !ok {
+					report(SeverityError, cp, "Invalid driver config", fmt.Sprintf(
+						"Task %q: config %s[%d] must be a string, not %s.", t.Name, k, i, goType(c)))
+				}
+			}
+		default:
+			report(SeverityError, cp, "Invalid driver config", fmt.Sprintf("Task %q: config %s must be a list of strings, not %s.", t.Name, k, goType(v)))
+		}
+	}
+	for _, k := range []string{"pid_mode", "ipc_mode"} {
+		v, ok := t.Config[k]
+		if !ok {
+			continue
+		}
+		if s, isStr := v.(string); !isStr || (s != "" && s != "private" && s != "host") {
+			report(SeverityError, cp, "Invalid driver config", fmt.Sprintf(
+				"Task %q: config %s must be \"private\" or \"host\", not %#v.", t.Name, k, v))
 		}
 	}
 }

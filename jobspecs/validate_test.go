@@ -44,6 +44,12 @@ func TestValidationRules(t *testing.T) {
 		{"docker driver warns", `task "t" { driver = "docker" }`,
 			[]string{`t.hcl:3:21: warning: Driver "docker" is not built into meshlet; meshlet ships the exec and raw_exec drivers; placement fails with "driver docker not available on node" unless a docker driver plugin is installed.`}},
 		{"connect_proxy driver is built in", "task \"t\" {\n  driver = \"connect_proxy\"\n  config { proxy_id = \"x\" }\n}", nil},
+		{"exec capabilities and modes", "task \"t\" {\n  driver = \"exec\"\n  config {\n    command = \"x\"\n    cap_add = [\"net_raw\"]\n    cap_drop = [\"all\"]\n    pid_mode = \"host\"\n    ipc_mode = \"private\"\n  }\n}", nil},
+		{"exec bad capabilities and modes", "task \"t\" {\n  driver = \"exec\"\n  config {\n    command = \"x\"\n    cap_add = \"net_raw\"\n    cap_drop = [1]\n    pid_mode = \"shared\"\n  }\n}", []string{
+			`t.hcl:5:3: error: Invalid driver config; Task "t": config cap_add must be a list of strings, not a string.`,
+			`t.hcl:5:3: error: Invalid driver config; Task "t": config cap_drop[0] must be a string, not a number.`,
+			`t.hcl:5:3: error: Invalid driver config; Task "t": config pid_mode must be "private" or "host", not "shared".`,
+		}},
 		{"lifecycle hook", "task \"t\" {\n  driver = \"exec\"\n  lifecycle { hook = \"prerun\" }\n  config { command = \"x\" }\n}",
 			[]string{`t.hcl:5:22: error: Invalid lifecycle hook; Hook "prerun" is not valid; use "prestart", "poststart" or "poststop".`}},
 		{"restart", "restart {\n  mode = \"never\"\n  attempts = -1\n}\n" + okTask, []string{

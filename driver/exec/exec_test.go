@@ -36,6 +36,16 @@ func newDriver(t *testing.T) *Driver {
 // driver shares its predecessor's).
 func newDriverIn(t *testing.T, stateDir string) *Driver {
 	t.Helper()
+	return newDriverWith(t, Config{StateDir: stateDir})
+}
+
+// newDriverWith is newDriver with cfg's options (a temporary state dir
+// unless cfg sets one).
+func newDriverWith(t *testing.T, cfg Config) *Driver {
+	t.Helper()
+	if cfg.StateDir == "" {
+		cfg.StateDir = t.TempDir()
+	}
 	parent := fmt.Sprintf("meshlet-test-%d", os.Getpid())
 	t.Cleanup(func() {
 		if h, err := cgroups.Detect(); err == nil {
@@ -43,8 +53,8 @@ func newDriverIn(t *testing.T, stateDir string) *Driver {
 			os.Remove(filepath.Join(h.MemoryRoot, parent))
 		}
 	})
-	return New(Config{StateDir: stateDir, CgroupParent: parent},
-		hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: os.Stderr}))
+	cfg.CgroupParent = parent
+	return New(cfg, hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: os.Stderr}))
 }
 
 func requireCgroups(t *testing.T) *cgroups.Hierarchy {

@@ -9,8 +9,9 @@
 //
 // An isolated task (Spec.Isolation, the exec driver) is started through
 // driver/internal/isolate's stage; its executor is then PID 1 of the task's
-// PID namespace (the driver clones it so): it reaps orphans, reports the
-// task's host PID, and kills what the task left behind once it exited.
+// PID namespace (the driver clones it so), or with pid_mode "host" the
+// task's subreaper in the host's: it reaps orphans, reports the task's host
+// PID, and kills what the task left behind once it exited.
 //
 // Protocol with the driver: the spec file path comes in -spec; the executor
 // writes exactly one JSON Started message to the status pipe (-status-fd,
@@ -133,9 +134,14 @@ func (e *executor) run(status *os.File) int {
 		}
 	}
 	signal.Stop(sigs)
-	if e.spec.Isolation != nil {
-		// As PID 1 of the task's namespace: end what the task left behind.
-		isolate.ReapAll()
+	if iso := e.spec.Isolation; iso != nil {
+		// As PID 1 of the task's namespace, or its subreaper in the host's:
+		// end what the task left behind.
+		if iso.HostPID {
+			isolate.KillDescendants()
+		} else {
+			isolate.ReapAll()
+		}
 		_ = cmd.Process.Release()
 	}
 	copiers.wait(drainTimeout)

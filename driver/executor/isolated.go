@@ -11,8 +11,8 @@ import (
 
 // startIsolated starts the task through the isolate stage: chrooted into
 // its task dir, in new mount/IPC/UTS namespaces (the PID namespace is the
-// executor's own), as its user with reduced privileges. The task's
-// directories are given to its user first.
+// executor's own; the host's IPC namespace with HostIPC), as its user with
+// reduced privileges. The task's directories are given to its user first.
 func (e *executor) startIsolated(stdout, stderr *os.File) (*exec.Cmd, int, error) {
 	iso := e.spec.Isolation
 	user := e.spec.User
@@ -22,6 +22,11 @@ func (e *executor) startIsolated(stdout, stderr *os.File) (*exec.Cmd, int, error
 	cred, err := launch.LookupCredential(user)
 	if err != nil {
 		return nil, 0, err
+	}
+	if iso.HostPID {
+		if err := isolate.BecomeSubreaper(); err != nil {
+			return nil, 0, err
+		}
 	}
 	if err := isolate.ChownTaskDir(e.spec.Dir, int(cred.Uid), int(cred.Gid)); err != nil {
 		return nil, 0, err
@@ -38,6 +43,9 @@ func (e *executor) startIsolated(stdout, stderr *os.File) (*exec.Cmd, int, error
 		GID:      cred.Gid,
 		Groups:   cred.Groups,
 		Caps:     iso.Caps,
+		Added:    iso.Added,
+		HostPID:  iso.HostPID,
+		HostIPC:  iso.HostIPC,
 	}
 	cmd := &exec.Cmd{
 		Path:        iso.StageCmd[0],

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/meshlet/meshlet/driver/internal/cgroups"
+	"github.com/meshlet/meshlet/driver/internal/isolate"
 	"github.com/meshlet/meshlet/internal/atomicfile"
 )
 
@@ -46,10 +47,17 @@ type IsolationSpec struct {
 	StageCmd []string `json:"stage_cmd"`
 	// AllocDir is the shared alloc directory, bound at /alloc.
 	AllocDir string `json:"alloc_dir,omitempty"`
-	// ReadOnly are the host directories bound read-only (chroot_env).
-	ReadOnly []string `json:"read_only"`
-	// Caps is the capability bounding set the task keeps.
-	Caps []string `json:"caps"`
+	// ReadOnly are the host paths bound read-only (chroot_env).
+	ReadOnly []isolate.Bind `json:"read_only"`
+	// Caps is the capability bounding set the task keeps; Added are its
+	// cap_add capabilities (ambient when its user is not root).
+	Caps  []string `json:"caps"`
+	Added []string `json:"added,omitempty"`
+	// HostPID and HostIPC: the task shares the host's PID or IPC
+	// namespace. With HostPID the driver starts the executor in the host's
+	// PID namespace, where it is the task's subreaper rather than its init.
+	HostPID bool `json:"host_pid,omitempty"`
+	HostIPC bool `json:"host_ipc,omitempty"`
 }
 
 // CgroupSpec names the task's cgroup: "<hierarchy>/<Parent>/<Name>".

@@ -28,8 +28,10 @@ type Target struct {
 	StartTime uint64
 	// NetNSPath is the task's network namespace ("" keeps the caller's).
 	NetNSPath string
-	// Caps is the task's bounding set (names as in DefaultCaps).
-	Caps []string
+	// Caps is the task's bounding set (names as in DefaultCaps); Added are
+	// its cap_add capabilities, ambient for a non-root command.
+	Caps  []string
+	Added []string
 }
 
 // entered are the namespaces a command joins, by /proc/<pid>/ns name. The
@@ -43,15 +45,28 @@ var entered = []struct {
 
 // StartInTask starts cmd inside the task t: in its PID, IPC, UTS (and
 // network) namespaces, chrooted into its root, with the task's bounding set
-// and no_new_privs. cmd.Path must be a path inside the task's root (see
-// LookPathIn) and cmd.Dir one inside it too; the caller sets the user
-// (SysProcAttr.Credential). cmd's stdio must be *os.File or nil, so that
-// cmd.Start starts no goroutine.
+// and no_new_privs; a command run as a non-root user gets the task's
+// added capabilities as ambient ones, as the task did. cmd.Path must be a
+// path inside the task's root (see LookPathIn) and cmd.Dir one inside it
+// too; the caller sets the user (SysProcAttr.Credential). cmd's stdio must
+// be *os.File or nil, so that cmd.Start starts no goroutine.
 func StartInTask(cmd *exec.Cmd, t Target) error {
-	keep, err := parseCaps(t.Caps)
+	keep, err := ParseCaps(t.Caps)
 	if err != nil {
 		return err
 	}
+	added, err := ParseCaps(t.Added)
+	if err != nil {
+		return err
+	}
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	uid := uint32(os.Getuid())
+	if cred := cmd.SysProcAttr.Credential; cred != nil {
+		uid = cred.Uid
+	}
+	cmd.SysProcAttr.AmbientCaps = ambientCaps(ambientFor(uid, added&keep))
 	return onDiscardedThread(func() error { return enterAndStart(cmd, t, keep) })
 }
 
@@ -91,7 +106,7 @@ func setnsPath(path string, flag int) error {
 	return unix.Setns(fd, flag)
 }
 
-func enterAndStart(cmd *exec.Cmd, t Target, keep map[uintptr]bool) error {
+func enterAndStart(cmd *exec.Cmd, t Target, keep CapSet) error {
 	var fds []int
 	defer func() {
 		for _, fd := range fds {
@@ -134,9 +149,6 @@ func enterAndStart(cmd *exec.Cmd, t Target, keep map[uintptr]bool) error {
 	}
 	if err := restrictThread(keep); err != nil {
 		return err
-	}
-	if cmd.SysProcAttr == nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
 	// The child resolves /proc/self in the host's procfs: this is the
 	// task's root, pinned by the descriptor it inherits until it execs.

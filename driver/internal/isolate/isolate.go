@@ -2,15 +2,21 @@
 // (pivot_root) into its task directory in new mount, IPC and UTS namespaces,
 // with the host's read-only chroot_env bound in, a fresh /proc, a minimal
 // /dev, no_new_privs, a reduced capability bounding set and the task's user
-// (nobody by default). It also starts `alloc exec` commands inside a running
-// isolated task.
+// (nobody by default). A non-root task gets the capabilities it added
+// (cap_add) as ambient capabilities; see [TaskCaps] for how the sets are
+// computed. It also starts `alloc exec` commands inside a running isolated
+// task.
 //
 // The executor (driver/executor) is started by the driver in a new PID
 // namespace, whose init (PID 1) it is: it reaps every orphan, forwards
 // signals, and the task is its child (PID 2), so signals and exit codes
-// behave as for raw_exec. Go cannot run code between fork and exec, so the
-// executor re-executes itself as a short-lived "stage" ([StageArg]) in the
-// new mount/IPC/UTS namespaces: the stage reads its [Config] from fd 3,
+// behave as for raw_exec. With pid_mode "host" ([Config].HostPID) the
+// executor stays in the host's PID namespace as the task's subreaper
+// instead ([BecomeSubreaper], [KillDescendants]); with ipc_mode "host"
+// ([Config].HostIPC) the task keeps the host's IPC namespace. Go cannot
+// run code between fork and exec, so the executor re-executes itself as a
+// short-lived "stage" ([StageArg]) in the new mount/IPC/UTS namespaces:
+// the stage reads its [Config] from fd 3,
 // builds the root, drops privileges on its (locked) thread and execs the
 // task; a failure before the exec is written to fd 4 (close-on-exec, so a
 // successful exec reads as EOF).
@@ -29,11 +35,16 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/meshlet/meshlet/driver/internal/procfs"
 )
 
 // StageArg is the executor argument that selects the stage entry point
@@ -51,17 +62,45 @@ var ErrSharedMountNS = errors.New("not in a new mount namespace")
 // that is not the init of its own PID namespace.
 var ErrNotInit = errors.New("isolated tasks need an executor that is PID 1 of a new PID namespace")
 
-// DefaultChrootEnv is Nomad's default chroot_env set (the directories that
-// exist are bound read-only into the task's root at the same path).
-func DefaultChrootEnv() []string {
-	return []string{"/bin", "/etc", "/lib", "/lib32", "/lib64", "/sbin", "/usr"}
+// DefaultChrootEnv is Nomad's default chroot_env set, as host path → path
+// in the task's root (those that exist are bound read-only).
+func DefaultChrootEnv() map[string]string {
+	env := map[string]string{}
+	for _, p := range []string{"/bin", "/etc", "/lib", "/lib32", "/lib64", "/sbin", "/usr"} {
+		env[p] = p
+	}
+	return env
 }
 
-// DefaultCaps is Nomad's default exec allow-list: the capability bounding
-// set of an isolated task (a root task gets these; others none).
+// DefaultCaps is Nomad's default exec capability set: the default
+// allow_caps, and the bounding set of an isolated task that neither adds
+// nor drops any (a root task holds these; other users none).
 func DefaultCaps() []string {
 	return []string{"audit_write", "chown", "dac_override", "fowner", "fsetid", "kill", "mknod",
 		"net_bind_service", "setfcap", "setgid", "setpcap", "setuid", "sys_chroot"}
+}
+
+// Bind is one chroot_env entry: the host's Source is bound read-only at
+// Dest inside the task's root.
+type Bind struct {
+	Source string `json:"source"`
+	Dest   string `json:"dest"`
+}
+
+// ChrootBinds turns a chroot_env map (host path → path in the root) into
+// binds ordered so that a parent is bound before what lies under it.
+func ChrootBinds(env map[string]string) []Bind {
+	binds := make([]Bind, 0, len(env))
+	for src, dst := range env {
+		binds = append(binds, Bind{Source: filepath.Clean(src), Dest: filepath.Clean(dst)})
+	}
+	sort.Slice(binds, func(i, j int) bool {
+		if binds[i].Dest != binds[j].Dest {
+			return binds[i].Dest < binds[j].Dest
+		}
+		return binds[i].Source < binds[j].Source
+	})
+	return binds
 }
 
 // Config is what the stage needs to build the root and exec the task.
@@ -70,9 +109,10 @@ type Config struct {
 	RootDir string `json:"root_dir"`
 	// AllocDir is the shared alloc directory on the host, bound at /alloc.
 	AllocDir string `json:"alloc_dir,omitempty"`
-	// ReadOnly are host directories bound read-only at the same path;
-	// missing ones are skipped.
-	ReadOnly []string `json:"read_only"`
+	// ReadOnly are the host paths (directories or files) bound read-only
+	// into the root, in order; a missing source is skipped, as Nomad skips
+	// a missing chroot_env entry.
+	ReadOnly []Bind `json:"read_only"`
 	// Command is resolved inside the new root against Env's PATH.
 	Command string   `json:"command"`
 	Args    []string `json:"args,omitempty"`
@@ -82,8 +122,15 @@ type Config struct {
 	UID    uint32   `json:"uid"`
 	GID    uint32   `json:"gid"`
 	Groups []uint32 `json:"groups,omitempty"`
-	// Caps is the bounding set kept (names as in DefaultCaps).
-	Caps []string `json:"caps"`
+	// Caps is the bounding set kept (names as in DefaultCaps); Added are
+	// the capabilities the task added (cap_add), raised as ambient
+	// capabilities when UID is not root.
+	Caps  []string `json:"caps"`
+	Added []string `json:"added,omitempty"`
+	// HostPID and HostIPC share the host's PID and IPC namespaces
+	// (pid_mode and ipc_mode "host") instead of new ones.
+	HostPID bool `json:"host_pid,omitempty"`
+	HostIPC bool `json:"host_ipc,omitempty"`
 }
 
 // Start starts cmd (which must run the stage: the executor binary with
@@ -92,7 +139,7 @@ type Config struct {
 // the task's PID in the host's PID namespace (cmd.Process.Pid is the
 // executor's view), or with why the stage failed (the stage is reaped).
 func Start(cmd *exec.Cmd, cfg *Config, startFn func(*exec.Cmd) error) (hostPID int, err error) {
-	if os.Getpid() != 1 {
+	if !cfg.HostPID && os.Getpid() != 1 {
 		return 0, ErrNotInit
 	}
 	cfgR, cfgW, err := os.Pipe()
@@ -110,7 +157,10 @@ func Start(cmd *exec.Cmd, cfg *Config, startFn func(*exec.Cmd) error) (hostPID i
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
-	cmd.SysProcAttr.Cloneflags |= unix.CLONE_NEWNS | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS
+	cmd.SysProcAttr.Cloneflags |= unix.CLONE_NEWNS | unix.CLONE_NEWUTS
+	if !cfg.HostIPC {
+		cmd.SysProcAttr.Cloneflags |= unix.CLONE_NEWIPC
+	}
 	cmd.SysProcAttr.PidFD = &pidfd
 	cmd.ExtraFiles = []*os.File{cfgR, errW}
 	err = startFn(cmd)
@@ -187,8 +237,52 @@ func ReapAll() {
 	}
 }
 
+// BecomeSubreaper makes the calling process the reaper of its orphaned
+// descendants (PR_SET_CHILD_SUBREAPER): the executor of a task in the
+// host's PID namespace (pid_mode "host"), which is not the init of a
+// namespace of its own, so that the task cannot leave processes behind.
+func BecomeSubreaper() error {
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("failed to become the task's subreaper: %w", err)
+	}
+	return nil
+}
+
+// KillDescendants kills every descendant of the calling process and reaps
+// them as they become its children (all do once it is a subreaper, see
+// BecomeSubreaper), rescanning for processes forked meanwhile. It gives up
+// after killWait.
+func KillDescendants() {
+	self := os.Getpid()
+	deadline := time.Now().Add(killWait)
+	for {
+		left := procfs.Tree(self)[1:]
+		for _, pid := range left {
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+		for {
+			var ws unix.WaitStatus
+			got, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			if err != nil || got <= 0 {
+				break
+			}
+		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// killWait bounds KillDescendants.
+const killWait = 5 * time.Second
+
 // WaitTask reaps children until pid exits and returns its wait status;
-// orphans that reparented to the executor (PID 1) are reaped on the way.
+// orphans that reparented to the executor (PID 1, or subreaper) are
+// reaped on the way.
 func WaitTask(pid int) (unix.WaitStatus, error) {
 	for {
 		var ws unix.WaitStatus

@@ -12,19 +12,6 @@ import (
 	"github.com/meshlet/meshlet/internal/testutil"
 )
 
-func TestParseCaps(t *testing.T) {
-	keep, err := parseCaps(DefaultCaps())
-	if err != nil || len(keep) != len(DefaultCaps()) {
-		t.Fatalf("default caps: %v, %v", keep, err)
-	}
-	if keep, err := parseCaps([]string{"CAP_KILL", "Chown"}); err != nil || !keep[5] || !keep[0] || len(keep) != 2 {
-		t.Fatalf("prefixed names: %v, %v", keep, err)
-	}
-	if _, err := parseCaps([]string{"sys_admin"}); !errors.Is(err, ErrUnknownCap) {
-		t.Fatalf("sys_admin accepted: %v", err)
-	}
-}
-
 // TestStageGuards: neither half runs outside its namespaces.
 func TestStageGuards(t *testing.T) {
 	if err := checkOwnMountNS(); !errors.Is(err, ErrSharedMountNS) {

@@ -31,11 +31,11 @@ func setupRoot(c *Config) error {
 	if err := bind(root, root, unix.MS_NOSUID|unix.MS_NODEV); err != nil {
 		return err
 	}
-	for _, dir := range c.ReadOnly {
-		if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+	for _, b := range c.ReadOnly {
+		if _, err := os.Stat(b.Source); errors.Is(err, os.ErrNotExist) {
 			continue
 		}
-		if err := bindRO(dir, root, dir); err != nil {
+		if err := bindRO(b.Source, root, b.Dest); err != nil {
 			return err
 		}
 	}

@@ -49,7 +49,11 @@ func stage() error {
 	if err != nil {
 		return fmt.Errorf("failed to read stage config: %w", err)
 	}
-	keep, err := parseCaps(c.Caps)
+	keep, err := ParseCaps(c.Caps)
+	if err != nil {
+		return err
+	}
+	added, err := ParseCaps(c.Added)
 	if err != nil {
 		return err
 	}
@@ -70,10 +74,7 @@ func stage() error {
 	if err != nil {
 		return err
 	}
-	if err := restrictThread(keep); err != nil {
-		return err
-	}
-	if err := setIDs(c.UID, c.GID, c.Groups); err != nil {
+	if err := dropPrivileges(&c, keep, ambientFor(c.UID, added&keep)); err != nil {
 		return err
 	}
 	argv := append([]string{c.Command}, c.Args...)
@@ -104,6 +105,26 @@ func checkOwnMountNS() error {
 	}
 	if self == parent {
 		return fmt.Errorf("stage: %w", ErrSharedMountNS)
+	}
+	return nil
+}
+
+// dropPrivileges restricts the thread to the bounding set keep, switches
+// it to the task's user and raises amb as its ambient capabilities.
+func dropPrivileges(c *Config, keep, amb CapSet) error {
+	if err := restrictThread(keep); err != nil {
+		return err
+	}
+	if amb != 0 {
+		if err := keepCapsAcrossSetuid(); err != nil {
+			return err
+		}
+	}
+	if err := setIDs(c.UID, c.GID, c.Groups); err != nil {
+		return err
+	}
+	if amb != 0 {
+		return raiseAmbient(amb)
 	}
 	return nil
 }

@@ -42,14 +42,23 @@ type Options struct {
 	CgroupParent string
 	// Isolate runs each task chrooted into its task dir, in new PID, mount,
 	// IPC and UTS namespaces, as nobody unless it sets a user, with
-	// no_new_privs and the Caps bounding set (driver/internal/isolate).
+	// no_new_privs and a reduced capability set (driver/internal/isolate,
+	// isolated.go). The task config may then set cap_add, cap_drop,
+	// pid_mode and ipc_mode.
 	Isolate bool
-	// ChrootEnv are the host directories bound read-only into an isolated
-	// task's root; default isolate.DefaultChrootEnv.
-	ChrootEnv []string
-	// Caps is an isolated task's capability bounding set; default
-	// isolate.DefaultCaps.
-	Caps []string
+	// ChrootEnv maps host paths to paths in an isolated task's root, bound
+	// read-only (Nomad's client chroot_env); nil or empty means
+	// isolate.DefaultChrootEnv. Paths must be absolute.
+	ChrootEnv map[string]string
+	// AllowCaps are the capabilities an isolated task may add (Nomad's
+	// allow_caps); its default set is isolate.DefaultCaps within them.
+	// nil means isolate.DefaultCaps.
+	AllowCaps []string
+	// DefaultPIDMode and DefaultIPCMode (ModePrivate or ModeHost; ""
+	// means private) apply to isolated tasks that set no pid_mode or
+	// ipc_mode.
+	DefaultPIDMode string
+	DefaultIPCMode string
 	// Fingerprint reports the driver's health; nil means always healthy.
 	Fingerprint func(ctx context.Context) (*driver.Fingerprint, error)
 	// Launch, when set, builds what a task runs from its config, for a
@@ -70,6 +79,7 @@ type Launch struct {
 // Driver implements driver.Driver and driver.StreamingExecer.
 type Driver struct {
 	opts   Options
+	binds  []isolate.Bind // opts.ChrootEnv in bind order
 	logger hclog.Logger
 	tasks  *taskStore
 }
@@ -96,16 +106,16 @@ func New(opts Options, logger hclog.Logger) *Driver {
 	if opts.CgroupParent == "" {
 		opts.CgroupParent = "meshlet"
 	}
-	if opts.Isolate && opts.ChrootEnv == nil {
+	if len(opts.ChrootEnv) == 0 {
 		opts.ChrootEnv = isolate.DefaultChrootEnv()
 	}
-	if opts.Isolate && opts.Caps == nil {
-		opts.Caps = isolate.DefaultCaps()
+	if opts.AllowCaps == nil {
+		opts.AllowCaps = isolate.DefaultCaps()
 	}
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	return &Driver{opts: opts, logger: logger, tasks: newTaskStore()}
+	return &Driver{opts: opts, binds: isolate.ChrootBinds(opts.ChrootEnv), logger: logger, tasks: newTaskStore()}
 }
 
 // Name implements driver.Driver.

@@ -35,6 +35,12 @@ type driverState struct {
 	// Isolated: the task runs chrooted in its own namespaces (a payload
 	// from before isolation existed decodes as false).
 	Isolated bool `json:"isolated,omitempty"`
+	// Caps and AddedCaps are an isolated task's bounding set and cap_add
+	// capabilities, for exec sessions. Caps has no omitempty: an empty set
+	// (cap_drop = ["all"]) must not read as a payload from before tasks
+	// had their own set (nil), which gets the driver's default set.
+	Caps      []string `json:"caps"`
+	AddedCaps []string `json:"added_caps,omitempty"`
 }
 
 func decodeState(b []byte) (*driverState, error) {

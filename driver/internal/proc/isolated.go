@@ -1,6 +1,7 @@
 package proc
 
 import (
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"syscall"
@@ -18,16 +19,56 @@ const (
 	isoSecretsDir = "/secrets"
 )
 
+// isolation is how one isolated task is jailed: its capabilities and
+// which namespaces it shares with the host.
+type isolation struct {
+	caps, added      isolate.CapSet
+	hostPID, hostIPC bool
+}
+
+// planIsolation computes a task's isolation from its config and the
+// driver's options, as Nomad's exec driver does: the capability set from
+// allow_caps, cap_add and cap_drop (a cap_add outside allow_caps is an
+// error naming it), the modes from pid_mode and ipc_mode or the driver's
+// defaults.
+func (d *Driver) planIsolation(tc *taskConfig) (*isolation, error) {
+	caps, added, err := isolate.TaskCaps(d.opts.AllowCaps, tc.CapAdd, tc.CapDrop)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return &isolation{
+		caps:    caps,
+		added:   added,
+		hostPID: pickMode(tc.PIDMode, d.opts.DefaultPIDMode) == ModeHost,
+		hostIPC: pickMode(tc.IPCMode, d.opts.DefaultIPCMode) == ModeHost,
+	}, nil
+}
+
+// pickMode is the task's mode, else the driver's default, else private.
+func pickMode(task, def string) string {
+	switch {
+	case task != "":
+		return task
+	case def != "":
+		return def
+	}
+	return ModePrivate
+}
+
 // isolateSpec makes spec run isolated: the default user, the stage command,
-// chroot_env, caps, and the env's directory variables as the task sees them.
-func (d *Driver) isolateSpec(cfg *driver.TaskConfig, spec *executor.Spec) {
+// chroot_env, caps, namespaces, and the env's directory variables as the
+// task sees them.
+func (d *Driver) isolateSpec(cfg *driver.TaskConfig, spec *executor.Spec, iso *isolation) {
 	spec.User = isolatedUser(cfg)
 	spec.Env = isolatedEnv(cfg)
 	spec.Isolation = &executor.IsolationSpec{
 		StageCmd: d.opts.ExecutorCmd,
 		AllocDir: cfg.AllocDir,
-		ReadOnly: d.opts.ChrootEnv,
-		Caps:     d.opts.Caps,
+		ReadOnly: d.binds,
+		Caps:     iso.caps.Names(),
+		Added:    iso.added.Names(),
+		HostPID:  iso.hostPID,
+		HostIPC:  iso.hostIPC,
 	}
 }
 
@@ -86,7 +127,14 @@ func (d *Driver) startExec(h *taskHandle, cmd *exec.Cmd) error {
 	if !h.st.Isolated {
 		return launch.StartInNetNS(cmd, h.cfg.NetNSPath)
 	}
+	caps := h.st.Caps
+	if caps == nil { // recorded before tasks had their own set
+		if iso, err := d.planIsolation(&taskConfig{}); err == nil {
+			caps = iso.caps.Names()
+		}
+	}
 	return isolate.StartInTask(cmd, isolate.Target{
-		PID: h.st.TaskPID, StartTime: h.st.TaskStartTime, NetNSPath: h.cfg.NetNSPath, Caps: d.opts.Caps,
+		PID: h.st.TaskPID, StartTime: h.st.TaskStartTime, NetNSPath: h.cfg.NetNSPath,
+		Caps: caps, Added: h.st.AddedCaps,
 	})
 }

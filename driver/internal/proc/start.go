@@ -23,70 +23,11 @@ import (
 // startTimeout is a hang guard on the executor's start report.
 const startTimeout = 30 * time.Second
 
-// taskConfig is the driver config block: command and args. Other keys
-// (pid_mode, ...) are ignored.
-type taskConfig struct {
-	Command string
-	Args    []string
-	// Env replaces the task's env when not nil (Options.Launch).
-	Env map[string]string
-}
-
-// parseTaskConfig reads command (required string) and args (a list whose
-// elements may be strings, numbers or booleans).
-func parseTaskConfig(m map[string]any) (*taskConfig, error) {
-	raw, ok := m["command"]
-	if !ok || raw == nil {
-		return nil, errors.New("config: command is required")
-	}
-	cmd, ok := raw.(string)
-	if !ok || cmd == "" {
-		return nil, fmt.Errorf("config: command must be a non-empty string, got %T", raw)
-	}
-	tc := &taskConfig{Command: cmd}
-	switch args := m["args"].(type) {
-	case nil:
-	case []string:
-		tc.Args = append(tc.Args, args...)
-	case []any:
-		for i, a := range args {
-			s, err := stringify(a)
-			if err != nil {
-				return nil, fmt.Errorf("config: args[%d]: %w", i, err)
-			}
-			tc.Args = append(tc.Args, s)
-		}
-	default:
-		return nil, fmt.Errorf("config: args must be a list, got %T", args)
-	}
-	return tc, nil
-}
-
-func stringify(v any) (string, error) {
-	switch x := v.(type) {
-	case string:
-		return x, nil
-	case float64:
-		return strconv.FormatFloat(x, 'f', -1, 64), nil
-	case float32:
-		return strconv.FormatFloat(float64(x), 'f', -1, 32), nil
-	case int:
-		return strconv.Itoa(x), nil
-	case int64:
-		return strconv.FormatInt(x, 10), nil
-	case json.Number:
-		return x.String(), nil
-	case bool:
-		return strconv.FormatBool(x), nil
-	}
-	return "", fmt.Errorf("must be a string or number, got %T", v)
-}
-
 // taskLaunch reads what the task runs: Options.Launch's answer, or config
-// command and args.
+// command and args (and, isolated, the isolation keys).
 func (d *Driver) taskLaunch(cfg *driver.TaskConfig) (*taskConfig, error) {
 	if d.opts.Launch == nil {
-		return parseTaskConfig(cfg.Config)
+		return parseTaskConfig(cfg.Config, d.opts.Isolate)
 	}
 	l, err := d.opts.Launch(cfg)
 	if err != nil {
@@ -102,23 +43,9 @@ func (d *Driver) StartTask(cfg *driver.TaskConfig) (*driver.TaskHandle, error) {
 	if cfg == nil || cfg.ID == "" || cfg.ID == "." || cfg.ID == ".." {
 		return nil, errors.New("failed to start task: a task ID is required")
 	}
-	tc, err := d.taskLaunch(cfg)
+	tc, iso, command, err := d.prepare(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("failed to start task %s: %w", cfg.ID, err)
-	}
-	env := cfg.Env
-	if tc.Env != nil {
-		env = tc.Env
-	}
-	if cfg.TaskDir == "" {
-		return nil, fmt.Errorf("failed to start task %s: task dir is required", cfg.ID)
-	}
-	// An isolated task's command is resolved in its root, by the executor.
-	command := tc.Command
-	if !d.opts.Isolate {
-		if command, err = launch.LookPath(tc.Command, env, cfg.TaskDir); err != nil {
-			return nil, fmt.Errorf("failed to start task %s: %w", cfg.ID, err)
-		}
 	}
 	if err := d.tasks.reserve(cfg.ID); err != nil {
 		return nil, fmt.Errorf("failed to start task: %w", err)
@@ -141,12 +68,12 @@ func (d *Driver) StartTask(cfg *driver.TaskConfig) (*driver.TaskHandle, error) {
 	}
 	cleanup = append(cleanup, func() { _ = os.RemoveAll(dir) })
 
-	spec := d.buildSpec(cfg, tc, command, dir)
+	spec := d.buildSpec(cfg, tc, command, dir, iso)
 	specPath := filepath.Join(dir, "spec.json")
 	if err := executor.WriteSpec(specPath, spec); err != nil {
 		return nil, err
 	}
-	cmd, started, err := d.launchExecutor(dir, specPath)
+	cmd, started, err := d.launchExecutor(dir, specPath, iso != nil && !iso.hostPID)
 	if err != nil {
 		return nil, fmt.Errorf("failed to start task %s: %w", cfg.ID, err)
 	}
@@ -168,6 +95,9 @@ func (d *Driver) StartTask(cfg *driver.TaskConfig) (*driver.TaskHandle, error) {
 		Cgroup:            started.Cgroup,
 		Isolated:          spec.Isolation != nil,
 	}
+	if spec.Isolation != nil {
+		st.Caps, st.AddedCaps = spec.Isolation.Caps, spec.Isolation.Added
+	}
 	h := newHandle(cfg, st)
 	go d.monitorChild(h, cmd)
 	d.tasks.set(cfg.ID, h)
@@ -183,8 +113,39 @@ func (d *Driver) StartTask(cfg *driver.TaskConfig) (*driver.TaskHandle, error) {
 	return &driver.TaskHandle{Version: handleVersion, Config: cfg, State: driver.TaskStateRunning, DriverState: payload}, nil
 }
 
+// prepare checks what StartTask needs before anything is made: the task
+// config, an isolated task's isolation (nil otherwise), the task dir, and
+// the command (resolved now unless isolated: the executor resolves an
+// isolated task's command in its root).
+func (d *Driver) prepare(cfg *driver.TaskConfig) (tc *taskConfig, iso *isolation, command string, err error) {
+	if tc, err = d.taskLaunch(cfg); err != nil {
+		return nil, nil, "", err
+	}
+	if d.opts.Isolate {
+		if iso, err = d.planIsolation(tc); err != nil {
+			return nil, nil, "", err
+		}
+		d.logger.Debug("task capabilities", "task_id", cfg.ID, "alloc_id", cfg.AllocID, "task", cfg.Name,
+			"capabilities", iso.caps.String(), "added", iso.added.String())
+	}
+	if cfg.TaskDir == "" {
+		return nil, nil, "", errors.New("task dir is required")
+	}
+	command = tc.Command
+	env := cfg.Env
+	if tc.Env != nil {
+		env = tc.Env
+	}
+	if !d.opts.Isolate {
+		if command, err = launch.LookPath(tc.Command, env, cfg.TaskDir); err != nil {
+			return nil, nil, "", err
+		}
+	}
+	return tc, iso, command, nil
+}
+
 // buildSpec fills the executor spec: log bases, rotation bounds, cgroup.
-func (d *Driver) buildSpec(cfg *driver.TaskConfig, tc *taskConfig, command, dir string) *executor.Spec {
+func (d *Driver) buildSpec(cfg *driver.TaskConfig, tc *taskConfig, command, dir string, iso *isolation) *executor.Spec {
 	logDir := cfg.TaskDir
 	if cfg.AllocDir != "" {
 		logDir = filepath.Join(cfg.AllocDir, "logs")
@@ -218,8 +179,8 @@ func (d *Driver) buildSpec(cfg *driver.TaskConfig, tc *taskConfig, command, dir 
 	if spec.LogMaxFileSize <= 0 {
 		spec.LogMaxFileSize = driver.DefaultLogMaxFileSizeMB << 20
 	}
-	if d.opts.Isolate {
-		d.isolateSpec(cfg, spec)
+	if iso != nil {
+		d.isolateSpec(cfg, spec, iso)
 	}
 	if d.opts.Cgroups {
 		if _, err := cgroups.Detect(); err != nil {
@@ -234,9 +195,10 @@ func (d *Driver) buildSpec(cfg *driver.TaskConfig, tc *taskConfig, command, dir 
 	return spec
 }
 
-// launchExecutor starts the executor in its own session and waits for its
-// start report. On failure the executor is gone when it returns.
-func (d *Driver) launchExecutor(dir, specPath string) (*exec.Cmd, *executor.Started, error) {
+// launchExecutor starts the executor in its own session (with newPIDNS,
+// as init of a new PID namespace) and waits for its start report. On
+// failure the executor is gone when it returns.
+func (d *Driver) launchExecutor(dir, specPath string, newPIDNS bool) (*exec.Cmd, *executor.Started, error) {
 	logFile, err := os.OpenFile(filepath.Join(dir, "executor.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, nil, fmt.Errorf("failed to open executor log: %w", err)
@@ -253,7 +215,7 @@ func (d *Driver) launchExecutor(dir, specPath string) (*exec.Cmd, *executor.Star
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.ExtraFiles = []*os.File{w}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if d.opts.Isolate {
+	if newPIDNS {
 		// The executor is init (PID 1) of the task's PID namespace.
 		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWPID
 	}
