@@ -75,8 +75,8 @@ func mergeReschedule(dst, src *structs.ReschedulePolicy) {
 // only overrides what it names; a policy that reschedules nothing
 // (attempts = 0 without unlimited) is valid whatever its other fields.
 func checkReschedule(jobType string, p path, report reporter, layers ...*structs.ReschedulePolicy) {
-	if len(layers) == 0 || layers[0] == nil {
-		return
+	if len(layers) == 0 || layers[0] == nil || jobType == structs.JobTypeSystem || jobType == structs.JobTypeSysBatch {
+		return // system jobs may not have one (checkSystemJob)
 	}
 	r := structs.ReschedulePolicy{}
 	def := DefaultReschedule(jobType)

@@ -114,12 +114,11 @@ func checkJob(job *structs.Job, opts ValidateOptions, report reporter) {
 	checkSize(job, opts, p, report)
 	switch job.Type {
 	case "", structs.JobTypeService, structs.JobTypeBatch:
-	case "system", "sysbatch":
-		report(SeverityError, p.attr("type"), "Unsupported job type",
-			fmt.Sprintf("Job type %q is not supported by meshlet yet; use \"service\" or \"batch\".", job.Type))
+	case structs.JobTypeSystem, structs.JobTypeSysBatch:
+		checkSystemJob(job, p, report)
 	default:
 		report(SeverityError, p.attr("type"), "Invalid job type",
-			fmt.Sprintf("Job type %q is not valid; use \"service\" or \"batch\".", job.Type))
+			fmt.Sprintf("Job type %q is not valid; use \"service\", \"batch\", \"system\" or \"sysbatch\".", job.Type))
 	}
 	if job.Priority != 0 && (job.Priority < 1 || job.Priority > 100) {
 		report(SeverityError, p.attr("priority"), "Invalid priority", fmt.Sprintf("Priority %d is out of range 1-100.", job.Priority))

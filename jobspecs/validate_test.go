@@ -183,10 +183,14 @@ func TestJobLevelRules(t *testing.T) {
 		name, src string
 		want      []string
 	}{
-		{"sysbatch", "job \"j\" {\n  type = \"sysbatch\"\n  group \"g\" { " + "\n    " + okTask + "\n  }\n}",
-			[]string{`t.hcl:2:10: error: Unsupported job type; Job type "sysbatch" is not supported by meshlet yet; use "service" or "batch".`}},
+		{"sysbatch", "job \"j\" {\n  type = \"sysbatch\"\n  group \"g\" { " + "\n    " + okTask + "\n  }\n}", nil},
+		{"system count and reschedule", "job \"j\" {\n  type = \"system\"\n  group \"g\" {\n    count = 2\n    reschedule { attempts = 1 }\n    spread { attribute = \"${node.datacenter}\" }\n    " + okTask + "\n  }\n}", []string{
+			`t.hcl:4:13: error: Invalid count; Job task group g has count 2. Only count of 1 is supported with system scheduler.`,
+			`t.hcl:5:5: error: Invalid reschedule policy; System jobs should not have a reschedule policy.`,
+			`t.hcl:6:5: error: Invalid spread; System jobs may not have a spread block.`,
+		}},
 		{"bad type", "job \"j\" {\n  type = \"cron\"\n  group \"g\" { " + "\n    " + okTask + "\n  }\n}",
-			[]string{`t.hcl:2:10: error: Invalid job type; Job type "cron" is not valid; use "service" or "batch".`}},
+			[]string{`t.hcl:2:10: error: Invalid job type; Job type "cron" is not valid; use "service", "batch", "system" or "sysbatch".`}},
 		{"priority", "job \"j\" {\n  priority = 0\n  group \"g\" { " + "\n    " + okTask + "\n  }\n}", nil},
 		{"duplicate group", "job \"j\" {\n  group \"g\" {\n    " + okTask + "\n  }\n  group \"g\" {\n    " + okTask + "\n  }\n}",
 			[]string{`t.hcl:8:3: error: Duplicate group name; Group name "g" is used more than once; group names must be unique within a job.`}},
@@ -194,8 +198,8 @@ func TestJobLevelRules(t *testing.T) {
 			[]string{`t.hcl:1:5: error: Missing job name; A job needs a name: job "name" { ... }.`}},
 		{"name with space", "job \"a b\" {\n  group \"g\" { " + "\n    " + okTask + "\n  }\n}",
 			[]string{`t.hcl:1:5: error: Invalid job ID; Job ID "a b" must not contain spaces or control characters.`}},
-		{"everything reported", "job \"j\" {\n  type = \"system\"\n  priority = 101\n  group \"g\" {\n    task \"t\" {}\n  }\n  group \"h\" {}\n}", []string{
-			`t.hcl:2:10: error: Unsupported job type; Job type "system" is not supported by meshlet yet; use "service" or "batch".`,
+		{"everything reported", "job \"j\" {\n  type = \"cron\"\n  priority = 101\n  group \"g\" {\n    task \"t\" {}\n  }\n  group \"h\" {}\n}", []string{
+			`t.hcl:2:10: error: Invalid job type; Job type "cron" is not valid; use "service", "batch", "system" or "sysbatch".`,
 			`t.hcl:3:14: error: Invalid priority; Priority 101 is out of range 1-100.`,
 			`t.hcl:5:5: error: Missing driver; Task "t" needs a driver, e.g. driver = "raw_exec".`,
 			`t.hcl:7:3: error: Missing task; Group "h" has no task; every group needs at least one task block.`,
@@ -220,14 +224,14 @@ func TestValidateJSON(t *testing.T) {
 	}{
 		{"valid", `{"ID":"x","Name":"x","Type":"service","TaskGroups":[{"Name":"g","Count":1,
 			"Tasks":[{"Name":"t","Driver":"raw_exec","Config":{"command":"/bin/true"}}]}]}`, nil, nil},
-		{"many problems", `{"ID":"x","Name":"x","Type":"system","TaskGroups":[
+		{"many problems", `{"ID":"x","Name":"x","Type":"cron","TaskGroups":[
 			{"Name":"g","Count":-2,"Networks":[{"Mode":"host","ReservedPorts":[{"Label":"http","Value":70000}]}],
 			 "Services":[{"Name":"Web","PortLabel":"http","Connect":{"SidecarService":{"Proxy":{"Upstreams":[
 			   {"DestinationName":"a","LocalBindPort":8080},{"DestinationName":"b","LocalBindPort":8080}]}}}}],
 			 "Tasks":[{"Name":"t","Driver":"docker","Templates":[{"DestPath":"x"}]},{"Name":"t"}]},
 			{"Name":"g","Tasks":[]}]}`,
 			[]string{
-				`Unsupported job type; Job type "system" is not supported by meshlet yet; use "service" or "batch".`,
+				`Invalid job type; Job type "cron" is not valid; use "service", "batch", "system" or "sysbatch".`,
 				`group "g": Invalid count; Count -2 must not be negative.`,
 				`group "g": network[0]: reserved_port "http": Invalid port; Port "http": static 70000 is out of range 0-65535.`,
 				`group "g": task "t": Duplicate task name; Task name "t" is used more than once in group "g"; task names must be unique within a group.`,

@@ -118,25 +118,10 @@ func (p *placer) place(tg *structs.TaskGroup, index int, avoid map[string]bool) 
 	r := p.groupRules(tg)
 	var best *option
 	for _, n := range p.nodes {
-		if reason := feasible(p.job, tg, n); reason != "" {
-			why.filtered = append(why.filtered, reason)
+		o := p.fit(r, tg, n, avoid[n.ID], why)
+		if o == nil {
 			continue
 		}
-		if reason := r.distinct(p, n); reason != "" {
-			why.filtered = append(why.filtered, reason)
-			continue
-		}
-		res, err := p.assignPorts(tg, n)
-		if err != nil {
-			why.exhausted = append(why.exhausted, err.Error())
-			continue
-		}
-		used, ask, capacity := p.usage(n), groupAsk(tg, n), nodeCapacity(n)
-		if dim := exhaustedDimension(capacity, used, ask); dim != "" {
-			why.exhausted = append(why.exhausted, dim)
-			continue
-		}
-		o := &option{node: n, res: res, score: p.score(r, n, used.add(ask), capacity, avoid[n.ID])}
 		if best == nil || o.score > best.score ||
 			(o.score == best.score && len(p.live[n.ID]) < len(p.live[best.node.ID])) {
 			best = o
@@ -148,6 +133,44 @@ func (p *placer) place(tg *structs.TaskGroup, index int, avoid map[string]bool) 
 	a := p.g.newAlloc(p.job, tg, index, best.node, best.res)
 	p.claim(a)
 	return a, nil
+}
+
+// placeOn places the group's allocation on node n if n can take it (the
+// system scheduler's placement), or returns why not.
+func (p *placer) placeOn(tg *structs.TaskGroup, index int, n *structs.Node) (*structs.Allocation, *reasons) {
+	why := &reasons{}
+	o := p.fit(p.groupRules(tg), tg, n, false, why)
+	if o == nil {
+		return nil, why
+	}
+	a := p.g.newAlloc(p.job, tg, index, n, o.res)
+	p.claim(a)
+	return a, nil
+}
+
+// fit checks node n for the group: every filter, then room (ports, cpu,
+// memory). It returns the scored option, or nil after adding n's reason
+// to why.
+func (p *placer) fit(r *rules, tg *structs.TaskGroup, n *structs.Node, avoided bool, why *reasons) *option {
+	if reason := feasible(p.job, tg, n); reason != "" {
+		why.filtered = append(why.filtered, reason)
+		return nil
+	}
+	if reason := r.distinct(p, n); reason != "" {
+		why.filtered = append(why.filtered, reason)
+		return nil
+	}
+	res, err := p.assignPorts(tg, n)
+	if err != nil {
+		why.exhausted = append(why.exhausted, err.Error())
+		return nil
+	}
+	used, ask, capacity := p.usage(n), groupAsk(tg, n), nodeCapacity(n)
+	if dim := exhaustedDimension(capacity, used, ask); dim != "" {
+		why.exhausted = append(why.exhausted, dim)
+		return nil
+	}
+	return &option{node: n, res: res, score: p.score(r, n, used.add(ask), capacity, avoided)}
 }
 
 // score is Nomad's normalized score: the mean of binpack (always), job

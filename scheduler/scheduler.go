@@ -123,7 +123,9 @@ type Config struct {
 	Now func() time.Time
 }
 
-// Generic is meshlet's service/batch scheduler.
+// Generic is meshlet's scheduler: service and batch jobs are placed by
+// count (Nomad's generic scheduler), system and sysbatch jobs on every
+// node that can run them (system.go).
 type Generic struct {
 	cfg    Config
 	logger hclog.Logger
@@ -185,8 +187,12 @@ func (g *Generic) Process(job *structs.Job, allocs []*structs.Allocation, nodes 
 		}
 		byGroup[a.TaskGroup] = append(byGroup[a.TaskGroup], a)
 	}
-	for _, tg := range job.TaskGroups {
-		g.reconcileGroup(plan, pl, job, tg, byGroup[tg.Name], opts)
+	if job.IsSystem() {
+		g.processSystem(plan, pl, job, byGroup, opts)
+	} else {
+		for _, tg := range job.TaskGroups {
+			g.reconcileGroup(plan, pl, job, tg, byGroup[tg.Name], opts)
+		}
 	}
 	g.logger.Debug("computed plan", "job_id", job.ID, "place", len(plan.Place), "stop", len(plan.Stop),
 		"update", len(plan.Update), "failed_groups", len(plan.Failures))
@@ -315,7 +321,7 @@ func migrates(n *structs.Node, job *structs.Job, now time.Time) bool {
 	if n == nil || !n.Draining() {
 		return false
 	}
-	return job.Type != structs.JobTypeBatch || drainForced(n.DrainStrategy, now)
+	return !job.RunsToCompletion() || drainForced(n.DrainStrategy, now)
 }
 
 // drainForced reports whether a drain's deadline has come, as Nomad's

@@ -4,13 +4,27 @@ import "time"
 
 // Job types and statuses, as in Nomad.
 const (
-	JobTypeService = "service"
-	JobTypeBatch   = "batch"
+	JobTypeService  = "service"
+	JobTypeBatch    = "batch"
+	JobTypeSystem   = "system"   // one allocation of each group on every node that can run it
+	JobTypeSysBatch = "sysbatch" // system, run to completion once per node
 
 	JobStatusPending = "pending"
 	JobStatusRunning = "running"
 	JobStatusDead    = "dead"
 )
+
+// RunsToCompletion reports whether the job's tasks are done when they
+// exit 0 (batch and sysbatch), not restarted.
+func (j *Job) RunsToCompletion() bool {
+	return j != nil && (j.Type == JobTypeBatch || j.Type == JobTypeSysBatch)
+}
+
+// IsSystem reports whether the job is placed on every eligible node
+// (system and sysbatch) rather than by count.
+func (j *Job) IsSystem() bool {
+	return j != nil && (j.Type == JobTypeSystem || j.Type == JobTypeSysBatch)
+}
 
 // Job is a registered jobspec.
 type Job struct {

@@ -27,7 +27,7 @@ type RestartPolicy struct {
 
 // DefaultRestartPolicy returns Nomad's defaults for a job type.
 func DefaultRestartPolicy(jobType string) RestartPolicy {
-	if jobType == structs.JobTypeBatch {
+	if jobType == structs.JobTypeBatch || jobType == structs.JobTypeSysBatch {
 		return RestartPolicy{Attempts: 3, Interval: 24 * time.Hour, Delay: 15 * time.Second, Mode: structs.RestartPolicyModeFail}
 	}
 	return RestartPolicy{Attempts: 2, Interval: 30 * time.Minute, Delay: 15 * time.Second, Mode: structs.RestartPolicyModeFail}

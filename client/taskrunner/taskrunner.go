@@ -97,10 +97,10 @@ func New(cfg Config) *TaskRunner {
 		tg = job.LookupTaskGroup(cfg.Alloc.TaskGroup)
 	}
 	policy := ResolveRestartPolicy(job, tg, cfg.Task)
-	// Batch tasks and ephemeral lifecycle tasks (prestart/poststart/poststop
+	// Batch and sysbatch tasks and ephemeral lifecycle tasks (prestart/poststart/poststop
 	// without sidecar) run to completion: exit 0 is done, not restarted.
 	lc := cfg.Task.Lifecycle
-	batch := (job != nil && job.Type == structs.JobTypeBatch) || (lc != nil && lc.Hook != "" && !lc.Sidecar)
+	batch := job.RunsToCompletion() || (lc != nil && lc.Hook != "" && !lc.Sidecar)
 	tracker := NewTracker(policy, batch, cfg.Rand)
 	if lc != nil && lc.Sidecar && strings.HasPrefix(cfg.Task.Kind, connect.KindPrefix) {
 		tracker = NewSidecarTracker(policy, cfg.Rand)
