@@ -13,6 +13,16 @@ const (
 	ArtifactModeDir  = "dir"
 )
 
+// Task events of the artifact hook, as in Nomad.
+const (
+	TaskDownloadingArtifacts   = "Downloading Artifacts"
+	TaskArtifactDownloadFailed = "Failed Artifact Download"
+)
+
+// ArtifactArchiveTypes are the archive types an artifact unpacks: by the
+// source's file extension, or named with options { archive = "<type>" }.
+var ArtifactArchiveTypes = []string{"tar.gz", "tgz", "zip", "gz", "tar.bz2", "tbz2", "tar.xz", "txz", "tar"}
+
 // ArtifactDefaultDest is where an artifact lands when it sets no
 // destination: the task's local/ dir (NOMAD_TASK_DIR).
 const ArtifactDefaultDest = "local/"
