@@ -19,15 +19,11 @@ import (
 )
 
 // artifactSpec is Nomad's artifact block.
-var artifactSpec = spec{attrs: []string{"source", "destination", "mode", "chown"}, maps: []string{"options", "headers"}}
+var artifactSpec = spec{attrs: []string{"source", "destination", "mode", "chown", "insecure"}, maps: []string{"options", "headers"}}
 
 // artifactOptions are the go-getter options meshlet's getters use; others
 // are passed on as URL query parameters, as go-getter does.
 var artifactOptions = []string{"checksum", "archive", "filename"}
-
-// ArtifactArchiveTypes are the archive types an artifact unpacks (by file
-// extension or with options { archive = "<type>" }).
-var ArtifactArchiveTypes = []string{"tar.gz", "tgz", "zip", "gz", "tar.bz2", "tbz2", "tar.xz", "txz", "tar"}
 
 func (d *decoder) decodeArtifact(b *hclsyntax.Block, p path) *structs.TaskArtifact {
 	d.rec(p, b.DefRange())
@@ -37,6 +33,7 @@ func (d *decoder) decodeArtifact(b *hclsyntax.Block, p path) *structs.TaskArtifa
 	d.setStr(c, p, "destination", &a.RelativeDest)
 	d.setStr(c, p, "mode", &a.GetterMode)
 	d.setBool(c, p, "chown", &a.Chown)
+	d.setBool(c, p, "insecure", &a.GetterInsecure)
 	a.GetterOptions = d.strMap(c, p, "options")
 	a.GetterHeaders = d.strMap(c, p, "headers")
 	return a
@@ -91,9 +88,9 @@ func checkArtifactOptions(a *structs.TaskArtifact, ap path, report reporter) {
 		}
 	}
 	if v, ok := a.GetterOptions["archive"]; ok && !interpolated(v) {
-		if _, err := strconv.ParseBool(v); err != nil && !slices.Contains(ArtifactArchiveTypes, v) {
+		if _, err := strconv.ParseBool(v); err != nil && !slices.Contains(structs.ArtifactArchiveTypes, v) {
 			report(SeverityError, op, "Invalid artifact archive option", fmt.Sprintf(
-				"archive %q must be false, true or one of: %s.", v, strings.Join(ArtifactArchiveTypes, ", ")))
+				"archive %q must be false, true or one of: %s.", v, strings.Join(structs.ArtifactArchiveTypes, ", ")))
 		}
 	}
 	for _, k := range sortedKeys(a.GetterOptions) {

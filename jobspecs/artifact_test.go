@@ -20,6 +20,7 @@ func TestArtifactDecode(t *testing.T) {
     destination = "local/app"
     mode        = "dir"
     chown       = true
+    insecure    = true
     options {
       checksum = "sha256:2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae"
       archive  = false
@@ -44,7 +45,7 @@ func TestArtifactDecode(t *testing.T) {
 			"archive":  "false",
 		},
 		GetterHeaders: map[string]string{"X-Token": "abc"},
-		GetterMode:    "dir", RelativeDest: "local/app", Chown: true,
+		GetterMode:    "dir", RelativeDest: "local/app", Chown: true, GetterInsecure: true,
 	}, {GetterSource: "local/x.bin", GetterMode: "file"}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("artifacts:\n%+v\nwant:\n%+v", got, want)

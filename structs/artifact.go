@@ -37,6 +37,8 @@ type TaskArtifact struct {
 	GetterOptions map[string]string `json:"GetterOptions,omitempty"`
 	// GetterHeaders are sent with HTTP requests.
 	GetterHeaders map[string]string `json:"GetterHeaders,omitempty"`
+	// GetterInsecure skips TLS certificate verification.
+	GetterInsecure bool `json:"GetterInsecure,omitempty"`
 	// GetterMode is any (the default), file or dir.
 	GetterMode   string `json:"GetterMode,omitempty"`
 	RelativeDest string `json:"RelativeDest,omitempty"`

@@ -126,6 +126,8 @@ type Request struct {
 	Dest    string
 	// FileRoots are the directories local sources may be read from.
 	FileRoots []string
+	// Insecure skips TLS certificate verification.
+	Insecure bool
 }
 
 // Fetch downloads req.Source into req.Dest.
@@ -146,7 +148,7 @@ func (f *Fetcher) Fetch(ctx context.Context, req Request) error {
 	defer cancel()
 	client := &getter.Client{
 		Getters: []getter.Getter{
-			f.httpGetter(req.Headers),
+			f.httpGetter(req.Headers, req.Insecure),
 			&fileGetter{roots: req.FileRoots},
 		},
 		Decompressors:   f.decompressors,

@@ -322,3 +322,24 @@ func TestFetchLocalSources(t *testing.T) {
 		t.Errorf("link out of the root: error = %v, want ErrSourceNotAllowed", err)
 	}
 }
+
+// insecure = true skips the certificate check; without it a self-signed
+// server is refused.
+func TestFetchInsecure(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("tls"))
+	}))
+	t.Cleanup(srv.Close)
+	dir := taskDir(t)
+	req := Request{Source: srv.URL + "/t.txt", TaskDir: dir, Dest: "local/"}
+	if err := New(Config{}).Fetch(context.Background(), req); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("self-signed server without insecure: error = %v, want a certificate error", err)
+	}
+	req.Insecure = true
+	if err := New(Config{}).Fetch(context.Background(), req); err != nil {
+		t.Fatalf("insecure: %v", err)
+	}
+	if got := readFile(t, filepath.Join(dir, "local/t.txt")); got != "tls" {
+		t.Errorf("t.txt = %q", got)
+	}
+}

@@ -89,6 +89,7 @@ func (h *Hook) request(a *structs.TaskArtifact, req *taskrunner.PrestartRequest)
 		TaskDir:   req.TaskDir.Dir,
 		Dest:      expand(a.Dest()),
 		FileRoots: []string{h.allocDir},
+		Insecure:  a.GetterInsecure,
 	}
 }
 

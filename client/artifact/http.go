@@ -2,6 +2,7 @@ package artifact
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -22,13 +23,17 @@ var ErrRedirect = errors.New("artifact redirect refused")
 // response body is limited by an error (not a silent truncation), only
 // http(s) redirects are followed, no HEAD probe (so a partial file is never
 // resumed) and no X-Terraform-Get indirection.
-func (f *Fetcher) httpGetter(headers map[string]string) getter.Getter {
+func (f *Fetcher) httpGetter(headers map[string]string, insecure bool) getter.Getter {
 	h := http.Header{}
 	for k, v := range headers {
 		h.Set(k, v)
 	}
+	base := cleanhttp.DefaultPooledTransport()
+	if insecure {
+		base.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // the artifact's insecure = true
+	}
 	client := &http.Client{
-		Transport:     &limitedTransport{base: cleanhttp.DefaultPooledTransport(), max: f.cfg.MaxDownloadBytes},
+		Transport:     &limitedTransport{base: base, max: f.cfg.MaxDownloadBytes},
 		CheckRedirect: checkRedirect,
 	}
 	return &httpGetter{HttpGetter: &getter.HttpGetter{
