@@ -125,7 +125,7 @@ func prestartHooks(t *structs.Task, fetcher *artifact.Fetcher, cfg Config) []tas
 	if len(t.Artifacts) == 0 {
 		return nil
 	}
-	return []taskrunner.PrestartHook{artifact.NewHook(fetcher, cfg.AllocDir.Dir, cfg.Logger.Named("artifact"))}
+	return []taskrunner.PrestartHook{artifact.NewHook(fetcher, cfg.AllocDir.SharedDir, cfg.Logger.Named("artifact"))}
 }
 
 // ID is the allocation's ID.

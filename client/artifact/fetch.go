@@ -25,9 +25,11 @@
 //     creates links from an archive (a link entry becomes an empty file),
 //     so nothing unpacked can point outside the destination;
 //   - local sources (a path relative to the task dir, or file://) must
-//     resolve, links followed, inside Request.FileRoots (the allocation
-//     dir): a jobspec cannot copy the agent's files, and local
-//     directories are refused (go-getter would link them, not copy).
+//     resolve, links followed, inside Request.FileRoots (the hook gives
+//     the task's dir and the shared alloc/ dir): a jobspec cannot copy the
+//     agent's files or a sibling task's secrets. The check is made on the
+//     opened file, and local directories are refused (go-getter would
+//     link them, not copy).
 //
 // Concurrency: a Fetcher is immutable after New and safe for concurrent
 // use; each Fetch builds its own go-getter client.
@@ -149,7 +151,7 @@ func (f *Fetcher) Fetch(ctx context.Context, req Request) error {
 	client := &getter.Client{
 		Getters: []getter.Getter{
 			f.httpGetter(req.Headers, req.Insecure),
-			&fileGetter{roots: req.FileRoots},
+			&fileGetter{roots: req.FileRoots, max: f.cfg.MaxDownloadBytes},
 		},
 		Decompressors:   f.decompressors,
 		DisableSymlinks: true,

@@ -317,6 +317,14 @@ func TestFetchLocalSources(t *testing.T) {
 	if fi, err := os.Lstat(filepath.Join(dir, "local/copy/in.tgz")); err != nil || !fi.Mode().IsRegular() {
 		t.Errorf("file:// source not copied as a regular file: %v %v", fi, err)
 	}
+	big := filepath.Join(dir, "local", "big.bin")
+	if err := os.WriteFile(big, bytes.Repeat([]byte("x"), 100), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	req = Request{Source: big, TaskDir: dir, Dest: "local/bigcopy", FileRoots: []string{dir}}
+	if err := New(Config{MaxDownloadBytes: 99}).Fetch(context.Background(), req); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("local file over the limit: error = %v, want ErrTooLarge", err)
+	}
 	req = Request{Source: "local/host", Mode: "file", TaskDir: dir, Dest: "local/h", FileRoots: []string{dir}}
 	if err := f.Fetch(context.Background(), req); !errors.Is(err, ErrSourceNotAllowed) {
 		t.Errorf("link out of the root: error = %v, want ErrSourceNotAllowed", err)

@@ -24,17 +24,19 @@ const HookName = "artifacts"
 // an agent restore does not fetch them again.
 type Hook struct {
 	fetcher *Fetcher
-	// allocDir is where local sources may be read from.
-	allocDir string
-	logger   hclog.Logger
+	// sharedDir is the allocation's shared alloc/ dir: local sources
+	// are read from it or from the task's own dir, never from another
+	// task's (its secrets/).
+	sharedDir string
+	logger    hclog.Logger
 }
 
-// NewHook returns the hook; allocDir is the allocation's directory.
-func NewHook(f *Fetcher, allocDir string, logger hclog.Logger) *Hook {
+// NewHook returns the hook; sharedDir is the allocation's alloc/ dir.
+func NewHook(f *Fetcher, sharedDir string, logger hclog.Logger) *Hook {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	return &Hook{fetcher: f, allocDir: allocDir, logger: logger}
+	return &Hook{fetcher: f, sharedDir: sharedDir, logger: logger}
 }
 
 // Name implements taskrunner.PrestartHook.
@@ -88,7 +90,7 @@ func (h *Hook) request(a *structs.TaskArtifact, req *taskrunner.PrestartRequest)
 		Mode:      a.Mode(),
 		TaskDir:   req.TaskDir.Dir,
 		Dest:      expand(a.Dest()),
-		FileRoots: []string{h.allocDir},
+		FileRoots: []string{req.TaskDir.Dir, h.sharedDir},
 		Insecure:  a.GetterInsecure,
 	}
 }

@@ -29,6 +29,42 @@ func hookRequest(t *testing.T, task *structs.Task) (*taskrunner.PrestartRequest,
 		Emit: func(ev *structs.TaskEvent) { events = append(events, ev) }}, &events
 }
 
+func sharedDir(req *taskrunner.PrestartRequest) string {
+	return filepath.Join(filepath.Dir(req.TaskDir.Dir), "alloc")
+}
+
+// Local sources come from the task's own dir or the shared alloc/ dir,
+// never from a sibling task's dir (its secrets).
+func TestHookLocalSourceRoots(t *testing.T) {
+	task := &structs.Task{Name: "web", Artifacts: []*structs.TaskArtifact{{GetterSource: "../alloc/data/shared.txt"}}}
+	req, _ := hookRequest(t, task)
+	allocDir := filepath.Dir(req.TaskDir.Dir)
+	if err := os.WriteFile(filepath.Join(allocDir, "alloc", "data", "shared.txt"), []byte("shared"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sibling := filepath.Join(allocDir, "db", "secrets")
+	if err := os.MkdirAll(sibling, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(sibling, "token"), []byte("s3cret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h := NewHook(New(Config{}), sharedDir(req), nil)
+	if _, err := h.Prestart(context.Background(), req); err != nil {
+		t.Fatalf("source in alloc/: %v", err)
+	}
+	if got := readFile(t, filepath.Join(req.TaskDir.LocalDir, "shared.txt")); got != "shared" {
+		t.Errorf("shared.txt = %q", got)
+	}
+	task.Artifacts[0].GetterSource = "../db/secrets/token"
+	if _, err := h.Prestart(context.Background(), req); !errors.Is(err, ErrSourceNotAllowed) {
+		t.Errorf("sibling's secret: error = %v, want ErrSourceNotAllowed", err)
+	}
+	if _, err := os.Stat(filepath.Join(req.TaskDir.LocalDir, "token")); err == nil {
+		t.Error("the sibling's secret was copied")
+	}
+}
+
 func TestHookFetchesAndInterpolates(t *testing.T) {
 	srv := newServer(t, map[string][]byte{"/web/app.tgz": tarGz(t, entry{name: "app.txt", body: "app"})})
 	task := &structs.Task{Name: "web", Env: map[string]string{"BASE": srv.URL}, Artifacts: []*structs.TaskArtifact{{
@@ -36,7 +72,7 @@ func TestHookFetchesAndInterpolates(t *testing.T) {
 		GetterHeaders: map[string]string{"X-Task": "${NOMAD_TASK_NAME}"},
 	}}}
 	req, events := hookRequest(t, task)
-	done, err := NewHook(New(Config{}), filepath.Dir(req.TaskDir.Dir), nil).Prestart(context.Background(), req)
+	done, err := NewHook(New(Config{}), sharedDir(req), nil).Prestart(context.Background(), req)
 	if err != nil || !done {
 		t.Fatalf("Prestart = %v, %v", done, err)
 	}
@@ -58,7 +94,7 @@ func TestHookChecksumMismatchEvent(t *testing.T) {
 		GetterOptions: map[string]string{"checksum": sha([]byte("b"))},
 	}}}
 	req, events := hookRequest(t, task)
-	done, err := NewHook(New(Config{}), filepath.Dir(req.TaskDir.Dir), nil).Prestart(context.Background(), req)
+	done, err := NewHook(New(Config{}), sharedDir(req), nil).Prestart(context.Background(), req)
 	if done || !errors.Is(err, ErrChecksumMismatch) {
 		t.Fatalf("Prestart = %v, %v; want ErrChecksumMismatch", done, err)
 	}
@@ -89,7 +125,7 @@ func TestHookChown(t *testing.T) {
 		{GetterSource: srv.URL + "/b.txt", RelativeDest: "local/b"},
 	}}
 	req, _ := hookRequest(t, task)
-	if _, err := NewHook(New(Config{}), filepath.Dir(req.TaskDir.Dir), nil).Prestart(context.Background(), req); err != nil {
+	if _, err := NewHook(New(Config{}), sharedDir(req), nil).Prestart(context.Background(), req); err != nil {
 		t.Fatal(err)
 	}
 	owner := func(rel string) (int, int) {
