@@ -27,6 +27,7 @@ type grant struct {
 	node       string // the node the grant was given to
 	anyNode    bool   // the stream may switch to another node ID
 	leaf       string // the only leaf secret allowed, unless allSecrets
+	service    string // the proxy's destination service (leaf's owner)
 	allSecrets bool
 }
 
@@ -76,7 +77,7 @@ func (s *Server) hostGrant(token, node string) (grant, error) {
 	if !authz.AllowServiceWrite(dest) {
 		return grant{}, fmt.Errorf("%w: the token has no service:write on %q (proxy %q)", acl.ErrPermissionDenied, dest, node)
 	}
-	return grant{node: node, leaf: LeafSecretName(dest)}, nil
+	return grant{node: node, leaf: LeafSecretName(dest), service: dest}, nil
 }
 
 // allocGrant is the policy of an allocation's socket: a stream may only act
@@ -102,7 +103,7 @@ func (s *Server) allocGrant(allocID, token, node string) (grant, error) {
 	if err := s.checkServiceToken(token, dest, node); err != nil {
 		return grant{}, err
 	}
-	return grant{node: node, leaf: LeafSecretName(dest)}, nil
+	return grant{node: node, leaf: LeafSecretName(dest), service: dest}, nil
 }
 
 // checkServiceToken: with ACLs, token must have service:write on dest.

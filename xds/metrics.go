@@ -16,6 +16,7 @@ type metrics struct {
 	nacks     *prometheus.CounterVec
 	resources *prometheus.GaugeVec
 	denied    prometheus.Counter
+	revoked   prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -40,11 +41,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		denied: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "meshlet_xds_denied_streams_total", Help: "xDS streams ended because a request was not authorized.",
 		}),
+		revoked: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meshlet_xds_revoked_streams_total", Help: "xDS streams ended because their ACL token was deleted, expired or lost its permission.",
+		}),
 	}
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	for _, c := range []prometheus.Collector{m.connected, m.pushes, m.latency, m.nacks, m.resources, m.denied} {
+	for _, c := range []prometheus.Collector{m.connected, m.pushes, m.latency, m.nacks, m.resources, m.denied, m.revoked} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {

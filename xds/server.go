@@ -59,6 +59,11 @@ type Config struct {
 	// the host. Allocation sockets are scoped to their allocation either
 	// way.
 	ACL ACLResolver
+	// ACLRecheck is how often, with ACL set, the tokens of open streams
+	// are resolved again; a stream whose token was deleted, expired or
+	// lost its permission is ended (PermissionDenied). Zero:
+	// DefaultACLRecheck.
+	ACLRecheck time.Duration
 
 	// Test hooks (nil: configentry's Set.Compile and MatchFilter).
 	compile     compileFunc
@@ -152,7 +157,7 @@ func NewServer(cfg Config) (*Server, error) {
 	s.tracker = newTracker(s)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	xs := serverv3.NewServer(s.ctx, s.cache, s.tracker, sotw.WithOrderedADS(), sotw.WithLogger(cpLogger{s.log.Named("server")}))
-	s.grpc = grpc.NewServer(grpc.Creds(listenerCreds{}), grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
+	s.grpc = grpc.NewServer(grpc.Creds(listenerCreds{}), grpc.ChainStreamInterceptor(streamInterceptor), grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
 		MinTime: 5 * time.Second, PermitWithoutStream: true,
 	}))
 	discoverygrpc.RegisterAggregatedDiscoveryServiceServer(s.grpc, xs)
@@ -174,6 +179,13 @@ func NewServer(cfg Config) (*Server, error) {
 	})
 	s.wg.Add(1)
 	go s.run()
+	if cfg.ACL != nil {
+		if cfg.ACLRecheck <= 0 {
+			cfg.ACLRecheck = DefaultACLRecheck
+		}
+		s.wg.Add(1)
+		go s.recheckLoop(cfg.ACLRecheck)
+	}
 	return s, nil
 }
 

@@ -33,6 +33,7 @@ type streamState struct {
 	peer    peerInfo // the listener the stream came through
 	token   string   // the x-consul-token metadata (a secret: never logged)
 	grant   *grant   // what it may ask for; nil until it names a node
+	rev     *revoker // ends the stream when its token is revoked (nil in tests of the callbacks)
 	node    string
 	reqVer  map[string]uint64 // type -> cache version when the last request came
 	lastOut map[string]sent   // type -> last response
@@ -80,7 +81,7 @@ func (t *tracker) open(ctx context.Context, k streamKey) error {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.streams[k] = &streamState{peer: who, token: tokenOf(ctx), reqVer: map[string]uint64{}, lastOut: map[string]sent{}}
+	t.streams[k] = &streamState{peer: who, token: tokenOf(ctx), rev: revokerOf(ctx), reqVer: map[string]uint64{}, lastOut: map[string]sent{}}
 	return nil
 }
 
