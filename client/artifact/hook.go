@@ -63,7 +63,6 @@ func (h *Hook) Prestart(ctx context.Context, req *taskrunner.PrestartRequest) (b
 		}
 		if err != nil {
 			err = fmt.Errorf("failed to download artifact %q: %w", redact(r.Source), err)
-			logger.Warn("artifact download failed", "error", err)
 			req.Emit(&structs.TaskEvent{Type: structs.TaskArtifactDownloadFailed, Time: time.Now().UnixNano(),
 				DownloadError: err.Error(), DisplayMessage: err.Error()})
 			return false, err
