@@ -12,6 +12,7 @@ import (
 	"github.com/meshlet/meshlet/client/allocdir"
 	"github.com/meshlet/meshlet/client/taskenv"
 	"github.com/meshlet/meshlet/client/taskrunner"
+	"github.com/meshlet/meshlet/internal/testutil"
 	"github.com/meshlet/meshlet/structs"
 )
 
@@ -112,9 +113,7 @@ func TestHookChecksumMismatchEvent(t *testing.T) {
 }
 
 func TestHookChown(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("chown needs root")
-	}
+	testutil.RequireRoot(t) // chown
 	uid, gid, err := allocdir.LookupUser("nobody")
 	if err != nil {
 		t.Skipf("no user nobody: %v", err)
