@@ -242,6 +242,8 @@ func TestFetchFailures(t *testing.T) {
 		{"path traversal in an archive", Request{Source: srv.URL + "/trav.tgz"}, nil, "entry contains '..'"},
 		{"link in an archive", Request{Source: srv.URL + "/link.tgz"}, nil, "not a directory"},
 		{"redirect to file://", Request{Source: srv.URL + "/redirect-file"}, ErrRedirect, `to scheme "file"`},
+		{"mode dir needs an archive", Request{Source: srv.URL + "/plain.txt", Mode: "dir"}, ErrNotArchive, "/plain.txt"},
+		{"a URL ending in / is a directory", Request{Source: srv.URL + "/dir/"}, ErrNotArchive, ""},
 		{"escaping destination", Request{Source: srv.URL + "/plain.txt", Dest: "local/../../x"}, ErrDestEscapes, ""},
 		{"bad mode", Request{Source: srv.URL + "/plain.txt", Mode: "folder"}, ErrInvalidMode, ""},
 		{"local file outside the roots", Request{Source: "/etc/hostname"}, ErrSourceNotAllowed, ""},

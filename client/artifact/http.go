@@ -54,6 +54,17 @@ type httpGetter struct {
 	*getter.HttpGetter
 }
 
+// ErrNotArchive: a directory over http(s) that is not an archive.
+var ErrNotArchive = errors.New("an http artifact fetched as a directory must be an archive")
+
+// Get implements getter.Getter for directories: over http(s) only an
+// archive (unpacked through GetFile) makes one. go-getter would otherwise
+// succeed without fetching anything, its X-Terraform-Get indirection
+// being off.
+func (g *httpGetter) Get(_ context.Context, req *getter.Request) error {
+	return fmt.Errorf("%w: %s", ErrNotArchive, req.URL().Redacted())
+}
+
 // GetFile implements getter.Getter.
 func (g *httpGetter) GetFile(ctx context.Context, req *getter.Request) error {
 	if fi, err := os.Lstat(req.Dst); err == nil && !fi.IsDir() {
