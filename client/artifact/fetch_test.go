@@ -327,6 +327,15 @@ func TestFetchLocalSources(t *testing.T) {
 	if err := New(Config{MaxDownloadBytes: 99}).Fetch(context.Background(), req); !errors.Is(err, ErrTooLarge) {
 		t.Errorf("local file over the limit: error = %v, want ErrTooLarge", err)
 	}
+	req = Request{Source: "local/in.tgz", Mode: "dir", Options: map[string]string{"archive": "false"},
+		TaskDir: dir, Dest: "local/d", FileRoots: []string{dir}}
+	if err := f.Fetch(context.Background(), req); !errors.Is(err, ErrNotArchive) {
+		t.Errorf("local file in mode dir, archive = false: error = %v, want ErrNotArchive", err)
+	}
+	req = Request{Source: "local", TaskDir: dir, Dest: "local/d2", FileRoots: []string{dir}}
+	if err := f.Fetch(context.Background(), req); err == nil || !strings.Contains(err.Error(), "is a directory") {
+		t.Errorf("local directory: error = %v, want a directory error", err)
+	}
 	req = Request{Source: "local/host", Mode: "file", TaskDir: dir, Dest: "local/h", FileRoots: []string{dir}}
 	if err := f.Fetch(context.Background(), req); !errors.Is(err, ErrSourceNotAllowed) {
 		t.Errorf("link out of the root: error = %v, want ErrSourceNotAllowed", err)

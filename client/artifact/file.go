@@ -32,8 +32,11 @@ func (g *fileGetter) Get(_ context.Context, req *getter.Request) error {
 	if err != nil {
 		return err
 	}
-	f.Close()
-	return fmt.Errorf("local artifact source %s is a directory; use an archive or mode = \"file\"", localPath(req.URL()))
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && !fi.IsDir() {
+		return fmt.Errorf("%w: %s", ErrNotArchive, localPath(req.URL()))
+	}
+	return fmt.Errorf("local artifact source %s is a directory; use an archive", localPath(req.URL()))
 }
 
 // Mode implements getter.Getter.

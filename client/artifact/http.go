@@ -54,8 +54,8 @@ type httpGetter struct {
 	*getter.HttpGetter
 }
 
-// ErrNotArchive: a directory over http(s) that is not an archive.
-var ErrNotArchive = errors.New("an http artifact fetched as a directory must be an archive")
+// ErrNotArchive: a directory fetched from a file that is not an archive.
+var ErrNotArchive = errors.New("an artifact fetched as a directory must be an archive")
 
 // Get implements getter.Getter for directories: over http(s) only an
 // archive (unpacked through GetFile) makes one. go-getter would otherwise
