@@ -53,7 +53,9 @@ func checkArtifacts(arts []*structs.TaskArtifact, p path, report reporter) {
 		ap := p.item("artifact", i, "")
 		switch {
 		case strings.TrimSpace(a.GetterSource) == "":
-			report(SeverityError, ap, "Missing artifact source", "source must be specified.")
+			// At the source's key: a source that failed to decode is
+			// not reported twice.
+			report(SeverityError, ap.attr("source"), "Missing artifact source", "source must be specified.")
 		case !interpolated(a.GetterSource):
 			if msg := artifactSourceProblem(a.GetterSource); msg != "" {
 				report(SeverityError, ap.attr("source"), "Unsupported artifact source", msg)

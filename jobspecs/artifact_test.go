@@ -65,6 +65,8 @@ func TestArtifactValidation(t *testing.T) {
 	}{
 		{"missing source", "  artifact {\n    destination = \"local/\"\n  }",
 			[]string{`t.hcl:6:3: error: Missing artifact source; source must be specified.`}},
+		{"source of the wrong type", "  artifact {\n    source = [\"a\"]\n  }",
+			[]string{`t.hcl:7:14: error: Incorrect attribute value type; Inappropriate value for attribute "source": a string is required.`}},
 		{"bad mode", "  artifact {\n    source = \"https://h/a\"\n    mode = \"folder\"\n  }",
 			[]string{`t.hcl:8:12: error: Invalid artifact mode; invalid artifact mode "folder"; must be one of: any, file, dir.`}},
 		{"escaping destination", "  artifact {\n    source = \"https://h/a\"\n    destination = \"local/../../etc\"\n  }",
