@@ -8,9 +8,9 @@ import (
 
 var taskSpec = spec{
 	attrs:  []string{"driver", "user", "kill_timeout", "kill_signal", "shutdown_delay", "leader", "kind"},
-	blocks: []string{"resources", "restart", "constraint", "template", "logs", "lifecycle", "service"},
+	blocks: []string{"resources", "restart", "constraint", "template", "logs", "lifecycle", "service", "artifact"},
 	maps:   []string{"config", "env", "meta"},
-	unsupported: []string{"artifact", "vault", "volume_mount", "dispatch_payload", "scaling", "csi_plugin",
+	unsupported: []string{"vault", "volume_mount", "dispatch_payload", "scaling", "csi_plugin",
 		"identity", "affinity", "spread", "consul", "action", "schedule", "update"},
 }
 
@@ -45,6 +45,11 @@ func (d *decoder) decodeTask(b *hclsyntax.Block, p path) *structs.Task {
 	for _, tb := range c.blocks["template"] {
 		if d.labels(tb) {
 			t.Templates = append(t.Templates, d.decodeTemplate(tb, p.item("template", len(t.Templates), "")))
+		}
+	}
+	for _, ab := range c.blocks["artifact"] {
+		if d.labels(ab) {
+			t.Artifacts = append(t.Artifacts, d.decodeArtifact(ab, p.item("artifact", len(t.Artifacts), "")))
 		}
 	}
 	t.Services = d.services(c, p)

@@ -14,7 +14,7 @@
 // block that appears once becomes a map, one that repeats a []any of maps.
 //
 // Blocks Nomad knows but meshlet does not run (ephemeral_disk, vault,
-// artifact...) are parsed and reported as warnings at their position, never
+// identity...) are parsed and reported as warnings at their position, never
 // dropped silently; unknown attributes and blocks are errors.
 //
 // Parsing is bounded (Limits): the source's size, nesting and tokens are

@@ -57,7 +57,7 @@ var unrunSchemas = map[string]*unrunSchema{
 	"volume_mount": {attrs: []string{"volume", "destination", "read_only", "propagation_mode", "selinux_label"}},
 	"vault": {attrs: []string{"policies", "role", "namespace", "cluster", "change_mode", "change_signal", "env",
 		"disable_file", "allow_token_expiration"}},
-	"artifact":         {attrs: []string{"source", "destination", "mode", "chown"}, maps: []string{"options", "headers"}},
+	"artifact":         {attrs: []string{"source", "destination", "mode", "chown", "insecure"}, maps: []string{"options", "headers"}},
 	"identity":         identitySchema,
 	"consul":           consulSchema,
 	"migrate":          {attrs: []string{"max_parallel", "health_check", "min_healthy_time", "healthy_deadline"}},

@@ -43,7 +43,7 @@ func TestUnrunBlocksAreSchemaChecked(t *testing.T) {
         source  = "https://example.invalid/a.tgz"
         destinaton = "local/"
         options {
-          checksum = "sha256:00"
+          checksum = "md5:d41d8cd98f00b204e9800998ecf8427e"
         }
       }
       vault {

@@ -36,7 +36,7 @@ func TestValidJobspecs(t *testing.T) {
 			unsupportedMsg("volume"), unsupportedMsg("affinity"),
 			unsupportedMsg("migrate"), unsupportedMsg("enable_tag_override"),
 			"connect native is not supported by meshlet yet", `Driver "podman" is not built into meshlet`,
-			unsupportedMsg("artifact"), unsupportedMsg("vault"), unsupportedMsg("volume_mount"),
+			unsupportedMsg("vault"), unsupportedMsg("volume_mount"),
 		},
 	}
 	files := hclFiles(t)

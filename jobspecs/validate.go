@@ -230,6 +230,7 @@ func checkTask(t *structs.Task, p path, report reporter) {
 	checkConstraints(t.Constraints, p, report)
 	checkResources(t.Resources, p.sub("resources"), report)
 	checkLogs(t.LogConfig, p.sub("logs"), report)
+	checkArtifacts(t.Artifacts, p, report)
 	for i := range t.Templates {
 		report(SeverityWarning, p.item("template", i, ""), unsupportedMsg("template"), "")
 	}

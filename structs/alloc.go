@@ -165,6 +165,7 @@ type TaskEvent struct {
 	RestartReason  string            `json:"RestartReason,omitempty"`
 	SetupError     string            `json:"SetupError,omitempty"`
 	DriverError    string            `json:"DriverError,omitempty"`
+	DownloadError  string            `json:"DownloadError,omitempty"`
 	ExitCode       int               `json:"ExitCode"`
 	Signal         int               `json:"Signal"`
 	KillTimeout    time.Duration     `json:"KillTimeout,omitempty"`

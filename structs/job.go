@@ -107,6 +107,7 @@ type Task struct {
 	KillTimeout   *time.Duration    `json:"KillTimeout,omitempty"`
 	LogConfig     *LogConfig        `json:"LogConfig,omitempty"`
 	Templates     []*Template       `json:"Templates,omitempty"`
+	Artifacts     []*TaskArtifact   `json:"Artifacts,omitempty"`
 	Leader        bool              `json:"Leader,omitempty"`
 	ShutdownDelay time.Duration     `json:"ShutdownDelay,omitempty"`
 	KillSignal    string            `json:"KillSignal,omitempty"`

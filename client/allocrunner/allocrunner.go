@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/meshlet/meshlet/client/allocdir"
+	"github.com/meshlet/meshlet/client/artifact"
 	clientstate "github.com/meshlet/meshlet/client/state"
 	"github.com/meshlet/meshlet/client/taskrunner"
 	"github.com/meshlet/meshlet/driver"
@@ -47,6 +48,8 @@ type Config struct {
 	Logger    hclog.Logger
 	// TaskRand is passed to task runners (restart jitter); nil = random.
 	TaskRand func(n int64) int64
+	// Artifacts bounds artifact downloads; zero fields mean the defaults.
+	Artifacts artifact.Config
 }
 
 // AllocRunner runs one allocation.
@@ -100,6 +103,7 @@ func New(cfg Config) (*AllocRunner, error) {
 			ar.netStatus = st
 		}
 	}
+	fetcher := artifact.New(cfg.Artifacts)
 	for _, t := range tg.Tasks {
 		drv, err := cfg.Driver(t.Driver)
 		if err != nil {
@@ -107,11 +111,21 @@ func New(cfg Config) (*AllocRunner, error) {
 		}
 		tr := taskrunner.New(taskrunner.Config{Alloc: cfg.Alloc, Task: t, Driver: drv, TaskDir: cfg.AllocDir.TaskDir(t.Name),
 			AllocDir: cfg.AllocDir.SharedDir, State: cfg.State, Restored: cfg.RestoredTasks[t.Name],
+			Prestart:      prestartHooks(t, fetcher, cfg),
 			OnStateChange: ar.taskStateChanged, Logger: cfg.Logger.Named("task_runner"), Rand: cfg.TaskRand})
 		ar.tasks[t.Name] = tr
 		ar.order = append(ar.order, t.Name)
 	}
 	return ar, nil
+}
+
+// prestartHooks are the task runner's hooks for t: the artifact hook when
+// it has artifacts.
+func prestartHooks(t *structs.Task, fetcher *artifact.Fetcher, cfg Config) []taskrunner.PrestartHook {
+	if len(t.Artifacts) == 0 {
+		return nil
+	}
+	return []taskrunner.PrestartHook{artifact.NewHook(fetcher, cfg.AllocDir.SharedDir, cfg.Logger.Named("artifact"))}
 }
 
 // ID is the allocation's ID.

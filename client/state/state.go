@@ -32,6 +32,10 @@ type LocalTaskState struct {
 	// otherwise.
 	Handle *driver.TaskHandle `json:"Handle,omitempty"`
 	State  *structs.TaskState `json:"State,omitempty"`
+	// PrestartDone names the task runner's prestart hooks whose work is
+	// done for the allocation (e.g. artifacts fetched): a restart or an
+	// agent restore does not run them again.
+	PrestartDone []string `json:"PrestartDone,omitempty"`
 }
 
 // Store is the client state the runners need; DB implements it.

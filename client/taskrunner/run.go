@@ -134,6 +134,14 @@ func (tr *TaskRunner) runOnce(handle *driver.TaskHandle) (*driver.ExitResult, *r
 		if tr.isKilling() {
 			return &driver.ExitResult{}, nil, nil
 		}
+		if err := tr.prestart(); err != nil {
+			select {
+			case <-tr.shutdownCh:
+				return nil, nil, errDetached
+			default:
+			}
+			return &driver.ExitResult{Err: err}, nil, nil
+		}
 		handle, exitCh, res = tr.start()
 	}
 	if exitCh != nil {

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	mrand "math/rand/v2"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -48,6 +49,8 @@ type Config struct {
 	// Restored is the persisted state of a task found after an agent
 	// restart; nil for a new task.
 	Restored *clientstate.LocalTaskState
+	// Prestart hooks run, in order, before the task starts.
+	Prestart []PrestartHook
 	// OnStateChange is called after every state change, without locks held.
 	OnStateChange func(task string)
 	Logger        hclog.Logger
@@ -66,6 +69,8 @@ type TaskRunner struct {
 	handle  *driver.TaskHandle
 	killing bool
 	ran     bool
+	// done names the prestart hooks whose work is done (persisted).
+	done []string
 	// replace is why a recovered task must be stopped and started
 	// again instead of re-attached ("" = re-attach).
 	replace string
@@ -112,6 +117,7 @@ func New(cfg Config) *TaskRunner {
 	if r := cfg.Restored; r != nil && r.State != nil {
 		tr.state = copyState(r.State)
 		tr.handle = r.Handle
+		tr.done = slices.Clone(r.PrestartDone)
 	} else {
 		tr.state = &structs.TaskState{State: structs.TaskStatePending}
 		tr.appendEvent(NewEvent(structs.TaskReceived))
@@ -326,7 +332,7 @@ func (tr *TaskRunner) persist() {
 	tr.persistMu.Lock()
 	defer tr.persistMu.Unlock()
 	tr.mu.Lock()
-	ls := &clientstate.LocalTaskState{Handle: tr.handle, State: copyState(tr.state)}
+	ls := &clientstate.LocalTaskState{Handle: tr.handle, State: copyState(tr.state), PrestartDone: slices.Clone(tr.done)}
 	tr.mu.Unlock()
 	if tr.cfg.State == nil {
 		return
