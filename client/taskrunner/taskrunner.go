@@ -48,6 +48,9 @@ type Config struct {
 	// Restored is the persisted state of a task found after an agent
 	// restart; nil for a new task.
 	Restored *clientstate.LocalTaskState
+	// Prestart, when set, runs before the task first starts (see
+	// PrestartHook).
+	Prestart PrestartHook
 	// OnStateChange is called after every state change, without locks held.
 	OnStateChange func(task string)
 	Logger        hclog.Logger
@@ -365,6 +368,7 @@ func (tr *TaskRunner) taskConfig() *driver.TaskConfig {
 		cfg.Config = t.Config
 		cfg.Env = t.Env
 	}
+	cfg.Env = tr.hookEnv(cfg.Env)
 	if r := t.Resources; r != nil {
 		cfg.Resources = &driver.Resources{}
 		if r.CPU != nil {
