@@ -26,6 +26,10 @@ const TaskHookMessage = "Task hook message"
 // rendered again to notice a change.
 const DefaultFilePoll = 5 * time.Second
 
+// DefaultRestoreDelay is how long after an agent restart a restored task's
+// templates are first rendered again (the catalog is being refilled).
+const DefaultRestoreDelay = 5 * time.Second
+
 // Task is what the hook needs of the task runner; *taskrunner.TaskRunner
 // implements it.
 type Task interface {
@@ -46,6 +50,8 @@ type Config struct {
 	Rand func(n int64) int64
 	// FilePoll overrides DefaultFilePoll.
 	FilePoll time.Duration
+	// RestoreDelay overrides DefaultRestoreDelay.
+	RestoreDelay time.Duration
 }
 
 // Hook renders one task's templates; it implements taskrunner.PrestartHook.
@@ -83,6 +89,9 @@ func New(cfg Config) *Hook {
 	}
 	if cfg.FilePoll <= 0 {
 		cfg.FilePoll = DefaultFilePoll
+	}
+	if cfg.RestoreDelay <= 0 {
+		cfg.RestoreDelay = DefaultRestoreDelay
 	}
 	return &Hook{cfg: cfg, logger: cfg.Logger.Named("template").With("alloc_id", cfg.AllocID, "task", cfg.Task.Name),
 		env: map[int]map[string]string{}, stopCh: make(chan struct{}), doneCh: make(chan struct{}),

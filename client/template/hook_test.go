@@ -81,7 +81,7 @@ func newFixture(t *testing.T, tmpls ...*structs.Template) *fixture {
 
 func (f *fixture) newHook(tmpls []*structs.Template) *Hook {
 	return New(Config{AllocID: "a1", Task: &structs.Task{Name: "web", Templates: tmpls}, Dirs: f.dirs, Catalog: f.cat,
-		Rand: func(int64) int64 { return 0 }, FilePoll: 50 * time.Millisecond})
+		Rand: func(int64) int64 { return 0 }, FilePoll: 50 * time.Millisecond, RestoreDelay: 10 * time.Millisecond})
 }
 
 func (f *fixture) prestart(t *testing.T, h *Hook, restored bool) {

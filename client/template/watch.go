@@ -38,9 +38,11 @@ func (h *Hook) watch(restored bool) {
 	defer close(h.doneCh)
 	pending := map[*tmpl]dirty{}
 	if restored {
-		now := time.Now()
+		// The catalog fills again as the agent restores its allocations:
+		// wait before comparing, so a half-filled catalog restarts nothing.
+		at := time.Now().Add(h.cfg.RestoreDelay)
 		for _, t := range h.tmpls {
-			pending[t] = dirty{first: now, last: now}
+			pending[t] = dirty{first: at, last: at}
 		}
 	}
 	poll := time.NewTicker(h.cfg.FilePoll)
@@ -74,7 +76,9 @@ func (h *Hook) markAll(pending map[*tmpl]dirty, keep func(*tmpl) bool) {
 		if !ok {
 			d.first = now
 		}
-		d.last = now
+		if now.After(d.last) { // a restore delay keeps its later time
+			d.last = now
+		}
 		pending[t] = d
 	}
 }
