@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -303,4 +304,50 @@ func TestResolveErrors(t *testing.T) {
 	if err := f.hook.Prestart(context.Background(), taskrunner.PrestartRequest{}); err == nil {
 		t.Error("bad template: no error")
 	}
+}
+
+// A template reading a file follows it by polling; a failing re-render
+// keeps the last file and records the error, and acts on nothing.
+func TestFileTemplateFailureAndRecovery(t *testing.T) {
+	tm := fastTmpl("restart")
+	tm.EmbeddedTmpl = sp(`cfg={{ file "local/in.txt" }}`)
+	f := newFixture(t, tm)
+	in := filepath.Join(f.dirs.TaskDir, "local", "in.txt")
+	if err := os.MkdirAll(filepath.Dir(in), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(in, []byte("one"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f.prestart(t, f.hook, false)
+	out := f.hook.tmpls[0].out.path()
+	if got := read(t, out); got != "cfg=one" {
+		t.Fatalf("rendered %q", got)
+	}
+	if err := os.Remove(in); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the failure event", func() bool {
+		_, _, msgs := f.rec.snapshot()
+		for _, m := range msgs {
+			if strings.HasPrefix(m, TaskHookMessage+": Template failed: ") && strings.Contains(m, "in.txt") {
+				return true
+			}
+		}
+		return false
+	})
+	if got := read(t, out); got != "cfg=one" {
+		t.Errorf("file changed to %q after a failed render", got)
+	}
+	time.Sleep(200 * time.Millisecond) // several polls
+	if _, _, msgs := f.rec.snapshot(); len(msgs) != 1 {
+		t.Errorf("events %q, want the failure once", msgs)
+	}
+	if err := os.WriteFile(in, []byte("two"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the re-render and restart", func() bool {
+		r, _, _ := f.rec.snapshot()
+		return read(t, out) == "cfg=two" && len(r) == 1
+	})
 }

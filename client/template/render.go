@@ -50,8 +50,10 @@ type tmpl struct {
 	rendered bool
 	// usesFile: the last render read a file (polled for changes).
 	usesFile bool
-	// lastMissing is the missing list last reported, to report changes only.
+	// lastMissing and lastErr are what was last reported, to report
+	// changes only.
 	lastMissing string
+	lastErr     string
 }
 
 // name is how events and logs refer to the template.

@@ -106,10 +106,14 @@ func (h *Hook) renderDue(pending map[*tmpl]dirty) []*tmpl {
 		delete(pending, t)
 		ch, err := h.renderOne(t)
 		if err != nil {
-			h.logger.Error("failed to re-render template", "template", t.name(), "error", err)
-			h.event(TaskHookMessage, "Template failed: "+err.Error())
+			if msg := err.Error(); msg != t.lastErr { // report each new failure once
+				t.lastErr = msg
+				h.logger.Error("failed to re-render template", "template", t.name(), "error", err)
+				h.event(TaskHookMessage, "Template failed: "+msg)
+			}
 			continue
 		}
+		t.lastErr = ""
 		// A restored template's first render acts, as any other, only
 		// when the file the task runs with changed.
 		if ch {
