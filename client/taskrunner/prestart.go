@@ -38,7 +38,8 @@ type PrestartRequest struct {
 
 // prestart runs the hook, if any. It returns false when the loop must
 // end: the task was killed or failed its setup (it is then dead), or the
-// runner was shut down.
+// runner was shut down. A recovered task that the hook fails keeps
+// running, degraded.
 func (tr *TaskRunner) prestart(restored bool) bool {
 	h := tr.cfg.Prestart
 	if h == nil {
@@ -65,6 +66,12 @@ func (tr *TaskRunner) prestart(restored bool) bool {
 		return false
 	case errors.Is(err, context.Canceled):
 		return false // detached: the next agent runs the hook again
+	case restored:
+		// The task runs: failing it because its hook cannot start again
+		// would be worse than running without the hook.
+		tr.logger.Error("task prestart failed on restore; the task keeps running", "error", err)
+		tr.emit(RestoreDegradedEvent(err))
+		return true
 	}
 	tr.logger.Error("task prestart failed", "error", err)
 	tr.finish(SetupFailureEvent(fmt.Errorf("failed to prepare task: %w", err)), true)

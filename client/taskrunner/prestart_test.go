@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/meshlet/meshlet/client/allocdir"
 	"github.com/meshlet/meshlet/driver"
 	"github.com/meshlet/meshlet/internal/testutil"
 	"github.com/meshlet/meshlet/structs"
@@ -194,4 +195,44 @@ func TestSignal(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), hang)
 	defer cancel()
 	tr.Kill(ctx, nil)
+}
+
+// A recovered task whose hook fails keeps running (degraded), as the
+// alloc runner treats other restore failures.
+func TestPrestartHookErrorOnRestoreKeepsTask(t *testing.T) {
+	f := newFixture(t, structs.JobTypeService)
+	drv := newRecording(f)
+	tr := f.runnerWith(drv)
+	go tr.Run()
+	testutil.WaitFor(t, hang, "task running", func() bool { return tr.TaskID() != "" })
+	tr.Shutdown() // agent shutdown: the task keeps running
+
+	states, err := f.db.TaskStates(f.alloc.ID)
+	ls := states["web"]
+	if err != nil || ls == nil || ls.Handle == nil {
+		t.Fatalf("persisted state %+v %v", ls, err)
+	}
+	hook := &blockingHook{release: make(chan struct{}), err: errors.New("template[0]: source gone")}
+	close(hook.release)
+	ad := allocdir.New("/nonexistent", f.alloc.ID)
+	tr2 := New(Config{Alloc: f.alloc, Task: f.task, Driver: drv, TaskDir: ad.TaskDir("web"), AllocDir: ad.SharedDir,
+		State: f.db, Restored: ls, Prestart: hook, Rand: func(int64) int64 { return 0 }})
+	go tr2.Run()
+	testutil.WaitFor(t, hang, "restore degraded event", func() bool {
+		for _, ev := range tr2.State().Events {
+			if ev.Type == TaskRestoreDegraded && strings.Contains(ev.DisplayMessage, "source gone") {
+				return true
+			}
+		}
+		return false
+	})
+	if st := tr2.State(); st.State != structs.TaskStateRunning || st.Failed {
+		t.Fatalf("restored task state %s failed %v", st.State, st.Failed)
+	}
+	if n := starts(f.drv.Calls()); n != 1 {
+		t.Errorf("task started %d times, want 1 (recovered, not restarted)", n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), hang)
+	defer cancel()
+	tr2.Kill(ctx, nil)
 }
