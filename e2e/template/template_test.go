@@ -139,3 +139,48 @@ func assertEvent(t *testing.T, info *nomadapi.Allocation, task, typ, msg string)
 	}
 	t.Errorf("task %s: no %q event %q; events:\n%s", task, typ, msg, strings.Join(seen, "\n"))
 }
+
+// A template reading a service that has no instance holds the task before
+// its start, with an event naming what it waits for.
+func TestTemplateWaitsForService(t *testing.T) {
+	a := framework.NewAgent(t, framework.Options{})
+	abs, err := filepath.Abs("input/waiter.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := a.CLI("job", "run", "-detach", abs); r.Code != 0 {
+		t.Fatalf("job run waiter: exit %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
+	}
+	t.Cleanup(func() { _ = a.CLI("job", "stop", "-purge", "tmpl-waiter") })
+	const missing = "Missing: health.service(tmpl-late|passing)"
+	var allocID string
+	a.Eventually(30*time.Second, "the Missing event", func() bool {
+		allocs, _, err := a.Nomad().Jobs().Allocations("tmpl-waiter", false, nil)
+		if err != nil || len(allocs) == 0 {
+			return false
+		}
+		allocID = allocs[0].ID
+		st := allocInfo(t, a, allocID).TaskStates["w"]
+		if st == nil {
+			return false
+		}
+		for _, ev := range st.Events {
+			if ev.Type == "Task hook message" && ev.DisplayMessage == missing {
+				return true
+			}
+		}
+		return false
+	})
+	if st := allocInfo(t, a, allocID).TaskStates["w"]; st.State != "pending" {
+		t.Fatalf("task is %s while its template waits", st.State)
+	}
+	if r := a.CLI("job", "run", "-var", "service=tmpl-late", "input/backend.hcl"); r.Code != 0 {
+		t.Fatalf("job run backend: exit %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
+	}
+	t.Cleanup(func() { _ = a.CLI("job", "stop", "-purge", "tmpl-backend") })
+	a.RunningAllocs("tmpl-waiter", 1)
+	late := filepath.Join(a.DataDir, "data", "alloc", allocID, "w", "local", "late.txt")
+	if got := lines(readFile(late)); len(got) != 1 {
+		t.Errorf("late.txt = %q, want one port", got)
+	}
+}

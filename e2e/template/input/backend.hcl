@@ -1,8 +1,13 @@
 # The service the consumer's templates list; the test scales it with
-# -var count=N.
+# -var count=N (and renames it with -var service=NAME).
 variable "count" {
   type    = number
   default = 1
+}
+
+variable "service" {
+  type    = string
+  default = "tmpl-api"
 }
 
 job "tmpl-backend" {
@@ -16,7 +21,7 @@ job "tmpl-backend" {
     }
 
     service {
-      name = "tmpl-api"
+      name = var.service
       port = "http"
     }
 
