@@ -75,8 +75,12 @@ type NomadService struct {
 // renderCtx is what one render reads; it records what the template waits
 // for (missing) and whether it read files (which are polled).
 type renderCtx struct {
-	cat      Catalog
-	env      map[string]string
+	cat Catalog
+	env map[string]string
+	// lookup resolves what env lacks: node attributes and meta
+	// ("attr.kernel.name", "node.unique.name", "meta.x"), as Nomad's
+	// template env does; nil resolves nothing.
+	lookup   func(string) (string, bool)
 	taskDir  string
 	nodeName string
 	// strict: an empty service is missing data (first render).
@@ -87,7 +91,7 @@ type renderCtx struct {
 
 func (r *renderCtx) funcs() template.FuncMap {
 	return template.FuncMap{
-		"env":          func(k string) string { return r.env[k] },
+		"env":          r.envVar,
 		"service":      r.service,
 		"services":     r.services,
 		"nomadService": r.nomadService,
@@ -121,6 +125,18 @@ func (r *renderCtx) funcs() template.FuncMap {
 			return string(b), err
 		},
 	}
+}
+
+// envVar is `env "NAME"`: the task's variable, or a node attribute.
+func (r *renderCtx) envVar(k string) string {
+	if v, ok := r.env[k]; ok {
+		return v
+	}
+	if r.lookup != nil {
+		v, _ := r.lookup(k)
+		return v
+	}
+	return ""
 }
 
 // parseService splits consul-template's "[tag.]name[@dc]".

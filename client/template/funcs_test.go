@@ -40,7 +40,7 @@ func TestRenderFunctions(t *testing.T) {
 		t.Fatal(err)
 	}
 	tests := []struct{ name, text, want string }{
-		{"env", `{{ env "NOMAD_ALLOC_ID" }}|{{ env "UNSET" }}`, "a1|"},
+		{"env", `{{ env "NOMAD_ALLOC_ID" }}|{{ env "UNSET" }}|{{ env "attr.kernel.name" }}`, "a1||linux"},
 		{"service passing", `{{ range service "api" }}{{ .ID }}={{ .Address }}:{{ .Port }} {{ end }}`, "api-1=10.0.0.1:8080 "},
 		{"service statuses", `{{ range service "api" "passing,warning" }}{{ .ID }}:{{ .Status }} {{ end }}`,
 			"api-1:passing api-2:warning "},
@@ -61,7 +61,11 @@ func TestRenderFunctions(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			rc := &renderCtx{cat: testCatalog(), env: map[string]string{"NOMAD_ALLOC_ID": "a1"}, taskDir: dir, nodeName: "node-a"}
+			rc := &renderCtx{cat: testCatalog(), env: map[string]string{"NOMAD_ALLOC_ID": "a1"}, taskDir: dir, nodeName: "node-a",
+				lookup: func(k string) (string, bool) {
+					v, ok := map[string]string{"attr.kernel.name": "linux"}[k]
+					return v, ok
+				}}
 			got, err := renderText(t, rc, tc.text)
 			if err != nil {
 				t.Fatal(err)

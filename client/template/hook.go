@@ -62,6 +62,7 @@ type Hook struct {
 	// Owned by Prestart, then by the watcher goroutine.
 	tmpls   []*tmpl
 	taskEnv map[string]string
+	lookup  func(string) (string, bool)
 	task    Task
 	// watching: the watcher goroutine runs (set before it starts, read
 	// by Stop on the runner's goroutine).
@@ -138,7 +139,7 @@ func (h *Hook) Prestart(ctx context.Context, req taskrunner.PrestartRequest) err
 	expand := func(s string) string { return s }
 	h.taskEnv = map[string]string{}
 	if req.Env != nil {
-		expand, h.taskEnv = req.Env.ReplaceEnv, req.Env.Map()
+		expand, h.taskEnv, h.lookup = req.Env.ReplaceEnv, req.Env.Map(), req.Env.Lookup
 	}
 	for i, spec := range h.cfg.Task.Templates {
 		t, err := resolve(i, spec, h.cfg.Dirs, expand)
@@ -201,7 +202,7 @@ func (h *Hook) firstRender(ctx context.Context) error {
 // content changed. Missing data (first render only) is reported as an
 // event and leaves t unrendered.
 func (h *Hook) renderOne(t *tmpl) (bool, error) {
-	rc := &renderCtx{cat: h.cfg.Catalog, env: h.taskEnv, taskDir: h.cfg.Dirs.TaskDir,
+	rc := &renderCtx{cat: h.cfg.Catalog, env: h.taskEnv, lookup: h.lookup, taskDir: h.cfg.Dirs.TaskDir,
 		nodeName: h.cfg.NodeName, strict: !t.rendered}
 	out, err := t.render(rc)
 	if err != nil {
