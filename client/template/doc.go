@@ -30,7 +30,10 @@
 // change is held) and splay (a random delay before the change_mode
 // acts); a file is written only when its content changes. Destinations
 // resolve inside the task directory or the allocation's shared alloc
-// directory and are written without following symbolic links.
+// directory and are written without following symbolic links. After an
+// agent restart a running task is not blocked: its env templates are read
+// back from their files and every template is rendered again once the
+// catalog had DefaultRestoreDelay to refill; only a changed file acts.
 //
 // # Concurrency
 //
