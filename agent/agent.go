@@ -278,8 +278,8 @@ func (a *Agent) startClient() error {
 	cl, err := client.New(client.Config{
 		DataDir: a.cfg.DataDir, NodeName: a.cfg.NodeName, Datacenter: a.cfg.Datacenter, NodeMeta: a.cfg.Client.Meta,
 		Drivers: drivers, Networker: networker, NetworkUnavailable: why, Server: conn, HTTPAddr: a.HTTPAddr(), HTTPTLS: a.cfg.TLS.HTTP,
-		Reserved: a.reservedResources(),
-		Version:  Version, BinaryPath: a.cfg.BinaryPath, Logger: a.logger.Named("client"),
+		Reserved: a.reservedResources(), TemplateCatalog: a.catalog,
+		Version: Version, BinaryPath: a.cfg.BinaryPath, Logger: a.logger.Named("client"),
 		GCInterval: a.cfg.Client.GCInterval, GCMaxAllocs: a.cfg.Client.GCMaxAllocs, GCAllocTTL: a.cfg.Client.GCAllocTTL,
 		GCDiskUsageThreshold: a.cfg.Client.GCDiskUsageThreshold,
 		Attributes:           a.connectAttributes(),

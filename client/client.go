@@ -29,6 +29,7 @@ import (
 	"github.com/meshlet/meshlet/client/allocdir"
 	"github.com/meshlet/meshlet/client/allocrunner"
 	clientstate "github.com/meshlet/meshlet/client/state"
+	"github.com/meshlet/meshlet/client/template"
 	"github.com/meshlet/meshlet/driver"
 	"github.com/meshlet/meshlet/structs"
 )
@@ -90,7 +91,10 @@ type Config struct {
 	// Reserved is what the node keeps for itself (reserved { cpu memory
 	// disk }); nil reserves nothing.
 	Reserved *structs.NodeReservedResources
-	Logger   hclog.Logger
+	// TemplateCatalog is the service data task templates read (the
+	// agent's catalog); nil makes their service functions fail.
+	TemplateCatalog template.Catalog
+	Logger          hclog.Logger
 	// GCMaxAllocs, GCAllocTTL and GCInterval bound how many terminal
 	// allocations (runner, alloc dir, logs) the client keeps, and for how
 	// long (see gc.go); zero means the default.
@@ -351,7 +355,7 @@ func (c *Client) newRunner(a *structs.Allocation, restored bool, tasks map[strin
 	return allocrunner.New(allocrunner.Config{
 		Alloc: a, Node: c.Node(), AllocDir: c.allocDir(a.ID), Driver: c.driver, State: c.db, Hooks: hooks,
 		Restored: restored, RestoredTasks: tasks, OnUpdate: c.queueUpdate, PrevAlloc: c.waitPrev,
-		Logger: c.cfg.Logger.Named("alloc_runner"),
+		Logger: c.cfg.Logger.Named("alloc_runner"), TemplateCatalog: c.cfg.TemplateCatalog,
 	})
 }
 

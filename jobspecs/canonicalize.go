@@ -128,6 +128,28 @@ func canonicalizeTask(t *structs.Task, tg *structs.TaskGroup, serviceName string
 	for _, s := range t.Services {
 		canonicalizeService(s, serviceName)
 	}
+	for _, tmpl := range t.Templates {
+		canonicalizeTemplate(tmpl)
+	}
+}
+
+// Template defaults, as in Nomad.
+const (
+	DefaultTemplateSplay = 5 * time.Second
+	DefaultTemplatePerms = "0644"
+)
+
+func canonicalizeTemplate(t *structs.Template) {
+	if t == nil {
+		return
+	}
+	fillPtr(&t.ChangeMode, structs.TemplateChangeModeRestart)
+	fillPtr(&t.Splay, DefaultTemplateSplay)
+	fillPtr(&t.Perms, DefaultTemplatePerms)
+	fillPtr(&t.LeftDelim, "{{")
+	fillPtr(&t.RightDelim, "}}")
+	fillPtr(&t.Envvars, false)
+	fillPtr(&t.ErrMissingKey, false)
 }
 
 func canonicalizeService(s *structs.Service, defaultName string) {

@@ -96,27 +96,36 @@ func (d *decoder) decodeTemplate(b *hclsyntax.Block, p path) *structs.Template {
 	c := d.content(b.Body, spec{
 		attrs: []string{"source", "destination", "data", "change_mode", "env", "change_signal", "splay",
 			"perms", "uid", "gid", "left_delimiter", "right_delimiter", "error_on_missing_key"},
-		blocks: []string{"wait", "change_script"},
+		blocks:      []string{"wait", "change_script"},
+		unsupported: []string{"vault_grace"},
 	})
-	// Blocks nested in a template are parsed for errors only: the whole
-	// template is reported as unsupported by validation.
-	for _, name := range []string{"wait", "change_script"} {
-		if nb := d.one(c, name); nb != nil {
-			d.freeformBody(nb.Body)
-		}
-	}
-	for _, name := range []string{"change_signal", "splay", "perms", "uid", "gid", "left_delimiter",
-		"right_delimiter", "error_on_missing_key"} {
-		if a := c.attrs[name]; a != nil {
-			_, hds := d.eval(a.Expr)
-			d.addHCL("", hds)
-		}
-	}
 	t := &structs.Template{}
 	d.setStrPtr(c, p, "source", &t.SourcePath)
 	d.setStrPtr(c, p, "destination", &t.DestPath)
 	d.setStrPtr(c, p, "data", &t.EmbeddedTmpl)
 	d.setStrPtr(c, p, "change_mode", &t.ChangeMode)
+	d.setStrPtr(c, p, "change_signal", &t.ChangeSignal)
+	d.setDurPtr(c, p, "splay", &t.Splay)
+	d.setStrPtr(c, p, "perms", &t.Perms)
+	d.setIntPtr(c, p, "uid", &t.Uid)
+	d.setIntPtr(c, p, "gid", &t.Gid)
+	d.setStrPtr(c, p, "left_delimiter", &t.LeftDelim)
+	d.setStrPtr(c, p, "right_delimiter", &t.RightDelim)
 	d.setBoolPtr(c, p, "env", &t.Envvars)
+	d.setBoolPtr(c, p, "error_on_missing_key", &t.ErrMissingKey)
+	if wb := d.one(c, "wait"); wb != nil && d.labels(wb) {
+		wp := p.sub("wait")
+		d.rec(wp, wb.DefRange())
+		wc := d.content(wb.Body, spec{attrs: []string{"min", "max"}})
+		t.Wait = &structs.WaitConfig{}
+		d.setDurPtr(wc, wp, "min", &t.Wait.Min)
+		d.setDurPtr(wc, wp, "max", &t.Wait.Max)
+	}
+	if sb := d.one(c, "change_script"); sb != nil && d.labels(sb) {
+		sp := p.sub("change_script")
+		d.rec(sp, sb.DefRange())
+		d.freeformBody(sb.Body)
+		t.ChangeScript = &structs.ChangeScriptConfig{}
+	}
 	return t
 }

@@ -28,7 +28,7 @@ func TestValidJobspecs(t *testing.T) {
 		"testdata/valid/checks.hcl":             nil,
 		"testdata/valid/expose.hcl":             nil,
 		"testdata/valid/runtime-references.hcl": {`Unknown raw_exec config key "nested"; ignored`},
-		"testdata/valid/sidecar-overrides.hcl":  {unsupportedMsg("template")},
+		"testdata/valid/sidecar-overrides.hcl":  nil,
 		"testdata/valid/spread.hcl":             nil,
 		"testdata/valid/unsupported-blocks.hcl": {
 			unsupportedMsg("all_at_once"),

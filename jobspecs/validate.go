@@ -231,9 +231,7 @@ func checkTask(t *structs.Task, p path, report reporter) {
 	checkResources(t.Resources, p.sub("resources"), report)
 	checkLogs(t.LogConfig, p.sub("logs"), report)
 	checkArtifacts(t.Artifacts, p, report)
-	for i := range t.Templates {
-		report(SeverityWarning, p.item("template", i, ""), unsupportedMsg("template"), "")
-	}
+	checkTemplates(t.Templates, p, report)
 }
 
 // checkSize bounds the job's total count and its stored size.

@@ -154,8 +154,6 @@ service {
 		}},
 		{"task service with connect", bridge + "task \"t\" {\n  driver = \"exec\"\n  service {\n    name = \"s\"\n    connect {\n    sidecar_service {}\n  }\n  }\n  config { command = \"x\" }\n}",
 			[]string{`t.hcl:10:5: error: Connect on a task service; connect is only allowed in group-level service blocks; move the service into the group.`}},
-		{"template warns", "task \"t\" {\n  driver = \"exec\"\n  template {\n    data = \"x\"\n    destination = \"local/x\"\n  }\n  config { command = \"x\" }\n}",
-			[]string{`t.hcl:5:3: warning: template is not supported by meshlet yet; ignored`}},
 		{"constraint operator", "constraint {\n  attribute = \"${attr.x}\"\n  operator = \"~\"\n  value = \"1\"\n}\nconstraint {\n  operator = \">\"\n}\n" + okTask, []string{
 			`t.hcl:5:14: error: Invalid constraint operator; Operator "~" is not valid; use one of =, ==, is, !=, not, >, >=, <, <=, distinct_hosts, distinct_property, regexp, set_contains, set_contains_all, set_contains_any, version, semver, is_set, is_not_set.`,
 			`t.hcl:8:1: error: Missing constraint attribute; Operator ">" needs an attribute, e.g. attribute = "${attr.kernel.name}".`,
@@ -234,6 +232,7 @@ func TestValidateJSON(t *testing.T) {
 				`Invalid job type; Job type "cron" is not valid; use "service", "batch", "system" or "sysbatch".`,
 				`group "g": Invalid count; Count -2 must not be negative.`,
 				`group "g": network[0]: reserved_port "http": Invalid port; Port "http": static 70000 is out of range 0-65535.`,
+				`group "g": task "t": template[0]: Missing template source; A template needs data (an inline template) or source (a template file in the task directory).`,
 				`group "g": task "t": Duplicate task name; Task name "t" is used more than once in group "g"; task names must be unique within a group.`,
 				`group "g": task "t": Missing driver; Task "t" needs a driver, e.g. driver = "raw_exec".`,
 				`group "g": service "Web": Invalid connect service name; Consul Connect service name "Web" must not contain uppercase characters.`,
@@ -244,7 +243,6 @@ func TestValidateJSON(t *testing.T) {
 			},
 			[]string{
 				`group "g": task "t": Driver "docker" is not built into meshlet; meshlet ships the exec and raw_exec drivers; placement fails with "driver docker not available on node" unless a docker driver plugin is installed.`,
-				`group "g": task "t": template[0]: template is not supported by meshlet yet; ignored`,
 			}},
 		{"nulls", `{"ID":"x","TaskGroups":[null,{"Name":"g","Tasks":[null],"Services":[null]}]}`, []string{
 			`group[0]: Missing group; The group is null.`,

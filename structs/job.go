@@ -216,12 +216,48 @@ type UpdateStrategy struct {
 	AutoRevert       *bool          `json:"AutoRevert,omitempty"`
 }
 
-// Template is parsed so that jobspecs using it validate; rendering is not
-// supported yet.
+// Template change modes, as in Nomad.
+const (
+	TemplateChangeModeRestart = "restart"
+	TemplateChangeModeSignal  = "signal"
+	TemplateChangeModeNoop    = "noop"
+	TemplateChangeModeScript  = "script"
+)
+
+// Template is Nomad's template block, with Nomad's JSON field names: the
+// client renders it into DestPath before the task starts and re-renders it
+// when the data it reads changes (see package client/template).
 type Template struct {
 	SourcePath   *string `json:"SourcePath,omitempty"`
 	DestPath     *string `json:"DestPath,omitempty"`
 	EmbeddedTmpl *string `json:"EmbeddedTmpl,omitempty"`
-	ChangeMode   *string `json:"ChangeMode,omitempty"`
-	Envvars      *bool   `json:"Envvars,omitempty"`
+	// ChangeMode is restart (the default), signal, noop or script
+	// (rejected: meshlet runs no change scripts).
+	ChangeMode   *string        `json:"ChangeMode,omitempty"`
+	ChangeSignal *string        `json:"ChangeSignal,omitempty"`
+	Splay        *time.Duration `json:"Splay,omitempty"`
+	// Perms is the file mode in octal ("644" by default).
+	Perms      *string `json:"Perms,omitempty"`
+	Uid        *int    `json:"Uid,omitempty"`
+	Gid        *int    `json:"Gid,omitempty"`
+	LeftDelim  *string `json:"LeftDelim,omitempty"`
+	RightDelim *string `json:"RightDelim,omitempty"`
+	// Envvars: the rendered KEY=VALUE lines join the task's environment.
+	Envvars       *bool               `json:"Envvars,omitempty"`
+	Wait          *WaitConfig         `json:"Wait,omitempty"`
+	ErrMissingKey *bool               `json:"ErrMissingKey,omitempty"`
+	ChangeScript  *ChangeScriptConfig `json:"ChangeScript,omitempty"`
+}
+
+// WaitConfig is a template's wait block: after a change, wait at least Min
+// for the data to settle, never longer than Max.
+type WaitConfig struct {
+	Min *time.Duration `json:"Min,omitempty"`
+	Max *time.Duration `json:"Max,omitempty"`
+}
+
+// ChangeScriptConfig is kept only so that a jobspec using it is rejected
+// with a clear error instead of silently ignored.
+type ChangeScriptConfig struct {
+	Command *string `json:"Command,omitempty"`
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/meshlet/meshlet/client/artifact"
 	clientstate "github.com/meshlet/meshlet/client/state"
 	"github.com/meshlet/meshlet/client/taskrunner"
+	"github.com/meshlet/meshlet/client/template"
 	"github.com/meshlet/meshlet/driver"
 	"github.com/meshlet/meshlet/structs"
 )
@@ -50,6 +51,9 @@ type Config struct {
 	TaskRand func(n int64) int64
 	// Artifacts bounds artifact downloads; zero fields mean the defaults.
 	Artifacts artifact.Config
+	// TemplateCatalog is the service data task templates read; nil makes
+	// their service functions fail.
+	TemplateCatalog template.Catalog
 }
 
 // AllocRunner runs one allocation.
@@ -111,7 +115,7 @@ func New(cfg Config) (*AllocRunner, error) {
 		}
 		tr := taskrunner.New(taskrunner.Config{Alloc: cfg.Alloc, Task: t, Driver: drv, TaskDir: cfg.AllocDir.TaskDir(t.Name),
 			AllocDir: cfg.AllocDir.SharedDir, State: cfg.State, Restored: cfg.RestoredTasks[t.Name],
-			Prestart:      prestartHooks(t, fetcher, cfg),
+			Prestart: prestartHooks(t, fetcher, cfg), TaskHook: templateHook(cfg, t),
 			OnStateChange: ar.taskStateChanged, Logger: cfg.Logger.Named("task_runner"), Rand: cfg.TaskRand})
 		ar.tasks[t.Name] = tr
 		ar.order = append(ar.order, t.Name)
@@ -211,6 +215,21 @@ func (ar *AllocRunner) Destroy(ctx context.Context) error {
 		firstErr = err
 	}
 	return firstErr
+}
+
+// templateHook returns the template hook of a task with templates, nil
+// (a nil interface) otherwise.
+func templateHook(cfg Config, t *structs.Task) taskrunner.TaskHook {
+	if len(t.Templates) == 0 {
+		return nil
+	}
+	nodeName := ""
+	if cfg.Node != nil {
+		nodeName = cfg.Node.Name
+	}
+	return template.New(template.Config{AllocID: cfg.Alloc.ID, Task: t, Catalog: cfg.TemplateCatalog, NodeName: nodeName,
+		Dirs:   template.Dirs{TaskDir: cfg.AllocDir.TaskDir(t.Name).Dir, SharedDir: cfg.AllocDir.SharedDir},
+		Logger: cfg.Logger})
 }
 
 // missingDriver stands in for a driver the node does not have, so the task

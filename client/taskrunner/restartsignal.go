@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/meshlet/meshlet/driver"
 	"github.com/meshlet/meshlet/structs"
@@ -16,7 +17,9 @@ var ErrNotRunning = errors.New("task not running")
 type restartRequest struct {
 	taskID string
 	reason string
-	done   chan error // buffered: the loop never waits on it
+	// inPlace: start the task again at once, outside the restart policy.
+	inPlace bool
+	done    chan error // buffered: the loop never waits on it
 }
 
 // Restart restarts the running task, as Nomad's check_restart does: the
@@ -28,11 +31,34 @@ type restartRequest struct {
 // ErrNotRunning when the task is not running (starting, waiting for a
 // restart, dead or being killed).
 func (tr *TaskRunner) Restart(ctx context.Context, reason string) error {
+	return tr.restart(ctx, reason, false)
+}
+
+// RestartInPlace restarts the running task as Restart does, except that
+// the task starts again at once and the restart does not count against
+// the restart policy: the restart is not a failure (Nomad's restart of a
+// task whose template changed).
+func (tr *TaskRunner) RestartInPlace(ctx context.Context, reason string) error {
+	return tr.restart(ctx, reason, true)
+}
+
+// restartInPlace records the restart of a task stopped by RestartInPlace.
+func (tr *TaskRunner) restartInPlace(reason string) {
+	tr.logger.Info("restarting task in place", "reason", reason)
+	tr.update(func(s *structs.TaskState) {
+		tr.appendEvent(restartingEvent(Decision{Restart: true, Reason: reason}))
+		s.State = structs.TaskStatePending
+		s.Restarts++
+		s.LastRestart = time.Now()
+	})
+}
+
+func (tr *TaskRunner) restart(ctx context.Context, reason string, inPlace bool) error {
 	id := tr.TaskID()
 	if id == "" || tr.isKilling() {
 		return fmt.Errorf("failed to restart task %q: %w", tr.Name(), ErrNotRunning)
 	}
-	req := &restartRequest{taskID: id, reason: reason, done: make(chan error, 1)}
+	req := &restartRequest{taskID: id, reason: reason, inPlace: inPlace, done: make(chan error, 1)}
 	select {
 	case tr.restartCh <- req:
 	case <-tr.killCh:

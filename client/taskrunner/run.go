@@ -41,9 +41,21 @@ func (tr *TaskRunner) loop(handle *driver.TaskHandle) {
 	if tr.cfg.Restored == nil {
 		tr.emit(NewEvent(structs.TaskSetup))
 	}
+	if tr.cfg.TaskHook != nil {
+		defer tr.cfg.TaskHook.Stop()
+	}
 	tr.mu.Lock()
 	reason := tr.replace
 	tr.mu.Unlock()
+	if tr.cfg.TaskHook != nil && handle == nil {
+		// Artifacts before templates, as in Nomad (a template's source
+		// may be a fetched file). A failure is left to the start below,
+		// which runs the prestart hooks again under the restart policy.
+		_ = tr.prestart()
+	}
+	if !tr.runTaskHook(handle != nil && reason == "") {
+		return
+	}
 	if handle != nil && reason != "" {
 		if !tr.replaceRecovered(handle, reason) {
 			return
@@ -59,11 +71,17 @@ func (tr *TaskRunner) loop(handle *driver.TaskHandle) {
 		handle = nil
 		if req != nil {
 			req.done <- nil
-			res = signaledResult(res, req.reason)
 		}
 		if tr.isKilling() {
 			tr.finish(NewEvent(structs.TaskKilled), false)
 			return
+		}
+		if req != nil && req.inPlace {
+			tr.restartInPlace(req.reason)
+			continue
+		}
+		if req != nil {
+			res = signaledResult(res, req.reason)
 		}
 		d := tr.tracker.Next(time.Now(), res)
 		if !d.Restart {

@@ -49,8 +49,12 @@ type Config struct {
 	// Restored is the persisted state of a task found after an agent
 	// restart; nil for a new task.
 	Restored *clientstate.LocalTaskState
-	// Prestart hooks run, in order, before the task starts.
+	// Prestart hooks run, in order, before the task starts (each until
+	// it reports done: artifacts).
 	Prestart []PrestartHook
+	// TaskHook, when set, runs before the task first starts and keeps
+	// working while it runs (templates; see TaskHook).
+	TaskHook TaskHook
 	// OnStateChange is called after every state change, without locks held.
 	OnStateChange func(task string)
 	Logger        hclog.Logger
@@ -371,6 +375,7 @@ func (tr *TaskRunner) taskConfig() *driver.TaskConfig {
 		cfg.Config = t.Config
 		cfg.Env = t.Env
 	}
+	cfg.Env = tr.hookEnv(cfg.Env)
 	if r := t.Resources; r != nil {
 		cfg.Resources = &driver.Resources{}
 		if r.CPU != nil {
