@@ -47,6 +47,9 @@ func (d *decoder) decodeReschedule(b *hclsyntax.Block, p path) *structs.Reschedu
 // group's (the group's fields win) and fills the job type's defaults
 // field by field, as Nomad does.
 func canonicalizeReschedule(job *structs.Job, tg *structs.TaskGroup) {
+	if job.IsSystem() {
+		return // system jobs are not rescheduled (Nomad sets no policy)
+	}
 	if tg.ReschedulePolicy == nil {
 		tg.ReschedulePolicy = &structs.ReschedulePolicy{}
 	}

@@ -30,6 +30,7 @@ func TestValidJobspecs(t *testing.T) {
 		"testdata/valid/runtime-references.hcl": {`Unknown raw_exec config key "nested"; ignored`},
 		"testdata/valid/sidecar-overrides.hcl":  nil,
 		"testdata/valid/spread.hcl":             nil,
+		"testdata/valid/system.hcl":             nil,
 		"testdata/valid/unsupported-blocks.hcl": {
 			unsupportedMsg("all_at_once"),
 			unsupportedMsg("stop_after_client_disconnect"), unsupportedMsg("ephemeral_disk"),

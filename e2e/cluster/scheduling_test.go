@@ -69,4 +69,15 @@ func TestOneServerThreeClients(t *testing.T) {
 		t.Errorf("`meshlet job status distinct4` does not name distinct_hosts (err %v):\n%s", err, out)
 	}
 	t.Logf("meshlet job status distinct4:\n%s", out)
+
+	// A system job runs once on every client, whatever room the others
+	// left, and job status shows its type.
+	c.RegisterJob(s1, strings.Replace(sleepJob("everywhere", 1, false), `type        = "service"`, `type        = "system"`, 1))
+	run, _ = c.WaitRunning(s1, "everywhere", 3, 60*time.Second)
+	if counts := perNode(run, names); len(counts) != 3 || counts["c1"] != 1 || counts["c2"] != 1 || counts["c3"] != 1 {
+		t.Errorf("system job: running allocations on %v, want one on each of the 3 clients", counts)
+	}
+	if out, err := c.CLI(s1, "job", "status", "everywhere"); err != nil || !strings.Contains(out, "system") {
+		t.Errorf("`meshlet job status everywhere` does not show type system (err %v):\n%s", err, out)
+	}
 }
