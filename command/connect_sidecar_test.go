@@ -61,15 +61,6 @@ func newSidecarLayout(t *testing.T) sidecarLayout {
 // ($FAKE_ENVOY_SECRET), then the bootstrap it was handed (-c).
 func fakeEnvoy(t *testing.T) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "meshlet-fake-envoy-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "envoy")
 	script := `#!/bin/sh
 echo "uid=$(id -u) gid=$(id -g) groups=$(id -G)"
 grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs):' /proc/$$/status
@@ -79,10 +70,7 @@ if cat "$FAKE_ENVOY_SECRET" >/dev/null 2>&1; then echo "secret=readable"; else e
 echo "--- bootstrap"
 cat "$2"
 `
-	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return bin
+	return testutil.WriteScript(t, "envoy", script)
 }
 
 // runSidecarProcess runs `connect sidecar` in a process of its own (this

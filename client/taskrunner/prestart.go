@@ -41,15 +41,8 @@ func (tr *TaskRunner) prestart() error {
 	if len(tr.cfg.Prestart) == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithCancel(tr.ctx)
+	ctx, cancel := tr.killableContext()
 	defer cancel()
-	go func() {
-		select {
-		case <-tr.killCh:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	tr.mu.Lock()
 	req := &PrestartRequest{Alloc: tr.cfg.Alloc, Task: tr.cfg.Task, TaskDir: tr.cfg.TaskDir, Env: tr.cfg.Env, Emit: tr.emit}
 	tr.mu.Unlock()
@@ -79,4 +72,18 @@ func (tr *TaskRunner) prestartDone(name string) bool {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	return slices.Contains(tr.done, name)
+}
+
+// killableContext is the runner's context, also cancelled by a kill: the
+// hooks that run before the task starts stop at once when it is killed.
+func (tr *TaskRunner) killableContext() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(tr.ctx)
+	go func() {
+		select {
+		case <-tr.killCh:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
 }

@@ -45,15 +45,8 @@ func (tr *TaskRunner) runTaskHook(restored bool) bool {
 	if h == nil {
 		return true
 	}
-	ctx, cancel := context.WithCancel(tr.ctx)
+	ctx, cancel := tr.killableContext()
 	defer cancel()
-	go func() {
-		select {
-		case <-tr.killCh:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	tr.mu.Lock()
 	env := tr.cfg.Env
 	tr.mu.Unlock()

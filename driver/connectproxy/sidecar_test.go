@@ -98,15 +98,6 @@ func sidecarTask(t *testing.T, envoyBin, mode string) *driver.TaskConfig {
 // arguments, two env vars and the bootstrap it was handed, then exits.
 func fakeEnvoy(t *testing.T) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "meshlet-fake-envoy-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "envoy")
 	script := `#!/bin/sh
 echo "uid=$(id -u) gid=$(id -g)"
 grep -E '^(CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs):' /proc/$$/status
@@ -117,10 +108,7 @@ echo "env=${LD_PRELOAD:-unset},${SIDECAR_VAR:-unset}"
 echo "--- bootstrap"
 cat "$2"
 `
-	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return bin
+	return testutil.WriteScript(t, "envoy", script)
 }
 
 func newDriver(t *testing.T, envoyBin string) *connectproxy.Driver {

@@ -4,6 +4,7 @@ package testutil
 
 import (
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -36,4 +37,25 @@ func WaitFor(t testing.TB, timeout time.Duration, msg string, cond func() bool) 
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// WriteScript writes an executable shell script called name into a fresh
+// directory that every user may enter (0755), for stand-ins of binaries
+// that a test runs as another user (a fake envoy run as nobody), and
+// returns its path. The directory is removed when the test ends.
+func WriteScript(t testing.TB, name, script string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "meshlet-script-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
