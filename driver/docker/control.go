@@ -1,0 +1,248 @@
+package docker
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"syscall"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/pkg/stdcopy"
+	"golang.org/x/sys/unix"
+
+	"github.com/meshlet/meshlet/driver"
+	"github.com/meshlet/meshlet/driver/internal/launch"
+)
+
+// controlTimeout bounds one daemon call of a control operation.
+const controlTimeout = 30 * time.Second
+
+// StopTask implements driver.Driver: signal (default SIGTERM) to the
+// container, then SIGKILL after timeout. A container already stopped is
+// success.
+func (d *Driver) StopTask(taskID string, timeout time.Duration, signal string) error {
+	h, err := d.lookup(taskID)
+	if err != nil {
+		return err
+	}
+	sig, err := launch.ParseSignal(signal, syscall.SIGTERM)
+	if err != nil {
+		return fmt.Errorf("failed to stop task %s: %w", taskID, err)
+	}
+	if !h.running() {
+		return nil
+	}
+	if sig != syscall.SIGKILL {
+		if err := d.kill(h, sig); err != nil {
+			return err
+		}
+		select {
+		case <-h.exited:
+			return nil
+		case <-time.After(timeout):
+			d.logger.Info("task did not stop in time; killing it", "alloc_id", h.cfg.AllocID, "task", h.cfg.Name, "timeout", timeout)
+		}
+	}
+	if err := d.kill(h, syscall.SIGKILL); err != nil {
+		return err
+	}
+	select {
+	case <-h.exited:
+		return nil
+	case <-time.After(killWait):
+		return fmt.Errorf("failed to stop task %s: still running %s after SIGKILL", taskID, killWait)
+	}
+}
+
+// kill sends sig to the container; a container that is no longer running
+// is not an error.
+func (d *Driver) kill(h *taskHandle, sig syscall.Signal) error {
+	c, err := d.docker()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), controlTimeout)
+	defer cancel()
+	if err := c.ContainerKill(ctx, h.st.ContainerID, unix.SignalName(sig)); err != nil {
+		if cerrdefs.IsConflict(err) || cerrdefs.IsNotFound(err) || !d.containerRunning(ctx, h.st.ContainerID) {
+			return nil
+		}
+		return fmt.Errorf("failed to signal task %s: %w", h.cfg.ID, err)
+	}
+	return nil
+}
+
+// SignalTask implements driver.Driver.
+func (d *Driver) SignalTask(taskID string, signal string) error {
+	h, err := d.lookup(taskID)
+	if err != nil {
+		return err
+	}
+	sig, err := launch.ParseSignal(signal, 0)
+	if err != nil || sig == 0 {
+		return fmt.Errorf("failed to signal task %s: invalid signal %q", taskID, signal)
+	}
+	if !h.running() {
+		return fmt.Errorf("failed to signal task %s: task has exited", taskID)
+	}
+	return d.kill(h, sig)
+}
+
+// DestroyTask implements driver.Driver: it stops following the task and
+// removes its container (unless gc { container = false }). A running task
+// is an error unless force, which kills it.
+func (d *Driver) DestroyTask(taskID string, force bool) error {
+	h, err := d.lookup(taskID)
+	if err != nil {
+		return err
+	}
+	if h.running() && d.containerRunning(context.Background(), h.st.ContainerID) {
+		if !force {
+			return fmt.Errorf("failed to destroy task %s: task is still running", taskID)
+		}
+		if err := d.kill(h, syscall.SIGKILL); err != nil {
+			return err
+		}
+	}
+	h.cancel()
+	<-h.logsDone
+	if d.cfg.gcContainer() {
+		d.removeContainer(h.st.ContainerID)
+	}
+	d.forget(taskID)
+	_ = removeFile(h.st.CursorFile)
+	return nil
+}
+
+// removeContainer force-removes a container; a missing one is fine.
+func (d *Driver) removeContainer(id string) {
+	c, err := d.docker()
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), controlTimeout)
+	defer cancel()
+	if err := c.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !cerrdefs.IsNotFound(err) {
+		d.logger.Warn("failed to remove container", "container_id", shortID(id), "error", err)
+	}
+}
+
+// InspectTask implements driver.Driver.
+func (d *Driver) InspectTask(taskID string) (*driver.TaskStatus, error) {
+	h, err := d.lookup(taskID)
+	if err != nil {
+		return nil, err
+	}
+	return h.status(), nil
+}
+
+// TaskStats implements driver.Driver from one container stats sample.
+func (d *Driver) TaskStats(ctx context.Context, taskID string) (*driver.TaskResourceUsage, error) {
+	h, err := d.lookup(taskID)
+	if err != nil {
+		return nil, err
+	}
+	c, err := d.docker()
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.ContainerStatsOneShot(ctx, h.st.ContainerID)
+	if err != nil {
+		return nil, fmt.Errorf("failed to read stats of task %s: %w", taskID, err)
+	}
+	defer resp.Body.Close()
+	var s container.StatsResponse
+	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
+		return nil, fmt.Errorf("failed to decode stats of task %s: %w", taskID, err)
+	}
+	u := &driver.TaskResourceUsage{Timestamp: s.Read, CPUTotalNS: s.CPUStats.CPUUsage.TotalUsage, MemoryUsage: s.MemoryStats.Usage}
+	if u.Timestamp.IsZero() {
+		u.Timestamp = time.Now()
+	}
+	// cgroup v1 reports rss, v2 anon.
+	if rss, ok := s.MemoryStats.Stats["rss"]; ok {
+		u.MemoryRSS = rss
+	} else {
+		u.MemoryRSS = s.MemoryStats.Stats["anon"]
+	}
+	if pid := h.status().PID; pid > 0 {
+		u.PIDs = []int{pid}
+	}
+	return u, nil
+}
+
+// ExecTask implements driver.Driver with docker exec, as the task's user
+// with its environment, capturing the output.
+func (d *Driver) ExecTask(taskID string, cmd []string, timeout time.Duration) (*driver.ExecResult, error) {
+	h, err := d.lookup(taskID)
+	if err != nil {
+		return nil, err
+	}
+	if len(cmd) == 0 {
+		return nil, fmt.Errorf("failed to exec in task %s: empty command", taskID)
+	}
+	c, err := d.docker()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	created, err := c.ContainerExecCreate(ctx, h.st.ContainerID, container.ExecOptions{
+		Cmd: cmd, AttachStdout: true, AttachStderr: true, User: h.cfg.User, Env: containerEnv(h.cfg),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("failed to exec in task %s: %w", taskID, err)
+	}
+	att, err := c.ContainerExecAttach(ctx, created.ID, container.ExecAttachOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("failed to exec in task %s: %w", taskID, err)
+	}
+	defer att.Close()
+	var stdout, stderr bytes.Buffer
+	copied := make(chan error, 1)
+	go func() { _, err := stdcopy.StdCopy(&stdout, &stderr, att.Reader); copied <- err }()
+	select {
+	case err = <-copied:
+	case <-ctx.Done():
+		att.Close()
+		<-copied
+		return nil, fmt.Errorf("failed to exec in task %s: %w", taskID, ctx.Err())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("failed to exec in task %s: %w", taskID, err)
+	}
+	ins, err := c.ContainerExecInspect(ctx, created.ID)
+	if err != nil {
+		return nil, fmt.Errorf("failed to exec in task %s: %w", taskID, err)
+	}
+	return &driver.ExecResult{ExitCode: ins.ExitCode, Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}, nil
+}
+
+// Sweep removes the containers this driver labelled whose allocation live
+// no longer reports as present (allocations gone while the agent was down)
+// and returns how many it removed.
+func (d *Driver) Sweep(ctx context.Context, live func(allocID string) bool) (int, error) {
+	c, err := d.docker()
+	if err != nil {
+		return 0, err
+	}
+	list, err := c.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", LabelAllocID))})
+	if err != nil {
+		return 0, fmt.Errorf("failed to list containers: %w", err)
+	}
+	removed := 0
+	for _, ct := range list {
+		alloc := ct.Labels[LabelAllocID]
+		if alloc == "" || live(alloc) {
+			continue
+		}
+		d.logger.Info("removing container of a gone allocation", "alloc_id", alloc, "task", ct.Labels[LabelTask], "container_id", shortID(ct.ID))
+		d.removeContainer(ct.ID)
+		removed++
+	}
+	return removed, nil
+}

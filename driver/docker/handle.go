@@ -1,0 +1,144 @@
+package docker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/meshlet/meshlet/driver"
+)
+
+// handleVersion is the version of driverState (and of driver.TaskHandle).
+const handleVersion = 1
+
+// driverState is the recovery payload in driver.TaskHandle.DriverState.
+type driverState struct {
+	Version     int       `json:"version"`
+	ContainerID string    `json:"container_id"`
+	Image       string    `json:"image"`
+	StartedAt   time.Time `json:"started_at"`
+	// CursorFile keeps the timestamp of the last log line copied, so a
+	// recovered task resumes its logs there.
+	CursorFile string `json:"cursor_file"`
+}
+
+func decodeState(b []byte) (*driverState, error) {
+	var st driverState
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, fmt.Errorf("failed to decode driver state: %w", err)
+	}
+	if st.Version != handleVersion {
+		return nil, fmt.Errorf("driver state version %d: %w", st.Version, driver.ErrHandleVersion)
+	}
+	if st.ContainerID == "" {
+		return nil, errors.New("failed to decode driver state: missing container ID")
+	}
+	return &st, nil
+}
+
+// taskHandle is one task's container. cfg and st never change; mu guards
+// the rest.
+type taskHandle struct {
+	cfg    *driver.TaskConfig
+	st     *driverState
+	exited chan struct{} // closed once exit is set
+	once   sync.Once
+	// cancel stops the monitor and the log copier (DestroyTask).
+	cancel context.CancelFunc
+	// logsDone is closed when the log copier has finished.
+	logsDone chan struct{}
+
+	mu          sync.RWMutex
+	pid         int
+	completedAt time.Time
+	exit        *driver.ExitResult
+}
+
+func newHandle(cfg *driver.TaskConfig, st *driverState, cancel context.CancelFunc) *taskHandle {
+	return &taskHandle{cfg: cfg, st: st, exited: make(chan struct{}), logsDone: make(chan struct{}), cancel: cancel}
+}
+
+// setExited records the exit once and wakes the waiters.
+func (h *taskHandle) setExited(res *driver.ExitResult, at time.Time) {
+	h.once.Do(func() {
+		h.mu.Lock()
+		h.exit, h.completedAt = res, at
+		h.mu.Unlock()
+		close(h.exited)
+	})
+}
+
+func (h *taskHandle) running() bool {
+	select {
+	case <-h.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+func (h *taskHandle) result() *driver.ExitResult {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if h.exit == nil {
+		return nil
+	}
+	r := *h.exit
+	return &r
+}
+
+func (h *taskHandle) status() *driver.TaskStatus {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	s := &driver.TaskStatus{ID: h.cfg.ID, Name: h.cfg.Name, State: driver.TaskStateRunning,
+		StartedAt: h.st.StartedAt, PID: h.pid}
+	if h.exit != nil {
+		r := *h.exit
+		s.State, s.CompletedAt, s.ExitResult, s.PID = driver.TaskStateExited, h.completedAt, &r, 0
+	}
+	return s
+}
+
+// cursorFile names the file keeping a task's log cursor.
+func cursorFile(stateDir, taskID string) string {
+	return filepath.Join(stateDir, strings.NewReplacer("/", "_", "\\", "_").Replace(taskID)+".logcursor")
+}
+
+// readCursor returns the saved log cursor (zero if none).
+func readCursor(path string) time.Time {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return time.Time{}
+	}
+	t, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(string(b)))
+	if err != nil {
+		return time.Time{}
+	}
+	return t
+}
+
+// writeCursor saves the log cursor atomically.
+func writeCursor(path string, t time.Time) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(t.UTC().Format(time.RFC3339Nano)), 0o600); err != nil {
+		return fmt.Errorf("failed to write log cursor: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("failed to write log cursor: %w", err)
+	}
+	return nil
+}
+
+// removeFile removes path; a missing file is fine.
+func removeFile(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
