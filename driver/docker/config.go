@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -145,12 +146,12 @@ func (c *Config) checkAllowed(tc *taskConfig) ([]string, error) {
 	}
 	if !c.VolumesEnabled {
 		for _, v := range tc.Volumes {
-			if strings.HasPrefix(v, "/") {
+			if src, _, _ := strings.Cut(v, ":"); !inTaskDir(src) {
 				return nil, fmt.Errorf("volume %q: host paths outside the task directory are %w: set volumes { enabled = true }", v, ErrNotAllowed)
 			}
 		}
 		for _, mt := range tc.Mounts {
-			if mt.Type == "volume" || mt.Type == "bind" && strings.HasPrefix(mt.Source, "/") {
+			if mt.Type == "volume" || mt.Type == "bind" && !inTaskDir(mt.Source) {
 				return nil, fmt.Errorf("%s mount of %q is %w: set volumes { enabled = true }", mt.Type, mt.Source, ErrNotAllowed)
 			}
 		}
@@ -171,6 +172,15 @@ func (c *Config) checkAllowed(tc *taskConfig) ([]string, error) {
 		caps = append(caps, "CAP_"+strings.ToUpper(n))
 	}
 	return caps, nil
+}
+
+// inTaskDir: a relative path that stays inside the task directory.
+func inTaskDir(src string) bool {
+	if filepath.IsAbs(src) {
+		return false
+	}
+	c := filepath.Clean(src)
+	return c != ".." && !strings.HasPrefix(c, "../")
 }
 
 // DefaultCaps is Nomad's docker allow_caps default (Docker's own default

@@ -203,4 +203,4 @@ func (d *Driver) forget(taskID string) {
 // ErrNetNSUnsupported is returned for a task whose allocation has its own
 // network namespace (bridge or cni/* mode): joining it needs the pause
 // container the driver does not make yet.
-var ErrNetNSUnsupported = errors.New("docker tasks cannot yet join an allocation's network namespace (bridge or cni/* mode); use network mode host, or network_mode = \"none\"")
+var ErrNetNSUnsupported = errors.New("docker tasks cannot yet join an allocation's network namespace (bridge or cni/* mode: it needs a pause container); use network mode host, or network_mode = \"none\"")
