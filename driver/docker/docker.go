@@ -149,7 +149,7 @@ func (d *Driver) Fingerprint(ctx context.Context) (*driver.Fingerprint, error) {
 	defer cancel()
 	v, err := c.ServerVersion(ctx)
 	if err != nil {
-		fp.HealthDescription = fmt.Sprintf("Failed to connect to docker daemon at %s: %v", d.cfg.Endpoint, err)
+		fp.HealthDescription = fmt.Sprintf("Failed to connect to docker daemon: %v", err)
 		return fp, nil
 	}
 	fp.Detected, fp.Healthy, fp.HealthDescription = true, true, "Healthy"
