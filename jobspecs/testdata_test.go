@@ -14,7 +14,7 @@ var update = flag.Bool("update", false, "rewrite testdata/invalid/*.golden from 
 // TestValidJobspecs parses every example and valid test jobspec: no
 // errors, and exactly the expected warnings (by summary, in order).
 func TestValidJobspecs(t *testing.T) {
-	dockerWarning := `Driver "docker" is not built into meshlet`
+	dockerWarning := `docker tasks cannot join a bridge network yet`
 	want := map[string][]string{
 		"canary.hcl":                            nil,
 		"countdash.hcl":                         nil,
