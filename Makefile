@@ -20,7 +20,7 @@ all: build cni ## Build meshlet and the CNI plugins (default)
 help: ## List targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-deps: ## Install what the build and tests need (Go modules, iptables, iproute2)
+deps: ## Install what the build and tests need (Go modules, iptables, iproute2, docker.io, busybox-static)
 	@scripts/provision.sh deps
 
 build: ## Build bin/meshlet

@@ -3,8 +3,10 @@
 # place that sets a machine up: `make deps` (build and test dependencies)
 # and the Vagrantfile (cluster VMs with Envoy and a systemd unit).
 #
-#   scripts/provision.sh deps    Go modules, iptables, iproute2 (and the CI
-#                                checkers shellcheck and ruby when CI=true)
+#   scripts/provision.sh deps    Go modules, iptables, iproute2, docker.io and
+#                                busybox-static (the docker driver's tests),
+#                                and the CI checkers shellcheck and ruby when
+#                                CI=true
 #   scripts/provision.sh vm      a standalone VM: Go, iptables, CNI plugins in
 #                                /opt/cni/bin, meshlet in /usr/local/bin, Envoy,
 #                                and one agent with both roles (no cluster)
@@ -100,6 +102,10 @@ deps() {
 	have iptables || pkgs+=(iptables)
 	have ip || pkgs+=(iproute2)
 	have gcc || pkgs+=(gcc) # cgo, which the race detector needs
+	# The docker driver's tests run a private dockerd on a busybox image
+	# built from the host's static busybox (driver/docker/dockertest).
+	have dockerd || pkgs+=(docker.io)
+	pkgs+=(busybox-static) # apt_install skips it when installed
 	if [[ "${CI:-}" == true ]]; then
 		have shellcheck || pkgs+=(shellcheck)
 		have ruby || pkgs+=(ruby)
