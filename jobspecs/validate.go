@@ -197,7 +197,6 @@ func checkGroup(tg *structs.TaskGroup, p path, opts ValidateOptions, report repo
 		checkService(s, p.item("service", i, serviceName(s)), tg, labels, report)
 	}
 	checkConnectNetwork(tg, p, report)
-	checkDockerNetwork(tg, p, report)
 	checkUpstreamPorts(tg, p, report)
 	checkExpose(tg, p, labels, report)
 }

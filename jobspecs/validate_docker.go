@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 
 	"github.com/meshlet/meshlet/structs"
 )
@@ -93,27 +92,5 @@ func checkStringLists(t *structs.Task, cp path, keys []string, bad func(string, 
 		default:
 			bad("config %s must be a list of strings, not %s.", k, goType(v))
 		}
-	}
-}
-
-// checkDockerNetwork warns about docker tasks in a group with its own
-// network namespace: meshlet's docker driver cannot join it yet (it needs
-// a pause container), so such a task fails to start unless its
-// network_mode is "none".
-func checkDockerNetwork(tg *structs.TaskGroup, p path, report reporter) {
-	if len(tg.Networks) != 1 || tg.Networks[0] == nil {
-		return
-	}
-	mode := tg.Networks[0].Mode
-	if mode != structs.NetworkModeBridge && !strings.HasPrefix(mode, structs.NetworkModeCNIPrefix) {
-		return
-	}
-	for i, t := range tg.Tasks {
-		if t == nil || t.Driver != "docker" || t.Config["network_mode"] == "none" {
-			continue
-		}
-		report(SeverityWarning, p.item("task", i, t.Name).attr("driver"),
-			fmt.Sprintf("docker tasks cannot join a %s network yet", mode), fmt.Sprintf(
-				"Task %q: meshlet's docker driver runs containers with network mode \"host\" or \"none\"; in a group with network mode %q the task fails to start unless its config sets network_mode = \"none\".", t.Name, mode))
 	}
 }

@@ -53,9 +53,7 @@ func TestValidationRules(t *testing.T) {
 			`t.hcl:5:3: error: config hostname is not supported by meshlet's docker driver; Task "t": remove it; the driver refuses keys it does not implement.`,
 			`t.hcl:5:3: error: Unknown docker config key "imagee"; The docker driver takes args, auth, cap_add, cap_drop, command, entrypoint, force_pull, image, image_pull_timeout, labels, logging, mount, network_mode, ports, privileged, volumes and work_dir. Did you mean "image"?`,
 		}},
-		{"docker in a bridge group", bridge + "task \"t\" {\n  driver = \"docker\"\n  config { image = \"busybox\" }\n}\ntask \"u\" {\n  driver = \"docker\"\n  config {\n    image = \"busybox\"\n    network_mode = \"none\"\n  }\n}", []string{
-			`t.hcl:7:12: warning: docker tasks cannot join a bridge network yet; Task "t": meshlet's docker driver runs containers with network mode "host" or "none"; in a group with network mode "bridge" the task fails to start unless its config sets network_mode = "none".`,
-		}},
+		{"docker in a bridge group", bridge + "task \"t\" {\n  driver = \"docker\"\n  config { image = \"busybox\" }\n}", nil},
 		{"connect_proxy driver is built in", "task \"t\" {\n  driver = \"connect_proxy\"\n  config { proxy_id = \"x\" }\n}", nil},
 		{"exec capabilities and modes", "task \"t\" {\n  driver = \"exec\"\n  config {\n    command = \"x\"\n    cap_add = [\"net_raw\"]\n    cap_drop = [\"all\"]\n    pid_mode = \"host\"\n    ipc_mode = \"private\"\n  }\n}", nil},
 		{"exec bad capabilities and modes", "task \"t\" {\n  driver = \"exec\"\n  config {\n    command = \"x\"\n    cap_add = \"net_raw\"\n    cap_drop = [1]\n    pid_mode = \"shared\"\n  }\n}", []string{

@@ -45,7 +45,10 @@ func TestTaskConfigRefused(t *testing.T) {
 		{"bad mount type", docker.Config{}, func(m map[string]any, _ *driver.TaskConfig) {
 			m["mount"] = []any{map[string]any{"type": "npipe", "target": "/x"}}
 		}, docker.ErrBadConfig, "type must be"},
-		{"allocation namespace", docker.Config{}, func(_ map[string]any, tc *driver.TaskConfig) { tc.NetNSPath = "/var/run/netns/x" }, docker.ErrNetNSUnsupported, "pause"},
+		{"host network in an allocation namespace", docker.Config{}, func(m map[string]any, tc *driver.TaskConfig) {
+			tc.NetNSPath = "/var/run/netns/x"
+			m["network_mode"] = "host"
+		}, docker.ErrBadConfig, "would leave the allocation's network namespace"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

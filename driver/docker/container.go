@@ -62,7 +62,9 @@ func (d *Driver) ensureImage(ctx context.Context, c *client.Client, tc *taskConf
 }
 
 // containerSpec builds the container's config and host config.
-func (d *Driver) containerSpec(cfg *driver.TaskConfig, tc *taskConfig, caps []string) (*container.Config, *container.HostConfig, error) {
+// netMode is the container's network mode: "host", "none" or
+// "container:<pause>".
+func (d *Driver) containerSpec(cfg *driver.TaskConfig, tc *taskConfig, caps []string, netMode string) (*container.Config, *container.HostConfig, error) {
 	labels := map[string]string{}
 	maps.Copy(labels, tc.Labels)
 	maps.Copy(labels, map[string]string{LabelAllocID: cfg.AllocID, LabelTask: cfg.Name, LabelTaskID: cfg.ID, LabelJob: cfg.JobName})
@@ -81,15 +83,12 @@ func (d *Driver) containerSpec(cfg *driver.TaskConfig, tc *taskConfig, caps []st
 	}
 	hc := &container.HostConfig{
 		Binds:       taskBinds(cfg),
-		NetworkMode: container.NetworkMode(tc.NetworkMode),
+		NetworkMode: container.NetworkMode(netMode),
 		Privileged:  tc.Privileged,
 		CapDrop:     []string{"ALL"},
 		CapAdd:      caps,
 		LogConfig:   container.LogConfig{Type: "json-file", Config: tc.LogConfig},
 		Resources:   containerResources(cfg.Resources),
-	}
-	if hc.NetworkMode == "" {
-		hc.NetworkMode = NetworkModeHost
 	}
 	if tc.Privileged {
 		hc.CapDrop, hc.CapAdd = nil, nil

@@ -115,6 +115,9 @@ func (d *Driver) DestroyTask(taskID string, force bool) error {
 	}
 	d.forget(taskID)
 	_ = removeFile(h.st.CursorFile)
+	if h.cfg.NetNSPath != "" {
+		d.releasePause(h.cfg.AllocID)
+	}
 	return nil
 }
 

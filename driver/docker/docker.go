@@ -7,9 +7,11 @@
 // files (driver/logging), resuming from the last timestamp it wrote after
 // RecoverTask.
 //
-// Networking: network_mode "host" or "none"; a task whose allocation has
-// its own network namespace (bridge or cni/* mode) is refused for now: it
-// needs a pause container owning that namespace (see docs/jobspec.md).
+// Networking: in an allocation with its own network namespace (bridge or
+// cni/* mode) a task joins that namespace through the allocation's pause
+// container (pause.go), so docker, exec and raw_exec tasks share it;
+// network_mode "none" gives a task a namespace of its own instead. In host
+// mode a task runs with network_mode "host" (the default) or "none".
 //
 // Concurrency: a Driver is safe for concurrent use. The task store is a map
 // behind a RWMutex; each taskHandle guards its mutable fields with its own
@@ -78,6 +80,9 @@ type Driver struct {
 	clientOnce sync.Once
 	client     *client.Client
 	clientErr  error
+
+	// pauseLocks serializes pause container work per allocation.
+	pauseLocks allocLocks
 
 	mu    sync.RWMutex
 	tasks map[string]*taskHandle
@@ -201,6 +206,6 @@ func (d *Driver) forget(taskID string) {
 }
 
 // ErrNetNSUnsupported is returned for a task whose allocation has its own
-// network namespace (bridge or cni/* mode): joining it needs the pause
-// container the driver does not make yet.
-var ErrNetNSUnsupported = errors.New("docker tasks cannot yet join an allocation's network namespace (bridge or cni/* mode: it needs a pause container); use network mode host, or network_mode = \"none\"")
+// network namespace (bridge or cni/* mode) on a host where the driver
+// cannot make the pause container that joins it.
+var ErrNetNSUnsupported = errors.New("docker tasks cannot join an allocation's network namespace here")

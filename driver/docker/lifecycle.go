@@ -49,13 +49,27 @@ func (d *Driver) StartTask(cfg *driver.TaskConfig) (th *driver.TaskHandle, err e
 			}
 		}
 	}()
-	cleanup = append(cleanup, func() { d.forget(cfg.ID) })
+	joinAlloc := cfg.NetNSPath != "" && tc.NetworkMode == ""
+	cleanup = append(cleanup, func() {
+		d.forget(cfg.ID)
+		if joinAlloc {
+			d.releasePause(cfg.AllocID)
+		}
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
 	if err := d.ensureImage(ctx, c, tc); err != nil {
 		return nil, fmt.Errorf("failed to start task %s: %w", cfg.ID, err)
 	}
-	cc, hc, err := d.containerSpec(cfg, tc, caps)
+	netMode := cmpOr(tc.NetworkMode, NetworkModeHost)
+	if joinAlloc {
+		pauseID, err := d.ensurePause(ctx, c, cfg.AllocID, cfg.NetNSPath)
+		if err != nil {
+			return nil, fmt.Errorf("failed to start task %s: %w", cfg.ID, err)
+		}
+		netMode = "container:" + pauseID
+	}
+	cc, hc, err := d.containerSpec(cfg, tc, caps, netMode)
 	if err != nil {
 		return nil, fmt.Errorf("failed to start task %s: %w", cfg.ID, err)
 	}
@@ -95,8 +109,15 @@ func (d *Driver) prepare(cfg *driver.TaskConfig) (*taskConfig, []string, error) 
 	if err != nil {
 		return nil, nil, err
 	}
-	if cfg.NetNSPath != "" && tc.NetworkMode != NetworkModeNone {
-		return nil, nil, ErrNetNSUnsupported
+	if cfg.NetNSPath != "" {
+		switch tc.NetworkMode {
+		case NetworkModeHost:
+			return nil, nil, fmt.Errorf("%w: network_mode \"host\" would leave the allocation's network namespace", ErrBadConfig)
+		case "":
+			if err := pauseSupported(); err != nil {
+				return nil, nil, err
+			}
+		}
 	}
 	return tc, caps, nil
 }
@@ -230,6 +251,13 @@ func (d *Driver) WaitTask(ctx context.Context, taskID string) (<-chan *driver.Ex
 		}
 	}()
 	return ch, nil
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
 }
 
 func shortID(id string) string {
