@@ -11,6 +11,7 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
 	"golang.org/x/sys/unix"
 
@@ -225,22 +226,28 @@ func (d *Driver) ExecTask(taskID string, cmd []string, timeout time.Duration) (*
 	return &driver.ExecResult{ExitCode: ins.ExitCode, Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}, nil
 }
 
-// Sweep removes the containers this driver labelled whose allocation live
-// no longer reports as present (allocations gone while the agent was down)
-// and returns how many it removed.
-func (d *Driver) Sweep(ctx context.Context, live func(allocID string) bool) (int, error) {
+// Sweep implements driver.Sweeper: it removes the containers this driver
+// labelled (tasks and pause containers) whose allocation known reports
+// gone (allocations gone while the agent was down) and returns how many it
+// removed. An unreachable daemon is not an error: there is nothing to sweep.
+func (d *Driver) Sweep(ctx context.Context, known func(allocID string) bool) (int, error) {
 	c, err := d.docker()
 	if err != nil {
 		return 0, err
 	}
+	ctx, cancel := context.WithTimeout(ctx, controlTimeout)
+	defer cancel()
 	list, err := c.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", LabelAllocID))})
+	if client.IsErrConnectionFailed(err) {
+		return 0, nil
+	}
 	if err != nil {
 		return 0, fmt.Errorf("failed to list containers: %w", err)
 	}
 	removed := 0
 	for _, ct := range list {
 		alloc := ct.Labels[LabelAllocID]
-		if alloc == "" || live(alloc) {
+		if alloc == "" || known(alloc) {
 			continue
 		}
 		d.logger.Info("removing container of a gone allocation", "alloc_id", alloc, "task", ct.Labels[LabelTask], "container_id", shortID(ct.ID))

@@ -88,7 +88,10 @@ type Driver struct {
 	tasks map[string]*taskHandle
 }
 
-var _ driver.Driver = (*Driver)(nil)
+var (
+	_ driver.Driver  = (*Driver)(nil)
+	_ driver.Sweeper = (*Driver)(nil)
+)
 
 // New returns a docker driver. It does not contact the daemon until used.
 // It logs with logger as given, so name it for the driver (the agent's is

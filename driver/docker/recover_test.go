@@ -10,6 +10,7 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/meshlet/meshlet/driver"
 	"github.com/meshlet/meshlet/driver/docker"
@@ -111,6 +112,12 @@ func TestSweep(t *testing.T) {
 	}
 	if _, err := d.Sweep(ctx, func(string) bool { return false }); err != nil {
 		t.Fatal(err)
+	}
+	// Without a daemon there is nothing to sweep.
+	gone := docker.New(docker.Config{Endpoint: "unix://" + t.TempDir() + "/no.sock"}, hclog.NewNullLogger())
+	defer gone.Close()
+	if n, err := gone.Sweep(ctx, func(string) bool { return false }); n != 0 || err != nil {
+		t.Errorf("Sweep without a daemon = %d, %v", n, err)
 	}
 }
 
