@@ -39,7 +39,7 @@ const Image = "meshlet-test/busybox:latest"
 const busyboxPath = "/bin/busybox"
 
 // applets are linked into the image's /bin.
-var applets = []string{"sh", "echo", "sleep", "cat", "head", "true", "false", "id", "ls", "env", "pwd", "dd", "kill", "yes", "tail", "tr", "wget", "grep", "cut"}
+var applets = []string{"sh", "echo", "sleep", "cat", "head", "true", "false", "id", "ls", "env", "pwd", "dd", "kill", "yes", "tail", "tr", "wget", "grep", "cut", "httpd"}
 
 // Daemon is a running private dockerd. A nil Daemon is one that could not
 // start; Require skips.
