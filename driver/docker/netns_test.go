@@ -27,8 +27,11 @@ var nsSeq atomic.Int64
 func newNetNS(t *testing.T, link string) (name, path string) {
 	t.Helper()
 	name = fmt.Sprintf("meshlet-dock-%d-%d", os.Getpid(), nsSeq.Add(1))
+	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "delete", name).Run() })
 	for _, args := range [][]string{
-		{"netns", "add", name},
 		{"-n", name, "link", "set", "lo", "up"},
 		{"-n", name, "link", "add", link, "type", "veth", "peer", "name", link + "p"},
 	} {
@@ -36,7 +39,6 @@ func newNetNS(t *testing.T, link string) (name, path string) {
 			t.Fatalf("ip %v: %v: %s", args, err, out)
 		}
 	}
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "delete", name).Run() })
 	return name, "/var/run/netns/" + name
 }
 
