@@ -58,6 +58,13 @@ type taskConfig struct {
 	PullTimeout time.Duration
 	LogType     string
 	LogConfig   map[string]string
+	// Auth is the registry login for pulls (nil: anonymous).
+	Auth *authConfig
+}
+
+// authConfig is the auth block.
+type authConfig struct {
+	Username, Password, Email, ServerAddress string
 }
 
 // mountConfig is one mount block: type "bind" (a host path, only with
@@ -109,7 +116,12 @@ func parseTaskConfig(m map[string]any) (*taskConfig, error) {
 		}
 		tc.PullTimeout = d
 	}
-	r.block("auth", []string{"username", "password", "email", "server_address"}) // no registry: unused
+	if a := r.block("auth", []string{"username", "password", "email", "server_address"}); a != nil {
+		sub := reader{m: a}
+		tc.Auth = &authConfig{Username: sub.str("username"), Password: sub.str("password"),
+			Email: sub.str("email"), ServerAddress: sub.str("server_address")}
+		r.errs = append(r.errs, sub.errs...)
+	}
 	if lg := r.block("logging", []string{"type", "driver", "config"}); lg != nil {
 		sub := reader{m: lg}
 		tc.LogType = sub.str("type")

@@ -15,9 +15,11 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/api/types/registry"
 	"github.com/docker/docker/client"
 
 	"github.com/meshlet/meshlet/driver"
+	"github.com/meshlet/meshlet/driver/internal/launch"
 )
 
 // Paths of the task's directories inside its container (as Nomad's).
@@ -45,7 +47,15 @@ func (d *Driver) ensureImage(ctx context.Context, c *client.Client, tc *taskConf
 	}
 	ctx, cancel := context.WithTimeout(ctx, tc.PullTimeout)
 	defer cancel()
-	rc, err := c.ImagePull(ctx, tc.Image, image.PullOptions{})
+	var opts image.PullOptions
+	if a := tc.Auth; a != nil {
+		enc, err := registry.EncodeAuthConfig(registry.AuthConfig{Username: a.Username, Password: a.Password, ServerAddress: a.ServerAddress})
+		if err != nil {
+			return fmt.Errorf("%w %s: %w", ErrImagePull, tc.Image, err)
+		}
+		opts.RegistryAuth = enc
+	}
+	rc, err := c.ImagePull(ctx, tc.Image, opts)
 	if err != nil {
 		return fmt.Errorf("%w %s: %w", ErrImagePull, tc.Image, err)
 	}
@@ -121,7 +131,9 @@ func taskBinds(cfg *driver.TaskConfig) []string {
 }
 
 // containerEnv is the task's env, sorted, with NOMAD_ALLOC_DIR,
-// NOMAD_TASK_DIR and NOMAD_SECRETS_DIR moved to the container's paths.
+// NOMAD_TASK_DIR and NOMAD_SECRETS_DIR moved to the container's paths. The
+// host's default PATH, which the client gives every task that sets none,
+// is left out so the image's PATH applies; a PATH the job sets is kept.
 func containerEnv(cfg *driver.TaskConfig) []string {
 	moved := map[string][2]string{
 		"NOMAD_TASK_DIR":    {filepath.Join(cfg.TaskDir, "local"), containerLocalDir},
@@ -131,6 +143,9 @@ func containerEnv(cfg *driver.TaskConfig) []string {
 	env := make([]string, 0, len(cfg.Env))
 	for _, k := range slices.Sorted(maps.Keys(cfg.Env)) {
 		v := cfg.Env[k]
+		if k == "PATH" && v == launch.DefaultPath {
+			continue
+		}
 		if m, ok := moved[k]; ok && m[0] != "" && filepath.Clean(v) == filepath.Clean(m[0]) {
 			v = m[1]
 		}

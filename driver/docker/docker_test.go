@@ -99,7 +99,7 @@ func TestExitCodeAndLogs(t *testing.T) {
 
 func TestTaskDirsEnvAndUser(t *testing.T) {
 	d := newDriver(t, docker.Config{})
-	cfg := taskConfig(t, "dirs", "sh", "-c", `id -u; echo $NOMAD_TASK_DIR $NOMAD_SECRETS_DIR $NOMAD_ALLOC_DIR; cat /local/in /secrets/s; echo shared > /alloc/out; ls /sys/class/net`)
+	cfg := taskConfig(t, "dirs", "sh", "-c", `id -u; echo $NOMAD_TASK_DIR $NOMAD_SECRETS_DIR $NOMAD_ALLOC_DIR; cat /local/in /secrets/s; echo shared > /alloc/out; ls /sys/class/net; echo $PATH`)
 	cfg.User = "nobody"
 	cfg.Env["NOMAD_TASK_DIR"] = filepath.Join(cfg.TaskDir, "local")
 	cfg.Env["NOMAD_SECRETS_DIR"] = filepath.Join(cfg.TaskDir, "secrets")
@@ -116,9 +116,17 @@ func TestTaskDirsEnvAndUser(t *testing.T) {
 	if res := drivertest.Wait(t, d, cfg.ID); !res.Successful() {
 		t.Fatalf("exit = %+v, stderr %q", res, drivertest.Log(t, cfg, "stderr"))
 	}
-	want := "65534\n/local /secrets /alloc\nin\ns\nlo\n"
+	want := "65534\n/local /secrets /alloc\nin\ns\nlo\n" + dockertest.ImagePath + "\n"
 	if got := drivertest.Log(t, cfg, "stdout"); got != want {
-		t.Errorf("stdout = %q, want %q (user nobody, moved dirs, network none)", got, want)
+		t.Errorf("stdout = %q, want %q (user nobody, moved dirs, network none, the image's PATH)", got, want)
+	}
+	// A PATH the job sets wins over the image's.
+	own := taskConfig(t, "path", "sh", "-c", "echo $PATH")
+	own.Env["PATH"] = "/bin:/job/bin"
+	drivertest.Start(t, d, own)
+	drivertest.Wait(t, d, own.ID)
+	if got := drivertest.Log(t, own, "stdout"); got != "/bin:/job/bin\n" {
+		t.Errorf("PATH set by the job = %q", got)
 	}
 	if b, err := os.ReadFile(filepath.Join(cfg.AllocDir, "out")); err != nil || string(b) != "shared\n" {
 		t.Errorf("alloc/out = %q, %v", b, err)

@@ -2,8 +2,13 @@ package docker_test
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
+	"net/http"
+	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -126,5 +131,38 @@ func TestTmpfsMountAndEntrypoint(t *testing.T) {
 	got := drivertest.Log(t, cfg, "stdout")
 	if !strings.Contains(got, "tmpfs /scratch tmpfs") || !strings.Contains(got, "size=1024k") || !strings.HasSuffix(got, "/tmp\n") {
 		t.Errorf("stdout = %q, want a 1 MiB tmpfs at /scratch and cwd /tmp", got)
+	}
+}
+
+// The auth block reaches the registry: a fake one on loopback asks for
+// basic auth and records what it gets; the pull then fails (no image) with
+// ErrImagePull.
+func TestImagePullAuth(t *testing.T) {
+	d := newDriver(t, docker.Config{})
+	var mu sync.Mutex
+	var seen []string
+	reg := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Header.Get("Authorization"))
+		mu.Unlock()
+		if r.Header.Get("Authorization") == "" {
+			w.Header().Set("WWW-Authenticate", `Basic realm="test"`)
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		http.NotFound(w, r)
+	}))
+	defer reg.Close()
+	cfg := taskConfig(t, "auth", "true")
+	cfg.Config["image"] = strings.TrimPrefix(reg.URL, "http://") + "/meshlet/private:1"
+	cfg.Config["auth"] = []any{map[string]any{"username": "u", "password": "p"}}
+	if _, err := d.StartTask(cfg); !errors.Is(err, docker.ErrImagePull) {
+		t.Errorf("StartTask = %v, want ErrImagePull", err)
+	}
+	want := "Basic " + base64.StdEncoding.EncodeToString([]byte("u:p"))
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Contains(seen, want) {
+		t.Errorf("registry saw Authorization %q, want %q among them", seen, want)
 	}
 }

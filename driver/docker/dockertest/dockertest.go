@@ -35,6 +35,9 @@ import (
 // static /bin/busybox.
 const Image = "meshlet-test/busybox:latest"
 
+// ImagePath is the PATH Image sets.
+const ImagePath = "/opt/test/bin:/usr/bin:/bin"
+
 // busyboxPath is the static busybox the image is built from.
 const busyboxPath = "/bin/busybox"
 
@@ -159,13 +162,14 @@ func (d *Daemon) ready() error {
 }
 
 // ImportBusybox imports a rootfs with the host's static busybox, its
-// applets, /tmp and an /etc/passwd naming root and nobody, as ref.
+// applets, /tmp and an /etc/passwd naming root and nobody, as ref, with
+// PATH ImagePath.
 func ImportBusybox(ctx context.Context, c *client.Client, ref string) error {
 	rootfs, err := busyboxTar()
 	if err != nil {
 		return err
 	}
-	rc, err := c.ImageImport(ctx, image.ImportSource{Source: rootfs, SourceName: "-"}, ref, image.ImportOptions{})
+	rc, err := c.ImageImport(ctx, image.ImportSource{Source: rootfs, SourceName: "-"}, ref, image.ImportOptions{Changes: []string{"ENV PATH=" + ImagePath}})
 	if err != nil {
 		return fmt.Errorf("failed to import %s: %w", ref, err)
 	}
