@@ -1,7 +1,6 @@
 package docker
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
-	"github.com/docker/docker/pkg/stdcopy"
 	"golang.org/x/sys/unix"
 
 	"github.com/meshlet/meshlet/driver"
@@ -177,53 +175,6 @@ func (d *Driver) TaskStats(ctx context.Context, taskID string) (*driver.TaskReso
 		u.PIDs = []int{pid}
 	}
 	return u, nil
-}
-
-// ExecTask implements driver.Driver with docker exec, as the task's user
-// with its environment, capturing the output.
-func (d *Driver) ExecTask(taskID string, cmd []string, timeout time.Duration) (*driver.ExecResult, error) {
-	h, err := d.lookup(taskID)
-	if err != nil {
-		return nil, err
-	}
-	if len(cmd) == 0 {
-		return nil, fmt.Errorf("failed to exec in task %s: empty command", taskID)
-	}
-	c, err := d.docker()
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	created, err := c.ContainerExecCreate(ctx, h.st.ContainerID, container.ExecOptions{
-		Cmd: cmd, AttachStdout: true, AttachStderr: true, User: h.cfg.User, Env: containerEnv(h.cfg),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("failed to exec in task %s: %w", taskID, err)
-	}
-	att, err := c.ContainerExecAttach(ctx, created.ID, container.ExecAttachOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("failed to exec in task %s: %w", taskID, err)
-	}
-	defer att.Close()
-	var stdout, stderr bytes.Buffer
-	copied := make(chan error, 1)
-	go func() { _, err := stdcopy.StdCopy(&stdout, &stderr, att.Reader); copied <- err }()
-	select {
-	case err = <-copied:
-	case <-ctx.Done():
-		att.Close()
-		<-copied
-		return nil, fmt.Errorf("failed to exec in task %s: %w", taskID, ctx.Err())
-	}
-	if err != nil {
-		return nil, fmt.Errorf("failed to exec in task %s: %w", taskID, err)
-	}
-	ins, err := c.ContainerExecInspect(ctx, created.ID)
-	if err != nil {
-		return nil, fmt.Errorf("failed to exec in task %s: %w", taskID, err)
-	}
-	return &driver.ExecResult{ExitCode: ins.ExitCode, Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}, nil
 }
 
 // Sweep implements driver.Sweeper: it removes the containers this driver

@@ -15,6 +15,7 @@ import (
 	"github.com/meshlet/meshlet/driver/docker"
 	"github.com/meshlet/meshlet/driver/docker/dockertest"
 	"github.com/meshlet/meshlet/driver/internal/drivertest"
+	"github.com/meshlet/meshlet/internal/testutil"
 )
 
 var daemon *dockertest.Daemon
@@ -188,4 +189,37 @@ func TestSignalAndExec(t *testing.T) {
 	if _, err := d.ExecTask("nope", []string{"true"}, time.Second); !errors.Is(err, driver.ErrTaskNotFound) {
 		t.Errorf("exec in unknown task: %v", err)
 	}
+}
+
+// alloc exec: stdin reaches the command, output streams, cancelling the
+// context ends a command that would run on.
+func TestExecStreaming(t *testing.T) {
+	d := newDriver(t, docker.Config{})
+	cfg := taskConfig(t, "stream", "sleep", "300")
+	drivertest.Start(t, d, cfg)
+	var out, errOut strings.Builder
+	code, err := d.ExecTaskStreaming(context.Background(), cfg.ID, &driver.ExecOptions{
+		Command: []string{"sh", "-c", "read x; echo got-$x; echo e >&2; exit 3"},
+		Stdin:   strings.NewReader("ping\n"), Stdout: &out, Stderr: &errOut,
+	})
+	if err != nil || code != 3 || out.String() != "got-ping\n" || errOut.String() != "e\n" {
+		t.Errorf("exec = %d, %v, stdout %q stderr %q", code, err, out.String(), errOut.String())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if _, err := d.ExecTaskStreaming(ctx, cfg.ID, &driver.ExecOptions{
+		Command: []string{"sh", "-c", "echo $$ > /tmp/execpid; exec sleep 60"},
+	}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("cancelled exec: %v", err)
+	}
+	if time.Since(start) > 10*time.Second {
+		t.Errorf("cancelled exec returned after %s", time.Since(start))
+	}
+	// The cancelled command is gone (or a zombie awaiting its reaper).
+	gone := `p=$(cat /tmp/execpid); test ! -e /proc/$p || grep -q ') Z ' /proc/$p/stat`
+	testutil.WaitFor(t, drivertest.Timeout, "cancelled exec killed", func() bool {
+		res, err := d.ExecTask(cfg.ID, []string{"sh", "-c", gone}, 10*time.Second)
+		return err == nil && res.ExitCode == 0
+	})
 }
