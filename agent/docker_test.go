@@ -6,8 +6,11 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
@@ -122,4 +125,106 @@ job "dockbridge" {
 		}
 		return err == nil && len(list) == 0
 	})
+}
+
+// TestDockerTaskSurvivesAgentRestart: the container runs on while the
+// agent is down; the next agent recovers it (same container, no restart),
+// its logs continue with every line exactly once, exec works, and stopping
+// the job removes the container.
+func TestDockerTaskSurvivesAgentRestart(t *testing.T) {
+	testutil.RequireRoot(t)
+	d, err := dockertest.Start()
+	if err != nil {
+		t.Skip("no private dockerd: " + err.Error())
+	}
+	t.Cleanup(d.Stop)
+	dir := t.TempDir()
+	tune := func(c *Config) {
+		c.Plugins = map[string]PluginConfig{docker.Name: {Docker: &DockerPluginConfig{Endpoint: d.Host}}}
+	}
+	a := startAgentWith(t, dir, tune)
+	cleanupJob(t, &a, "dockrestart")
+	src := fmt.Sprintf(`
+job "dockrestart" {
+  group "g" {
+    task "t" {
+      driver = "docker"
+      config {
+        image        = %q
+        network_mode = "none"
+        command      = "sh"
+        args         = ["-c", "i=0; while true; do echo tick$i; i=$((i+1)); sleep 0.1; done"]
+      }
+    }
+  }
+}`, dockertest.Image)
+	ctx := context.Background()
+	if _, err := a.Backend().RegisterJob(ctx, parseJob(t, src)); err != nil {
+		t.Fatal(err)
+	}
+	alloc := waitAllocStatus(t, a.Backend(), "dockrestart", structs.AllocClientStatusRunning)
+	testutil.WaitFor(t, hang, "first ticks", func() bool {
+		return strings.Contains(readLogs(t, a.Backend(), alloc.ID, "stdout"), "tick3\n")
+	})
+	c := d.Client(t)
+	byAlloc := container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", docker.LabelAllocID+"="+alloc.ID))}
+	before, err := c.ContainerList(ctx, byAlloc)
+	if err != nil || len(before) != 1 {
+		t.Fatalf("containers = %v, %v", before, err)
+	}
+	if err := a.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	seen := readLinesOnDisk(t, dir, alloc.ID)
+	time.Sleep(time.Second) // ticks nobody follows
+
+	a = startAgentWith(t, dir, tune)
+	b := a.Backend()
+	testutil.WaitFor(t, hang, "ticks after the restart", func() bool {
+		got := onlyAlloc(t, b, "dockrestart")
+		return got.ClientStatus == structs.AllocClientStatusRunning &&
+			strings.Count(readLogs(t, b, alloc.ID, "stdout"), "\n") > seen+15
+	})
+	if got := onlyAlloc(t, b, "dockrestart"); got.TaskStates["t"].Restarts != 0 {
+		t.Errorf("task restarted across the agent restart: %+v", got.TaskStates["t"])
+	}
+	after, err := c.ContainerList(ctx, byAlloc)
+	if err != nil || len(after) != 1 || after[0].ID != before[0].ID || after[0].State != "running" {
+		t.Errorf("containers after restart = %+v, %v; want the same one running", after, err)
+	}
+	lines := strings.Split(strings.TrimSuffix(readLogs(t, b, alloc.ID, "stdout"), "\n"), "\n")
+	for i, l := range lines {
+		if l != fmt.Sprintf("tick%d", i) {
+			t.Fatalf("log line %d = %q, want tick%d (lost or repeated across the restart)", i, l, i)
+		}
+	}
+	var out strings.Builder
+	if code, err := b.ExecTask(ctx, api.ExecRequest{AllocID: alloc.ID, Cmd: []string{"echo", "in-container"}, Stdout: &out}); err != nil || code != 0 || out.String() != "in-container\n" {
+		t.Errorf("exec after recovery: %d, %v, %q", code, err, out.String())
+	}
+	stopJob(t, b, "dockrestart", false)
+	waitAllocStatus(t, b, "dockrestart", structs.AllocClientStatusComplete)
+	testutil.WaitFor(t, hang, "container removed", func() bool {
+		list, err := c.ContainerList(ctx, byAlloc)
+		return err == nil && len(list) == 0
+	})
+}
+
+// readLinesOnDisk counts the lines of task t's stdout files while no agent
+// runs.
+func readLinesOnDisk(t *testing.T, dataDir, allocID string) int {
+	t.Helper()
+	matches, _ := filepath.Glob(filepath.Join(dataDir, "alloc", allocID, "alloc", "logs", "t.stdout.*"))
+	n := 0
+	for _, m := range matches {
+		b, err := os.ReadFile(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += strings.Count(string(b), "\n")
+	}
+	if n == 0 {
+		t.Fatalf("no log lines on disk (%v)", matches)
+	}
+	return n
 }
