@@ -109,8 +109,8 @@ type Sweeper interface {
 }
 
 // ExecOptions describes a streamed exec session. Stdin may be nil (no
-// input); Stdout and Stderr may be nil (output discarded). TTY is not
-// supported by the built-in drivers.
+// input); Stdout and Stderr may be nil (output discarded). Of the
+// built-in drivers only docker honours TTY.
 type ExecOptions struct {
 	Command        []string
 	Stdin          io.Reader

@@ -73,10 +73,8 @@ func (d *Driver) StartTask(cfg *driver.TaskConfig) (th *driver.TaskHandle, err e
 	if err != nil {
 		return nil, fmt.Errorf("failed to start task %s: %w", cfg.ID, err)
 	}
-	for _, dir := range []string{d.cfg.StateDir} {
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return nil, fmt.Errorf("failed to create driver state dir: %w", err)
-		}
+	if err := os.MkdirAll(d.cfg.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("failed to create driver state dir: %w", err)
 	}
 	created, err := c.ContainerCreate(ctx, cc, hc, nil, nil, containerName(cfg))
 	if err != nil {

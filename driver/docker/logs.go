@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/meshlet/meshlet/driver"
 	"github.com/meshlet/meshlet/driver/logging"
@@ -101,7 +102,7 @@ func (lc *logCopier) open() error {
 	return nil
 }
 
-func (lc *logCopier) close(logger interface{ Warn(string, ...any) }) {
+func (lc *logCopier) close(logger hclog.Logger) {
 	if err := lc.saveCursor(true); err != nil {
 		logger.Warn("failed to save log cursor", "error", err)
 	}
