@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -136,5 +137,34 @@ func TestPauseFollowsRecreatedNamespace(t *testing.T) {
 	drivertest.Wait(t, d, second.ID)
 	if got := drivertest.Log(t, second, "stdout"); strings.TrimSpace(got) != "mlt1:" {
 		t.Errorf("task in the recreated namespace sees %q, want mlt1", got)
+	}
+}
+
+// Tasks of one allocation starting at once share one pause container.
+func TestPauseConcurrentStarts(t *testing.T) {
+	d := newDriver(t, docker.Config{})
+	_, path := newNetNS(t, "mlt0")
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for i := range 4 {
+		cfg := taskConfig(t, fmt.Sprintf("t%d", i), "sleep", "300")
+		delete(cfg.Config, "network_mode")
+		cfg.AllocID, cfg.NetNSPath = "alloc-concurrent", path
+		t.Cleanup(func() { _ = d.DestroyTask(cfg.ID, true) })
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := d.StartTask(cfg); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if n := len(pauseContainers(t, "alloc-concurrent")); n != 1 {
+		t.Errorf("%d pause containers, want 1", n)
 	}
 }
