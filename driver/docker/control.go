@@ -3,6 +3,7 @@ package docker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"syscall"
 	"time"
@@ -19,6 +20,10 @@ import (
 
 // controlTimeout bounds one daemon call of a control operation.
 const controlTimeout = 30 * time.Second
+
+// ErrDestroyed is the exit error of a task destroyed before its exit was
+// read.
+var ErrDestroyed = errors.New("task destroyed before its exit was recorded")
 
 // StopTask implements driver.Driver: signal (default SIGTERM) to the
 // container, then SIGKILL after timeout. A container already stopped is
@@ -93,22 +98,30 @@ func (d *Driver) SignalTask(taskID string, signal string) error {
 
 // DestroyTask implements driver.Driver: it stops following the task and
 // removes its container (unless gc { container = false }). A running task
-// is an error unless force, which kills it.
+// is an error unless force, which kills it. Waiters get the container's
+// exit, or ErrDestroyed if it could not be read in time.
 func (d *Driver) DestroyTask(taskID string, force bool) error {
 	h, err := d.lookup(taskID)
 	if err != nil {
 		return err
 	}
-	if h.running() && d.containerRunning(context.Background(), h.st.ContainerID) {
-		if !force {
-			return fmt.Errorf("failed to destroy task %s: task is still running", taskID)
+	if h.running() {
+		if d.containerRunning(context.Background(), h.st.ContainerID) {
+			if !force {
+				return fmt.Errorf("failed to destroy task %s: task is still running", taskID)
+			}
+			if err := d.kill(h, syscall.SIGKILL); err != nil {
+				return err
+			}
 		}
-		if err := d.kill(h, syscall.SIGKILL); err != nil {
-			return err
+		select { // let the monitor record the exit
+		case <-h.exited:
+		case <-time.After(drainTimeout):
 		}
 	}
 	h.cancel()
 	<-h.logsDone
+	h.setExited(&driver.ExitResult{ExitCode: -1, Err: ErrDestroyed}, time.Now())
 	if d.cfg.gcContainer() {
 		d.removeContainer(h.st.ContainerID)
 	}

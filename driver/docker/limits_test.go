@@ -18,6 +18,9 @@ import (
 	"github.com/meshlet/meshlet/internal/testutil"
 )
 
+// drainTimeout bounds waits in these tests.
+const drainTimeout = 10 * time.Second
+
 func TestOOMKilled(t *testing.T) {
 	d := newDriver(t, docker.Config{})
 	// tail buffers a line without end: /dev/zero grows it until the limit.
@@ -67,8 +70,20 @@ func TestResourcesAndStats(t *testing.T) {
 	if err := d.DestroyTask(cfg.ID, false); err == nil {
 		t.Error("destroying a running task without force succeeded")
 	}
+	waitCh, err := d.WaitTask(context.Background(), cfg.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := d.DestroyTask(cfg.ID, true); err != nil {
 		t.Fatal(err)
+	}
+	select {
+	case res := <-waitCh:
+		if res == nil || res.ExitCode != 137 {
+			t.Errorf("waiter got %+v, want the kill's exit 137", res)
+		}
+	case <-time.After(drainTimeout):
+		t.Error("a waiter got nothing after DestroyTask")
 	}
 	if _, err := c.ContainerInspect(context.Background(), id); err == nil {
 		t.Error("container still exists after DestroyTask")
