@@ -134,7 +134,8 @@ func (d *Driver) track(cfg *driver.TaskConfig, st *driverState) *taskHandle {
 // RecoverTask implements driver.Driver: it re-attaches to the container
 // named in the handle, resuming its logs after the last line copied. A
 // container that is gone is an error (the task is lost); one that exited
-// while the agent was down reports that exit.
+// while the agent was down reports that exit. With the daemon unreachable
+// the task is kept and followed once the daemon answers again.
 func (d *Driver) RecoverTask(th *driver.TaskHandle) error {
 	if th == nil || th.Config == nil {
 		return errors.New("failed to recover task: empty handle")
@@ -155,7 +156,12 @@ func (d *Driver) RecoverTask(th *driver.TaskHandle) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), fingerprintTimeout)
 	defer cancel()
-	if _, err := c.ContainerInspect(ctx, st.ContainerID); err != nil {
+	if _, err := c.ContainerInspect(ctx, st.ContainerID); client.IsErrConnectionFailed(err) {
+		// The daemon is down (restarting?), not the container: follow it
+		// once the daemon is back rather than start a second one.
+		d.logger.Warn("docker daemon unreachable; re-attaching to the container once it answers",
+			"alloc_id", th.Config.AllocID, "task", th.Config.Name, "error", err)
+	} else if err != nil {
 		return fmt.Errorf("failed to recover task %s: container %s: %w", th.Config.ID, shortID(st.ContainerID), err)
 	}
 	if err := d.reserve(th.Config.ID); err != nil {

@@ -125,3 +125,18 @@ func TestSweep(t *testing.T) {
 func containerByTask(taskID string) container.ListOptions {
 	return container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", docker.LabelTaskID+"="+taskID))}
 }
+
+// With the daemon unreachable (restarting, say), RecoverTask keeps the
+// task rather than failing it, which would start a second container.
+func TestRecoverWithDaemonDown(t *testing.T) {
+	d := docker.New(docker.Config{Endpoint: "unix://" + t.TempDir() + "/down.sock", StateDir: t.TempDir()}, hclog.NewNullLogger())
+	defer d.Close()
+	cfg := &driver.TaskConfig{ID: "a/t/1", AllocID: "a", Name: "t", StdoutPath: t.TempDir() + "/t.stdout", StderrPath: t.TempDir() + "/t.stderr"}
+	state, _ := json.Marshal(map[string]any{"version": 1, "container_id": "0123456789abcdef"})
+	if err := d.RecoverTask(&driver.TaskHandle{Version: 1, Config: cfg, DriverState: state}); err != nil {
+		t.Fatalf("RecoverTask with the daemon down: %v", err)
+	}
+	if st, err := d.InspectTask(cfg.ID); err != nil || st.State != driver.TaskStateRunning {
+		t.Errorf("InspectTask = %+v, %v; want the task kept as running", st, err)
+	}
+}
