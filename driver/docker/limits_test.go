@@ -6,6 +6,8 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -179,5 +181,34 @@ func TestImagePullAuth(t *testing.T) {
 	defer mu.Unlock()
 	if !slices.Contains(seen, want) {
 		t.Errorf("registry saw Authorization %q, want %q among them", seen, want)
+	}
+}
+
+// A relative volume lies in the task directory (always allowed); a host
+// path needs volumes { enabled = true }.
+func TestVolumes(t *testing.T) {
+	host := t.TempDir()
+	if err := os.WriteFile(filepath.Join(host, "f"), []byte("from-host\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := newDriver(t, docker.Config{VolumesEnabled: true})
+	cfg := taskConfig(t, "vols", "sh", "-c", "cat /host/f; echo x > /host/g 2>/dev/null || echo read-only; echo in-task > /data/out")
+	cfg.Config["volumes"] = []any{host + ":/host:ro", "data:/data"}
+	drivertest.Start(t, d, cfg)
+	if res := drivertest.Wait(t, d, cfg.ID); !res.Successful() {
+		t.Fatalf("exit = %+v, stderr %q", res, drivertest.Log(t, cfg, "stderr"))
+	}
+	if got := drivertest.Log(t, cfg, "stdout"); got != "from-host\nread-only\n" {
+		t.Errorf("stdout = %q", got)
+	}
+	if b, err := os.ReadFile(filepath.Join(cfg.TaskDir, "data", "out")); err != nil || string(b) != "in-task\n" {
+		t.Errorf("task dir data/out = %q, %v", b, err)
+	}
+	off := newDriver(t, docker.Config{})
+	cfg = taskConfig(t, "novols", "true")
+	cfg.Config["volumes"] = []any{"data:/data"}
+	drivertest.Start(t, off, cfg)
+	if res := drivertest.Wait(t, off, cfg.ID); !res.Successful() {
+		t.Errorf("relative volume without volumes enabled: %+v", res)
 	}
 }
