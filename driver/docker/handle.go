@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/meshlet/meshlet/driver"
+	"github.com/meshlet/meshlet/internal/atomicfile"
 )
 
 // handleVersion is the version of driverState (and of driver.TaskHandle).
@@ -23,7 +24,7 @@ type driverState struct {
 	ContainerID string    `json:"container_id"`
 	Image       string    `json:"image"`
 	StartedAt   time.Time `json:"started_at"`
-	// CursorFile keeps the timestamp of the last log line copied, so a
+	// CursorFile keeps the timestamps of the last log lines copied, so a
 	// recovered task resumes its logs there.
 	CursorFile string `json:"cursor_file"`
 }
@@ -110,26 +111,66 @@ func cursorFile(stateDir, taskID string) string {
 	return filepath.Join(stateDir, strings.NewReplacer("/", "_", "\\", "_").Replace(taskID)+".logcursor")
 }
 
-// readCursor returns the saved log cursor (zero if none).
-func readCursor(path string) time.Time {
+// cursor is the timestamp of the last line copied from each stream
+// (indexed by streamStdout and streamStderr). Docker stamps each stream's
+// lines in order but interleaves the two streams out of order, so each
+// stream needs its own.
+type cursor [3]time.Time
+
+// since is where to resume reading: the earlier of the two, or the
+// beginning while a stream has none.
+func (c cursor) since() time.Time {
+	out, errs := c[streamStdout], c[streamStderr]
+	switch {
+	case out.IsZero() || errs.IsZero():
+		return time.Time{}
+	case out.Before(errs):
+		return out
+	default:
+		return errs
+	}
+}
+
+func (c cursor) equal(o cursor) bool {
+	return c[streamStdout].Equal(o[streamStdout]) && c[streamStderr].Equal(o[streamStderr])
+}
+
+// readCursor returns the saved log cursor (zero if none): one
+// "<stream> <RFC 3339 timestamp>" line per stream.
+func readCursor(path string) cursor {
+	var c cursor
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return time.Time{}
+		return c
 	}
-	t, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(string(b)))
-	if err != nil {
-		return time.Time{}
+	for _, line := range strings.Split(string(b), "\n") {
+		stream, ts, ok := strings.Cut(line, " ")
+		t, err := time.Parse(time.RFC3339Nano, ts)
+		if !ok || err != nil {
+			continue
+		}
+		switch stream {
+		case "stdout":
+			c[streamStdout] = t
+		case "stderr":
+			c[streamStderr] = t
+		}
 	}
-	return t
+	return c
 }
 
 // writeCursor saves the log cursor atomically.
-func writeCursor(path string, t time.Time) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(t.UTC().Format(time.RFC3339Nano)), 0o600); err != nil {
-		return fmt.Errorf("failed to write log cursor: %w", err)
+func writeCursor(path string, c cursor) error {
+	var b strings.Builder
+	for _, s := range []struct {
+		name string
+		t    time.Time
+	}{{"stdout", c[streamStdout]}, {"stderr", c[streamStderr]}} {
+		if !s.t.IsZero() {
+			fmt.Fprintf(&b, "%s %s\n", s.name, s.t.UTC().Format(time.RFC3339Nano))
+		}
 	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := atomicfile.WriteFile(path, []byte(b.String()), 0o600); err != nil {
 		return fmt.Errorf("failed to write log cursor: %w", err)
 	}
 	return nil

@@ -36,13 +36,13 @@ const (
 
 // logCopier copies a container's output into the task's rotated log
 // files, following it until the container exits. It resumes after the
-// timestamp it last saved, so nothing is copied twice across an agent
+// timestamps it last saved, so nothing is copied twice across an agent
 // restart.
 type logCopier struct {
 	d     *Driver
 	h     *taskHandle
-	since time.Time // last timestamp written (zero: from the start)
-	saved time.Time
+	pos   cursor // last timestamps written
+	saved cursor
 	// savedAt is when saved was written.
 	savedAt time.Time
 	stdout  io.WriteCloser
@@ -54,8 +54,8 @@ type logCopier struct {
 func (d *Driver) copyLogs(ctx context.Context, h *taskHandle) {
 	defer close(h.logsDone)
 	logger := d.logger.With("alloc_id", h.cfg.AllocID, "task", h.cfg.Name)
-	lc := &logCopier{d: d, h: h, since: readCursor(h.st.CursorFile)}
-	lc.saved = lc.since
+	lc := &logCopier{d: d, h: h, pos: readCursor(h.st.CursorFile)}
+	lc.saved = lc.pos
 	if err := lc.open(); err != nil {
 		logger.Error("failed to open task logs", "error", err)
 		return
@@ -110,15 +110,15 @@ func (lc *logCopier) close(logger hclog.Logger) {
 	lc.stderr.Close()
 }
 
-// follow streams the logs from since until the stream ends.
+// follow streams the logs from the cursor until the stream ends.
 func (lc *logCopier) follow(ctx context.Context) error {
 	c, err := lc.d.docker()
 	if err != nil {
 		return err
 	}
 	opts := container.LogsOptions{ShowStdout: true, ShowStderr: true, Follow: true, Timestamps: true}
-	if !lc.since.IsZero() {
-		opts.Since = lc.since.Format(time.RFC3339Nano)
+	if since := lc.pos.since(); !since.IsZero() {
+		opts.Since = since.Format(time.RFC3339Nano)
 	}
 	rc, err := c.ContainerLogs(ctx, lc.h.st.ContainerID, opts)
 	if err != nil {
@@ -130,7 +130,8 @@ func (lc *logCopier) follow(ctx context.Context) error {
 
 // demux reads Docker's multiplexed frames (an 8-byte header: stream type,
 // 3 zero bytes, big-endian payload size), each one message prefixed with
-// its RFC 3339 timestamp, and writes messages newer than since.
+// its RFC 3339 timestamp, and writes each message newer than its stream's
+// cursor.
 func (lc *logCopier) demux(r io.Reader) error {
 	var hdr [8]byte
 	var buf []byte
@@ -149,16 +150,16 @@ func (lc *logCopier) demux(r io.Reader) error {
 		if _, err := io.ReadFull(r, buf); err != nil {
 			return fmt.Errorf("failed to read container logs: %w", err)
 		}
+		stream, w := streamStdout, lc.stdout
+		if hdr[0] == streamStderr {
+			stream, w = streamStderr, lc.stderr
+		}
 		ts, msg := splitTimestamp(buf)
 		if !ts.IsZero() {
-			if !ts.After(lc.since) {
+			if !ts.After(lc.pos[stream]) {
 				continue // already copied before a re-attach
 			}
-			lc.since = ts
-		}
-		w := lc.stdout
-		if hdr[0] == streamStderr {
-			w = lc.stderr
+			lc.pos[stream] = ts
 		}
 		if _, err := w.Write(msg); err != nil {
 			return fmt.Errorf("failed to write task log: %w", err)
@@ -169,16 +170,16 @@ func (lc *logCopier) demux(r io.Reader) error {
 	}
 }
 
-// saveCursor writes since to the cursor file, at most every cursorEvery
+// saveCursor writes the cursor to its file, at most every cursorEvery
 // unless final.
 func (lc *logCopier) saveCursor(final bool) error {
-	if lc.since.Equal(lc.saved) || (!final && time.Since(lc.savedAt) < cursorEvery) {
+	if lc.pos.equal(lc.saved) || (!final && time.Since(lc.savedAt) < cursorEvery) {
 		return nil
 	}
-	if err := writeCursor(lc.h.st.CursorFile, lc.since); err != nil {
+	if err := writeCursor(lc.h.st.CursorFile, lc.pos); err != nil {
 		return err
 	}
-	lc.saved = lc.since
+	lc.saved = lc.pos
 	lc.savedAt = time.Now()
 	return nil
 }
