@@ -38,6 +38,8 @@ const minCPUShares = 2
 // ensureImage makes sure the image is present: pulled when missing or when
 // force_pull, within image_pull_timeout.
 func (d *Driver) ensureImage(ctx context.Context, c *client.Client, tc *taskConfig) error {
+	ctx, cancel := context.WithTimeout(ctx, tc.PullTimeout)
+	defer cancel()
 	if !tc.ForcePull {
 		if _, err := c.ImageInspect(ctx, tc.Image); err == nil {
 			return nil
@@ -45,8 +47,6 @@ func (d *Driver) ensureImage(ctx context.Context, c *client.Client, tc *taskConf
 			return fmt.Errorf("failed to inspect image %s: %w", tc.Image, err)
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, tc.PullTimeout)
-	defer cancel()
 	var opts image.PullOptions
 	if a := tc.Auth; a != nil {
 		enc, err := registry.EncodeAuthConfig(registry.AuthConfig{Username: a.Username, Password: a.Password, ServerAddress: a.ServerAddress})

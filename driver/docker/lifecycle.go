@@ -17,7 +17,7 @@ import (
 
 // Timings of the container lifecycle.
 const (
-	// startTimeout bounds image checks, create and start.
+	// startTimeout bounds making the pause container, create and start.
 	startTimeout = 2 * time.Minute
 	// killWait bounds the wait for a container after SIGKILL.
 	killWait = 30 * time.Second
@@ -56,11 +56,12 @@ func (d *Driver) StartTask(cfg *driver.TaskConfig) (th *driver.TaskHandle, err e
 			d.releasePause(cfg.AllocID)
 		}
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
-	defer cancel()
-	if err := d.ensureImage(ctx, c, tc); err != nil {
+	// The pull has its own bound (image_pull_timeout).
+	if err := d.ensureImage(context.Background(), c, tc); err != nil {
 		return nil, fmt.Errorf("failed to start task %s: %w", cfg.ID, err)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
 	netMode := cmpOr(tc.NetworkMode, NetworkModeHost)
 	if joinAlloc {
 		pauseID, err := d.ensurePause(ctx, c, cfg.AllocID, cfg.NetNSPath)
