@@ -13,15 +13,18 @@ RACE_PKGS ?= ./acl/... ./aclstate/... ./sidecar/... ./xds/... ./ca/... ./cni/...
 	./catalog/... ./authz/... ./server/... ./state/... ./scheduler/... ./controlplane/... ./consulapi/... \
 	./api/... ./agent/... ./internal/... ./rpc/... ./configentry/... ./meshstate/...
 
-.PHONY: all build cni deps test test-race test-unit check-provision lint demo demo-stop bench clean help
+.PHONY: all build cni deps test-deps test test-race test-unit check-provision lint demo demo-stop bench clean help
 
 all: build cni ## Build meshlet and the CNI plugins (default)
 
 help: ## List targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-deps: ## Install what the build and tests need (Go modules, iptables, iproute2)
+deps: ## Install what the build and the demo need (Go modules, iptables, iproute2)
 	@scripts/provision.sh deps
+
+test-deps: ## deps, plus what the tests need (docker.io, busybox-static for the docker driver's tests)
+	@scripts/provision.sh deps test
 
 build: ## Build bin/meshlet
 	$(GO) build -ldflags "-X github.com/meshlet/meshlet/command.GitCommit=$$(git rev-parse --short HEAD 2>/dev/null)" -o $(BIN)/meshlet .
@@ -32,7 +35,7 @@ cni: ## Build the standard CNI plugins pinned in go.mod into bin/cni
 		$(GO) build -o $(CNI_BIN)/ $(PLUGINS_MOD)/plugins/$$p || exit 1; \
 	done
 
-test: deps all check-provision ## Run every test tier (privileged tiers run as root, skip otherwise), then the race tier
+test: test-deps all check-provision ## Run every test tier (privileged tiers run as root, skip otherwise), then the race tier
 	MESHLET_BIN=$(CURDIR)/$(BIN)/meshlet MESHLET_CNI_PATH=$(CURDIR)/$(CNI_BIN) \
 		$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 	@$(MAKE) --no-print-directory test-race

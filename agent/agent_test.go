@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/meshlet/meshlet/api"
+	"github.com/meshlet/meshlet/driver/docker"
 	"github.com/meshlet/meshlet/driver/executor"
 	"github.com/meshlet/meshlet/internal/testutil"
 	"github.com/meshlet/meshlet/jobspecs"
@@ -61,6 +62,9 @@ func startAgentWith(t *testing.T, dataDir string, tune func(*Config)) *Agent {
 	// anything else on the host.
 	cfg.Client.BridgeNetworkName = "mt" + uuid.NewString()[:8]
 	cleanupBridge(t, cfg.Client.BridgeNetworkName)
+	// The docker driver never meets the host's daemon: tests that need
+	// one start their own (driver/docker/dockertest).
+	cfg.Plugins = map[string]PluginConfig{docker.Name: {Docker: &DockerPluginConfig{Endpoint: "unix://" + filepath.Join(t.TempDir(), "docker.sock")}}}
 	if tune != nil {
 		tune(cfg)
 	}
@@ -396,9 +400,18 @@ job "dockerized" {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "driver docker not available on node test-node"
-	if m := ev.FailedTGAllocs["g"]; m == nil || m.ConstraintFiltered[want] != 1 || !strings.Contains(ev.StatusDescription, want) {
-		t.Fatalf("evaluation = %+v", ev)
+	// The docker driver is built in but undetected without a daemon; the
+	// reason says so.
+	want := "driver docker not available on node test-node: Failed to connect to docker daemon: Cannot connect to the Docker daemon at unix://"
+	m := ev.FailedTGAllocs["g"]
+	found := 0
+	for reason, n := range m.ConstraintFiltered {
+		if strings.HasPrefix(reason, want) && strings.HasSuffix(reason, "docker.sock. Is the docker daemon running?") {
+			found += n
+		}
+	}
+	if found != 1 || !strings.Contains(ev.StatusDescription, want) {
+		t.Fatalf("evaluation = %+v, failed = %+v", ev, m)
 	}
 	if allocs, _ := b.JobAllocations(ctx, "dockerized"); len(allocs) != 0 {
 		t.Fatalf("%d allocations placed", len(allocs))

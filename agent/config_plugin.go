@@ -7,6 +7,7 @@ import (
 	"github.com/hashicorp/hcl/v2/gohcl"
 
 	"github.com/meshlet/meshlet/driver/connectproxy"
+	"github.com/meshlet/meshlet/driver/docker"
 	"github.com/meshlet/meshlet/driver/exec"
 	"github.com/meshlet/meshlet/driver/rawexec"
 )
@@ -14,8 +15,8 @@ import (
 // PluginConfig is one of Nomad's plugin "NAME" { args, config { } } blocks.
 // Only the built-in drivers' config is understood: raw_exec's enabled
 // (raw_exec is off unless enabled here, by the legacy client option
-// driver.raw_exec.enable or by -dev) and exec's options (ExecPluginConfig);
-// connect_proxy's config takes no keys. External plugins get neither args
+// driver.raw_exec.enable or by -dev), exec's options (ExecPluginConfig) and
+// docker's (DockerPluginConfig); connect_proxy's config takes no keys. External plugins get neither args
 // nor config; the agent warns when a block names no driver.
 type PluginConfig struct {
 	Args []string
@@ -23,6 +24,8 @@ type PluginConfig struct {
 	Enabled *bool
 	// Exec is exec's config (see ExecPluginConfig); nil = not set.
 	Exec *ExecPluginConfig
+	// Docker is docker's config (see DockerPluginConfig); nil = not set.
+	Docker *DockerPluginConfig
 	// HasConfig: the block has a config block.
 	HasConfig bool
 }
@@ -64,6 +67,8 @@ func applyPlugins(filename string, blocks []*filePlugin, c *Config) error {
 				pc.Enabled = rc.Enabled
 			case exec.Name:
 				diags = decodeExecPlugin(p.Config.Remain, &pc)
+			case docker.Name:
+				diags = decodeDockerPlugin(p.Config.Remain, &pc)
 			case connectproxy.Name:
 				diags = gohcl.DecodeBody(p.Config.Remain, nil, &noPluginConfig{})
 			}

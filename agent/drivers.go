@@ -10,6 +10,7 @@ import (
 	"github.com/meshlet/meshlet/cni"
 	"github.com/meshlet/meshlet/driver"
 	"github.com/meshlet/meshlet/driver/connectproxy"
+	"github.com/meshlet/meshlet/driver/docker"
 	"github.com/meshlet/meshlet/driver/exec"
 	"github.com/meshlet/meshlet/driver/rawexec"
 )
@@ -31,7 +32,9 @@ func (a *Agent) enabled(option string, def bool) bool {
 // loadDrivers returns the built-in drivers that are enabled plus the
 // external plugins in plugin_dir, and a cleanup that stops the plugins.
 // connect_proxy, which runs connect sidecars and nothing else, is always
-// enabled.
+// enabled; docker is enabled unless the client option driver.docker.enable
+// is false, and detected only where its daemon answers. The cleanup also
+// detaches the docker driver from its containers, which keep running.
 func (a *Agent) loadDrivers() ([]driver.Driver, func(), error) {
 	stateDir := filepath.Join(a.cfg.DataDir, "drivers")
 	out := []driver.Driver{connectproxy.New(connectproxy.Config{
@@ -52,12 +55,31 @@ func (a *Agent) loadDrivers() ([]driver.Driver, func(), error) {
 		}
 		out = append(out, exec.New(execCfg, a.logger.Named("driver").Named(exec.Name)))
 	}
+	var dockerDrv *docker.Driver
+	if a.enabled("driver.docker.enable", true) {
+		// Detected only where the daemon answers (as Nomad), so nodes
+		// without docker get no docker tasks.
+		dockerDrv = docker.New(a.cfg.dockerDriverConfig(filepath.Join(stateDir, docker.Name)), a.logger.Named("driver").Named(docker.Name))
+		out = append(out, dockerDrv)
+	}
 	plugins, cleanup, err := loadPlugins(a.cfg.PluginDir, a.logger)
 	if err != nil {
 		return nil, nil, fmt.Errorf("failed to load driver plugins from %s: %w", a.cfg.PluginDir, err)
 	}
 	out = append(out, plugins...)
 	a.warnUnusedPlugins(out)
+	if dockerDrv != nil {
+		stopPlugins := cleanup
+		cleanup = func() {
+			// Containers keep running; their logs resume after a restart.
+			if err := dockerDrv.Close(); err != nil {
+				a.logger.Warn("failed to close docker client", "error", err)
+			}
+			if stopPlugins != nil {
+				stopPlugins()
+			}
+		}
+	}
 	return out, cleanup, nil
 }
 
@@ -75,7 +97,7 @@ func (a *Agent) rawExecEnabled() bool {
 // (Nomad ignores them too) and about args or config meshlet does not pass
 // to external plugins.
 func (a *Agent) warnUnusedPlugins(drivers []driver.Driver) {
-	builtin := map[string]bool{rawexec.Name: true, exec.Name: true, connectproxy.Name: true}
+	builtin := map[string]bool{rawexec.Name: true, exec.Name: true, connectproxy.Name: true, docker.Name: true}
 	loaded := map[string]bool{}
 	for _, d := range drivers {
 		loaded[d.Name()] = true

@@ -84,9 +84,9 @@ func TestParsePluginBlockErrors(t *testing.T) {
 		})
 	}
 	// External plugins' blocks are kept (warned about at start if unused).
-	c, err := ParseConfig("agent.hcl", []byte("data_dir = \"/x\"\nplugin \"docker\" {\n  args = [\"-v\"]\n  config {\n    volumes { enabled = true }\n  }\n}\n"))
-	if err != nil || len(c.Plugins["docker"].Args) != 1 {
-		t.Fatalf("docker plugin block: %+v, %v", c, err)
+	c, err := ParseConfig("agent.hcl", []byte("data_dir = \"/x\"\nplugin \"podman\" {\n  args = [\"-v\"]\n  config {\n    volumes { enabled = true }\n  }\n}\n"))
+	if err != nil || len(c.Plugins["podman"].Args) != 1 {
+		t.Fatalf("podman plugin block: %+v, %v", c, err)
 	}
 }
 
@@ -160,7 +160,7 @@ func TestRawExecDisabledRefusesPlacement(t *testing.T) {
 // TestWarnUnusedPlugins: blocks naming no loaded driver, and args or config
 // for external plugins, are warned about, not silently dropped.
 func TestWarnUnusedPlugins(t *testing.T) {
-	c, err := ParseConfig("agent.hcl", []byte("data_dir = \"/x\"\nplugin \"docker\" {}\nplugin \"echo\" {\n  config {\n    x = 1\n  }\n}\n"+
+	c, err := ParseConfig("agent.hcl", []byte("data_dir = \"/x\"\nplugin \"podman\" {}\nplugin \"echo\" {\n  config {\n    x = 1\n  }\n}\n"+
 		"plugin \"connect_proxy\" {\n  config {}\n}\n"+rawExecBlock))
 	if err != nil {
 		t.Fatal(err)
@@ -171,7 +171,7 @@ func TestWarnUnusedPlugins(t *testing.T) {
 	cp := connectproxy.New(connectproxy.Config{StateDir: t.TempDir()}, testLogger())
 	a.warnUnusedPlugins([]driver.Driver{raw, cp, namedDriver{Driver: raw, name: "echo"}})
 	out := buf.String()
-	if !strings.Contains(out, "plugin block names no loaded driver; ignoring it: plugin=docker") ||
+	if !strings.Contains(out, "plugin block names no loaded driver; ignoring it: plugin=podman") ||
 		!strings.Contains(out, "external plugins get no args or config; ignoring them: plugin=echo") || strings.Contains(out, "raw_exec") ||
 		strings.Contains(out, "connect_proxy") {
 		t.Fatalf("warnings:\n%s", out)

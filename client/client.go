@@ -254,10 +254,13 @@ func (c *Client) Start() error {
 	// would tear down a running allocation's network.
 	if !complete {
 		c.logger.Error("skipping the garbage collection of allocation networks: some allocations could not be restored")
-	} else if c.cfg.Networker != nil {
-		if err := c.cfg.Networker.GC(c.ctx, live); err != nil {
-			c.logger.Warn("failed to garbage-collect allocation networks", "error", err)
+	} else {
+		if c.cfg.Networker != nil {
+			if err := c.cfg.Networker.GC(c.ctx, live); err != nil {
+				c.logger.Warn("failed to garbage-collect allocation networks", "error", err)
+			}
 		}
+		c.sweepDrivers()
 	}
 	if err := c.register(registerWait); err != nil {
 		// The servers are away (starting, electing, unreachable): keep
@@ -280,6 +283,32 @@ func (c *Client) Start() error {
 	go c.sendUpdates()
 	go c.gcLoop()
 	return nil
+}
+
+// sweepDrivers lets drivers whose tasks outlive the agent (docker's
+// containers) remove those of allocations this client no longer has: gone
+// while the agent was down, or left by a client state that was reset.
+// Allocations with a runner, even terminal ones, are kept: their runner
+// still destroys their tasks.
+func (c *Client) sweepDrivers() {
+	known := func(allocID string) bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		_, ok := c.runners[allocID]
+		return ok
+	}
+	for name, d := range c.drivers {
+		s, ok := d.(driver.Sweeper)
+		if !ok {
+			continue
+		}
+		n, err := s.Sweep(c.ctx, known)
+		if err != nil {
+			c.logger.Warn("failed to sweep tasks of gone allocations", "driver", name, "error", err)
+		} else if n > 0 {
+			c.logger.Info("removed tasks of gone allocations", "driver", name, "count", n)
+		}
+	}
 }
 
 // Shutdown detaches from every allocation (tasks keep running for the next

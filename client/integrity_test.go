@@ -162,3 +162,48 @@ func TestUnrestorableAllocationReattachesItsTasks(t *testing.T) {
 		t.Fatalf("task started %d times, %d running (calls %s); want the running one re-attached", n, len(drv.Running()), calls())
 	}
 }
+
+// sweeper is a fake driver that records what its Sweep was told.
+type sweeper struct {
+	driver.Driver
+	mu    sync.Mutex
+	calls int
+	seen  map[string]bool
+	ask   []string
+}
+
+func (s *sweeper) Sweep(_ context.Context, known func(string) bool) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls++
+	s.seen = map[string]bool{}
+	for _, id := range s.ask {
+		s.seen[id] = known(id)
+	}
+	return 0, nil
+}
+
+// TestStartSweepsDrivers: at start, after restoring, drivers that sweep
+// are told which allocations the client still has: a restored one is
+// known, one it never heard of is not.
+func TestStartSweepsDrivers(t *testing.T) {
+	srv := newServer(t)
+	drv := fakedriver.New("raw_exec")
+	dir := t.TempDir()
+	c := newClient(t, srv, dir, drv)
+	if _, err := srv.RegisterJob(context.Background(), job("a", "")); err != nil {
+		t.Fatal(err)
+	}
+	alloc := waitStatus(t, srv, "a", structs.AllocClientStatusRunning)
+	must(t, c.Shutdown())
+	sw := &sweeper{Driver: drv, ask: []string{alloc.ID, "gone-alloc"}}
+	c2, err := New(Config{DataDir: dir, NodeName: "n1", Drivers: []driver.Driver{sw}, Server: srv, Networker: &gcRecorder{}})
+	must(t, err)
+	must(t, c2.Start())
+	defer c2.Shutdown()
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	if sw.calls != 1 || !sw.seen[alloc.ID] || sw.seen["gone-alloc"] {
+		t.Fatalf("sweep calls %d, known %v", sw.calls, sw.seen)
+	}
+}

@@ -99,9 +99,18 @@ type StreamingExecer interface {
 	ExecTaskStreaming(ctx context.Context, taskID string, opts *ExecOptions) (exitCode int, err error)
 }
 
+// Sweeper is implemented by drivers whose tasks live outside the agent's
+// process tree and can outlive its record of them (docker's containers,
+// owned by dockerd). Sweep removes the tasks of allocations known reports
+// false for and returns how many it removed; the client calls it once at
+// start, after restoring its allocations.
+type Sweeper interface {
+	Sweep(ctx context.Context, known func(allocID string) bool) (int, error)
+}
+
 // ExecOptions describes a streamed exec session. Stdin may be nil (no
-// input); Stdout and Stderr may be nil (output discarded). TTY is not
-// supported by the built-in drivers.
+// input); Stdout and Stderr may be nil (output discarded). Of the
+// built-in drivers only docker honours TTY.
 type ExecOptions struct {
 	Command        []string
 	Stdin          io.Reader

@@ -212,10 +212,10 @@ func checkTask(t *structs.Task, p path, report reporter) {
 	case "":
 		report(SeverityError, p.attr("driver"), "Missing driver",
 			fmt.Sprintf("Task %q needs a driver, e.g. driver = \"raw_exec\".", t.Name))
-	case "exec", "raw_exec", "connect_proxy": // connect_proxy runs connect sidecars; the driver checks its config
+	case "exec", "raw_exec", "docker", "connect_proxy": // connect_proxy runs connect sidecars; the driver checks its config
 	default:
 		report(SeverityWarning, p.attr("driver"), fmt.Sprintf("Driver %q is not built into meshlet", t.Driver),
-			fmt.Sprintf("meshlet ships the exec and raw_exec drivers; placement fails with \"driver %s not available on node\" unless a %s driver plugin is installed.", t.Driver, t.Driver))
+			fmt.Sprintf("meshlet ships the exec, raw_exec and docker drivers; placement fails with \"driver %s not available on node\" unless a %s driver plugin is installed.", t.Driver, t.Driver))
 	}
 	if l := t.Lifecycle; l != nil {
 		switch l.Hook {

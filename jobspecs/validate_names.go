@@ -103,10 +103,14 @@ var (
 
 // checkDriverConfig validates the config of the built-in drivers the way
 // they read it when the task starts: command a non-empty string, args a
-// list of strings, numbers or booleans. Keys they do not read are warned
+// list of strings, numbers or booleans (docker's: checkDockerConfig). Keys they do not read are warned
 // about (they were always ignored). Other drivers' schemas are not known
 // at submit time.
 func checkDriverConfig(t *structs.Task, p path, report reporter) {
+	if t.Driver == "docker" {
+		checkDockerConfig(t, p.attr("config"), report)
+		return
+	}
 	ignored, known := driverConfigIgnored[t.Driver]
 	if !known {
 		return

@@ -60,7 +60,7 @@ func TestValidateNamesAndConfig(t *testing.T) {
 		{"args element a map", func(j *structs.Job) { j.TaskGroups[0].Tasks[0].Config["args"] = []any{"a", map[string]any{}} },
 			`config args[1] must be a string, number or bool, not a map`},
 		{"plugin driver config is not checked", func(j *structs.Job) {
-			j.TaskGroups[0].Tasks[0].Driver = "docker"
+			j.TaskGroups[0].Tasks[0].Driver = "podman"
 			j.TaskGroups[0].Tasks[0].Config = map[string]any{"image": "x"}
 		}, ""},
 		{"count over the limit", func(j *structs.Job) { j.TaskGroups[0].Count = 20_000_000 }, "Count 20000000 is over the limit of 10000"},

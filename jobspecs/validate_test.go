@@ -41,8 +41,19 @@ func TestValidationRules(t *testing.T) {
 			[]string{`t.hcl:7:1: error: Duplicate task name; Task name "t" is used more than once in group "g"; task names must be unique within a group.`}},
 		{"missing driver", `task "t" {}`,
 			[]string{`t.hcl:3:1: error: Missing driver; Task "t" needs a driver, e.g. driver = "raw_exec".`}},
-		{"docker driver warns", `task "t" { driver = "docker" }`,
-			[]string{`t.hcl:3:21: warning: Driver "docker" is not built into meshlet; meshlet ships the exec and raw_exec drivers; placement fails with "driver docker not available on node" unless a docker driver plugin is installed.`}},
+		{"unknown driver warns", `task "t" { driver = "podman" }`,
+			[]string{`t.hcl:3:21: warning: Driver "podman" is not built into meshlet; meshlet ships the exec, raw_exec and docker drivers; placement fails with "driver podman not available on node" unless a podman driver plugin is installed.`}},
+		{"docker config", "task \"t\" {\n  driver = \"docker\"\n  config {\n    image = \"busybox:1\"\n    args = [\"-c\", 1]\n    ports = [\"http\"]\n    network_mode = \"host\"\n" +
+			"    cap_add = [\"net_raw\"]\n    mount {\n      type = \"tmpfs\"\n      target = \"/t\"\n    }\n    logging {\n      type = \"json-file\"\n    }\n  }\n}", nil},
+		{"docker bad config", "task \"t\" {\n  driver = \"docker\"\n  config {\n    command = \"x\"\n    imagee = \"busybox\"\n    network_mode = \"bridge\"\n    hostname = \"h\"\n    cap_add = \"kill\"\n    privileged = \"yes\"\n  }\n}", []string{
+			`t.hcl:5:3: error: Missing driver config image; Task "t": the docker driver needs config { image = "..." }.`,
+			`t.hcl:5:3: error: Invalid driver config; Task "t": config network_mode "bridge" is not supported by meshlet's docker driver; use "none" or "host", or leave it unset.`,
+			`t.hcl:5:3: error: Invalid driver config; Task "t": config privileged must be a bool, not a string.`,
+			`t.hcl:5:3: error: Invalid driver config; Task "t": config cap_add must be a list of strings, not a string.`,
+			`t.hcl:5:3: error: config hostname is not supported by meshlet's docker driver; Task "t": remove it; the driver refuses keys it does not implement.`,
+			`t.hcl:5:3: error: Unknown docker config key "imagee"; The docker driver takes args, auth, cap_add, cap_drop, command, entrypoint, force_pull, image, image_pull_timeout, labels, logging, mount, network_mode, ports, privileged, volumes and work_dir. Did you mean "image"?`,
+		}},
+		{"docker in a bridge group", bridge + "task \"t\" {\n  driver = \"docker\"\n  config { image = \"busybox\" }\n}", nil},
 		{"connect_proxy driver is built in", "task \"t\" {\n  driver = \"connect_proxy\"\n  config { proxy_id = \"x\" }\n}", nil},
 		{"exec capabilities and modes", "task \"t\" {\n  driver = \"exec\"\n  config {\n    command = \"x\"\n    cap_add = [\"net_raw\"]\n    cap_drop = [\"all\"]\n    pid_mode = \"host\"\n    ipc_mode = \"private\"\n  }\n}", nil},
 		{"exec bad capabilities and modes", "task \"t\" {\n  driver = \"exec\"\n  config {\n    command = \"x\"\n    cap_add = \"net_raw\"\n    cap_drop = [1]\n    pid_mode = \"shared\"\n  }\n}", []string{
@@ -226,7 +237,7 @@ func TestValidateJSON(t *testing.T) {
 			{"Name":"g","Count":-2,"Networks":[{"Mode":"host","ReservedPorts":[{"Label":"http","Value":70000}]}],
 			 "Services":[{"Name":"Web","PortLabel":"http","Connect":{"SidecarService":{"Proxy":{"Upstreams":[
 			   {"DestinationName":"a","LocalBindPort":8080},{"DestinationName":"b","LocalBindPort":8080}]}}}}],
-			 "Tasks":[{"Name":"t","Driver":"docker","Templates":[{"DestPath":"x"}]},{"Name":"t"}]},
+			 "Tasks":[{"Name":"t","Driver":"podman","Templates":[{"DestPath":"x"}]},{"Name":"t"}]},
 			{"Name":"g","Tasks":[]}]}`,
 			[]string{
 				`Invalid job type; Job type "cron" is not valid; use "service", "batch", "system" or "sysbatch".`,
@@ -242,7 +253,7 @@ func TestValidateJSON(t *testing.T) {
 				`group "g": Missing task; Group "g" has no task; every group needs at least one task block.`,
 			},
 			[]string{
-				`group "g": task "t": Driver "docker" is not built into meshlet; meshlet ships the exec and raw_exec drivers; placement fails with "driver docker not available on node" unless a docker driver plugin is installed.`,
+				`group "g": task "t": Driver "podman" is not built into meshlet; meshlet ships the exec, raw_exec and docker drivers; placement fails with "driver podman not available on node" unless a podman driver plugin is installed.`,
 			}},
 		{"nulls", `{"ID":"x","TaskGroups":[null,{"Name":"g","Tasks":[null],"Services":[null]}]}`, []string{
 			`group[0]: Missing group; The group is null.`,

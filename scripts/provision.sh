@@ -3,8 +3,12 @@
 # place that sets a machine up: `make deps` (build and test dependencies)
 # and the Vagrantfile (cluster VMs with Envoy and a systemd unit).
 #
-#   scripts/provision.sh deps    Go modules, iptables, iproute2 (and the CI
-#                                checkers shellcheck and ruby when CI=true)
+#   scripts/provision.sh deps [test]
+#                                Go modules, iptables, iproute2; with `test`
+#                                also docker.io and busybox-static (the docker
+#                                driver's tests run a private dockerd; the
+#                                package's own daemon is not started), and the
+#                                CI checkers shellcheck and ruby when CI=true
 #   scripts/provision.sh vm      a standalone VM: Go, iptables, CNI plugins in
 #                                /opt/cni/bin, meshlet in /usr/local/bin, Envoy,
 #                                and one agent with both roles (no cluster)
@@ -100,14 +104,38 @@ deps() {
 	have iptables || pkgs+=(iptables)
 	have ip || pkgs+=(iproute2)
 	have gcc || pkgs+=(gcc) # cgo, which the race detector needs
+	if [[ "${1:-}" == test ]]; then
+		# The docker driver's tests run a private dockerd on a busybox
+		# image built from the host's static busybox (driver/docker/dockertest).
+		have dockerd || pkgs+=(docker.io)
+		pkgs+=(busybox-static) # apt_install skips it when installed
+	fi
 	if [[ "${CI:-}" == true ]]; then
 		have shellcheck || pkgs+=(shellcheck)
 		have ruby || pkgs+=(ruby)
 	fi
 	if [[ ${#pkgs[@]} -gt 0 ]]; then
-		apt_install "${pkgs[@]}"
+		without_service_start apt_install "${pkgs[@]}"
 	fi
 	run go mod download
+}
+
+# without_service_start runs a command (an install) while Debian's
+# invoke-rc.d policy refuses to start services: installing docker.io must
+# not start the system's dockerd, which would rewrite the host's iptables
+# (FORWARD policy DROP) under the CNI tests. An existing policy is kept.
+without_service_start() {
+	local policy=/usr/sbin/policy-rc.d
+	if [[ -e $policy || "${DRY_RUN:-0}" == 1 || $(id -u) -ne 0 ]]; then
+		"$@"
+		return
+	fi
+	printf '#!/bin/sh\nexit 101\n' >"$policy"
+	chmod 0755 "$policy"
+	local rc=0
+	"$@" || rc=$?
+	rm -f "$policy"
+	return "$rc"
 }
 
 install_go() {
@@ -400,14 +428,14 @@ bootstrap_acl() {
 }
 
 usage() {
-	echo "usage: $0 deps | vm | server|client|both NAME IP SERVER_IPS" >&2
+	echo "usage: $0 deps [test] | vm | server|client|both NAME IP SERVER_IPS" >&2
 	exit 2
 }
 
 # Sourcing the script (tests) defines the functions only.
 if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
 	case "${1:-deps}" in
-	deps) deps ;;
+	deps) deps "${@:2}" ;;
 	vm) vm ;;
 	server | client | both) member "$@" ;;
 	*) usage ;;

@@ -1,5 +1,5 @@
 # The classic Consul Connect demo as Nomad users write it, with docker
-# images. meshlet parses it (with a warning per docker task).
+# images.
 job "countdash" {
   datacenters = ["dc1"]
 

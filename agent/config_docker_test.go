@@ -1,0 +1,60 @@
+package agent
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/meshlet/meshlet/driver/docker"
+)
+
+// TestParseDockerPlugin: plugin "docker" options are decoded into the
+// driver's config, and every refusal names the file, line and column.
+func TestParseDockerPlugin(t *testing.T) {
+	const head = "data_dir = \"/x\"\nplugin \"docker\" {\n  config {\n"
+	tests := []struct {
+		name, body string
+		wantErr    string
+		check      func(t *testing.T, c docker.Config)
+	}{
+		{name: "options", body: "    endpoint = \"unix:///run/d.sock\"\n    allow_privileged = true\n    allow_caps = [\"chown\", \"net_raw\"]\n" +
+			"    volumes {\n      enabled = true\n    }\n    gc {\n      container = false\n      image = true\n    }\n",
+			check: func(t *testing.T, c docker.Config) {
+				if c.Endpoint != "unix:///run/d.sock" || !c.AllowPrivileged || !slices.Equal(c.AllowCaps, []string{"chown", "net_raw"}) ||
+					!c.VolumesEnabled || c.GCContainer == nil || *c.GCContainer || c.StateDir != "/state" {
+					t.Errorf("docker = %+v", c)
+				}
+			}},
+		{name: "defaults", body: "", check: func(t *testing.T, c docker.Config) {
+			if c.Endpoint != "" || c.AllowPrivileged || c.AllowCaps != nil || c.VolumesEnabled || c.GCContainer != nil {
+				t.Errorf("docker = %+v", c)
+			}
+		}},
+		{name: "empty allow_caps allows nothing", body: "    allow_caps = []\n", check: func(t *testing.T, c docker.Config) {
+			if c.AllowCaps == nil || len(c.AllowCaps) != 0 {
+				t.Errorf("allow_caps = %#v", c.AllowCaps)
+			}
+		}},
+		{name: "unknown key", body: "    infra_image = \"pause:3\"\n", wantErr: `agent.hcl:4:5: Unsupported argument; An argument named "infra_image"`},
+		{name: "unknown block", body: "    tls {\n    }\n", wantErr: `agent.hcl:4:5: Unsupported block type`},
+		{name: "unknown volumes key", body: "    volumes {\n      selinuxlabel = \"z\"\n    }\n", wantErr: `agent.hcl:5:7: Unsupported argument`},
+		{name: "unknown capability", body: "    allow_caps = [\"teleport\"]\n", wantErr: "agent.hcl:4:18: Invalid allow_caps"},
+		{name: "bad endpoint", body: "    endpoint = \"/var/run/docker.sock\"\n", wantErr: "agent.hcl:4:16: Invalid endpoint"},
+		{name: "not a bool", body: "    allow_privileged = \"yes\"\n", wantErr: "agent.hcl:4:25: Unsuitable value type"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := ParseConfig("agent.hcl", []byte(head+tc.body+"  }\n}\n"))
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || strings.Contains(err.Error(), "\n") {
+					t.Fatalf("err = %v, want one line containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.check(t, c.dockerDriverConfig("/state"))
+		})
+	}
+}

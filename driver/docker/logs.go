@@ -1,0 +1,209 @@
+package docker
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/meshlet/meshlet/driver"
+	"github.com/meshlet/meshlet/driver/logging"
+)
+
+// Log copying timings.
+const (
+	// cursorEvery is how often the log cursor is saved while copying.
+	cursorEvery = time.Second
+	// logRetry is the pause before re-attaching to a broken log stream.
+	logRetry = time.Second
+	// drainTimeout bounds the wait for the last output after the
+	// container exited.
+	drainTimeout = 5 * time.Second
+)
+
+// Stream types of Docker's multiplexed stream.
+const (
+	streamStdout = 1
+	streamStderr = 2
+)
+
+// logCopier copies a container's output into the task's rotated log
+// files, following it until the container exits. It resumes after the
+// timestamps it last saved, so nothing is copied twice across an agent
+// restart.
+type logCopier struct {
+	d     *Driver
+	h     *taskHandle
+	pos   cursor // last timestamps written
+	saved cursor
+	// savedAt is when saved was written.
+	savedAt time.Time
+	stdout  io.WriteCloser
+	stderr  io.WriteCloser
+}
+
+// copyLogs runs the copier until the container's output ends or ctx is
+// done, then closes h.logsDone.
+func (d *Driver) copyLogs(ctx context.Context, h *taskHandle) {
+	defer close(h.logsDone)
+	logger := d.logger.With("alloc_id", h.cfg.AllocID, "task", h.cfg.Name)
+	lc := &logCopier{d: d, h: h, pos: readCursor(h.st.CursorFile)}
+	lc.saved = lc.pos
+	if err := lc.open(); err != nil {
+		logger.Error("failed to open task logs", "error", err)
+		return
+	}
+	defer lc.close(logger)
+	for {
+		err := lc.follow(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil && !d.containerRunning(ctx, h.st.ContainerID) {
+			return
+		}
+		if err != nil {
+			logger.Warn("container log stream broke; re-attaching", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(logRetry):
+		}
+	}
+}
+
+func (lc *logCopier) open() error {
+	cfg := lc.h.cfg
+	files, size := cfg.LogMaxFiles, cfg.LogMaxFileSizeMB
+	if files <= 0 {
+		files = driver.DefaultLogMaxFiles
+	}
+	if size <= 0 {
+		size = driver.DefaultLogMaxFileSizeMB
+	}
+	out, err := logging.NewRotator(cfg.StdoutPath, files, int64(size)<<20)
+	if err != nil {
+		return err
+	}
+	errw, err := logging.NewRotator(cfg.StderrPath, files, int64(size)<<20)
+	if err != nil {
+		out.Close()
+		return err
+	}
+	lc.stdout, lc.stderr = out, errw
+	return nil
+}
+
+func (lc *logCopier) close(logger hclog.Logger) {
+	if err := lc.saveCursor(true); err != nil {
+		logger.Warn("failed to save log cursor", "error", err)
+	}
+	lc.stdout.Close()
+	lc.stderr.Close()
+}
+
+// follow streams the logs from the cursor until the stream ends.
+func (lc *logCopier) follow(ctx context.Context) error {
+	c, err := lc.d.docker()
+	if err != nil {
+		return err
+	}
+	opts := container.LogsOptions{ShowStdout: true, ShowStderr: true, Follow: true, Timestamps: true}
+	if since := lc.pos.since(); !since.IsZero() {
+		opts.Since = since.Format(time.RFC3339Nano)
+	}
+	rc, err := c.ContainerLogs(ctx, lc.h.st.ContainerID, opts)
+	if err != nil {
+		return fmt.Errorf("failed to attach to container logs: %w", err)
+	}
+	defer rc.Close()
+	return lc.demux(bufio.NewReaderSize(rc, 64*1024))
+}
+
+// demux reads Docker's multiplexed frames (an 8-byte header: stream type,
+// 3 zero bytes, big-endian payload size), each one message prefixed with
+// its RFC 3339 timestamp, and writes each message newer than its stream's
+// cursor.
+func (lc *logCopier) demux(r io.Reader) error {
+	var hdr [8]byte
+	var buf []byte
+	for {
+		if _, err := io.ReadFull(r, hdr[:]); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return fmt.Errorf("failed to read container logs: %w", err)
+		}
+		size := binary.BigEndian.Uint32(hdr[4:])
+		if cap(buf) < int(size) {
+			buf = make([]byte, size)
+		}
+		buf = buf[:size]
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return fmt.Errorf("failed to read container logs: %w", err)
+		}
+		stream, w := streamStdout, lc.stdout
+		if hdr[0] == streamStderr {
+			stream, w = streamStderr, lc.stderr
+		}
+		ts, msg := splitTimestamp(buf)
+		if !ts.IsZero() {
+			if !ts.After(lc.pos[stream]) {
+				continue // already copied before a re-attach
+			}
+			lc.pos[stream] = ts
+		}
+		if _, err := w.Write(msg); err != nil {
+			return fmt.Errorf("failed to write task log: %w", err)
+		}
+		if err := lc.saveCursor(false); err != nil {
+			return err
+		}
+	}
+}
+
+// saveCursor writes the cursor to its file, at most every cursorEvery
+// unless final.
+func (lc *logCopier) saveCursor(final bool) error {
+	if lc.pos.equal(lc.saved) || (!final && time.Since(lc.savedAt) < cursorEvery) {
+		return nil
+	}
+	if err := writeCursor(lc.h.st.CursorFile, lc.pos); err != nil {
+		return err
+	}
+	lc.saved = lc.pos
+	lc.savedAt = time.Now()
+	return nil
+}
+
+// splitTimestamp splits "<RFC3339Nano> <message>".
+func splitTimestamp(b []byte) (time.Time, []byte) {
+	i := bytes.IndexByte(b, ' ')
+	if i <= 0 {
+		return time.Time{}, b
+	}
+	ts, err := time.Parse(time.RFC3339Nano, string(b[:i]))
+	if err != nil {
+		return time.Time{}, b
+	}
+	return ts, b[i+1:]
+}
+
+// containerRunning reports whether the container still runs (an error
+// reads as not running).
+func (d *Driver) containerRunning(ctx context.Context, id string) bool {
+	c, err := d.docker()
+	if err != nil {
+		return false
+	}
+	info, err := c.ContainerInspect(ctx, id)
+	return err == nil && info.State != nil && info.State.Running
+}

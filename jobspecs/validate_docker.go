@@ -1,0 +1,96 @@
+package jobspecs
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/meshlet/meshlet/structs"
+)
+
+// dockerConfigKeys are the docker task config keys meshlet's driver reads
+// (driver/docker.TaskKeys; a test keeps the two equal). The driver refuses
+// any other key when the task starts, so they are errors here.
+var dockerConfigKeys = []string{
+	"args", "auth", "cap_add", "cap_drop", "command", "entrypoint", "force_pull",
+	"image", "image_pull_timeout", "labels", "logging", "mount", "network_mode",
+	"ports", "privileged", "volumes", "work_dir",
+}
+
+// dockerConfigUnsupported are Nomad docker keys meshlet's driver does not
+// implement (yet): named as such rather than as unknown.
+var dockerConfigUnsupported = []string{
+	"cpu_cfs_period", "cpu_hard_limit", "cpuset_cpus", "devices", "dns_options", "dns_search_domains",
+	"dns_servers", "extra_hosts", "group_add", "healthchecks", "hostname", "init", "interactive",
+	"ipc_mode", "ipv4_address", "ipv6_address", "isolation", "load", "mac_address", "memory_hard_limit",
+	"network_aliases", "oom_score_adj", "pid_mode", "pids_limit", "readonly_rootfs", "runtime",
+	"security_opt", "shm_size", "storage_opt", "sysctl", "tty", "ulimit", "userns_mode", "uts_mode",
+}
+
+// checkDockerConfig checks a docker task's config as the driver reads it:
+// image a non-empty string, known keys only, network_mode "none" or
+// "host", lists of strings where the driver wants them.
+func checkDockerConfig(t *structs.Task, cp path, report reporter) {
+	bad := func(detail string, args ...any) {
+		report(SeverityError, cp, "Invalid driver config", fmt.Sprintf("Task %q: ", t.Name)+fmt.Sprintf(detail, args...))
+	}
+	switch img := t.Config["image"].(type) {
+	case string:
+		if img == "" {
+			bad("config image must not be empty.")
+		}
+	case nil:
+		report(SeverityError, cp, "Missing driver config image",
+			fmt.Sprintf("Task %q: the docker driver needs config { image = \"...\" }.", t.Name))
+	default:
+		bad("config image must be a string, not %s.", goType(img))
+	}
+	for _, k := range []string{"command", "work_dir", "network_mode", "image_pull_timeout"} {
+		if v, ok := t.Config[k]; ok && v != nil {
+			if _, isStr := v.(string); !isStr {
+				bad("config %s must be a string, not %s.", k, goType(v))
+			}
+		}
+	}
+	switch m, _ := t.Config["network_mode"].(string); m {
+	case "", "none", "host":
+	default:
+		bad("config network_mode %q is not supported by meshlet's docker driver; use \"none\" or \"host\", or leave it unset.", m)
+	}
+	for _, k := range []string{"privileged", "force_pull"} {
+		if v, ok := t.Config[k]; ok && v != nil {
+			if _, isBool := v.(bool); !isBool {
+				bad("config %s must be a bool, not %s.", k, goType(v))
+			}
+		}
+	}
+	checkStringLists(t, cp, []string{"entrypoint", "cap_add", "cap_drop", "ports", "volumes"}, bad)
+	for _, k := range slices.Sorted(maps.Keys(t.Config)) {
+		switch {
+		case slices.Contains(dockerConfigKeys, k):
+		case slices.Contains(dockerConfigUnsupported, k):
+			report(SeverityError, cp, fmt.Sprintf("config %s is not supported by meshlet's docker driver", k),
+				fmt.Sprintf("Task %q: remove it; the driver refuses keys it does not implement.", t.Name))
+		default:
+			report(SeverityError, cp, fmt.Sprintf("Unknown docker config key %q", k), fmt.Sprintf(
+				"The docker driver takes %s.%s", andList(dockerConfigKeys), suggest(k, dockerConfigKeys, dockerConfigUnsupported)))
+		}
+	}
+}
+
+// checkStringLists requires each key, when set, to be a list of strings.
+func checkStringLists(t *structs.Task, cp path, keys []string, bad func(string, ...any)) {
+	for _, k := range keys {
+		switch v := t.Config[k].(type) {
+		case nil, []string:
+		case []any:
+			for i, e := range v {
+				if _, ok := e.(string); !ok {
+					bad("config %s[%d] must be a string, not %s.", k, i, goType(e))
+				}
+			}
+		default:
+			bad("config %s must be a list of strings, not %s.", k, goType(v))
+		}
+	}
+}
