@@ -70,6 +70,9 @@ func (b *budget) functions() map[string]function.Function {
 		out[name] = b.bound(f, moreChecks[name])
 	}
 	for name, f := range nomadFunctions {
+		if check := nomadTypeChecks[name]; check != nil {
+			f = b.checkedType(f, check)
+		}
 		out[name] = b.bound(f, nomadChecks[name])
 	}
 	// try and can take expressions, not values: what they evaluate is

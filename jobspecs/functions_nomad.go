@@ -2,6 +2,7 @@ package jobspecs
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"unicode/utf8"
@@ -34,13 +35,38 @@ var nomadFunctions = map[string]function.Function{
 
 var nomadChecks = map[string]func(b *budget, args []cty.Value) error{
 	"cidrsubnets": checkCIDRSubnets,
-	"yamldecode":  checkYAMLDecode,
 	"yamlencode":  checkYAMLEncode,
 	"bcrypt":      checkBcrypt,
 	"rsadecrypt":  checkRSADecrypt,
 	"convert": func(_ *budget, args []cty.Value) error {
 		return checkConvertible(args[0], typeexpr.TypeConstraintFromVal(args[1]))
 	},
+}
+
+// nomadTypeChecks run before a function computes its result type, where
+// that already does the expensive work: go-cty-yaml parses the document
+// to find its type.
+var nomadTypeChecks = map[string]func(b *budget, args []cty.Value) error{
+	"yamldecode": checkYAMLDecode,
+}
+
+// checkedType wraps f so that check runs on known arguments before f's
+// result type is computed.
+func (b *budget) checkedType(f function.Function, check func(*budget, []cty.Value) error) function.Function {
+	return function.New(&function.Spec{
+		Description: f.Description(),
+		Params:      f.Params(),
+		VarParam:    f.VarParam(),
+		Type: func(args []cty.Value) (cty.Type, error) {
+			if allKnown(args) {
+				if err := check(b, args); err != nil {
+					return cty.DynamicPseudoType, err
+				}
+			}
+			return f.ReturnTypeForValues(args)
+		},
+		Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) { return f.Call(args) },
+	})
 }
 
 const (
@@ -90,57 +116,87 @@ func checkRSADecrypt(b *budget, args []cty.Value) error {
 	return b.spend(rsaUnits)
 }
 
-// checkYAMLDecode bounds the document's nodes with its aliases expanded:
-// a YAML alias repeats its anchor's value, so a kilobyte of nested
-// aliases stands for billions of nodes, and cty walks the expanded types
-// before any result is charged. Without a '*' there is no alias and the
-// document's size (at most the string limit) bounds the result.
+// checkYAMLDecode bounds the document before go-cty-yaml reads it, with
+// yaml.v3 (which stops at 10,000 levels, in linear time):
+//   - nesting: go-cty-yaml's parser (an older libyaml port) takes time
+//     quadratic in the depth of nested collections (1 MiB of "[" takes
+//     minutes);
+//   - values with aliases expanded: an alias repeats its anchor's value, so
+//     a kilobyte of nested aliases stands for billions of values, and cty
+//     walks the expanded types before any result can be charged.
+//
+// A document yaml.v3 cannot read is refused with its error.
 func checkYAMLDecode(b *budget, args []cty.Value) error {
-	src := args[0].AsString()
-	if !strings.Contains(src, "*") {
-		return nil
-	}
-	dec := yaml.NewDecoder(strings.NewReader(src))
-	limit := int64(b.lim.MaxCollectionLen)
+	dec := yaml.NewDecoder(strings.NewReader(args[0].AsString()))
 	for {
 		var doc yaml.Node
 		if err := dec.Decode(&doc); err != nil {
 			if errors.Is(err, io.EOF) {
 				return nil
 			}
-			// go-cty-yaml reports its own syntax errors; a document the
-			// bound cannot read is refused (rather than left unbounded)
-			// only when it might hold aliases.
-			return limitErr("yamldecode cannot bound the expansion of this document's aliases: %w", err)
+			if strings.Contains(err.Error(), "exceeded max depth") {
+				return limitErr("yamldecode: the document nests more than %d levels deep", b.lim.MaxNesting)
+			}
+			return fmt.Errorf("invalid YAML: %s", strings.TrimPrefix(err.Error(), "yaml: "))
 		}
-		if n := yamlNodes(&doc, map[*yaml.Node]int64{}, limit+1); n > limit {
-			return limitErr("yamldecode would produce more than %d values (YAML aliases expanded); the limit is %d", limit, limit)
+		w := yamlWalk{memo: map[*yaml.Node]yamlExtent{}, busy: map[*yaml.Node]bool{}, limit: int64(b.lim.MaxCollectionLen)}
+		switch sz := w.size(&doc); {
+		case w.cycle != "":
+			return fmt.Errorf("invalid YAML: cannot refer to anchor %q from inside its own definition", w.cycle)
+		case sz.depth > b.lim.MaxNesting:
+			return limitErr("yamldecode: the document nests more than %d levels deep", b.lim.MaxNesting)
+		case sz.nodes > w.limit:
+			return limitErr("yamldecode would produce more than %d values (YAML aliases expanded); the limit is %d", w.limit, w.limit)
 		}
 	}
 }
 
-// yamlNodes counts n's nodes with aliases expanded, stopping past limit;
-// memo holds the counts of anchors already counted.
-func yamlNodes(n *yaml.Node, memo map[*yaml.Node]int64, limit int64) int64 {
+// yamlExtent is a node's count of nodes and depth of nested collections,
+// aliases expanded.
+type yamlExtent struct {
+	nodes int64
+	depth int
+}
+
+// yamlWalk measures nodes, memoizing each (an anchor is measured once
+// however often aliases repeat it) and stopping past limit nodes.
+type yamlWalk struct {
+	memo  map[*yaml.Node]yamlExtent
+	busy  map[*yaml.Node]bool // being measured
+	limit int64
+	cycle string // an anchor referred to from inside itself
+}
+
+func (w *yamlWalk) size(n *yaml.Node) yamlExtent {
 	if n == nil {
-		return 0
+		return yamlExtent{}
 	}
-	if c, ok := memo[n]; ok {
-		return c
+	if sz, ok := w.memo[n]; ok {
+		return sz
 	}
-	memo[n] = limit // an alias to itself counts as too many
-	total := int64(1)
+	if w.busy[n] {
+		w.cycle = n.Anchor
+		return yamlExtent{nodes: w.limit + 1}
+	}
+	w.busy[n] = true
+	defer delete(w.busy, n)
+	sz := yamlExtent{nodes: 1}
 	if n.Kind == yaml.AliasNode {
-		total = yamlNodes(n.Alias, memo, limit)
+		sz = w.size(n.Alias)
 	}
 	for _, c := range n.Content {
-		if total > limit {
+		if sz.nodes > w.limit {
 			break
 		}
-		total += yamlNodes(c, memo, limit-total)
+		csz := w.size(c)
+		sz.nodes += csz.nodes
+		sz.depth = max(sz.depth, csz.depth)
 	}
-	memo[n] = total
-	return total
+	if n.Kind == yaml.SequenceNode || n.Kind == yaml.MappingNode {
+		sz.depth++
+	}
+	w.memo[n] = sz
+	return sz
 }
 
 // checkYAMLEncode bounds the YAML text of a value before it is encoded.

@@ -97,7 +97,7 @@ func TestNomadFunctionErrors(t *testing.T) {
 		{"cidrsubnets no space", `cidrsubnets("10.0.0.0/24", 1, 1, 1)`,
 			`t.hcl:6:53: error: Invalid function argument; Invalid value for "newbits" parameter: not enough remaining address space for a subnet with a prefix of 25 bits after 10.0.0.128/25.`},
 		{"yamldecode syntax", `yamldecode("a: [")`,
-			`t.hcl:6:20: error: Error in function call; Call to function "yamldecode" failed: on line 1, column 1: did not find expected node content.`},
+			`t.hcl:6:20: error: Error in function call; Call to function "yamldecode" failed: invalid YAML: line 1: did not find expected node content.`},
 		{"convert", `convert("x", number)`,
 			`t.hcl:6:29: error: Invalid function argument; Invalid value for "value" parameter: a number is required.`},
 		{"bcrypt cost", `bcrypt("x", 20)`,
@@ -107,7 +107,12 @@ func TestNomadFunctionErrors(t *testing.T) {
 		{"yaml alias bomb", `yamldecode(` + yamlBomb(8) + `)`,
 			`t.hcl:6:20: error: Evaluation limit exceeded; yamldecode would produce more than 100000 values (YAML aliases expanded); the limit is 100000.`},
 		{"yaml self alias", `yamldecode("a: &a [*a]")`,
-			`t.hcl:6:20: error: Error in function call; Call to function "yamldecode" failed: cannot refer to anchor "a" from inside its own definition.`},
+			`t.hcl:6:20: error: Error in function call; Call to function "yamldecode" failed: invalid YAML: cannot refer to anchor "a" from inside its own definition.`},
+		// go-cty-yaml's parser takes minutes for 1 MiB of "[".
+		{"yaml nesting", `yamldecode(format("%s%s", join("", [for i in range(1000) : "["]), join("", [for i in range(1000) : "]"])))`,
+			`t.hcl:6:20: error: Evaluation limit exceeded; yamldecode: the document nests more than 128 levels deep.`},
+		{"yaml very deep", `yamldecode(replace(format("%0400000d", 0), "0", "["))`,
+			`t.hcl:6:20: error: Evaluation limit exceeded; yamldecode: the document nests more than 128 levels deep.`},
 		{"yamlencode", `yamlencode([for c in split("", format("%06000d", 0)) : format("%0200d", 0)])`,
 			`t.hcl:6:20: error: Evaluation limit exceeded; yamlencode would produce a string of 1048665 bytes or more; the limit is 1048576 bytes.`},
 	}
