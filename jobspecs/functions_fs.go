@@ -165,47 +165,75 @@ func fileSet(root, pattern string, limit int) ([]string, error) {
 	if _, err := doublestar.Match(pattern, "x"); err != nil {
 		return nil, fmt.Errorf("fileset: invalid pattern %q: %w", pattern, err)
 	}
-	maxDepth := -1
+	w := fileWalk{root: root, pattern: pattern, limit: limit, maxDepth: -1}
 	if !strings.Contains(pattern, "**") {
-		maxDepth = strings.Count(pattern, "/") + 1
+		w.maxDepth = strings.Count(pattern, "/") + 1
 	}
-	var out []string
-	visited := 0
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if p == root && errors.Is(err, fs.ErrNotExist) {
-				return fs.SkipAll // no files, as in Nomad
-			}
-			return err
-		}
-		if visited++; visited > limit {
-			return limitErr("fileset visited more than %d files and directories under %s; narrow the path or the pattern", limit, root)
-		}
-		rel, _ := filepath.Rel(root, p)
-		rel = filepath.ToSlash(rel)
-		if d.IsDir() {
-			if rel != "." && maxDepth >= 0 && strings.Count(rel, "/")+1 >= maxDepth {
-				return fs.SkipDir
-			}
-			return nil
-		}
-		ok, err := doublestar.Match(pattern, rel)
-		if err != nil {
-			return fmt.Errorf("invalid pattern %q: %w", pattern, err)
-		}
-		if !ok || !isRegular(p, d) {
-			return nil
-		}
-		out = append(out, rel)
-		return nil
-	})
+	err := w.dir("", 1)
 	switch {
+	case errors.Is(err, fs.ErrNotExist) && len(w.out) == 0 && w.visited == 0:
+		return nil, nil // no such directory: no files, as in Nomad
 	case errors.Is(err, ErrLimitExceeded):
 		return nil, err
 	case err != nil:
 		return nil, fmt.Errorf("fileset: %w", err)
 	}
-	return out, nil
+	return w.out, nil
+}
+
+// fileWalk is one fileset walk. It reads directories in batches, so that
+// the visit limit bounds the work even in a directory of millions of
+// entries.
+type fileWalk struct {
+	root, pattern string
+	limit         int
+	maxDepth      int // -1: any
+	visited       int
+	out           []string
+}
+
+// dir walks the directory rel (slash-separated, "" for the root), whose
+// entries are at depth.
+func (w *fileWalk) dir(rel string, depth int) error {
+	f, err := os.Open(filepath.Join(w.root, filepath.FromSlash(rel)))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	for {
+		entries, err := f.ReadDir(256)
+		for _, e := range entries {
+			if err := w.entry(slashpath.Join(rel, e.Name()), e, depth); err != nil {
+				return err
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func (w *fileWalk) entry(rel string, e fs.DirEntry, depth int) error {
+	if w.visited++; w.visited > w.limit {
+		return limitErr("fileset visited more than %d files and directories under %s; narrow the path or the pattern", w.limit, w.root)
+	}
+	if e.IsDir() {
+		if w.maxDepth >= 0 && depth >= w.maxDepth {
+			return nil
+		}
+		return w.dir(rel, depth+1)
+	}
+	ok, err := doublestar.Match(w.pattern, rel)
+	if err != nil {
+		return fmt.Errorf("invalid pattern %q: %w", w.pattern, err)
+	}
+	if ok && isRegular(filepath.Join(w.root, filepath.FromSlash(rel)), e) {
+		w.out = append(w.out, rel)
+	}
+	return nil
 }
 
 // isRegular reports whether a walked entry is a regular file or a link to

@@ -130,3 +130,22 @@ func TestFileSystemFunctionsNotOnServers(t *testing.T) {
 		}
 	}
 }
+
+// fileset matches a symbolic link to a regular file but does not follow
+// one to a directory (a loop would never end).
+func TestFileSetSymlinks(t *testing.T) {
+	dir := fsTree(t)
+	if err := os.Symlink("a.txt", filepath.Join(dir, "conf", "link.txt")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(".", filepath.Join(dir, "conf", "loop")); err != nil {
+		t.Fatal(err)
+	}
+	got, diags := parseTaskFile(t, dir, `fileset("conf", "**/*.txt")`, nil)
+	if diags.HasErrors() {
+		t.Fatal(diags.Error())
+	}
+	if want := []any{"a.txt", "b.txt", "link.txt", "sub/c.txt"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("fileset = %#v, want %#v", got, want)
+	}
+}
