@@ -2,6 +2,7 @@ package jobspecs
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -61,19 +62,24 @@ const (
 // functions returns the function table of one parse, every function bounded
 // by b.
 func (b *budget) functions() map[string]function.Function {
-	out := make(map[string]function.Function, len(stdFunctions)+len(moreFunctions)+5)
+	out := make(map[string]function.Function, len(stdFunctions)+len(moreFunctions)+len(nomadFunctions)+12)
 	for name, f := range stdFunctions {
 		out[name] = b.bound(f, preChecks[name])
 	}
 	for name, f := range moreFunctions {
 		out[name] = b.bound(f, moreChecks[name])
 	}
+	for name, f := range nomadFunctions {
+		if check := nomadTypeChecks[name]; check != nil {
+			f = b.checkedType(f, check)
+		}
+		out[name] = b.bound(f, nomadChecks[name])
+	}
 	// try and can take expressions, not values: what they evaluate is
 	// bounded by the rewrite's charges like any expression.
 	out["try"], out["can"] = tryfunc.TryFunc, tryfunc.CanFunc
 	if b.fileDir != "" {
-		out["file"] = b.bound(fileFunc(b.fileDir, int64(b.lim.MaxStringBytes)), nil)
-		out["fileexists"] = b.bound(fileExistsFunc(b.fileDir), nil)
+		maps.Copy(out, b.fsFunctions(b.fileDir))
 	}
 	b.addInternal(out)
 	b.tables = append(b.tables, out)

@@ -237,10 +237,9 @@ func (d *decoder) decodeSidecarService(b *hclsyntax.Block, p path) *structs.Cons
 func (d *decoder) decodeProxy(b *hclsyntax.Block, p path) *structs.ConsulProxy {
 	d.rec(p, b.DefRange())
 	c := d.content(b.Body, spec{
-		attrs:       []string{"local_service_address", "local_service_port"},
-		blocks:      []string{"upstreams", "expose"},
-		maps:        []string{"config"},
-		unsupported: []string{"transparent_proxy"},
+		attrs:  []string{"local_service_address", "local_service_port"},
+		blocks: []string{"upstreams", "expose", "transparent_proxy"},
+		maps:   []string{"config"},
 	})
 	px := &structs.ConsulProxy{}
 	d.setStr(c, p, "local_service_address", &px.LocalServiceAddress)
@@ -250,6 +249,9 @@ func (d *decoder) decodeProxy(b *hclsyntax.Block, p path) *structs.ConsulProxy {
 		if d.labels(ub) {
 			px.Upstreams = append(px.Upstreams, d.decodeUpstream(ub, p.item("upstream", len(px.Upstreams), "")))
 		}
+	}
+	if tb := d.one(c, "transparent_proxy"); tb != nil && d.labels(tb) {
+		px.TransparentProxy = d.decodeTransparentProxy(tb, p.sub("transparent_proxy"))
 	}
 	if eb := d.one(c, "expose"); eb != nil && d.labels(eb) {
 		ep := p.sub("expose")
@@ -319,4 +321,22 @@ func (d *decoder) decodeSidecarTask(b *hclsyntax.Block, p path) *structs.Sidecar
 	st.Resources = d.decodeResources(c, p)
 	st.LogConfig = d.decodeLogs(c, p)
 	return st
+}
+
+// decodeTransparentProxy reads transparent_proxy for validation; meshlet
+// does not run it yet (validation warns).
+func (d *decoder) decodeTransparentProxy(b *hclsyntax.Block, p path) *structs.ConsulTransparentProxy {
+	d.rec(p, b.DefRange())
+	c := d.content(b.Body, spec{attrs: unrunSchemas["transparent_proxy"].attrs})
+	tp := &structs.ConsulTransparentProxy{}
+	d.setStr(c, p, "uid", &tp.UID)
+	d.setInt(c, p, "outbound_port", &tp.OutboundPort)
+	d.setStrs(c, p, "exclude_inbound_ports", &tp.ExcludeInboundPorts)
+	if v, ok := attrValue(d, c, p, "exclude_outbound_ports", convInts); ok {
+		tp.ExcludeOutboundPorts = v
+	}
+	d.setStrs(c, p, "exclude_outbound_cidrs", &tp.ExcludeOutboundCIDRs)
+	d.setStrs(c, p, "exclude_uids", &tp.ExcludeUIDs)
+	d.setBool(c, p, "no_dns", &tp.NoDNS)
+	return tp
 }

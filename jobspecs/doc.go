@@ -8,7 +8,8 @@
 // as blocks or as map attributes, and runtime interpolations such as
 // "${NOMAD_PORT_http}" or a bare attr.unique.network.ip-address are kept as
 // "${...}" text for the client to expand when the task starts. Only var.*,
-// local.* and a few functions are evaluated at parse time. Free-form maps
+// local.* and Nomad's functions are evaluated at parse time (those reading
+// files only when ParseOptions.FileDir is set, as ParseFile does). Free-form maps
 // (task config, proxy config) decode to map[string]any holding string, int
 // (whole numbers), float64, bool, []any and map[string]any values; a nested
 // block that appears once becomes a map, one that repeats a []any of maps.

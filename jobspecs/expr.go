@@ -59,7 +59,7 @@ func (d *decoder) evalExpr(expr hclsyntax.Expression) (cty.Value, hcl.Diagnostic
 
 // hasRuntime reports whether expr references a variable unknown at parse time.
 func (d *decoder) hasRuntime(expr hclsyntax.Expression) bool {
-	for _, tr := range expr.Variables() {
+	for _, tr := range exprVariables(expr) {
 		if d.ctx == nil || d.ctx.Variables == nil {
 			return true
 		}

@@ -7,15 +7,10 @@ import (
 	"crypto/sha512"
 	"encoding/base64"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"hash"
-	"io"
-	"io/fs"
 	"math/big"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"unicode/utf8"
 
@@ -29,8 +24,8 @@ import (
 // go-cty's standard library or are a few lines over Go's (encoding,
 // hashing, UUIDs). Like stdFunctions every one is bounded (budget.bound):
 // its result is checked and charged, and those that could allocate far
-// more than their arguments have a pre-check (moreChecks). Left out: the
-// path, CIDR, yaml and crypto-key families and fileset.
+// more than their arguments have a pre-check (moreChecks). The rest of
+// Nomad's are in functions_nomad.go and, reading files, functions_fs.go.
 var moreFunctions = map[string]function.Function{
 	// numeric
 	"abs": stdlib.AbsoluteFunc, "ceil": stdlib.CeilFunc, "floor": stdlib.FloorFunc,
@@ -238,54 +233,3 @@ var indexOfFunc = function.New(&function.Spec{
 		return cty.UnknownVal(cty.Number), fmt.Errorf("index: the value is not in the list")
 	},
 })
-
-// fileFunc is file(path): the content of a UTF-8 file, path relative to
-// dir; a file larger than limit bytes is refused before it is read whole.
-func fileFunc(dir string, limit int64) function.Function {
-	return stringFunc(func(path string) (string, error) {
-		f, err := os.Open(inDir(dir, path))
-		if err != nil {
-			return "", fmt.Errorf("file: %w", err)
-		}
-		defer f.Close()
-		b, err := io.ReadAll(io.LimitReader(f, limit+1))
-		switch {
-		case err != nil:
-			return "", fmt.Errorf("file: %w", err)
-		case int64(len(b)) > limit:
-			return "", limitErr("file %s is larger than the string limit of %d bytes", path, limit)
-		case !utf8.Valid(b):
-			return "", fmt.Errorf("file %s is not valid UTF-8", path)
-		}
-		return string(b), nil
-	})
-}
-
-// fileExistsFunc is fileexists(path): whether a regular file is there (a
-// directory is an error, as in Nomad).
-func fileExistsFunc(dir string) function.Function {
-	return function.New(&function.Spec{
-		Params: []function.Parameter{{Name: "path", Type: cty.String}},
-		Type:   function.StaticReturnType(cty.Bool),
-		Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
-			fi, err := os.Stat(inDir(dir, args[0].AsString()))
-			switch {
-			case errors.Is(err, fs.ErrNotExist):
-				return cty.False, nil
-			case err != nil:
-				return cty.UnknownVal(cty.Bool), fmt.Errorf("fileexists: %w", err)
-			case !fi.Mode().IsRegular():
-				return cty.UnknownVal(cty.Bool), fmt.Errorf("fileexists: %s is not a regular file", args[0].AsString())
-			}
-			return cty.True, nil
-		},
-	})
-}
-
-// inDir resolves path against dir unless it is absolute.
-func inDir(dir, path string) string {
-	if filepath.IsAbs(path) {
-		return path
-	}
-	return filepath.Join(dir, path)
-}

@@ -38,6 +38,26 @@ job "j" {
   }
 }
 `))
+	// Nomad's CIDR, YAML and convert functions; convert's type argument
+	// is syntax that the rewrite leaves alone.
+	f.Add([]byte(`locals {
+  y = yamldecode("a: &a [1, 2]\nb: *a\n")
+  c = convert({ n = 1, l = [true] }, object({ n = string, l = list(string) }))
+}
+job "j" {
+  meta {
+    net = join(",", cidrsubnets(cidrsubnet("10.0.0.0/8", 8, 1), 4, 4))
+    y   = yamlencode(local.y)
+    c   = local.c.l[0]
+  }
+  group "g" {
+    task "t" {
+      driver = "raw_exec"
+      config { command = cidrhost("10.0.0.0/24", 5) }
+    }
+  }
+}
+`))
 	f.Fuzz(func(t *testing.T, src []byte) {
 		job, diags := Parse("fuzz.hcl", src, &ParseOptions{Vars: map[string]string{}})
 		if job == nil {

@@ -110,7 +110,8 @@ type budget struct {
 	// before a function runs) or running the loops inside them.
 	tables    []map[string]function.Function
 	exhausted bool
-	// fileDir is where file() and fileexists() read ("": not offered).
+	// fileDir is where the file-system functions (file, fileset...)
+	// read ("": not offered).
 	fileDir string
 }
 

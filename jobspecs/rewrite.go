@@ -48,7 +48,11 @@ func boundBody(body *hclsyntax.Body) hcl.Diagnostics {
 }
 
 func boundExpr(expr hclsyntax.Expression) hcl.Diagnostics {
+	types := typeArgs(expr) // syntax, not evaluated: left alone
 	return hclsyntax.VisitAll(expr, func(n hclsyntax.Node) hcl.Diagnostics {
+		if len(types) > 0 && inAnyRange(n.Range(), types) {
+			return nil
+		}
 		switch e := n.(type) {
 		case *hclsyntax.LiteralValueExpr:
 			if err := checkNumber(e.Val); err != nil {

@@ -198,6 +198,7 @@ func checkGroup(tg *structs.TaskGroup, p path, opts ValidateOptions, report repo
 	checkConnectNetwork(tg, p, report)
 	checkUpstreamPorts(tg, p, report)
 	checkExpose(tg, p, labels, report)
+	checkConnectGroup(tg, p, report)
 }
 
 func serviceName(s *structs.Service) string {

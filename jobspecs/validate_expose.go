@@ -43,7 +43,9 @@ func checkExpose(tg *structs.TaskGroup, p path, labels []string, report reporter
 				checkListenerLabel("Check port", c.PortLabel, cp.attr("port"), labels, busy, report)
 			}
 			if msg := exposeLocalPort(tg, s); msg != "" && !portReported {
-				report(SeverityError, cp.attr("expose"), "Invalid exposed check", msg)
+				// Nomad's words, then why.
+				report(SeverityError, cp.attr("expose"), "Invalid exposed check", fmt.Sprintf(
+					"Unable to determine local service port for service check %s->%s->%s: %s", tg.Name, s.Name, c.Name, msg))
 				portReported = true // once per service
 			}
 		}
@@ -121,7 +123,7 @@ func exposeLocalPort(tg *structs.TaskGroup, s *structs.Service) string {
 		return ""
 	}
 	if s.PortLabel == "" {
-		return fmt.Sprintf("Service %q has no port, so the exposed check has no local port to reach; set the service's port or proxy local_service_port.", s.Name)
+		return fmt.Sprintf("service %q has no port, so the exposed check has no local port to reach; set the service's port or proxy local_service_port.", s.Name)
 	}
 	if n, err := strconv.Atoi(s.PortLabel); err == nil && n > 0 {
 		return ""
@@ -137,7 +139,7 @@ func exposeLocalPort(tg *structs.TaskGroup, s *structs.Service) string {
 		}
 		for _, pt := range n.DynamicPorts {
 			if pt.Label == s.PortLabel && pt.To <= 0 {
-				return fmt.Sprintf("Service port %q is dynamic without `to`, so the port the app listens on is only known once allocated; set `to` (or a static port) for the exposed check.", s.PortLabel)
+				return fmt.Sprintf("service port %q is dynamic without `to`, so the port the app listens on is only known once allocated; set `to` (or a static port) for the exposed check.", s.PortLabel)
 			}
 		}
 	}

@@ -164,7 +164,7 @@ func checkCheck(c *structs.ServiceCheck, p path, s *structs.Service, labels []st
 	if c.Expose {
 		if c.Type != "http" && c.Type != "grpc" {
 			report(SeverityError, p.attr("expose"), "Invalid exposed check",
-				fmt.Sprintf("expose = true works with http and grpc checks only, not %q.", c.Type))
+				fmt.Sprintf("expose may only be set on HTTP or gRPC checks, not %q.", c.Type))
 		}
 		if !s.Connect.HasSidecar() {
 			report(SeverityError, p.attr("expose"), "Invalid exposed check",

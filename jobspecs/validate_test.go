@@ -154,14 +154,14 @@ service {
 			`t.hcl:11:3: error: Missing check task; Service [g]->s or Check service: "s" check must specify task parameter`,
 			`t.hcl:14:15: error: Invalid check timeout; Check timeout 100ms must be at least 1s.`,
 			`t.hcl:18:12: error: Unknown check port; Check port "nope" is neither a port label of the group (it has no port labels) nor a port number 1-65535.`,
-			`t.hcl:19:14: error: Invalid exposed check; expose = true works with http and grpc checks only, not "tcp".`,
+			`t.hcl:19:14: error: Invalid exposed check; expose may only be set on HTTP or gRPC checks, not "tcp".`,
 			`t.hcl:19:14: error: Invalid exposed check; expose = true needs a connect sidecar_service on service "s".`,
 			`t.hcl:24:12: error: Invalid check type; Check type "udp" is not valid; use "http", "tcp", "grpc" or "script".`,
 			`t.hcl:25:20: error: Invalid address_mode; Check address_mode "auto" is not valid; use "host", "driver" or "alloc".`,
 		}},
-		{"native and gateway warn", "service {\n  name = \"n\"\n  connect { native = true }\n}\nservice {\n  name = \"gw\"\n  connect {\n    gateway {\n      ingress {}\n    }\n  }\n}\n" + okTask, []string{
-			`t.hcl:5:22: warning: connect native is not supported by meshlet yet`,
-			`t.hcl:10:5: warning: connect gateway is not supported by meshlet yet`,
+		{"native and gateway warn", "service {\n  name = \"n\"\n  port = 9090\n  connect { native = true }\n}\nservice {\n  name = \"gw\"\n  connect {\n    gateway {\n      ingress {}\n    }\n  }\n}\n" + okTask, []string{
+			`t.hcl:6:22: warning: connect native is not supported by meshlet yet`,
+			`t.hcl:11:5: warning: connect gateway is not supported by meshlet yet`,
 		}},
 		{"task service with connect", bridge + "task \"t\" {\n  driver = \"exec\"\n  service {\n    name = \"s\"\n    connect {\n    sidecar_service {}\n  }\n  }\n  config { command = \"x\" }\n}",
 			[]string{`t.hcl:10:5: error: Connect on a task service; connect is only allowed in group-level service blocks; move the service into the group.`}},

@@ -167,6 +167,23 @@ func convStrings(v cty.Value) ([]string, error) {
 	return out, nil
 }
 
+func convInts(v cty.Value) ([]int, error) {
+	t := v.Type()
+	if !t.IsListType() && !t.IsTupleType() && !t.IsSetType() {
+		return nil, errors.New("a list of numbers is required")
+	}
+	out := make([]int, 0, v.LengthInt())
+	for it := v.ElementIterator(); it.Next(); {
+		_, e := it.Element()
+		n, err := convInt(e)
+		if err != nil {
+			return nil, fmt.Errorf("a list of whole numbers is required: %w", err)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
 func convStringMap(v cty.Value) (map[string]string, error) {
 	t := v.Type()
 	if !t.IsMapType() && !t.IsObjectType() {

@@ -98,6 +98,21 @@ type ConsulProxy struct {
 	Expose              *ConsulExposeConfig `json:"Expose,omitempty"`
 	Upstreams           []*ConsulUpstream   `json:"Upstreams,omitempty"`
 	Config              map[string]any      `json:"Config,omitempty"`
+	// TransparentProxy is parsed and validated as Nomad does; meshlet
+	// does not redirect traffic through the sidecar yet.
+	TransparentProxy *ConsulTransparentProxy `json:"TransparentProxy,omitempty"`
+}
+
+// ConsulTransparentProxy is Nomad's transparent_proxy block (JSON names
+// as in Nomad's API).
+type ConsulTransparentProxy struct {
+	UID                  string   `json:"UID,omitempty"`
+	OutboundPort         int      `json:"OutboundPort,omitempty"`
+	ExcludeInboundPorts  []string `json:"ExcludeInboundPorts,omitempty"`
+	ExcludeOutboundPorts []int    `json:"ExcludeOutboundPorts,omitempty"`
+	ExcludeOutboundCIDRs []string `json:"ExcludeOutboundCIDRs,omitempty"`
+	ExcludeUIDs          []string `json:"ExcludeUIDs,omitempty"`
+	NoDNS                bool     `json:"NoDNS,omitempty"`
 }
 
 // ConsulUpstream is one upstream of a sidecar.
