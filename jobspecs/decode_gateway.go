@@ -63,6 +63,7 @@ func (d *decoder) decodeIngress(m map[string]any, p path, b *hclsyntax.Block) *s
 		in.TLS = &structs.ConsulGatewayTLSConfig{}
 		if v, ok := tm["enabled"].(bool); ok {
 			in.TLS.Enabled = v
+			d.recAttr(tp, tb, "enabled")
 		}
 	}
 	for i, lm := range asMaps(m["listener"]) {

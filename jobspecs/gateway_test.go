@@ -35,7 +35,7 @@ service {
 }
 
 func TestIngressDecode(t *testing.T) {
-	src := "job \"j\" {\n  group \"g\" {\n" + ingressGroup(`tls { enabled = true }
+	src := "job \"j\" {\n  group \"g\" {\n" + ingressGroup(`tls { enabled = false }
 listener {
   port = 8080
   service { name = "api" }
@@ -59,7 +59,7 @@ listener {
 		t.Fatalf("gateway = %+v", g)
 	}
 	want := &structs.ConsulIngressConfigEntry{
-		TLS: &structs.ConsulGatewayTLSConfig{Enabled: true},
+		TLS: &structs.ConsulGatewayTLSConfig{},
 		Listeners: []*structs.ConsulIngressListener{
 			{Port: 8080, Protocol: "tcp", Services: []*structs.ConsulIngressService{{Name: "api"}}},
 			{Port: 8081, Protocol: "http", Services: []*structs.ConsulIngressService{
@@ -79,6 +79,8 @@ func TestIngressValidation(t *testing.T) {
 		name, listeners string
 		want            []string
 	}{
+		{"tls", "tls { enabled = true }\nlistener {\n  port = 1\n  service { name = \"a\" }\n}", []string{
+			`t.hcl:17:17: error: Unsupported ingress TLS; TLS on ingress listeners is not supported by meshlet yet; the gateway would serve plaintext.`}},
 		{"no listener", ``, []string{
 			`t.hcl:16:7: error: Missing ingress listener; Consul Ingress Gateway requires at least one listener.`}},
 		{"port and protocol", "listener {\n  protocol = \"udp\"\n  service { name = \"a\" }\n}\nlistener {\n  port = 70000\n  protocol = \"grpc\"\n  service { name = \"a\" }\n}", []string{

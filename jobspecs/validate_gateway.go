@@ -77,6 +77,10 @@ func checkIngress(in *structs.ConsulIngressConfigEntry, p path, report reporter)
 		report(SeverityError, p, "Missing ingress listener", "Consul Ingress Gateway requires at least one listener.")
 		return
 	}
+	if in.TLS != nil && in.TLS.Enabled {
+		report(SeverityError, p.sub("tls").attr("enabled"), "Unsupported ingress TLS",
+			"TLS on ingress listeners is not supported by meshlet yet; the gateway would serve plaintext.")
+	}
 	ports := map[int]int{}
 	for i, l := range in.Listeners {
 		if l == nil {
