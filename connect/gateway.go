@@ -136,7 +136,9 @@ func gatewayInstance(p Placement, s *structs.Service, id string, bridge bool) (c
 			regPort = ls[0].Port
 		}
 	}
-	px := &catalog.Proxy{}
+	// The proxy's identity is the gateway service itself: the xDS server
+	// serves it that service's leaf, and destinations authorize it by name.
+	px := &catalog.Proxy{DestinationServiceName: s.Name}
 	if gp := s.Connect.Gateway.Proxy; gp != nil && gp.ConnectTimeout != nil {
 		px.Config = map[string]any{"connect_timeout_ms": int(*gp.ConnectTimeout / time.Millisecond)}
 	}

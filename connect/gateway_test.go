@@ -107,7 +107,7 @@ func TestRegistrationsIngressGateway(t *testing.T) {
 	want := []catalog.ServiceInstance{{
 		ID: "_nomad-task-a1-group-gw-ingress-8080", Name: "ingress", Kind: catalog.KindIngressGateway,
 		Address: "172.26.64.9", Port: 8080, AllocID: "a1", NodeID: "n1", Datacenter: "dc1", Healthy: true,
-		Proxy: &catalog.Proxy{Config: map[string]any{"connect_timeout_ms": 3000}},
+		Proxy: &catalog.Proxy{DestinationServiceName: "ingress", Config: map[string]any{"connect_timeout_ms": 3000}},
 	}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("registrations:\n got %+v\nwant %+v", got, want)

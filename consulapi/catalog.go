@@ -114,7 +114,7 @@ func (s *Server) serviceEntry(inst catalog.ServiceInstance) consul.ServiceEntry 
 			Weights:     consul.AgentWeights{Passing: 1, Warning: 1},
 			CreateIndex: inst.ModifyIndex,
 			ModifyIndex: inst.ModifyIndex,
-			Proxy:       proxyConfig(inst.Proxy),
+			Proxy:       proxyConfig(kindProxy(inst)),
 			Datacenter:  s.d.Datacenter,
 		},
 		Checks: append(consul.HealthChecks{
@@ -226,4 +226,15 @@ func nonNilMap(m map[string]string) map[string]string {
 		return map[string]string{}
 	}
 	return m
+}
+
+// kindProxy is the proxy block an instance shows: a gateway names no
+// destination (meshlet keeps its own name there, as its identity).
+func kindProxy(inst catalog.ServiceInstance) *catalog.Proxy {
+	if inst.Kind != catalog.KindIngressGateway || inst.Proxy == nil {
+		return inst.Proxy
+	}
+	p := *inst.Proxy
+	p.DestinationServiceName = ""
+	return &p
 }
