@@ -24,7 +24,13 @@ func (d *decoder) decodeGateway(b *hclsyntax.Block, p path) *structs.ConsulGatew
 			g.Kind = kind
 		}
 	}
-	if g.Kind != structs.GatewayKindIngress {
+	if v, ok := g.Config[structs.GatewayKindTerminating]; ok {
+		g.Terminating = orEmpty(firstMap(v))
+	}
+	if v, ok := g.Config[structs.GatewayKindMesh]; ok {
+		g.Mesh = orEmpty(firstMap(v))
+	}
+	if _, ok := g.Config[structs.GatewayKindIngress]; !ok {
 		return g
 	}
 	blocks := blocksByType(b.Body)
@@ -196,4 +202,11 @@ func firstMap(v any) map[string]any {
 		return ms[0]
 	}
 	return nil
+}
+
+func orEmpty(m map[string]any) map[string]any {
+	if m == nil {
+		return map[string]any{}
+	}
+	return m
 }

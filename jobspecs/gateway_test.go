@@ -1,10 +1,13 @@
 package jobspecs
 
 import (
+	"encoding/json"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	nomadapi "github.com/hashicorp/nomad/api"
 
 	"github.com/meshlet/meshlet/structs"
 )
@@ -139,7 +142,6 @@ func TestIngressValidateWithoutPositions(t *testing.T) {
 	job := &structs.Job{ID: "j", Name: "j", Type: "service", Datacenters: []string{"dc1"}, TaskGroups: []*structs.TaskGroup{{
 		Name: "g", Count: 1,
 		Services: []*structs.Service{{Name: "gw", Connect: &structs.ConsulConnect{Gateway: &structs.ConsulGateway{
-			Kind: "ingress", Config: map[string]any{"ingress": map[string]any{}},
 			Ingress: &structs.ConsulIngressConfigEntry{Listeners: []*structs.ConsulIngressListener{{Port: 1}}},
 		}}}},
 	}}}
@@ -148,5 +150,44 @@ func TestIngressValidateWithoutPositions(t *testing.T) {
 	want := `group "g": service "gw": connect: gateway: ingress: listener[0]: Missing ingress service; Consul Ingress Listener requires one or more services.`
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("errors = %v\nwant %s", err, want)
+	}
+}
+
+// A gateway survives the Nomad API's JSON (no Kind, no Config): the CLI and
+// Nomad clients submit jobs in that shape.
+func TestGatewayThroughNomadAPI(t *testing.T) {
+	src := "job \"j\" {\n  group \"g\" {\n" + ingressGroup("listener {\n  port = 8080\n  service { name = \"api\" }\n}") +
+		"\nservice {\n  name = \"t\"\n  connect {\n    gateway {\n      terminating {\n        service { name = \"x\" }\n      }\n    }\n  }\n}\n  }\n}\n"
+	job, diags := Parse("t.hcl", []byte(src), nil)
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	raw, err := json.Marshal(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nj nomadapi.Job
+	if err := json.Unmarshal(raw, &nj); err != nil {
+		t.Fatal(err)
+	}
+	if raw, err = json.Marshal(&nj); err != nil {
+		t.Fatal(err)
+	}
+	var back structs.Job
+	if err := json.Unmarshal(raw, &back); err != nil {
+		t.Fatal(err)
+	}
+	Canonicalize(&back)
+	warnings, err := Validate(&back)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{`group "g": service "t": connect: gateway: connect gateway is not supported by meshlet yet; Only ingress gateways run; this terminating gateway is parsed and ignored.`}
+	if !reflect.DeepEqual(warnings, want) {
+		t.Errorf("warnings = %q", warnings)
+	}
+	g := back.TaskGroups[0].Services[0].Connect.Gateway
+	if g.Ingress == nil || g.Ingress.Listeners[0].Services[0].Name != "api" || *g.Proxy.ConnectTimeout != 3*time.Second {
+		t.Errorf("gateway after the round trip = %+v", g)
 	}
 }

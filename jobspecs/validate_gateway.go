@@ -45,12 +45,7 @@ func checkGateway(s *structs.Service, c *structs.ConsulConnect, p path, report r
 		report(SeverityError, gp, "Invalid connect gateway",
 			"Consul Connect must be exclusively native, make use of a sidecar, or represent a Gateway.")
 	}
-	kinds := 0
-	for _, k := range []string{structs.GatewayKindIngress, structs.GatewayKindTerminating, structs.GatewayKindMesh} {
-		if _, ok := g.Config[k]; ok {
-			kinds++
-		}
-	}
+	kinds := len(g.Kinds())
 	switch {
 	case kinds == 0:
 		report(SeverityError, gp, "Missing gateway configuration",
@@ -62,7 +57,7 @@ func checkGateway(s *structs.Service, c *structs.ConsulConnect, p path, report r
 		return
 	case g.Ingress == nil:
 		report(SeverityWarning, gp, "connect gateway is not supported by meshlet yet",
-			fmt.Sprintf("Only ingress gateways run; this %s gateway is parsed and ignored.", g.Kind))
+			fmt.Sprintf("Only ingress gateways run; this %s gateway is parsed and ignored.", g.Kinds()[0]))
 		return
 	}
 	if g.Proxy != nil && g.Proxy.ConnectTimeout != nil && *g.Proxy.ConnectTimeout < 0 {

@@ -80,11 +80,32 @@ func (c *ConsulConnect) HasSidecar() bool { return c != nil && c.SidecarService 
 // "terminating" or "mesh"; Config keeps the block free-form. Ingress
 // gateways run (Proxy and Ingress are typed, in the shape of Nomad's
 // api.ConsulGateway); terminating and mesh gateways are parsed only.
+//
+// Proxy, Ingress, Terminating and Mesh carry Nomad's /v1 JSON names, so a
+// job submitted through the Nomad API (which has no Kind or Config) keeps
+// its gateway; terminating and mesh stay free-form.
 type ConsulGateway struct {
-	Kind    string                    `json:"Kind,omitempty"`
-	Config  map[string]any            `json:"Config,omitempty"`
-	Proxy   *ConsulGatewayProxy       `json:"Proxy,omitempty"`
-	Ingress *ConsulIngressConfigEntry `json:"Ingress,omitempty"`
+	Kind        string                    `json:"Kind,omitempty"`
+	Config      map[string]any            `json:"Config,omitempty"`
+	Proxy       *ConsulGatewayProxy       `json:"Proxy,omitempty"`
+	Ingress     *ConsulIngressConfigEntry `json:"Ingress,omitempty"`
+	Terminating map[string]any            `json:"Terminating,omitempty"`
+	Mesh        map[string]any            `json:"Mesh,omitempty"`
+}
+
+// Kinds lists the gateway kinds the block sets (one, once valid).
+func (g *ConsulGateway) Kinds() []string {
+	var out []string
+	if g.Ingress != nil {
+		out = append(out, GatewayKindIngress)
+	}
+	if g.Terminating != nil {
+		out = append(out, GatewayKindTerminating)
+	}
+	if g.Mesh != nil {
+		out = append(out, GatewayKindMesh)
+	}
+	return out
 }
 
 // Gateway kinds of a ConsulGateway.
