@@ -27,8 +27,6 @@ import (
 // its built-in proxy, whose listeners come from the ingress-gateway entry.
 type gateway struct {
 	id, name string
-	tcpPort  int // tcp listener -> db
-	httpPort int // http listener -> api by Host header
 	proxy    *sidecar.Proxy
 }
 
