@@ -42,6 +42,10 @@ func TestIngressGatewayOfficialClient(t *testing.T) {
 
 	f.cat.Register(catalog.ServiceInstance{ID: "gw-1", Name: "ingress", Kind: catalog.KindIngressGateway, Address: "10.0.0.1", Port: 8080,
 		Healthy: true, Proxy: &catalog.Proxy{}})
+	var raw []struct{ ServiceKind, ServiceName string }
+	if _, err := f.client.Raw().Query("/v1/catalog/service/ingress", &raw, nil); err != nil || len(raw) != 1 || raw[0].ServiceKind != "ingress-gateway" {
+		t.Fatalf("catalog/service/ingress = %+v, %v", raw, err)
+	}
 	entries, _, err := f.client.Health().Service("ingress", "", false, nil)
 	if err != nil || len(entries) != 1 || entries[0].Service.Kind != consul.ServiceKindIngressGateway || entries[0].Service.Port != 8080 {
 		t.Fatalf("health service = %+v, %v", entries, err)
