@@ -1,7 +1,6 @@
 package connect
 
 import (
-	"fmt"
 	"strings"
 	"time"
 
@@ -89,7 +88,7 @@ func injectGateways(tg *structs.TaskGroup) error {
 	if len(gws) == 0 {
 		return nil
 	}
-	if err := checkGatewayNetwork(tg); err != nil {
+	if err := checkNetwork(tg); err != nil {
 		return err
 	}
 	mesh := MeshServices(tg)
@@ -108,15 +107,6 @@ func injectGateways(tg *structs.TaskGroup) error {
 		t.Config["proxy_id"] = EnvoyNodeID("${NOMAD_ALLOC_ID}", tg.Name, s)
 		mergeSidecarTask(t, s.Connect.SidecarTask)
 		tg.Tasks = append(tg.Tasks, t)
-	}
-	return nil
-}
-
-// checkGatewayNetwork accepts host mode (no network or mode "host"),
-// bridge and cni/* networks for a gateway group.
-func checkGatewayNetwork(tg *structs.TaskGroup) error {
-	if len(tg.Networks) > 1 {
-		return fmt.Errorf("%w: group %q: an ingress gateway needs at most one network block, found %d", ErrInvalid, tg.Name, len(tg.Networks))
 	}
 	return nil
 }

@@ -84,11 +84,15 @@ func TestInjectIngressNextToSidecar(t *testing.T) {
 	}
 }
 
-func TestInjectIngressTwoNetworks(t *testing.T) {
+func TestInjectIngressNetworks(t *testing.T) {
 	job := ingressJob()
 	job.TaskGroups[0].Networks = append(job.TaskGroups[0].Networks, &structs.NetworkResource{Mode: "host"})
-	if err := Inject(job); err == nil {
-		t.Fatal("two networks accepted")
+	if err := Inject(job); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("two networks: %v", err)
+	}
+	job.TaskGroups[0].Networks = []*structs.NetworkResource{{Mode: "host"}}
+	if err := Inject(job); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("host mode: %v", err)
 	}
 }
 

@@ -173,18 +173,27 @@ func checkIngressHosts(s *structs.ConsulIngressService, port int, seen map[strin
 	}
 }
 
-// checkGatewayNetwork requires a gateway group to run in one bridge,
-// cni/* or host network (Nomad's rule for gateways).
+// checkGatewayNetwork requires a gateway group to run in one bridge or
+// cni/* network: its connect_proxy task runs in the allocation's
+// namespace (Nomad also allows host mode; meshlet does not run it yet).
 func checkGatewayNetwork(tg *structs.TaskGroup, p path, report reporter) {
 	for i, s := range tg.Services {
-		if s == nil || !s.Connect.IsIngress() {
+		if s == nil || !s.Connect.IsIngress() || s.Connect.HasSidecar() { // a sidecar's own rule reports it
 			continue
 		}
-		if len(tg.Networks) <= 1 {
-			return
+		found := "no network block"
+		if len(tg.Networks) == 1 && tg.Networks[0] != nil {
+			mode := tg.Networks[0].Mode
+			if mode == structs.NetworkModeBridge || (strings.HasPrefix(mode, structs.NetworkModeCNIPrefix) && validNetworkMode(mode)) {
+				return
+			}
+			found = fmt.Sprintf("network mode %q", cmpOr(mode, structs.NetworkModeHost))
+		} else if len(tg.Networks) > 1 {
+			found = fmt.Sprintf("%d network blocks", len(tg.Networks))
 		}
-		report(SeverityError, p.item("service", i, s.Name).sub("connect"), "Ingress gateway needs one network", fmt.Sprintf(
-			"Service %q is an ingress gateway, so group %q needs at most one network block; found %d.", s.Name, tg.Name, len(tg.Networks)))
+		report(SeverityError, p.item("service", i, s.Name).sub("connect"), "Ingress gateway requires bridge networking", fmt.Sprintf(
+			"Service %q is an ingress gateway, so group %q needs exactly one network block with mode \"bridge\" or \"cni/<name>\" (host mode is not supported by meshlet yet); found %s.",
+			s.Name, tg.Name, found))
 		return
 	}
 }
