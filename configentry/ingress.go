@@ -110,3 +110,20 @@ func validateIngressListener(l *consul.IngressListener, where string) error {
 	}
 	return nil
 }
+
+// ingressProblems: a tcp listener forwards bytes, so the service behind it
+// must be a tcp service (Consul's rule; an http listener may front a tcp
+// service in meshlet, whose HTTP/1.1 then passes its public listener as
+// bytes).
+func (s *Set) ingressProblems(add func(string, ...any), e *consul.IngressGatewayConfigEntry) {
+	for i, l := range e.Listeners {
+		if orDefault(strings.ToLower(l.Protocol), ProtocolTCP) != ProtocolTCP {
+			continue
+		}
+		for _, svc := range l.Services {
+			if p := s.protocol(svc.Name); IsHTTP(p) {
+				add("%s Listeners[%d]: service %q has protocol %q, which does not match the listener's protocol \"tcp\"", KeyOf(e), i, svc.Name, p)
+			}
+		}
+	}
+}

@@ -99,3 +99,22 @@ func TestIngressGatewayACL(t *testing.T) {
 		t.Error("mesh write may write, service read may read")
 	}
 }
+
+func TestIngressGatewayProtocolConflict(t *testing.T) {
+	gw := &consul.IngressGatewayConfigEntry{Kind: IngressGateway, Name: "g", Listeners: []consul.IngressListener{
+		{Port: 1, Protocol: "tcp", Services: []consul.IngressService{{Name: "web"}}},
+		{Port: 2, Protocol: "http", Services: []consul.IngressService{{Name: "web"}, {Name: "db"}}},
+	}}
+	web := &consul.ServiceConfigEntry{Kind: ServiceDefaults, Name: "web", Protocol: "http"}
+	if err := NewSet(web).Check(gw); !errors.Is(err, ErrConflict) ||
+		!strings.Contains(err.Error(), `ingress-gateway/g Listeners[0]: service "web" has protocol "http", which does not match the listener's protocol "tcp"`) {
+		t.Errorf("Check = %v", err)
+	}
+	if err := NewSet(gw).Check(web); !errors.Is(err, ErrConflict) {
+		t.Errorf("making a tcp listener's service http: %v", err)
+	}
+	gw.Listeners = gw.Listeners[1:]
+	if err := NewSet(web).Check(gw); err != nil {
+		t.Errorf("an http listener in front of http and tcp services: %v", err)
+	}
+}
