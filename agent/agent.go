@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -245,7 +246,13 @@ func (a *Agent) startServer() error {
 	if err != nil {
 		return err
 	}
-	srv, err := server.New(server.Config{Store: st, Scheduler: sched, Mutators: a.mutators,
+	mutators := a.mutators
+	if a.mesh != nil && a.mesh.store != nil {
+		// Ingress gateways' config entries are written at registration,
+		// as Nomad writes them to Consul.
+		mutators = append(slices.Clone(mutators), connect.EntryMutator{Writer: a.mesh.store})
+	}
+	srv, err := server.New(server.Config{Store: st, Scheduler: sched, Mutators: mutators,
 		Admission:   server.AdmissionFuncs{CanonicalizeFunc: jobspecs.Canonicalize, ValidateFunc: a.validateJob},
 		Logger:      a.logger.Named("server"),
 		MaxJobCount: a.cfg.Server.JobMaxCount, MaxJobSize: a.cfg.Server.JobMaxSize,

@@ -120,7 +120,8 @@ func (s *Server) resolve(r *http.Request) (identity, error) {
 // caller may submit in the job's own namespace and may register each
 // service the job declares (service write): a job may only register a
 // service name its submitter's token may write. A connect sidecar is
-// registered under its parent service's name, which covers it.
+// registered under its parent service's name, which covers it. A job with
+// an ingress gateway also needs mesh write (its config entry).
 func (s *Server) authorizeJob(r *http.Request, job *structs.Job) error {
 	if !s.aclEnabled() {
 		return nil
@@ -137,7 +138,27 @@ func (s *Server) authorizeJob(r *http.Request, job *structs.Job) error {
 			return fmt.Errorf("%w: job registers service %q without service write permission", acl.ErrPermissionDenied, name)
 		}
 	}
+	if name := ingressGateway(job); name != "" && !id.authz.AllowMeshWrite() {
+		return fmt.Errorf("%w: job writes the ingress-gateway config entry %q without mesh write permission", acl.ErrPermissionDenied, name)
+	}
 	return nil
+}
+
+// ingressGateway names the job's first ingress gateway service ("" when
+// none): registering it writes its config entry, which takes mesh write
+// (Consul's operator write), as writing the entry through the API does.
+func ingressGateway(job *structs.Job) string {
+	for _, tg := range job.TaskGroups {
+		if tg == nil {
+			continue
+		}
+		for _, s := range tg.Services {
+			if s != nil && s.Connect.IsIngress() {
+				return s.Name
+			}
+		}
+	}
+	return ""
 }
 
 // isolatedDrivers run tasks in their own filesystem and process space;

@@ -20,6 +20,7 @@ type authorizer interface {
 	AllowOperatorRead() bool
 	AllowOperatorWrite() bool
 	AllowServiceWrite(name string) bool
+	AllowMeshWrite() bool
 }
 
 var _ authorizer = (*acl.ACL)(nil)

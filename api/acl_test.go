@@ -336,6 +336,10 @@ func TestACLJobServiceWrite(t *testing.T) {
 		{"connect sidecar", withGroupService("mesh", &structs.Service{Name: "count-api", PortLabel: "9001",
 			Connect: &structs.ConsulConnect{SidecarService: &structs.ConsulSidecarService{}}}), 403, `service "count-api"`},
 		{"other namespace", func() *structs.Job { j := testJob("ns"); j.Namespace = "prod"; return j }(), 403, "Permission denied"},
+		{"ingress gateway without mesh write", withGroupService("gw", &structs.Service{Name: "count-dashboard", PortLabel: "8080",
+			Connect: &structs.ConsulConnect{Gateway: &structs.ConsulGateway{Ingress: &structs.ConsulIngressConfigEntry{
+				Listeners: []*structs.ConsulIngressListener{{Port: 8080, Services: []*structs.ConsulIngressService{{Name: "x"}}}}}}}}), 403,
+			`job writes the ingress-gateway config entry "count-dashboard" without mesh write permission`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

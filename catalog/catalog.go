@@ -23,7 +23,15 @@ import (
 const (
 	KindTypical      = ""
 	KindConnectProxy = "connect-proxy"
+	// KindIngressGateway is an ingress gateway: a proxy served over xDS
+	// (its listeners come from the ingress-gateway config entry of its
+	// name), never an endpoint of another service.
+	KindIngressGateway = "ingress-gateway"
 )
+
+// IsProxyKind reports whether instances of kind run a proxy that the xDS
+// server serves (connect-proxy and ingress-gateway).
+func IsProxyKind(kind string) bool { return kind == KindConnectProxy || kind == KindIngressGateway }
 
 // ErrNotFound is returned for an unknown service ID.
 var ErrNotFound = errors.New("service instance not found")
@@ -143,7 +151,7 @@ func (c *Catalog) Register(inst ServiceInstance) {
 	cp := copyInstance(&inst)
 	c.instances[inst.ID] = cp
 	ch.Services = append(ch.Services, touched(cp)...)
-	if cp.Kind == KindConnectProxy {
+	if IsProxyKind(cp.Kind) {
 		ch.ProxyIDs = append(ch.ProxyIDs, cp.ID)
 	}
 	c.mu.Unlock()
@@ -161,7 +169,7 @@ func (c *Catalog) Deregister(id string) error {
 	delete(c.instances, id)
 	c.index++
 	ch := Change{Index: c.index, Services: touched(inst)}
-	if inst.Kind == KindConnectProxy {
+	if IsProxyKind(inst.Kind) {
 		ch.ProxyIDs = []string{inst.ID}
 	}
 	c.mu.Unlock()
@@ -217,9 +225,10 @@ func (c *Catalog) ConnectProxies(service string) []ServiceInstance {
 	})
 }
 
-// Proxies returns every proxy instance, sorted by ID.
+// Proxies returns every proxy instance (sidecars and ingress gateways),
+// sorted by ID.
 func (c *Catalog) Proxies() []ServiceInstance {
-	return c.filter(func(i *ServiceInstance) bool { return i.Kind == KindConnectProxy })
+	return c.filter(func(i *ServiceInstance) bool { return IsProxyKind(i.Kind) })
 }
 
 // All returns every instance, sorted by ID.

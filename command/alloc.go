@@ -95,7 +95,7 @@ func declaresChecks(a *nomadapi.Allocation) bool {
 		}
 		services := tg.Services
 		for _, t := range tg.Tasks {
-			if t != nil && strings.HasPrefix(t.Kind, connect.KindPrefix) {
+			if _, proxy := connect.ProxyKindService(deref(t).Kind); t != nil && proxy {
 				return true
 			}
 			if t != nil {
@@ -337,6 +337,13 @@ func writeTaskStatus(w io.Writer, name string, ts *nomadapi.TaskState, t *nomada
 	fmt.Fprintf(w, "\nTask %q%s is %q\n", name, lifecycleLabel(t), state)
 	if t != nil && strings.HasPrefix(t.Kind, connect.KindPrefix) && proxyMode != "" {
 		fmt.Fprintf(w, "Sidecar Proxy: %s\n", proxyMode)
+	}
+	if t != nil && strings.HasPrefix(t.Kind, connect.IngressKindPrefix) {
+		fmt.Fprintf(w, "Ingress Gateway: %s", strings.TrimPrefix(t.Kind, connect.IngressKindPrefix))
+		if proxyMode != "" {
+			fmt.Fprintf(w, " (%s)", proxyMode)
+		}
+		fmt.Fprintln(w)
 	}
 	if t != nil && t.Resources != nil {
 		fmt.Fprintln(w, "Task Resources:")

@@ -16,7 +16,8 @@ type Authorizer interface {
 
 // Allowed is Consul's rule for config entries: the service kinds need
 // service read or write on the entry's name, service-intentions intention
-// read or write, proxy-defaults and mesh mesh read or write; any other
+// read or write, proxy-defaults and mesh mesh read or write,
+// ingress-gateway service read or mesh write; any other
 // kind a management token. Both the connect API and the servers' RPC
 // port (a client agent's forwarded write) judge with it.
 func Allowed(a Authorizer, kind, name string, write bool) bool {
@@ -31,6 +32,13 @@ func Allowed(a Authorizer, kind, name string, write bool) bool {
 			return a.AllowIntentionWrite(name)
 		}
 		return a.AllowIntentionRead(name)
+	case consul.IngressGateway:
+		// Consul: service read on the gateway, operator write (mesh write
+		// here) to change it.
+		if write {
+			return a.AllowMeshWrite()
+		}
+		return a.AllowServiceRead(name)
 	case consul.ProxyDefaults, consul.MeshConfig:
 		if write {
 			return a.AllowMeshWrite()

@@ -126,6 +126,9 @@ func (s *Set) findProblems() []string {
 	for _, e := range resolvers {
 		s.resolverProblems(add, e.(*consul.ServiceResolverConfigEntry))
 	}
+	for _, e := range s.List(IngressGateway) {
+		s.ingressProblems(add, e.(*consul.IngressGatewayConfigEntry))
+	}
 	services := map[string]bool{}
 	for _, e := range append(append(routers, splitters...), resolvers...) {
 		services[e.GetName()] = true

@@ -132,6 +132,8 @@ func setKind(e Entry, kind string) {
 		v.Kind = kind
 	case *consul.ServiceResolverConfigEntry:
 		v.Kind = kind
+	case *consul.IngressGatewayConfigEntry:
+		v.Kind = kind
 	}
 }
 

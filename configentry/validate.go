@@ -34,6 +34,8 @@ func validate(e Entry) error {
 		err = validateSplitter(v)
 	case *consul.ServiceResolverConfigEntry:
 		err = validateResolver(v)
+	case *consul.IngressGatewayConfigEntry:
+		err = validateIngressGateway(v)
 	default:
 		return fmt.Errorf("%w: %q is not a %T", ErrUnknownKind, kind, e)
 	}

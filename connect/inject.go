@@ -3,12 +3,14 @@ package connect
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 
 	"github.com/meshlet/meshlet/structs"
 )
 
-// Inject adds, for every service with a sidecar_service, the sidecar's
+// Inject adds, for every ingress gateway service, its gateway task
+// (injectGateways), and for every service with a sidecar_service, the sidecar's
 // public-listener port to the group network and a prestart sidecar task
 // `connect-proxy-<service>` merged with any sidecar_task override, and
 // turns exposed checks into expose paths (exposeChecks). The
@@ -17,6 +19,9 @@ import (
 // node. Inject is idempotent.
 func Inject(job *structs.Job) error {
 	for _, tg := range job.TaskGroups {
+		if err := injectGateways(tg); err != nil {
+			return err
+		}
 		services := ConnectServices(tg)
 		if len(services) == 0 {
 			continue
@@ -27,13 +32,14 @@ func Inject(job *structs.Job) error {
 		if err := exposeChecks(tg); err != nil {
 			return err
 		}
-		for i, s := range services {
+		mesh := MeshServices(tg)
+		for _, s := range services {
 			label := SidecarPortLabel(s)
 			ensureDynamicPort(tg.Networks[0], label)
 			if ProxyTask(tg, s.Name) != nil {
 				continue
 			}
-			t := proxyTask(tg.Name, s, i)
+			t := proxyTask(tg.Name, s, slices.Index(mesh, s))
 			mergeSidecarTask(t, s.Connect.SidecarTask)
 			tg.Tasks = append([]*structs.Task{t}, tg.Tasks...)
 		}

@@ -43,6 +43,14 @@ func Registrations(p Placement) ([]catalog.ServiceInstance, error) {
 	bridge := BridgeMode(tg)
 	var out []catalog.ServiceInstance
 	for _, s := range tg.Services {
+		if s.Connect.IsIngress() {
+			gw, err := gatewayInstance(p, s, ServiceID(a.ID, tg.Name, s.Name, s.PortLabel), bridge)
+			if err != nil {
+				return nil, fmt.Errorf("ingress gateway %q: %w", s.Name, err)
+			}
+			out = append(out, gw)
+			continue
+		}
 		port, err := resolvePort(a, s.PortLabel, bridge)
 		if err != nil {
 			return nil, fmt.Errorf("service %q: %w", s.Name, err)

@@ -31,10 +31,10 @@ func (s *Server) catalogService(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	index := s.d.Catalog.Index()
-	out := []consul.CatalogService{}
+	out := []catalogService{}
 	for _, inst := range filterTags(s.d.Catalog.Service(r.PathValue("name")), r.URL.Query()["tag"]) {
 		node, addr := s.nodeOf(inst)
-		out = append(out, consul.CatalogService{
+		out = append(out, catalogService{ServiceKind: inst.Kind, CatalogService: consul.CatalogService{
 			ID:                       inst.NodeID,
 			Node:                     node,
 			Address:                  addr,
@@ -48,13 +48,20 @@ func (s *Server) catalogService(w http.ResponseWriter, r *http.Request) {
 			ServiceMeta:              nonNilMap(inst.Meta),
 			ServicePort:              inst.Port,
 			ServiceWeights:           consul.Weights{Passing: 1, Warning: 1},
-			ServiceProxy:             proxyConfig(inst.Proxy),
+			ServiceProxy:             proxyConfig(kindProxy(inst)),
 			CreateIndex:              inst.ModifyIndex,
 			ModifyIndex:              inst.ModifyIndex,
 			ServiceEnableTagOverride: false,
-		})
+		}})
 	}
 	s.writeJSON(w, index, out)
+}
+
+// catalogService is Consul's /v1/catalog/service answer: the api type
+// plus ServiceKind ("" for a typical service), which the api type lacks.
+type catalogService struct {
+	consul.CatalogService
+	ServiceKind string
 }
 
 // GET /v1/health/service/{name}[?passing&tag=]: the instances of a service
@@ -114,7 +121,7 @@ func (s *Server) serviceEntry(inst catalog.ServiceInstance) consul.ServiceEntry 
 			Weights:     consul.AgentWeights{Passing: 1, Warning: 1},
 			CreateIndex: inst.ModifyIndex,
 			ModifyIndex: inst.ModifyIndex,
-			Proxy:       proxyConfig(inst.Proxy),
+			Proxy:       proxyConfig(kindProxy(inst)),
 			Datacenter:  s.d.Datacenter,
 		},
 		Checks: append(consul.HealthChecks{
@@ -226,4 +233,15 @@ func nonNilMap(m map[string]string) map[string]string {
 		return map[string]string{}
 	}
 	return m
+}
+
+// kindProxy is the proxy block an instance shows: a gateway names no
+// destination (meshlet keeps its own name there, as its identity).
+func kindProxy(inst catalog.ServiceInstance) *catalog.Proxy {
+	if inst.Kind != catalog.KindIngressGateway || inst.Proxy == nil {
+		return inst.Proxy
+	}
+	p := *inst.Proxy
+	p.DestinationServiceName = ""
+	return &p
 }

@@ -158,6 +158,7 @@ func canonicalizeService(s *structs.Service, defaultName string) {
 	}
 	setDefault(&s.Name, defaultName)
 	setDefault(&s.AddressMode, DefaultAddressMode)
+	canonicalizeIngress(s.Connect)
 	if s.Connect == nil || s.Connect.SidecarService == nil {
 		return
 	}

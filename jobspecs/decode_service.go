@@ -203,15 +203,7 @@ func (d *decoder) decodeConnect(b *hclsyntax.Block, p path) *structs.ConsulConne
 		cc.SidecarTask = d.decodeSidecarTask(tb, p.sub("sidecar_task"))
 	}
 	if gb := d.one(c, "gateway"); gb != nil && d.labels(gb) {
-		gp := p.sub("gateway")
-		d.rec(gp, gb.DefRange())
-		cc.Gateway = &structs.ConsulGateway{Config: d.freeformBody(gb.Body)}
-		d.checkUnrun(gb.Body, gatewaySchema)
-		for _, kind := range []string{"ingress", "terminating", "mesh"} {
-			if _, ok := cc.Gateway.Config[kind]; ok && cc.Gateway.Kind == "" {
-				cc.Gateway.Kind = kind
-			}
-		}
+		cc.Gateway = d.decodeGateway(gb, p.sub("gateway"))
 	}
 	return cc
 }

@@ -161,7 +161,7 @@ func checkGroup(tg *structs.TaskGroup, p path, opts ValidateOptions, report repo
 	checkSpreads(tg.Spreads, p, report)
 	checkRestart(tg.RestartPolicy, p.sub("restart"), report)
 	labels := checkNetworks(tg, p, report)
-	if len(tg.Tasks) == 0 {
+	if len(tg.Tasks) == 0 && !hasGateway(tg) {
 		report(SeverityError, p, "Missing task",
 			fmt.Sprintf("Group %q has no task; every group needs at least one task block.", tg.Name))
 	}
@@ -196,6 +196,7 @@ func checkGroup(tg *structs.TaskGroup, p path, opts ValidateOptions, report repo
 		checkService(s, p.item("service", i, serviceName(s)), tg, labels, report)
 	}
 	checkConnectNetwork(tg, p, report)
+	checkGatewayNetwork(tg, p, report)
 	checkUpstreamPorts(tg, p, report)
 	checkExpose(tg, p, labels, report)
 	checkConnectGroup(tg, p, report)

@@ -397,7 +397,7 @@ func checkConnect(s *structs.Service, sp path, report reporter) {
 		report(SeverityWarning, p.attr("native"), "connect native is not supported by meshlet yet", "")
 	}
 	if c.Gateway != nil {
-		report(SeverityWarning, p.sub("gateway"), "connect gateway is not supported by meshlet yet", "")
+		checkGateway(s, c, p, report)
 	}
 	if ss := c.SidecarService; ss != nil && ss.Proxy != nil {
 		pp := p.sub("sidecar_service").sub("proxy")

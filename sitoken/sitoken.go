@@ -17,7 +17,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -125,8 +124,8 @@ func proxyService(alloc *structs.Allocation, nodeID, task string) (string, error
 	tg := alloc.Job.LookupTaskGroup(alloc.TaskGroup)
 	if tg != nil {
 		for _, t := range tg.Tasks {
-			if t.Name == task && strings.HasPrefix(t.Kind, connect.KindPrefix) {
-				return strings.TrimPrefix(t.Kind, connect.KindPrefix), nil
+			if svc, ok := connect.ProxyKindService(t.Kind); ok && t.Name == task {
+				return svc, nil
 			}
 		}
 	}

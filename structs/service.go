@@ -76,10 +76,79 @@ type ConsulConnect struct {
 // HasSidecar reports whether the service asks for a sidecar proxy.
 func (c *ConsulConnect) HasSidecar() bool { return c != nil && c.SidecarService != nil }
 
-// ConsulGateway is parsed so jobspecs validate; gateways are not run yet.
+// ConsulGateway is a service's connect gateway block. Kind is "ingress",
+// "terminating" or "mesh"; Config keeps the block free-form. Ingress
+// gateways run (Proxy and Ingress are typed, in the shape of Nomad's
+// api.ConsulGateway); terminating and mesh gateways are parsed only.
+//
+// Proxy, Ingress, Terminating and Mesh carry Nomad's /v1 JSON names, so a
+// job submitted through the Nomad API (which has no Kind or Config) keeps
+// its gateway; terminating and mesh stay free-form.
 type ConsulGateway struct {
-	Kind   string         `json:"Kind,omitempty"`
-	Config map[string]any `json:"Config,omitempty"`
+	Kind        string                    `json:"Kind,omitempty"`
+	Config      map[string]any            `json:"Config,omitempty"`
+	Proxy       *ConsulGatewayProxy       `json:"Proxy,omitempty"`
+	Ingress     *ConsulIngressConfigEntry `json:"Ingress,omitempty"`
+	Terminating map[string]any            `json:"Terminating,omitempty"`
+	Mesh        map[string]any            `json:"Mesh,omitempty"`
+}
+
+// Kinds lists the gateway kinds the block sets (one, once valid).
+func (g *ConsulGateway) Kinds() []string {
+	var out []string
+	if g.Ingress != nil {
+		out = append(out, GatewayKindIngress)
+	}
+	if g.Terminating != nil {
+		out = append(out, GatewayKindTerminating)
+	}
+	if g.Mesh != nil {
+		out = append(out, GatewayKindMesh)
+	}
+	return out
+}
+
+// Gateway kinds of a ConsulGateway.
+const (
+	GatewayKindIngress     = "ingress"
+	GatewayKindTerminating = "terminating"
+	GatewayKindMesh        = "mesh"
+)
+
+// IsIngress reports whether the connect block is an ingress gateway.
+func (c *ConsulConnect) IsIngress() bool {
+	return c != nil && c.Gateway != nil && c.Gateway.Ingress != nil
+}
+
+// ConsulGatewayProxy is a gateway's proxy block (its connect_timeout; the
+// other keys stay in ConsulGateway.Config).
+type ConsulGatewayProxy struct {
+	ConnectTimeout *time.Duration `json:"ConnectTimeout,omitempty"`
+}
+
+// ConsulIngressConfigEntry is an ingress gateway's ingress block, the
+// shape of Consul's ingress-gateway config entry.
+type ConsulIngressConfigEntry struct {
+	TLS       *ConsulGatewayTLSConfig  `json:"TLS,omitempty"`
+	Listeners []*ConsulIngressListener `json:"Listeners,omitempty"`
+}
+
+// ConsulGatewayTLSConfig is an ingress gateway's tls block.
+type ConsulGatewayTLSConfig struct {
+	Enabled bool `json:"Enabled"`
+}
+
+// ConsulIngressListener is one listener of an ingress gateway.
+type ConsulIngressListener struct {
+	Port     int                     `json:"Port"`
+	Protocol string                  `json:"Protocol"`
+	Services []*ConsulIngressService `json:"Services,omitempty"`
+}
+
+// ConsulIngressService is a service an ingress listener routes to.
+type ConsulIngressService struct {
+	Name  string   `json:"Name"`
+	Hosts []string `json:"Hosts,omitempty"`
 }
 
 // ConsulSidecarService configures the sidecar proxy's service.

@@ -51,6 +51,9 @@ type builder struct {
 // proxy builds a connect proxy's listeners and clusters. Errors wrap
 // ErrInvalidProxyConfig and say which field is wrong.
 func (b builder) proxy(inst catalog.ServiceInstance) (*proxyResources, error) {
+	if inst.Kind == catalog.KindIngressGateway {
+		return b.ingressGateway(inst)
+	}
 	p := inst.Proxy
 	if p == nil || p.DestinationServiceName == "" {
 		return nil, fmt.Errorf("%w: proxy %q has no destination service", ErrInvalidProxyConfig, inst.ID)

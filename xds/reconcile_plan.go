@@ -73,7 +73,7 @@ func (s *Server) instanceSource(scan bool) instanceSource {
 	if scan {
 		bySvc = map[string][]catalog.ServiceInstance{}
 		for _, inst := range s.cfg.Catalog.Proxies() {
-			if inst.Proxy != nil {
+			if inst.Proxy != nil && inst.Kind == catalog.KindConnectProxy { // gateways are no endpoints
 				bySvc[inst.Proxy.DestinationServiceName] = append(bySvc[inst.Proxy.DestinationServiceName], inst)
 			}
 		}

@@ -67,7 +67,7 @@ func (s *Server) expectProxy(node string) bool {
 // catalog and runs on this server's node.
 func (s *Server) localProxy(id string) (catalog.ServiceInstance, bool) {
 	inst, ok := s.cfg.Catalog.Get(id)
-	if !ok || inst.Kind != catalog.KindConnectProxy || !s.isLocal(inst) {
+	if !ok || !catalog.IsProxyKind(inst.Kind) || !s.isLocal(inst) {
 		return catalog.ServiceInstance{}, false
 	}
 	return inst, true

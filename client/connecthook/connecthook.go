@@ -96,7 +96,7 @@ func (h *SidecarHook) Name() string { return "sidecar" }
 // Prerun implements allocrunner.AllocHook.
 func (h *SidecarHook) Prerun(ctx context.Context, hc *allocrunner.AllocHookContext) error {
 	tg := group(hc.Alloc)
-	if tg == nil || len(connect.ConnectServices(tg)) == 0 {
+	if tg == nil || len(connect.MeshServices(tg)) == 0 {
 		return nil
 	}
 	if hc.Env == nil {
@@ -134,13 +134,13 @@ func (h *SidecarHook) Prerun(ctx context.Context, hc *allocrunner.AllocHookConte
 // escape-hatch JSON that does not parse fails the allocation here, with a
 // message that names the service and the key.
 func (h *SidecarHook) writeBootstraps(hc *allocrunner.AllocHookContext, tg *structs.TaskGroup, sock string, tokens map[string]string) error {
-	for i, s := range connect.ConnectServices(tg) {
+	for i, s := range connect.MeshServices(tg) {
 		var pc map[string]any
-		if p := s.Connect.SidecarService.Proxy; p != nil {
-			pc = p.Config
+		if s.Connect.HasSidecar() && s.Connect.SidecarService.Proxy != nil {
+			pc = s.Connect.SidecarService.Proxy.Config
 		}
 		js, err := envoy.JSON(envoy.BootstrapConfig{
-			ProxyID:     connect.ProxyID(connect.ServiceID(hc.Alloc.ID, tg.Name, s.Name, s.PortLabel)),
+			ProxyID:     connect.EnvoyNodeID(hc.Alloc.ID, tg.Name, s),
 			Cluster:     s.Name,
 			AdminBind:   fmt.Sprintf("127.0.0.2:%d", connect.AdminBasePort+i),
 			GRPCAddr:    "unix://" + sock,
@@ -151,7 +151,7 @@ func (h *SidecarHook) writeBootstraps(hc *allocrunner.AllocHookContext, tg *stru
 		if err != nil {
 			return fmt.Errorf("service %q sidecar: %w", s.Name, err)
 		}
-		task := connect.ProxyTask(tg, s.Name)
+		task := connect.ProxyTaskFor(tg, s)
 		if task == nil {
 			return fmt.Errorf("service %q: no sidecar task in group %q", s.Name, tg.Name)
 		}

@@ -31,8 +31,8 @@ func (h *SidecarHook) siTokens(ctx context.Context, hc *allocrunner.AllocHookCon
 		return nil, nil
 	}
 	out := map[string]string{}
-	for _, s := range connect.ConnectServices(tg) {
-		task := connect.ProxyTask(tg, s.Name)
+	for _, s := range connect.MeshServices(tg) {
+		task := connect.ProxyTaskFor(tg, s)
 		if task == nil {
 			return nil, fmt.Errorf("service %q: no sidecar task in group %q", s.Name, tg.Name)
 		}

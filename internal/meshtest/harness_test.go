@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/meshlet/meshlet/catalog"
+	"github.com/meshlet/meshlet/configentry"
 	"github.com/meshlet/meshlet/connect"
 	"github.com/meshlet/meshlet/controlplane"
 	"github.com/meshlet/meshlet/internal/echotest"
@@ -82,6 +83,8 @@ type mesh struct {
 	leafTTL  time.Duration
 
 	cat *catalog.Catalog
+	// entries are the config entries, kept across control plane restarts.
+	entries *configentry.Registry
 	// trustDomain is the CA's; it survives restarts (the CA reloads its
 	// cluster ID from the data directory).
 	trustDomain string
@@ -106,7 +109,8 @@ func newMeshWith(t testing.TB, dbs int, leafTTL time.Duration) *mesh {
 		t.Fatalf("failed to create the socket directory: %v", err)
 	}
 	t.Cleanup(func() { os.RemoveAll(sockDir) })
-	m := &mesh{t: t, dataDir: t.TempDir(), sockDir: sockDir, grpcAddr: loopback(freePort(t)), leafTTL: leafTTL}
+	m := &mesh{t: t, dataDir: t.TempDir(), sockDir: sockDir, grpcAddr: loopback(freePort(t)), leafTTL: leafTTL,
+		entries: configentry.NewRegistry()}
 	t.Cleanup(m.stopControlPlane) // after every proxy has closed (cleanups run last-in first-out)
 	m.web = &instance{name: "web", service: "web", appPort: freePort(t), publicPort: freePort(t)}
 	m.web.upstreams = []catalog.Upstream{{DestinationName: "db", LocalBindAddress: "127.0.0.1", LocalBindPort: freePort(t)}}
@@ -151,7 +155,7 @@ func (m *mesh) startControlPlane() {
 	cat := catalog.New()
 	cp, err := controlplane.New(controlplane.Config{
 		DataDir: m.dataDir, DefaultAllow: true, GRPCAddr: m.grpcAddr, HTTPAddr: "127.0.0.1:0",
-		LeafTTL: m.leafTTL, Logger: testLogger("cp"),
+		LeafTTL: m.leafTTL, Logger: testLogger("cp"), ConfigEntries: m.entries,
 	}, cat)
 	if err != nil {
 		m.t.Fatalf("failed to build the control plane: %v", err)

@@ -1,0 +1,120 @@
+package configentry
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	consul "github.com/hashicorp/consul/api"
+)
+
+func TestIngressGatewayParse(t *testing.T) {
+	src := `Kind = "ingress-gateway"
+Name = "ingress"
+Listeners = [
+  {
+    Port = 8080
+    Services = [{ Name = "api" }]
+  },
+  {
+    port = 8081
+    protocol = "HTTP"
+    services = [
+      { name = "web", hosts = ["web.example.com"] },
+      { Name = "dash" },
+    ]
+  },
+]
+`
+	e, err := Parse("ingress.hcl", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Validate(e); err != nil {
+		t.Fatal(err)
+	}
+	want := &consul.IngressGatewayConfigEntry{Kind: IngressGateway, Name: "ingress", Listeners: []consul.IngressListener{
+		{Port: 8080, Protocol: "tcp", Services: []consul.IngressService{{Name: "api"}}},
+		{Port: 8081, Protocol: "http", Services: []consul.IngressService{{Name: "web", Hosts: []string{"web.example.com"}}, {Name: "dash"}}},
+	}}
+	if !reflect.DeepEqual(e, want) {
+		t.Errorf("entry:\n got %+v\nwant %+v", e, want)
+	}
+	if err := NewSet().Check(e); err != nil {
+		t.Errorf("Check: %v", err)
+	}
+}
+
+func TestIngressGatewayValidate(t *testing.T) {
+	l := func(port int, prot string, svcs ...consul.IngressService) consul.IngressListener {
+		return consul.IngressListener{Port: port, Protocol: prot, Services: svcs}
+	}
+	svc := func(name string, hosts ...string) consul.IngressService {
+		return consul.IngressService{Name: name, Hosts: hosts}
+	}
+	tests := []struct {
+		name string
+		e    *consul.IngressGatewayConfigEntry
+		want string
+	}{
+		{"tls", &consul.IngressGatewayConfigEntry{Name: "g", TLS: consul.GatewayTLSConfig{Enabled: true}}, "ingress-gateway/g: TLS: TLS on ingress listeners is not supported by meshlet yet"},
+		{"port", &consul.IngressGatewayConfigEntry{Name: "g", Listeners: []consul.IngressListener{l(0, "tcp", svc("a"))}}, "Listeners[0].Port 0 is out of range 1-65535"},
+		{"duplicate port", &consul.IngressGatewayConfigEntry{Name: "g", Listeners: []consul.IngressListener{l(1, "tcp", svc("a")), l(1, "tcp", svc("b"))}}, "Listeners[1].Port 1: listeners must have unique ports"},
+		{"protocol", &consul.IngressGatewayConfigEntry{Name: "g", Listeners: []consul.IngressListener{l(1, "udp", svc("a"))}}, `Listeners[0].Protocol "udp" is not one of tcp, http, http2, grpc`},
+		{"grpc", &consul.IngressGatewayConfigEntry{Name: "g", Listeners: []consul.IngressListener{l(1, "grpc", svc("a"))}}, `Listeners[0].Protocol "grpc" is not supported by meshlet yet (tcp or http)`},
+		{"no service", &consul.IngressGatewayConfigEntry{Name: "g", Listeners: []consul.IngressListener{l(1, "tcp")}}, "Listeners[0]: no service; a listener needs at least one"},
+		{"tcp two services", &consul.IngressGatewayConfigEntry{Name: "g", Listeners: []consul.IngressListener{l(1, "", svc("a"), svc("b"))}}, `Listeners[0]: multiple services per listener are only supported for protocol = "http"`},
+		{"tcp hosts", &consul.IngressGatewayConfigEntry{Name: "g", Listeners: []consul.IngressListener{l(1, "tcp", svc("a", "a.com"))}}, "Listeners[0].Services[0].Hosts: associating hosts to a service is not supported for the tcp protocol"},
+		{"bad host", &consul.IngressGatewayConfigEntry{Name: "g", Listeners: []consul.IngressListener{l(1, "http", svc("a", "a.*.com"))}}, `Listeners[0].Services[0].Hosts: "a.*.com" is not a valid DNS name (a wildcard must be the whole leftmost label)`},
+		{"duplicate host", &consul.IngressGatewayConfigEntry{Name: "g", Listeners: []consul.IngressListener{l(1, "http", svc("a", "x.com"), svc("b", "X.com"))}}, `Listeners[0].Services[1].Hosts: "X.com": hosts must be unique within a listener`},
+		{"wildcard", &consul.IngressGatewayConfigEntry{Name: "g", Listeners: []consul.IngressListener{l(1, "http", svc("*"))}}, `Listeners[0].Services[0]: the wildcard service "*" is not supported by meshlet yet`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.e.Kind = IngressGateway
+			err := Validate(tc.e)
+			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err = %v\nwant %q", err, tc.want)
+			}
+		})
+	}
+}
+
+type ingressACL struct{ meshWrite, serviceRead bool }
+
+func (a ingressACL) IsManagement() bool              { return false }
+func (a ingressACL) AllowMeshRead() bool             { return false }
+func (a ingressACL) AllowMeshWrite() bool            { return a.meshWrite }
+func (a ingressACL) AllowServiceRead(string) bool    { return a.serviceRead }
+func (a ingressACL) AllowServiceWrite(string) bool   { return true }
+func (a ingressACL) AllowIntentionRead(string) bool  { return false }
+func (a ingressACL) AllowIntentionWrite(string) bool { return false }
+
+func TestIngressGatewayACL(t *testing.T) {
+	if Allowed(ingressACL{serviceRead: true}, IngressGateway, "g", true) {
+		t.Error("service write allowed writing an ingress-gateway entry")
+	}
+	if !Allowed(ingressACL{meshWrite: true}, IngressGateway, "g", true) || !Allowed(ingressACL{serviceRead: true}, IngressGateway, "g", false) {
+		t.Error("mesh write may write, service read may read")
+	}
+}
+
+func TestIngressGatewayProtocolConflict(t *testing.T) {
+	gw := &consul.IngressGatewayConfigEntry{Kind: IngressGateway, Name: "g", Listeners: []consul.IngressListener{
+		{Port: 1, Protocol: "tcp", Services: []consul.IngressService{{Name: "web"}}},
+		{Port: 2, Protocol: "http", Services: []consul.IngressService{{Name: "web"}, {Name: "db"}}},
+	}}
+	web := &consul.ServiceConfigEntry{Kind: ServiceDefaults, Name: "web", Protocol: "http"}
+	if err := NewSet(web).Check(gw); !errors.Is(err, ErrConflict) ||
+		!strings.Contains(err.Error(), `ingress-gateway/g Listeners[0]: service "web" has protocol "http", which does not match the listener's protocol "tcp"`) {
+		t.Errorf("Check = %v", err)
+	}
+	if err := NewSet(gw).Check(web); !errors.Is(err, ErrConflict) {
+		t.Errorf("making a tcp listener's service http: %v", err)
+	}
+	gw.Listeners = gw.Listeners[1:]
+	if err := NewSet(web).Check(gw); err != nil {
+		t.Errorf("an http listener in front of http and tcp services: %v", err)
+	}
+}

@@ -1,0 +1,79 @@
+package connect
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	consul "github.com/hashicorp/consul/api"
+
+	"github.com/meshlet/meshlet/configentry"
+	"github.com/meshlet/meshlet/structs"
+)
+
+// IngressEntries returns the ingress-gateway config entry of every ingress
+// gateway service of the job, as Nomad writes them to Consul when the job
+// is registered: named after the gateway service, with its listeners.
+func IngressEntries(job *structs.Job) []*consul.IngressGatewayConfigEntry {
+	var out []*consul.IngressGatewayConfigEntry
+	for _, tg := range job.TaskGroups {
+		for _, s := range GatewayServices(tg) {
+			out = append(out, ingressEntry(s.Name, s.Connect.Gateway.Ingress))
+		}
+	}
+	return out
+}
+
+func ingressEntry(name string, in *structs.ConsulIngressConfigEntry) *consul.IngressGatewayConfigEntry {
+	e := &consul.IngressGatewayConfigEntry{Kind: configentry.IngressGateway, Name: name}
+	if in.TLS != nil {
+		e.TLS.Enabled = in.TLS.Enabled
+	}
+	for _, l := range in.Listeners {
+		if l == nil {
+			continue
+		}
+		il := consul.IngressListener{Port: l.Port, Protocol: l.Protocol}
+		for _, s := range l.Services {
+			if s != nil {
+				il.Services = append(il.Services, consul.IngressService{Name: s.Name, Hosts: s.Hosts})
+			}
+		}
+		e.Listeners = append(e.Listeners, il)
+	}
+	return e
+}
+
+// EntryWriter writes a config entry (meshstate.Store, on a server).
+type EntryWriter interface {
+	PutConfigEntry(ctx context.Context, e configentry.Entry, cas *uint64) (ok bool, index uint64, err error)
+}
+
+// IngressEntryTimeout bounds the config entry writes of one registration.
+const IngressEntryTimeout = 10 * time.Second
+
+// EntryMutator writes the ingress-gateway config entries of a job at its
+// registration (a server.JobMutator, after Mutator); a write that fails
+// (an invalid entry, the state store unreachable) rejects the job, as a
+// failed Consul write does in Nomad. Writing the same entry again is
+// harmless, so it is idempotent.
+type EntryMutator struct{ Writer EntryWriter }
+
+// Name implements server.JobMutator.
+func (EntryMutator) Name() string { return "connect-gateway-entries" }
+
+// Mutate implements server.JobMutator.
+func (m EntryMutator) Mutate(job *structs.Job) ([]string, error) {
+	entries := IngressEntries(job)
+	if len(entries) == 0 {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), IngressEntryTimeout)
+	defer cancel()
+	for _, e := range entries {
+		if _, _, err := m.Writer.PutConfigEntry(ctx, e, nil); err != nil {
+			return nil, fmt.Errorf("failed to write config entry %s/%s: %w", e.Kind, e.Name, err)
+		}
+	}
+	return nil, nil
+}

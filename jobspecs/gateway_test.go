@@ -1,0 +1,194 @@
+package jobspecs
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	nomadapi "github.com/hashicorp/nomad/api"
+
+	"github.com/meshlet/meshlet/structs"
+)
+
+// ingressGroup is a bridge-mode group body whose only service is an
+// ingress gateway with the given listener blocks (its ingress block is on
+// line 16, the listeners start on line 17).
+func ingressGroup(listeners string) string {
+	return `network {
+  mode = "bridge"
+  port "in" {
+    static = 8080
+    to = 8080
+  }
+}
+service {
+  name = "ingress"
+  port = "8080"
+  connect {
+    gateway {
+      proxy { connect_timeout = "3s" }
+      ingress {
+` + listeners + `
+      }
+    }
+  }
+}`
+}
+
+func TestIngressDecode(t *testing.T) {
+	src := "job \"j\" {\n  group \"g\" {\n" + ingressGroup(`tls { enabled = false }
+listener {
+  port = 8080
+  service { name = "api" }
+}
+listener {
+  port = 8081
+  protocol = "http"
+  service {
+    name = "web"
+    hosts = ["web.example.com", "*.web.example.com:8081"]
+  }
+  service { name = "dash" }
+}`) + "\n  }\n}\n"
+	job, diags := Parse("t.hcl", []byte(src), nil)
+	if diags.HasErrors() || len(diags.Warnings()) > 0 {
+		t.Fatalf("diagnostics: %v", diags)
+	}
+	Canonicalize(job)
+	g := job.TaskGroups[0].Services[0].Connect.Gateway
+	if g.Kind != "ingress" || g.Proxy == nil || *g.Proxy.ConnectTimeout != 3*time.Second {
+		t.Fatalf("gateway = %+v", g)
+	}
+	want := &structs.ConsulIngressConfigEntry{
+		TLS: &structs.ConsulGatewayTLSConfig{},
+		Listeners: []*structs.ConsulIngressListener{
+			{Port: 8080, Protocol: "tcp", Services: []*structs.ConsulIngressService{{Name: "api"}}},
+			{Port: 8081, Protocol: "http", Services: []*structs.ConsulIngressService{
+				{Name: "web", Hosts: []string{"web.example.com", "*.web.example.com:8081"}}, {Name: "dash"}}},
+		},
+	}
+	if !reflect.DeepEqual(g.Ingress, want) {
+		t.Errorf("ingress:\n got %+v\nwant %+v", g.Ingress, want)
+	}
+	if _, err := Validate(job); err != nil {
+		t.Errorf("canonical job does not validate: %v", err)
+	}
+}
+
+func TestIngressValidation(t *testing.T) {
+	tests := []struct {
+		name, listeners string
+		want            []string
+	}{
+		{"tls", "tls { enabled = true }\nlistener {\n  port = 1\n  service { name = \"a\" }\n}", []string{
+			`t.hcl:17:17: error: Unsupported ingress TLS; TLS on ingress listeners is not supported by meshlet yet; the gateway would serve plaintext.`}},
+		{"no listener", ``, []string{
+			`t.hcl:16:7: error: Missing ingress listener; Consul Ingress Gateway requires at least one listener.`}},
+		{"port and protocol", "listener {\n  protocol = \"udp\"\n  service { name = \"a\" }\n}\nlistener {\n  port = 70000\n  protocol = \"grpc\"\n  service { name = \"a\" }\n}", []string{
+			`t.hcl:17:1: error: Invalid ingress listener port; Consul Ingress Listener requires valid Port (1-65535), got 0.`,
+			`t.hcl:18:14: error: Invalid ingress listener protocol; Consul Ingress Listener requires protocol of tcp, http, http2, grpc, got "udp".`,
+			`t.hcl:22:10: error: Invalid ingress listener port; Consul Ingress Listener requires valid Port (1-65535), got 70000.`,
+			`t.hcl:23:14: error: Unsupported ingress listener protocol; Protocol "grpc" is not supported by meshlet yet; use "tcp" or "http".`,
+		}},
+		{"tcp rules", "listener {\n  port = 8080\n  service {\n    name = \"a\"\n    hosts = [\"a.com\"]\n  }\n  service { name = \"b\" }\n}\nlistener {\n  port = 8080\n}", []string{
+			`t.hcl:21:13: error: Invalid ingress hosts; Consul Ingress Service doesn't support associating hosts to a service for the tcp protocol.`,
+			`t.hcl:23:3: error: Too many ingress services; A tcp listener routes to exactly one service; listener on port 8080 has 2. Use protocol "http" to route by Host header.`,
+			`t.hcl:25:1: error: Missing ingress service; Consul Ingress Listener requires one or more services.`,
+			`t.hcl:26:10: error: Duplicate ingress listener port; Port 8080 is already used by listener #1; each listener needs its own port.`,
+		}},
+		{"http hosts", "listener {\n  port = 8080\n  protocol = \"http\"\n  service {\n    name = \"a\"\n    hosts = [\"a.*.com\", \"x.com\"]\n  }\n  service {\n    name = \"a\"\n    hosts = [\"X.com\", \"*\"]\n  }\n  service { name = \"*\" }\n}", []string{
+			`t.hcl:22:13: error: Invalid ingress host; Service "a": host "a.*.com" is not a valid DNS name; a wildcard is only allowed as the whole leftmost label ("*.example.com").`,
+			`t.hcl:25:12: error: Duplicate ingress service; Service "a" is already routed by the listener on port 8080.`,
+			`t.hcl:26:13: error: Duplicate ingress host; Hosts must be unique within a listener: "X.com" is used twice on the listener on port 8080.`,
+			`t.hcl:26:13: error: Invalid ingress host; Service "a": host "*" matches every host and cannot be listed with others.`,
+			`t.hcl:28:20: error: Unsupported ingress service name; A wildcard service name is not supported by meshlet yet; name each service.`,
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			assertDiags(t, parseGroup(t, ingressGroup(tc.listeners)), tc.want)
+		})
+	}
+}
+
+func TestGatewayRules(t *testing.T) {
+	tests := []struct {
+		name, body string
+		want       []string
+	}{
+		{"empty gateway", "service {\n  name = \"gw\"\n  connect {\n    gateway {}\n  }\n}", []string{
+			`t.hcl:2:3: error: Missing task; Group "g" has no task; every group needs at least one task block.`,
+			`t.hcl:6:5: error: Missing gateway configuration; One Consul Gateway Configuration must be set: ingress, terminating or mesh.`,
+		}},
+		{"two kinds and a sidecar", "service {\n  name = \"gw\"\n  connect {\n    sidecar_service {}\n    gateway {\n      ingress {}\n      mesh {}\n    }\n  }\n}\n" + okTask, []string{
+			`t.hcl:5:3: error: Connect requires bridge networking; Service "gw" has a connect sidecar, so group "g" needs exactly one network block with mode "bridge" or "cni/<name>"; found no network block.`,
+			`t.hcl:7:5: error: Invalid connect gateway; Consul Connect must be exclusively native, make use of a sidecar, or represent a Gateway.`,
+			`t.hcl:7:5: error: Invalid gateway configuration; Only one Consul Gateway Configuration may be set: ingress, terminating or mesh.`,
+		}},
+		{"ingress in host mode", "service {\n  name = \"gw\"\n  connect {\n    gateway {\n      proxy {\n        connect_timeout = \"soon\"\n      }\n      ingress {\n        listener {\n          port = 8080\n          service { name = \"a\" }\n        }\n      }\n    }\n  }\n}", []string{
+			`t.hcl:5:3: error: Ingress gateway requires bridge networking; Service "gw" is an ingress gateway, so group "g" needs exactly one network block with mode "bridge" or "cni/<name>" (host mode is not supported by meshlet yet); found no network block.`,
+			`t.hcl:8:27: error: Invalid duration; Inappropriate value for attribute "connect_timeout": time: invalid duration "soon"; use a Go duration such as "30s", "5m" or "1h".`,
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			assertDiags(t, parseGroup(t, tc.body), tc.want)
+		})
+	}
+}
+
+func TestIngressValidateWithoutPositions(t *testing.T) {
+	job := &structs.Job{ID: "j", Name: "j", Type: "service", Datacenters: []string{"dc1"}, TaskGroups: []*structs.TaskGroup{{
+		Name: "g", Count: 1,
+		Services: []*structs.Service{{Name: "gw", Connect: &structs.ConsulConnect{Gateway: &structs.ConsulGateway{
+			Ingress: &structs.ConsulIngressConfigEntry{Listeners: []*structs.ConsulIngressListener{{Port: 1}}},
+		}}}},
+	}}}
+	Canonicalize(job)
+	_, err := Validate(job)
+	want := `group "g": service "gw": connect: gateway: ingress: listener[0]: Missing ingress service; Consul Ingress Listener requires one or more services.`
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("errors = %v\nwant %s", err, want)
+	}
+}
+
+// A gateway survives the Nomad API's JSON (no Kind, no Config): the CLI and
+// Nomad clients submit jobs in that shape.
+func TestGatewayThroughNomadAPI(t *testing.T) {
+	src := "job \"j\" {\n  group \"g\" {\n" + ingressGroup("listener {\n  port = 8080\n  service { name = \"api\" }\n}") +
+		"\nservice {\n  name = \"t\"\n  connect {\n    gateway {\n      terminating {\n        service { name = \"x\" }\n      }\n    }\n  }\n}\n  }\n}\n"
+	job, diags := Parse("t.hcl", []byte(src), nil)
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	raw, err := json.Marshal(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nj nomadapi.Job
+	if err := json.Unmarshal(raw, &nj); err != nil {
+		t.Fatal(err)
+	}
+	if raw, err = json.Marshal(&nj); err != nil {
+		t.Fatal(err)
+	}
+	var back structs.Job
+	if err := json.Unmarshal(raw, &back); err != nil {
+		t.Fatal(err)
+	}
+	Canonicalize(&back)
+	warnings, err := Validate(&back)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{`group "g": service "t": connect: gateway: connect gateway is not supported by meshlet yet; Only ingress gateways run; this terminating gateway is parsed and ignored.`}
+	if !reflect.DeepEqual(warnings, want) {
+		t.Errorf("warnings = %q", warnings)
+	}
+	g := back.TaskGroups[0].Services[0].Connect.Gateway
+	if g.Ingress == nil || g.Ingress.Listeners[0].Services[0].Name != "api" || *g.Proxy.ConnectTimeout != 3*time.Second {
+		t.Errorf("gateway after the round trip = %+v", g)
+	}
+}
