@@ -23,6 +23,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -123,12 +124,28 @@ func Start() (*Daemon, error) {
 		"-H", d.Host, "--pidfile", filepath.Join(dir, "pid"),
 		"--iptables=false", "--ip6tables=false", "--bridge=none")
 	d.cmd.Stdout, d.cmd.Stderr = logf, logf
+	// Pdeathsig fires when the OS thread that forked the daemon exits, not
+	// the process: Go ends threads (those a goroutine left locked, as the
+	// netns tests do), which would kill the daemon mid-test. So the fork
+	// happens on a thread locked by a goroutine that lives, waiting, as
+	// long as the daemon does.
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
-	if err := d.cmd.Start(); err != nil {
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := d.cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		_ = d.cmd.Wait()
+		close(d.done)
+	}()
+	if err := <-started; err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("failed to start dockerd: %w", err)
 	}
-	go func() { _ = d.cmd.Wait(); close(d.done) }()
 	if err := d.ready(); err != nil {
 		d.Stop()
 		return nil, err
