@@ -113,6 +113,11 @@ type Options struct {
 	// harness otherwise enables it for the jobs' app tasks. Connect
 	// sidecars never need it (they run on the connect_proxy driver).
 	NoRawExec bool
+	// DockerEndpoint, when set, is the docker driver's daemon (plugin
+	// "docker" { config { endpoint } }), for example a private dockerd
+	// from driver/docker/dockertest; unset, the driver uses its default
+	// socket.
+	DockerEndpoint string
 }
 
 // NewAgent starts an agent for t; it is stopped (and its jobs purged) in
@@ -196,7 +201,16 @@ plugin "raw_exec" {
 acl {
   enabled = %t
 }
-`, stateDir, sidecar, opts.EnvoyBinary, ports[0], ports[1], ports[2], policy, cni, a.Bridge, a.Subnet, !opts.NoRawExec, !opts.NoACL)
+%s`, stateDir, sidecar, opts.EnvoyBinary, ports[0], ports[1], ports[2], policy, cni, a.Bridge, a.Subnet, !opts.NoRawExec, !opts.NoACL, dockerPlugin(opts.DockerEndpoint))
+}
+
+// dockerPlugin is the plugin "docker" block pointing at endpoint ("" for
+// none).
+func dockerPlugin(endpoint string) string {
+	if endpoint == "" {
+		return ""
+	}
+	return fmt.Sprintf("plugin \"docker\" {\n  config {\n    endpoint = %q\n  }\n}\n", endpoint)
 }
 
 func (a *Agent) start(cfgPath string) {
