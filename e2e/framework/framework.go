@@ -118,6 +118,9 @@ type Options struct {
 	// from driver/docker/dockertest; unset, the driver uses its default
 	// socket.
 	DockerEndpoint string
+	// SidecarDriver and SidecarImage are connect { sidecar_driver
+	// sidecar_image } (unset: the defaults, connect_proxy sidecars).
+	SidecarDriver, SidecarImage string
 }
 
 // NewAgent starts an agent for t; it is stopped (and its jobs purged) in
@@ -187,7 +190,7 @@ ports {
 }
 connect {
   default_intention_policy = %q
-}
+%s}
 client {
   cni_path              = %q
   bridge_network_name   = %q
@@ -201,7 +204,20 @@ plugin "raw_exec" {
 acl {
   enabled = %t
 }
-%s`, stateDir, sidecar, opts.EnvoyBinary, ports[0], ports[1], ports[2], policy, cni, a.Bridge, a.Subnet, !opts.NoRawExec, !opts.NoACL, dockerPlugin(opts.DockerEndpoint))
+%s`, stateDir, sidecar, opts.EnvoyBinary, ports[0], ports[1], ports[2], policy, sidecarInjection(opts), cni, a.Bridge, a.Subnet, !opts.NoRawExec, !opts.NoACL, dockerPlugin(opts.DockerEndpoint))
+}
+
+// sidecarInjection is the connect block's sidecar_driver and
+// sidecar_image lines, for those set.
+func sidecarInjection(opts Options) string {
+	var b strings.Builder
+	if opts.SidecarDriver != "" {
+		fmt.Fprintf(&b, "  sidecar_driver = %q\n", opts.SidecarDriver)
+	}
+	if opts.SidecarImage != "" {
+		fmt.Fprintf(&b, "  sidecar_image = %q\n", opts.SidecarImage)
+	}
+	return b.String()
 }
 
 // dockerPlugin is the plugin "docker" block pointing at endpoint ("" for
