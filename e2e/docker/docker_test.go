@@ -12,6 +12,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -133,6 +134,7 @@ func TestCountdashContainers(t *testing.T) {
 	a.MustCLI("intention", "create", "count-dashboard", "count-api")
 	first := waitCount(t, a, url, 0)
 	second := waitCount(t, a, url, first)
+	checkPlaintextRefused(t, a, api.ID)
 
 	t.Run("exec", func(t *testing.T) { checkExec(t, a, api.ID) })
 	t.Run("logs", func(t *testing.T) { checkLogs(t, a, api.ID, 1) })
@@ -157,6 +159,41 @@ func TestCountdashContainers(t *testing.T) {
 		checkLogs(t, a, api.ID, 1)
 		checkExec(t, a, api.ID)
 	})
+}
+
+// checkPlaintextRefused: count-api's only way in, its sidecar's public
+// listener (published on 127.0.0.1), speaks mTLS only, so a plaintext
+// request gets no count.
+func checkPlaintextRefused(t *testing.T, a *framework.Agent, allocID string) {
+	t.Helper()
+	alloc, _, err := a.Nomad().Allocations().Info(allocID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := 0
+	for _, p := range alloc.AllocatedResources.Shared.Ports {
+		if p.Label == "connect-proxy-count-api" {
+			port = p.Value
+		}
+	}
+	if port == 0 {
+		t.Fatalf("alloc %s has no connect-proxy-count-api port: %+v", allocID, alloc.AllocatedResources.Shared.Ports)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatalf("the sidecar's public listener %s does not answer: %v", addr, err)
+	}
+	conn.Close()
+	c := &http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get("http://" + addr + "/")
+	if err == nil {
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.Contains(string(body), `"count"`) {
+			t.Fatalf("plaintext request to the sidecar's public listener got the count: %s", body)
+		}
+	}
 }
 
 // checkExec runs the image's own binary inside the api container through
@@ -199,11 +236,63 @@ func checkLogs(t *testing.T, a *framework.Agent, allocID string, want int) {
 	}
 }
 
+// A missing image fails the task with an event naming the pull, within
+// image_pull_timeout, without restarts or containers left: the registry
+// refuses the connection (fails at once), or accepts it and never answers
+// (image_pull_timeout ends the pull).
 func TestMissingImageFailsTask(t *testing.T) {
 	a := newAgent(t, framework.Options{})
+	t.Run("connection refused", func(t *testing.T) {
+		image := "127.0.0.1:1/meshlet-e2e/missing:latest"
+		_ = checkPullFails(t, a, image, "20s", 0, 20*time.Second)
+	})
+	t.Run("registry never answers", func(t *testing.T) {
+		image := silentRegistry(t) + "/meshlet-e2e/missing:latest"
+		joined := checkPullFails(t, a, image, "3s", 3*time.Second, 20*time.Second)
+		if !strings.Contains(joined, "not pulled within image_pull_timeout (3s)") {
+			t.Errorf("the event does not name image_pull_timeout:\n%s", joined)
+		}
+	})
+}
+
+// silentRegistry listens on 127.0.0.1, accepts connections and never
+// answers; it returns host:port.
+func silentRegistry(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, c)
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		<-done
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return l.Addr().String()
+}
+
+// checkPullFails runs missing.hcl with image and pull_timeout and checks
+// the task fails, naming the pull, after at least min and within max; it
+// returns the task's events.
+func checkPullFails(t *testing.T, a *framework.Agent, image, timeout string, min, max time.Duration) string {
+	t.Helper()
 	start := time.Now()
-	r := a.CLI("job", "run", "input/missing.hcl")
-	t.Cleanup(func() { a.CLI("job", "stop", "-purge", "missing") })
+	r := a.CLI("job", "run", "-var", "image="+image, "-var", "pull_timeout="+timeout, "input/missing.hcl")
+	defer a.CLI("job", "stop", "-purge", "missing")
 	// job run monitors the deployment: it fails, naming the pull.
 	if r.Code == 0 || !strings.Contains(r.Stdout, `task "t": Driver Failure: `) || !strings.Contains(r.Stdout, "failed to pull image") {
 		t.Fatalf("job run: exit %d, want a failure naming the pull\nstdout: %s\nstderr: %s", r.Code, r.Stdout, r.Stderr)
@@ -226,16 +315,15 @@ func TestMissingImageFailsTask(t *testing.T) {
 	})
 	took := time.Since(start)
 	joined := strings.Join(events, "\n")
-	if !strings.Contains(joined, "failed to pull image 127.0.0.1:1/meshlet-e2e/missing:latest") {
-		t.Fatalf("no event names the failed pull:\n%s", joined)
-	}
-	// The pull fails at once (connection refused), well inside
-	// image_pull_timeout (20s): no hang.
-	if took > 20*time.Second {
-		t.Errorf("the task took %s to fail", took)
-	}
 	t.Logf("failed after %s; events:\n%s", took.Round(time.Millisecond), joined)
+	if !strings.Contains(joined, "failed to pull image "+image) {
+		t.Fatalf("no event names the failed pull of %s:\n%s", image, joined)
+	}
+	if took < min || took > max {
+		t.Errorf("the task took %s to fail, want between %s and %s", took, min, max)
+	}
 	if got := containersLabelled(t, docker.LabelJob+"=missing"); len(got) != 0 {
 		t.Errorf("containers left: %v", got)
 	}
+	return joined
 }

@@ -1,6 +1,18 @@
-# A docker task whose image is nowhere: the pull goes to a registry on
-# 127.0.0.1 port 1, where nothing listens, so it fails at once (no
-# traffic leaves the host) and the task fails with a clear event.
+# A docker task whose image is nowhere. The registry is on 127.0.0.1 (no
+# traffic leaves the host): on port 1 nothing listens, so the pull fails
+# at once; the test's silent listener accepts and never answers, so
+# image_pull_timeout ends the pull. Either way the task fails with a clear
+# event and no restart.
+variable "image" {
+  type    = string
+  default = "127.0.0.1:1/meshlet-e2e/missing:latest"
+}
+
+variable "pull_timeout" {
+  type    = string
+  default = "20s"
+}
+
 job "missing" {
   group "g" {
     restart {
@@ -17,8 +29,8 @@ job "missing" {
       driver = "docker"
 
       config {
-        image              = "127.0.0.1:1/meshlet-e2e/missing:latest"
-        image_pull_timeout = "20s"
+        image              = var.image
+        image_pull_timeout = var.pull_timeout
       }
     }
   }
