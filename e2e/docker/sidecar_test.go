@@ -61,6 +61,9 @@ func TestDockerSidecars(t *testing.T) {
 		out = a.CLI("alloc", "logs", api.ID, "connect-proxy-count-api").Stdout
 		return strings.Contains(out, "control plane socket present")
 	})
+	if st := a.MustCLI("alloc", "status", api.ID); !strings.Contains(st, "Sidecar Proxy: Envoy container ("+connect.DefaultSidecarImage+")") {
+		t.Errorf("alloc status does not name the sidecar's image:\n%s", st)
+	}
 	for _, want := range []string{
 		"stand-in envoy args: -c /secrets/envoy_bootstrap.json -l info --concurrency 1 --disable-hot-restart",
 		proxyID,
