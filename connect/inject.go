@@ -140,7 +140,7 @@ func mergeSidecarTask(t *structs.Task, o *structs.SidecarTask, opts Options) {
 	switch o.Driver {
 	case "", ProxyDriver:
 	case SidecarDriverDocker:
-		t.Driver, t.Config = o.Driver, opts.dockerConfig()
+		opts.makeDocker(t)
 	case "raw_exec":
 		t.Driver, t.Config = o.Driver, rawExecConfig(t.Config)
 	default:

@@ -72,7 +72,20 @@ func (o Options) applyDriver(t *structs.Task, s *structs.Service) {
 	if st := s.Connect.SidecarTask; st != nil && st.Driver != "" {
 		return
 	}
+	o.makeDocker(t)
+}
+
+// EnvoyUIDEnv is set to "0" in a docker sidecar's environment: the
+// official Envoy image's entrypoint otherwise drops to its envoy user,
+// who cannot read the bootstrap the client writes for the task's user
+// (root, 0600). A sidecar_task env may override it.
+const EnvoyUIDEnv = "ENVOY_UID"
+
+// makeDocker turns t into the docker sidecar: the Envoy image, Nomad's
+// arguments, ENVOY_UID=0.
+func (o Options) makeDocker(t *structs.Task) {
 	t.Driver, t.Config = SidecarDriverDocker, o.dockerConfig()
+	t.Env = mergeStrings(t.Env, map[string]string{EnvoyUIDEnv: "0"})
 }
 
 // dockerConfig is Nomad's docker sidecar config: the Envoy image with

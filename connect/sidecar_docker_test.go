@@ -53,6 +53,9 @@ func TestInjectWithSidecarDriver(t *testing.T) {
 			if IsDockerSidecar(px) != (tc.wantDriver == "docker") {
 				t.Errorf("IsDockerSidecar = %v", IsDockerSidecar(px))
 			}
+			if uid, ok := px.Env[EnvoyUIDEnv]; (tc.wantDriver == "docker") != (ok && uid == "0") {
+				t.Errorf("env %v: ENVOY_UID=0 wanted on docker sidecars only", px.Env)
+			}
 		})
 	}
 }
@@ -75,5 +78,16 @@ func TestMutatorUsesOptions(t *testing.T) {
 	}
 	if d := job.TaskGroups[0].Tasks[0].Driver; d != "docker" {
 		t.Errorf("driver %q, want docker", d)
+	}
+}
+
+func TestDockerSidecarEnvoyUIDOverride(t *testing.T) {
+	job := dashboardJob()
+	job.TaskGroups[0].Services[0].Connect.SidecarTask = &structs.SidecarTask{Env: map[string]string{EnvoyUIDEnv: "101", "X": "y"}}
+	if err := InjectWith(job, Options{SidecarDriver: "docker"}); err != nil {
+		t.Fatal(err)
+	}
+	if env := job.TaskGroups[0].Tasks[0].Env; env[EnvoyUIDEnv] != "101" || env["X"] != "y" {
+		t.Errorf("env %v: the sidecar_task's env should win", env)
 	}
 }

@@ -16,12 +16,13 @@ import (
 
 // standInEnvoy is the entrypoint of the stand-in for the Envoy image (no
 // Envoy binary or image can be had here): it prints its arguments, the
-// bootstrap its -c names and whether the control plane socket is where
-// the bootstrap says, then idles until stopped.
+// bootstrap its -c names, whether the control plane socket is where the
+// bootstrap says and its ENVOY_UID, then idles until stopped.
 const standInEnvoy = `#!/bin/sh
 echo "stand-in envoy args: $*"
 if [ "$1" = "-c" ] && [ -r "$2" ]; then echo "bootstrap: $(cat "$2")"; fi
 if [ -S /alloc/run/meshlet_grpc.sock ]; then echo "control plane socket present"; fi
+echo "stand-in envoy ENVOY_UID=$ENVOY_UID"
 trap 'exit 0' TERM INT
 while :; do sleep 1; done
 `
@@ -59,7 +60,7 @@ func TestDockerSidecars(t *testing.T) {
 	var out string
 	a.Eventually(30*time.Second, "the stand-in envoy reporting its bootstrap", func() bool {
 		out = a.CLI("alloc", "logs", api.ID, "connect-proxy-count-api").Stdout
-		return strings.Contains(out, "control plane socket present")
+		return strings.Contains(out, "stand-in envoy ENVOY_UID=") // its last line
 	})
 	if st := a.MustCLI("alloc", "status", api.ID); !strings.Contains(st, "Sidecar Proxy: Envoy container ("+connect.DefaultSidecarImage+")") {
 		t.Errorf("alloc status does not name the sidecar's image:\n%s", st)
@@ -68,6 +69,8 @@ func TestDockerSidecars(t *testing.T) {
 		"stand-in envoy args: -c /secrets/envoy_bootstrap.json -l info --concurrency 1 --disable-hot-restart",
 		proxyID,
 		connect.ContainerSocketPath(),
+		"control plane socket present",
+		"stand-in envoy ENVOY_UID=0",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("sidecar output lacks %q:\n%s", want, out)
