@@ -61,10 +61,10 @@ lint: ## gofmt, go vet and staticcheck
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck ./...
 
-demo: deps all ## Start a dev agent and run the connect demo job
-	@scripts/demo.sh start
+demo: deps all $(if $(filter docker,$(DRIVER)),test-deps) ## Start a dev agent and run the connect demo job (DRIVER=docker: as containers)
+	@DRIVER=$(DRIVER) scripts/demo.sh start
 
-demo-stop: ## Stop the demo agent and clean up
+demo-stop: ## Stop the demo agent (and the demo's private dockerd) and clean up
 	@scripts/demo.sh stop
 
 bench: deps all ## Run the benchmarks and write bench/RESULTS.md

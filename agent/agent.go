@@ -106,7 +106,7 @@ func New(cfg *Config, logger hclog.Logger) (*Agent, error) {
 		logger = hclog.NewNullLogger()
 	}
 	return &Agent{cfg: &cp, logger: logger.Named("agent"), catalog: catalog.New(),
-		mutators: []server.JobMutator{connect.Mutator{}}}, nil
+		mutators: []server.JobMutator{connect.Mutator{Options: cp.Connect.injectOptions()}}}, nil
 }
 
 // AddJobMutator adds a server-side job mutator (e.g. sidecar injection);

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/hcl/v2/hclparse"
 
 	"github.com/meshlet/meshlet/cni"
+	"github.com/meshlet/meshlet/connect"
 )
 
 // Default ports, as Nomad's and Consul's.
@@ -96,6 +97,18 @@ type ConnectConfig struct {
 	// leaf nobody asked for that long (default 72h). Zero: the defaults.
 	MaxAPILeaves int
 	LeafIdleTTL  time.Duration
+	// SidecarDriver and SidecarImage choose the injected sidecar task's
+	// driver on a server (connect.Options): "connect_proxy" (the default;
+	// "" too) or "docker", running SidecarImage (default
+	// connect.DefaultSidecarImage) with the Envoy bootstrap the client
+	// writes. A service's sidecar_task driver still wins.
+	SidecarDriver string
+	SidecarImage  string
+}
+
+// injectOptions are the servers' sidecar injection options.
+func (c ConnectConfig) injectOptions() connect.Options {
+	return connect.Options{SidecarDriver: c.SidecarDriver, SidecarImage: c.SidecarImage}
 }
 
 // Ports are the agent's listener ports.
@@ -236,6 +249,9 @@ func (c *Config) Validate() error {
 	if c.Connect.LeafTTL < 0 || c.Connect.LeafIdleTTL < 0 || c.Connect.MaxAPILeaves < 0 {
 		problems = append(problems, "connect.leaf_ttl, leaf_idle_ttl and max_api_leaves must not be negative")
 	}
+	if err := c.Connect.injectOptions().Validate(); err != nil {
+		problems = append(problems, fmt.Sprintf("connect.sidecar_driver %q must be %s or %s", c.Connect.SidecarDriver, connect.SidecarDriverProxy, connect.SidecarDriverDocker))
+	}
 	problems = append(problems, c.originProblems()...)
 	problems = append(problems, c.Server.problems()...)
 	problems = append(problems, c.clusterProblems()...)
@@ -290,6 +306,8 @@ type fileConnect struct {
 	LeafTTL                *string `hcl:"leaf_ttl"`
 	MaxAPILeaves           *int    `hcl:"max_api_leaves"`
 	LeafIdleTTL            *string `hcl:"leaf_idle_ttl"`
+	SidecarDriver          *string `hcl:"sidecar_driver"`
+	SidecarImage           *string `hcl:"sidecar_image"`
 }
 
 type filePorts struct {
@@ -382,6 +400,8 @@ func ParseConfig(filename string, src []byte) (*Config, error) {
 	if cn := fc.Connect; cn != nil {
 		set(&c.Connect.DefaultIntentionPolicy, cn.DefaultIntentionPolicy)
 		set(&c.Connect.MaxAPILeaves, cn.MaxAPILeaves)
+		set(&c.Connect.SidecarDriver, cn.SidecarDriver)
+		set(&c.Connect.SidecarImage, cn.SidecarImage)
 		if err := setDurations(filename, "connect", durationField{"leaf_ttl", cn.LeafTTL, &c.Connect.LeafTTL},
 			durationField{"leaf_idle_ttl", cn.LeafIdleTTL, &c.Connect.LeafIdleTTL}); err != nil {
 			return nil, err

@@ -119,6 +119,14 @@ http_api {
 					t.Errorf("connect = %+v", c.Connect)
 				}
 			}},
+		{name: "docker sidecars", src: "data_dir = \"/x\"\nconnect {\n sidecar_driver = \"docker\"\n sidecar_image = \"local/envoy:test\"\n}\n",
+			check: func(t *testing.T, c *Config) {
+				if o := c.Connect.injectOptions(); o.SidecarDriver != "docker" || o.SidecarImage != "local/envoy:test" {
+					t.Errorf("connect = %+v", c.Connect)
+				}
+			}},
+		{name: "bad sidecar driver", src: "data_dir = \"/x\"\nconnect {\n sidecar_driver = \"podman\"\n}\n",
+			wantErr: `connect.sidecar_driver "podman" must be connect_proxy or docker`},
 		{name: "negative api leaves", src: "data_dir = \"/x\"\nconnect {\n max_api_leaves = -1\n}\n",
 			wantErr: "max_api_leaves must not be negative"},
 		{name: "bad origin", src: "data_dir = \"/x\"\nhttp_api { allowed_origins = [\"ui.example\"] }\n",

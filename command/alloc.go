@@ -329,14 +329,25 @@ func lifecycleLabel(t *nomadapi.Task) string {
 
 const maxRecentEvents = 10
 
+// sidecarProxy names a sidecar task's data plane: the Envoy image of a
+// docker sidecar, else the node's proxyMode (connect_proxy).
+func sidecarProxy(t *nomadapi.Task, proxyMode string) string {
+	if t.Driver == connect.SidecarDriverDocker {
+		return fmt.Sprintf("Envoy container (%v)", t.Config["image"])
+	}
+	return proxyMode
+}
+
 func writeTaskStatus(w io.Writer, name string, ts *nomadapi.TaskState, t *nomadapi.Task, proxyMode string) {
 	state := "pending"
 	if ts != nil {
 		state = ts.State
 	}
 	fmt.Fprintf(w, "\nTask %q%s is %q\n", name, lifecycleLabel(t), state)
-	if t != nil && strings.HasPrefix(t.Kind, connect.KindPrefix) && proxyMode != "" {
-		fmt.Fprintf(w, "Sidecar Proxy: %s\n", proxyMode)
+	if t != nil && strings.HasPrefix(t.Kind, connect.KindPrefix) {
+		if p := sidecarProxy(t, proxyMode); p != "" {
+			fmt.Fprintf(w, "Sidecar Proxy: %s\n", p)
+		}
 	}
 	if t != nil && strings.HasPrefix(t.Kind, connect.IngressKindPrefix) {
 		fmt.Fprintf(w, "Ingress Gateway: %s", strings.TrimPrefix(t.Kind, connect.IngressKindPrefix))

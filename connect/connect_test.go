@@ -100,6 +100,7 @@ func TestInjectSidecarTaskDriver(t *testing.T) {
 		"-service", "count-dashboard", "-grpc-addr", "unix://${NOMAD_ALLOC_DIR}/run/meshlet_grpc.sock",
 		"-admin-bind", "127.0.0.2:19001", "-mode", "${attr.meshlet.sidecar}", "-envoy-binary", "${attr.meshlet.envoy_binary}",
 		"-bootstrap-path", "${NOMAD_SECRETS_DIR}/envoy_bootstrap.json", "-token-file", "${NOMAD_SECRETS_DIR}/si_token"}
+	envoyArgs := []any{"-c", "/secrets/envoy_bootstrap.json", "-l", "info", "--concurrency", "1", "--disable-hot-restart"}
 	tests := []struct {
 		name       string
 		driver     string
@@ -112,8 +113,8 @@ func TestInjectSidecarTaskDriver(t *testing.T) {
 			map[string]any{"command": "/usr/local/bin/envoy-wrapper", "args": rawArgs}},
 		{"raw_exec with its own command line", "raw_exec", map[string]any{"command": "/usr/local/bin/envoy", "args": []any{"-c", "x"}},
 			"raw_exec", map[string]any{"command": "/usr/local/bin/envoy", "args": []any{"-c", "x"}}},
-		{"another driver", "docker", map[string]any{"image": "envoyproxy/envoy:v1.31"}, "docker",
-			map[string]any{"image": "envoyproxy/envoy:v1.31"}},
+		{"docker starts from the Envoy container", "docker", map[string]any{"image": "envoyproxy/envoy:v1.31"}, "docker",
+			map[string]any{"image": "envoyproxy/envoy:v1.31", "args": envoyArgs}},
 		{"another driver without config", "exec", nil, "exec", map[string]any{}},
 	}
 	for _, tc := range tests {

@@ -83,7 +83,7 @@ func EnvoyNodeID(allocID, group string, s *structs.Service) string {
 // ingress gateway service of tg, as Nomad's job hook does: a main task
 // (gateways have no lifecycle) on the connect_proxy driver, merged with
 // any sidecar_task override. Its proxy gets everything from xDS.
-func injectGateways(tg *structs.TaskGroup) error {
+func injectGateways(tg *structs.TaskGroup, opts Options) error {
 	gws := GatewayServices(tg)
 	if len(gws) == 0 {
 		return nil
@@ -105,7 +105,7 @@ func injectGateways(tg *structs.TaskGroup) error {
 		t := proxyTask(tg.Name, s, index)
 		t.Name, t.Kind, t.Lifecycle = IngressTaskName(s.Name), IngressKindPrefix+s.Name, nil
 		t.Config["proxy_id"] = EnvoyNodeID("${NOMAD_ALLOC_ID}", tg.Name, s)
-		mergeSidecarTask(t, s.Connect.SidecarTask)
+		mergeSidecarTask(t, s.Connect.SidecarTask, opts)
 		tg.Tasks = append(tg.Tasks, t)
 	}
 	return nil

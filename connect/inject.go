@@ -17,9 +17,15 @@ import (
 // task runs on the connect_proxy driver (ProxyDriver), which starts
 // `meshlet connect sidecar`; that picks Envoy or the built-in proxy on the
 // node. Inject is idempotent.
-func Inject(job *structs.Job) error {
+func Inject(job *structs.Job) error { return InjectWith(job, Options{}) }
+
+// InjectWith is Inject with the sidecar driver opts choose. The sidecar
+// task's driver is, in order: the service's sidecar_task driver; else
+// opts.SidecarDriver (docker: the opts' Envoy image, see Options); else
+// connect_proxy.
+func InjectWith(job *structs.Job, opts Options) error {
 	for _, tg := range job.TaskGroups {
-		if err := injectGateways(tg); err != nil {
+		if err := injectGateways(tg, opts); err != nil {
 			return err
 		}
 		services := ConnectServices(tg)
@@ -40,7 +46,8 @@ func Inject(job *structs.Job) error {
 				continue
 			}
 			t := proxyTask(tg.Name, s, slices.Index(mesh, s))
-			mergeSidecarTask(t, s.Connect.SidecarTask)
+			opts.applyDriver(t, s)
+			mergeSidecarTask(t, s.Connect.SidecarTask, opts)
 			tg.Tasks = append([]*structs.Task{t}, tg.Tasks...)
 		}
 	}
@@ -124,8 +131,9 @@ func rawExecConfig(c map[string]any) map[string]any {
 // then fails the task with the driver's error); another driver starts from
 // an empty config, except raw_exec, which starts from the same sidecar as a
 // command line (rawExecConfig), so an override of command or args alone
-// keeps working as it did.
-func mergeSidecarTask(t *structs.Task, o *structs.SidecarTask) {
+// keeps working as it did, and docker, which starts from the Envoy
+// container's config (image and args, Options), as in Nomad.
+func mergeSidecarTask(t *structs.Task, o *structs.SidecarTask, opts Options) {
 	if o == nil {
 		return
 	}
@@ -137,6 +145,8 @@ func mergeSidecarTask(t *structs.Task, o *structs.SidecarTask) {
 	}
 	switch o.Driver {
 	case "", ProxyDriver:
+	case SidecarDriverDocker:
+		opts.makeDocker(t)
 	case "raw_exec":
 		t.Driver, t.Config = o.Driver, rawExecConfig(t.Config)
 	default:
@@ -180,11 +190,12 @@ func mergeStrings(base, over map[string]string) map[string]string {
 	return out
 }
 
-// Mutator injects sidecars at job registration (a server.JobMutator).
-type Mutator struct{}
+// Mutator injects sidecars at job registration (a server.JobMutator) with
+// its Options (the zero value: connect_proxy sidecars).
+type Mutator struct{ Options Options }
 
 // Name implements server.JobMutator.
 func (Mutator) Name() string { return "connect" }
 
 // Mutate implements server.JobMutator.
-func (Mutator) Mutate(job *structs.Job) ([]string, error) { return nil, Inject(job) }
+func (m Mutator) Mutate(job *structs.Job) ([]string, error) { return nil, InjectWith(job, m.Options) }

@@ -124,17 +124,29 @@ func (h *SidecarHook) Prerun(ctx context.Context, hc *allocrunner.AllocHookConte
 		return fmt.Errorf("failed to choose the sidecar proxy: %w", err)
 	}
 	hc.Logger.Info("sidecar proxies prepared", "mode", mode, "socket", sock, "tokens", len(tokens))
-	if mode != connect.SidecarEnvoy {
-		return nil
-	}
-	return h.writeBootstraps(hc, tg, sock, tokens)
+	return h.writeBootstraps(hc, tg, mode == connect.SidecarEnvoy, sock, tokens)
 }
 
-// writeBootstraps writes secrets/envoy_bootstrap.json for every sidecar;
-// escape-hatch JSON that does not parse fails the allocation here, with a
+// writeBootstraps writes secrets/envoy_bootstrap.json for every sidecar
+// and gateway that runs Envoy: all of them when allEnvoy (the node's
+// sidecar mode is Envoy), and docker sidecars (an Envoy image) always,
+// with the control plane socket at the path their container sees.
+// Escape-hatch JSON that does not parse fails the allocation here, with a
 // message that names the service and the key.
-func (h *SidecarHook) writeBootstraps(hc *allocrunner.AllocHookContext, tg *structs.TaskGroup, sock string, tokens map[string]string) error {
+func (h *SidecarHook) writeBootstraps(hc *allocrunner.AllocHookContext, tg *structs.TaskGroup, allEnvoy bool, sock string, tokens map[string]string) error {
 	for i, s := range connect.MeshServices(tg) {
+		task := connect.ProxyTaskFor(tg, s)
+		docker := task != nil && connect.IsDockerSidecar(task)
+		if !allEnvoy && !docker {
+			continue
+		}
+		if task == nil {
+			return fmt.Errorf("service %q: no sidecar task in group %q", s.Name, tg.Name)
+		}
+		grpcSock := sock
+		if docker {
+			grpcSock = connect.ContainerSocketPath()
+		}
 		var pc map[string]any
 		if s.Connect.HasSidecar() && s.Connect.SidecarService.Proxy != nil {
 			pc = s.Connect.SidecarService.Proxy.Config
@@ -143,17 +155,13 @@ func (h *SidecarHook) writeBootstraps(hc *allocrunner.AllocHookContext, tg *stru
 			ProxyID:     connect.EnvoyNodeID(hc.Alloc.ID, tg.Name, s),
 			Cluster:     s.Name,
 			AdminBind:   fmt.Sprintf("127.0.0.2:%d", connect.AdminBasePort+i),
-			GRPCAddr:    "unix://" + sock,
+			GRPCAddr:    "unix://" + grpcSock,
 			Datacenter:  h.d.Datacenter,
 			ProxyConfig: pc,
 			Token:       tokens[s.Name],
 		})
 		if err != nil {
 			return fmt.Errorf("service %q sidecar: %w", s.Name, err)
-		}
-		task := connect.ProxyTaskFor(tg, s)
-		if task == nil {
-			return fmt.Errorf("service %q: no sidecar task in group %q", s.Name, tg.Name)
 		}
 		if err := hc.AllocDir.WriteSecret(task.Name, "envoy_bootstrap.json", task.User, js); err != nil {
 			return fmt.Errorf("failed to write envoy bootstrap: %w", err)

@@ -57,18 +57,27 @@ func (d *Driver) ensureImage(ctx context.Context, c *client.Client, tc *taskConf
 	}
 	rc, err := c.ImagePull(ctx, tc.Image, opts)
 	if err != nil {
-		return fmt.Errorf("%w %s: %w", ErrImagePull, tc.Image, err)
+		return pullError(ctx, tc, err)
 	}
 	defer rc.Close()
 	// The pull reports failures inside its JSON progress stream.
 	body, err := io.ReadAll(rc)
 	if err != nil {
-		return fmt.Errorf("%w %s: %w", ErrImagePull, tc.Image, err)
+		return pullError(ctx, tc, err)
 	}
 	if i := strings.LastIndex(string(body), `"error":`); i >= 0 {
 		return fmt.Errorf("%w %s: %s", ErrImagePull, tc.Image, strings.TrimSpace(string(body[i:])))
 	}
 	return nil
+}
+
+// pullError wraps a failed pull; one cut by image_pull_timeout says so
+// instead of quoting the client's request URL.
+func pullError(ctx context.Context, tc *taskConfig, err error) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("%w %s: not pulled within image_pull_timeout (%s): %w", ErrImagePull, tc.Image, tc.PullTimeout, context.DeadlineExceeded)
+	}
+	return fmt.Errorf("%w %s: %w", ErrImagePull, tc.Image, err)
 }
 
 // containerSpec builds the container's config and host config.

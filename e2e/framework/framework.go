@@ -113,6 +113,14 @@ type Options struct {
 	// harness otherwise enables it for the jobs' app tasks. Connect
 	// sidecars never need it (they run on the connect_proxy driver).
 	NoRawExec bool
+	// DockerEndpoint, when set, is the docker driver's daemon (plugin
+	// "docker" { config { endpoint } }), for example a private dockerd
+	// from driver/docker/dockertest; unset, the driver uses its default
+	// socket.
+	DockerEndpoint string
+	// SidecarDriver and SidecarImage are connect { sidecar_driver
+	// sidecar_image } (unset: the defaults, connect_proxy sidecars).
+	SidecarDriver, SidecarImage string
 }
 
 // NewAgent starts an agent for t; it is stopped (and its jobs purged) in
@@ -182,7 +190,7 @@ ports {
 }
 connect {
   default_intention_policy = %q
-}
+%s}
 client {
   cni_path              = %q
   bridge_network_name   = %q
@@ -196,7 +204,29 @@ plugin "raw_exec" {
 acl {
   enabled = %t
 }
-`, stateDir, sidecar, opts.EnvoyBinary, ports[0], ports[1], ports[2], policy, cni, a.Bridge, a.Subnet, !opts.NoRawExec, !opts.NoACL)
+%s`, stateDir, sidecar, opts.EnvoyBinary, ports[0], ports[1], ports[2], policy, sidecarInjection(opts), cni, a.Bridge, a.Subnet, !opts.NoRawExec, !opts.NoACL, dockerPlugin(opts.DockerEndpoint))
+}
+
+// sidecarInjection is the connect block's sidecar_driver and
+// sidecar_image lines, for those set.
+func sidecarInjection(opts Options) string {
+	var b strings.Builder
+	if opts.SidecarDriver != "" {
+		fmt.Fprintf(&b, "  sidecar_driver = %q\n", opts.SidecarDriver)
+	}
+	if opts.SidecarImage != "" {
+		fmt.Fprintf(&b, "  sidecar_image = %q\n", opts.SidecarImage)
+	}
+	return b.String()
+}
+
+// dockerPlugin is the plugin "docker" block pointing at endpoint ("" for
+// none).
+func dockerPlugin(endpoint string) string {
+	if endpoint == "" {
+		return ""
+	}
+	return fmt.Sprintf("plugin \"docker\" {\n  config {\n    endpoint = %q\n  }\n}\n", endpoint)
 }
 
 func (a *Agent) start(cfgPath string) {

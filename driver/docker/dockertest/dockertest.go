@@ -182,11 +182,27 @@ func (d *Daemon) ready() error {
 // applets, /tmp and an /etc/passwd naming root and nobody, as ref, with
 // PATH ImagePath.
 func ImportBusybox(ctx context.Context, c *client.Client, ref string) error {
-	rootfs, err := busyboxTar()
+	return ImportBusyboxWith(ctx, c, ref, nil)
+}
+
+// File is an extra file of an image ImportBusyboxWith builds.
+type File struct {
+	// Name is the path in the image, without a leading slash.
+	Name string
+	Mode int64
+	Data []byte
+}
+
+// ImportBusyboxWith is ImportBusybox with extra files (in existing
+// directories: bin/, tmp/, etc/) and extra Dockerfile changes such as
+// `ENTRYPOINT ["/bin/script"]`.
+func ImportBusyboxWith(ctx context.Context, c *client.Client, ref string, extra []File, changes ...string) error {
+	rootfs, err := busyboxTar(extra)
 	if err != nil {
 		return err
 	}
-	rc, err := c.ImageImport(ctx, image.ImportSource{Source: rootfs, SourceName: "-"}, ref, image.ImportOptions{Changes: []string{"ENV PATH=" + ImagePath}})
+	rc, err := c.ImageImport(ctx, image.ImportSource{Source: rootfs, SourceName: "-"}, ref,
+		image.ImportOptions{Changes: append([]string{"ENV PATH=" + ImagePath}, changes...)})
 	if err != nil {
 		return fmt.Errorf("failed to import %s: %w", ref, err)
 	}
@@ -197,7 +213,7 @@ func ImportBusybox(ctx context.Context, c *client.Client, ref string) error {
 	return nil
 }
 
-func busyboxTar() (io.Reader, error) {
+func busyboxTar(extra []File) (io.Reader, error) {
 	bb, err := os.ReadFile(busyboxPath)
 	if err != nil {
 		return nil, err
@@ -214,20 +230,16 @@ func busyboxTar() (io.Reader, error) {
 			return nil, err
 		}
 	}
-	files := []struct {
-		name string
-		mode int64
-		data []byte
-	}{
+	files := append([]File{
 		{"bin/busybox", 0o755, bb},
 		{"etc/passwd", 0o644, []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n")},
 		{"etc/group", 0o644, []byte("root:x:0:\nnogroup:x:65534:\n")},
-	}
+	}, extra...)
 	for _, f := range files {
-		if err := tw.WriteHeader(&tar.Header{Name: f.name, Mode: f.mode, Size: int64(len(f.data)), Typeflag: tar.TypeReg}); err != nil {
+		if err := tw.WriteHeader(&tar.Header{Name: f.Name, Mode: f.Mode, Size: int64(len(f.Data)), Typeflag: tar.TypeReg}); err != nil {
 			return nil, err
 		}
-		if _, err := tw.Write(f.data); err != nil {
+		if _, err := tw.Write(f.Data); err != nil {
 			return nil, err
 		}
 	}

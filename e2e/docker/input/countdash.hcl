@@ -1,0 +1,76 @@
+# countdash with both apps as containers of the demo image (FROM scratch,
+# its only file the static demo app, its entrypoint): the dashboard reads
+# count-api only through its sidecar's upstream listener; count-api
+# listens on loopback inside its allocation's namespace, which its
+# container joins through the allocation's pause container.
+variable "dashboard_port" {
+  type = number
+}
+
+variable "image" {
+  type    = string
+  default = "meshlet-e2e/demo-app:latest"
+}
+
+job "countdash" {
+  group "api" {
+    network {
+      mode = "bridge"
+    }
+
+    service {
+      name = "count-api"
+      port = "9001"
+
+      connect {
+        sidecar_service {}
+      }
+    }
+
+    task "web" {
+      driver = "docker"
+
+      config {
+        image = var.image
+        args  = ["counting", "-listen", "127.0.0.1:9001"]
+      }
+    }
+  }
+
+  group "dashboard" {
+    network {
+      mode = "bridge"
+
+      port "http" {
+        static = var.dashboard_port
+        to     = 9002
+      }
+    }
+
+    service {
+      name = "count-dashboard"
+      port = "http"
+
+      connect {
+        sidecar_service {
+          proxy {
+            upstreams {
+              destination_name = "count-api"
+              local_bind_port  = 8080
+            }
+          }
+        }
+      }
+    }
+
+    task "dashboard" {
+      driver = "docker"
+
+      config {
+        image = var.image
+        args = ["dashboard", "-listen", "0.0.0.0:9002",
+        "-counting-url", "http://${NOMAD_UPSTREAM_ADDR_count_api}/"]
+      }
+    }
+  }
+}
