@@ -63,6 +63,11 @@ type Options struct {
 	// DiskCheck, when set, runs before every write; its error fails the
 	// write before etcd sees it.
 	DiskCheck func() error
+	// OnCommit, when set, is called after every committed write, before
+	// the write returns: the agent drops its resolver's caches there, so
+	// a token deleted through this server is refused by it at once (the
+	// other servers follow through Watch).
+	OnCommit func()
 }
 
 func (opts Options) withDefaults() Options {
@@ -224,6 +229,9 @@ func (s *EtcdStore) commit(ctx context.Context, guard int64, what string, t txn)
 	resp, err := s.c.Txn(ctx).If(append([]clientv3.Cmp{cmp}, t.cmps...)...).Then(ops...).Commit()
 	if err != nil {
 		return 0, false, err
+	}
+	if resp.Succeeded && s.opts.OnCommit != nil {
+		s.opts.OnCommit()
 	}
 	return uint64(resp.Header.Revision), resp.Succeeded, nil
 }

@@ -322,3 +322,46 @@ func TestTokenCorrupt(t *testing.T) {
 		t.Fatalf("ListTokens after the delete = %v, %v", toks, err)
 	}
 }
+
+// OnCommit runs once per committed write, before the write returns (the
+// agent drops its resolver's caches there), and not for a refused one.
+func TestOnCommit(t *testing.T) {
+	var mu sync.Mutex
+	commits := 0
+	s := openTest(t, newClient(t), testPrefix(t), Options{OnCommit: func() {
+		mu.Lock()
+		defer mu.Unlock()
+		commits++
+	}})
+	n := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return commits
+	}
+	ctx := ctxT(t, 10*time.Second)
+	if _, err := s.Bootstrap(ctx, &acl.Token{Name: "Bootstrap Token"}); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := s.UpsertToken(ctx, &acl.Token{Name: "m", Type: acl.TypeManagement})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := n(); got != 2 {
+		t.Fatalf("after bootstrap and a token: %d commits, want 2", got)
+	}
+	if err := s.DeleteToken(ctx, tok.AccessorID); err != nil {
+		t.Fatal(err)
+	}
+	if got := n(); got != 3 {
+		t.Fatalf("after the delete returned: %d commits, want 3", got)
+	}
+	if _, err := s.Bootstrap(ctx, &acl.Token{Name: "again"}); !errors.Is(err, acl.ErrBootstrapDone) {
+		t.Fatalf("second bootstrap: %v", err)
+	}
+	if err := s.DeleteToken(ctx, tok.AccessorID); err == nil {
+		t.Fatal("second delete succeeded")
+	}
+	if got := n(); got != 3 {
+		t.Fatalf("refused writes committed: %d commits, want 3", got)
+	}
+}

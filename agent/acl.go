@@ -34,11 +34,14 @@ func validateRules(rules string) error {
 
 // openACLStore opens the servers' ACL state under prefix and keeps the
 // resolver's caches in step with it: every ACL write (on any server)
-// moves the index and invalidates them, so a deleted token stops working
-// at once on servers.
+// moves the index and invalidates them (on the server that wrote, before
+// the write returns; on the others through the store's watch), so a
+// deleted token stops working at once.
 func (a *Agent) openACLStore(cli *clientv3.Client, prefix string) {
-	store := aclstate.Open(cli, aclstate.Options{Prefix: prefix, Logger: a.logger, ValidateRules: validateRules})
-	res := acl.NewResolver(store, acl.ResolverOptions{TTL: a.cfg.ACL.TokenTTL, Logger: a.logger.Named("acl")})
+	var res *acl.Resolver
+	store := aclstate.Open(cli, aclstate.Options{Prefix: prefix, Logger: a.logger, ValidateRules: validateRules,
+		OnCommit: func() { res.Invalidate() }})
+	res = acl.NewResolver(store, acl.ResolverOptions{TTL: a.cfg.ACL.TokenTTL, Logger: a.logger.Named("acl")})
 	ctx, cancel := context.WithCancel(context.Background())
 	sys := &aclSystem{store: store, resolver: res, cancel: cancel, done: make(chan struct{})}
 	go func() {

@@ -18,6 +18,7 @@ func TestValidJobspecs(t *testing.T) {
 		"canary.hcl":                            nil,
 		"countdash.hcl":                         nil,
 		"countdash-cluster.hcl":                 nil,
+		"countdash-docker.hcl":                  nil,
 		"grpc.hcl":                              nil,
 		"hello.hcl":                             nil,
 		"hello-exec.hcl":                        nil,

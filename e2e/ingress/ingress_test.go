@@ -89,9 +89,11 @@ func TestIngressGateway(t *testing.T) {
 		code, body, err := getHost(httpAddr, "web.ingress.meshlet:"+strconv.Itoa(httpPort))
 		return err == nil && code == http.StatusOK && body == "web"
 	})
-	if code, body, err := getHost(httpAddr, "api.example.com"); err != nil || code != http.StatusOK || body != "api" {
-		t.Fatalf("api.example.com through the gateway: %d %q %v", code, body, err)
-	}
+	// api is another allocation, whose sidecar may come up after web's.
+	a.Eventually(30*time.Second, "api through the gateway by its host api.example.com", func() bool {
+		code, body, err := getHost(httpAddr, "api.example.com")
+		return err == nil && code == http.StatusOK && body == "api"
+	})
 	if code, _, err := getHost(httpAddr, "nobody.example.com"); err != nil || code != http.StatusNotFound {
 		t.Fatalf("an unknown host through the gateway: %d %v, want 404", code, err)
 	}
