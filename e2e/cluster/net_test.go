@@ -96,7 +96,8 @@ func (n *testNet) teardown() {
 // quiet runs a removal, logging failures other than "already gone".
 func (n *testNet) quiet(args ...string) {
 	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
-	if err != nil && !strings.Contains(string(out), "Cannot find device") && !strings.Contains(string(out), "No such file") {
+	if err != nil && !strings.Contains(string(out), "Cannot find device") && !strings.Contains(string(out), "No such device") &&
+		!strings.Contains(string(out), "No such file") {
 		n.t.Errorf("cleanup: %s: %v: %s", strings.Join(args, " "), err, out)
 	}
 }
