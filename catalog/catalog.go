@@ -27,11 +27,18 @@ const (
 	// (its listeners come from the ingress-gateway config entry of its
 	// name), never an endpoint of another service.
 	KindIngressGateway = "ingress-gateway"
+	// KindTerminatingGateway is a terminating gateway: a proxy served over
+	// xDS that acts for the services outside the mesh its
+	// terminating-gateway config entry links (their leaves, their
+	// intentions), forwarding to their catalog instances.
+	KindTerminatingGateway = "terminating-gateway"
 )
 
 // IsProxyKind reports whether instances of kind run a proxy that the xDS
-// server serves (connect-proxy and ingress-gateway).
-func IsProxyKind(kind string) bool { return kind == KindConnectProxy || kind == KindIngressGateway }
+// server serves (connect-proxy, ingress-gateway and terminating-gateway).
+func IsProxyKind(kind string) bool {
+	return kind == KindConnectProxy || kind == KindIngressGateway || kind == KindTerminatingGateway
+}
 
 // ErrNotFound is returned for an unknown service ID.
 var ErrNotFound = errors.New("service instance not found")
