@@ -31,7 +31,7 @@ var (
 
 // proxyResources is everything built for one connect-proxy instance.
 type proxyResources struct {
-	service   string // identity: the destination (app) service
+	service   string   // identity: the destination (app) service
 	linked    []string // a terminating gateway's linked services: their leaves too
 	listeners []*listener.Listener
 	clusters  []*cluster.Cluster
