@@ -25,6 +25,9 @@ const (
 type listenerState struct {
 	cfg        *listenerConfig
 	tlsConf    *tls.Config // nil: plaintext
+	// byServerName, for a listener whose chain is chosen by TLS server
+	// name, holds each chain's state (its cfg has that one chain).
+	byServerName map[string]*listenerState
 	authzStats *authzStats
 	tcpStats   *tcpStats
 	httpStats  *httpStats
