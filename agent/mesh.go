@@ -15,6 +15,7 @@ import (
 	"github.com/meshlet/meshlet/catalog"
 	"github.com/meshlet/meshlet/client"
 	"github.com/meshlet/meshlet/configentry"
+	"github.com/meshlet/meshlet/consulapi"
 	"github.com/meshlet/meshlet/intention"
 	"github.com/meshlet/meshlet/meshstate"
 	"github.com/meshlet/meshlet/rpc"
@@ -314,4 +315,25 @@ func (b connectBackend) Roots(context.Context) (ca.Roots, error) { return b.ca.R
 
 func (b connectBackend) SignCSR(ctx context.Context, service, csrPEM string) (ca.SignedCert, error) {
 	return b.ca.SignCSR(ctx, service, csrPEM)
+}
+
+// externalCatalogWriter is where /v1/catalog/register stores services
+// outside the mesh: the servers' store on a server agent (persisted, and
+// fed to every agent's catalog). A client-only agent refuses them: they
+// are registered through a server's API.
+func (a *Agent) externalCatalogWriter() consulapi.CatalogWriter {
+	if a.mesh != nil && a.mesh.store != nil {
+		return a.mesh.store
+	}
+	return refusingCatalogWriter{}
+}
+
+type refusingCatalogWriter struct{}
+
+func (refusingCatalogWriter) PutAlloc(context.Context, string, string, []catalog.ServiceInstance) error {
+	return fmt.Errorf("%w: this is a client-only agent; register through a server agent's API", consulapi.ErrCatalogWriteUnsupported)
+}
+
+func (refusingCatalogWriter) DeleteAlloc(context.Context, string, string) error {
+	return fmt.Errorf("%w: this is a client-only agent; deregister through a server agent's API", consulapi.ErrCatalogWriteUnsupported)
 }

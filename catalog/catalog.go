@@ -74,6 +74,12 @@ type ServiceInstance struct {
 	ModifyIndex uint64
 }
 
+// ExternalNodePrefix prefixes the node ID of instances registered through
+// the Consul-shaped /v1/catalog/register (services outside the mesh, on a
+// node no agent runs): "_external-<node name>". No agent's node ID has it,
+// and the servers' sweep of down nodes leaves such nodes alone.
+const ExternalNodePrefix = "_external-"
+
 // Check is one health check of an instance and its last result.
 type Check struct {
 	ID     string
