@@ -189,4 +189,3 @@ func allowCatalogDeregister(s *Server, a authorizer, r *http.Request) (bool, err
 	}
 	return true, nil
 }
-
