@@ -4,7 +4,9 @@
 # allocation's bridge address); the gateway group has no task of its own
 # (meshlet injects connect-terminating-tgw and a dynamic port for it);
 # web reaches legacy-db through its upstream on 127.0.0.1:9191, which
-# resolves to the gateway.
+# resolves to the gateway. legacy-tls is a TLS echo server the test runs
+# inside the legacy allocation's namespace; the gateway originates TLS to
+# it with the test's CA (CA_FILE, replaced by the test) and SNI.
 job "terminating-e2e" {
   datacenters = ["dc1"]
 
@@ -40,6 +42,11 @@ job "terminating-e2e" {
             service {
               name = "legacy-db"
             }
+            service {
+              name    = "legacy-tls"
+              ca_file = "CA_FILE"
+              sni     = "legacy-tls.example"
+            }
           }
         }
       }
@@ -61,6 +68,10 @@ job "terminating-e2e" {
             upstreams {
               destination_name = "legacy-db"
               local_bind_port  = 9191
+            }
+            upstreams {
+              destination_name = "legacy-tls"
+              local_bind_port  = 9292
             }
           }
         }
