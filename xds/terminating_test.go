@@ -165,3 +165,34 @@ func TestTerminatingGatewayServed(t *testing.T) {
 		return c != nil && len(claAddrs(c.GetLoadAssignment())) == 2
 	})
 }
+
+// A linked service whose service-defaults say http gets an HTTP connection
+// manager (with the per-request authorization) in its chain.
+func TestTerminatingGatewayHTTPService(t *testing.T) {
+	set := configentry.NewSet(
+		&consul.ServiceConfigEntry{Kind: consul.ServiceDefaults, Name: "db", Protocol: "http"},
+		&consul.TerminatingGatewayConfigEntry{Kind: consul.TerminatingGateway, Name: "tgw", Services: []consul.LinkedService{{Name: "db"}}},
+	)
+	res, err := builder{dc: "dc1", trustDomain: testTD, set: set}.proxy(testTerminating(23000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := res.listeners[0]
+	if err := envoyvalidate.All(l); err != nil {
+		t.Fatal(err)
+	}
+	fs := l.GetFilterChains()[0].GetFilters()
+	if len(fs) != 2 || fs[1].GetName() != hcmFilter {
+		t.Fatalf("filters = %v", fs)
+	}
+	m, err := unpackHCM(fs[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hf := m.GetHttpFilters(); len(hf) != 2 || hf[1].GetName() != routerFilter {
+		t.Errorf("http filters = %v", hf)
+	}
+	if c := m.GetRouteConfig().GetVirtualHosts()[0].GetRoutes()[0].GetRoute().GetCluster(); c != ClusterName("db", "dc1", testTD) {
+		t.Errorf("routes to %q", c)
+	}
+}
