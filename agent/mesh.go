@@ -318,22 +318,17 @@ func (b connectBackend) SignCSR(ctx context.Context, service, csrPEM string) (ca
 }
 
 // externalCatalogWriter is where /v1/catalog/register stores services
-// outside the mesh: the servers' store on a server agent (persisted, and
-// fed to every agent's catalog). A client-only agent refuses them: they
-// are registered through a server's API.
+// outside the mesh: the servers' store on a server agent, a call through a
+// server on a client-only agent (with the caller's token); either way they
+// persist and reach every agent's catalog through the feed.
 func (a *Agent) externalCatalogWriter() consulapi.CatalogWriter {
 	if a.mesh != nil && a.mesh.store != nil {
 		return a.mesh.store
 	}
-	return refusingCatalogWriter{}
+	if a.rpcClient == nil {
+		return nil // a lone control plane: into its catalog
+	}
+	return a.rpcClient.ExternalCatalog()
 }
 
-type refusingCatalogWriter struct{}
 
-func (refusingCatalogWriter) PutAlloc(context.Context, string, string, []catalog.ServiceInstance) error {
-	return fmt.Errorf("%w: this is a client-only agent; register through a server agent's API", consulapi.ErrCatalogWriteUnsupported)
-}
-
-func (refusingCatalogWriter) DeleteAlloc(context.Context, string, string) error {
-	return fmt.Errorf("%w: this is a client-only agent; deregister through a server agent's API", consulapi.ErrCatalogWriteUnsupported)
-}

@@ -9,16 +9,20 @@ import (
 
 	consul "github.com/hashicorp/consul/api"
 
+	"github.com/meshlet/meshlet/acl"
 	"github.com/meshlet/meshlet/catalog"
 )
 
-// CatalogWriter stores registrations of services outside the mesh, as
-// allocations of a node named catalog.ExternalNodePrefix+<node>: the
-// servers' store (meshstate.Store) on a server agent, so that they persist
-// and reach every agent's catalog through the mesh state feed.
+// CatalogWriter stores registrations of services outside the mesh, each
+// as an allocation (inst.AllocID) of a node named
+// catalog.ExternalNodePrefix+<node> (inst.NodeID): the servers' store
+// (meshstate.Store) on a server agent, a call through a server (package
+// rpc, with the caller's token) on a client agent, so that they persist
+// and reach every agent's catalog through the mesh state feed. To delete,
+// inst also carries the service's Name when this agent knows it.
 type CatalogWriter interface {
-	PutAlloc(ctx context.Context, nodeID, allocID string, insts []catalog.ServiceInstance) error
-	DeleteAlloc(ctx context.Context, nodeID, allocID string) error
+	PutExternal(ctx context.Context, inst catalog.ServiceInstance) error
+	DeleteExternal(ctx context.Context, inst catalog.ServiceInstance) error
 }
 
 // ErrCatalogWriteUnsupported: this agent cannot store catalog
@@ -50,7 +54,8 @@ func (s *Server) catalogRegister(w http.ResponseWriter, r *http.Request) {
 		s.failFor(w, r, err)
 		return
 	}
-	if err := s.writeExternal(r.Context(), inst, false); err != nil {
+	ctx := acl.ContextWithSecret(r.Context(), requestSecret(r))
+	if err := s.writeExternal(ctx, inst, false); err != nil {
 		s.failFor(w, r, err)
 		return
 	}
@@ -71,7 +76,11 @@ func (s *Server) catalogDeregister(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	inst := catalog.ServiceInstance{ID: body.ServiceID, NodeID: catalog.ExternalNodePrefix + body.Node, AllocID: externalAllocID(body.ServiceID)}
-	if err := s.writeExternal(r.Context(), inst, true); err != nil {
+	if old, ok := s.d.Catalog.Get(body.ServiceID); ok && old.NodeID == inst.NodeID {
+		inst.Name = old.Name
+	}
+	ctx := acl.ContextWithSecret(r.Context(), requestSecret(r))
+	if err := s.writeExternal(ctx, inst, true); err != nil {
 		s.failFor(w, r, err)
 		return
 	}
@@ -143,9 +152,9 @@ func (s *Server) externalInstance(b registerBody) (catalog.ServiceInstance, erro
 func (s *Server) writeExternal(ctx context.Context, inst catalog.ServiceInstance, remove bool) error {
 	if s.d.CatalogWriter != nil {
 		if remove {
-			return s.d.CatalogWriter.DeleteAlloc(ctx, inst.NodeID, inst.AllocID)
+			return s.d.CatalogWriter.DeleteExternal(ctx, inst)
 		}
-		return s.d.CatalogWriter.PutAlloc(ctx, inst.NodeID, inst.AllocID, []catalog.ServiceInstance{inst})
+		return s.d.CatalogWriter.PutExternal(ctx, inst)
 	}
 	c, ok := s.d.Catalog.(*catalog.Catalog)
 	if !ok {

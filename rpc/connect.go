@@ -107,6 +107,7 @@ func (s *Server) connectRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET "+pathConnectRoots, s.handleConnectRoots)
 	mux.HandleFunc("POST "+pathConnectCARotate, s.handleConnectCARotate)
 	mux.HandleFunc("POST "+pathConnectConfig, s.handleConnectConfig)
+	mux.HandleFunc("POST "+pathConnectExternal, s.handleConnectExternal)
 }
 
 // handleConnectRoots answers the CA's public roots to any peer the TLS
