@@ -330,5 +330,3 @@ func (a *Agent) externalCatalogWriter() consulapi.CatalogWriter {
 	}
 	return a.rpcClient.ExternalCatalog()
 }
-
-
