@@ -7,6 +7,7 @@ import (
 
 	"github.com/meshlet/meshlet/acl"
 	"github.com/meshlet/meshlet/catalog"
+	"github.com/meshlet/meshlet/structs"
 )
 
 // A client agent stores /v1/catalog/register's registrations through a
@@ -58,4 +59,25 @@ func TestConnectExternal(t *testing.T) {
 	if err := ext.DeleteExternal(as(t, "node-db"), inst); err != nil {
 		t.Errorf("DeleteExternal with node and service write: %v", err)
 	}
+}
+
+// A node running a terminating gateway gets leaves signed for the services
+// the gateway links (it presents their identity), and no others.
+func TestConnectSignLinkedService(t *testing.T) {
+	m := newMeshFixture(t)
+	ctx := ctxT(t, 10*time.Second)
+	gw := &structs.Service{Name: "tgw", Connect: &structs.ConsulConnect{Gateway: &structs.ConsulGateway{
+		Terminating: &structs.ConsulTerminatingConfigEntry{Services: []*structs.ConsulLinkedService{{Name: "legacy-db"}}}}}}
+	job := &structs.Job{ID: "tgw", TaskGroups: []*structs.TaskGroup{{Name: "gw", Services: []*structs.Service{gw}}}}
+	m.b.addAlloc(&structs.Allocation{ID: "a1", NodeID: "node-1", TaskGroup: "gw", Job: job,
+		DesiredStatus: structs.AllocDesiredStatusRun, ClientStatus: structs.AllocClientStatusRunning})
+	for _, svc := range []string{"tgw", "legacy-db"} {
+		csr, _ := makeCSR(t, "")
+		if _, err := m.c.SignCSR(ctx, svc, csr); err != nil {
+			t.Errorf("SignCSR(%s): %v", svc, err)
+		}
+	}
+	csr, _ := makeCSR(t, "")
+	_, err := m.c.SignCSR(ctx, "billing", csr)
+	wantErr(t, "sign a service the gateway does not link", err, ErrForbidden)
 }
