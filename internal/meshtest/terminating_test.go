@@ -116,10 +116,27 @@ func TestTerminatingGatewayBuiltinProxy(t *testing.T) {
 		t.Fatalf("the gateway's leaf for ext is %v", served.URIs)
 	}
 
-	// A deny client -> ext refuses new connections at the gateway; ext-tls
-	// still answers.
+	held, err := dialLine(extAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if g, err := held.readLine(); err != nil || g != "ext-0" {
+		t.Fatalf("held connection greeting %q, %v", g, err)
+	}
+	held.exchange(t, "while allowed")
+
+	// A deny client -> ext refuses new connections at the gateway and
+	// closes the open one (the gateway re-authorizes like a sidecar);
+	// ext-tls still answers.
 	if _, err := m.cp.Intentions.Upsert(intention.Intention{SourceName: "client", DestinationName: "ext", Action: "deny"}, false); err != nil {
 		t.Fatal(err)
+	}
+	testutil.WaitFor(t, waitTimeout, "the open connection through the gateway to be closed after the deny", func() bool {
+		return held.roundTrip("still there?") != nil
+	})
+	if n := stat(t, gw.proxy, authzPrefix+"reauthorization_closed"); n < 1 {
+		t.Fatalf("the gateway closed %d connections on re-authorization", n)
 	}
 	conns := ext.Conns()
 	c, err := dialLine(extAddr)
