@@ -70,7 +70,8 @@ func (a *Agent) startControlPlane() error {
 		Registerer:   a.metrics,
 
 		ConfigEntries: configEntries, ConfigWriter: configWriter,
-		ACL: aclRes,
+		CatalogWriter: a.externalCatalogWriter(),
+		ACL:           aclRes,
 	}, a.catalog)
 	if err != nil {
 		_ = caMgr.Close()

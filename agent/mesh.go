@@ -15,6 +15,7 @@ import (
 	"github.com/meshlet/meshlet/catalog"
 	"github.com/meshlet/meshlet/client"
 	"github.com/meshlet/meshlet/configentry"
+	"github.com/meshlet/meshlet/consulapi"
 	"github.com/meshlet/meshlet/intention"
 	"github.com/meshlet/meshlet/meshstate"
 	"github.com/meshlet/meshlet/rpc"
@@ -314,4 +315,18 @@ func (b connectBackend) Roots(context.Context) (ca.Roots, error) { return b.ca.R
 
 func (b connectBackend) SignCSR(ctx context.Context, service, csrPEM string) (ca.SignedCert, error) {
 	return b.ca.SignCSR(ctx, service, csrPEM)
+}
+
+// externalCatalogWriter is where /v1/catalog/register stores services
+// outside the mesh: the servers' store on a server agent, a call through a
+// server on a client-only agent (with the caller's token); either way they
+// persist and reach every agent's catalog through the feed.
+func (a *Agent) externalCatalogWriter() consulapi.CatalogWriter {
+	if a.mesh != nil && a.mesh.store != nil {
+		return a.mesh.store
+	}
+	if a.rpcClient == nil {
+		return nil // a lone control plane: into its catalog
+	}
+	return a.rpcClient.ExternalCatalog()
 }

@@ -138,27 +138,28 @@ func (s *Server) authorizeJob(r *http.Request, job *structs.Job) error {
 			return fmt.Errorf("%w: job registers service %q without service write permission", acl.ErrPermissionDenied, name)
 		}
 	}
-	if name := ingressGateway(job); name != "" && !id.authz.AllowMeshWrite() {
-		return fmt.Errorf("%w: job writes the ingress-gateway config entry %q without mesh write permission", acl.ErrPermissionDenied, name)
+	if kind, name := jobGateway(job); name != "" && !id.authz.AllowMeshWrite() {
+		return fmt.Errorf("%w: job writes the %s-gateway config entry %q without mesh write permission", acl.ErrPermissionDenied, kind, name)
 	}
 	return nil
 }
 
-// ingressGateway names the job's first ingress gateway service ("" when
-// none): registering it writes its config entry, which takes mesh write
-// (Consul's operator write), as writing the entry through the API does.
-func ingressGateway(job *structs.Job) string {
+// jobGateway names the job's first ingress or terminating gateway service
+// and its kind ("" when none): registering it writes its config entry,
+// which takes mesh write (Consul's operator write), as writing the entry
+// through the API does.
+func jobGateway(job *structs.Job) (kind, name string) {
 	for _, tg := range job.TaskGroups {
 		if tg == nil {
 			continue
 		}
 		for _, s := range tg.Services {
-			if s != nil && s.Connect.IsIngress() {
-				return s.Name
+			if s != nil && s.Connect.IsGateway() {
+				return s.Connect.Gateway.Kinds()[0], s.Name
 			}
 		}
 	}
-	return ""
+	return "", ""
 }
 
 // isolatedDrivers run tasks in their own filesystem and process space;

@@ -340,6 +340,10 @@ func TestACLJobServiceWrite(t *testing.T) {
 			Connect: &structs.ConsulConnect{Gateway: &structs.ConsulGateway{Ingress: &structs.ConsulIngressConfigEntry{
 				Listeners: []*structs.ConsulIngressListener{{Port: 8080, Services: []*structs.ConsulIngressService{{Name: "x"}}}}}}}}), 403,
 			`job writes the ingress-gateway config entry "count-dashboard" without mesh write permission`},
+		{"terminating gateway without mesh write", withGroupService("tgw", &structs.Service{Name: "count-dashboard",
+			Connect: &structs.ConsulConnect{Gateway: &structs.ConsulGateway{Terminating: &structs.ConsulTerminatingConfigEntry{
+				Services: []*structs.ConsulLinkedService{{Name: "legacy"}}}}}}), 403,
+			`job writes the terminating-gateway config entry "count-dashboard" without mesh write permission`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

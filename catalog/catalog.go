@@ -27,11 +27,18 @@ const (
 	// (its listeners come from the ingress-gateway config entry of its
 	// name), never an endpoint of another service.
 	KindIngressGateway = "ingress-gateway"
+	// KindTerminatingGateway is a terminating gateway: a proxy served over
+	// xDS that acts for the services outside the mesh its
+	// terminating-gateway config entry links (their leaves, their
+	// intentions), forwarding to their catalog instances.
+	KindTerminatingGateway = "terminating-gateway"
 )
 
 // IsProxyKind reports whether instances of kind run a proxy that the xDS
-// server serves (connect-proxy and ingress-gateway).
-func IsProxyKind(kind string) bool { return kind == KindConnectProxy || kind == KindIngressGateway }
+// server serves (connect-proxy, ingress-gateway and terminating-gateway).
+func IsProxyKind(kind string) bool {
+	return kind == KindConnectProxy || kind == KindIngressGateway || kind == KindTerminatingGateway
+}
 
 // ErrNotFound is returned for an unknown service ID.
 var ErrNotFound = errors.New("service instance not found")
@@ -66,6 +73,12 @@ type ServiceInstance struct {
 	// ModifyIndex increases with every change to the catalog.
 	ModifyIndex uint64
 }
+
+// ExternalNodePrefix prefixes the node ID of instances registered through
+// the Consul-shaped /v1/catalog/register (services outside the mesh, on a
+// node no agent runs): "_external-<node name>". No agent's node ID has it,
+// and the servers' sweep of down nodes leaves such nodes alone.
+const ExternalNodePrefix = "_external-"
 
 // Check is one health check of an instance and its last result.
 type Check struct {

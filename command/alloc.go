@@ -349,8 +349,8 @@ func writeTaskStatus(w io.Writer, name string, ts *nomadapi.TaskState, t *nomada
 			fmt.Fprintf(w, "Sidecar Proxy: %s\n", p)
 		}
 	}
-	if t != nil && strings.HasPrefix(t.Kind, connect.IngressKindPrefix) {
-		fmt.Fprintf(w, "Ingress Gateway: %s", strings.TrimPrefix(t.Kind, connect.IngressKindPrefix))
+	if gw, label := gatewayLabel(t); gw != "" {
+		fmt.Fprintf(w, "%s: %s", label, gw)
 		if proxyMode != "" {
 			fmt.Fprintf(w, " (%s)", proxyMode)
 		}
@@ -394,4 +394,19 @@ func pickTask(a *nomadapi.Allocation, name string) (string, error) {
 		return tasks[0], nil
 	}
 	return "", fmt.Errorf("allocation %q has %d tasks; name one of: %s", short(a.ID), len(tasks), strings.Join(tasks, ", "))
+}
+
+// gatewayLabel is the gateway service a gateway task runs, and the label
+// alloc status prints it with ("" when t runs no gateway).
+func gatewayLabel(t *nomadapi.Task) (service, label string) {
+	if t == nil {
+		return "", ""
+	}
+	if s, ok := strings.CutPrefix(t.Kind, connect.IngressKindPrefix); ok {
+		return s, "Ingress Gateway"
+	}
+	if s, ok := strings.CutPrefix(t.Kind, connect.TerminatingKindPrefix); ok {
+		return s, "Terminating Gateway"
+	}
+	return "", ""
 }

@@ -17,7 +17,7 @@ type Authorizer interface {
 // Allowed is Consul's rule for config entries: the service kinds need
 // service read or write on the entry's name, service-intentions intention
 // read or write, proxy-defaults and mesh mesh read or write,
-// ingress-gateway service read or mesh write; any other
+// ingress-gateway and terminating-gateway service read or mesh write; any other
 // kind a management token. Both the connect API and the servers' RPC
 // port (a client agent's forwarded write) judge with it.
 func Allowed(a Authorizer, kind, name string, write bool) bool {
@@ -32,7 +32,7 @@ func Allowed(a Authorizer, kind, name string, write bool) bool {
 			return a.AllowIntentionWrite(name)
 		}
 		return a.AllowIntentionRead(name)
-	case consul.IngressGateway:
+	case consul.IngressGateway, consul.TerminatingGateway:
 		// Consul: service read on the gateway, operator write (mesh write
 		// here) to change it.
 		if write {

@@ -134,6 +134,8 @@ func setKind(e Entry, kind string) {
 		v.Kind = kind
 	case *consul.IngressGatewayConfigEntry:
 		v.Kind = kind
+	case *consul.TerminatingGatewayConfigEntry:
+		v.Kind = kind
 	}
 }
 

@@ -222,7 +222,7 @@ func TestParseErrors(t *testing.T) {
 			ErrInvalid, []string{"m.hcl: ", `Splits[0].Weight: expected a number`}},
 		{"d.hcl", "Kind = \"service-resolver\"\nName = \"x\"\nSubsets = {\n  v1 = {\n    Filter = \n", ErrInvalid, []string{"d.hcl:"}},
 		{"e.json", "{\"Kind\": \"service-defaults\",\n \"Name\": \"x\",\n \"Protocol\": }", ErrInvalid, []string{"e.json:3:"}},
-		{"f.hcl", `Kind = "terminating-gateway"` + "\nName = \"x\"\n", ErrUnknownKind, []string{"f.hcl", "terminating-gateway"}},
+		{"f.hcl", `Kind = "mesh"` + "\nName = \"x\"\n", ErrUnknownKind, []string{"f.hcl", "mesh"}},
 		{"g.hcl", `Name = "x"`, ErrInvalid, []string{"g.hcl", "missing Kind"}},
 		{"h.json", `{"Kind":"service-splitter","Name":"x","Splits":[{"Weight":"lots"}]}`, ErrInvalid,
 			[]string{"Splits[0].Weight", "expected a number"}},

@@ -22,7 +22,7 @@ const (
 )
 
 // Kinds lists the kinds meshlet accepts, sorted.
-var Kinds = []string{IngressGateway, ProxyDefaults, ServiceDefaults, ServiceResolver, ServiceRouter, ServiceSplitter}
+var Kinds = []string{IngressGateway, ProxyDefaults, ServiceDefaults, ServiceResolver, ServiceRouter, ServiceSplitter, TerminatingGateway}
 
 // Sentinel errors; every error from this package wraps one of them.
 var (

@@ -36,6 +36,8 @@ func validate(e Entry) error {
 		err = validateResolver(v)
 	case *consul.IngressGatewayConfigEntry:
 		err = validateIngressGateway(v)
+	case *consul.TerminatingGatewayConfigEntry:
+		err = validateTerminatingGateway(v)
 	default:
 		return fmt.Errorf("%w: %q is not a %T", ErrUnknownKind, kind, e)
 	}

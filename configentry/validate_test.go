@@ -95,7 +95,7 @@ func TestValidateErrors(t *testing.T) {
 		e    Entry
 		want string
 	}{
-		{"unknown kind", &consul.TerminatingGatewayConfigEntry{Kind: "terminating-gateway", Name: "x"}, "unknown config entry kind"},
+		{"unknown kind", &consul.MeshConfigEntry{}, "unknown config entry kind"},
 		{"no name", defaults("", "http"), "Name is required"},
 		{"bad name", defaults("we b", "http"), "not a valid service name"},
 		{"namespace", &consul.ServiceConfigEntry{Kind: ServiceDefaults, Name: "x", Namespace: "ns1"}, "only the default namespace"},

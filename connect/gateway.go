@@ -13,16 +13,35 @@ const (
 	IngressTaskPrefix = "connect-ingress-"
 	// IngressKindPrefix marks an ingress gateway task's Kind, as Nomad does.
 	IngressKindPrefix = "connect-ingress:"
+	// TerminatingTaskPrefix prefixes a terminating gateway's injected task
+	// name.
+	TerminatingTaskPrefix = "connect-terminating-"
+	// TerminatingKindPrefix marks a terminating gateway task's Kind, as
+	// Nomad does.
+	TerminatingKindPrefix = "connect-terminating:"
 )
 
 // IngressTaskName is the injected ingress gateway task's name for a service.
 func IngressTaskName(service string) string { return IngressTaskPrefix + service }
 
-// GatewayServices returns the group's services that are ingress gateways.
+// TerminatingTaskName is the injected terminating gateway task's name for
+// a service.
+func TerminatingTaskName(service string) string { return TerminatingTaskPrefix + service }
+
+// gatewayTask is the injected task's name and Kind of a gateway service.
+func gatewayTask(s *structs.Service) (name, kind string) {
+	if s.Connect.IsTerminating() {
+		return TerminatingTaskName(s.Name), TerminatingKindPrefix + s.Name
+	}
+	return IngressTaskName(s.Name), IngressKindPrefix + s.Name
+}
+
+// GatewayServices returns the group's services that are ingress or
+// terminating gateways.
 func GatewayServices(tg *structs.TaskGroup) []*structs.Service {
 	var out []*structs.Service
 	for _, s := range tg.Services {
-		if s.Connect.IsIngress() {
+		if s.Connect.IsGateway() {
 			out = append(out, s)
 		}
 	}
@@ -30,12 +49,12 @@ func GatewayServices(tg *structs.TaskGroup) []*structs.Service {
 }
 
 // MeshServices returns the group's services that run a proxy: sidecars
-// and ingress gateways, in the group's order. A proxy's admin port is
+// and gateways, in the group's order. A proxy's admin port is
 // AdminBasePort plus its index here.
 func MeshServices(tg *structs.TaskGroup) []*structs.Service {
 	var out []*structs.Service
 	for _, s := range tg.Services {
-		if s.Connect.HasSidecar() || s.Connect.IsIngress() {
+		if s.Connect.HasSidecar() || s.Connect.IsGateway() {
 			out = append(out, s)
 		}
 	}
@@ -43,9 +62,10 @@ func MeshServices(tg *structs.TaskGroup) []*structs.Service {
 }
 
 // ProxyKindService returns the service of an injected proxy task's Kind
-// ("connect-proxy:<svc>" or "connect-ingress:<svc>").
+// ("connect-proxy:<svc>", "connect-ingress:<svc>" or
+// "connect-terminating:<svc>").
 func ProxyKindService(kind string) (string, bool) {
-	for _, p := range []string{KindPrefix, IngressKindPrefix} {
+	for _, p := range []string{KindPrefix, IngressKindPrefix, TerminatingKindPrefix} {
 		if s, ok := strings.CutPrefix(kind, p); ok {
 			return s, true
 		}
@@ -54,11 +74,11 @@ func ProxyKindService(kind string) (string, bool) {
 }
 
 // ProxyTaskFor returns the task that runs a mesh service's proxy: its
-// sidecar task, or its ingress gateway task; nil when there is none.
+// sidecar task, or its gateway task; nil when there is none.
 func ProxyTaskFor(tg *structs.TaskGroup, s *structs.Service) *structs.Task {
 	kind := KindPrefix + s.Name
-	if s.Connect.IsIngress() {
-		kind = IngressKindPrefix + s.Name
+	if s.Connect.IsGateway() {
+		_, kind = gatewayTask(s)
 	}
 	for _, t := range tg.Tasks {
 		if t.Kind == kind {
@@ -73,14 +93,15 @@ func ProxyTaskFor(tg *structs.TaskGroup, s *structs.Service) *structs.Task {
 // (Consul registers a gateway as the proxy itself).
 func EnvoyNodeID(allocID, group string, s *structs.Service) string {
 	id := ServiceID(allocID, group, s.Name, s.PortLabel)
-	if s.Connect.IsIngress() {
+	if s.Connect.IsGateway() {
 		return id
 	}
 	return ProxyID(id)
 }
 
-// injectGateways adds the `connect-ingress-<service>` task of every
-// ingress gateway service of tg, as Nomad's job hook does: a main task
+// injectGateways adds the `connect-ingress-<service>` or
+// `connect-terminating-<service>` task of every gateway service of tg, as
+// Nomad's job hook does: a main task
 // (gateways have no lifecycle) on the connect_proxy driver, merged with
 // any sidecar_task override. Its proxy gets everything from xDS.
 func injectGateways(tg *structs.TaskGroup, opts Options) error {
@@ -93,6 +114,14 @@ func injectGateways(tg *structs.TaskGroup, opts Options) error {
 	}
 	mesh := MeshServices(tg)
 	for _, s := range gws {
+		if s.Connect.IsTerminating() && s.PortLabel == "" {
+			// Nomad gives a terminating gateway without a port a dynamic
+			// one named after its task: mesh traffic arrives there.
+			s.PortLabel = TerminatingTaskName(s.Name)
+		}
+		if s.Connect.IsTerminating() {
+			ensureDynamicPort(tg.Networks[0], s.PortLabel)
+		}
 		if ProxyTaskFor(tg, s) != nil {
 			continue
 		}
@@ -103,7 +132,8 @@ func injectGateways(tg *structs.TaskGroup, opts Options) error {
 			}
 		}
 		t := proxyTask(tg.Name, s, index)
-		t.Name, t.Kind, t.Lifecycle = IngressTaskName(s.Name), IngressKindPrefix+s.Name, nil
+		name, kind := gatewayTask(s)
+		t.Name, t.Kind, t.Lifecycle = name, kind, nil
 		t.Config["proxy_id"] = EnvoyNodeID("${NOMAD_ALLOC_ID}", tg.Name, s)
 		mergeSidecarTask(t, s.Connect.SidecarTask, opts)
 		tg.Tasks = append(tg.Tasks, t)
@@ -111,17 +141,20 @@ func injectGateways(tg *structs.TaskGroup, opts Options) error {
 	return nil
 }
 
-// gatewayInstance is the catalog registration of an ingress gateway
-// service: Kind ingress-gateway at the allocation's address. Its port is
-// the service's port, else its first listener's. The proxy's listeners
-// come from the ingress-gateway config entry of the same name.
+// gatewayInstance is the catalog registration of a gateway service: Kind
+// ingress-gateway or terminating-gateway at the allocation's address. Its
+// port is the service's port, else (ingress) its first listener's. The
+// proxy's listeners come from the config entry of the same name.
 func gatewayInstance(p Placement, s *structs.Service, id string, bridge bool) (catalog.ServiceInstance, error) {
 	port, err := resolvePort(p.Alloc, s.PortLabel, bridge)
 	if err != nil {
 		return catalog.ServiceInstance{}, err
 	}
 	addr, regPort := advertised(p, s.PortLabel, bridge, port)
-	if regPort == 0 {
+	kind := catalog.KindIngressGateway
+	if s.Connect.IsTerminating() {
+		kind = catalog.KindTerminatingGateway
+	} else if regPort == 0 {
 		if ls := s.Connect.Gateway.Ingress.Listeners; len(ls) > 0 && ls[0] != nil {
 			regPort = ls[0].Port
 		}
@@ -133,7 +166,7 @@ func gatewayInstance(p Placement, s *structs.Service, id string, bridge bool) (c
 		px.Config = map[string]any{"connect_timeout_ms": int(*gp.ConnectTimeout / time.Millisecond)}
 	}
 	return catalog.ServiceInstance{
-		ID: id, Name: s.Name, Kind: catalog.KindIngressGateway, Address: addr, Port: regPort,
+		ID: id, Name: s.Name, Kind: kind, Address: addr, Port: regPort,
 		Tags: s.Tags, Meta: s.Meta, AllocID: p.Alloc.ID, NodeID: p.NodeID, Datacenter: p.Datacenter,
 		Healthy: true, Proxy: px,
 	}, nil

@@ -18,8 +18,48 @@ func IngressEntries(job *structs.Job) []*consul.IngressGatewayConfigEntry {
 	var out []*consul.IngressGatewayConfigEntry
 	for _, tg := range job.TaskGroups {
 		for _, s := range GatewayServices(tg) {
-			out = append(out, ingressEntry(s.Name, s.Connect.Gateway.Ingress))
+			if s.Connect.IsIngress() {
+				out = append(out, ingressEntry(s.Name, s.Connect.Gateway.Ingress))
+			}
 		}
+	}
+	return out
+}
+
+// TerminatingEntries returns the terminating-gateway config entry of every
+// terminating gateway service of the job, as Nomad writes them to Consul
+// when the job is registered: named after the gateway service, with its
+// linked services.
+func TerminatingEntries(job *structs.Job) []*consul.TerminatingGatewayConfigEntry {
+	var out []*consul.TerminatingGatewayConfigEntry
+	for _, tg := range job.TaskGroups {
+		for _, s := range GatewayServices(tg) {
+			if !s.Connect.IsTerminating() {
+				continue
+			}
+			e := &consul.TerminatingGatewayConfigEntry{Kind: configentry.TerminatingGateway, Name: s.Name}
+			for _, ls := range s.Connect.Gateway.Terminating.Services {
+				if ls != nil {
+					e.Services = append(e.Services, consul.LinkedService{
+						Name: ls.Name, CAFile: ls.CAFile, CertFile: ls.CertFile, KeyFile: ls.KeyFile, SNI: ls.SNI,
+					})
+				}
+			}
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// GatewayEntries returns the config entries a job's gateways write:
+// ingress-gateway, then terminating-gateway entries.
+func GatewayEntries(job *structs.Job) []configentry.Entry {
+	var out []configentry.Entry
+	for _, e := range IngressEntries(job) {
+		out = append(out, e)
+	}
+	for _, e := range TerminatingEntries(job) {
+		out = append(out, e)
 	}
 	return out
 }
@@ -52,7 +92,7 @@ type EntryWriter interface {
 // IngressEntryTimeout bounds the config entry writes of one registration.
 const IngressEntryTimeout = 10 * time.Second
 
-// EntryMutator writes the ingress-gateway config entries of a job at its
+// EntryMutator writes the gateway config entries of a job at its
 // registration (a server.JobMutator, after Mutator); a write that fails
 // (an invalid entry, the state store unreachable) rejects the job, as a
 // failed Consul write does in Nomad. Writing the same entry again is
@@ -64,7 +104,7 @@ func (EntryMutator) Name() string { return "connect-gateway-entries" }
 
 // Mutate implements server.JobMutator.
 func (m EntryMutator) Mutate(job *structs.Job) ([]string, error) {
-	entries := IngressEntries(job)
+	entries := GatewayEntries(job)
 	if len(entries) == 0 {
 		return nil, nil
 	}
@@ -72,7 +112,7 @@ func (m EntryMutator) Mutate(job *structs.Job) ([]string, error) {
 	defer cancel()
 	for _, e := range entries {
 		if _, _, err := m.Writer.PutConfigEntry(ctx, e, nil); err != nil {
-			return nil, fmt.Errorf("failed to write config entry %s/%s: %w", e.Kind, e.Name, err)
+			return nil, fmt.Errorf("failed to write config entry %s/%s: %w", e.GetKind(), e.GetName(), err)
 		}
 	}
 	return nil, nil

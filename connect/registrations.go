@@ -43,10 +43,10 @@ func Registrations(p Placement) ([]catalog.ServiceInstance, error) {
 	bridge := BridgeMode(tg)
 	var out []catalog.ServiceInstance
 	for _, s := range tg.Services {
-		if s.Connect.IsIngress() {
+		if s.Connect.IsGateway() {
 			gw, err := gatewayInstance(p, s, ServiceID(a.ID, tg.Name, s.Name, s.PortLabel), bridge)
 			if err != nil {
-				return nil, fmt.Errorf("ingress gateway %q: %w", s.Name, err)
+				return nil, fmt.Errorf("%s gateway %q: %w", s.Connect.Gateway.Kinds()[0], s.Name, err)
 			}
 			out = append(out, gw)
 			continue

@@ -53,6 +53,7 @@ type authorizer interface {
 	AllowServiceWrite(name string) bool
 	AllowIntentionRead(dest string) bool
 	AllowIntentionWrite(dest string) bool
+	AllowNodeWrite() bool
 }
 
 var _ authorizer = (*acl.ACL)(nil)

@@ -68,6 +68,9 @@ var consulRules = map[string]rule{
 	"GET /v1/config/{kind}/{name}":    {allow: configPath(false)},
 	"DELETE /v1/config/{kind}/{name}": {allow: configPath(true)},
 
+	"PUT /v1/catalog/register":   {allow: allowCatalogRegister},
+	"PUT /v1/catalog/deregister": {allow: allowCatalogDeregister},
+
 	"GET /v1/acl/token/self": {},
 }
 

@@ -33,6 +33,7 @@ func (webTeam) AllowServiceRead(name string) bool    { return name == "web" }
 func (webTeam) AllowServiceWrite(name string) bool   { return name == "web" }
 func (webTeam) AllowIntentionRead(dest string) bool  { return dest == "web" }
 func (webTeam) AllowIntentionWrite(dest string) bool { return dest == "web" }
+func (webTeam) AllowNodeWrite() bool                 { return false }
 
 func withAuthorizer(f func(*acl.ACL, *acl.Token) authorizer) Option {
 	return func(s *Server) { s.authzOf = f }

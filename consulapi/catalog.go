@@ -238,7 +238,7 @@ func nonNilMap(m map[string]string) map[string]string {
 // kindProxy is the proxy block an instance shows: a gateway names no
 // destination (meshlet keeps its own name there, as its identity).
 func kindProxy(inst catalog.ServiceInstance) *catalog.Proxy {
-	if inst.Kind != catalog.KindIngressGateway || inst.Proxy == nil {
+	if (inst.Kind != catalog.KindIngressGateway && inst.Kind != catalog.KindTerminatingGateway) || inst.Proxy == nil {
 		return inst.Proxy
 	}
 	p := *inst.Proxy

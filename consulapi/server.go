@@ -64,6 +64,10 @@ type Deps struct {
 	// *configentry.Registry: into it, in memory). See config.go.
 	ConfigEntries ConfigEntries
 	ConfigWriter  ConfigWriter
+	// CatalogWriter stores the registrations of /v1/catalog/register
+	// (see catalog_register.go); nil: into Catalog directly, when it is a
+	// *catalog.Catalog (a lone control plane).
+	CatalogWriter CatalogWriter
 }
 
 // Server is the Consul-shaped HTTP API.
@@ -137,6 +141,8 @@ func (s *Server) routes() {
 		"GET /v1/acl/token/self":               s.aclTokenSelf,
 	}
 	s.configRoutes(h)
+	h["PUT /v1/catalog/register"] = s.catalogRegister
+	h["PUT /v1/catalog/deregister"] = s.catalogDeregister
 	for pattern, fn := range h {
 		s.mux.HandleFunc(pattern, s.guard(pattern, fn))
 	}
@@ -182,6 +188,8 @@ func (s *Server) failFor(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, intention.ErrInvalid), errors.Is(err, errBadRequest),
 		errors.Is(err, ca.ErrInvalidService), errors.Is(err, authz.ErrInvalidRequest):
 		code = http.StatusBadRequest
+	case errors.Is(err, ErrCatalogWriteUnsupported):
+		code = http.StatusNotImplemented
 	case errors.Is(err, intention.ErrNotFound):
 		code = http.StatusNotFound
 	case errors.Is(err, intention.ErrExists):

@@ -83,6 +83,9 @@ type Config struct {
 	// server); nil: the API writes into ConfigEntries, in memory.
 	ConfigEntries *configentry.Registry
 	ConfigWriter  consulapi.ConfigWriter
+	// CatalogWriter stores /v1/catalog/register's registrations (an
+	// agent's: the servers' store); nil: into the catalog, in memory.
+	CatalogWriter consulapi.CatalogWriter
 	// CA and Intentions, when set, are used instead of the ones DataDir
 	// would hold: an agent in a cluster passes its etcd-backed or remote
 	// CA and its mirror of the cluster's intentions. The control plane
@@ -217,6 +220,7 @@ func (c *ControlPlane) Start() error {
 		Catalog: c.Catalog, CA: c.CA, Intentions: c.Intentions, Authz: c.Authz,
 		Datacenter: c.cfg.Datacenter, NodeName: c.cfg.NodeName, NodeAddress: c.cfg.NodeAddress,
 		RotateCA: c.cfg.RotateCA, ConfigEntries: c.cfg.ConfigEntries, ConfigWriter: c.cfg.ConfigWriter,
+		CatalogWriter: c.cfg.CatalogWriter,
 	}, c.cfg.Logger, c.apiOptions()...)
 	policy := c.cfg.HTTPPolicy
 	if policy.Logger == nil {

@@ -24,36 +24,69 @@ func (d *decoder) decodeGateway(b *hclsyntax.Block, p path) *structs.ConsulGatew
 			g.Kind = kind
 		}
 	}
-	if v, ok := g.Config[structs.GatewayKindTerminating]; ok {
-		g.Terminating = orEmpty(firstMap(v))
-	}
 	if v, ok := g.Config[structs.GatewayKindMesh]; ok {
 		g.Mesh = orEmpty(firstMap(v))
 	}
-	if _, ok := g.Config[structs.GatewayKindIngress]; !ok {
+	_, ingress := g.Config[structs.GatewayKindIngress]
+	_, terminating := g.Config[structs.GatewayKindTerminating]
+	if !ingress && !terminating {
 		return g
 	}
 	blocks := blocksByType(b.Body)
 	if px := firstMap(g.Config["proxy"]); px != nil {
-		pp := p.sub("proxy")
-		pb := first(blocks["proxy"])
-		d.recBlock(pp, pb)
-		g.Proxy = &structs.ConsulGatewayProxy{}
-		if s, ok := d.gwString(px, pp, pb, "connect_timeout"); ok {
-			dur, err := time.ParseDuration(s)
-			if err != nil {
-				d.errAt(pp.attr("connect_timeout").key, d.ranges[pp.attr("connect_timeout").key], "Invalid duration", fmt.Sprintf(
-					"Inappropriate value for attribute %q: %v; use a Go duration such as \"30s\", \"5m\" or \"1h\".", "connect_timeout", err))
-			} else {
-				g.Proxy.ConnectTimeout = &dur
-			}
+		g.Proxy = d.decodeGatewayProxy(px, p.sub("proxy"), first(blocks["proxy"]))
+	}
+	if ingress {
+		ip := p.sub("ingress")
+		ib := first(blocks["ingress"])
+		d.recBlock(ip, ib)
+		g.Ingress = d.decodeIngress(firstMap(g.Config["ingress"]), ip, ib)
+	}
+	if terminating {
+		tp := p.sub("terminating")
+		tb := first(blocks["terminating"])
+		d.recBlock(tp, tb)
+		g.Terminating = d.decodeTerminating(firstMap(g.Config["terminating"]), tp, tb)
+	}
+	return g
+}
+
+func (d *decoder) decodeGatewayProxy(px map[string]any, pp path, pb *hclsyntax.Block) *structs.ConsulGatewayProxy {
+	d.recBlock(pp, pb)
+	out := &structs.ConsulGatewayProxy{}
+	if s, ok := d.gwString(px, pp, pb, "connect_timeout"); ok {
+		dur, err := time.ParseDuration(s)
+		if err != nil {
+			d.errAt(pp.attr("connect_timeout").key, d.ranges[pp.attr("connect_timeout").key], "Invalid duration", fmt.Sprintf(
+				"Inappropriate value for attribute %q: %v; use a Go duration such as \"30s\", \"5m\" or \"1h\".", "connect_timeout", err))
+		} else {
+			out.ConnectTimeout = &dur
 		}
 	}
-	ip := p.sub("ingress")
-	ib := first(blocks["ingress"])
-	d.recBlock(ip, ib)
-	g.Ingress = d.decodeIngress(firstMap(g.Config["ingress"]), ip, ib)
-	return g
+	return out
+}
+
+// decodeTerminating decodes a terminating block's service blocks (Nomad's
+// api.ConsulLinkedService: name, ca_file, cert_file, key_file, sni).
+func (d *decoder) decodeTerminating(m map[string]any, p path, b *hclsyntax.Block) *structs.ConsulTerminatingConfigEntry {
+	out := &structs.ConsulTerminatingConfigEntry{}
+	var sblocks []*hclsyntax.Block
+	if b != nil {
+		sblocks = blocksByType(b.Body)["service"]
+	}
+	for j, sm := range asMaps(m["service"]) {
+		sb := nth(sblocks, j)
+		s := &structs.ConsulLinkedService{}
+		s.Name, _ = d.gwString(sm, p.item("service", j, ""), sb, "name")
+		sp := p.item("service", j, s.Name)
+		d.recBlock(sp, sb)
+		s.CAFile, _ = d.gwString(sm, sp, sb, "ca_file")
+		s.CertFile, _ = d.gwString(sm, sp, sb, "cert_file")
+		s.KeyFile, _ = d.gwString(sm, sp, sb, "key_file")
+		s.SNI, _ = d.gwString(sm, sp, sb, "sni")
+		out.Services = append(out.Services, s)
+	}
+	return out
 }
 
 func (d *decoder) decodeIngress(m map[string]any, p path, b *hclsyntax.Block) *structs.ConsulIngressConfigEntry {

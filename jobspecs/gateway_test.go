@@ -158,7 +158,7 @@ func TestIngressValidateWithoutPositions(t *testing.T) {
 // Nomad clients submit jobs in that shape.
 func TestGatewayThroughNomadAPI(t *testing.T) {
 	src := "job \"j\" {\n  group \"g\" {\n" + ingressGroup("listener {\n  port = 8080\n  service { name = \"api\" }\n}") +
-		"\nservice {\n  name = \"t\"\n  connect {\n    gateway {\n      terminating {\n        service { name = \"x\" }\n      }\n    }\n  }\n}\n  }\n}\n"
+		"\nservice {\n  name = \"t\"\n  connect {\n    gateway {\n      terminating {\n        service {\n          name = \"x\"\n          ca_file = \"/ca.pem\"\n          sni = \"x.example\"\n        }\n      }\n    }\n  }\n}\n  }\n}\n"
 	job, diags := Parse("t.hcl", []byte(src), nil)
 	if diags.HasErrors() {
 		t.Fatal(diags)
@@ -183,12 +183,15 @@ func TestGatewayThroughNomadAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{`group "g": service "t": connect: gateway: connect gateway is not supported by meshlet yet; Only ingress gateways run; this terminating gateway is parsed and ignored.`}
-	if !reflect.DeepEqual(warnings, want) {
+	if len(warnings) > 0 {
 		t.Errorf("warnings = %q", warnings)
 	}
 	g := back.TaskGroups[0].Services[0].Connect.Gateway
 	if g.Ingress == nil || g.Ingress.Listeners[0].Services[0].Name != "api" || *g.Proxy.ConnectTimeout != 3*time.Second {
 		t.Errorf("gateway after the round trip = %+v", g)
+	}
+	tg := back.TaskGroups[0].Services[1].Connect.Gateway.Terminating
+	if want := []*structs.ConsulLinkedService{{Name: "x", CAFile: "/ca.pem", SNI: "x.example"}}; tg == nil || !reflect.DeepEqual(tg.Services, want) {
+		t.Errorf("terminating gateway after the round trip = %+v", tg)
 	}
 }

@@ -33,7 +33,7 @@ func canonicalizeIngress(c *structs.ConsulConnect) {
 // injected at registration, so it needs none of its own.
 func hasGateway(tg *structs.TaskGroup) bool {
 	return slices.ContainsFunc(tg.Services, func(s *structs.Service) bool {
-		return s != nil && s.Connect.IsIngress()
+		return s != nil && s.Connect.IsGateway()
 	})
 }
 
@@ -55,14 +55,18 @@ func checkGateway(s *structs.Service, c *structs.ConsulConnect, p path, report r
 		report(SeverityError, gp, "Invalid gateway configuration",
 			"Only one Consul Gateway Configuration may be set: ingress, terminating or mesh.")
 		return
-	case g.Ingress == nil:
+	case g.Ingress == nil && g.Terminating == nil:
 		report(SeverityWarning, gp, "connect gateway is not supported by meshlet yet",
-			fmt.Sprintf("Only ingress gateways run; this %s gateway is parsed and ignored.", g.Kinds()[0]))
+			fmt.Sprintf("Only ingress and terminating gateways run; this %s gateway is parsed and ignored.", g.Kinds()[0]))
 		return
 	}
 	if g.Proxy != nil && g.Proxy.ConnectTimeout != nil && *g.Proxy.ConnectTimeout < 0 {
 		report(SeverityError, gp.sub("proxy").attr("connect_timeout"), "Invalid connect_timeout",
 			"connect_timeout must not be negative.")
+	}
+	if g.Terminating != nil {
+		checkTerminating(g.Terminating, gp.sub("terminating"), report)
+		return
 	}
 	checkIngress(g.Ingress, gp.sub("ingress"), report)
 }
@@ -178,8 +182,13 @@ func checkIngressHosts(s *structs.ConsulIngressService, port int, seen map[strin
 // namespace (Nomad also allows host mode; meshlet does not run it yet).
 func checkGatewayNetwork(tg *structs.TaskGroup, p path, report reporter) {
 	for i, s := range tg.Services {
-		if s == nil || !s.Connect.IsIngress() || s.Connect.HasSidecar() { // a sidecar's own rule reports it
+		if s == nil || !s.Connect.IsGateway() || s.Connect.HasSidecar() { // a sidecar's own rule reports it
 			continue
+		}
+		kind := "an ingress gateway"
+		title := "Ingress gateway requires bridge networking"
+		if s.Connect.IsTerminating() {
+			kind, title = "a terminating gateway", "Terminating gateway requires bridge networking"
 		}
 		found := "no network block"
 		if len(tg.Networks) == 1 && tg.Networks[0] != nil {
@@ -191,9 +200,9 @@ func checkGatewayNetwork(tg *structs.TaskGroup, p path, report reporter) {
 		} else if len(tg.Networks) > 1 {
 			found = fmt.Sprintf("%d network blocks", len(tg.Networks))
 		}
-		report(SeverityError, p.item("service", i, s.Name).sub("connect"), "Ingress gateway requires bridge networking", fmt.Sprintf(
-			"Service %q is an ingress gateway, so group %q needs exactly one network block with mode \"bridge\" or \"cni/<name>\" (host mode is not supported by meshlet yet); found %s.",
-			s.Name, tg.Name, found))
+		report(SeverityError, p.item("service", i, s.Name).sub("connect"), title, fmt.Sprintf(
+			"Service %q is %s, so group %q needs exactly one network block with mode \"bridge\" or \"cni/<name>\" (host mode is not supported by meshlet yet); found %s.",
+			s.Name, kind, tg.Name, found))
 		return
 	}
 }

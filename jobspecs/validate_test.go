@@ -159,9 +159,9 @@ service {
 			`t.hcl:24:12: error: Invalid check type; Check type "udp" is not valid; use "http", "tcp", "grpc" or "script".`,
 			`t.hcl:25:20: error: Invalid address_mode; Check address_mode "auto" is not valid; use "host", "driver" or "alloc".`,
 		}},
-		{"native and gateway warn", "service {\n  name = \"n\"\n  port = 9090\n  connect { native = true }\n}\nservice {\n  name = \"gw\"\n  connect {\n    gateway {\n      terminating {}\n    }\n  }\n}\n" + okTask, []string{
+		{"native and gateway warn", "service {\n  name = \"n\"\n  port = 9090\n  connect { native = true }\n}\nservice {\n  name = \"gw\"\n  connect {\n    gateway {\n      mesh {}\n    }\n  }\n}\n" + okTask, []string{
 			`t.hcl:6:22: warning: connect native is not supported by meshlet yet`,
-			`t.hcl:11:5: warning: connect gateway is not supported by meshlet yet; Only ingress gateways run; this terminating gateway is parsed and ignored.`,
+			`t.hcl:11:5: warning: connect gateway is not supported by meshlet yet; Only ingress and terminating gateways run; this mesh gateway is parsed and ignored.`,
 		}},
 		{"task service with connect", bridge + "task \"t\" {\n  driver = \"exec\"\n  service {\n    name = \"s\"\n    connect {\n    sidecar_service {}\n  }\n  }\n  config { command = \"x\" }\n}",
 			[]string{`t.hcl:10:5: error: Connect on a task service; connect is only allowed in group-level service blocks; move the service into the group.`}},

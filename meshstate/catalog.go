@@ -144,3 +144,31 @@ func parseAllocKey(rest string) (nodeID, allocID string, ok bool) {
 	nodeID, allocID, ok = strings.Cut(rest, "/")
 	return nodeID, allocID, ok && nodeID != "" && allocID != "" && !strings.Contains(allocID, "/")
 }
+
+// PutExternal stores an instance registered through /v1/catalog/register
+// (a service outside the mesh) as the one instance of its allocation
+// inst.AllocID on its external node inst.NodeID.
+func (s *Store) PutExternal(ctx context.Context, inst catalog.ServiceInstance) error {
+	if err := checkExternal(inst); err != nil {
+		return err
+	}
+	return s.PutAlloc(ctx, inst.NodeID, inst.AllocID, []catalog.ServiceInstance{inst})
+}
+
+// DeleteExternal removes what PutExternal stored for inst's allocation.
+func (s *Store) DeleteExternal(ctx context.Context, inst catalog.ServiceInstance) error {
+	if err := checkExternal(inst); err != nil {
+		return err
+	}
+	return s.DeleteAlloc(ctx, inst.NodeID, inst.AllocID)
+}
+
+func checkExternal(inst catalog.ServiceInstance) error {
+	if !strings.HasPrefix(inst.NodeID, catalog.ExternalNodePrefix) || inst.NodeID == catalog.ExternalNodePrefix {
+		return fmt.Errorf("%w: node %q is not an external node (%s<name>)", ErrInvalid, inst.NodeID, catalog.ExternalNodePrefix)
+	}
+	if inst.Kind != "" {
+		return fmt.Errorf("%w: an external service cannot be of kind %q", ErrInvalid, inst.Kind)
+	}
+	return nil
+}

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/meshlet/meshlet/catalog"
 )
 
 // NodeIDs returns the IDs of the nodes that have registrations
@@ -39,7 +41,9 @@ func (s *Store) NodeIDs(ctx context.Context) ([]string, error) {
 // returns the nodes whose registrations stay (a node registers before it
 // writes registrations, so one listed is known to up). It returns how
 // many allocations each removed node had; on a failed removal it goes on
-// with the other nodes and returns the errors joined.
+// with the other nodes and returns the errors joined. The nodes of
+// services registered through /v1/catalog/register
+// (catalog.ExternalNodePrefix) run no agent: they are never swept.
 func (s *Store) SweepNodes(ctx context.Context, up func(ctx context.Context) (map[string]bool, error)) (map[string]int, error) {
 	ids, err := s.NodeIDs(ctx)
 	if err != nil || len(ids) == 0 {
@@ -52,7 +56,7 @@ func (s *Store) SweepNodes(ctx context.Context, up func(ctx context.Context) (ma
 	removed := map[string]int{}
 	var errs []error
 	for _, id := range ids {
-		if keep[id] {
+		if keep[id] || strings.HasPrefix(id, catalog.ExternalNodePrefix) {
 			continue
 		}
 		n, err := s.DeleteNode(ctx, id)

@@ -59,3 +59,27 @@ func TestSweepNodesRemovesNodesNotUp(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Services registered through /v1/catalog/register live on an external
+// node no agent runs: the sweep keeps them.
+func TestSweepNodesKeepsExternalNodes(t *testing.T) {
+	c := newClient(t)
+	s := openTest(t, c, testPrefix(t))
+	ctx := ctxT(t, 10*time.Second)
+	ext := catalog.ExternalNodePrefix + "legacy"
+	for _, node := range []string{ext, "down1"} {
+		if err := s.PutAlloc(ctx, node, "svc-db", []catalog.ServiceInstance{inst(node, "svc-db", "db")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	removed, err := s.SweepNodes(ctx, func(context.Context) (map[string]bool, error) { return map[string]bool{}, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]int{"down1": 1}; !reflect.DeepEqual(removed, want) {
+		t.Fatalf("removed = %v, want %v", removed, want)
+	}
+	if ids, _ := s.NodeIDs(ctx); !reflect.DeepEqual(ids, []string{ext}) {
+		t.Fatalf("NodeIDs after the sweep = %v", ids)
+	}
+}

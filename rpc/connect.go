@@ -107,6 +107,7 @@ func (s *Server) connectRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET "+pathConnectRoots, s.handleConnectRoots)
 	mux.HandleFunc("POST "+pathConnectCARotate, s.handleConnectCARotate)
 	mux.HandleFunc("POST "+pathConnectConfig, s.handleConnectConfig)
+	mux.HandleFunc("POST "+pathConnectExternal, s.handleConnectExternal)
 }
 
 // handleConnectRoots answers the CA's public roots to any peer the TLS
@@ -303,7 +304,7 @@ func (s *Server) nodeRunsService(ctx context.Context, nodeID, service string) (b
 		if tg == nil {
 			continue
 		}
-		if declares(tg.Services, service) {
+		if declares(tg.Services, service) || linksService(tg.Services, service) {
 			return true, nil
 		}
 		for _, t := range tg.Tasks {
@@ -362,6 +363,22 @@ func undeclared(a *structs.Allocation, insts []catalog.ServiceInstance) (name st
 		}
 	}
 	return "", true
+}
+
+// linksService reports whether one of services is a terminating gateway
+// whose block links name: the gateway presents that service's leaf.
+func linksService(services []*structs.Service, name string) bool {
+	for _, svc := range services {
+		if svc == nil || !svc.Connect.IsTerminating() {
+			continue
+		}
+		for _, ls := range svc.Connect.Gateway.Terminating.Services {
+			if ls != nil && ls.Name == name {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func declares(services []*structs.Service, name string) bool {

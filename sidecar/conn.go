@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -80,8 +81,8 @@ func (l *listener) handle(c net.Conn) {
 	if st == nil {
 		return
 	}
-	chain := st.cfg.chain
 	var down net.Conn
+	cs := st // the state of the chosen filter chain
 	if st.tlsConf == nil {
 		down = dataConn(c, l.p.cfg.PlainIO)
 	} else {
@@ -96,24 +97,31 @@ func (l *listener) handle(c net.Conn) {
 		}
 		l.stats.sslHandshake.Add(1)
 		down = tc
+		if st.byServerName != nil {
+			if cs = st.byServerName[strings.ToLower(tc.ConnectionState().ServerName)]; cs == nil {
+				l.stats.noFilterChain.Add(1)
+				return
+			}
+		}
 	}
+	chain := cs.cfg.chain
 	untrack := func() {}
 	if chain.authz != nil {
 		ourURI := ""
 		if chain.tls != nil {
 			ourURI = l.p.secrets.leafURI(chain.tls.cert)
 		}
-		if !l.p.authz.authorize(l.ctx, chain.authz, st.authzStats, down, ourURI) {
+		if !l.p.authz.authorize(l.ctx, chain.authz, cs.authzStats, down, ourURI) {
 			return
 		}
-		untrack = l.p.authz.track(down, ourURI, chain.authz, st.authzStats)
+		untrack = l.p.authz.track(down, ourURI, chain.authz, cs.authzStats)
 	}
 	if chain.tcp != nil {
-		l.p.proxyTCP(l.ctx, chain.tcp, st.tcpStats, down)
+		l.p.proxyTCP(l.ctx, chain.tcp, cs.tcpStats, down)
 		untrack()
 		return
 	}
-	handedOff = l.serveHTTP(&httpConn{Conn: down, state: st, onClose: func() { untrack(); finish() }})
+	handedOff = l.serveHTTP(&httpConn{Conn: down, state: cs, onClose: func() { untrack(); finish() }})
 	if !handedOff {
 		untrack()
 	}

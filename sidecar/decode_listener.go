@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -27,14 +29,30 @@ const (
 	defaultAuthzTTL = 5 * time.Second
 )
 
-// listenerConfig is a decoded, validated Listener.
+// listenerConfig is a decoded, validated Listener: one filter chain, or
+// (a terminating gateway's) several chosen by the TLS server name.
 type listenerConfig struct {
 	name  string
 	addr  string // normalized ip:port
 	chain *filterChain
+	// byServerName, when set, replaces chain: each filter chain matched by
+	// filter_chain_match.server_names (exact names), all with TLS.
+	byServerName map[string]*filterChain
 }
 
-// filterChain is the listener's single filter chain.
+// chains returns every filter chain of the listener.
+func (l *listenerConfig) chains() []*filterChain {
+	if l.byServerName == nil {
+		return []*filterChain{l.chain}
+	}
+	out := make([]*filterChain, 0, len(l.byServerName))
+	for _, c := range l.byServerName {
+		out = append(out, c)
+	}
+	return out
+}
+
+// filterChain is one filter chain of a listener.
 type filterChain struct {
 	tls   *downstreamTLS // nil: plaintext
 	authz *authzConfig   // nil: no ext_authz filter
@@ -77,23 +95,39 @@ type httpConfig struct {
 
 // secretNames returns the SDS secrets the listener needs.
 func (l *listenerConfig) secretNames() []string {
-	if l.chain.tls == nil {
-		return nil
+	var out []string
+	for _, c := range l.chains() {
+		if c.tls != nil {
+			out = append(out, c.tls.secretNames()...)
+		}
 	}
-	return l.chain.tls.secretNames()
+	return out
 }
 
 // clusterNames returns the clusters the listener's filters name directly
 // (tcp_proxy) or through an inline route configuration.
 func (l *listenerConfig) clusterNames() []string {
 	var out []string
-	if t := l.chain.tcp; t != nil {
-		for _, c := range t.clusters {
-			out = append(out, c.name)
+	for _, ch := range l.chains() {
+		if t := ch.tcp; t != nil {
+			for _, c := range t.clusters {
+				out = append(out, c.name)
+			}
+		}
+		if h := ch.http; h != nil && h.routes != nil {
+			out = append(out, h.routes.clusterNames()...)
 		}
 	}
-	if h := l.chain.http; h != nil && h.routes != nil {
-		out = append(out, h.routes.clusterNames()...)
+	return out
+}
+
+// rdsNames returns the RDS route configurations the listener's chains use.
+func (l *listenerConfig) rdsNames() []string {
+	var out []string
+	for _, ch := range l.chains() {
+		if h := ch.http; h != nil && h.rdsName != "" {
+			out = append(out, h.rdsName)
+		}
 	}
 	return out
 }
@@ -121,6 +155,12 @@ func decodeListener(l *listenerv3.Listener) (*listenerConfig, error) {
 		if lf.GetTypedConfig().GetTypeUrl() != typeTLSInspect && lf.GetName() != "envoy.filters.listener.tls_inspector" {
 			return nil, wrap(fmt.Errorf("listener_filters[%d] %q is not supported", i, lf.GetName()))
 		}
+	}
+	if sni, err := decodeServerNameChains(l); err != nil || sni != nil {
+		if err != nil {
+			return nil, wrap(err)
+		}
+		return &listenerConfig{name: l.GetName(), addr: addr, byServerName: sni}, nil
 	}
 	var chains []*listenerv3.FilterChain
 	for i, fc := range l.GetFilterChains() {
@@ -329,6 +369,45 @@ func decodeHCM(typed *anypb.Any) (*httpConfig, error) {
 		out.routes = rc
 	default:
 		return nil, errors.New("http_connection_manager: rds or route_config is required")
+	}
+	return out, nil
+}
+
+// decodeServerNameChains decodes a listener whose filter chains are all
+// matched by server_names alone (a terminating gateway's: one chain per
+// linked service, by the SNI mesh clients send), each terminating TLS.
+// It returns nil when no chain has a server_names match.
+func decodeServerNameChains(l *listenerv3.Listener) (map[string]*filterChain, error) {
+	fcs := l.GetFilterChains()
+	if !slices.ContainsFunc(fcs, func(fc *listenerv3.FilterChain) bool { return len(fc.GetFilterChainMatch().GetServerNames()) > 0 }) {
+		return nil, nil
+	}
+	if l.GetDefaultFilterChain() != nil {
+		return nil, errors.New("default_filter_chain next to server_names matches is not supported")
+	}
+	out := map[string]*filterChain{}
+	for i, fc := range fcs {
+		m := fc.GetFilterChainMatch()
+		if len(m.GetServerNames()) == 0 || !proto.Equal(m, &listenerv3.FilterChainMatch{ServerNames: m.GetServerNames()}) {
+			return nil, fmt.Errorf("filter_chains[%d]: only server_names matches are supported next to one another", i)
+		}
+		chain, err := decodeFilterChain(fc)
+		if err != nil {
+			return nil, fmt.Errorf("filter_chains[%d]: %w", i, err)
+		}
+		if chain.tls == nil {
+			return nil, fmt.Errorf("filter_chains[%d]: a server_names match needs a TLS transport socket", i)
+		}
+		for _, n := range m.GetServerNames() {
+			if strings.HasPrefix(n, "*") {
+				return nil, fmt.Errorf("filter_chains[%d]: wildcard server name %q is not supported", i, n)
+			}
+			k := strings.ToLower(n)
+			if out[k] != nil {
+				return nil, fmt.Errorf("filter_chains[%d]: server name %q is matched twice", i, n)
+			}
+			out[k] = chain
+		}
 	}
 	return out, nil
 }

@@ -23,11 +23,14 @@ const (
 // listenerState is what a connection needs from its listener, fixed at
 // accept time.
 type listenerState struct {
-	cfg        *listenerConfig
-	tlsConf    *tls.Config // nil: plaintext
-	authzStats *authzStats
-	tcpStats   *tcpStats
-	httpStats  *httpStats
+	cfg     *listenerConfig
+	tlsConf *tls.Config // nil: plaintext
+	// byServerName, for a listener whose chain is chosen by TLS server
+	// name, holds each chain's state (its cfg has that one chain).
+	byServerName map[string]*listenerState
+	authzStats   *authzStats
+	tcpStats     *tcpStats
+	httpStats    *httpStats
 
 	// conns are the connections accepted under this state; when LDS
 	// replaces the state they are drained (HTTP ones are told to close,

@@ -260,8 +260,8 @@ func (p *Proxy) listenerWarm(cfg *listenerConfig) bool {
 		}
 	}
 	names := cfg.clusterNames()
-	if h := cfg.chain.http; h != nil && h.rdsName != "" {
-		rc := p.routes.get(h.rdsName)
+	for _, rn := range cfg.rdsNames() {
+		rc := p.routes.get(rn)
 		if rc == nil {
 			return false
 		}
@@ -292,8 +292,8 @@ func (p *Proxy) wantedNames() map[string]map[string]bool {
 		for _, n := range l.secretNames() {
 			sds[n] = true
 		}
-		if h := l.chain.http; h != nil && h.rdsName != "" {
-			rds[h.rdsName] = true
+		for _, rn := range l.rdsNames() {
+			rds[rn] = true
 		}
 	}
 	for _, e := range p.store.get(typeCluster) {
@@ -315,6 +315,9 @@ func (p *Proxy) wantedNames() map[string]map[string]bool {
 
 // buildListenerState prepares what connections of a listener config need.
 func (p *Proxy) buildListenerState(cfg *listenerConfig) *listenerState {
+	if cfg.byServerName != nil {
+		return p.buildServerNameState(cfg)
+	}
 	st := &listenerState{cfg: cfg}
 	ch := cfg.chain
 	if ch.tls != nil {

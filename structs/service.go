@@ -77,20 +77,20 @@ type ConsulConnect struct {
 func (c *ConsulConnect) HasSidecar() bool { return c != nil && c.SidecarService != nil }
 
 // ConsulGateway is a service's connect gateway block. Kind is "ingress",
-// "terminating" or "mesh"; Config keeps the block free-form. Ingress
-// gateways run (Proxy and Ingress are typed, in the shape of Nomad's
-// api.ConsulGateway); terminating and mesh gateways are parsed only.
+// "terminating" or "mesh"; Config keeps the block free-form. Ingress and
+// terminating gateways run (Proxy, Ingress and Terminating are typed, in
+// the shape of Nomad's api.ConsulGateway); mesh gateways are parsed only.
 //
 // Proxy, Ingress, Terminating and Mesh carry Nomad's /v1 JSON names, so a
 // job submitted through the Nomad API (which has no Kind or Config) keeps
-// its gateway; terminating and mesh stay free-form.
+// its gateway; mesh stays free-form.
 type ConsulGateway struct {
-	Kind        string                    `json:"Kind,omitempty"`
-	Config      map[string]any            `json:"Config,omitempty"`
-	Proxy       *ConsulGatewayProxy       `json:"Proxy,omitempty"`
-	Ingress     *ConsulIngressConfigEntry `json:"Ingress,omitempty"`
-	Terminating map[string]any            `json:"Terminating,omitempty"`
-	Mesh        map[string]any            `json:"Mesh,omitempty"`
+	Kind        string                        `json:"Kind,omitempty"`
+	Config      map[string]any                `json:"Config,omitempty"`
+	Proxy       *ConsulGatewayProxy           `json:"Proxy,omitempty"`
+	Ingress     *ConsulIngressConfigEntry     `json:"Ingress,omitempty"`
+	Terminating *ConsulTerminatingConfigEntry `json:"Terminating,omitempty"`
+	Mesh        map[string]any                `json:"Mesh,omitempty"`
 }
 
 // Kinds lists the gateway kinds the block sets (one, once valid).
@@ -118,6 +118,33 @@ const (
 // IsIngress reports whether the connect block is an ingress gateway.
 func (c *ConsulConnect) IsIngress() bool {
 	return c != nil && c.Gateway != nil && c.Gateway.Ingress != nil
+}
+
+// IsTerminating reports whether the connect block is a terminating gateway.
+func (c *ConsulConnect) IsTerminating() bool {
+	return c != nil && c.Gateway != nil && c.Gateway.Terminating != nil
+}
+
+// IsGateway reports whether the connect block is a gateway meshlet runs
+// (ingress or terminating).
+func (c *ConsulConnect) IsGateway() bool { return c.IsIngress() || c.IsTerminating() }
+
+// ConsulTerminatingConfigEntry is a terminating gateway's terminating
+// block, the shape of Consul's terminating-gateway config entry: the
+// services outside the mesh the gateway acts for.
+type ConsulTerminatingConfigEntry struct {
+	Services []*ConsulLinkedService `json:"Services,omitempty"`
+}
+
+// ConsulLinkedService is a service a terminating gateway links to the
+// mesh, with the TLS the gateway originates to it (files on the node or
+// in the gateway's task directory; SNI sent to it).
+type ConsulLinkedService struct {
+	Name     string `json:"Name"`
+	CAFile   string `json:"CAFile,omitempty"`
+	CertFile string `json:"CertFile,omitempty"`
+	KeyFile  string `json:"KeyFile,omitempty"`
+	SNI      string `json:"SNI,omitempty"`
 }
 
 // ConsulGatewayProxy is a gateway's proxy block (its connect_timeout; the

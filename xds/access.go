@@ -7,10 +7,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/meshlet/meshlet/acl"
+	"github.com/meshlet/meshlet/catalog"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
@@ -24,10 +26,13 @@ var ErrNotSocket = errors.New("path exists and is not a socket")
 // grant is what one xDS stream may ask for. It is fixed by the stream's
 // first request that names a node and checked on every request after it.
 type grant struct {
-	node       string // the node the grant was given to
-	anyNode    bool   // the stream may switch to another node ID
-	leaf       string // the only leaf secret allowed, unless allSecrets
-	service    string // the proxy's destination service (leaf's owner)
+	node    string // the node the grant was given to
+	anyNode bool   // the stream may switch to another node ID
+	leaf    string // the only leaf secret allowed, unless allSecrets
+	service string // the proxy's destination service (leaf's owner)
+	// gateway names the terminating gateway the proxy is: it may also have
+	// the leaves of the services its entry links, as linked now.
+	gateway    string
 	allSecrets bool
 }
 
@@ -77,7 +82,33 @@ func (s *Server) hostGrant(token, node string) (grant, error) {
 	if !authz.AllowServiceWrite(dest) {
 		return grant{}, fmt.Errorf("%w: the token has no service:write on %q (proxy %q)", acl.ErrPermissionDenied, dest, node)
 	}
-	return grant{node: node, leaf: LeafSecretName(dest), service: dest}, nil
+	return proxyGrant(node, inst), nil
+}
+
+// proxyGrant is the grant of proxy node: its destination's leaf, and for a
+// terminating gateway its linked services' leaves.
+func proxyGrant(node string, inst catalog.ServiceInstance) grant {
+	dest := inst.Proxy.DestinationServiceName
+	g := grant{node: node, leaf: LeafSecretName(dest), service: dest}
+	if inst.Kind == catalog.KindTerminatingGateway {
+		g.gateway = inst.Name
+	}
+	return g
+}
+
+// linkedLeaf reports whether secret is the leaf of a service linked to
+// the terminating gateway of grant g (by its entry as it is now).
+func (s *Server) linkedLeaf(g *grant, secret string) bool {
+	if g.gateway == "" || s.cfg.ConfigEntries == nil {
+		return false
+	}
+	svc, ok := strings.CutPrefix(secret, LeafSecretName(""))
+	if !ok {
+		return false
+	}
+	set, _ := s.cfg.ConfigEntries.Current()
+	_, linked := set.LinkedService(g.gateway, svc)
+	return linked
 }
 
 // allocGrant is the policy of an allocation's socket: a stream may only act
@@ -103,7 +134,7 @@ func (s *Server) allocGrant(allocID, token, node string) (grant, error) {
 	if err := s.checkServiceToken(token, dest, node); err != nil {
 		return grant{}, err
 	}
-	return grant{node: node, leaf: LeafSecretName(dest), service: dest}, nil
+	return proxyGrant(node, inst), nil
 }
 
 // checkServiceToken: with ACLs, token must have service:write on dest.
@@ -163,7 +194,7 @@ func (t *tracker) authorize(k streamKey, node string, secrets []string) error {
 		g = &ng
 	}
 	for _, name := range secrets {
-		if !g.allowsSecret(name) {
+		if !g.allowsSecret(name) && !t.s.linkedLeaf(g, name) {
 			return t.deny(who, g.node, fmt.Errorf("secret %q is not this proxy's (it may have %q and %q)", name, g.leaf, RootsSecret))
 		}
 	}

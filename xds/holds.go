@@ -12,13 +12,14 @@ package xds
 // holdState is the reconciler's view of the leaves it holds.
 type holdState struct {
 	proxyOf  map[string]string              // proxy ID -> service it holds
+	linkedOf map[string][]string            // gateway proxy ID -> linked services it holds
 	proxies  map[string]map[string]struct{} // service -> proxy IDs
 	apps     map[string]bool                // services with connect app instances
 	releases map[string]func()              // service -> the CA hold's release
 }
 
 func newHoldState() holdState {
-	return holdState{proxyOf: map[string]string{}, proxies: map[string]map[string]struct{}{}, apps: map[string]bool{}, releases: map[string]func(){}}
+	return holdState{proxyOf: map[string]string{}, linkedOf: map[string][]string{}, proxies: map[string]map[string]struct{}{}, apps: map[string]bool{}, releases: map[string]func(){}}
 }
 
 // holdProxy records that proxy id (registered) serves service, taking the
@@ -33,9 +34,30 @@ func (s *Server) holdProxy(id, service string) {
 	s.acquireLeaf(service)
 }
 
+// holdLinked records the services a terminating gateway proxy id is
+// linked to: it presents their leaves, so it holds them like its own.
+func (s *Server) holdLinked(id string, services []string) {
+	h := &s.rec.holds
+	for _, svc := range h.linkedOf[id] {
+		if svc != h.proxyOf[id] {
+			dropRef(h.proxies, svc, id)
+		}
+	}
+	delete(h.linkedOf, id)
+	if len(services) == 0 {
+		return
+	}
+	h.linkedOf[id] = services
+	for _, svc := range services {
+		addRef(h.proxies, svc, id)
+		s.acquireLeaf(svc)
+	}
+}
+
 // unholdProxy forgets a proxy that left the catalog.
 func (s *Server) unholdProxy(id string) {
 	h := &s.rec.holds
+	s.holdLinked(id, nil)
 	if old, ok := h.proxyOf[id]; ok {
 		dropRef(h.proxies, old, id)
 		delete(h.proxyOf, id)

@@ -85,6 +85,22 @@ func httpManager(statPrefix, routeName, clusterName string, domains []string, pr
 // agent (ext_authz, fail closed) whether the peer may connect, then proxies
 // to local_app; for HTTP it also asks about every request (httpExtAuthz).
 func publicListener(port int, service string, prot protocol, rqTimeout *durationpb.Duration) (*listener.Listener, error) {
+	fc, err := publicChain(service, prot, rqTimeout, LocalAppCluster)
+	if err != nil {
+		return nil, err
+	}
+	return &listener.Listener{
+		Name:             PublicListenerName(port),
+		Address:          socketAddress(publicBindAddr, port),
+		TrafficDirection: core.TrafficDirection_INBOUND,
+		FilterChains:     []*listener.FilterChain{fc},
+	}, nil
+}
+
+// publicChain is an inbound filter chain: mTLS presenting service's leaf
+// (so ext_authz sees service as the destination), the authorization
+// filter, then tcp_proxy or an HTTP connection manager to clusterName.
+func publicChain(service string, prot protocol, rqTimeout *durationpb.Duration, clusterName string) (*listener.FilterChain, error) {
 	authz, err := networkFilter(extAuthzFilter, &extauthz.ExtAuthz{
 		StatPrefix:             "connect_authz",
 		GrpcService:            &core.GrpcService{TargetSpecifier: &core.GrpcService_EnvoyGrpc_{EnvoyGrpc: &core.GrpcService_EnvoyGrpc{ClusterName: LocalAgentCluster}}},
@@ -101,7 +117,7 @@ func publicListener(port int, service string, prot protocol, rqTimeout *duration
 		if err != nil {
 			return nil, err
 		}
-		m, err := httpManager("public_listener_http", "public_listener", LocalAppCluster, []string{"*"}, az)
+		m, err := httpManager("public_listener_http", "public_listener", clusterName, []string{"*"}, az)
 		if err != nil {
 			return nil, err
 		}
@@ -112,7 +128,7 @@ func publicListener(port int, service string, prot protocol, rqTimeout *duration
 		if err != nil {
 			return nil, err
 		}
-	} else if last, err = tcpProxy("public_listener_tcp", LocalAppCluster); err != nil {
+	} else if last, err = tcpProxy("public_listener_tcp", clusterName); err != nil {
 		return nil, err
 	}
 	sock, err := tlsSocket(&tlsv3.DownstreamTlsContext{
@@ -125,15 +141,7 @@ func publicListener(port int, service string, prot protocol, rqTimeout *duration
 	if err != nil {
 		return nil, err
 	}
-	return &listener.Listener{
-		Name:             PublicListenerName(port),
-		Address:          socketAddress(publicBindAddr, port),
-		TrafficDirection: core.TrafficDirection_INBOUND,
-		FilterChains: []*listener.FilterChain{{
-			Filters:         []*listener.Filter{authz, last},
-			TransportSocket: sock,
-		}},
-	}, nil
+	return &listener.FilterChain{Filters: []*listener.Filter{authz, last}, TransportSocket: sock}, nil
 }
 
 // upstreamListener binds the local side of an upstream and proxies to the

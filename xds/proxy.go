@@ -31,7 +31,8 @@ var (
 
 // proxyResources is everything built for one connect-proxy instance.
 type proxyResources struct {
-	service   string // identity: the destination (app) service
+	service   string   // identity: the destination (app) service
+	linked    []string // a terminating gateway's linked services: their leaves too
 	listeners []*listener.Listener
 	clusters  []*cluster.Cluster
 	routes    []*route.RouteConfiguration // RDS of HTTP upstreams with a chain
@@ -46,13 +47,19 @@ type builder struct {
 	trustDomain string
 	set         *configentry.Set
 	compile     compileFunc // nil: Set.Compile
+	// instances lists a service's catalog instances (a terminating
+	// gateway's external services); nil: none.
+	instances func(service string) []catalog.ServiceInstance
 }
 
 // proxy builds a connect proxy's listeners and clusters. Errors wrap
 // ErrInvalidProxyConfig and say which field is wrong.
 func (b builder) proxy(inst catalog.ServiceInstance) (*proxyResources, error) {
-	if inst.Kind == catalog.KindIngressGateway {
+	switch inst.Kind {
+	case catalog.KindIngressGateway:
 		return b.ingressGateway(inst)
+	case catalog.KindTerminatingGateway:
+		return b.terminatingGateway(inst)
 	}
 	p := inst.Proxy
 	if p == nil || p.DestinationServiceName == "" {

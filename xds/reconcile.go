@@ -37,6 +37,7 @@ func newChanges() changes {
 // proxyState is what is published for one proxy.
 type proxyState struct {
 	service   string
+	linked    []string // a terminating gateway's linked services (their leaves)
 	listeners []string
 	clusters  []string
 	routes    []string
@@ -180,6 +181,7 @@ func (s *Server) reconcile(ch changes) {
 			}
 		}
 	}
+	s.touchLinked(ch, set.LinkedGateways())
 	p := &plan{planned: map[string]bool{}}
 	s.planRoots(ch, p)
 	staged := s.stageProxies(ch, p)
@@ -205,8 +207,8 @@ func (s *Server) reconcile(ch changes) {
 // held keeps a proxy at its last good resources after a failed check. A
 // missing leaf is transient (retried); anything else is the proxy's fault.
 func (s *Server) held(id string, res *proxyResources, err error) {
-	if !s.rec.leaves[res.service] || !s.rec.rootsOK {
-		s.log.Debug("proxy waits for its leaf certificate", "proxy_id", id, "service", res.service)
+	if missing := s.missingLeaf(res); missing != "" || !s.rec.rootsOK {
+		s.log.Debug("proxy waits for its leaf certificate", "proxy_id", id, "service", missing)
 		time.AfterFunc(leafRetryDelay, func() {
 			s.enqueue(func(c *changes) { c.proxies[id] = struct{}{} })
 		})
@@ -262,6 +264,7 @@ func (s *Server) stageProxies(ch changes, p *plan) map[string]*proxyResources {
 			s.setConfigError(id, err)
 			continue
 		}
+		s.holdLinked(id, res.linked)
 		staged[id] = res
 	}
 	return staged
@@ -277,13 +280,11 @@ func (s *Server) planLeaves(ch changes, staged map[string]*proxyResources, p *pl
 		}
 	}
 	for _, res := range staged {
-		if !s.rec.leaves[res.service] || !s.rec.rootsOK {
-			need[res.service] = true
-		}
-	}
-	for _, res := range staged {
-		if _, renewed := ch.leaves[res.service]; renewed {
-			need[res.service] = true
+		for _, svc := range res.leafServices() {
+			_, renewed := ch.leaves[svc]
+			if renewed || !s.rec.leaves[svc] || !s.rec.rootsOK {
+				need[svc] = true
+			}
 		}
 	}
 	for svc := range need {
@@ -300,4 +301,21 @@ func (s *Server) planLeaves(ch changes, staged map[string]*proxyResources, p *pl
 		}
 		s.log.Warn("failed to get leaf certificate; will retry", "service", svc, "error", err)
 	}
+}
+
+// leafServices are the services whose leaves a proxy presents: its own,
+// and a terminating gateway's linked services.
+func (r *proxyResources) leafServices() []string {
+	return append([]string{r.service}, r.linked...)
+}
+
+// missingLeaf is a leaf a proxy needs that is not published yet ("" when
+// none is missing).
+func (s *Server) missingLeaf(res *proxyResources) string {
+	for _, svc := range res.leafServices() {
+		if !s.rec.leaves[svc] {
+			return svc
+		}
+	}
+	return ""
 }

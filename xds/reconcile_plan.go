@@ -78,8 +78,12 @@ func (s *Server) instanceSource(scan bool) instanceSource {
 			}
 		}
 	}
+	linked := s.b.entries().LinkedGateways()
 	return instanceSource{
 		sidecars: func(service, dc string) []catalog.ServiceInstance {
+			if gws := linked[service]; len(gws) > 0 {
+				return gatewayInstances(s.cfg.Catalog, gws, dc, s.b.dc)
+			}
 			insts, ok := bySvc[service]
 			if !ok && bySvc == nil {
 				insts = s.cfg.Catalog.ConnectProxies(service)
@@ -100,7 +104,7 @@ func (s *Server) instanceSource(scan bool) instanceSource {
 func (s *Server) commitProxy(id string, res *proxyResources, p *plan) {
 	old := s.rec.proxies[id]
 	keep := map[string]bool{}
-	st := &proxyState{service: res.service, upstreams: res.upstreams}
+	st := &proxyState{service: res.service, linked: res.linked, upstreams: res.upstreams}
 	for _, r := range res.routes {
 		p.set(routeType, op{node: id, name: r.GetName(), msg: r})
 		st.routes = append(st.routes, r.GetName())
@@ -137,7 +141,9 @@ func (s *Server) commitProxy(id string, res *proxyResources, p *plan) {
 	for _, k := range res.upstreams {
 		addRef(s.rec.claRefs, k, id)
 	}
-	addRef(s.rec.leafRefs, res.service, id)
+	for _, svc := range res.leafServices() {
+		addRef(s.rec.leafRefs, svc, id)
+	}
 	s.rec.proxies[id] = st
 }
 
@@ -166,6 +172,9 @@ func (s *Server) release(id string, st *proxyState) {
 		dropRef(s.rec.claRefs, k, id)
 	}
 	dropRef(s.rec.leafRefs, st.service, id)
+	for _, svc := range st.linked {
+		dropRef(s.rec.leafRefs, svc, id)
+	}
 }
 
 func addRef[K comparable](m map[K]map[string]struct{}, k K, id string) {

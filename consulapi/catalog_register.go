@@ -1,0 +1,200 @@
+package consulapi
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"strings"
+
+	consul "github.com/hashicorp/consul/api"
+
+	"github.com/meshlet/meshlet/acl"
+	"github.com/meshlet/meshlet/catalog"
+)
+
+// CatalogWriter stores registrations of services outside the mesh, each
+// as an allocation (inst.AllocID) of a node named
+// catalog.ExternalNodePrefix+<node> (inst.NodeID): the servers' store
+// (meshstate.Store) on a server agent, a call through a server (package
+// rpc, with the caller's token) on a client agent, so that they persist
+// and reach every agent's catalog through the mesh state feed. To delete,
+// inst also carries the service's Name when this agent knows it.
+type CatalogWriter interface {
+	PutExternal(ctx context.Context, inst catalog.ServiceInstance) error
+	DeleteExternal(ctx context.Context, inst catalog.ServiceInstance) error
+}
+
+// ErrCatalogWriteUnsupported: this agent cannot store catalog
+// registrations (a client-only agent: register through a server's API).
+var ErrCatalogWriteUnsupported = errors.New("catalog registration is not supported by this agent")
+
+// registerBody is Consul's /v1/catalog/register request (the fields
+// meshlet keeps).
+type registerBody struct {
+	Node       string
+	Address    string
+	Datacenter string
+	Service    *consul.AgentService
+	Checks     consul.HealthChecks
+	Check      *consul.AgentCheck
+}
+
+// catalogRegister registers a service instance outside the mesh (no
+// sidecar), as Consul's PUT /v1/catalog/register: a terminating gateway
+// forwards to it. It answers true, as Consul does.
+func (s *Server) catalogRegister(w http.ResponseWriter, r *http.Request) {
+	var body registerBody
+	if err := decodeBody(r, &body); err != nil {
+		s.failFor(w, r, err)
+		return
+	}
+	inst, err := s.externalInstance(body)
+	if err != nil {
+		s.failFor(w, r, err)
+		return
+	}
+	ctx := acl.ContextWithSecret(r.Context(), requestSecret(r))
+	if err := s.writeExternal(ctx, inst, false); err != nil {
+		s.failFor(w, r, err)
+		return
+	}
+	s.writeJSON(w, s.d.Catalog.Index(), true)
+}
+
+// catalogDeregister removes one instance registered through
+// catalogRegister (Node and ServiceID), as Consul's PUT
+// /v1/catalog/deregister.
+func (s *Server) catalogDeregister(w http.ResponseWriter, r *http.Request) {
+	var body struct{ Node, ServiceID, CheckID, Datacenter string }
+	if err := decodeBody(r, &body); err != nil {
+		s.failFor(w, r, err)
+		return
+	}
+	if err := checkExternalIDs(body.Node, body.ServiceID); err != nil {
+		s.failFor(w, r, err)
+		return
+	}
+	inst := catalog.ServiceInstance{ID: body.ServiceID, NodeID: catalog.ExternalNodePrefix + body.Node, AllocID: externalAllocID(body.ServiceID)}
+	if old, ok := s.d.Catalog.Get(body.ServiceID); ok && old.NodeID == inst.NodeID {
+		inst.Name = old.Name
+	}
+	ctx := acl.ContextWithSecret(r.Context(), requestSecret(r))
+	if err := s.writeExternal(ctx, inst, true); err != nil {
+		s.failFor(w, r, err)
+		return
+	}
+	s.writeJSON(w, s.d.Catalog.Index(), true)
+}
+
+func checkExternalIDs(node, serviceID string) error {
+	switch {
+	case node == "":
+		return badRequest("missing node name")
+	case serviceID == "":
+		return badRequest("missing service ID (meshlet registers and deregisters one service at a time)")
+	case strings.ContainsAny(node+serviceID, "/\x00"):
+		return badRequest("node name and service ID may not contain '/'")
+	}
+	return nil
+}
+
+func externalAllocID(serviceID string) string { return "svc-" + serviceID }
+
+// externalInstance is the catalog instance of a registration: the
+// service's address (else the node's), healthy unless a check is critical.
+func (s *Server) externalInstance(b registerBody) (catalog.ServiceInstance, error) {
+	if b.Service == nil || b.Service.Service == "" {
+		return catalog.ServiceInstance{}, badRequest("missing service (meshlet's catalog holds services, not bare nodes)")
+	}
+	if b.Datacenter != "" && b.Datacenter != s.d.Datacenter {
+		return catalog.ServiceInstance{}, badRequest("datacenter %q is not this one (%q)", b.Datacenter, s.d.Datacenter)
+	}
+	if b.Service.Kind != "" && b.Service.Kind != consul.ServiceKindTypical {
+		return catalog.ServiceInstance{}, badRequest("service kind %q cannot be registered through the catalog; proxies and gateways come from jobs", b.Service.Kind)
+	}
+	id := b.Service.ID
+	if id == "" {
+		id = b.Service.Service
+	}
+	if err := checkExternalIDs(b.Node, id); err != nil {
+		return catalog.ServiceInstance{}, err
+	}
+	addr := b.Service.Address
+	if addr == "" {
+		addr = b.Address
+	}
+	if net.ParseIP(addr) == nil {
+		return catalog.ServiceInstance{}, badRequest("service address %q is not an IP address", addr)
+	}
+	if b.Service.Port < 1 || b.Service.Port > 65535 {
+		return catalog.ServiceInstance{}, badRequest("service port %d is out of range 1-65535", b.Service.Port)
+	}
+	checks := b.Checks
+	if b.Check != nil {
+		checks = append(checks, &consul.HealthCheck{CheckID: b.Check.CheckID, Name: b.Check.Name, Status: b.Check.Status, ServiceID: b.Check.ServiceID})
+	}
+	var cs []catalog.Check
+	for _, c := range checks {
+		if c != nil && (c.ServiceID == "" || c.ServiceID == id) {
+			cs = append(cs, catalog.Check{ID: c.CheckID, Name: c.Name, Type: c.Type, Status: c.Status, Output: c.Output})
+		}
+	}
+	return catalog.ServiceInstance{
+		ID: id, Name: b.Service.Service, Address: addr, Port: b.Service.Port, Tags: b.Service.Tags, Meta: b.Service.Meta,
+		NodeID: catalog.ExternalNodePrefix + b.Node, NodeName: b.Node, NodeAddress: b.Address, AllocID: externalAllocID(id),
+		Datacenter: s.d.Datacenter, Checks: cs, Healthy: catalog.HealthyChecks(cs),
+	}, nil
+}
+
+// writeExternal stores (or removes) an external instance: through the
+// CatalogWriter, else into a lone control plane's catalog.
+func (s *Server) writeExternal(ctx context.Context, inst catalog.ServiceInstance, remove bool) error {
+	if s.d.CatalogWriter != nil {
+		if remove {
+			return s.d.CatalogWriter.DeleteExternal(ctx, inst)
+		}
+		return s.d.CatalogWriter.PutExternal(ctx, inst)
+	}
+	c, ok := s.d.Catalog.(*catalog.Catalog)
+	if !ok {
+		return ErrCatalogWriteUnsupported
+	}
+	if !remove {
+		c.Register(inst)
+		return nil
+	}
+	if old, ok := c.Get(inst.ID); ok && old.NodeID == inst.NodeID {
+		c.DeregisterAlloc(old.AllocID)
+	}
+	return nil
+}
+
+// allowCatalogRegister is Consul's rule: node write, and service write on
+// the service registered.
+func allowCatalogRegister(_ *Server, a authorizer, r *http.Request) (bool, error) {
+	var body registerBody
+	if err := peekBody(r, &body); err != nil {
+		return false, err
+	}
+	if body.Service == nil {
+		return a.AllowNodeWrite(), nil
+	}
+	return a.AllowNodeWrite() && a.AllowServiceWrite(body.Service.Service), nil
+}
+
+// allowCatalogDeregister: node write, and service write on the service
+// the instance belongs to (when it is known).
+func allowCatalogDeregister(s *Server, a authorizer, r *http.Request) (bool, error) {
+	var body struct{ Node, ServiceID string }
+	if err := peekBody(r, &body); err != nil {
+		return false, err
+	}
+	if !a.AllowNodeWrite() {
+		return false, nil
+	}
+	if inst, ok := s.d.Catalog.Get(body.ServiceID); ok {
+		return a.AllowServiceWrite(inst.Name), nil
+	}
+	return true, nil
+}

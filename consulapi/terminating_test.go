@@ -1,0 +1,103 @@
+package consulapi
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+
+	consul "github.com/hashicorp/consul/api"
+)
+
+// A terminating-gateway entry round-trips through the official client,
+// and its rules are enforced on write.
+func TestTerminatingGatewayOfficialClient(t *testing.T) {
+	f, _ := configFixture(t)
+	ce := f.client.ConfigEntries()
+	in := &consul.TerminatingGatewayConfigEntry{Kind: consul.TerminatingGateway, Name: "tgw", Services: []consul.LinkedService{
+		{Name: "db"},
+		{Name: "api", CAFile: "/etc/ssl/ca.pem", CertFile: "/etc/ssl/cert.pem", KeyFile: "/etc/ssl/key.pem", SNI: "api.example.com"},
+	}}
+	if ok, _, err := ce.Set(in, nil); err != nil || !ok {
+		t.Fatalf("Set = %v, %v", ok, err)
+	}
+	got, _, err := ce.Get(consul.TerminatingGateway, "tgw", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, ok := got.(*consul.TerminatingGatewayConfigEntry)
+	if !ok || gw.ModifyIndex == 0 {
+		t.Fatalf("Get = %#v", got)
+	}
+	gw.CreateIndex, gw.ModifyIndex = 0, 0
+	if !reflect.DeepEqual(gw, in) {
+		t.Errorf("Get:\n got %+v\nwant %+v", gw, in)
+	}
+	list, _, err := ce.List(consul.TerminatingGateway, nil)
+	if err != nil || len(list) != 1 || list[0].GetName() != "tgw" {
+		t.Errorf("List = %v, %v", list, err)
+	}
+	bad := &consul.TerminatingGatewayConfigEntry{Kind: consul.TerminatingGateway, Name: "tgw", Services: []consul.LinkedService{
+		{Name: "db", SNI: "db.example"}}}
+	if _, _, err := ce.Set(bad, nil); err == nil || !strings.Contains(err.Error(), "SNI was specified, but CAFile was not") {
+		t.Errorf("Set of SNI without a CA = %v", err)
+	}
+	if _, err := ce.Delete(consul.TerminatingGateway, "tgw", nil); err != nil {
+		t.Errorf("Delete = %v", err)
+	}
+}
+
+// A service outside the mesh registers through the official client's
+// Catalog().Register (no sidecar) and deregisters through Deregister.
+func TestCatalogRegisterOfficialClient(t *testing.T) {
+	f, _ := configFixture(t)
+	reg := &consul.CatalogRegistration{Node: "legacy", Address: "192.0.2.10", Service: &consul.AgentService{
+		ID: "db-1", Service: "db", Port: 5432, Tags: []string{"v1"}, Meta: map[string]string{"k": "v"}},
+		Checks: consul.HealthChecks{{CheckID: "db-alive", Name: "alive", Status: consul.HealthPassing, ServiceID: "db-1"}}}
+	if _, err := f.client.Catalog().Register(reg, nil); err != nil {
+		t.Fatal(err)
+	}
+	got, ok := f.cat.Get("db-1")
+	if !ok || got.Name != "db" || got.Address != "192.0.2.10" || got.Port != 5432 || !got.Healthy || got.Kind != "" ||
+		got.NodeID != "_external-legacy" || got.Meta["k"] != "v" || len(got.Checks) != 1 {
+		t.Fatalf("registered instance = %+v (%v)", got, ok)
+	}
+	svcs, _, err := f.client.Catalog().Service("db", "", nil)
+	if err != nil || len(svcs) != 1 || svcs[0].ServicePort != 5432 || svcs[0].ServiceAddress != "192.0.2.10" {
+		t.Fatalf("catalog/service/db = %+v, %v", svcs, err)
+	}
+	reg.Checks[0].Status = consul.HealthCritical
+	if _, err := f.client.Catalog().Register(reg, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := f.cat.Get("db-1"); got.Healthy {
+		t.Error("a critical check left the instance healthy")
+	}
+	bad := &consul.CatalogRegistration{Node: "legacy", Service: &consul.AgentService{Service: "x", Port: 1, Address: "not-an-ip"}}
+	if _, err := f.client.Catalog().Register(bad, nil); err == nil || !strings.Contains(err.Error(), "not an IP address") {
+		t.Errorf("Register with a bad address = %v", err)
+	}
+	if _, err := f.client.Catalog().Deregister(&consul.CatalogDeregistration{Node: "legacy", ServiceID: "db-1"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := f.cat.Get("db-1"); ok {
+		t.Error("deregistered instance is still in the catalog")
+	}
+}
+
+// With ACLs, registering needs node write and service write, as in Consul.
+func TestCatalogRegisterACL(t *testing.T) {
+	f := newACLFixture(t)
+	reg := &consul.CatalogRegistration{Node: "legacy", Address: "192.0.2.10", Service: &consul.AgentService{ID: "web-ext", Service: "web", Port: 80}}
+	_, err := f.as(t, f.team).Catalog().Register(reg, nil) // service write on web, no node write
+	wantStatus(t, "register without node write", err, 403, "Permission denied")
+	_, err = f.as(t, "").Catalog().Register(reg, nil)
+	wantStatus(t, "anonymous register", err, 403, "Permission denied")
+	if _, err := f.as(t, f.mgmt).Catalog().Register(reg, nil); err != nil {
+		t.Fatalf("management register: %v", err)
+	}
+	_, err = f.as(t, f.team).Catalog().Deregister(&consul.CatalogDeregistration{Node: "legacy", ServiceID: "web-ext"}, nil)
+	wantStatus(t, "deregister without node write", err, 403, "Permission denied")
+	if _, err := f.as(t, f.mgmt).Catalog().Deregister(&consul.CatalogDeregistration{Node: "legacy", ServiceID: "web-ext"}, nil); err != nil {
+		t.Fatalf("management deregister: %v", err)
+	}
+}

@@ -1,0 +1,209 @@
+package xds
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	tlsinspector "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/tls_inspector/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	consul "github.com/hashicorp/consul/api"
+
+	"github.com/meshlet/meshlet/catalog"
+	"github.com/meshlet/meshlet/configentry"
+)
+
+const tlsInspectorFilter = "envoy.filters.listener.tls_inspector"
+
+// TerminatingListenerName names a terminating gateway's listener as Consul
+// does: "default:<addr>:<port>".
+func TerminatingListenerName(port int) string {
+	return "default:" + net.JoinHostPort(publicBindAddr, strconv.Itoa(port))
+}
+
+// terminatingGateway builds a terminating gateway's resources from the
+// terminating-gateway config entry of its name (none: no listener yet):
+// one listener on the gateway's port with a filter chain per linked
+// service, chosen by the SNI mesh clients send (the service's cluster
+// name). Each chain terminates mTLS with the linked service's leaf, so
+// that ext_authz judges intentions with that service as the destination,
+// then proxies to a cluster of the service's catalog instances (the ones
+// outside the mesh), originating TLS when the entry asks for it.
+func (b builder) terminatingGateway(inst catalog.ServiceInstance) (*proxyResources, error) {
+	out := &proxyResources{service: inst.Name, specs: map[claKey]endpointSpec{}}
+	e, _ := b.entries().Get(configentry.TerminatingGateway, inst.Name).(*consul.TerminatingGatewayConfigEntry)
+	if e == nil || len(e.Services) == 0 {
+		return out, nil
+	}
+	if err := validBind(publicBindAddr, inst.Port); err != nil {
+		return nil, fmt.Errorf("terminating gateway listener: %w", err)
+	}
+	var cfg map[string]any
+	if inst.Proxy != nil {
+		cfg = inst.Proxy.Config
+	}
+	timeout, err := parseTimeoutMS(cfg, cfgConnectTimeout, defaultConnectTimeout)
+	if err != nil {
+		return nil, err
+	}
+	inspector, err := anyOf(&tlsinspector.TlsInspector{})
+	if err != nil {
+		return nil, err
+	}
+	l := &listener.Listener{
+		Name:             TerminatingListenerName(inst.Port),
+		Address:          socketAddress(publicBindAddr, inst.Port),
+		TrafficDirection: core.TrafficDirection_INBOUND,
+		ListenerFilters: []*listener.ListenerFilter{{
+			Name: tlsInspectorFilter, ConfigType: &listener.ListenerFilter_TypedConfig{TypedConfig: inspector},
+		}},
+	}
+	for _, ls := range e.Services {
+		fc, c, err := b.linkedService(ls, timeout)
+		if err != nil {
+			return nil, fmt.Errorf("terminating gateway %q, service %q: %w", inst.Name, ls.Name, err)
+		}
+		l.FilterChains = append(l.FilterChains, fc)
+		out.clusters = append(out.clusters, c)
+		out.linked = append(out.linked, ls.Name)
+	}
+	out.listeners = []*listener.Listener{l}
+	return out, nil
+}
+
+// linkedService is the filter chain and cluster of one linked service.
+func (b builder) linkedService(ls consul.LinkedService, timeoutMS int) (*listener.FilterChain, *cluster.Cluster, error) {
+	prot, err := b.serviceProtocol(nil, ls.Name)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !prot.isHTTP() {
+		prot = protoTCP
+	}
+	sni := ClusterName(ls.Name, b.dc, b.trustDomain)
+	fc, err := publicChain(ls.Name, prot, nil, sni)
+	if err != nil {
+		return nil, nil, err
+	}
+	fc.Name = sni
+	fc.FilterChainMatch = &listener.FilterChainMatch{ServerNames: []string{sni}}
+	c, err := b.externalCluster(sni, ls, timeoutMS)
+	if err != nil {
+		return nil, nil, err
+	}
+	return fc, c, nil
+}
+
+// externalCluster is a STATIC cluster of a linked service's healthy
+// instances that run no proxy (its instances outside the mesh), with
+// upstream TLS from the entry's CAFile, CertFile, KeyFile and SNI.
+func (b builder) externalCluster(name string, ls consul.LinkedService, timeoutMS int) (*cluster.Cluster, error) {
+	cla := &endpoint.ClusterLoadAssignment{ClusterName: name}
+	var eps []*endpoint.LbEndpoint
+	seen := map[string]bool{}
+	if b.instances != nil {
+		for _, inst := range b.instances(ls.Name) {
+			key := net.JoinHostPort(inst.Address, strconv.Itoa(inst.Port))
+			if inst.Kind != "" || !inst.Healthy || inst.Port <= 0 || inst.Port > 65535 || net.ParseIP(inst.Address) == nil || seen[key] {
+				continue
+			}
+			if inst.Datacenter != "" && inst.Datacenter != b.dc {
+				continue
+			}
+			seen[key] = true
+			eps = append(eps, lbEndpoint(inst.Address, inst.Port))
+		}
+	}
+	if len(eps) > 0 {
+		cla.Endpoints = []*endpoint.LocalityLbEndpoints{{LbEndpoints: eps}}
+	}
+	c := &cluster.Cluster{
+		Name:                 name,
+		ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_STATIC},
+		ConnectTimeout:       msDuration(timeoutMS),
+		LoadAssignment:       cla,
+	}
+	if ls.CAFile == "" {
+		return c, nil
+	}
+	sock, err := tlsSocket(originationTLS(ls))
+	if err != nil {
+		return nil, err
+	}
+	c.TransportSocket = sock
+	return c, nil
+}
+
+// originationTLS is the upstream TLS a terminating gateway originates to a
+// linked service: its CA to verify the server, an optional client
+// certificate, and the SNI to send.
+func originationTLS(ls consul.LinkedService) *tlsv3.UpstreamTlsContext {
+	ctx := &tlsv3.UpstreamTlsContext{
+		Sni: ls.SNI,
+		CommonTlsContext: &tlsv3.CommonTlsContext{
+			ValidationContextType: &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
+				TrustedCa: fileSource(ls.CAFile),
+			}},
+		},
+	}
+	if ls.CertFile != "" && ls.KeyFile != "" {
+		ctx.CommonTlsContext.TlsCertificates = []*tlsv3.TlsCertificate{{
+			CertificateChain: fileSource(ls.CertFile),
+			PrivateKey:       fileSource(ls.KeyFile),
+		}}
+	}
+	return ctx
+}
+
+func fileSource(path string) *core.DataSource {
+	return &core.DataSource{Specifier: &core.DataSource_Filename{Filename: path}}
+}
+
+// touchLinked extends a change to terminating gateways: a linked service's
+// instances changed, so the local gateways linked to it are rebuilt (their
+// clusters hold its endpoints); a gateway's instances changed, so the
+// load assignments of its linked services (which are its instances) are.
+func (s *Server) touchLinked(ch changes, linked map[string][]string) {
+	if len(linked) == 0 {
+		return
+	}
+	byGateway := map[string][]string{}
+	for svc, gws := range linked {
+		for _, gw := range gws {
+			byGateway[gw] = append(byGateway[gw], svc)
+		}
+	}
+	var extra []string
+	for svc := range ch.services {
+		for _, gw := range linked[svc] {
+			for _, inst := range s.cfg.Catalog.Service(gw) {
+				if inst.Kind == catalog.KindTerminatingGateway && s.isLocal(inst) {
+					ch.proxies[inst.ID] = struct{}{}
+				}
+			}
+		}
+		extra = append(extra, byGateway[svc]...)
+	}
+	for _, svc := range extra {
+		ch.services[svc] = struct{}{}
+	}
+}
+
+// gatewayInstances are the instances of the terminating gateways linked to
+// service in dc: a mesh upstream's endpoints for a service outside the
+// mesh (the gateway presents the service's leaf).
+func gatewayInstances(c *catalog.Catalog, gateways []string, dc, localDC string) []catalog.ServiceInstance {
+	var out []catalog.ServiceInstance
+	for _, gw := range gateways {
+		for _, inst := range c.Service(gw) {
+			if inst.Kind == catalog.KindTerminatingGateway && (inst.Datacenter == dc || (inst.Datacenter == "" && dc == localDC)) {
+				out = append(out, inst)
+			}
+		}
+	}
+	return out
+}
