@@ -31,7 +31,9 @@ func newNginx(l peerLayout) *peerProxy {
 		return []string{"-c", path, "-p", dir, "-e", filepath.Join(dir, "error.log")}
 	}
 	return &peerProxy{name: "nginx", bin: "nginx", layout: l, conf: nginxConf, run: args,
-		check: func(p *peerProxy, path, side string) []string { return append([]string{"-t", "-q"}, args(p, path, side)...) }}
+		check: func(p *peerProxy, path, side string) []string {
+			return append([]string{"-t", "-q"}, args(p, path, side)...)
+		}}
 }
 
 func newHAProxy(l peerLayout) *peerProxy {
