@@ -56,9 +56,12 @@ func (r *Runner) dataPlane(ctx context.Context) *Area {
 		return a
 	}
 	defer env.ag.Stop()
-	arms, peerErrs, stop := r.dataPlaneArms(ctx, env)
-	defer stop()
+	arms, peerErrs, stopPeers := r.dataPlaneArms(ctx, env)
 	runs := r.measureArms(ctx, env, arms)
+	stopPeers() // before the profiles below
+	if runs.rounds < dataRounds {
+		a.Intro += fmt.Sprintf(" This run used %d rounds instead of %d (-data-rounds): a smoke run, not a result.", runs.rounds, dataRounds)
+	}
 	direct, mesh := runs.arms[armDirect], runs.arms[armMeshlet]
 	a.Figures = append(a.Figures, httpFigures(direct, mesh)...)
 	a.Figures = append(a.Figures, connFigure(direct, mesh), bulkFigure(direct, mesh))
@@ -222,7 +225,7 @@ func hopFinding(figs []*Figure) string {
 func cpuFinding(figs []*Figure) string {
 	var parts []string
 	for _, f := range figs {
-		if f.Unit == "vCPU" && f.Value != nil {
+		if f.Unit == "vCPU" && f.Value != nil && strings.Contains(f.Name, "CPU per 1,000 rps") {
 			side, _, _ := strings.Cut(f.Name, " CPU")
 			parts = append(parts, fmt.Sprintf("%s %.0f µs", side, *f.Value/fixedRate*1e6))
 		}

@@ -35,7 +35,7 @@ func peerFigures(mesh, peer *armRuns, name string, why error) []*Figure {
 		{"client sidecar PSS at 1,000 rps", "MB", "fixed rate", usageSeries("client sidecar", pssOf), peerAtMost},
 		{"server sidecar PSS at 1,000 rps", "MB", "fixed rate", usageSeries("server sidecar", pssOf), peerAtMost},
 		{"TCP bulk throughput (iperf3, 1 stream)", "Gbit/s", "bulk", func(a *armRuns) []float64 { return a.gbps }, peerAtLeast},
-		{"CPU per Gbit/s, both sidecars", "vCPU", "bulk", cpuPerGbit, peerAtMost},
+		{"CPU per Gbit/s, both sidecars", "vCPU per Gbit/s", "bulk", cpuPerGbit, peerAtMost},
 		{fmt.Sprintf("new connections per second (%d concurrent)", connConns), "1/s", "new connections",
 			func(a *armRuns) []float64 { return a.conns }, peerAtLeast},
 	}
