@@ -17,7 +17,7 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 FORTIO_VERSION="${FORTIO_VERSION:-v1.63.0}"
 GO="${GO:-go}"
 cd "$ROOT"
-# shellcheck source=scripts/provision.sh
+# shellcheck source=/dev/null # (scripts/provision.sh, checked on its own)
 source "$ROOT/scripts/provision.sh" # defines apt_install, without_service_start
 
 if [[ $(id -u) -ne 0 ]]; then
