@@ -74,7 +74,7 @@ func vsPeer(name, unit string, mesh, peer []float64, t *Target) *Figure {
 	default:
 		f.Met = ptr(t.holds(*f.Value))
 	}
-	f.Note = fmt.Sprintf("per-round ratios %s.", fmtRatios(rs))
+	f.Note = fmt.Sprintf("per-round ratios %s; meshlet %s, peer %s %s.", fmtRatios(rs), fmtRange(mesh), fmtRange(peer), unit)
 	return f
 }
 
@@ -121,6 +121,11 @@ func fmtRatios(rs []float64) string {
 		parts[i] = fmt.Sprintf("%.3g", r)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// fmtRange is a series' lowest–highest value.
+func fmtRange(xs []float64) string {
+	return fmt.Sprintf("%.3g–%.3g", slices.Min(xs), slices.Max(xs))
 }
 
 // spread is max-min of a series (0 for none).

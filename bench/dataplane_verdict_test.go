@@ -108,3 +108,21 @@ func TestPeerFiguresNotMeasured(t *testing.T) {
 		}
 	}
 }
+
+func TestMeshFiguresFromArms(t *testing.T) {
+	direct, mesh := armWith([]float64{0.5, 0.6, 0.7}, 0.5, 1), armWith([]float64{1, 2, 3}, 1, 6)
+	rows := rowsByName(append(httpFigures(direct, mesh), connFigure(direct, mesh), bulkFigure(direct, mesh)))
+	if f := rows["HTTP latency p99 at 1,000 rps"]; f == nil || f.Value == nil || *f.Value != 2 || *f.Baseline != 0.6 {
+		t.Errorf("p99 row = %+v, want medians 2 and 0.6 ms", f)
+	}
+	if f := rows["TCP bulk throughput (iperf3, 1 stream)"]; f == nil || f.Ratio == nil || *f.Ratio != 0.5 {
+		t.Errorf("bulk row = %+v, want ratio 0.5", f)
+	}
+	mesh.errs["max rate"] = errors.New("fortio failed")
+	if f := rowsByName(httpFigures(direct, mesh))["HTTP max rps at 16 connections"]; f.Value != nil || !strings.Contains(f.NotMeasured, "fortio failed") {
+		t.Errorf("max rps row with a failed block = %+v", f)
+	}
+	if n := rowsByName(peerFigures(mesh, direct, "nginx", nil))["HTTP p50 at 1,000 rps vs nginx"].Note; !strings.Contains(n, "meshlet 0.5–0.5, peer 0.25–0.25 ms") {
+		t.Errorf("p50 vs peer note %q lacks the meshlet range", n)
+	}
+}
