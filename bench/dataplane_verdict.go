@@ -125,7 +125,7 @@ func fmtRatios(rs []float64) string {
 
 // fmtRange is a series' lowest–highest value.
 func fmtRange(xs []float64) string {
-	return fmt.Sprintf("%.3g–%.3g", slices.Min(xs), slices.Max(xs))
+	return fmtNum(slices.Min(xs)) + "–" + fmtNum(slices.Max(xs))
 }
 
 // spread is max-min of a series (0 for none).
