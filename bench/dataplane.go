@@ -32,6 +32,7 @@ type meshEnv struct {
 	ag                     *Agent
 	client                 string // client allocation (= namespace name)
 	srvHTTP, srvTCP        string
+	srvIperf               string
 	httpIP, tcpIP, iperfIP string
 }
 
@@ -43,9 +44,11 @@ func (r *Runner) dataPlane(ctx context.Context) *Area {
 			"the server's sidecar (mTLS, ext_authz) → the server app. **baseline** = the same client straight to the server app " +
 			"at its allocation's address, across namespaces. fortio (HTTP/1.1, keep-alive) holds a fixed 1,000 rps with 10 " +
 			"connections for the latency figures; the load generator shares the machine's cores with both sidecars. " +
-			"Each load figure (latency, CPU and memory at 1,000 rps, max rps, iperf3) is the median of 3 interleaved " +
-			"baseline/mesh pairs. Sidecars run as injected (one worker thread, like Envoy's --concurrency 1 in Nomad's default sidecar task). " +
-			"Sidecar memory is judged on PSS (see the PSS rows' notes); VmRSS and RssAnon are shown too.",
+			fmt.Sprintf("Each load figure is the median of %d rounds; in every round the four arms (direct, meshlet, HAProxy, nginx) "+
+				"run one after the other, in an order rotated by one each round, and each block (fixed rate, max rate, new connections, "+
+				"bulk) waits first for a quiet machine (1-minute load under 1.0, bounded; the waits are in the findings). ", r.roundCount()) +
+			"Sidecars run as injected (one worker thread, like Envoy's --concurrency 1 in Nomad's default sidecar task). " +
+			"Sidecar memory is judged on PSS (see the PSS rows' notes); VmRSS and RssAnon are shown too. " + peerIntro,
 	}
 	env, err := r.startMesh(ctx)
 	if err != nil {
@@ -53,10 +56,19 @@ func (r *Runner) dataPlane(ctx context.Context) *Area {
 		return a
 	}
 	defer env.ag.Stop()
-	a.Figures = append(a.Figures, r.httpFigures(ctx, env)...)
-	a.Figures = append(a.Figures, r.connFigures(ctx, env)...)
-	a.Figures = append(a.Figures, r.bulkFigures(ctx, env))
-	for _, f := range []string{hopFinding(a.Figures), cpuFinding(a.Figures)} {
+	arms, peerErrs, stopPeers := r.dataPlaneArms(ctx, env)
+	runs := r.measureArms(ctx, env, arms)
+	stopPeers() // before the profiles below
+	if runs.rounds < dataRounds {
+		a.Intro += fmt.Sprintf(" This run used %d rounds instead of %d (-data-rounds): a smoke run, not a result.", runs.rounds, dataRounds)
+	}
+	direct, mesh := runs.arms[armDirect], runs.arms[armMeshlet]
+	a.Figures = append(a.Figures, httpFigures(direct, mesh)...)
+	a.Figures = append(a.Figures, connFigure(direct, mesh), bulkFigure(direct, mesh))
+	for _, p := range peerNames {
+		a.Figures = append(a.Figures, peerFigures(mesh, runs.arms[p], p, peerErrs[p])...)
+	}
+	for _, f := range []string{hopFinding(a.Figures), cpuFinding(a.Figures), waitFinding(runs)} {
 		if f != "" {
 			a.Findings = append(a.Findings, f)
 		}
@@ -96,7 +108,6 @@ func (r *Runner) meshJob(ctx context.Context, ag *Agent) (*meshEnv, error) {
 		return nil, err
 	}
 	env := &meshEnv{ag: ag}
-	var iperf string
 	for _, al := range allocs {
 		switch al.TaskGroup {
 		case "client":
@@ -106,13 +117,13 @@ func (r *Runner) meshJob(ctx context.Context, ag *Agent) (*meshEnv, error) {
 		case "srv-tcp":
 			env.srvTCP = al.ID
 		case "srv-iperf":
-			iperf = al.ID
+			env.srvIperf = al.ID
 		}
 	}
 	for _, p := range []struct {
 		id string
 		ip *string
-	}{{env.srvHTTP, &env.httpIP}, {env.srvTCP, &env.tcpIP}, {iperf, &env.iperfIP}} {
+	}{{env.srvHTTP, &env.httpIP}, {env.srvTCP, &env.tcpIP}, {env.srvIperf, &env.iperfIP}} {
 		if *p.ip, err = AllocIP(ctx, p.id); err != nil {
 			return nil, err
 		}
@@ -174,7 +185,7 @@ func watch(procs map[string]int, fn func() error) (map[string]sidecarUsage, erro
 }
 
 func dataPlaneNotMeasured(why string) []*Figure {
-	return []*Figure{
+	figs := []*Figure{
 		NotMeasured("HTTP latency p50 at 1,000 rps", "ms", why, &Target{Of: OfAdded, Op: "<=", Limit: 0.2}),
 		NotMeasured("HTTP latency p99 at 1,000 rps", "ms", why, &Target{Of: OfAdded, Op: "<=", Limit: 1}),
 		NotMeasured(fmt.Sprintf("HTTP max rps at %d connections", maxConns), "1/s", why, &Target{Of: OfRatio, Op: ">=", Limit: 0.6}),
@@ -183,6 +194,10 @@ func dataPlaneNotMeasured(why string) []*Figure {
 		NotMeasured("sidecar CPU per 1,000 rps", "vCPU", why, &Target{Op: "<=", Limit: 0.1}),
 		NotMeasured("sidecar memory (PSS) at 1,000 rps", "MB", why, &Target{Op: "<=", Limit: 30}),
 	}
+	for _, p := range peerNames {
+		figs = append(figs, peerFigures(nil, nil, p, errors.New(why))...)
+	}
+	return figs
 }
 
 // hopFinding estimates what the extra socket crossings alone cost at the
@@ -210,7 +225,7 @@ func hopFinding(figs []*Figure) string {
 func cpuFinding(figs []*Figure) string {
 	var parts []string
 	for _, f := range figs {
-		if f.Unit == "vCPU" && f.Value != nil {
+		if f.Unit == "vCPU" && f.Value != nil && strings.Contains(f.Name, "CPU per 1,000 rps") {
 			side, _, _ := strings.Cut(f.Name, " CPU")
 			parts = append(parts, fmt.Sprintf("%s %.0f µs", side, *f.Value/fixedRate*1e6))
 		}

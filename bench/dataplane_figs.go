@@ -1,19 +1,16 @@
 package bench
 
 import (
-	"context"
 	"fmt"
 	"path/filepath"
 )
 
-// httpFigures measures latency at a fixed rate (with the sidecars' and the
-// app's CPU and memory during the mesh run) and the maximum rate, each the
-// median of dataRounds interleaved direct/mesh pairs.
-func (r *Runner) httpFigures(ctx context.Context, env *meshEnv) []*Figure {
-	fo := Fortio{Bin: r.opts.Fortio, Netns: env.client, Dir: r.scratch}
-	direct := fmt.Sprintf("http://%s:%d/", env.httpIP, appHTTP)
-	mesh := fmt.Sprintf("http://127.0.0.1:%d/", upHTTP)
-	base, got, usage, errB, errM, errU := r.fixedRateRounds(ctx, fo, env, direct, mesh)
+// httpFigures are the latency at the fixed rate (with the sidecars' and
+// the app's CPU and memory during the mesh runs) and the maximum rate,
+// mesh against direct, each the median of the interleaved rounds.
+func httpFigures(direct, mesh *armRuns) []*Figure {
+	errB, errM := direct.err("fixed rate"), mesh.err("fixed rate")
+	base, got := medianFortio(direct.fixed), medianFortio(mesh.fixed)
 	lat := []struct {
 		name   string
 		v, b   float64
@@ -26,8 +23,8 @@ func (r *Runner) httpFigures(ctx context.Context, env *meshEnv) []*Figure {
 	}
 	var figs []*Figure
 	for _, l := range lat {
-		if errM != nil || errB != nil {
-			figs = append(figs, NotMeasured(l.name, "ms", reason(firstErr(errM, errB), ""), l.target))
+		if errM != nil || errB != nil || len(mesh.fixed) == 0 || len(direct.fixed) == 0 {
+			figs = append(figs, NotMeasured(l.name, "ms", reason(firstErr(errM, errB), "no round completed"), l.target))
 			continue
 		}
 		f := Measured(l.name, "ms", l.v*1000, ptr(l.b*1000), l.target)
@@ -37,69 +34,33 @@ func (r *Runner) httpFigures(ctx context.Context, env *meshEnv) []*Figure {
 		}
 		figs = append(figs, f)
 	}
-	if errM == nil && got.ActualQPS < 0.95*fixedRate {
+	if errM == nil && len(mesh.fixed) > 0 && got.ActualQPS < 0.95*fixedRate {
 		figs[0].Note += fmt.Sprintf(" The mesh runs held only %.0f rps.", got.ActualQPS)
 	}
+	usage, errU := watchedUsage(mesh)
 	figs = append(figs, sidecarFigures(usage, errU, errM)...)
-	return append(figs, r.maxRateFigure(ctx, fo, direct, mesh))
+	return append(figs, pairFigure(fmt.Sprintf("HTTP max rps at %d connections", maxConns), "1/s",
+		direct.maxRPS, mesh.maxRPS, firstErr(mesh.err("max rate"), direct.err("max rate")), &Target{Of: OfRatio, Op: ">=", Limit: 0.6}))
 }
 
-// fixedRateRounds runs the fixed-rate load straight to the app and through
-// the mesh, dataRounds times in turn, watching the mesh processes during
-// each mesh run, and returns the medians.
-func (r *Runner) fixedRateRounds(ctx context.Context, fo Fortio, env *meshEnv, direct, mesh string) (
-	base, got FortioResult, usage map[string]sidecarUsage, errB, errM, errU error) {
-	var bs, gs []FortioResult
-	var us []map[string]sidecarUsage
-	for i := 0; i < dataRounds && errB == nil && errM == nil; i++ {
-		fixed := LoadSpec{QPS: fixedRate, Conns: fixedConns, Duration: fixedDuration, KeepAlive: true, URL: direct}
-		b, err := fo.Run(ctx, fixed)
-		if errB = err; err != nil {
-			break
-		}
-		fixed.URL = mesh
-		var g FortioResult
-		u, err := watch(r.meshProcs(env), func() error { g, errM = fo.Run(ctx, fixed); return errM })
-		if err != nil && errM == nil {
-			// No process to watch: measure latency anyway.
-			errU = err
-			g, errM = fo.Run(ctx, fixed)
-		}
-		bs, gs = append(bs, b), append(gs, g)
-		if u != nil {
-			us = append(us, u)
-		}
+// pairFigure is the median of the mesh's rounds against the direct
+// path's, with the spread of the per-round ratios.
+func pairFigure(name, unit string, base, mesh []float64, err error, t *Target) *Figure {
+	if err == nil && (len(mesh) == 0 || len(base) == 0) {
+		err = fmt.Errorf("no round completed")
 	}
-	if errU == nil && len(us) < len(gs) {
-		errU = ErrNoProcess
+	if err != nil {
+		return NotMeasured(name, unit, err.Error(), t)
 	}
-	return medianFortio(bs), medianFortio(gs), medianUsage(us), errB, errM, errU
-}
-
-// maxRateFigure is the highest rate fortio reaches at maxConns keep-alive
-// connections, through the mesh against straight to the app.
-func (r *Runner) maxRateFigure(ctx context.Context, fo Fortio, direct, mesh string) *Figure {
-	name := fmt.Sprintf("HTTP max rps at %d connections", maxConns)
-	t := &Target{Of: OfRatio, Op: ">=", Limit: 0.6}
-	var bs, gs []float64
-	for i := 0; i < dataRounds; i++ {
-		mx := LoadSpec{QPS: 0, Conns: maxConns, Duration: maxDuration, KeepAlive: true, URL: direct}
-		b, errB := fo.Run(ctx, mx)
-		mx.URL = mesh
-		g, errM := fo.Run(ctx, mx)
-		if err := firstErr(errM, errB); err != nil {
-			return NotMeasured(name, "1/s", err.Error(), t)
-		}
-		bs, gs = append(bs, b.ActualQPS), append(gs, g.ActualQPS)
-	}
-	f := Measured(name, "1/s", median(gs), ptr(median(bs)), t)
-	f.Note = ratioRange(gs, bs)
+	f := Measured(name, unit, median(mesh), ptr(median(base)), t)
+	f.Note = ratioRange(mesh, base)
 	return f
 }
 
-// meshProcs finds the sidecars of the client and the HTTP server and the
-// HTTP server app.
-func (r *Runner) meshProcs(env *meshEnv) map[string]int {
+// meshProcs finds the processes to watch through the mesh: for HTTP the
+// client's and the HTTP server's sidecars and the HTTP server app, for
+// bulk the client's and the iperf3 server's sidecars.
+func (r *Runner) meshProcs(env *meshEnv, kind string) map[string]int {
 	procs := map[string]int{}
 	find := func(name, alloc string, match []string) {
 		pids, err := FindProcInNetns(filepath.Join(NetnsDir, alloc), match, []string{"executor"})
@@ -110,6 +71,10 @@ func (r *Runner) meshProcs(env *meshEnv) map[string]int {
 		}
 	}
 	find("client sidecar", env.client, []string{"connect"})
+	if kind == loadBulk {
+		find("server sidecar", env.srvIperf, []string{"connect"})
+		return procs
+	}
 	find("server sidecar", env.srvHTTP, []string{"connect"})
 	find("server app", env.srvHTTP, []string{"demo-app", "counting"})
 	return procs
@@ -157,40 +122,18 @@ func sidecarFigures(usage map[string]sidecarUsage, errU, errM error) []*Figure {
 	return figs
 }
 
-// connFigures measures new connections per second: one request per
-// connection through the TCP (L4) service, so each costs the sidecars a
-// TLS handshake and an authorization.
-func (r *Runner) connFigures(ctx context.Context, env *meshEnv) []*Figure {
-	fo := Fortio{Bin: r.opts.Fortio, Netns: env.client, Dir: r.scratch}
-	spec := LoadSpec{QPS: 0, Conns: connConns, Duration: maxDuration, KeepAlive: false}
-	spec.URL = fmt.Sprintf("http://%s:%d/", env.tcpIP, appTCP)
-	base, errB := fo.Run(ctx, spec)
-	spec.URL = fmt.Sprintf("http://127.0.0.1:%d/", upTCP)
-	got, errM := fo.Run(ctx, spec)
+// connFigure is new connections per second: one request per connection
+// through the TCP (L4) service, so each costs the sidecars a TLS
+// handshake and an authorization.
+func connFigure(direct, mesh *armRuns) *Figure {
 	name := fmt.Sprintf("new connections per second (%d concurrent, TLS handshake + authz each)", connConns)
-	if err := firstErr(errM, errB); err != nil {
-		return []*Figure{NotMeasured(name, "1/s", err.Error(), nil)}
-	}
-	return []*Figure{Measured(name, "1/s", got.ActualQPS, ptr(base.ActualQPS), nil)}
+	return pairFigure(name, "1/s", direct.conns, mesh.conns, firstErr(mesh.err("new connections"), direct.err("new connections")), nil)
 }
 
-// bulkFigures measures bulk TCP throughput with iperf3, the median of
-// dataRounds interleaved direct/mesh pairs.
-func (r *Runner) bulkFigures(ctx context.Context, env *meshEnv) *Figure {
-	t := &Target{Of: OfRatio, Op: ">=", Limit: 0.5}
-	name := "TCP bulk throughput (iperf3, 1 stream)"
-	var bs, gs []float64
-	for i := 0; i < dataRounds; i++ {
-		base, errB := Iperf(ctx, r.opts.Iperf3, env.client, env.iperfIP, appIperf, bulkDuration)
-		got, errM := Iperf(ctx, r.opts.Iperf3, env.client, "127.0.0.1", upIperf, bulkDuration)
-		if err := firstErr(errM, errB); err != nil {
-			return NotMeasured(name, "Gbit/s", err.Error(), t)
-		}
-		bs, gs = append(bs, base/1e9), append(gs, got/1e9)
-	}
-	f := Measured(name, "Gbit/s", median(gs), ptr(median(bs)), t)
-	f.Note = ratioRange(gs, bs)
-	return f
+// bulkFigure is bulk TCP throughput with iperf3.
+func bulkFigure(direct, mesh *armRuns) *Figure {
+	return pairFigure("TCP bulk throughput (iperf3, 1 stream)", "Gbit/s", direct.gbps, mesh.gbps,
+		firstErr(mesh.err("bulk"), direct.err("bulk")), &Target{Of: OfRatio, Op: ">=", Limit: 0.5})
 }
 
 func firstErr(errs ...error) error {

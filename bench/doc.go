@@ -16,8 +16,14 @@
 //   - data plane: the real agent running bench/input/mesh.hcl, with fortio
 //     and iperf3 run inside the client allocation's namespace against its
 //     upstream listeners (mesh) and the servers' namespace addresses
-//     (direct); sidecar CPU and memory (PSS, VmRSS, RssAnon) come from
-//     /proc;
+//     (direct), and through two peer proxy pairs, HAProxy and nginx
+//     (Debian's packages, configured from a bench CA by bench/peers_conf.go
+//     and run in the same two namespaces as the sidecars). The four arms
+//     share one measurement (dpArm, bench/dataplane_measure.go): every
+//     block runs each arm in every round, the order rotated each round,
+//     after a bounded wait for a quiet machine; the "… vs <peer>" rows
+//     judge per-round median meshlet/peer ratios (dataplane_verdict.go).
+//     Sidecar CPU and memory (PSS, VmRSS, RssAnon) come from /proc;
 //   - L7 routing: the sidecar's per-request CPU with a 5-route router and
 //     a 2-way split against plain HTTP forwarding (sidecar.BenchmarkRouted
 //     and BenchmarkPlain, interleaved rounds of the same run, target ratio

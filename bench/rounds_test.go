@@ -59,3 +59,43 @@ func TestRatioRange(t *testing.T) {
 		t.Errorf("ratioRange with a zero baseline = %q", got)
 	}
 }
+
+func TestRotation(t *testing.T) {
+	first := map[int]bool{}
+	for round := 0; round < 4; round++ {
+		order := rotation(4, round)
+		if len(order) != 4 {
+			t.Fatalf("round %d: %v", round, order)
+		}
+		seen := map[int]bool{}
+		for _, k := range order {
+			seen[k] = true
+		}
+		if len(seen) != 4 {
+			t.Errorf("round %d runs an arm twice: %v", round, order)
+		}
+		first[order[0]] = true
+	}
+	if len(first) != 4 {
+		t.Errorf("not every arm goes first in 4 rounds: %v", first)
+	}
+	if got := rotation(4, 1); got[0] != 1 || got[3] != 0 {
+		t.Errorf("rotation(4, 1) = %v, want [1 2 3 0]", got)
+	}
+}
+
+func TestParseLoadAvg(t *testing.T) {
+	if v, err := parseLoadAvg("0.42 0.50 0.61 1/123 4567\n"); err != nil || v != 0.42 {
+		t.Errorf("parseLoadAvg = %v, %v", v, err)
+	}
+	if _, err := parseLoadAvg(""); err == nil {
+		t.Error("parseLoadAvg of nothing: no error")
+	}
+}
+
+func TestWaitFinding(t *testing.T) {
+	got := waitFinding(&dpRuns{waits: []string{"fixed rate: waited 3s, load 1.20 → 0.90 (quiet)", "bulk: waited 0s"}})
+	if !strings.Contains(got, "fixed rate: waited 3s") || !strings.Contains(got, "; bulk: waited 0s") {
+		t.Errorf("waitFinding = %q", got)
+	}
+}

@@ -30,6 +30,11 @@ type Options struct {
 	Logger hclog.Logger
 	// Keep leaves the scratch directory (agent logs, profiles) in place.
 	Keep bool
+	// DataRounds is how many interleaved rounds each data-plane block
+	// runs (0: dataRounds). QuietWait bounds the wait for a quiet machine
+	// before each block (0: defaultQuietWait).
+	DataRounds int
+	QuietWait  time.Duration
 }
 
 // area is one measured area: its -areas key, the Name its run gives the

@@ -5,7 +5,11 @@
 # lifecycle areas run the real agent (namespaces, CNI, iptables).
 #
 # It installs the load generators first: iperf3 from Debian, fortio from
-# the Go module proxy into bin/fortio. Extra arguments go to benchrun, e.g.
+# the Go module proxy into bin/fortio; and the data plane's peer proxies,
+# Debian's nginx, libnginx-mod-stream and haproxy, with provision.sh's
+# apt_install under without_service_start (their system services are not
+# started: the bench runs its own instances in its namespaces). Extra
+# arguments go to benchrun, e.g.
 #   scripts/bench.sh -areas controlplane
 set -euo pipefail
 
@@ -13,6 +17,8 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 FORTIO_VERSION="${FORTIO_VERSION:-v1.63.0}"
 GO="${GO:-go}"
 cd "$ROOT"
+# shellcheck source=/dev/null # (scripts/provision.sh, checked on its own)
+source "$ROOT/scripts/provision.sh" # defines apt_install, without_service_start
 
 if [[ $(id -u) -ne 0 ]]; then
 	echo "bench: run as root (the benchmarks create network namespaces and run the agent): sudo make bench" >&2
@@ -35,15 +41,14 @@ for a in "$@"; do
 	prev="$a"
 done
 if [[ $AREAS == all || ,$AREAS, == *,dataplane,* || ,$AREAS, == *,clustermesh,* ]]; then
-	if ! command -v iperf3 >/dev/null 2>&1; then
-		echo "bench: installing iperf3 (Debian package)"
-		apt-get update -qq
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iperf3 >/dev/null
-	fi
+	without_service_start apt_install iperf3
 	if [[ ! -x bin/fortio ]]; then
 		echo "bench: installing fortio $FORTIO_VERSION into bin/"
 		GOBIN="$ROOT/bin" "$GO" install "fortio.org/fortio@$FORTIO_VERSION"
 	fi
+fi
+if [[ $AREAS == all || ,$AREAS, == *,dataplane,* ]]; then
+	without_service_start apt_install nginx libnginx-mod-stream haproxy
 fi
 FORTIO=()
 if [[ -x bin/fortio ]]; then
