@@ -24,8 +24,8 @@ func (d *decoder) decodeGateway(b *hclsyntax.Block, p path) *structs.ConsulGatew
 			g.Kind = kind
 		}
 	}
-	if v, ok := g.Config[structs.GatewayKindMesh]; ok {
-		g.Mesh = orEmpty(firstMap(v))
+	if _, ok := g.Config[structs.GatewayKindMesh]; ok {
+		g.Mesh = &structs.ConsulMeshConfigEntry{}
 	}
 	_, ingress := g.Config[structs.GatewayKindIngress]
 	_, terminating := g.Config[structs.GatewayKindTerminating]
@@ -235,11 +235,4 @@ func firstMap(v any) map[string]any {
 		return ms[0]
 	}
 	return nil
-}
-
-func orEmpty(m map[string]any) map[string]any {
-	if m == nil {
-		return map[string]any{}
-	}
-	return m
 }

@@ -195,3 +195,35 @@ func TestGatewayThroughNomadAPI(t *testing.T) {
 		t.Errorf("terminating gateway after the round trip = %+v", tg)
 	}
 }
+
+// An empty mesh {} block survives the Nomad API's JSON too (a pointer to an
+// empty struct, as in Nomad's api, where an empty map would be dropped).
+func TestMeshGatewayThroughNomadAPI(t *testing.T) {
+	src := "job \"j\" {\n  group \"g\" {\n    service {\n      name = \"m\"\n      connect {\n        gateway {\n          mesh {}\n        }\n      }\n    }\n" +
+		"    task \"t\" {\n      driver = \"exec\"\n      config { command = \"x\" }\n    }\n  }\n}\n"
+	job, diags := Parse("t.hcl", []byte(src), nil)
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	if g := job.TaskGroups[0].Services[0].Connect.Gateway; g.Mesh == nil {
+		t.Fatalf("parsed mesh gateway = %+v", g)
+	}
+	raw, err := json.Marshal(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nj nomadapi.Job
+	if err := json.Unmarshal(raw, &nj); err != nil {
+		t.Fatal(err)
+	}
+	if raw, err = json.Marshal(&nj); err != nil {
+		t.Fatal(err)
+	}
+	var back structs.Job
+	if err := json.Unmarshal(raw, &back); err != nil {
+		t.Fatal(err)
+	}
+	if g := back.TaskGroups[0].Services[0].Connect.Gateway; g == nil || g.Mesh == nil || len(g.Kinds()) != 1 || g.Kinds()[0] != structs.GatewayKindMesh {
+		t.Fatalf("mesh gateway after the round trip = %+v", g)
+	}
+}

@@ -83,15 +83,20 @@ func (c *ConsulConnect) HasSidecar() bool { return c != nil && c.SidecarService 
 //
 // Proxy, Ingress, Terminating and Mesh carry Nomad's /v1 JSON names, so a
 // job submitted through the Nomad API (which has no Kind or Config) keeps
-// its gateway; mesh stays free-form.
+// its gateway.
 type ConsulGateway struct {
 	Kind        string                        `json:"Kind,omitempty"`
 	Config      map[string]any                `json:"Config,omitempty"`
 	Proxy       *ConsulGatewayProxy           `json:"Proxy,omitempty"`
 	Ingress     *ConsulIngressConfigEntry     `json:"Ingress,omitempty"`
 	Terminating *ConsulTerminatingConfigEntry `json:"Terminating,omitempty"`
-	Mesh        map[string]any                `json:"Mesh,omitempty"`
+	Mesh        *ConsulMeshConfigEntry        `json:"Mesh,omitempty"`
 }
+
+// ConsulMeshConfigEntry is a mesh gateway's block, which has no settings
+// (Nomad's api.ConsulMeshConfigEntry). A pointer, so that an empty
+// `mesh {}` survives JSON.
+type ConsulMeshConfigEntry struct{}
 
 // Kinds lists the gateway kinds the block sets (one, once valid).
 func (g *ConsulGateway) Kinds() []string {
