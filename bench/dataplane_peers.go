@@ -28,7 +28,9 @@ const peerIntro = "**Peers**: HAProxy and nginx (Debian's packages) run as the s
 	"P-256 leaves from a bench CA, client certificates verified both ways, no session resumption, HTTP keep-alive on both legs. " +
 	"The rows \"… vs HAProxy\" and \"… vs nginx\" compare meshlet (value) with the peer (baseline); their ratio is the median of the " +
 	"per-round meshlet/peer ratios, and the target holds against the better peer when it holds in both rows. " +
-	"The peers do no authorization: meshlet's new connections include its ext_authz check."
+	"The peers do no authorization: meshlet's new connections include its ext_authz check. The ends differ for two blocks: " +
+	"the peers' bulk stream ends at an iperf3 server in the HTTP server allocation's namespace and their new connections at its " +
+	"HTTP app, meshlet's at the iperf3 and TCP server allocations (the same kind of server either way)."
 
 // dataPlaneArms returns the arms to measure (direct, meshlet, and each
 // peer that started), the reason each peer that did not start is missing,
