@@ -11,7 +11,7 @@ TEST_TIMEOUT ?= 15m
 # run the agent binary, which the race detector cannot see into).
 RACE_PKGS ?= ./acl/... ./aclstate/... ./sidecar/... ./xds/... ./ca/... ./cni/... ./client/... ./driver/... ./intention/... \
 	./catalog/... ./authz/... ./server/... ./state/... ./scheduler/... ./controlplane/... ./consulapi/... \
-	./api/... ./agent/... ./internal/... ./rpc/... ./configentry/... ./meshstate/...
+	./api/... ./agent/... ./internal/... ./rpc/... ./configentry/... ./meshstate/... ./sitoken/...
 
 .PHONY: all build cni deps test-deps test test-race test-unit check-provision lint demo demo-stop bench clean help
 

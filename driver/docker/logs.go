@@ -45,6 +45,10 @@ type logCopier struct {
 	saved cursor
 	// savedAt is when saved was written.
 	savedAt time.Time
+	// saveErr is the last failure to save the cursor (a full disk): the
+	// cursor only spares duplicates after a re-attach, so the copy goes
+	// on and the error is logged when it ends.
+	saveErr error
 	stdout  io.WriteCloser
 	stderr  io.WriteCloser
 }
@@ -104,7 +108,10 @@ func (lc *logCopier) open() error {
 
 func (lc *logCopier) close(logger hclog.Logger) {
 	if err := lc.saveCursor(true); err != nil {
-		logger.Warn("failed to save log cursor", "error", err)
+		lc.saveErr = err
+	}
+	if lc.saveErr != nil {
+		logger.Warn("failed to save log cursor; after an agent restart some log lines may repeat", "error", lc.saveErr)
 	}
 	lc.stdout.Close()
 	lc.stderr.Close()
@@ -165,7 +172,7 @@ func (lc *logCopier) demux(r io.Reader) error {
 			return fmt.Errorf("failed to write task log: %w", err)
 		}
 		if err := lc.saveCursor(false); err != nil {
-			return err
+			lc.saveErr = err
 		}
 	}
 }
@@ -177,6 +184,7 @@ func (lc *logCopier) saveCursor(final bool) error {
 		return nil
 	}
 	if err := writeCursor(lc.h.st.CursorFile, lc.pos); err != nil {
+		lc.savedAt = time.Now() // try again in cursorEvery, not per line
 		return err
 	}
 	lc.saved = lc.pos
