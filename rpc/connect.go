@@ -290,12 +290,23 @@ func csrNamesOther(csrPEM, service string) error {
 }
 
 // nodeRunsService reports whether one of the node's allocations that may
-// still run declares service (a group or a task service).
+// still run declares service (a group or a task service), or runs a
+// terminating gateway that links it (in its job's block or in the
+// gateway's terminating-gateway config entry).
 func (s *Server) nodeRunsService(ctx context.Context, nodeID, service string) (bool, error) {
 	allocs, _, err := s.cfg.Backend.NodeAllocs(ctx, nodeID, 0)
 	if err != nil {
 		return false, err
 	}
+	if runs := allocsDeclare(allocs, service); runs {
+		return true, nil
+	}
+	return s.entryLinks(ctx, terminatingGateways(allocs), service)
+}
+
+// allocsDeclare reports whether one of allocs that may still run declares
+// service, or links it in a terminating gateway block.
+func allocsDeclare(allocs []*structs.Allocation, service string) bool {
 	for _, a := range allocs {
 		if a == nil || a.Job == nil || stopping(a) {
 			continue
@@ -305,15 +316,15 @@ func (s *Server) nodeRunsService(ctx context.Context, nodeID, service string) (b
 			continue
 		}
 		if declares(tg.Services, service) || linksService(tg.Services, service) {
-			return true, nil
+			return true
 		}
 		for _, t := range tg.Tasks {
 			if t != nil && declares(t.Services, service) {
-				return true, nil
+				return true
 			}
 		}
 	}
-	return false, nil
+	return false
 }
 
 // stopping reports whether an allocation is terminal or told to stop: its
