@@ -298,23 +298,31 @@ func (s *Server) nodeRunsService(ctx context.Context, nodeID, service string) (b
 	if err != nil {
 		return false, err
 	}
-	if runs := allocsDeclare(allocs, service); runs {
+	groups := liveGroups(allocs)
+	if groupsDeclare(groups, service) {
 		return true, nil
 	}
-	return s.entryLinks(ctx, terminatingGateways(allocs), service)
+	return s.entryLinks(ctx, terminatingGateways(groups), service)
 }
 
-// allocsDeclare reports whether one of allocs that may still run declares
-// service, or links it in a terminating gateway block.
-func allocsDeclare(allocs []*structs.Allocation, service string) bool {
+// liveGroups are the task groups of allocs that may still run.
+func liveGroups(allocs []*structs.Allocation) []*structs.TaskGroup {
+	var out []*structs.TaskGroup
 	for _, a := range allocs {
 		if a == nil || a.Job == nil || stopping(a) {
 			continue
 		}
-		tg := a.Job.LookupTaskGroup(a.TaskGroup)
-		if tg == nil {
-			continue
+		if tg := a.Job.LookupTaskGroup(a.TaskGroup); tg != nil {
+			out = append(out, tg)
 		}
+	}
+	return out
+}
+
+// groupsDeclare reports whether one of groups declares service, or links
+// it in a terminating gateway block.
+func groupsDeclare(groups []*structs.TaskGroup, service string) bool {
+	for _, tg := range groups {
 		if declares(tg.Services, service) || linksService(tg.Services, service) {
 			return true
 		}

@@ -15,18 +15,10 @@ type ConfigEntriesReader interface {
 	ConfigEntries(ctx context.Context) (*configentry.Set, uint64, error)
 }
 
-// terminatingGateways names the terminating gateway services of allocs
-// that may still run.
-func terminatingGateways(allocs []*structs.Allocation) []string {
+// terminatingGateways names the terminating gateway services of groups.
+func terminatingGateways(groups []*structs.TaskGroup) []string {
 	var out []string
-	for _, a := range allocs {
-		if a == nil || a.Job == nil || stopping(a) {
-			continue
-		}
-		tg := a.Job.LookupTaskGroup(a.TaskGroup)
-		if tg == nil {
-			continue
-		}
+	for _, tg := range groups {
 		for _, svc := range tg.Services {
 			if svc != nil && svc.Connect.IsTerminating() {
 				out = append(out, svc.Name)
