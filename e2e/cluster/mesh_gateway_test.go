@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -12,12 +13,17 @@ import (
 )
 
 // meshGatewayJobs: in dc1, a mesh gateway (port "mesh"), web (upstream to
-// api in dc2 through the local gateway, 9191) and web-remote (through
-// dc2's gateway, 9192); in dc2, a mesh gateway (its port left to Nomad's
+// api in dc2 through the local gateway, 9191), web-remote (through dc2's
+// gateway, 9192) and web-entry (no mode: the config entries', 9193); in
+// dc2, a mesh gateway (its port left to Nomad's
 // default) and api (a TCP echo). Every web task is an echo too, only
 // there to exec the client from.
 func meshGatewayJobs() (dc1, dc2 string) {
 	web := func(name, mode string, port int) string {
+		gw := ""
+		if mode != "" {
+			gw = fmt.Sprintf("\n              mesh_gateway {\n                mode = %q\n              }", mode)
+		}
 		return fmt.Sprintf(`
   group %[1]q {
     network {
@@ -32,10 +38,7 @@ func meshGatewayJobs() (dc1, dc2 string) {
             upstreams {
               destination_name = "api"
               datacenter       = "dc2"
-              local_bind_port  = %[3]d
-              mesh_gateway {
-                mode = %[2]q
-              }
+              local_bind_port  = %[3]d%[2]s
             }
           }
         }
@@ -49,7 +52,7 @@ func meshGatewayJobs() (dc1, dc2 string) {
       }
     }
   }
-`, name, mode, port)
+`, name, gw, port)
 	}
 	dc1 = `job "mgw-dc1" {
   datacenters = ["dc1"]
@@ -69,7 +72,7 @@ func meshGatewayJobs() (dc1, dc2 string) {
       }
     }
   }
-` + web("web", "local", 9191) + web("web-remote", "remote", 9192) + "}\n"
+` + web("web", "local", 9191) + web("web-remote", "remote", 9192) + web("web-entry", "", 9193) + "}\n"
 	dc2 = `job "mgw-dc2" {
   datacenters = ["dc2"]
 
@@ -138,10 +141,10 @@ const gatewayTask = "connect-mesh-mesh-gateway"
 
 // meshGatewayEnv is the two datacenters' allocations by group.
 type meshGatewayEnv struct {
-	c              *cluster
-	s1, c1, c2     *agent
-	gw1, gw2       string // gateway allocations
-	web, webRemote string
+	c                        *cluster
+	s1, c1, c2               *agent
+	gw1, gw2                 string // gateway allocations
+	web, webRemote, webEntry string
 }
 
 func (e *meshGatewayEnv) call(allocID, task string, port int, msg string) (bool, string) {
@@ -161,7 +164,7 @@ func startMeshGatewayEnv(t *testing.T) *meshGatewayEnv {
 	e := &meshGatewayEnv{c: c, s1: s1, c1: c1, c2: c2}
 	names := c.nodeNames(s1)
 	for job, node := range map[string]string{"mgw-dc1": "c1", "mgw-dc2": "c2"} {
-		want := map[string]int{"mgw-dc1": 3, "mgw-dc2": 2}[job]
+		want := map[string]int{"mgw-dc1": 4, "mgw-dc2": 2}[job]
 		allocs, _ := c.WaitRunning(s1, job, want, 120*time.Second)
 		for _, al := range allocs {
 			if names[al.NodeID] != node {
@@ -176,6 +179,8 @@ func startMeshGatewayEnv(t *testing.T) *meshGatewayEnv {
 				e.web = al.ID
 			case "mgw-dc1/web-remote":
 				e.webRemote = al.ID
+			case "mgw-dc1/web-entry":
+				e.webEntry = al.ID
 			}
 		}
 	}
@@ -249,6 +254,7 @@ func TestMeshGatewaysAcrossDatacenters(t *testing.T) {
 		t.Errorf("mode remote: dc1 gateway %s %d -> %d (want unchanged), dc2 gateway %s %d -> %d (want +1)", remoteDC2, before1, a1, localAPI, before2, a2)
 	}
 
+	checkEntryModes(t, e)
 	checkCrossDCIdentities(t, e)
 
 	// A deny intention stops the call at api's sidecar, whose agent (in
@@ -299,4 +305,36 @@ func checkCrossDCIdentities(t *testing.T, e *meshGatewayEnv) {
 			t.Errorf("%s's leaf of %s: URI %q (want …%s), %v", host.Name, svc, leaf.ServiceURI, want, err)
 		}
 	}
+}
+
+// checkEntryModes: web-entry's upstream names no mode, so proxy-defaults'
+// MeshGateway decides (local: both gateways), until web-entry's
+// service-defaults says remote (it wins over proxy-defaults).
+func checkEntryModes(t *testing.T, e *meshGatewayEnv) {
+	t.Helper()
+	const remoteDC2, localAPI = "tcp.mesh_gateway_remote.dc2.downstream_cx_total", "tcp.mesh_gateway_local.api.downstream_cx_total"
+	write := func(name, body string) {
+		path := filepath.Join(e.c.certDir, name+".hcl")
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := e.c.CLIOnHost(e.s1, "config", "write", path); err != nil {
+			t.Fatalf("config write %s: %v\n%s", name, err, out)
+		}
+	}
+	// Through both gateways or dc2's alone: counted at dc1's (want1) and dc2's.
+	through := func(what string, want1 int) {
+		t.Helper()
+		var b1, b2, a1, a2 int
+		poll(t, 30*time.Second, what, func() (bool, string) {
+			b1, b2 = e.proxyCounter(t, e.gw1, remoteDC2), e.proxyCounter(t, e.gw2, localAPI)
+			ok, out := e.call(e.webEntry, "web", 9193, "entry")
+			a1, a2 = e.proxyCounter(t, e.gw1, remoteDC2), e.proxyCounter(t, e.gw2, localAPI)
+			return ok && a1 == b1+want1 && a2 == b2+1, fmt.Sprintf("%s; dc1 gateway %d -> %d, dc2 gateway %d -> %d", out, b1, a1, b2, a2)
+		})
+	}
+	write("proxy-defaults", "Kind = \"proxy-defaults\"\nName = \"global\"\nMeshGateway {\n  Mode = \"local\"\n}\n")
+	through("web-entry through both gateways (proxy-defaults: local)", 1)
+	write("web-entry-defaults", "Kind = \"service-defaults\"\nName = \"web-entry\"\nMeshGateway {\n  Mode = \"remote\"\n}\n")
+	through("web-entry through dc2's gateway alone (service-defaults: remote)", 0)
 }
