@@ -224,6 +224,9 @@ func catalogGateways(t *testing.T, host *agent) {
 func TestMeshGatewaysAcrossDatacenters(t *testing.T) {
 	e := startMeshGatewayEnv(t)
 	catalogGateways(t, e.c1)
+	if out, err := e.c.CLI(e.s1, "alloc", "status", e.gw1); err != nil || !strings.Contains(out, "Mesh Gateway: mesh-gateway") {
+		t.Errorf("alloc status of dc1's gateway: %v\n%s", err, out)
+	}
 	const (
 		remoteDC2 = "tcp.mesh_gateway_remote.dc2.downstream_cx_total"
 		localAPI  = "tcp.mesh_gateway_local.api.downstream_cx_total"
