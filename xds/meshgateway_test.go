@@ -1,10 +1,12 @@
 package xds
 
 import (
+	"errors"
 	"net"
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -277,5 +279,22 @@ func TestMeshGatewayEndpoints(t *testing.T) {
 		if !spec.uses("anything") {
 			t.Errorf("%s: a gateway spec must be recomputed on any service change", tc.mode)
 		}
+	}
+}
+
+// Two upstreams of one sidecar to the same target share its cluster, so
+// they must agree on the mode: otherwise the proxy is refused, naming it.
+func TestUpstreamMeshGatewayModesDisagree(t *testing.T) {
+	ups := []catalog.Upstream{
+		{DestinationName: "api", Datacenter: "dc2", LocalBindPort: 9191, MeshGatewayMode: "local"},
+		{DestinationName: "api", Datacenter: "dc2", LocalBindPort: 9192},
+	}
+	_, err := builder{dc: "dc1", trustDomain: testTD}.proxy(testProxy("web-1", "web", 21000, nil, ups...))
+	if !errors.Is(err, ErrInvalidProxyConfig) || !strings.Contains(err.Error(), ClusterName("api", "dc2", testTD)) {
+		t.Fatalf("error = %v, want ErrInvalidProxyConfig naming api's dc2 cluster", err)
+	}
+	ups[1].MeshGatewayMode = "local"
+	if _, err := (builder{dc: "dc1", trustDomain: testTD}).proxy(testProxy("web-1", "web", 21000, nil, ups...)); err != nil {
+		t.Fatalf("two upstreams agreeing on the mode: %v", err)
 	}
 }
