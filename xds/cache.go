@@ -81,6 +81,9 @@ type xdsCache struct {
 	// watches until their resources are built (warmup.go). Set before use.
 	expected func(node string) bool
 	waiting  map[string]watchSet // node -> watches
+	// done holds the proxies whose resources were published, even with
+	// no listener (warmup.go).
+	done map[string]bool
 }
 
 var _ cache.Cache = (*xdsCache)(nil)
@@ -92,6 +95,7 @@ func newCache(log hclog.Logger) *xdsCache {
 		byName:  map[string]map[string]watchSet{},
 		byNode:  map[string]map[string]watchSet{},
 		waiting: map[string]watchSet{},
+		done:    map[string]bool{},
 		log:     log,
 	}
 }

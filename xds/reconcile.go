@@ -148,6 +148,7 @@ type plan struct {
 	secrets, endpoints, clusters, routes, listeners  []op
 	routeDels, clusterDels, endpointDels, secretDels []op
 	planned                                          map[string]bool // typeURL+"\x00"+name of shared sets
+	committed                                        []string        // proxies whose resources the plan publishes
 }
 
 func (p *plan) set(typeURL string, o op) {

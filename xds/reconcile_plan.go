@@ -107,6 +107,7 @@ func (s *Server) instanceSource(scan bool) instanceSource {
 func (s *Server) commitProxy(id string, res *proxyResources, p *plan) {
 	old := s.rec.proxies[id]
 	keep := map[string]bool{}
+	p.committed = append(p.committed, id)
 	st := &proxyState{service: res.service, linked: res.linked, upstreams: res.upstreams}
 	for _, r := range res.routes {
 		p.set(routeType, op{node: id, name: r.GetName(), msg: r})
@@ -167,6 +168,7 @@ func (s *Server) removeProxy(id string, p *plan) {
 	}
 	s.release(id, old)
 	delete(s.rec.proxies, id)
+	s.cache.forgetBuilt(id)
 	s.log.Debug("proxy resources removed", "proxy_id", id)
 }
 
@@ -293,6 +295,7 @@ func (s *Server) apply(p *plan) {
 			s.log.Error("failed to publish resources", "type", typeLabel(st.typeURL), "error", err)
 		}
 	}
+	s.cache.markBuilt(p.committed)
 	for _, t := range []string{listenerType, routeType, clusterType, endpointType, secretType} {
 		s.m.resources.WithLabelValues(typeLabel(t)).Set(float64(s.cache.count(t)))
 	}

@@ -16,7 +16,34 @@ import "github.com/meshlet/meshlet/catalog"
 // awaitingBuild reports whether w's node is a registered connect proxy whose
 // resources are not built yet. Callers hold c.mu.
 func (c *xdsCache) awaitingBuild(w *watch) bool {
-	return w.node != "" && c.expected != nil && c.nodes[listenerType][w.node] == nil && c.expected(w.node)
+	return w.node != "" && c.expected != nil && !c.isBuilt(w.node) && c.expected(w.node)
+}
+
+// isBuilt reports whether node's resources were published: it has
+// listeners, or the reconciler said so (a proxy may have none: a
+// terminating gateway before its config entry, a mesh gateway with
+// nothing to route). Callers hold c.mu.
+func (c *xdsCache) isBuilt(node string) bool {
+	return c.done[node] || c.nodes[listenerType][node] != nil
+}
+
+// markBuilt records that the reconciler published the resources of nodes
+// (whatever they hold) and answers their parked watches.
+func (c *xdsCache) markBuilt(nodes []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, n := range nodes {
+		c.done[n] = true
+		c.built(n)
+	}
+}
+
+// forgetBuilt drops node's mark when its proxy leaves: registered again,
+// it waits for its build anew.
+func (c *xdsCache) forgetBuilt(node string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.done, node)
 }
 
 // wait parks w until its node is built; reply is what its first answer
@@ -35,7 +62,7 @@ func (c *xdsCache) wait(w *watch, reply bool) {
 // Callers hold c.mu.
 func (c *xdsCache) built(node string) {
 	set := c.waiting[node]
-	if len(set) == 0 || c.nodes[listenerType][node] == nil {
+	if len(set) == 0 || !c.isBuilt(node) {
 		return
 	}
 	delete(c.waiting, node)

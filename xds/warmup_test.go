@@ -53,3 +53,27 @@ func TestUnknownNodeAnsweredAtOnce(t *testing.T) {
 		t.Fatalf("first answer to an unknown node: %d resources, removed %v; want an empty answer", len(r.GetResources()), r.GetRemovedResources())
 	}
 }
+
+// A registered proxy whose resources are built but hold no listener (a
+// terminating gateway before its config entry exists, a mesh gateway with
+// nothing to route) is answered once built, with what it has: its watches
+// must not wait for a listener that will never come.
+func TestBuiltProxyWithoutListenersAnswered(t *testing.T) {
+	e := newEnvCoalesce(t, hclog.Warn, 50*time.Millisecond)
+	e.cat.Register(testTerminating(23000))
+	for _, isDelta := range []bool{true, false} {
+		c := e.dial("tgw-1", isDelta)
+		if isDelta {
+			c.dreq(listenerType, nil, nil, "", "")
+			if r := c.dnext(listenerType); len(r.GetResources()) != 0 {
+				t.Errorf("delta: %d listeners for a gateway with no entry, want none", len(r.GetResources()))
+			}
+		} else {
+			c.req(listenerType, nil, "", "", "")
+			if r := c.next(listenerType); len(r.GetResources()) != 0 {
+				t.Errorf("sotw: %d listeners for a gateway with no entry, want none", len(r.GetResources()))
+			}
+		}
+		c.close()
+	}
+}
