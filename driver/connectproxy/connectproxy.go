@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -47,6 +48,20 @@ type Config struct {
 	// StateDir keeps per-task executor state; it must survive agent
 	// restarts. Default "<os.TempDir()>/meshlet-connect_proxy".
 	StateDir string
+	// Runtimes is the order in which the node tries the sidecar runtimes
+	// (RuntimeDocker, RuntimeEnvoy, RuntimeBuiltin); default
+	// DefaultRuntimes. See ValidateRuntimes.
+	Runtimes []string
+	// Docker is the node's docker driver (nil: none, or disabled), which
+	// runs the RuntimeDocker sidecars.
+	Docker ContainerDriver
+	// EnvoyImage is the docker runtime's Envoy image; default
+	// connect.DefaultSidecarImage.
+	EnvoyImage string
+	// EnvoyImagePull lets the docker runtime pull EnvoyImage when it is not
+	// present (a failed pull passes to the next runtime); off, the docker
+	// runtime runs only where the image is present.
+	EnvoyImagePull bool
 }
 
 // Driver is the connect_proxy driver. It implements driver.Driver and
@@ -55,6 +70,10 @@ type Driver struct {
 	*proc.Driver
 	cfg    Config
 	logger hclog.Logger
+
+	mu sync.RWMutex
+	// containers are the tasks running as docker containers (RuntimeDocker).
+	containers map[string]bool
 }
 
 // New returns a connect_proxy driver. It logs with logger as given, so name
@@ -70,7 +89,13 @@ func New(cfg Config, logger hclog.Logger) *Driver {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	d := &Driver{cfg: cfg, logger: logger}
+	if len(cfg.Runtimes) == 0 {
+		cfg.Runtimes = DefaultRuntimes
+	}
+	if cfg.EnvoyImage == "" {
+		cfg.EnvoyImage = connect.DefaultSidecarImage
+	}
+	d := &Driver{cfg: cfg, logger: logger, containers: map[string]bool{}}
 	d.Driver = proc.New(proc.Options{
 		Name:        Name,
 		ExecutorCmd: cfg.ExecutorCmd,
@@ -81,9 +106,14 @@ func New(cfg Config, logger hclog.Logger) *Driver {
 	return d
 }
 
-// fingerprint: detected always, healthy when the meshlet binary is there.
-func (d *Driver) fingerprint(context.Context) (*driver.Fingerprint, error) {
-	fp := &driver.Fingerprint{Detected: true, Attributes: map[string]string{"driver." + Name: "1"}}
+// fingerprint: detected always, healthy when the meshlet binary is there;
+// driver.connect_proxy.runtimes lists the runtimes that can run a sidecar
+// now, in the node's order.
+func (d *Driver) fingerprint(ctx context.Context) (*driver.Fingerprint, error) {
+	fp := &driver.Fingerprint{Detected: true, Attributes: map[string]string{
+		"driver." + Name:               "1",
+		"driver." + Name + ".runtimes": strings.Join(d.runtimesAvailable(ctx), ","),
+	}}
 	st, err := os.Stat(d.cfg.Binary)
 	switch {
 	case err != nil:
