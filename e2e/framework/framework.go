@@ -121,6 +121,9 @@ type Options struct {
 	// SidecarDriver and SidecarImage are connect { sidecar_driver
 	// sidecar_image } (unset: the defaults, connect_proxy sidecars).
 	SidecarDriver, SidecarImage string
+	// ExtraConfig is appended to the agent's config (more blocks, for
+	// example plugin "connect_proxy" { config { ... } }).
+	ExtraConfig string
 }
 
 // NewAgent starts an agent for t; it is stopped (and its jobs purged) in
@@ -204,7 +207,7 @@ plugin "raw_exec" {
 acl {
   enabled = %t
 }
-%s`, stateDir, sidecar, opts.EnvoyBinary, ports[0], ports[1], ports[2], policy, sidecarInjection(opts), cni, a.Bridge, a.Subnet, !opts.NoRawExec, !opts.NoACL, dockerPlugin(opts.DockerEndpoint))
+%s%s`, stateDir, sidecar, opts.EnvoyBinary, ports[0], ports[1], ports[2], policy, sidecarInjection(opts), cni, a.Bridge, a.Subnet, !opts.NoRawExec, !opts.NoACL, dockerPlugin(opts.DockerEndpoint), opts.ExtraConfig)
 }
 
 // sidecarInjection is the connect block's sidecar_driver and
