@@ -131,7 +131,8 @@ func (h *SidecarHook) Prerun(ctx context.Context, hc *allocrunner.AllocHookConte
 // and gateway that runs Envoy: all of them when allEnvoy (the node's
 // sidecar mode is Envoy), and docker sidecars (an Envoy image) always,
 // with the control plane socket at the path their container sees. A
-// connect_proxy sidecar also gets connect.RuntimeBootstrapFile, the
+// connect_proxy sidecar (not a gateway) also gets
+// connect.RuntimeBootstrapFile, the
 // container's bootstrap, in case its node runs it as a container (the
 // connect_proxy driver's docker runtime).
 // Escape-hatch JSON that does not parse fails the allocation here, with a
@@ -140,7 +141,7 @@ func (h *SidecarHook) writeBootstraps(hc *allocrunner.AllocHookContext, tg *stru
 	for i, s := range connect.MeshServices(tg) {
 		task := connect.ProxyTaskFor(tg, s)
 		docker := task != nil && connect.IsDockerSidecar(task)
-		auto := task != nil && task.Driver == connect.ProxyDriver
+		auto := task != nil && task.Driver == connect.ProxyDriver && s.Connect.HasSidecar()
 		if !allEnvoy && !docker && !auto {
 			continue
 		}

@@ -12,7 +12,16 @@
 // runs tasks under a detached executor (driver/internal/proc) so they
 // survive agent restarts; unlike raw_exec it is always enabled.
 //
-// Concurrency: a Driver is safe for concurrent use.
+// Runtimes: each StartTask picks how the node runs the sidecar, the first
+// of Config.Runtimes that can (runtime.go): RuntimeDocker runs Nomad's
+// Envoy container through the node's docker driver (container.go), which
+// then serves every call for that task (RecoverTask included: the handle
+// says which runtime runs it); RuntimeEnvoy and RuntimeBuiltin run
+// `meshlet connect sidecar` under the executor. A task whose mode is envoy
+// or builtin gets that runtime.
+//
+// Concurrency: a Driver is safe for concurrent use; mu guards the set of
+// tasks that run as containers.
 package connectproxy
 
 import (

@@ -75,9 +75,12 @@ func (d *Driver) probeDocker(ctx context.Context, cfg *driver.TaskConfig) error 
 		return fmt.Errorf("docker driver unhealthy: %s", fp.HealthDescription)
 	}
 	if cfg != nil {
+		if cfg.NetNSPath == "" {
+			return ErrNoNetworkNamespace
+		}
 		p := filepath.Join(cfg.TaskDir, "secrets", connect.RuntimeBootstrapFile)
 		if _, err := os.Stat(p); err != nil {
-			return fmt.Errorf("no container bootstrap %s (the client writes one for injected sidecars)", p)
+			return fmt.Errorf("no container bootstrap %s (the client writes one for sidecars, not gateways)", p)
 		}
 	}
 	present, err := d.cfg.Docker.ImagePresent(ctx, d.cfg.EnvoyImage)

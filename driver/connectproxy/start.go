@@ -46,15 +46,12 @@ func (d *Driver) StartTask(cfg *driver.TaskConfig) (*driver.TaskHandle, error) {
 	return nil, fmt.Errorf("failed to start task %s: %w", cfg.ID, noRuntimeError(order, skipped))
 }
 
-// check parses and confines the task's config (as launch does again for
-// the executor's runtimes).
+// check parses and confines the task's config (launch does it again, with
+// its namespace check, for the executor's runtimes).
 func (d *Driver) check(cfg *driver.TaskConfig) (*TaskConfig, error) {
 	tc, err := ParseConfig(cfg.Config)
 	if err != nil {
 		return nil, err
-	}
-	if cfg.NetNSPath == "" {
-		return nil, fmt.Errorf("%w; its group needs network mode \"bridge\" or \"cni/<name>\"", ErrNoNetworkNamespace)
 	}
 	if err := d.confine(cfg, tc); err != nil {
 		return nil, err
