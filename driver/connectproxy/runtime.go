@@ -83,3 +83,31 @@ func candidates(order []string, probe func(runtime string) error) (usable, skipp
 func noRuntimeError(order, skipped []string) error {
 	return fmt.Errorf("%w (tried %s: %s)", ErrNoRuntime, strings.Join(order, ", "), strings.Join(skipped, "; "))
 }
+
+// firstRuntime starts a task on the first runtime of order that can run
+// it: a runtime probe refuses is skipped, with its reason; start runs it on
+// one probe accepts; a start error for which pass is true (the docker
+// runtime's failed pull) skips that runtime too, any other is returned. It
+// returns the runtime started ("" when none could be), start's result and
+// the reasons, "<runtime>: <reason>", in order.
+func firstRuntime[T any](order []string, probe func(string) error, start func(string) (T, error),
+	pass func(string, error) bool) (string, T, []string, error) {
+	var zero T
+	var skipped []string
+	for _, r := range order {
+		if err := probe(r); err != nil {
+			skipped = append(skipped, fmt.Sprintf("%s: %v", r, err))
+			continue
+		}
+		v, err := start(r)
+		if err != nil && pass(r, err) {
+			skipped = append(skipped, fmt.Sprintf("%s: %v", r, err))
+			continue
+		}
+		if err != nil {
+			return "", zero, skipped, err
+		}
+		return r, v, skipped, nil
+	}
+	return "", zero, skipped, nil
+}

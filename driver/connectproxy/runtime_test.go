@@ -72,3 +72,46 @@ func TestRuntimeChoice(t *testing.T) {
 		t.Errorf("no runtime error: %v", err)
 	}
 }
+
+// firstRuntime: probes skip, a passing start error skips, any other start
+// error stops the choice.
+func TestFirstRuntime(t *testing.T) {
+	errPull := errors.New("pull failed")
+	errBroken := errors.New("broken")
+	for _, tc := range []struct {
+		name        string
+		unavailable map[string]error
+		startErr    map[string]error
+		want        string
+		wantErr     error
+		skipped     string
+	}{
+		{"first", nil, nil, RuntimeDocker, nil, ""},
+		{"probe skips", map[string]error{RuntimeDocker: errors.New("no image")}, nil, RuntimeEnvoy, nil, "docker: no image"},
+		{"pull failure passes", nil, map[string]error{RuntimeDocker: errPull}, RuntimeEnvoy, nil, "docker: pull failed"},
+		{"other error stops", nil, map[string]error{RuntimeDocker: errBroken}, "", errBroken, ""},
+		{"none", map[string]error{RuntimeDocker: errors.New("a"), RuntimeEnvoy: errors.New("b")},
+			map[string]error{RuntimeBuiltin: errPull}, "", nil, "docker: a|envoy: b|builtin: pull failed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var started []string
+			r, v, skipped, err := firstRuntime(DefaultRuntimes, func(r string) error { return tc.unavailable[r] },
+				func(r string) (string, error) {
+					started = append(started, r)
+					return "handle-" + r, tc.startErr[r]
+				},
+				func(_ string, err error) bool { return errors.Is(err, errPull) })
+			if r != tc.want || !errors.Is(err, tc.wantErr) || (r != "" && v != "handle-"+r) {
+				t.Errorf("got %q %q %v, want %q %v", r, v, err, tc.want, tc.wantErr)
+			}
+			if got := strings.Join(skipped, "|"); got != tc.skipped {
+				t.Errorf("skipped %q, want %q", got, tc.skipped)
+			}
+			for _, s := range started {
+				if tc.unavailable[s] != nil {
+					t.Errorf("started %s, which the probe refused", s)
+				}
+			}
+		})
+	}
+}

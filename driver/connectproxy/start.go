@@ -29,21 +29,23 @@ func (d *Driver) StartTask(cfg *driver.TaskConfig) (*driver.TaskHandle, error) {
 		return nil, fmt.Errorf("failed to start task %s: %w", cfg.ID, err)
 	}
 	order := taskOrder(tc.Mode, d.cfg.Runtimes)
-	usable, skipped := candidates(order, func(r string) error { return d.probe(cfg, r) })
-	for _, r := range usable {
-		h, err := d.startOn(cfg, tc, r)
-		if err != nil && r == RuntimeDocker && isPullFailure(err) {
-			d.logger.Warn("sidecar image pull failed; trying the next runtime", "alloc_id", cfg.AllocID, "task", cfg.Name, "error", err)
-			skipped = append(skipped, fmt.Sprintf("%s: %v", r, err))
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		d.note(h, cfg, r, skipped)
-		return h, nil
+	r, h, skipped, err := firstRuntime(order, func(r string) error { return d.probe(cfg, r) },
+		func(r string) (*driver.TaskHandle, error) { return d.startOn(cfg, tc, r) },
+		func(r string, err error) bool {
+			pass := r == RuntimeDocker && isPullFailure(err)
+			if pass {
+				d.logger.Warn("sidecar image pull failed; trying the next runtime", "alloc_id", cfg.AllocID, "task", cfg.Name, "error", err)
+			}
+			return pass
+		})
+	switch {
+	case err != nil:
+		return nil, err
+	case r == "":
+		return nil, fmt.Errorf("failed to start task %s: %w", cfg.ID, noRuntimeError(order, skipped))
 	}
-	return nil, fmt.Errorf("failed to start task %s: %w", cfg.ID, noRuntimeError(order, skipped))
+	d.note(h, cfg, r, skipped)
+	return h, nil
 }
 
 // check parses and confines the task's config (launch does it again, with
