@@ -311,6 +311,10 @@ type connectBackend struct {
 	ca *ca.Manager
 }
 
+// The servers sign leaves for services linked to a terminating gateway
+// only in its config entry: they read the stored entries.
+var _ rpc.ConfigEntriesReader = connectBackend{}
+
 func (b connectBackend) Roots(context.Context) (ca.Roots, error) { return b.ca.Roots(), nil }
 
 func (b connectBackend) SignCSR(ctx context.Context, service, csrPEM string) (ca.SignedCert, error) {

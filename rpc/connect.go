@@ -290,30 +290,49 @@ func csrNamesOther(csrPEM, service string) error {
 }
 
 // nodeRunsService reports whether one of the node's allocations that may
-// still run declares service (a group or a task service).
+// still run declares service (a group or a task service), or runs a
+// terminating gateway that links it (in its job's block or in the
+// gateway's terminating-gateway config entry).
 func (s *Server) nodeRunsService(ctx context.Context, nodeID, service string) (bool, error) {
 	allocs, _, err := s.cfg.Backend.NodeAllocs(ctx, nodeID, 0)
 	if err != nil {
 		return false, err
 	}
+	groups := liveGroups(allocs)
+	if groupsDeclare(groups, service) {
+		return true, nil
+	}
+	return s.entryLinks(ctx, terminatingGateways(groups), service)
+}
+
+// liveGroups are the task groups of allocs that may still run.
+func liveGroups(allocs []*structs.Allocation) []*structs.TaskGroup {
+	var out []*structs.TaskGroup
 	for _, a := range allocs {
 		if a == nil || a.Job == nil || stopping(a) {
 			continue
 		}
-		tg := a.Job.LookupTaskGroup(a.TaskGroup)
-		if tg == nil {
-			continue
+		if tg := a.Job.LookupTaskGroup(a.TaskGroup); tg != nil {
+			out = append(out, tg)
 		}
+	}
+	return out
+}
+
+// groupsDeclare reports whether one of groups declares service, or links
+// it in a terminating gateway block.
+func groupsDeclare(groups []*structs.TaskGroup, service string) bool {
+	for _, tg := range groups {
 		if declares(tg.Services, service) || linksService(tg.Services, service) {
-			return true, nil
+			return true
 		}
 		for _, t := range tg.Tasks {
 			if t != nil && declares(t.Services, service) {
-				return true, nil
+				return true
 			}
 		}
 	}
-	return false, nil
+	return false
 }
 
 // stopping reports whether an allocation is terminal or told to stop: its

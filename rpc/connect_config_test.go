@@ -120,3 +120,45 @@ func TestConnectConfigNotServed(t *testing.T) {
 	_, _, err := m.c.ConnectConfigEntries().DeleteConfigEntry(ctxT(t, 10*time.Second), configentry.Key{Kind: "service-defaults", Name: "x"}, nil)
 	wantErr(t, "config call to a server without config entries", err, ErrConnectNotServed)
 }
+
+func (c *configConnect) ConfigEntries(context.Context) (*configentry.Set, uint64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.set, c.index, nil
+}
+
+// A node running a terminating gateway gets leaves signed for the services
+// its terminating-gateway config entry links (written with `config
+// write`, not in the job), and still none for others; a node that runs no
+// such gateway gets none.
+func TestConnectSignEntryLinkedService(t *testing.T) {
+	m, _ := newConfigMeshFixture(t)
+	ctx := ctxT(t, 10*time.Second)
+	gw := &structs.Service{Name: "tgw", Connect: &structs.ConsulConnect{Gateway: &structs.ConsulGateway{
+		Terminating: &structs.ConsulTerminatingConfigEntry{Services: []*structs.ConsulLinkedService{{Name: "legacy-db"}}}}}}
+	job := &structs.Job{ID: "tgw", TaskGroups: []*structs.TaskGroup{{Name: "gw", Services: []*structs.Service{gw}}}}
+	m.b.addAlloc(&structs.Allocation{ID: "a1", NodeID: "node-1", TaskGroup: "gw", Job: job,
+		DesiredStatus: structs.AllocDesiredStatusRun, ClientStatus: structs.AllocClientStatusRunning})
+	sign := func(svc string) error {
+		csr, _ := makeCSR(t, "")
+		_, err := m.c.SignCSR(ctx, svc, csr)
+		return err
+	}
+	wantErr(t, "sign a service no entry links yet", sign("billing"), ErrForbidden)
+	entry := &consul.TerminatingGatewayConfigEntry{Kind: consul.TerminatingGateway, Name: "tgw",
+		Services: []consul.LinkedService{{Name: "legacy-db"}, {Name: "billing"}}}
+	if ok, _, err := m.c.ConnectConfigEntries().PutConfigEntry(ctx, entry, nil); err != nil || !ok {
+		t.Fatalf("PutConfigEntry: %v, %v", ok, err)
+	}
+	if err := sign("billing"); err != nil {
+		t.Errorf("SignCSR(billing), linked by the entry: %v", err)
+	}
+	wantErr(t, "sign a service neither the job nor the entry links", sign("payments"), ErrForbidden)
+
+	other := &consul.TerminatingGatewayConfigEntry{Kind: consul.TerminatingGateway, Name: "elsewhere",
+		Services: []consul.LinkedService{{Name: "payments"}}}
+	if ok, _, err := m.c.ConnectConfigEntries().PutConfigEntry(ctx, other, nil); err != nil || !ok {
+		t.Fatalf("PutConfigEntry: %v, %v", ok, err)
+	}
+	wantErr(t, "sign a service linked by a gateway the node does not run", sign("payments"), ErrForbidden)
+}

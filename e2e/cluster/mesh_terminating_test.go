@@ -15,7 +15,8 @@ import (
 )
 
 // terminatingJob: an echo server with no sidecar and a terminating gateway
-// on gwNode, web (an echo app with an upstream to legacy-db on 9191) on
+// on gwNode, web (an echo app with upstreams to legacy-db on 9191 and
+// legacy-cache, which the job's gateway block does not link, on 9192) on
 // webNode.
 func terminatingJob(gwNode, webNode string) string {
 	pin := func(node string) string {
@@ -71,6 +72,10 @@ func terminatingJob(gwNode, webNode string) string {
             upstreams {
               destination_name = "legacy-db"
               local_bind_port  = 9191
+            }
+            upstreams {
+              destination_name = "legacy-cache"
+              local_bind_port  = 9192
             }
           }
         }
@@ -141,11 +146,14 @@ func TestCrossNodeTerminatingGateway(t *testing.T) {
 	}
 	putOnHost(t, c1, "/v1/catalog/register", map[string]any{"Node": "legacy-host", "Address": legacy.NetworkStatus.Address,
 		"Service": map[string]any{"ID": "legacy-db-1", "Service": "legacy-db", "Port": 9090}})
-	echo := func() (bool, string) {
-		out, err := c.CLI(s1, "alloc", "exec", "-task", "web", webID, c.bin, "demo-app", "tcp-client",
-			"-addr", "127.0.0.1:9191", "-message", "hello legacy", "-timeout", "2s")
-		return err == nil && strings.TrimSpace(out) == "hello legacy", out
+	echoOn := func(port int) func() (bool, string) {
+		return func() (bool, string) {
+			out, err := c.CLI(s1, "alloc", "exec", "-task", "web", webID, c.bin, "demo-app", "tcp-client",
+				"-addr", fmt.Sprintf("127.0.0.1:%d", port), "-message", "hello legacy", "-timeout", "2s")
+			return err == nil && strings.TrimSpace(out) == "hello legacy", out
+		}
 	}
+	echo := echoOn(9191)
 	took := poll(t, 60*time.Second, "web reaching legacy-db through the gateway on c2", echo)
 	figure(t, "first echo through the terminating gateway", took)
 
@@ -159,4 +167,13 @@ func TestCrossNodeTerminatingGateway(t *testing.T) {
 	poll(t, 10*time.Second, "web reaching legacy-db again", echo)
 	putOnHost(t, c1, "/v1/catalog/deregister", map[string]any{"Node": "legacy-host", "ServiceID": "legacy-db-1"})
 	poll(t, 10*time.Second, "no endpoint once deregistered", func() (bool, string) { ok, out := echo(); return !ok, out })
+
+	// A service linked only by the gateway's config entry (`config
+	// write`, not the job): c2 runs no server, so a server must sign its
+	// leaf for c2 because c2 runs the gateway the entry names.
+	putOnHost(t, c1, "/v1/catalog/register", map[string]any{"Node": "legacy-host", "Address": legacy.NetworkStatus.Address,
+		"Service": map[string]any{"ID": "legacy-cache-1", "Service": "legacy-cache", "Port": 9090}})
+	putOnHost(t, c1, "/v1/config", map[string]any{"Kind": "terminating-gateway", "Name": "tgw",
+		"Services": []map[string]any{{"Name": "legacy-db"}, {"Name": "legacy-cache"}}})
+	poll(t, 60*time.Second, "web reaching legacy-cache, linked by config entry only, through the gateway on c2", echoOn(9192))
 }

@@ -12,7 +12,7 @@ import (
 // as its API answers, and keeps its secret in Token.
 func (a *Agent) bootstrapACL() {
 	a.t.Helper()
-	c, err := nomadapi.NewClient(&nomadapi.Config{Address: a.HTTPAddr})
+	c, err := nomadapi.NewClient(&nomadapi.Config{Address: a.HTTPAddr, HttpClient: a.apiHTTPClient()})
 	if err != nil {
 		a.t.Fatalf("nomad api client: %v", err)
 	}
@@ -40,7 +40,8 @@ func (a *Agent) bootstrapACL() {
 // Consul-shaped API, with the harness's token.
 func (a *Agent) Consul() *consulapi.Client {
 	a.t.Helper()
-	c, err := consulapi.NewClient(&consulapi.Config{Address: strings.TrimPrefix(a.ConnectAddr, "http://"), Token: a.Token})
+	c, err := consulapi.NewClient(&consulapi.Config{Address: strings.TrimPrefix(a.ConnectAddr, "http://"), Token: a.Token,
+		HttpClient: a.apiHTTPClient()})
 	if err != nil {
 		a.t.Fatalf("consul api client: %v", err)
 	}

@@ -93,6 +93,9 @@ type Agent struct {
 	nomadOnce sync.Once
 	nomad     *nomadapi.Client
 	nomadErr  error
+
+	// netns is Options.NetNS.
+	netns string
 }
 
 // Options tune an agent.
@@ -121,6 +124,12 @@ type Options struct {
 	// SidecarDriver and SidecarImage are connect { sidecar_driver
 	// sidecar_image } (unset: the defaults, connect_proxy sidecars).
 	SidecarDriver, SidecarImage string
+	// NetNS, when set, is the path of a network namespace the agent and
+	// the CLI run in (nsenter --net), and that the harness's API clients
+	// dial into: a test can then change that namespace's firewall (as a
+	// system dockerd does) without touching the host's. The test owns the
+	// namespace; removing it removes the agent's bridge and rules.
+	NetNS string
 	// ExtraConfig is appended to the agent's config (more blocks, for
 	// example plugin "connect_proxy" { config { ... } }).
 	ExtraConfig string
@@ -146,7 +155,7 @@ func NewAgent(t testing.TB, opts Options) *Agent {
 		// A private subnet per agent, used only inside namespaces meshlet
 		// creates, and overlapping no route the host has (other agents').
 		Subnet: freeSubnet(t),
-		log:    &bytes.Buffer{}, done: make(chan struct{}),
+		log:    &bytes.Buffer{}, done: make(chan struct{}), netns: opts.NetNS,
 	}
 	ports := freePorts(t, 3)
 	a.HTTPAddr = fmt.Sprintf("http://127.0.0.1:%d", ports[0])
@@ -234,7 +243,7 @@ func dockerPlugin(endpoint string) string {
 
 func (a *Agent) start(cfgPath string) {
 	a.done = make(chan struct{})
-	a.cmd = exec.Command(a.Bin, "agent", "-config", cfgPath)
+	a.cmd = a.command(context.Background(), "agent", "-config", cfgPath)
 	a.cmd.Stdout = (*lockedWriter)(a)
 	a.cmd.Stderr = (*lockedWriter)(a)
 	if err := a.cmd.Start(); err != nil {
@@ -285,7 +294,7 @@ func (a *Agent) waitReady() {
 // idle keep-alive connection per poll open in the agent.
 func (a *Agent) Nomad() *nomadapi.Client {
 	a.nomadOnce.Do(func() {
-		a.nomad, a.nomadErr = nomadapi.NewClient(&nomadapi.Config{Address: a.HTTPAddr, SecretID: a.Token})
+		a.nomad, a.nomadErr = nomadapi.NewClient(&nomadapi.Config{Address: a.HTTPAddr, SecretID: a.Token, HttpClient: a.apiHTTPClient()})
 	})
 	if a.nomadErr != nil {
 		a.t.Fatalf("nomad api client: %v", a.nomadErr)
@@ -317,7 +326,7 @@ func (a *Agent) CLIAs(token string, args ...string) CLIResult {
 func (a *Agent) cli(stdin []byte, token string, args ...string) CLIResult {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, a.Bin, args...)
+	cmd := a.command(ctx, args...)
 	cmd.Env = append(os.Environ(), "MESHLET_ADDR="+a.HTTPAddr, "MESHLET_CONNECT_ADDR="+a.ConnectAddr, "MESHLET_TOKEN="+token)
 	if stdin != nil {
 		cmd.Stdin = bytes.NewReader(stdin)
@@ -365,7 +374,11 @@ func (a *Agent) cleanup() {
 		}
 	}
 	// CNI leaves its bridge, and the agent its masquerade rules, behind by
-	// design; this agent's are ours to remove.
+	// design; this agent's are ours to remove (in a namespace of the
+	// test's, they go with it).
+	if a.netns != "" {
+		return
+	}
 	if out, err := exec.Command("ip", "link", "del", a.Bridge).CombinedOutput(); err != nil && !strings.Contains(string(out), "Cannot find device") {
 		a.t.Logf("failed to remove bridge %s: %v: %s", a.Bridge, err, out)
 	}

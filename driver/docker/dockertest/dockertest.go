@@ -93,8 +93,20 @@ func (d *Daemon) Client(t testing.TB) *client.Client {
 	return c
 }
 
+// Options tune the daemon StartWith runs.
+type Options struct {
+	// NetNS, when set, is the path of a network namespace dockerd runs in
+	// (through nsenter), configured as a system dockerd is: iptables on,
+	// its docker0 bridge. Its rules (a DROP policy on FORWARD among them)
+	// go into that namespace's firewall, never the host's.
+	NetNS string
+}
+
 // Start starts a private dockerd and imports Image into it.
-func Start() (*Daemon, error) {
+func Start() (*Daemon, error) { return StartWith(Options{}) }
+
+// StartWith starts a private dockerd tuned by o and imports Image into it.
+func StartWith(o Options) (*Daemon, error) {
 	if os.Getenv("MESHLET_SKIP_PRIVILEGED") == "1" {
 		return nil, errors.New("privileged tests skipped: MESHLET_SKIP_PRIVILEGED=1")
 	}
@@ -119,10 +131,15 @@ func Start() (*Daemon, error) {
 		return nil, err
 	}
 	defer logf.Close()
-	d.cmd = exec.Command(bin,
-		"--data-root", filepath.Join(dir, "root"), "--exec-root", filepath.Join(dir, "exec"),
-		"-H", d.Host, "--pidfile", filepath.Join(dir, "pid"),
-		"--iptables=false", "--ip6tables=false", "--bridge=none")
+	args := []string{"--data-root", filepath.Join(dir, "root"), "--exec-root", filepath.Join(dir, "exec"),
+		"-H", d.Host, "--pidfile", filepath.Join(dir, "pid")}
+	if o.NetNS == "" {
+		d.cmd = exec.Command(bin, append(args, "--iptables=false", "--ip6tables=false", "--bridge=none")...)
+	} else {
+		// nsenter enters the namespace and execs dockerd (no fork: the
+		// daemon is the command's process).
+		d.cmd = exec.Command("nsenter", append([]string{"--net=" + o.NetNS, bin}, append(args, "--iptables=true")...)...)
+	}
 	d.cmd.Stdout, d.cmd.Stderr = logf, logf
 	// Pdeathsig fires when the OS thread that forked the daemon exits, not
 	// the process: Go ends threads (those a goroutine left locked, as the
