@@ -79,7 +79,14 @@ func TestSidecarRuntimeContainer(t *testing.T) {
 	checkSidecarExec(t, a, api.ID, proxyID)
 
 	t.Run("agent killed and restarted", func(t *testing.T) {
-		before := taskContainers(t, api.ID)
+		// Kill the agent once both containers run, not while it starts
+		// the app's: a kill between creating a container and recording
+		// it leaves a container the new agent does not know.
+		var before []string
+		a.Eventually(30*time.Second, "the sidecar and app containers running", func() bool {
+			before = taskContainers(t, api.ID)
+			return len(before) == 2 && strings.HasSuffix(before[0], "/running") && strings.HasSuffix(before[1], "/running")
+		})
 		a.Kill()
 		a.Restart()
 		a.Eventually(30*time.Second, "the allocations running again after the restart", func() bool {
