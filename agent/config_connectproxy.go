@@ -19,12 +19,16 @@ import (
 //	  }
 //	}
 //
-// Any other key is an error at its position.
+// Any other key is an error at its position. envoy_image defaults to the
+// agent's connect { sidecar_image }, else connect.DefaultSidecarImage; an
+// image configured in either place may be pulled (envoy_image_pull
+// defaults to true), the default one is used only where present.
 type ConnectProxyPluginConfig struct {
 	// Runtimes nil means connectproxy.DefaultRuntimes.
-	Runtimes       []string
-	EnvoyImage     string
-	EnvoyImagePull bool
+	Runtimes   []string
+	EnvoyImage string
+	// EnvoyImagePull nil means: pull a configured image, not the default.
+	EnvoyImagePull *bool
 }
 
 type fileConnectProxyPlugin struct {
@@ -57,24 +61,31 @@ func decodeConnectProxyPlugin(body hcl.Body, pc *PluginConfig) hcl.Diagnostics {
 			return attrDiag(a, "Invalid envoy_image", "envoy_image must name an image.")
 		}
 	}
-	if f.EnvoyImagePull != nil {
-		cc.EnvoyImagePull = *f.EnvoyImagePull
-	}
+	cc.EnvoyImagePull = f.EnvoyImagePull
 	pc.ConnectProxy = cc
 	return nil
 }
 
 // connectProxyDriverConfig is the connect_proxy driver's configuration:
 // the agent's binary, envoy and executor, its state under stateDir, the
-// plugin "connect_proxy" options and the node's docker driver (nil when
-// disabled) for the docker runtime.
+// plugin "connect_proxy" options (see ConnectProxyPluginConfig for the
+// image's defaults) and the node's docker driver (nil when disabled) for
+// the docker runtime.
 func (a *Agent) connectProxyDriverConfig(stateDir string, dockerDrv connectproxy.ContainerDriver) connectproxy.Config {
 	c := connectproxy.Config{
 		Binary: client.BinaryPath(a.cfg.BinaryPath), EnvoyBinary: a.envoyBinary, ExecutorCmd: a.cfg.ExecutorCmd,
-		StateDir: stateDir, Docker: dockerDrv,
+		StateDir: stateDir, Docker: dockerDrv, EnvoyImage: a.cfg.Connect.SidecarImage,
 	}
+	var pull *bool
 	if p := a.cfg.Plugins[connectproxy.Name].ConnectProxy; p != nil {
-		c.Runtimes, c.EnvoyImage, c.EnvoyImagePull = p.Runtimes, p.EnvoyImage, p.EnvoyImagePull
+		c.Runtimes, pull = p.Runtimes, p.EnvoyImagePull
+		if p.EnvoyImage != "" {
+			c.EnvoyImage = p.EnvoyImage
+		}
+	}
+	c.EnvoyImagePull = c.EnvoyImage != "" // a configured image may be pulled
+	if pull != nil {
+		c.EnvoyImagePull = *pull
 	}
 	return c
 }

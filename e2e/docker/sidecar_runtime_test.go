@@ -18,12 +18,12 @@ import (
 const runtimeImage = "meshlet-e2e/envoy-standin:runtime"
 
 // runtimeAgent starts an agent in sidecar mode auto whose connect_proxy
-// driver tries docker (envoy_image image), then the host's Envoy (none
-// here), then the built-in proxy.
+// driver tries docker (envoy_image image, never pulled: no registry may be
+// contacted), then the host's Envoy (none here), then the built-in proxy.
 func runtimeAgent(t *testing.T, image string, deny bool) *framework.Agent {
 	t.Helper()
 	return newAgent(t, framework.Options{Sidecar: connect.SidecarAuto, DefaultDeny: deny, ExtraConfig: fmt.Sprintf(
-		"plugin \"connect_proxy\" {\n  config {\n    runtimes = [\"docker\", \"envoy\", \"builtin\"]\n    envoy_image = %q\n  }\n}\n", image)})
+		"plugin \"connect_proxy\" {\n  config {\n    runtimes = [\"docker\", \"envoy\", \"builtin\"]\n    envoy_image = %q\n    envoy_image_pull = false\n  }\n}\n", image)})
 }
 
 // nodeRuntimes is the node attribute listing the runtimes available.
