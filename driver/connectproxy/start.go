@@ -2,6 +2,7 @@ package connectproxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"strings"
@@ -135,13 +136,14 @@ func (d *Driver) StopTask(taskID string, timeout time.Duration, signal string) e
 	return d.target(taskID).StopTask(taskID, timeout, signal)
 }
 
-// DestroyTask implements driver.Driver.
+// DestroyTask implements driver.Driver; a container sidecar is forgotten
+// once the docker driver released it (or no longer knows it).
 func (d *Driver) DestroyTask(taskID string, force bool) error {
-	if err := d.target(taskID).DestroyTask(taskID, force); err != nil {
-		return err
+	err := d.target(taskID).DestroyTask(taskID, force)
+	if err == nil || errors.Is(err, driver.ErrTaskNotFound) {
+		d.setContainer(taskID, false)
 	}
-	d.setContainer(taskID, false)
-	return nil
+	return err
 }
 
 // InspectTask implements driver.Driver.
