@@ -147,14 +147,15 @@ func (s *Server) authorizeJob(r *http.Request, job *structs.Job) error {
 // jobGateway names the job's first ingress or terminating gateway service
 // and its kind ("" when none): registering it writes its config entry,
 // which takes mesh write (Consul's operator write), as writing the entry
-// through the API does.
+// through the API does. A mesh gateway writes no entry: service write on
+// it is enough, as in Consul.
 func jobGateway(job *structs.Job) (kind, name string) {
 	for _, tg := range job.TaskGroups {
 		if tg == nil {
 			continue
 		}
 		for _, s := range tg.Services {
-			if s != nil && s.Connect.IsGateway() {
+			if s != nil && (s.Connect.IsIngress() || s.Connect.IsTerminating()) {
 				return s.Connect.Gateway.Kinds()[0], s.Name
 			}
 		}

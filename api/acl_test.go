@@ -344,6 +344,12 @@ func TestACLJobServiceWrite(t *testing.T) {
 			Connect: &structs.ConsulConnect{Gateway: &structs.ConsulGateway{Terminating: &structs.ConsulTerminatingConfigEntry{
 				Services: []*structs.ConsulLinkedService{{Name: "legacy"}}}}}}), 403,
 			`job writes the terminating-gateway config entry "count-dashboard" without mesh write permission`},
+		{"mesh gateway: service write is enough", func() *structs.Job {
+			j := withGroupService("mgw", &structs.Service{Name: "count-dashboard",
+				Connect: &structs.ConsulConnect{Gateway: &structs.ConsulGateway{Mesh: &structs.ConsulMeshConfigEntry{}}}})
+			j.TaskGroups[0].Networks = []*structs.NetworkResource{{Mode: structs.NetworkModeBridge}}
+			return j
+		}(), 200, "EvalID"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -354,8 +360,8 @@ func TestACLJobServiceWrite(t *testing.T) {
 		})
 	}
 	jobs, _, err := f.client(t, secret).Jobs().List(nil)
-	if err != nil || len(jobs) != 1 || jobs[0].ID != "dash" {
-		t.Fatalf("jobs after the refusals: %v, %v; want only dash", jobs, err)
+	if err != nil || len(jobs) != 2 || jobs[0].ID != "dash" || jobs[1].ID != "mgw" {
+		t.Fatalf("jobs after the refusals: %v, %v; want dash and mgw", jobs, err)
 	}
 }
 

@@ -34,7 +34,11 @@ type issued struct {
 // signature must verify, its key must be ECDSA P-256 and a URI SAN, if
 // any, must be service's SPIFFE ID (else ErrInvalidCSR); the certificate
 // is the one Leaf would issue (the CSR's subject and other SANs are
-// ignored). Signing is rate limited like Leaf. The chain holds the leaf
+// ignored). The URI SAN may name another datacenter of the trust domain
+// (meshlet's datacenters are node groups sharing these servers; the
+// caller checks the node is in it): the leaf is then that datacenter's
+// identity; without a URI SAN it is this manager's. Signing is rate
+// limited like Leaf. The chain holds the leaf
 // and, during a rotation, the cross-signed new root. In remote mode it
 // fails with ErrRemote.
 func (m *Manager) SignCSR(ctx context.Context, service, csrPEM string) (SignedCert, error) {
@@ -47,50 +51,61 @@ func (m *Manager) SignCSR(ctx context.Context, service, csrPEM string) (SignedCe
 	if m.isClosed() {
 		return SignedCert{}, ErrClosed
 	}
-	pub, err := m.checkCSR(service, csrPEM)
+	dc, pub, err := m.checkCSR(service, csrPEM)
 	if err != nil {
 		return SignedCert{}, err
 	}
 	if err := m.limiter.Wait(ctx); err != nil {
 		return SignedCert{}, fmt.Errorf("failed to sign CSR for %s: %w", service, err)
 	}
-	is, err := m.issue(service, pub)
+	is, err := m.issueIn(service, dc, pub)
 	if err != nil {
 		return SignedCert{}, err
 	}
 	return SignedCert{CertChainPEM: chainPEM(is.chain), RootID: is.rootID}, nil
 }
 
-// checkCSR parses and checks csrPEM and returns its public key.
-func (m *Manager) checkCSR(service, csrPEM string) (*ecdsa.PublicKey, error) {
+// checkCSR parses and checks csrPEM and returns the datacenter its URI
+// SAN names (this manager's when it has none) and its public key.
+func (m *Manager) checkCSR(service, csrPEM string) (string, *ecdsa.PublicKey, error) {
 	block, _ := pem.Decode([]byte(csrPEM))
 	if block == nil || block.Type != "CERTIFICATE REQUEST" {
-		return nil, fmt.Errorf("%w: no CERTIFICATE REQUEST PEM block", ErrInvalidCSR)
+		return "", nil, fmt.Errorf("%w: no CERTIFICATE REQUEST PEM block", ErrInvalidCSR)
 	}
 	csr, err := x509.ParseCertificateRequest(block.Bytes)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidCSR, err)
+		return "", nil, fmt.Errorf("%w: %w", ErrInvalidCSR, err)
 	}
 	if err := csr.CheckSignature(); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidCSR, err)
+		return "", nil, fmt.Errorf("%w: %w", ErrInvalidCSR, err)
 	}
 	pub, ok := csr.PublicKey.(*ecdsa.PublicKey)
 	if !ok || pub.Curve != elliptic.P256() {
-		return nil, fmt.Errorf("%w: key is %T, want ECDSA P-256", ErrInvalidCSR, csr.PublicKey)
+		return "", nil, fmt.Errorf("%w: key is %T, want ECDSA P-256", ErrInvalidCSR, csr.PublicKey)
 	}
-	want := m.SpiffeID(service)
+	dc := m.cfg.Datacenter
 	switch {
 	case len(csr.URIs) > 1:
-		return nil, fmt.Errorf("%w: %d URI SANs, want at most 1", ErrInvalidCSR, len(csr.URIs))
-	case len(csr.URIs) == 1 && csr.URIs[0].String() != want:
-		return nil, fmt.Errorf("%w: URI SAN %s is not %s", ErrInvalidCSR, csr.URIs[0], want)
+		return "", nil, fmt.Errorf("%w: %d URI SANs, want at most 1", ErrInvalidCSR, len(csr.URIs))
+	case len(csr.URIs) == 1:
+		id, err := ParseSpiffeID(csr.URIs[0].String())
+		want := SpiffeID{TrustDomain: m.TrustDomain(), Namespace: DefaultNamespace, Datacenter: id.Datacenter, Service: service}
+		if err != nil || id != want || !validToken(id.Datacenter, 63) {
+			return "", nil, fmt.Errorf("%w: URI SAN %s is not %s", ErrInvalidCSR, csr.URIs[0], m.SpiffeID(service))
+		}
+		dc = id.Datacenter
 	}
-	return pub, nil
+	return dc, pub, nil
 }
 
 // issue signs a leaf for service's identity and pub with the active root.
 // Local leaves and CSRs share it.
 func (m *Manager) issue(service string, pub crypto.PublicKey) (*issued, error) {
+	return m.issueIn(service, m.cfg.Datacenter, pub)
+}
+
+// issueIn is issue for service's identity in datacenter dc.
+func (m *Manager) issueIn(service, dc string, pub crypto.PublicKey) (*issued, error) {
 	m.mu.RLock()
 	root, td := m.activeLocked(), m.trustDomain
 	if root == nil || root.key == nil {
@@ -101,7 +116,7 @@ func (m *Manager) issue(service string, pub crypto.PublicKey) (*issued, error) {
 	m.mu.RUnlock()
 
 	now := m.now()
-	tmpl, err := m.leafTemplate(service, td, now, rootCert.NotAfter)
+	tmpl, err := m.leafTemplate(service, td, dc, now, rootCert.NotAfter)
 	if err != nil {
 		return nil, err
 	}
@@ -124,12 +139,12 @@ func (m *Manager) issue(service string, pub crypto.PublicKey) (*issued, error) {
 // leafTemplate is the certificate a leaf of service gets: its SPIFFE ID as
 // the only URI SAN, a DNS SAN when the name is a DNS label, valid for
 // LeafTTL (at most until the root expires).
-func (m *Manager) leafTemplate(service, trustDomain string, now, rootNotAfter time.Time) (*x509.Certificate, error) {
+func (m *Manager) leafTemplate(service, trustDomain, dc string, now, rootNotAfter time.Time) (*x509.Certificate, error) {
 	serial, err := randomSerial()
 	if err != nil {
 		return nil, err
 	}
-	uri, err := url.Parse(m.spiffeID(trustDomain, service))
+	uri, err := url.Parse(SpiffeID{TrustDomain: trustDomain, Namespace: DefaultNamespace, Datacenter: dc, Service: service}.URI())
 	if err != nil {
 		return nil, fmt.Errorf("failed to build SPIFFE ID: %w", err)
 	}

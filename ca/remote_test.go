@@ -236,7 +236,7 @@ func TestRemoteRejectsBadAnswers(t *testing.T) {
 			foreign.mu.RLock()
 			root := foreign.activeLocked()
 			foreign.mu.RUnlock()
-			tmpl, err := server.leafTemplate(svc, server.TrustDomain(), time.Now(), root.cert.NotAfter)
+			tmpl, err := server.leafTemplate(svc, server.TrustDomain(), server.Datacenter(), time.Now(), root.cert.NotAfter)
 			if err != nil {
 				return SignedCert{}, err
 			}
@@ -328,5 +328,34 @@ func TestSignCSR(t *testing.T) {
 	}
 	if chain, _ := parseChainPEM(sc.CertChainPEM); len(chain) != 2 || sc.RootID != m.Roots().ActiveRootID {
 		t.Fatalf("rotated: %d certificates, root %s", len(chain), sc.RootID)
+	}
+}
+
+// A CSR may name the service in another datacenter of the trust domain
+// (a node group of the same servers): the leaf carries that identity. A
+// malformed datacenter or another namespace is refused.
+func TestSignCSROtherDatacenter(t *testing.T) {
+	ctx := context.Background()
+	m := newTestManager(t, Config{})
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	id := SpiffeID{TrustDomain: m.TrustDomain(), Namespace: DefaultNamespace, Datacenter: "dc2", Service: "api"}.URI()
+	sc, err := m.SignCSR(ctx, "api", csrFor(t, key, id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	chain, err := parseChainPEM(sc.CertChainPEM)
+	if err != nil || len(chain) != 1 || len(chain[0].URIs) != 1 || chain[0].URIs[0].String() != id {
+		t.Fatalf("leaf URIs = %v (want %s), %v", chain[0].URIs, id, err)
+	}
+	if svc, err := m.VerifyPeer([][]byte{chain[0].Raw}); err != nil || svc != "api" {
+		t.Fatalf("VerifyPeer = %q, %v", svc, err)
+	}
+	for name, uri := range map[string]string{
+		"bad datacenter":  "spiffe://" + m.TrustDomain() + "/ns/default/dc/dc_2!/svc/api",
+		"other namespace": "spiffe://" + m.TrustDomain() + "/ns/team/dc/dc2/svc/api",
+	} {
+		if _, err := m.SignCSR(ctx, "api", csrFor(t, key, uri)); !errors.Is(err, ErrInvalidCSR) {
+			t.Errorf("%s: SignCSR = %v, want ErrInvalidCSR", name, err)
+		}
 	}
 }

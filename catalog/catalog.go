@@ -13,6 +13,7 @@ package catalog
 
 import (
 	"errors"
+	"maps"
 	"sort"
 	"sync"
 
@@ -32,12 +33,31 @@ const (
 	// terminating-gateway config entry links (their leaves, their
 	// intentions), forwarding to their catalog instances.
 	KindTerminatingGateway = "terminating-gateway"
+	// KindMeshGateway is a mesh gateway: a proxy served over xDS that
+	// routes mTLS connections between datacenters by their SNI without
+	// terminating them (its chains come from the catalog).
+	KindMeshGateway = "mesh-gateway"
 )
 
+// Tagged address names of a mesh gateway, as Consul names them: the
+// address its own datacenter's sidecars use, and the one other
+// datacenters' gateways and sidecars use.
+const (
+	TaggedLAN = "lan"
+	TaggedWAN = "wan"
+)
+
+// TaggedAddress is one of an instance's tagged addresses (Consul's
+// ServiceAddress).
+type TaggedAddress struct {
+	Address string
+	Port    int
+}
+
 // IsProxyKind reports whether instances of kind run a proxy that the xDS
-// server serves (connect-proxy, ingress-gateway and terminating-gateway).
+// server serves (connect-proxy and the three gateway kinds).
 func IsProxyKind(kind string) bool {
-	return kind == KindConnectProxy || kind == KindIngressGateway || kind == KindTerminatingGateway
+	return kind == KindConnectProxy || kind == KindIngressGateway || kind == KindTerminatingGateway || kind == KindMeshGateway
 }
 
 // ErrNotFound is returned for an unknown service ID.
@@ -70,6 +90,9 @@ type ServiceInstance struct {
 	Proxy *Proxy
 	// Connect is true for an app service with a sidecar or native connect.
 	Connect bool
+	// TaggedAddresses are a mesh gateway's lan and wan addresses (none:
+	// Address and Port for both).
+	TaggedAddresses map[string]TaggedAddress `json:",omitempty"`
 	// ModifyIndex increases with every change to the catalog.
 	ModifyIndex uint64
 }
@@ -119,6 +142,9 @@ type Upstream struct {
 	LocalBindAddress string
 	LocalBindPort    int
 	Config           map[string]any
+	// MeshGatewayMode is the upstream's mesh_gateway mode ("local",
+	// "remote", "none"; "": the config entries decide).
+	MeshGatewayMode string `json:",omitempty"`
 }
 
 // ExposePath is an HTTP path exposed through the proxy's listener.
@@ -322,6 +348,7 @@ func copyInstance(in *ServiceInstance) *ServiceInstance {
 			out.Meta[k] = v
 		}
 	}
+	out.TaggedAddresses = maps.Clone(in.TaggedAddresses)
 	if in.Proxy != nil {
 		p := *in.Proxy
 		p.Upstreams = append([]Upstream(nil), in.Proxy.Upstreams...)

@@ -418,5 +418,8 @@ func gatewayLabel(t *nomadapi.Task) (service, label string) {
 	if s, ok := strings.CutPrefix(t.Kind, connect.TerminatingKindPrefix); ok {
 		return s, "Terminating Gateway"
 	}
+	if s, ok := strings.CutPrefix(t.Kind, connect.MeshKindPrefix); ok {
+		return s, "Mesh Gateway"
+	}
 	return "", ""
 }

@@ -96,6 +96,9 @@ func validateProxyDefaults(e *consul.ProxyConfigEntry) error {
 	if err := checkTenancy("", e.Namespace, e.Partition); err != nil {
 		return err
 	}
+	if err := checkMeshGateway("", &e.MeshGateway); err != nil {
+		return err
+	}
 	for k, v := range e.Config {
 		if !strings.EqualFold(k, "protocol") {
 			continue
@@ -133,6 +136,9 @@ func validateServiceDefaults(e *consul.ServiceConfigEntry) error {
 		return invalidf("LocalConnectTimeoutMs must be >= 0")
 	case e.LocalRequestTimeoutMs < 0:
 		return invalidf("LocalRequestTimeoutMs must be >= 0")
+	}
+	if err := checkMeshGateway("", &e.MeshGateway); err != nil {
+		return err
 	}
 	return validateUpstreamConfiguration(e.UpstreamConfig)
 }

@@ -63,6 +63,9 @@ func validateUpstreamConfig(where string, c *consul.UpstreamConfig) error {
 	case c.ConnectTimeoutMs < 0:
 		return invalidf("%s.ConnectTimeoutMs must be >= 0", where)
 	}
+	if err := checkMeshGateway(where+".", &c.MeshGateway); err != nil {
+		return err
+	}
 	if l := c.Limits; l != nil {
 		for _, f := range []struct {
 			name string

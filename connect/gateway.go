@@ -19,7 +19,14 @@ const (
 	// TerminatingKindPrefix marks a terminating gateway task's Kind, as
 	// Nomad does.
 	TerminatingKindPrefix = "connect-terminating:"
+	// MeshTaskPrefix prefixes a mesh gateway's injected task name.
+	MeshTaskPrefix = "connect-mesh-"
+	// MeshKindPrefix marks a mesh gateway task's Kind, as Nomad does.
+	MeshKindPrefix = "connect-mesh:"
 )
+
+// MeshTaskName is the injected mesh gateway task's name for a service.
+func MeshTaskName(service string) string { return MeshTaskPrefix + service }
 
 // IngressTaskName is the injected ingress gateway task's name for a service.
 func IngressTaskName(service string) string { return IngressTaskPrefix + service }
@@ -33,11 +40,14 @@ func gatewayTask(s *structs.Service) (name, kind string) {
 	if s.Connect.IsTerminating() {
 		return TerminatingTaskName(s.Name), TerminatingKindPrefix + s.Name
 	}
+	if s.Connect.IsMesh() {
+		return MeshTaskName(s.Name), MeshKindPrefix + s.Name
+	}
 	return IngressTaskName(s.Name), IngressKindPrefix + s.Name
 }
 
-// GatewayServices returns the group's services that are ingress or
-// terminating gateways.
+// GatewayServices returns the group's services that are ingress,
+// terminating or mesh gateways.
 func GatewayServices(tg *structs.TaskGroup) []*structs.Service {
 	var out []*structs.Service
 	for _, s := range tg.Services {
@@ -62,10 +72,10 @@ func MeshServices(tg *structs.TaskGroup) []*structs.Service {
 }
 
 // ProxyKindService returns the service of an injected proxy task's Kind
-// ("connect-proxy:<svc>", "connect-ingress:<svc>" or
-// "connect-terminating:<svc>").
+// ("connect-proxy:<svc>", "connect-ingress:<svc>",
+// "connect-terminating:<svc>" or "connect-mesh:<svc>").
 func ProxyKindService(kind string) (string, bool) {
-	for _, p := range []string{KindPrefix, IngressKindPrefix, TerminatingKindPrefix} {
+	for _, p := range []string{KindPrefix, IngressKindPrefix, TerminatingKindPrefix, MeshKindPrefix} {
 		if s, ok := strings.CutPrefix(kind, p); ok {
 			return s, true
 		}
@@ -99,8 +109,9 @@ func EnvoyNodeID(allocID, group string, s *structs.Service) string {
 	return ProxyID(id)
 }
 
-// injectGateways adds the `connect-ingress-<service>` or
-// `connect-terminating-<service>` task of every gateway service of tg, as
+// injectGateways adds the `connect-ingress-<service>`,
+// `connect-terminating-<service>` or `connect-mesh-<service>` task of
+// every gateway service of tg, as
 // Nomad's job hook does: a main task
 // (gateways have no lifecycle) on the connect_proxy driver, merged with
 // any sidecar_task override. Its proxy gets everything from xDS.
@@ -114,12 +125,13 @@ func injectGateways(tg *structs.TaskGroup, opts Options) error {
 	}
 	mesh := MeshServices(tg)
 	for _, s := range gws {
-		if s.Connect.IsTerminating() && s.PortLabel == "" {
-			// Nomad gives a terminating gateway without a port a dynamic
-			// one named after its task: mesh traffic arrives there.
-			s.PortLabel = TerminatingTaskName(s.Name)
+		passthrough := s.Connect.IsTerminating() || s.Connect.IsMesh()
+		if passthrough && s.PortLabel == "" {
+			// Nomad gives a terminating or mesh gateway without a port a
+			// dynamic one named after its task: mesh traffic arrives there.
+			s.PortLabel, _ = gatewayTask(s)
 		}
-		if s.Connect.IsTerminating() {
+		if passthrough {
 			ensureDynamicPort(tg.Networks[0], s.PortLabel)
 		}
 		if ProxyTaskFor(tg, s) != nil {
@@ -142,9 +154,12 @@ func injectGateways(tg *structs.TaskGroup, opts Options) error {
 }
 
 // gatewayInstance is the catalog registration of a gateway service: Kind
-// ingress-gateway or terminating-gateway at the allocation's address. Its
-// port is the service's port, else (ingress) its first listener's. The
-// proxy's listeners come from the config entry of the same name.
+// ingress-gateway, terminating-gateway or mesh-gateway at the
+// allocation's address. Its port is the service's port, else (ingress) its
+// first listener's. An ingress or terminating proxy's listeners come from
+// the config entry of the same name; a mesh gateway's from the catalog,
+// and it carries Consul's lan and wan tagged addresses (both the
+// advertised address: meshlet's datacenters share one network).
 func gatewayInstance(p Placement, s *structs.Service, id string, bridge bool) (catalog.ServiceInstance, error) {
 	port, err := resolvePort(p.Alloc, s.PortLabel, bridge)
 	if err != nil {
@@ -152,9 +167,17 @@ func gatewayInstance(p Placement, s *structs.Service, id string, bridge bool) (c
 	}
 	addr, regPort := advertised(p, s.PortLabel, bridge, port)
 	kind := catalog.KindIngressGateway
-	if s.Connect.IsTerminating() {
+	var tagged map[string]catalog.TaggedAddress
+	switch {
+	case s.Connect.IsTerminating():
 		kind = catalog.KindTerminatingGateway
-	} else if regPort == 0 {
+	case s.Connect.IsMesh():
+		kind = catalog.KindMeshGateway
+		tagged = map[string]catalog.TaggedAddress{
+			catalog.TaggedLAN: {Address: addr, Port: regPort},
+			catalog.TaggedWAN: {Address: addr, Port: regPort},
+		}
+	case regPort == 0:
 		if ls := s.Connect.Gateway.Ingress.Listeners; len(ls) > 0 && ls[0] != nil {
 			regPort = ls[0].Port
 		}
@@ -168,6 +191,6 @@ func gatewayInstance(p Placement, s *structs.Service, id string, bridge bool) (c
 	return catalog.ServiceInstance{
 		ID: id, Name: s.Name, Kind: kind, Address: addr, Port: regPort,
 		Tags: s.Tags, Meta: s.Meta, AllocID: p.Alloc.ID, NodeID: p.NodeID, Datacenter: p.Datacenter,
-		Healthy: true, Proxy: px,
+		Healthy: true, Proxy: px, TaggedAddresses: tagged,
 	}, nil
 }

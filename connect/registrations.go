@@ -116,10 +116,14 @@ func proxyInstance(p Placement, s *structs.Service, serviceID string, servicePor
 		}
 		px.Config = cp.Config
 		for _, u := range cp.Upstreams {
-			px.Upstreams = append(px.Upstreams, catalog.Upstream{
+			cu := catalog.Upstream{
 				DestinationName: u.DestinationName, Datacenter: u.Datacenter,
 				LocalBindAddress: orDefault(u.LocalBindAddress, "127.0.0.1"), LocalBindPort: u.LocalBindPort, Config: u.Config,
-			})
+			}
+			if u.MeshGateway != nil {
+				cu.MeshGatewayMode = u.MeshGateway.Mode
+			}
+			px.Upstreams = append(px.Upstreams, cu)
 		}
 		if cp.Expose != nil {
 			for _, e := range cp.Expose.Paths {

@@ -49,6 +49,7 @@ func (s *Server) catalogService(w http.ResponseWriter, r *http.Request) {
 			ServicePort:              inst.Port,
 			ServiceWeights:           consul.Weights{Passing: 1, Warning: 1},
 			ServiceProxy:             proxyConfig(kindProxy(inst)),
+			ServiceTaggedAddresses:   serviceTagged(inst),
 			CreateIndex:              inst.ModifyIndex,
 			ModifyIndex:              inst.ModifyIndex,
 			ServiceEnableTagOverride: false,
@@ -123,6 +124,8 @@ func (s *Server) serviceEntry(inst catalog.ServiceInstance) consul.ServiceEntry 
 			ModifyIndex: inst.ModifyIndex,
 			Proxy:       proxyConfig(kindProxy(inst)),
 			Datacenter:  s.d.Datacenter,
+			// A mesh gateway's lan and wan addresses (Consul's shape).
+			TaggedAddresses: serviceTagged(inst),
 		},
 		Checks: append(consul.HealthChecks{
 			{Node: node, CheckID: "serfHealth", Name: "Serf Health Status", Status: consul.HealthPassing, Output: "Agent alive and reachable", Type: "", ServiceTags: []string{}},
@@ -238,10 +241,23 @@ func nonNilMap(m map[string]string) map[string]string {
 // kindProxy is the proxy block an instance shows: a gateway names no
 // destination (meshlet keeps its own name there, as its identity).
 func kindProxy(inst catalog.ServiceInstance) *catalog.Proxy {
-	if (inst.Kind != catalog.KindIngressGateway && inst.Kind != catalog.KindTerminatingGateway) || inst.Proxy == nil {
+	if (inst.Kind != catalog.KindIngressGateway && inst.Kind != catalog.KindTerminatingGateway && inst.Kind != catalog.KindMeshGateway) || inst.Proxy == nil {
 		return inst.Proxy
 	}
 	p := *inst.Proxy
 	p.DestinationServiceName = ""
 	return &p
+}
+
+// serviceTagged is an instance's tagged addresses in Consul's shape (nil:
+// none, as Consul omits them).
+func serviceTagged(inst catalog.ServiceInstance) map[string]consul.ServiceAddress {
+	if len(inst.TaggedAddresses) == 0 {
+		return nil
+	}
+	out := make(map[string]consul.ServiceAddress, len(inst.TaggedAddresses))
+	for k, v := range inst.TaggedAddresses {
+		out[k] = consul.ServiceAddress{Address: v.Address, Port: v.Port}
+	}
+	return out
 }

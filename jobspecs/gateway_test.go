@@ -199,7 +199,7 @@ func TestGatewayThroughNomadAPI(t *testing.T) {
 // An empty mesh {} block survives the Nomad API's JSON too (a pointer to an
 // empty struct, as in Nomad's api, where an empty map would be dropped).
 func TestMeshGatewayThroughNomadAPI(t *testing.T) {
-	src := "job \"j\" {\n  group \"g\" {\n    service {\n      name = \"m\"\n      connect {\n        gateway {\n          mesh {}\n        }\n      }\n    }\n" +
+	src := "job \"j\" {\n  group \"g\" {\n    network {\n      mode = \"bridge\"\n    }\n    service {\n      name = \"m\"\n      connect {\n        gateway {\n          mesh {}\n        }\n      }\n    }\n" +
 		"    task \"t\" {\n      driver = \"exec\"\n      config { command = \"x\" }\n    }\n  }\n}\n"
 	job, diags := Parse("t.hcl", []byte(src), nil)
 	if diags.HasErrors() {
@@ -225,5 +225,32 @@ func TestMeshGatewayThroughNomadAPI(t *testing.T) {
 	}
 	if g := back.TaskGroups[0].Services[0].Connect.Gateway; g == nil || g.Mesh == nil || len(g.Kinds()) != 1 || g.Kinds()[0] != structs.GatewayKindMesh {
 		t.Fatalf("mesh gateway after the round trip = %+v", g)
+	}
+}
+
+// An upstream's mesh_gateway mode is one of Consul's, and a mode without
+// a datacenter is pointless (warned).
+func TestUpstreamMeshGatewayRules(t *testing.T) {
+	up := func(extra string) string {
+		return "network {\n  mode = \"bridge\"\n}\nservice {\n  name = \"web\"\n  port = \"8080\"\n  connect {\n    sidecar_service {\n      proxy {\n        upstreams {\n          destination_name = \"api\"\n          local_bind_port  = 9191\n" +
+			extra + "        }\n      }\n    }\n  }\n}\n" + okTask
+	}
+	tests := []struct {
+		name, body string
+		want       []string
+	}{
+		{"local to dc2", up("          datacenter = \"dc2\"\n          mesh_gateway {\n            mode = \"local\"\n          }\n"), nil},
+		{"remote to dc2", up("          datacenter = \"dc2\"\n          mesh_gateway {\n            mode = \"remote\"\n          }\n"), nil},
+		{"bad mode", up("          datacenter = \"dc2\"\n          mesh_gateway {\n            mode = \"nearby\"\n          }\n"), []string{
+			`t.hcl:17:20: error: Invalid mesh_gateway mode; Upstream "api": mesh_gateway mode "nearby" must be one of "local", "remote" or "none".`,
+		}},
+		{"no datacenter", up("          mesh_gateway {\n            mode = \"local\"\n          }\n"), []string{
+			`t.hcl:16:20: warning: mesh_gateway without datacenter; Upstream "api" has no datacenter: mesh gateways only carry traffic to other datacenters, so mode "local" has no effect.`,
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			assertDiags(t, parseGroup(t, tc.body), tc.want)
+		})
 	}
 }

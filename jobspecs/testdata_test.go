@@ -22,6 +22,7 @@ func TestValidJobspecs(t *testing.T) {
 		"grpc.hcl":                              nil,
 		"hello.hcl":                             nil,
 		"hello-exec.hcl":                        nil,
+		"mesh-gateway.hcl":                      nil,
 		"testdata/valid/countdash-docker.hcl":   nil,
 		"testdata/valid/multi-upstream.hcl":     nil,
 		"testdata/valid/batch-lifecycle.hcl":    nil,

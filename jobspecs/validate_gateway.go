@@ -55,10 +55,6 @@ func checkGateway(s *structs.Service, c *structs.ConsulConnect, p path, report r
 		report(SeverityError, gp, "Invalid gateway configuration",
 			"Only one Consul Gateway Configuration may be set: ingress, terminating or mesh.")
 		return
-	case g.Ingress == nil && g.Terminating == nil:
-		report(SeverityWarning, gp, "connect gateway is not supported by meshlet yet",
-			fmt.Sprintf("Only ingress and terminating gateways run; this %s gateway is parsed and ignored.", g.Kinds()[0]))
-		return
 	}
 	if g.Proxy != nil && g.Proxy.ConnectTimeout != nil && *g.Proxy.ConnectTimeout < 0 {
 		report(SeverityError, gp.sub("proxy").attr("connect_timeout"), "Invalid connect_timeout",
@@ -67,6 +63,9 @@ func checkGateway(s *structs.Service, c *structs.ConsulConnect, p path, report r
 	if g.Terminating != nil {
 		checkTerminating(g.Terminating, gp.sub("terminating"), report)
 		return
+	}
+	if g.Mesh != nil {
+		return // mesh {} has no settings
 	}
 	checkIngress(g.Ingress, gp.sub("ingress"), report)
 }
@@ -189,6 +188,8 @@ func checkGatewayNetwork(tg *structs.TaskGroup, p path, report reporter) {
 		title := "Ingress gateway requires bridge networking"
 		if s.Connect.IsTerminating() {
 			kind, title = "a terminating gateway", "Terminating gateway requires bridge networking"
+		} else if s.Connect.IsMesh() {
+			kind, title = "a mesh gateway", "Mesh gateway requires bridge networking"
 		}
 		found := "no network block"
 		if len(tg.Networks) == 1 && tg.Networks[0] != nil {

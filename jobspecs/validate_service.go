@@ -417,6 +417,7 @@ func checkConnect(s *structs.Service, sp path, report reporter) {
 				report(SeverityError, up.attr("local_bind_port"), "Invalid local_bind_port",
 					fmt.Sprintf("Upstream %s: local_bind_port %d is out of range 1-65535.", name, u.LocalBindPort))
 			}
+			checkUpstreamMeshGateway(u, name, up, report)
 		}
 		if ss.Proxy.Expose != nil {
 			for i, xp := range ss.Proxy.Expose.Paths {

@@ -242,6 +242,15 @@ func (s *Server) handleConnectSign(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusForbidden, "", "%v", err)
 		return
 	}
+	if err := s.csrOtherDatacenter(r.Context(), nodeID, req.CSR); err != nil {
+		if !errors.Is(err, ErrForbidden) {
+			s.backendError(w, r, false, err)
+			return
+		}
+		s.logger.Warn("refused CSR for another datacenter", "node_id", nodeID, "service", req.Service, "error", err)
+		writeError(w, http.StatusForbidden, "", "%v", err)
+		return
+	}
 	runs, err := s.nodeRunsService(r.Context(), nodeID, req.Service)
 	if err != nil {
 		s.backendError(w, r, false, err)

@@ -81,6 +81,10 @@ func (l *listener) handle(c net.Conn) {
 	if st == nil {
 		return
 	}
+	if st.cfg.passthrough {
+		l.passthrough(c, st)
+		return
+	}
 	var down net.Conn
 	cs := st // the state of the chosen filter chain
 	if st.tlsConf == nil {

@@ -36,8 +36,12 @@ type listenerConfig struct {
 	addr  string // normalized ip:port
 	chain *filterChain
 	// byServerName, when set, replaces chain: each filter chain matched by
-	// filter_chain_match.server_names (exact names), all with TLS.
+	// filter_chain_match.server_names (exact names), all with TLS, or
+	// (passthrough) all without, exact or "*." wildcard names.
 	byServerName map[string]*filterChain
+	// passthrough: the chains relay the TLS bytes by the client hello's
+	// server name without terminating (passthrough.go).
+	passthrough bool
 }
 
 // chains returns every filter chain of the listener.
@@ -156,11 +160,11 @@ func decodeListener(l *listenerv3.Listener) (*listenerConfig, error) {
 			return nil, wrap(fmt.Errorf("listener_filters[%d] %q is not supported", i, lf.GetName()))
 		}
 	}
-	if sni, err := decodeServerNameChains(l); err != nil || sni != nil {
+	if sni, pass, err := decodeServerNameChains(l); err != nil || sni != nil {
 		if err != nil {
 			return nil, wrap(err)
 		}
-		return &listenerConfig{name: l.GetName(), addr: addr, byServerName: sni}, nil
+		return &listenerConfig{name: l.GetName(), addr: addr, byServerName: sni, passthrough: pass}, nil
 	}
 	var chains []*listenerv3.FilterChain
 	for i, fc := range l.GetFilterChains() {
@@ -374,40 +378,43 @@ func decodeHCM(typed *anypb.Any) (*httpConfig, error) {
 }
 
 // decodeServerNameChains decodes a listener whose filter chains are all
-// matched by server_names alone (a terminating gateway's: one chain per
-// linked service, by the SNI mesh clients send), each terminating TLS.
-// It returns nil when no chain has a server_names match.
-func decodeServerNameChains(l *listenerv3.Listener) (map[string]*filterChain, error) {
+// matched by server_names alone: a terminating gateway's (one chain per
+// linked service, by the SNI mesh clients send), each terminating TLS, or
+// a mesh gateway's, each passing TLS through (passthrough is true). It
+// returns nil when no chain has a server_names match.
+func decodeServerNameChains(l *listenerv3.Listener) (map[string]*filterChain, bool, error) {
 	fcs := l.GetFilterChains()
 	if !slices.ContainsFunc(fcs, func(fc *listenerv3.FilterChain) bool { return len(fc.GetFilterChainMatch().GetServerNames()) > 0 }) {
-		return nil, nil
+		return nil, false, nil
 	}
 	if l.GetDefaultFilterChain() != nil {
-		return nil, errors.New("default_filter_chain next to server_names matches is not supported")
+		return nil, false, errors.New("default_filter_chain next to server_names matches is not supported")
 	}
-	out := map[string]*filterChain{}
+	chains := make([]*filterChain, len(fcs))
 	for i, fc := range fcs {
 		m := fc.GetFilterChainMatch()
 		if len(m.GetServerNames()) == 0 || !proto.Equal(m, &listenerv3.FilterChainMatch{ServerNames: m.GetServerNames()}) {
-			return nil, fmt.Errorf("filter_chains[%d]: only server_names matches are supported next to one another", i)
+			return nil, false, fmt.Errorf("filter_chains[%d]: only server_names matches are supported next to one another", i)
 		}
 		chain, err := decodeFilterChain(fc)
 		if err != nil {
-			return nil, fmt.Errorf("filter_chains[%d]: %w", i, err)
+			return nil, false, fmt.Errorf("filter_chains[%d]: %w", i, err)
 		}
-		if chain.tls == nil {
-			return nil, fmt.Errorf("filter_chains[%d]: a server_names match needs a TLS transport socket", i)
-		}
-		for _, n := range m.GetServerNames() {
-			if strings.HasPrefix(n, "*") {
-				return nil, fmt.Errorf("filter_chains[%d]: wildcard server name %q is not supported", i, n)
-			}
+		chains[i] = chain
+	}
+	pass, err := checkPassthroughChains(fcs, chains)
+	if err != nil {
+		return nil, false, err
+	}
+	out := map[string]*filterChain{}
+	for i, fc := range fcs {
+		for _, n := range fc.GetFilterChainMatch().GetServerNames() {
 			k := strings.ToLower(n)
 			if out[k] != nil {
-				return nil, fmt.Errorf("filter_chains[%d]: server name %q is matched twice", i, n)
+				return nil, false, fmt.Errorf("filter_chains[%d]: server name %q is matched twice", i, n)
 			}
-			out[k] = chain
+			out[k] = chains[i]
 		}
 	}
-	return out, nil
+	return out, pass, nil
 }

@@ -22,6 +22,9 @@ func (p *Proxy) buildServerNameState(cfg *listenerConfig) *listenerState {
 		}
 		st.byServerName[name] = sub
 	}
+	if cfg.passthrough {
+		return st // no TLS here: the server name is peeked (passthrough.go)
+	}
 	st.tlsConf = &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {

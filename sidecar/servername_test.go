@@ -57,7 +57,7 @@ func TestDecodeServerNameChainErrors(t *testing.T) {
 	}{
 		{"duplicate", dup, `server name "a" is matched twice`},
 		{"wildcard", wildcard, "wildcard server name"},
-		{"plaintext", plain, "needs a TLS transport socket"},
+		{"plaintext with ext_authz", plain, "tcp_proxy alone"},
 		{"other match fields", mixed, "only server_names matches"},
 		{"default chain", withDefault, "default_filter_chain"},
 	} {

@@ -77,9 +77,9 @@ type ConsulConnect struct {
 func (c *ConsulConnect) HasSidecar() bool { return c != nil && c.SidecarService != nil }
 
 // ConsulGateway is a service's connect gateway block. Kind is "ingress",
-// "terminating" or "mesh"; Config keeps the block free-form. Ingress and
-// terminating gateways run (Proxy, Ingress and Terminating are typed, in
-// the shape of Nomad's api.ConsulGateway); mesh gateways are parsed only.
+// "terminating" or "mesh"; Config keeps the block free-form. All three
+// kinds run (Proxy, Ingress, Terminating and Mesh are typed, in the shape
+// of Nomad's api.ConsulGateway).
 //
 // Proxy, Ingress, Terminating and Mesh carry Nomad's /v1 JSON names, so a
 // job submitted through the Nomad API (which has no Kind or Config) keeps
@@ -130,9 +130,14 @@ func (c *ConsulConnect) IsTerminating() bool {
 	return c != nil && c.Gateway != nil && c.Gateway.Terminating != nil
 }
 
+// IsMesh reports whether the connect block is a mesh gateway.
+func (c *ConsulConnect) IsMesh() bool {
+	return c != nil && c.Gateway != nil && c.Gateway.Mesh != nil
+}
+
 // IsGateway reports whether the connect block is a gateway meshlet runs
-// (ingress or terminating).
-func (c *ConsulConnect) IsGateway() bool { return c.IsIngress() || c.IsTerminating() }
+// (ingress, terminating or mesh).
+func (c *ConsulConnect) IsGateway() bool { return c.IsIngress() || c.IsTerminating() || c.IsMesh() }
 
 // ConsulTerminatingConfigEntry is a terminating gateway's terminating
 // block, the shape of Consul's terminating-gateway config entry: the
@@ -226,7 +231,9 @@ type ConsulUpstream struct {
 	Config           map[string]any     `json:"Config,omitempty"`
 }
 
-// ConsulMeshGateway is parsed; mesh gateways are not run yet.
+// ConsulMeshGateway is an upstream's mesh_gateway block: how a sidecar
+// reaches an upstream in another datacenter ("local", "remote", "none";
+// "" leaves it to the config entries).
 type ConsulMeshGateway struct {
 	Mode string `json:"Mode"`
 }

@@ -100,6 +100,7 @@ func (b builder) translate(ch *configentry.Chain, own string, up catalog.Upstrea
 		prot = protocol(ch.Protocol)
 	}
 	out := &upstreamOut{specs: map[claKey]endpointSpec{}}
+	gwMode := b.meshGatewayMode(own, up)
 	names := map[string]string{} // target ID -> cluster
 	clusterOf := func(id string) (string, error) {
 		if n, ok := names[id]; ok {
@@ -109,7 +110,7 @@ func (b builder) translate(ch *configentry.Chain, own string, up catalog.Upstrea
 		if t == nil {
 			return "", fmt.Errorf("%w: unknown target %q", ErrInvalidChain, id)
 		}
-		c, key, spec, err := b.targetCluster(ch, t, own, prot, ut)
+		c, key, spec, err := b.targetCluster(ch, t, own, prot, ut, gwMode)
 		if err != nil {
 			return "", err
 		}
@@ -146,9 +147,17 @@ func (b builder) translate(ch *configentry.Chain, own string, up catalog.Upstrea
 // targetCluster is the mTLS EDS cluster of one target, accepting the
 // identities of the target and of its failover targets, and the spec of
 // its load assignment (failover targets as lower priorities).
-func (b builder) targetCluster(ch *configentry.Chain, t *configentry.Target, own string, prot protocol, ut upstreamTimeout) (*cluster.Cluster, claKey, endpointSpec, error) {
+//
+// A target in another datacenter with mesh gateway mode local or remote
+// is reached through the gateways: the cluster keeps its name (the SNI the
+// gateways route by) and mTLS to the target's identity, and its endpoints
+// are the gateways (claKey.gateway).
+func (b builder) targetCluster(ch *configentry.Chain, t *configentry.Target, own string, prot protocol, ut upstreamTimeout, gwMode string) (*cluster.Cluster, claKey, endpointSpec, error) {
 	first := sourceOf(t, b.dc)
 	key := claKey{service: first.service, dc: first.dc, subset: t.Subset}
+	if b.viaMeshGateway(gwMode, first.dc) {
+		key.gateway, first.gateway = gwMode, gwMode
+	}
 	spec := endpointSpec{sources: []endpointSource{first}}
 	ids := []string{SpiffeID(b.trustDomain, first.dc, first.service)}
 	seen := map[string]bool{ids[0]: true}
@@ -164,9 +173,12 @@ func (b builder) targetCluster(ch *configentry.Chain, t *configentry.Target, own
 			ids = append(ids, id)
 		}
 	}
-	c, err := meshCluster(key.clusterName(b.trustDomain), own, ids, ut.ms, prot)
+	c, err := meshCluster(subsetClusterName(key.subset, key.service, key.dc, b.trustDomain), own, ids, ut.ms, prot)
 	if err != nil {
 		return nil, key, spec, err
+	}
+	if key.gateway != "" {
+		c.EdsClusterConfig.ServiceName = key.clusterName(b.trustDomain)
 	}
 	// Consul's precedence: the upstream's connect_timeout_ms (its own
 	// config, else the caller's service-defaults UpstreamConfig) overrides

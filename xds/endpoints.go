@@ -17,12 +17,18 @@ import (
 type matchFunc func(filter string, inst catalog.ServiceInstance) (bool, error)
 
 // claKey names one shared ClusterLoadAssignment of mesh endpoints: the
-// sidecars of service in dc, narrowed to a subset.
-type claKey struct{ service, dc, subset string }
+// sidecars of service in dc, narrowed to a subset, or (gateway, a mesh
+// gateway mode) the mesh gateways that lead there.
+type claKey struct{ service, dc, subset, gateway string }
 
-// clusterName is the SNI-style name of the cluster and its endpoints.
+// clusterName is the SNI-style name of the cluster and its endpoints
+// (through mesh gateways, meshGatewayCLAName of it).
 func (k claKey) clusterName(trustDomain string) string {
-	return subsetClusterName(k.subset, k.service, k.dc, trustDomain)
+	name := subsetClusterName(k.subset, k.service, k.dc, trustDomain)
+	if k.gateway != "" {
+		return meshGatewayCLAName(name, k.gateway)
+	}
+	return name
 }
 
 // subsetClusterName is ClusterName with a "<subset>." prefix for a subset.
@@ -38,6 +44,9 @@ func subsetClusterName(subset, service, dc, trustDomain string) string {
 type endpointSource struct {
 	service, dc, filter string
 	onlyPassing         bool
+	// gateway, a mesh gateway mode, replaces the sidecars by the mesh
+	// gateways that lead to dc (meshGatewayInstances).
+	gateway string
 }
 
 // endpointSpec is how one load assignment is computed: sources[0] is the
@@ -49,13 +58,14 @@ type endpointSpec struct {
 // plain reports whether the spec is a whole service without failover,
 // served exactly as before config entries.
 func (s endpointSpec) plain() bool {
-	return len(s.sources) == 1 && s.sources[0].filter == "" && !s.sources[0].onlyPassing
+	return len(s.sources) == 1 && s.sources[0].filter == "" && !s.sources[0].onlyPassing && s.sources[0].gateway == ""
 }
 
-// uses reports whether the spec reads instances of service.
+// uses reports whether the spec reads instances of service. A source
+// through mesh gateways reads gateways of any name: it uses every service.
 func (s endpointSpec) uses(service string) bool {
 	for _, src := range s.sources {
-		if src.service == service {
+		if src.service == service || src.gateway != "" {
 			return true
 		}
 	}
@@ -75,6 +85,9 @@ func sourceOf(t *configentry.Target, dc string) endpointSource {
 type instanceSource struct {
 	sidecars func(service, dc string) []catalog.ServiceInstance
 	get      func(id string) (catalog.ServiceInstance, bool)
+	// gateways gives the mesh gateways of mode toward dc, at the
+	// address the mode uses (nil: none).
+	gateways func(mode, dc string) []catalog.ServiceInstance
 }
 
 // targetAssignment builds the load assignment name from spec. A plain
@@ -111,7 +124,16 @@ func sourceEndpoints(s endpointSource, src instanceSource, match matchFunc) ([]*
 	var eps []*endpoint.LbEndpoint
 	var firstErr error
 	seen := map[string]bool{}
-	for _, inst := range src.sidecars(s.service, s.dc) {
+	insts := src.sidecars
+	if s.gateway != "" {
+		insts = func(_, dc string) []catalog.ServiceInstance {
+			if src.gateways == nil {
+				return nil
+			}
+			return src.gateways(s.gateway, dc)
+		}
+	}
+	for _, inst := range insts(s.service, s.dc) {
 		if !inst.Healthy || inst.Port <= 0 || inst.Port > 65535 || net.ParseIP(inst.Address) == nil {
 			continue
 		}

@@ -50,6 +50,9 @@ type builder struct {
 	// instances lists a service's catalog instances (a terminating
 	// gateway's external services); nil: none.
 	instances func(service string) []catalog.ServiceInstance
+	// proxies lists every proxy instance (a mesh gateway's targets);
+	// nil: none.
+	proxies func() []catalog.ServiceInstance
 }
 
 // proxy builds a connect proxy's listeners and clusters. Errors wrap
@@ -60,6 +63,8 @@ func (b builder) proxy(inst catalog.ServiceInstance) (*proxyResources, error) {
 		return b.ingressGateway(inst)
 	case catalog.KindTerminatingGateway:
 		return b.terminatingGateway(inst)
+	case catalog.KindMeshGateway:
+		return b.meshGateway(inst)
 	}
 	p := inst.Proxy
 	if p == nil || p.DestinationServiceName == "" {

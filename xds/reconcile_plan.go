@@ -97,6 +97,9 @@ func (s *Server) instanceSource(scan bool) instanceSource {
 			return inDC
 		},
 		get: s.cfg.Catalog.Get,
+		gateways: func(mode, dc string) []catalog.ServiceInstance {
+			return meshGatewayInstances(s.cfg.Catalog, mode, dc, s.b.dc)
+		},
 	}
 }
 

@@ -146,7 +146,7 @@ func NewServer(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg:    cfg,
 		log:    cfg.Logger.Named("xds"),
-		b:      builder{dc: cfg.Datacenter, trustDomain: td, compile: cfg.compile, instances: cfg.Catalog.Service},
+		b:      builder{dc: cfg.Datacenter, trustDomain: td, compile: cfg.compile, instances: cfg.Catalog.Service, proxies: cfg.Catalog.Proxies},
 		m:      m,
 		wake:   make(chan struct{}, 1),
 		status: map[string]*proxyStatus{},

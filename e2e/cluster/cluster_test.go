@@ -222,7 +222,12 @@ client {
 // through servers.
 func (c *cluster) AddClient(name string, host int, servers ...*agent) *agent {
 	c.t.Helper()
-	return c.add(name, host, false, fmt.Sprintf(`ports {
+	return c.add(name, host, false, c.clientConfig(servers))
+}
+
+// clientConfig is a client agent's config body (after the common head).
+func (c *cluster) clientConfig(servers []*agent) string {
+	return fmt.Sprintf(`ports {
   http = %d
 }
 server {
@@ -238,7 +243,7 @@ plugin "raw_exec" {
     enabled = true
   }
 }
-`, httpPort, hclList(rpcAddrs(servers)), c.cniPath))
+`, httpPort, hclList(rpcAddrs(servers)), c.cniPath)
 }
 
 func rpcAddrs(agents []*agent) []string {

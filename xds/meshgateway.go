@@ -1,0 +1,208 @@
+package xds
+
+import (
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	tlsinspector "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/tls_inspector/v3"
+
+	"github.com/meshlet/meshlet/catalog"
+)
+
+// MeshGatewayListenerName names a mesh gateway's listener as Consul does:
+// "default:<addr>:<port>".
+func MeshGatewayListenerName(port int) string { return TerminatingListenerName(port) }
+
+// DatacenterClusterName is the cluster of a remote datacenter's mesh
+// gateways, as Consul names it: "<dc>.internal.<trust-domain>"; every
+// service of that datacenter has an SNI under it.
+func DatacenterClusterName(dc, trustDomain string) string {
+	return dc + ".internal." + trustDomain
+}
+
+// meshGateway builds a mesh gateway's resources (Consul's shape): one
+// listener on the gateway's port whose filter chains are chosen by the
+// SNI of the mTLS connection passing through, never terminating it. A
+// local service's SNI (<svc>.default.<dc>.internal.<td>) goes by
+// tcp_proxy to a cluster of its local sidecars; any SNI of a remote
+// datacenter (*.<dc2>.internal.<td>) goes to a cluster of that
+// datacenter's mesh gateways at their WAN addresses. Clusters are plain
+// TCP (the bytes are the sidecars' TLS) with their endpoints inline, so
+// the gateway is rebuilt when those instances change (touchMeshGateways).
+// No chain at all (nothing to route yet): no listener.
+func (b builder) meshGateway(inst catalog.ServiceInstance) (*proxyResources, error) {
+	out := &proxyResources{service: inst.Name, specs: map[claKey]endpointSpec{}}
+	if err := validBind(publicBindAddr, inst.Port); err != nil {
+		return nil, fmt.Errorf("mesh gateway listener: %w", err)
+	}
+	var cfg map[string]any
+	if inst.Proxy != nil {
+		cfg = inst.Proxy.Config
+	}
+	timeout, err := parseTimeoutMS(cfg, cfgConnectTimeout, defaultConnectTimeout)
+	if err != nil {
+		return nil, err
+	}
+	local, remote := b.meshGatewayTargets()
+	var chains []*listener.FilterChain
+	for _, svc := range sortedKeys(local) {
+		sni := ClusterName(svc, b.dc, b.trustDomain)
+		fc, err := sniChain(sni, "mesh_gateway_local."+svc, sni)
+		if err != nil {
+			return nil, err
+		}
+		chains = append(chains, fc)
+		out.clusters = append(out.clusters, staticTCPCluster(sni, timeout, local[svc]))
+	}
+	for _, dc := range sortedKeys(remote) {
+		name := DatacenterClusterName(dc, b.trustDomain)
+		fc, err := sniChain("*."+name, "mesh_gateway_remote."+dc, name)
+		if err != nil {
+			return nil, err
+		}
+		chains = append(chains, fc)
+		out.clusters = append(out.clusters, staticTCPCluster(name, timeout, remote[dc]))
+	}
+	if len(chains) == 0 {
+		return out, nil
+	}
+	inspector, err := anyOf(&tlsinspector.TlsInspector{})
+	if err != nil {
+		return nil, err
+	}
+	out.listeners = []*listener.Listener{{
+		Name:             MeshGatewayListenerName(inst.Port),
+		Address:          socketAddress(publicBindAddr, inst.Port),
+		TrafficDirection: core.TrafficDirection_INBOUND,
+		ListenerFilters: []*listener.ListenerFilter{{
+			Name: tlsInspectorFilter, ConfigType: &listener.ListenerFilter_TypedConfig{TypedConfig: inspector},
+		}},
+		FilterChains: chains,
+	}}
+	return out, nil
+}
+
+// sniChain is a filter chain matched by one server name (exact, or a
+// "*." wildcard) that relays the connection's bytes to cluster untouched:
+// no transport socket, so the TLS passes through.
+func sniChain(serverName, statPrefix, clusterName string) (*listener.FilterChain, error) {
+	tp, err := tcpProxy(statPrefix, clusterName)
+	if err != nil {
+		return nil, err
+	}
+	return &listener.FilterChain{
+		Name:             serverName,
+		FilterChainMatch: &listener.FilterChainMatch{ServerNames: []string{serverName}},
+		Filters:          []*listener.Filter{tp},
+	}, nil
+}
+
+// staticTCPCluster is a plain TCP cluster with its endpoints inline.
+func staticTCPCluster(name string, timeoutMS int, eps []*endpoint.LbEndpoint) *cluster.Cluster {
+	cla := &endpoint.ClusterLoadAssignment{ClusterName: name}
+	if len(eps) > 0 {
+		cla.Endpoints = []*endpoint.LocalityLbEndpoints{{LbEndpoints: eps}}
+	}
+	return &cluster.Cluster{
+		Name:                 name,
+		ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_STATIC},
+		ConnectTimeout:       msDuration(timeoutMS),
+		LbPolicy:             cluster.Cluster_ROUND_ROBIN,
+		LoadAssignment:       cla,
+	}
+}
+
+// meshGatewayTargets reads the catalog's proxies: the local datacenter's
+// sidecar endpoints by destination service, and the other datacenters'
+// mesh gateways (WAN addresses) by datacenter. Unhealthy or unaddressable
+// instances are left out; a service or datacenter with none keeps its
+// chain (connections to it fail fast rather than match nothing).
+func (b builder) meshGatewayTargets() (local, remote map[string][]*endpoint.LbEndpoint) {
+	local, remote = map[string][]*endpoint.LbEndpoint{}, map[string][]*endpoint.LbEndpoint{}
+	if b.proxies == nil {
+		return local, remote
+	}
+	seen := map[string]bool{}
+	add := func(m map[string][]*endpoint.LbEndpoint, key string, inst catalog.ServiceInstance, addr string, port int) {
+		if _, ok := m[key]; !ok {
+			m[key] = nil
+		}
+		hp := net.JoinHostPort(addr, strconv.Itoa(port))
+		if !inst.Healthy || port <= 0 || port > 65535 || net.ParseIP(addr) == nil || seen[key+"\x00"+hp] {
+			return
+		}
+		seen[key+"\x00"+hp] = true
+		m[key] = append(m[key], lbEndpoint(addr, port))
+	}
+	for _, inst := range b.proxies() {
+		dc := inst.Datacenter
+		if dc == "" {
+			dc = b.dc
+		}
+		switch {
+		case inst.Kind == catalog.KindConnectProxy && inst.Proxy != nil && dc == b.dc:
+			add(local, inst.Proxy.DestinationServiceName, inst, inst.Address, inst.Port)
+		case inst.Kind == catalog.KindMeshGateway && dc != b.dc:
+			addr, port := taggedAddress(inst, catalog.TaggedWAN)
+			add(remote, dc, inst, addr, port)
+		}
+	}
+	return local, remote
+}
+
+// taggedAddress is an instance's tagged address of that name, else its
+// own address and port.
+func taggedAddress(inst catalog.ServiceInstance, name string) (string, int) {
+	if ta, ok := inst.TaggedAddresses[name]; ok && ta.Address != "" && ta.Port > 0 {
+		return ta.Address, ta.Port
+	}
+	return inst.Address, inst.Port
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// meshGatewayInstances are the mesh gateways a sidecar dials for a target
+// in targetDC: mode "local", its own datacenter's at their LAN address;
+// "remote", the target datacenter's at their WAN address.
+func meshGatewayInstances(c *catalog.Catalog, mode, targetDC, localDC string) []catalog.ServiceInstance {
+	dc, tag := localDC, catalog.TaggedLAN
+	if mode == meshGatewayRemote {
+		dc, tag = targetDC, catalog.TaggedWAN
+	}
+	var out []catalog.ServiceInstance
+	for _, inst := range c.Proxies() {
+		if inst.Kind != catalog.KindMeshGateway || (inst.Datacenter != dc && (inst.Datacenter != "" || dc != localDC)) {
+			continue
+		}
+		inst.Address, inst.Port = taggedAddress(inst, tag)
+		out = append(out, inst)
+	}
+	return out
+}
+
+// touchMeshGateways extends a catalog change to the local mesh gateways:
+// their clusters hold every local sidecar and every remote gateway, so any
+// service change rebuilds them (cheap: a gateway has no discovery chain).
+func (s *Server) touchMeshGateways(ch changes) {
+	if len(ch.services) == 0 && len(ch.proxies) == 0 {
+		return
+	}
+	for _, inst := range s.cfg.Catalog.Proxies() {
+		if inst.Kind == catalog.KindMeshGateway && s.isLocal(inst) {
+			ch.proxies[inst.ID] = struct{}{}
+		}
+	}
+}
