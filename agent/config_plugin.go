@@ -16,7 +16,8 @@ import (
 // Only the built-in drivers' config is understood: raw_exec's enabled
 // (raw_exec is off unless enabled here, by the legacy client option
 // driver.raw_exec.enable or by -dev), exec's options (ExecPluginConfig) and
-// docker's (DockerPluginConfig); connect_proxy's config takes no keys. External plugins get neither args
+// docker's (DockerPluginConfig) and connect_proxy's sidecar runtimes
+// (ConnectProxyPluginConfig). External plugins get neither args
 // nor config; the agent warns when a block names no driver.
 type PluginConfig struct {
 	Args []string
@@ -26,6 +27,9 @@ type PluginConfig struct {
 	Exec *ExecPluginConfig
 	// Docker is docker's config (see DockerPluginConfig); nil = not set.
 	Docker *DockerPluginConfig
+	// ConnectProxy is connect_proxy's config (see
+	// ConnectProxyPluginConfig); nil = not set.
+	ConnectProxy *ConnectProxyPluginConfig
 	// HasConfig: the block has a config block.
 	HasConfig bool
 }
@@ -45,10 +49,6 @@ type filePluginConfig struct {
 type rawExecPluginConfig struct {
 	Enabled *bool `hcl:"enabled"`
 }
-
-// noPluginConfig takes no keys: connect_proxy has none (it is always
-// enabled).
-type noPluginConfig struct{}
 
 // applyPlugins decodes the plugin blocks into c.Plugins. A name given twice
 // is an error, as in Nomad.
@@ -70,7 +70,7 @@ func applyPlugins(filename string, blocks []*filePlugin, c *Config) error {
 			case docker.Name:
 				diags = decodeDockerPlugin(p.Config.Remain, &pc)
 			case connectproxy.Name:
-				diags = gohcl.DecodeBody(p.Config.Remain, nil, &noPluginConfig{})
+				diags = decodeConnectProxyPlugin(p.Config.Remain, &pc)
 			}
 			if diags.HasErrors() {
 				return diagError(diags)

@@ -37,10 +37,16 @@ func (a *Agent) enabled(option string, def bool) bool {
 // detaches the docker driver from its containers, which keep running.
 func (a *Agent) loadDrivers() ([]driver.Driver, func(), error) {
 	stateDir := filepath.Join(a.cfg.DataDir, "drivers")
-	out := []driver.Driver{connectproxy.New(connectproxy.Config{
-		Binary: client.BinaryPath(a.cfg.BinaryPath), EnvoyBinary: a.envoyBinary, ExecutorCmd: a.cfg.ExecutorCmd,
-		StateDir: filepath.Join(stateDir, connectproxy.Name),
-	}, a.logger.Named("driver").Named(connectproxy.Name))}
+	var dockerDrv *docker.Driver
+	var sidecarDocker connectproxy.ContainerDriver // no typed nil
+	if a.enabled("driver.docker.enable", true) {
+		// Detected only where the daemon answers (as Nomad), so nodes
+		// without docker get no docker tasks.
+		dockerDrv = docker.New(a.cfg.dockerDriverConfig(filepath.Join(stateDir, docker.Name)), a.logger.Named("driver").Named(docker.Name))
+		sidecarDocker = dockerDrv
+	}
+	out := []driver.Driver{connectproxy.New(a.connectProxyDriverConfig(filepath.Join(stateDir, connectproxy.Name), sidecarDocker),
+		a.logger.Named("driver").Named(connectproxy.Name))}
 	var raw driver.Driver = rawexec.New(rawexec.Config{ExecutorCmd: a.cfg.ExecutorCmd,
 		StateDir: filepath.Join(stateDir, rawexec.Name)}, a.logger.Named("driver").Named(rawexec.Name))
 	if !a.rawExecEnabled() {
@@ -55,11 +61,7 @@ func (a *Agent) loadDrivers() ([]driver.Driver, func(), error) {
 		}
 		out = append(out, exec.New(execCfg, a.logger.Named("driver").Named(exec.Name)))
 	}
-	var dockerDrv *docker.Driver
-	if a.enabled("driver.docker.enable", true) {
-		// Detected only where the daemon answers (as Nomad), so nodes
-		// without docker get no docker tasks.
-		dockerDrv = docker.New(a.cfg.dockerDriverConfig(filepath.Join(stateDir, docker.Name)), a.logger.Named("driver").Named(docker.Name))
+	if dockerDrv != nil {
 		out = append(out, dockerDrv)
 	}
 	plugins, cleanup, err := loadPlugins(a.cfg.PluginDir, a.logger)

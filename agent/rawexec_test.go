@@ -69,7 +69,7 @@ func TestParsePluginBlockErrors(t *testing.T) {
 			`agent.hcl:5:5: Unsupported argument; An argument named "no_cgroups"`},
 		{"not a bool", "plugin \"raw_exec\" {\n  config {\n    enabled = \"yes please\"\n  }\n}\n", "agent.hcl:4:16: Unsuitable value type"},
 		{"unknown exec key", "plugin \"exec\" {\n  config {\n    allow_caps = [\"kill\"]\n    no_cgroups = true\n  }\n}\n", "agent.hcl:5:5: Unsupported argument"},
-		{"connect_proxy takes no keys", "plugin \"connect_proxy\" {\n  config {\n    enabled = false\n  }\n}\n",
+		{"unknown connect_proxy key", "plugin \"connect_proxy\" {\n  config {\n    enabled = false\n  }\n}\n",
 			`agent.hcl:4:5: Unsupported argument; An argument named "enabled"`},
 		{"missing label", "plugin {\n}\n", "agent.hcl:2:8: Missing name for plugin"},
 		{"unknown plugin key", "plugin \"raw_exec\" {\n  enabled = true\n}\n", "agent.hcl:3:3: Unsupported argument"},

@@ -16,6 +16,8 @@ import (
 	nomadapi "github.com/hashicorp/nomad/api"
 
 	"github.com/meshlet/meshlet/connect"
+	"github.com/meshlet/meshlet/driver/connectproxy"
+	"github.com/meshlet/meshlet/structs"
 )
 
 func init() {
@@ -330,10 +332,18 @@ func lifecycleLabel(t *nomadapi.Task) string {
 const maxRecentEvents = 10
 
 // sidecarProxy names a sidecar task's data plane: the Envoy image of a
-// docker sidecar, else the node's proxyMode (connect_proxy).
-func sidecarProxy(t *nomadapi.Task, proxyMode string) string {
+// docker sidecar, else the runtime its node's connect_proxy driver chose
+// (its latest "Driver" event), else the node's proxyMode.
+func sidecarProxy(t *nomadapi.Task, ts *nomadapi.TaskState, proxyMode string) string {
 	if t.Driver == connect.SidecarDriverDocker {
 		return fmt.Sprintf("Envoy container (%v)", t.Config["image"])
+	}
+	if ts != nil {
+		for i := len(ts.Events) - 1; i >= 0; i-- {
+			if ev := ts.Events[i]; ev != nil && ev.Type == structs.TaskDriverMessage && ev.Details[connectproxy.DetailProxy] != "" {
+				return ev.Details[connectproxy.DetailProxy]
+			}
+		}
 	}
 	return proxyMode
 }
@@ -345,7 +355,7 @@ func writeTaskStatus(w io.Writer, name string, ts *nomadapi.TaskState, t *nomada
 	}
 	fmt.Fprintf(w, "\nTask %q%s is %q\n", name, lifecycleLabel(t), state)
 	if t != nil && strings.HasPrefix(t.Kind, connect.KindPrefix) {
-		if p := sidecarProxy(t, proxyMode); p != "" {
+		if p := sidecarProxy(t, ts, proxyMode); p != "" {
 			fmt.Fprintf(w, "Sidecar Proxy: %s\n", p)
 		}
 	}

@@ -38,6 +38,17 @@ const (
 // container sees it.
 func ContainerSocketPath() string { return SocketPath(containerAllocDir) }
 
+// RuntimeBootstrapFile is the Envoy bootstrap the client writes, in a
+// connect_proxy sidecar's secrets directory, for the container its node may
+// run it as (the connect_proxy driver's docker runtime): the control plane
+// socket at the container's path. It sits beside envoy_bootstrap.json,
+// which names the socket at the host's path for the host's Envoy, so a
+// sidecar restarted on another runtime still finds its own.
+const RuntimeBootstrapFile = "envoy_bootstrap.container.json"
+
+// RuntimeBootstrapPath is RuntimeBootstrapFile as the container sees it.
+const RuntimeBootstrapPath = "/secrets/" + RuntimeBootstrapFile
+
 // Options choose how Inject builds the sidecar task.
 type Options struct {
 	// SidecarDriver is SidecarDriverProxy ("" too) or SidecarDriverDocker.
@@ -91,11 +102,18 @@ func (o Options) makeDocker(t *structs.Task) {
 // dockerConfig is Nomad's docker sidecar config: the Envoy image with
 // `-c <bootstrap> -l info --concurrency 1 --disable-hot-restart`.
 func (o Options) dockerConfig() map[string]any {
+	return DockerSidecarConfig(o.image(), ContainerBootstrapPath, nil)
+}
+
+// DockerSidecarConfig is a docker sidecar task's config: image run with
+// Nomad's Envoy arguments for the bootstrap at bootstrapPath (the
+// container's path), then extra.
+func DockerSidecarConfig(image, bootstrapPath string, extra []string) map[string]any {
 	args := []any{}
-	for _, a := range EnvoyArgs(ContainerBootstrapPath) {
+	for _, a := range append(EnvoyArgs(bootstrapPath), extra...) {
 		args = append(args, a)
 	}
-	return map[string]any{"image": o.image(), "args": args}
+	return map[string]any{"image": image, "args": args}
 }
 
 // IsDockerSidecar reports whether an injected sidecar task runs as a

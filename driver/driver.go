@@ -132,6 +132,11 @@ type TaskHandle struct {
 	State   string // TaskStateRunning, ...
 	// DriverState is the driver's own encoded recovery payload.
 	DriverState []byte
+	// Message, when set by StartTask, is the driver's note on how it
+	// started the task (Nomad's DriverMessage): the task runner shows it
+	// as a "Driver" task event carrying MessageDetails.
+	Message        string            `json:",omitempty"`
+	MessageDetails map[string]string `json:",omitempty"`
 }
 
 // Task states reported by drivers.

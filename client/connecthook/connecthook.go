@@ -130,44 +130,70 @@ func (h *SidecarHook) Prerun(ctx context.Context, hc *allocrunner.AllocHookConte
 // writeBootstraps writes secrets/envoy_bootstrap.json for every sidecar
 // and gateway that runs Envoy: all of them when allEnvoy (the node's
 // sidecar mode is Envoy), and docker sidecars (an Envoy image) always,
-// with the control plane socket at the path their container sees.
+// with the control plane socket at the path their container sees. A
+// connect_proxy sidecar (not a gateway) also gets
+// connect.RuntimeBootstrapFile, the
+// container's bootstrap, in case its node runs it as a container (the
+// connect_proxy driver's docker runtime).
 // Escape-hatch JSON that does not parse fails the allocation here, with a
 // message that names the service and the key.
 func (h *SidecarHook) writeBootstraps(hc *allocrunner.AllocHookContext, tg *structs.TaskGroup, allEnvoy bool, sock string, tokens map[string]string) error {
 	for i, s := range connect.MeshServices(tg) {
 		task := connect.ProxyTaskFor(tg, s)
 		docker := task != nil && connect.IsDockerSidecar(task)
-		if !allEnvoy && !docker {
+		auto := task != nil && task.Driver == connect.ProxyDriver && s.Connect.HasSidecar()
+		if !allEnvoy && !docker && !auto {
 			continue
 		}
 		if task == nil {
 			return fmt.Errorf("service %q: no sidecar task in group %q", s.Name, tg.Name)
 		}
-		grpcSock := sock
+		write := func(file, grpcSock string) error {
+			js, err := h.bootstrap(hc, tg, s, i, grpcSock, tokens[s.Name])
+			if err != nil {
+				return fmt.Errorf("service %q sidecar: %w", s.Name, err)
+			}
+			if err := hc.AllocDir.WriteSecret(task.Name, file, task.User, js); err != nil {
+				return fmt.Errorf("failed to write envoy bootstrap: %w", err)
+			}
+			return nil
+		}
 		if docker {
-			grpcSock = connect.ContainerSocketPath()
+			if err := write("envoy_bootstrap.json", connect.ContainerSocketPath()); err != nil {
+				return err
+			}
+			continue
 		}
-		var pc map[string]any
-		if s.Connect.HasSidecar() && s.Connect.SidecarService.Proxy != nil {
-			pc = s.Connect.SidecarService.Proxy.Config
+		if allEnvoy {
+			if err := write("envoy_bootstrap.json", sock); err != nil {
+				return err
+			}
 		}
-		js, err := envoy.JSON(envoy.BootstrapConfig{
-			ProxyID:     connect.EnvoyNodeID(hc.Alloc.ID, tg.Name, s),
-			Cluster:     s.Name,
-			AdminBind:   fmt.Sprintf("127.0.0.2:%d", connect.AdminBasePort+i),
-			GRPCAddr:    "unix://" + grpcSock,
-			Datacenter:  h.d.Datacenter,
-			ProxyConfig: pc,
-			Token:       tokens[s.Name],
-		})
-		if err != nil {
-			return fmt.Errorf("service %q sidecar: %w", s.Name, err)
-		}
-		if err := hc.AllocDir.WriteSecret(task.Name, "envoy_bootstrap.json", task.User, js); err != nil {
-			return fmt.Errorf("failed to write envoy bootstrap: %w", err)
+		if auto {
+			if err := write(connect.RuntimeBootstrapFile, connect.ContainerSocketPath()); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
+}
+
+// bootstrap is the Envoy bootstrap of service s's sidecar (the i-th mesh
+// service) with the control plane at grpcSock.
+func (h *SidecarHook) bootstrap(hc *allocrunner.AllocHookContext, tg *structs.TaskGroup, s *structs.Service, i int, grpcSock, token string) ([]byte, error) {
+	var pc map[string]any
+	if s.Connect.HasSidecar() && s.Connect.SidecarService.Proxy != nil {
+		pc = s.Connect.SidecarService.Proxy.Config
+	}
+	return envoy.JSON(envoy.BootstrapConfig{
+		ProxyID:     connect.EnvoyNodeID(hc.Alloc.ID, tg.Name, s),
+		Cluster:     s.Name,
+		AdminBind:   fmt.Sprintf("127.0.0.2:%d", connect.AdminBasePort+i),
+		GRPCAddr:    "unix://" + grpcSock,
+		Datacenter:  h.d.Datacenter,
+		ProxyConfig: pc,
+		Token:       token,
+	})
 }
 
 // Postrun implements allocrunner.AllocHook.

@@ -18,7 +18,9 @@ import (
 
 // A docker sidecar (an Envoy image) gets its bootstrap whatever the node's
 // sidecar mode, naming the control plane socket where its container sees
-// it (/alloc/run/...); a connect_proxy sidecar in builtin mode gets none.
+// it (/alloc/run/...); a connect_proxy sidecar in builtin mode gets none,
+// only the container's bootstrap (connect.RuntimeBootstrapFile) its node's
+// docker runtime would use.
 func TestBootstrapForDockerSidecar(t *testing.T) {
 	for _, tc := range []struct {
 		name, driver string
@@ -55,12 +57,24 @@ func TestBootstrapForDockerSidecar(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			js, err := os.ReadFile(filepath.Join(ad.TaskDir("connect-proxy-web").SecretsDir, "envoy_bootstrap.json"))
+			secrets := ad.TaskDir("connect-proxy-web").SecretsDir
+			rt, rtErr := os.ReadFile(filepath.Join(secrets, connect.RuntimeBootstrapFile))
+			js, err := os.ReadFile(filepath.Join(secrets, "envoy_bootstrap.json"))
 			if !tc.want {
 				if err == nil {
 					t.Fatal("a bootstrap was written for a connect_proxy sidecar in builtin mode")
 				}
+				// The container's bootstrap, should the node run it as one.
+				if rtErr != nil {
+					t.Fatalf("no container bootstrap for the connect_proxy sidecar: %v", rtErr)
+				}
+				if !strings.Contains(string(rt), connect.ContainerSocketPath()) || strings.Contains(string(rt), ad.SharedDir) {
+					t.Fatalf("container bootstrap does not name the socket at %s only:\n%s", connect.ContainerSocketPath(), rt)
+				}
 				return
+			}
+			if rtErr == nil {
+				t.Error("a docker sidecar got the connect_proxy container bootstrap too")
 			}
 			if err != nil {
 				t.Fatalf("no bootstrap for the docker sidecar: %v", err)

@@ -2,6 +2,7 @@ package taskrunner
 
 import (
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/meshlet/meshlet/driver"
@@ -60,6 +61,15 @@ func terminatedEvent(res *driver.ExitResult) *structs.TaskEvent {
 	if ev.Message != "" {
 		ev.DisplayMessage += fmt.Sprintf(", Exit Message: %q", ev.Message)
 	}
+	return ev
+}
+
+// driverMessageEvent is a driver's note on how it started a task (Nomad's
+// "Driver" event, e.g. the connect_proxy driver's sidecar runtime).
+func driverMessageEvent(h *driver.TaskHandle) *structs.TaskEvent {
+	ev := NewEvent(structs.TaskDriverMessage)
+	ev.DisplayMessage, ev.Message = h.Message, h.Message
+	ev.Details = maps.Clone(h.MessageDetails)
 	return ev
 }
 

@@ -194,6 +194,9 @@ func (tr *TaskRunner) start() (*driver.TaskHandle, <-chan *driver.ExitResult, *d
 	tr.update(func(s *structs.TaskState) {
 		tr.handle = h
 		tr.appendEvent(NewEvent(structs.TaskStarted))
+		if h.Message != "" {
+			tr.appendEvent(driverMessageEvent(h))
+		}
 		s.State = structs.TaskStateRunning
 		s.StartedAt = time.Now()
 	})

@@ -12,7 +12,16 @@
 // runs tasks under a detached executor (driver/internal/proc) so they
 // survive agent restarts; unlike raw_exec it is always enabled.
 //
-// Concurrency: a Driver is safe for concurrent use.
+// Runtimes: each StartTask picks how the node runs the sidecar, the first
+// of Config.Runtimes that can (runtime.go): RuntimeDocker runs Nomad's
+// Envoy container through the node's docker driver (container.go), which
+// then serves every call for that task (RecoverTask included: the handle
+// says which runtime runs it); RuntimeEnvoy and RuntimeBuiltin run
+// `meshlet connect sidecar` under the executor. A task whose mode is envoy
+// or builtin gets that runtime.
+//
+// Concurrency: a Driver is safe for concurrent use; mu guards the set of
+// tasks that run as containers.
 package connectproxy
 
 import (
@@ -22,6 +31,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -47,6 +57,20 @@ type Config struct {
 	// StateDir keeps per-task executor state; it must survive agent
 	// restarts. Default "<os.TempDir()>/meshlet-connect_proxy".
 	StateDir string
+	// Runtimes is the order in which the node tries the sidecar runtimes
+	// (RuntimeDocker, RuntimeEnvoy, RuntimeBuiltin); default
+	// DefaultRuntimes. See ValidateRuntimes.
+	Runtimes []string
+	// Docker is the node's docker driver (nil: none, or disabled), which
+	// runs the RuntimeDocker sidecars.
+	Docker ContainerDriver
+	// EnvoyImage is the docker runtime's Envoy image; default
+	// connect.DefaultSidecarImage.
+	EnvoyImage string
+	// EnvoyImagePull lets the docker runtime pull EnvoyImage when it is not
+	// present (a failed pull passes to the next runtime); off, the docker
+	// runtime runs only where the image is present.
+	EnvoyImagePull bool
 }
 
 // Driver is the connect_proxy driver. It implements driver.Driver and
@@ -55,6 +79,10 @@ type Driver struct {
 	*proc.Driver
 	cfg    Config
 	logger hclog.Logger
+
+	mu sync.RWMutex
+	// containers are the tasks running as docker containers (RuntimeDocker).
+	containers map[string]bool
 }
 
 // New returns a connect_proxy driver. It logs with logger as given, so name
@@ -70,7 +98,13 @@ func New(cfg Config, logger hclog.Logger) *Driver {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	d := &Driver{cfg: cfg, logger: logger}
+	if len(cfg.Runtimes) == 0 {
+		cfg.Runtimes = DefaultRuntimes
+	}
+	if cfg.EnvoyImage == "" {
+		cfg.EnvoyImage = connect.DefaultSidecarImage
+	}
+	d := &Driver{cfg: cfg, logger: logger, containers: map[string]bool{}}
 	d.Driver = proc.New(proc.Options{
 		Name:        Name,
 		ExecutorCmd: cfg.ExecutorCmd,
@@ -81,9 +115,14 @@ func New(cfg Config, logger hclog.Logger) *Driver {
 	return d
 }
 
-// fingerprint: detected always, healthy when the meshlet binary is there.
-func (d *Driver) fingerprint(context.Context) (*driver.Fingerprint, error) {
-	fp := &driver.Fingerprint{Detected: true, Attributes: map[string]string{"driver." + Name: "1"}}
+// fingerprint: detected always, healthy when the meshlet binary is there;
+// driver.connect_proxy.runtimes lists the runtimes that can run a sidecar
+// now, in the node's order.
+func (d *Driver) fingerprint(ctx context.Context) (*driver.Fingerprint, error) {
+	fp := &driver.Fingerprint{Detected: true, Attributes: map[string]string{
+		"driver." + Name:               "1",
+		"driver." + Name + ".runtimes": strings.Join(d.runtimesAvailable(ctx), ","),
+	}}
 	st, err := os.Stat(d.cfg.Binary)
 	switch {
 	case err != nil:

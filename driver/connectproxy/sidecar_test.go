@@ -19,6 +19,7 @@ import (
 	"github.com/meshlet/meshlet/connect"
 	"github.com/meshlet/meshlet/driver"
 	"github.com/meshlet/meshlet/driver/connectproxy"
+	"github.com/meshlet/meshlet/driver/docker/dockertest"
 	dt "github.com/meshlet/meshlet/driver/internal/drivertest"
 	"github.com/meshlet/meshlet/envoy"
 	"github.com/meshlet/meshlet/internal/testutil"
@@ -26,12 +27,13 @@ import (
 
 // TestMain makes this test binary the executor and the meshlet binary the
 // driver runs (`connect sidecar`, which may execute itself again).
+// A private dockerd (dockertest) runs for the container runtime's tests.
 func TestMain(m *testing.M) {
 	dt.DispatchExecutor()
 	if len(os.Args) > 2 && os.Args[1] == "connect" && os.Args[2] == "sidecar" {
 		os.Exit(command.Run(os.Args[1:]))
 	}
-	os.Exit(m.Run())
+	os.Exit(dockertest.Main(m, &daemon))
 }
 
 var nsSeq atomic.Int64

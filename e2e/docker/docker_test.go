@@ -1,7 +1,9 @@
 // Package docker holds the end-to-end tests of the docker driver through
 // the real agent: countdash with both apps as containers behind built-in
 // sidecars, alloc exec and alloc logs on a container, an agent SIGKILL with
-// containers running, and a missing image. A private dockerd
+// containers running, a missing image, and the sidecars as Envoy
+// containers (forced by the servers, or chosen by the node's connect_proxy
+// driver where the stand-in image is present). A private dockerd
 // (driver/docker/dockertest: --iptables=false --bridge=none, its own data
 // root) runs for the package; the demo image is built locally and imported
 // (no registry is contacted). The tests need root and dockerd, and skip

@@ -130,6 +130,9 @@ type Options struct {
 	// system dockerd does) without touching the host's. The test owns the
 	// namespace; removing it removes the agent's bridge and rules.
 	NetNS string
+	// ExtraConfig is appended to the agent's config (more blocks, for
+	// example plugin "connect_proxy" { config { ... } }).
+	ExtraConfig string
 }
 
 // NewAgent starts an agent for t; it is stopped (and its jobs purged) in
@@ -213,7 +216,7 @@ plugin "raw_exec" {
 acl {
   enabled = %t
 }
-%s`, stateDir, sidecar, opts.EnvoyBinary, ports[0], ports[1], ports[2], policy, sidecarInjection(opts), cni, a.Bridge, a.Subnet, !opts.NoRawExec, !opts.NoACL, dockerPlugin(opts.DockerEndpoint))
+%s%s`, stateDir, sidecar, opts.EnvoyBinary, ports[0], ports[1], ports[2], policy, sidecarInjection(opts), cni, a.Bridge, a.Subnet, !opts.NoRawExec, !opts.NoACL, dockerPlugin(opts.DockerEndpoint), opts.ExtraConfig)
 }
 
 // sidecarInjection is the connect block's sidecar_driver and

@@ -21,6 +21,10 @@ type Behavior struct {
 	// it runs until stopped.
 	ExitAfter time.Duration
 	Exit      driver.ExitResult
+	// Message and MessageDetails go on the start's handle (a driver's
+	// note, shown as a Driver task event).
+	Message        string
+	MessageDetails map[string]string
 }
 
 // Driver is the fake.
@@ -117,7 +121,8 @@ func (d *Driver) StartTask(cfg *driver.TaskConfig) (*driver.TaskHandle, error) {
 		res := b.Exit
 		time.AfterFunc(b.ExitAfter, func() { t.exit(&res) })
 	}
-	return &driver.TaskHandle{Version: 1, Config: cfg, State: driver.TaskStateRunning, DriverState: []byte(`{}`)}, nil
+	return &driver.TaskHandle{Version: 1, Config: cfg, State: driver.TaskStateRunning, DriverState: []byte(`{}`),
+		Message: b.Message, MessageDetails: b.MessageDetails}, nil
 }
 
 func (t *task) exit(res *driver.ExitResult) {
