@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/hashicorp/hcl/v2"
@@ -17,6 +19,8 @@ import (
 //	    endpoint         = "unix:///var/run/docker.sock"
 //	    allow_privileged = false
 //	    allow_caps       = ["audit_write", "chown", ...]
+//	    allow_runtimes   = ["runc", "nvidia"]
+//	    allowed_modes { pid = []  ipc = [] }
 //	    volumes { enabled = false }
 //	    gc { container = true  image = true }
 //	  }
@@ -33,6 +37,11 @@ type DockerPluginConfig struct {
 	VolumesEnabled bool
 	// GCContainer nil means true (remove a task's container with it).
 	GCContainer *bool
+	// AllowRuntimes nil means Nomad's default (runc, nvidia).
+	AllowRuntimes []string
+	// AllowedModes: "pid" and "ipc" mode globs allowed without
+	// allow_privileged.
+	AllowedModes map[string][]string
 }
 
 type fileDockerPlugin struct {
@@ -41,6 +50,13 @@ type fileDockerPlugin struct {
 	AllowCaps       *hcl.Attribute     `hcl:"allow_caps"`
 	Volumes         *fileDockerVolumes `hcl:"volumes,block"`
 	GC              *fileDockerGC      `hcl:"gc,block"`
+	AllowRuntimes   *hcl.Attribute     `hcl:"allow_runtimes"`
+	AllowedModes    *fileDockerModes   `hcl:"allowed_modes,block"`
+}
+
+type fileDockerModes struct {
+	PID *hcl.Attribute `hcl:"pid"`
+	IPC *hcl.Attribute `hcl:"ipc"`
 }
 
 type fileDockerVolumes struct {
@@ -86,7 +102,45 @@ func decodeDockerPlugin(body hcl.Body, pc *PluginConfig) hcl.Diagnostics {
 	if f.GC != nil {
 		dc.GCContainer = f.GC.Container
 	}
+	if diags := decodeDockerGates(&f, dc); diags.HasErrors() {
+		return diags
+	}
 	pc.Docker = dc
+	return nil
+}
+
+// decodeDockerGates decodes allow_runtimes and allowed_modes.
+func decodeDockerGates(f *fileDockerPlugin, dc *DockerPluginConfig) hcl.Diagnostics {
+	if a := f.AllowRuntimes; a != nil {
+		if diags := decodeAttr(a, &dc.AllowRuntimes); diags.HasErrors() {
+			return diags
+		}
+		if dc.AllowRuntimes == nil {
+			dc.AllowRuntimes = []string{} // allow_runtimes = [] allows none
+		}
+	}
+	if m := f.AllowedModes; m != nil {
+		dc.AllowedModes = map[string][]string{}
+		for _, kind := range []struct {
+			name  string
+			attr  *hcl.Attribute
+			valid []string
+		}{{"pid", m.PID, []string{"host"}}, {"ipc", m.IPC, []string{"none", "private", "shareable", "host"}}} {
+			if kind.attr == nil {
+				continue
+			}
+			var modes []string
+			if diags := decodeAttr(kind.attr, &modes); diags.HasErrors() {
+				return diags
+			}
+			for _, v := range modes {
+				if !slices.Contains(kind.valid, v) && !(strings.HasPrefix(v, "container:") && len(v) > len("container:")) {
+					return attrDiag(kind.attr, "Invalid allowed_modes", fmt.Sprintf("%q is not a valid %s_mode: use %s or \"container:<name>\" (\"*\" globs).", v, kind.name, strings.Join(kind.valid, ", ")))
+				}
+			}
+			dc.AllowedModes[kind.name] = modes
+		}
+	}
 	return nil
 }
 
@@ -97,6 +151,7 @@ func (c *Config) dockerDriverConfig(stateDir string) docker.Config {
 	if p := c.Plugins[docker.Name].Docker; p != nil {
 		dc.Endpoint, dc.AllowPrivileged, dc.AllowCaps = p.Endpoint, p.AllowPrivileged, p.AllowCaps
 		dc.VolumesEnabled, dc.GCContainer = p.VolumesEnabled, p.GCContainer
+		dc.AllowRuntimes, dc.AllowedModes = p.AllowRuntimes, p.AllowedModes
 	}
 	return dc
 }

@@ -35,6 +35,15 @@ func TestParseDockerPlugin(t *testing.T) {
 				t.Errorf("allow_caps = %#v", c.AllowCaps)
 			}
 		}},
+		{name: "runtimes and modes", body: "    allow_runtimes = [\"runc\", \"crun\"]\n    allowed_modes {\n      pid = [\"host\"]\n      ipc = [\"container:*\", \"shareable\"]\n    }\n",
+			check: func(t *testing.T, c docker.Config) {
+				if !slices.Equal(c.AllowRuntimes, []string{"runc", "crun"}) || !slices.Equal(c.AllowedModes["pid"], []string{"host"}) ||
+					!slices.Equal(c.AllowedModes["ipc"], []string{"container:*", "shareable"}) {
+					t.Errorf("docker = %+v", c)
+				}
+			}},
+		{name: "bad allowed mode", body: "    allowed_modes {\n      pid = [\"private\"]\n    }\n", wantErr: `agent.hcl:5:13: Invalid allowed_modes; "private" is not a valid pid_mode`},
+		{name: "unknown allowed_modes kind", body: "    allowed_modes {\n      uts = [\"host\"]\n    }\n", wantErr: `agent.hcl:5:7: Unsupported argument`},
 		{name: "unknown key", body: "    infra_image = \"pause:3\"\n", wantErr: `agent.hcl:4:5: Unsupported argument; An argument named "infra_image"`},
 		{name: "unknown block", body: "    tls {\n    }\n", wantErr: `agent.hcl:4:5: Unsupported block type`},
 		{name: "unknown volumes key", body: "    volumes {\n      selinuxlabel = \"z\"\n    }\n", wantErr: `agent.hcl:5:7: Unsupported argument`},

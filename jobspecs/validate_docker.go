@@ -12,19 +12,19 @@ import (
 // (driver/docker.TaskKeys; a test keeps the two equal). The driver refuses
 // any other key when the task starts, so they are errors here.
 var dockerConfigKeys = []string{
-	"args", "auth", "cap_add", "cap_drop", "command", "entrypoint", "force_pull",
-	"image", "image_pull_timeout", "labels", "logging", "mount", "network_mode",
-	"ports", "privileged", "volumes", "work_dir",
+	"args", "auth", "cap_add", "cap_drop", "command", "devices", "dns_options", "dns_search_domains",
+	"dns_servers", "entrypoint", "extra_hosts", "force_pull", "healthchecks", "hostname", "image",
+	"image_pull_timeout", "interactive", "ipc_mode", "labels", "logging", "mount", "network_mode",
+	"pid_mode", "ports", "privileged", "readonly_rootfs", "runtime", "security_opt", "shm_size",
+	"sysctl", "tty", "ulimit", "volumes", "work_dir",
 }
 
 // dockerConfigUnsupported are Nomad docker keys meshlet's driver does not
 // implement (yet): named as such rather than as unknown.
 var dockerConfigUnsupported = []string{
-	"cpu_cfs_period", "cpu_hard_limit", "cpuset_cpus", "devices", "dns_options", "dns_search_domains",
-	"dns_servers", "extra_hosts", "group_add", "healthchecks", "hostname", "init", "interactive",
-	"ipc_mode", "ipv4_address", "ipv6_address", "isolation", "load", "mac_address", "memory_hard_limit",
-	"network_aliases", "oom_score_adj", "pid_mode", "pids_limit", "readonly_rootfs", "runtime",
-	"security_opt", "shm_size", "storage_opt", "sysctl", "tty", "ulimit", "userns_mode", "uts_mode",
+	"cpu_cfs_period", "cpu_hard_limit", "cpuset_cpus", "group_add", "init", "ipv4_address",
+	"ipv6_address", "isolation", "load", "mac_address", "memory_hard_limit", "network_aliases",
+	"oom_score_adj", "pids_limit", "storage_opt", "userns_mode", "uts_mode",
 }
 
 // checkDockerConfig checks a docker task's config as the driver reads it:
@@ -45,7 +45,7 @@ func checkDockerConfig(t *structs.Task, cp path, report reporter) {
 	default:
 		bad("config image must be a string, not %s.", goType(img))
 	}
-	for _, k := range []string{"command", "work_dir", "network_mode", "image_pull_timeout"} {
+	for _, k := range []string{"command", "work_dir", "network_mode", "image_pull_timeout", "hostname", "ipc_mode", "pid_mode", "runtime"} {
 		if v, ok := t.Config[k]; ok && v != nil {
 			if _, isStr := v.(string); !isStr {
 				bad("config %s must be a string, not %s.", k, goType(v))
@@ -57,14 +57,15 @@ func checkDockerConfig(t *structs.Task, cp path, report reporter) {
 	default:
 		bad("config network_mode %q is not supported by meshlet's docker driver; use \"none\" or \"host\", or leave it unset.", m)
 	}
-	for _, k := range []string{"privileged", "force_pull"} {
+	for _, k := range []string{"privileged", "force_pull", "readonly_rootfs", "tty", "interactive"} {
 		if v, ok := t.Config[k]; ok && v != nil {
 			if _, isBool := v.(bool); !isBool {
 				bad("config %s must be a bool, not %s.", k, goType(v))
 			}
 		}
 	}
-	checkStringLists(t, cp, []string{"entrypoint", "cap_add", "cap_drop", "ports", "volumes"}, bad)
+	checkStringLists(t, cp, []string{"entrypoint", "cap_add", "cap_drop", "ports", "volumes",
+		"dns_servers", "dns_search_domains", "dns_options", "extra_hosts", "security_opt"}, bad)
 	for _, k := range slices.Sorted(maps.Keys(t.Config)) {
 		switch {
 		case slices.Contains(dockerConfigKeys, k):

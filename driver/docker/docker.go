@@ -65,6 +65,13 @@ type Config struct {
 	// bind) and use docker volumes; relative volume sources, inside the
 	// task directory, are always allowed.
 	VolumesEnabled bool
+	// AllowRuntimes bounds a task's runtime; nil means Nomad's default,
+	// runc and nvidia.
+	AllowRuntimes []string
+	// AllowedModes are Nomad's allowed_modes: per namespace kind ("ipc",
+	// "pid") the ipc_mode / pid_mode values ("*" globs) tasks may set
+	// without allow_privileged.
+	AllowedModes map[string][]string
 	// GCContainer removes a task's container when it is destroyed (Nomad's
 	// gc { container = true }, the default; nil means true).
 	GCContainer *bool

@@ -86,7 +86,7 @@ func (d *Driver) StartTask(cfg *driver.TaskConfig) (th *driver.TaskHandle, err e
 		return nil, fmt.Errorf("failed to start container for task %s: %w", cfg.ID, err)
 	}
 	st := &driverState{Version: handleVersion, ContainerID: created.ID, Image: tc.Image,
-		StartedAt: time.Now().UTC(), CursorFile: cursorFile(d.cfg.StateDir, cfg.ID)}
+		StartedAt: time.Now().UTC(), CursorFile: cursorFile(d.cfg.StateDir, cfg.ID), TTY: tc.Options.TTY}
 	_ = os.Remove(st.CursorFile) // a fresh container's logs start from the beginning
 	state, err := json.Marshal(st)
 	if err != nil {
@@ -106,6 +106,9 @@ func (d *Driver) prepare(cfg *driver.TaskConfig) (*taskConfig, []string, error) 
 	}
 	caps, err := d.cfg.checkAllowed(tc)
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := d.cfg.checkOptions(&tc.Options, cfg.NetNSPath != "" && tc.NetworkMode == ""); err != nil {
 		return nil, nil, err
 	}
 	if cfg.NetNSPath != "" {
