@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/gohcl"
@@ -22,13 +23,17 @@ import (
 //	    allow_runtimes   = ["runc", "nvidia"]
 //	    allowed_modes { pid = []  ipc = [] }
 //	    volumes { enabled = false }
-//	    gc { container = true  image = true }
+//	    gc {
+//	      container = true
+//	      image = true  image_delay = "3m"
+//	      dangling_containers { enabled = true  period = "5m"  creation_grace = "5m"  dry_run = false }
+//	    }
 //	  }
 //	}
 //
 // Any other key (auth, tls, infra_image, logging, extra_labels, ...) is
-// an error at its position. gc.image is accepted for compatibility:
-// meshlet never removes images.
+// an error at its position. Image GC only removes images the driver
+// pulled or imported itself.
 type DockerPluginConfig struct {
 	Endpoint        string
 	AllowPrivileged bool
@@ -37,6 +42,11 @@ type DockerPluginConfig struct {
 	VolumesEnabled bool
 	// GCContainer nil means true (remove a task's container with it).
 	GCContainer *bool
+	// GCImage nil means true; GCImageDelay 0 means 3m.
+	GCImage      *bool
+	GCImageDelay time.Duration
+	// Dangling is gc { dangling_containers }.
+	Dangling docker.DanglingConfig
 	// AllowRuntimes nil means Nomad's default (runc, nvidia).
 	AllowRuntimes []string
 	// AllowedModes: "pid" and "ipc" mode globs allowed without
@@ -64,8 +74,17 @@ type fileDockerVolumes struct {
 }
 
 type fileDockerGC struct {
-	Image     *bool `hcl:"image,optional"`
-	Container *bool `hcl:"container,optional"`
+	Image      *bool               `hcl:"image,optional"`
+	ImageDelay *hcl.Attribute      `hcl:"image_delay"`
+	Container  *bool               `hcl:"container,optional"`
+	Dangling   *fileDockerDangling `hcl:"dangling_containers,block"`
+}
+
+type fileDockerDangling struct {
+	Enabled       *bool          `hcl:"enabled,optional"`
+	Period        *hcl.Attribute `hcl:"period"`
+	CreationGrace *hcl.Attribute `hcl:"creation_grace"`
+	DryRun        *bool          `hcl:"dry_run,optional"`
 }
 
 // decodeDockerPlugin decodes a plugin "docker" config body into pc.Docker;
@@ -99,13 +118,54 @@ func decodeDockerPlugin(body hcl.Body, pc *PluginConfig) hcl.Diagnostics {
 	if f.Volumes != nil && f.Volumes.Enabled != nil {
 		dc.VolumesEnabled = *f.Volumes.Enabled
 	}
-	if f.GC != nil {
-		dc.GCContainer = f.GC.Container
+	if diags := decodeDockerGC(f.GC, dc); diags.HasErrors() {
+		return diags
 	}
 	if diags := decodeDockerGates(&f, dc); diags.HasErrors() {
 		return diags
 	}
 	pc.Docker = dc
+	return nil
+}
+
+// decodeDockerGC decodes the gc block (Nomad's defaults: image = true,
+// image_delay = "3m", container = true, dangling_containers enabled every
+// "5m" with a "5m" creation grace).
+func decodeDockerGC(gc *fileDockerGC, dc *DockerPluginConfig) hcl.Diagnostics {
+	if gc == nil {
+		return nil
+	}
+	dc.GCContainer, dc.GCImage = gc.Container, gc.Image
+	if diags := decodeDuration(gc.ImageDelay, "image_delay", &dc.GCImageDelay); diags.HasErrors() {
+		return diags
+	}
+	if dg := gc.Dangling; dg != nil {
+		dc.Dangling.Enabled = dg.Enabled
+		dc.Dangling.DryRun = dg.DryRun != nil && *dg.DryRun
+		if diags := decodeDuration(dg.Period, "period", &dc.Dangling.Period); diags.HasErrors() {
+			return diags
+		}
+		if diags := decodeDuration(dg.CreationGrace, "creation_grace", &dc.Dangling.CreationGrace); diags.HasErrors() {
+			return diags
+		}
+	}
+	return nil
+}
+
+// decodeDuration decodes an optional positive duration such as "3m".
+func decodeDuration(a *hcl.Attribute, name string, dst *time.Duration) hcl.Diagnostics {
+	if a == nil {
+		return nil
+	}
+	var s string
+	if diags := decodeAttr(a, &s); diags.HasErrors() {
+		return diags
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return attrDiag(a, "Invalid "+name, fmt.Sprintf("%s must be a positive duration such as \"3m\", not %q.", name, s))
+	}
+	*dst = d
 	return nil
 }
 
@@ -152,6 +212,7 @@ func (c *Config) dockerDriverConfig(stateDir string) docker.Config {
 		dc.Endpoint, dc.AllowPrivileged, dc.AllowCaps = p.Endpoint, p.AllowPrivileged, p.AllowCaps
 		dc.VolumesEnabled, dc.GCContainer = p.VolumesEnabled, p.GCContainer
 		dc.AllowRuntimes, dc.AllowedModes = p.AllowRuntimes, p.AllowedModes
+		dc.GCImage, dc.GCImageDelay, dc.Dangling = p.GCImage, p.GCImageDelay, p.Dangling
 	}
 	return dc
 }

@@ -75,6 +75,13 @@ type Config struct {
 	// GCContainer removes a task's container when it is destroyed (Nomad's
 	// gc { container = true }, the default; nil means true).
 	GCContainer *bool
+	// GCImage removes images the driver pulled or imported once no task
+	// uses them, after GCImageDelay (Nomad's gc { image, image_delay });
+	// nil means true, 0 means 3m.
+	GCImage      *bool
+	GCImageDelay time.Duration
+	// Dangling is gc { dangling_containers }.
+	Dangling DanglingConfig
 }
 
 func (c *Config) gcContainer() bool { return c.GCContainer == nil || *c.GCContainer }
@@ -90,6 +97,12 @@ type Driver struct {
 
 	// pauseLocks serializes pause container work per allocation.
 	pauseLocks allocLocks
+
+	images *imageGC
+	// stopReconcile ends the dangling-container sweep; reconcileDone is
+	// closed when it has.
+	stopReconcile context.CancelFunc
+	reconcileDone chan struct{}
 
 	mu    sync.RWMutex
 	tasks map[string]*taskHandle
@@ -110,7 +123,16 @@ func New(cfg Config, logger hclog.Logger) *Driver {
 	if cfg.StateDir == "" {
 		cfg.StateDir = filepath.Join(os.TempDir(), "meshlet-docker")
 	}
-	return &Driver{cfg: cfg, logger: logger, tasks: map[string]*taskHandle{}}
+	d := &Driver{cfg: cfg, logger: logger, tasks: map[string]*taskHandle{}, reconcileDone: make(chan struct{})}
+	d.images = newImageGC(d)
+	ctx, cancel := context.WithCancel(context.Background())
+	d.stopReconcile = cancel
+	if dc := cfg.Dangling; dc.Enabled == nil || *dc.Enabled {
+		go d.reconcile(ctx, dc.withDefaults())
+	} else {
+		close(d.reconcileDone)
+	}
+	return d
 }
 
 // Name implements driver.Driver.
@@ -122,7 +144,15 @@ func (d *Driver) docker() (*client.Client, error) {
 		d.client, d.clientErr = client.NewClientWithOpts(client.WithHost(d.cfg.Endpoint), client.WithAPIVersionNegotiation())
 		if d.clientErr != nil {
 			d.clientErr = fmt.Errorf("failed to create docker client for %s: %w", d.cfg.Endpoint, d.clientErr)
+			return
 		}
+		// Negotiate now, before concurrent use: the client negotiates on
+		// its first request without a lock against readers of its
+		// version (ContainerList), a data race when the reconciler's
+		// first call overlaps a task's.
+		ctx, cancel := context.WithTimeout(context.Background(), fingerprintTimeout)
+		defer cancel()
+		d.client.NegotiateAPIVersion(ctx)
 	})
 	return d.client, d.clientErr
 }
@@ -131,6 +161,9 @@ func (d *Driver) docker() (*client.Client, error) {
 // their containers keep running and a later driver's RecoverTask resumes
 // their logs where this one stopped. It then releases the client.
 func (d *Driver) Close() error {
+	d.stopReconcile()
+	<-d.reconcileDone
+	d.images.stop()
 	d.mu.Lock()
 	hs := make([]*taskHandle, 0, len(d.tasks))
 	for id, h := range d.tasks {

@@ -60,6 +60,8 @@ func (d *Driver) StartTask(cfg *driver.TaskConfig) (th *driver.TaskHandle, err e
 	if err := d.ensureImage(context.Background(), c, tc); err != nil {
 		return nil, fmt.Errorf("failed to start task %s: %w", cfg.ID, err)
 	}
+	d.images.acquire(tc.Image, cfg.ID)
+	cleanup = append(cleanup, func() { d.images.release(tc.Image, cfg.ID) })
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
 	netMode := cmpOr(tc.NetworkMode, NetworkModeHost)
@@ -171,6 +173,7 @@ func (d *Driver) RecoverTask(th *driver.TaskHandle) error {
 	if err := d.reserve(th.Config.ID); err != nil {
 		return nil // recovered concurrently
 	}
+	d.images.acquire(st.Image, th.Config.ID)
 	d.track(th.Config, st)
 	d.logger.Info("task recovered", "alloc_id", th.Config.AllocID, "task", th.Config.Name, "container_id", shortID(st.ContainerID))
 	return nil

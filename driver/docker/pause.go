@@ -118,8 +118,11 @@ func pauseSupported() error {
 	return nil
 }
 
+// PauseImage is the pause image's reference.
+func PauseImage() string { return pauseImage() }
+
 // ensurePauseImage imports the pause image unless present.
-func ensurePauseImage(ctx context.Context, c *client.Client) error {
+func (d *Driver) ensurePauseImage(ctx context.Context, c *client.Client) error {
 	ref := pauseImage()
 	if _, err := c.ImageInspect(ctx, ref); err == nil {
 		return nil
@@ -152,6 +155,7 @@ func ensurePauseImage(ctx context.Context, c *client.Client) error {
 	if _, err := io.Copy(io.Discard, rc); err != nil {
 		return fmt.Errorf("failed to import image %s: %w", ref, err)
 	}
+	d.images.pulled(ref)
 	return nil
 }
 
@@ -211,12 +215,12 @@ func (d *Driver) ensurePause(ctx context.Context, c *client.Client, allocID, net
 	} else if !cerrdefs.IsNotFound(err) {
 		return "", fmt.Errorf("%w: %w", ErrPause, err)
 	}
-	if err := ensurePauseImage(ctx, c); err != nil {
+	if err := d.ensurePauseImage(ctx, c); err != nil {
 		return "", fmt.Errorf("%w: %w", ErrPause, err)
 	}
 	created, err := c.ContainerCreate(ctx, &container.Config{
 		Image: pauseImage(), Entrypoint: []string{"/pause"},
-		Labels: map[string]string{LabelAllocID: allocID, LabelPause: "true"},
+		Labels: map[string]string{LabelAllocID: allocID, LabelPause: "true", LabelOwner: d.owner()},
 	}, &container.HostConfig{
 		NetworkMode: NetworkModeNone,
 		Binds:       []string{netnsPath + ":/netns:ro"},
@@ -235,6 +239,7 @@ func (d *Driver) ensurePause(ctx context.Context, c *client.Client, allocID, net
 		d.removeContainer(created.ID)
 		return "", err
 	}
+	d.images.acquire(pauseImage(), pauseUser(allocID))
 	d.logger.Info("pause container started", "alloc_id", allocID, "container_id", shortID(created.ID))
 	return created.ID, nil
 }
@@ -289,5 +294,10 @@ func (d *Driver) releasePause(allocID string) {
 	defer cancel()
 	if err := c.ContainerRemove(ctx, pauseName(allocID), container.RemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
 		d.logger.Warn("failed to remove pause container", "alloc_id", allocID, "error", err)
+		return
 	}
+	d.images.release(pauseImage(), pauseUser(allocID))
 }
+
+// pauseUser is an allocation's pause container as a user of the image.
+func pauseUser(allocID string) string { return "pause/" + allocID }
