@@ -123,7 +123,7 @@ func (d *Driver) containerSpec(cfg *driver.TaskConfig, tc *taskConfig, caps []st
 	for _, mt := range tc.Mounts {
 		hc.Mounts = append(hc.Mounts, containerMount(cfg.TaskDir, mt))
 	}
-	if err := applyOptions(&tc.Options, cfg.TaskDir, strings.HasPrefix(netMode, "container:"), cc, hc); err != nil {
+	if err := applyOptions(&tc.Options, cfg.TaskDir, strings.HasPrefix(netMode, "container:"), cfg.NetworkDNS, cc, hc); err != nil {
 		return nil, nil, err
 	}
 	return cc, hc, nil

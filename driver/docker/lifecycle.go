@@ -66,7 +66,7 @@ func (d *Driver) StartTask(cfg *driver.TaskConfig) (th *driver.TaskHandle, err e
 	defer cancel()
 	netMode := cmpOr(tc.NetworkMode, NetworkModeHost)
 	if joinAlloc {
-		pauseID, err := d.ensurePause(ctx, c, cfg.AllocID, cfg.NetNSPath)
+		pauseID, err := d.ensurePause(ctx, c, cfg.AllocID, cfg.NetNSPath, cfg.NetworkHostname)
 		if err != nil {
 			return nil, fmt.Errorf("failed to start task %s: %w", cfg.ID, err)
 		}

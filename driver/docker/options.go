@@ -13,6 +13,8 @@ import (
 	"strings"
 
 	"github.com/docker/docker/api/types/container"
+
+	"github.com/meshlet/meshlet/driver"
 )
 
 // Defaults of the plugin config's gates (Nomad's).
@@ -172,7 +174,7 @@ func (c *Config) checkOptions(o *options, joinAlloc bool) error {
 		return fmt.Errorf("runtime %q is %w: allow_runtimes is %q", o.Runtime, ErrNotAllowed, allow)
 	}
 	if joinAlloc && o.Hostname != "" {
-		return fmt.Errorf("%w: hostname cannot be set on a task that joins the allocation's network namespace (Docker refuses a hostname with another container's network); set network_mode = \"none\" or drop it", ErrBadConfig)
+		return fmt.Errorf("%w: hostname cannot be set on a task that joins the allocation's network namespace (Docker refuses a hostname with another container's network); set the group's network { hostname } instead", ErrBadConfig)
 	}
 	return nil
 }
@@ -202,9 +204,10 @@ func globMatch(pattern, s string) bool {
 // config. joinAlloc: the container joins the allocation's namespace,
 // where Docker refuses DNS settings and extra hosts, so they are written
 // to resolv.conf and hosts files in the task directory and bound over
-// /etc/resolv.conf and /etc/hosts (as Nomad does for the group's dns
-// block and for extra_hosts).
-func applyOptions(o *options, taskDir string, joinAlloc bool, cc *container.Config, hc *container.HostConfig) error {
+// /etc/resolv.conf and /etc/hosts (as Nomad does for extra_hosts). A
+// group dns block (dns) replaces the dns options and is always written
+// to resolv.conf, as in Nomad.
+func applyOptions(o *options, taskDir string, joinAlloc bool, dns *driver.DNSConfig, cc *container.Config, hc *container.HostConfig) error {
 	cc.Hostname, cc.Tty, cc.OpenStdin = o.Hostname, o.TTY, o.Interactive
 	if o.NoHealthcheck {
 		cc.Healthcheck = &container.HealthConfig{Test: []string{"NONE"}}
@@ -217,23 +220,30 @@ func applyOptions(o *options, taskDir string, joinAlloc bool, cc *container.Conf
 		return err
 	}
 	hc.SecurityOpt = opts
-	if !joinAlloc {
-		hc.DNS, hc.DNSSearch, hc.DNSOptions, hc.ExtraHosts = o.DNSServers, o.DNSSearchDomains, o.DNSOptions, o.ExtraHosts
-		return nil
+	dnsOpts, dnsFile := o, joinAlloc && len(o.DNSServers)+len(o.DNSSearchDomains)+len(o.DNSOptions) > 0
+	if dns != nil {
+		dnsOpts, dnsFile = &options{DNSServers: dns.Servers, DNSSearchDomains: dns.Searches, DNSOptions: dns.Options}, true
 	}
-	if taskDir == "" && (len(o.DNSServers)+len(o.DNSSearchDomains)+len(o.DNSOptions)+len(o.ExtraHosts) > 0) {
+	hostsFile := joinAlloc && len(o.ExtraHosts) > 0
+	if !dnsFile && dns == nil {
+		hc.DNS, hc.DNSSearch, hc.DNSOptions = o.DNSServers, o.DNSSearchDomains, o.DNSOptions
+	}
+	if !joinAlloc {
+		hc.ExtraHosts = o.ExtraHosts
+	}
+	if (dnsFile || hostsFile) && taskDir == "" {
 		return fmt.Errorf("%w: dns and extra_hosts options need a task directory", ErrBadConfig)
 	}
-	if len(o.DNSServers)+len(o.DNSSearchDomains)+len(o.DNSOptions) > 0 {
+	if dnsFile {
 		path := filepath.Join(taskDir, "resolv.conf")
-		if err := os.WriteFile(path, resolvConf(o, hostResolvConf()), 0o644); err != nil {
+		if err := os.WriteFile(path, resolvConf(dnsOpts, hostResolvConf()), 0o644); err != nil {
 			return fmt.Errorf("failed to write resolv.conf: %w", err)
 		}
 		hc.Binds = append(hc.Binds, path+":/etc/resolv.conf:ro")
 	}
-	if len(o.ExtraHosts) > 0 {
+	if hostsFile {
 		path := filepath.Join(taskDir, "hosts")
-		if err := os.WriteFile(path, hostsFile(o.ExtraHosts), 0o644); err != nil {
+		if err := os.WriteFile(path, etcHosts(o.ExtraHosts), 0o644); err != nil {
 			return fmt.Errorf("failed to write hosts file: %w", err)
 		}
 		hc.Binds = append(hc.Binds, path+":/etc/hosts:ro")
@@ -316,7 +326,7 @@ func resolvConf(o *options, host resolver) []byte {
 		host.options = o.DNSOptions
 	}
 	var b strings.Builder
-	b.WriteString("# written by meshlet from the task's docker dns options\n")
+	b.WriteString("# written by meshlet from the task's dns settings\n")
 	for _, s := range host.servers {
 		fmt.Fprintf(&b, "nameserver %s\n", s)
 	}
@@ -329,9 +339,9 @@ func resolvConf(o *options, host resolver) []byte {
 	return []byte(b.String())
 }
 
-// hostsFile is the task's /etc/hosts: the loopback names, then the
+// etcHosts is the task's /etc/hosts: the loopback names, then the
 // extra_hosts entries.
-func hostsFile(extra []string) []byte {
+func etcHosts(extra []string) []byte {
 	var b strings.Builder
 	b.WriteString("# written by meshlet from the task's docker extra_hosts\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")
 	for _, h := range extra {

@@ -87,18 +87,19 @@ func TestContainerOptions(t *testing.T) {
 }
 
 // In the allocation's namespace Docker refuses DNS settings and extra
-// hosts, so they come as resolv.conf and hosts files of the task.
+// hosts, so they come as resolv.conf and hosts files of the task; the
+// group network's hostname is the pause container's, so the task's.
 func TestContainerDNSInAllocNamespace(t *testing.T) {
 	d := newDriver(t, docker.Config{})
 	_, path := newNetNS(t, "mlt0")
-	cfg := taskConfig(t, "dns", "sh", "-c", "cat /etc/resolv.conf /etc/hosts")
+	cfg := taskConfig(t, "dns", "sh", "-c", "cat /proc/sys/kernel/hostname /etc/resolv.conf /etc/hosts")
 	delete(cfg.Config, "network_mode")
-	cfg.AllocID, cfg.NetNSPath = "alloc-dns", path
+	cfg.AllocID, cfg.NetNSPath, cfg.NetworkHostname = "alloc-dns", path, "group-host"
 	cfg.Config["dns_servers"] = []any{"192.0.2.53", "192.0.2.54"}
 	cfg.Config["dns_options"] = []any{"ndots:1"}
 	cfg.Config["extra_hosts"] = []any{"db.internal:192.0.2.10", "v6.internal:2001:db8::1"}
 	out := runScript(t, d, cfg)
-	for _, want := range []string{"nameserver 192.0.2.53\nnameserver 192.0.2.54\n", "options ndots:1\n",
+	for _, want := range []string{"group-host\n", "nameserver 192.0.2.53\nnameserver 192.0.2.54\n", "options ndots:1\n",
 		"127.0.0.1\tlocalhost\n", "192.0.2.10\tdb.internal\n", "2001:db8::1\tv6.internal\n"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("stdout lacks %q:\n%s", want, out)
@@ -146,5 +147,21 @@ func TestIPCAndPIDModes(t *testing.T) {
 	}
 	if hc := inspectTask(t, cfg.ID).HostConfig; hc.IpcMode != "host" || hc.PidMode != "host" {
 		t.Errorf("ipc mode %q pid mode %q", hc.IpcMode, hc.PidMode)
+	}
+}
+
+// A group's dns block is the container's resolv.conf, in place of the
+// task's dns options (as in Nomad), in any network mode.
+func TestContainerGroupDNS(t *testing.T) {
+	d := newDriver(t, docker.Config{})
+	cfg := taskConfig(t, "groupdns", "cat", "/etc/resolv.conf")
+	cfg.Config["dns_servers"] = []any{"192.0.2.53"}
+	cfg.NetworkDNS = &driver.DNSConfig{Servers: []string{"192.0.2.77"}, Searches: []string{"grp.example"}}
+	out := runScript(t, d, cfg)
+	if !strings.Contains(out, "nameserver 192.0.2.77\n") || !strings.Contains(out, "search grp.example\n") || strings.Contains(out, "192.0.2.53") {
+		t.Errorf("resolv.conf = %q, want the group's dns only", out)
+	}
+	if hc := inspectTask(t, cfg.ID).HostConfig; len(hc.DNS) != 0 {
+		t.Errorf("host config dns %v, want the group's file instead", hc.DNS)
 	}
 }

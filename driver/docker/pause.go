@@ -194,8 +194,9 @@ func nsInode(path string) uint64 {
 
 // ensurePause returns the ID of the allocation's running pause container
 // in netnsPath, (re)making it when missing, stopped, or in another
-// namespace (the allocation's was recreated).
-func (d *Driver) ensurePause(ctx context.Context, c *client.Client, allocID, netnsPath string) (string, error) {
+// namespace (the allocation's was recreated). Its hostname (the group
+// network's, or Docker's default) is every joining container's.
+func (d *Driver) ensurePause(ctx context.Context, c *client.Client, allocID, netnsPath, hostname string) (string, error) {
 	if err := pauseSupported(); err != nil {
 		return "", err
 	}
@@ -219,7 +220,7 @@ func (d *Driver) ensurePause(ctx context.Context, c *client.Client, allocID, net
 		return "", fmt.Errorf("%w: %w", ErrPause, err)
 	}
 	created, err := c.ContainerCreate(ctx, &container.Config{
-		Image: pauseImage(), Entrypoint: []string{"/pause"},
+		Image: pauseImage(), Entrypoint: []string{"/pause"}, Hostname: hostname,
 		Labels: map[string]string{LabelAllocID: allocID, LabelPause: "true", LabelOwner: d.owner()},
 	}, &container.HostConfig{
 		NetworkMode: NetworkModeNone,
