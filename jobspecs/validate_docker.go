@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/meshlet/meshlet/structs"
 )
@@ -93,5 +94,26 @@ func checkStringLists(t *structs.Task, cp path, keys []string, bad func(string, 
 		default:
 			bad("config %s must be a list of strings, not %s.", k, goType(v))
 		}
+	}
+}
+
+// checkDockerGroup refuses a docker task hostname where the task joins the
+// group's bridge or cni/* namespace (network_mode unset): Docker refuses a
+// hostname for a container using another's network, and the driver says
+// so when the task starts.
+func checkDockerGroup(tg *structs.TaskGroup, p path, report reporter) {
+	if len(tg.Networks) == 0 || tg.Networks[0] == nil {
+		return
+	}
+	mode := tg.Networks[0].Mode
+	if mode != structs.NetworkModeBridge && !strings.HasPrefix(mode, structs.NetworkModeCNIPrefix) {
+		return
+	}
+	for i, t := range tg.Tasks {
+		if t == nil || t.Driver != "docker" || t.Config["hostname"] == nil || t.Config["network_mode"] != nil {
+			continue
+		}
+		report(SeverityError, p.item("task", i, t.Name).attr("config"), "Invalid driver config",
+			fmt.Sprintf("Task %q: config hostname cannot be set on a docker task in a %q group, whose network namespace it joins; set the group's network { hostname } instead.", t.Name, mode))
 	}
 }

@@ -54,6 +54,9 @@ func TestValidationRules(t *testing.T) {
 			`t.hcl:5:3: error: config uts_mode is not supported by meshlet's docker driver; Task "t": remove it; the driver refuses keys it does not implement.`,
 		}},
 		{"docker in a bridge group", bridge + "task \"t\" {\n  driver = \"docker\"\n  config { image = \"busybox\" }\n}", nil},
+		{"docker hostname in a bridge group", bridge + "task \"t\" {\n  driver = \"docker\"\n  config {\n    image = \"busybox\"\n    hostname = \"h\"\n  }\n}", []string{
+			`t.hcl:8:3: error: Invalid driver config; Task "t": config hostname cannot be set on a docker task in a "bridge" group, whose network namespace it joins; set the group's network { hostname } instead.`,
+		}},
 		{"connect_proxy driver is built in", "task \"t\" {\n  driver = \"connect_proxy\"\n  config { proxy_id = \"x\" }\n}", nil},
 		{"exec capabilities and modes", "task \"t\" {\n  driver = \"exec\"\n  config {\n    command = \"x\"\n    cap_add = [\"net_raw\"]\n    cap_drop = [\"all\"]\n    pid_mode = \"host\"\n    ipc_mode = \"private\"\n  }\n}", nil},
 		{"exec bad capabilities and modes", "task \"t\" {\n  driver = \"exec\"\n  config {\n    command = \"x\"\n    cap_add = \"net_raw\"\n    cap_drop = [1]\n    pid_mode = \"shared\"\n  }\n}", []string{
