@@ -3,6 +3,7 @@ package jobspecs
 import (
 	"fmt"
 	"maps"
+	"net"
 	"slices"
 	"strings"
 
@@ -67,6 +68,7 @@ func checkDockerConfig(t *structs.Task, cp path, report reporter) {
 	}
 	checkStringLists(t, cp, []string{"entrypoint", "cap_add", "cap_drop", "ports", "volumes",
 		"dns_servers", "dns_search_domains", "dns_options", "extra_hosts", "security_opt"}, bad)
+	checkDockerAddrs(t, bad)
 	for _, k := range slices.Sorted(maps.Keys(t.Config)) {
 		switch {
 		case slices.Contains(dockerConfigKeys, k):
@@ -115,5 +117,34 @@ func checkDockerGroup(tg *structs.TaskGroup, p path, report reporter) {
 		}
 		report(SeverityError, p.item("task", i, t.Name).attr("config"), "Invalid driver config",
 			fmt.Sprintf("Task %q: config hostname cannot be set on a docker task in a %q group, whose network namespace it joins; set the group's network { hostname } instead.", t.Name, mode))
+	}
+}
+
+// checkDockerAddrs checks the literal (not interpolated) dns_servers are
+// IP addresses and extra_hosts "name:IP", as the driver does.
+func checkDockerAddrs(t *structs.Task, bad func(string, ...any)) {
+	for _, k := range []string{"dns_servers", "extra_hosts"} {
+		list, _ := t.Config[k].([]any)
+		for _, e := range list {
+			s, ok := e.(string)
+			if !ok || strings.Contains(s, "${") {
+				continue
+			}
+			ip := s
+			if k == "extra_hosts" {
+				var name string
+				name, ip, _ = strings.Cut(s, ":")
+				if name == "" {
+					ip = ""
+				}
+			}
+			if net.ParseIP(ip) == nil {
+				want := "an IP address"
+				if k == "extra_hosts" {
+					want = `"hostname:IP"`
+				}
+				bad("config %s: %q must be %s.", k, s, want)
+			}
+		}
 	}
 }
