@@ -2,7 +2,9 @@ package docker_test
 
 import (
 	"context"
+	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -163,5 +165,32 @@ func TestContainerGroupDNS(t *testing.T) {
 	}
 	if hc := inspectTask(t, cfg.ID).HostConfig; len(hc.DNS) != 0 {
 		t.Errorf("host config dns %v, want the group's file instead", hc.DNS)
+	}
+}
+
+// A security_opt seccomp profile is read from the client's disk and
+// enforced in the container; a malformed option fails the task before a
+// container is made.
+func TestSeccompProfile(t *testing.T) {
+	d := newDriver(t, docker.Config{})
+	profile := filepath.Join(t.TempDir(), "deny-mkdir.json")
+	if err := os.WriteFile(profile, []byte(`{
+	  "defaultAction": "SCMP_ACT_ALLOW",
+	  "syscalls": [{"names": ["mkdir", "mkdirat"], "action": "SCMP_ACT_ERRNO"}]
+	}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := taskConfig(t, "seccomp", "sh", "-c", "mkdir /tmp/x 2>/dev/null && echo mkdir-allowed || echo mkdir-denied")
+	cfg.Config["security_opt"] = []any{"seccomp=" + profile}
+	if out := runScript(t, d, cfg); out != "mkdir-denied\n" {
+		t.Errorf("stdout = %q, want mkdir denied by the profile", out)
+	}
+	bad := taskConfig(t, "badopt", "true")
+	bad.Config["security_opt"] = []any{"apparmor"}
+	if _, err := d.StartTask(bad); !errors.Is(err, docker.ErrBadConfig) || !strings.Contains(err.Error(), `security_opt "apparmor"`) {
+		t.Errorf("StartTask = %v, want a bad security_opt", err)
+	}
+	if list, _ := daemon.Client(t).ContainerList(context.Background(), containerByTask(bad.ID)); len(list) != 0 {
+		t.Errorf("containers left by the refused task: %d", len(list))
 	}
 }
