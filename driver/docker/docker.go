@@ -22,8 +22,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -185,7 +188,8 @@ func (d *Driver) Close() error {
 
 // Fingerprint implements driver.Driver as Nomad's docker driver reports:
 // undetected (and unhealthy) when the daemon does not answer at the
-// endpoint, healthy with driver.docker.* attributes when it does.
+// endpoint, healthy with driver.docker.* attributes when it does
+// (driver.docker.runtimes lists the daemon's runtimes, for runtime).
 func (d *Driver) Fingerprint(ctx context.Context) (*driver.Fingerprint, error) {
 	fp := &driver.Fingerprint{Attributes: map[string]string{}}
 	c, err := d.docker()
@@ -205,6 +209,9 @@ func (d *Driver) Fingerprint(ctx context.Context) (*driver.Fingerprint, error) {
 	fp.Attributes["driver.docker.version"] = v.Version
 	fp.Attributes["driver.docker.api_version"] = c.ClientVersion()
 	fp.Attributes["driver.docker.os_type"] = v.Os
+	if info, err := c.Info(ctx); err == nil && len(info.Runtimes) > 0 {
+		fp.Attributes["driver.docker.runtimes"] = strings.Join(slices.Sorted(maps.Keys(info.Runtimes)), ",")
+	}
 	if d.cfg.AllowPrivileged {
 		fp.Attributes["driver.docker.privileged.enabled"] = "true"
 	}
