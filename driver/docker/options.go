@@ -278,8 +278,12 @@ func securityOpts(in []string) ([]string, error) {
 	return out, nil
 }
 
-// resolvConfFile is the host's resolver configuration.
-const resolvConfFile = "/etc/resolv.conf"
+// The host's resolver configuration, and systemd-resolved's list of the
+// upstream servers behind its 127.0.0.53 stub.
+var (
+	resolvConfFile   = "/etc/resolv.conf"
+	resolvedUpstream = "/run/systemd/resolve/resolv.conf"
+)
 
 // resolver is a parsed resolv.conf.
 type resolver struct {
@@ -287,10 +291,22 @@ type resolver struct {
 }
 
 // hostResolvConf reads the host's resolv.conf, leaving out loopback
-// nameservers (unreachable from a container's namespace), as Docker does.
+// nameservers (unreachable from a container's namespace), as Docker does;
+// behind systemd-resolved's stub it reads the upstream servers' file.
 func hostResolvConf() resolver {
+	rc := parseResolvConf(resolvConfFile)
+	if len(rc.servers) == 0 {
+		if up := parseResolvConf(resolvedUpstream); len(up.servers) > 0 {
+			return up
+		}
+	}
+	return rc
+}
+
+// parseResolvConf parses a resolv.conf (empty if unreadable).
+func parseResolvConf(path string) resolver {
 	var rc resolver
-	data, err := os.ReadFile(resolvConfFile)
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return rc
 	}
