@@ -51,12 +51,14 @@ type imageGC struct {
 	owned  map[string]bool
 	refs   map[string]map[string]bool
 	timers map[string]*time.Timer
+	// removing holds a channel per image being removed, closed when done.
+	removing map[string]chan struct{}
 }
 
 func newImageGC(d *Driver) *imageGC {
 	g := &imageGC{d: d, enabled: d.cfg.GCImage == nil || *d.cfg.GCImage, delay: d.cfg.GCImageDelay,
 		file: filepath.Join(d.cfg.StateDir, ownedImagesFile),
-		refs: map[string]map[string]bool{}, timers: map[string]*time.Timer{}}
+		refs: map[string]map[string]bool{}, timers: map[string]*time.Timer{}, removing: map[string]chan struct{}{}}
 	if g.delay <= 0 {
 		g.delay = defaultImageDelay
 	}
@@ -110,10 +112,10 @@ func (g *imageGC) pulled(ref string) {
 }
 
 // acquire records that user (a task ID, "pause/<alloc>") uses ref and
-// cancels a pending removal.
+// cancels a pending removal; a removal under way is waited for, so the
+// caller then finds the image gone and pulls it again.
 func (g *imageGC) acquire(ref, user string) {
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	if g.refs[ref] == nil {
 		g.refs[ref] = map[string]bool{}
 	}
@@ -121,6 +123,11 @@ func (g *imageGC) acquire(ref, user string) {
 	if t := g.timers[ref]; t != nil {
 		t.Stop()
 		delete(g.timers, ref)
+	}
+	done := g.removing[ref]
+	g.mu.Unlock()
+	if done != nil {
+		<-done
 	}
 }
 
@@ -176,14 +183,22 @@ func (g *imageGC) collect(ref string) {
 	g.mu.Lock()
 	delete(g.timers, ref)
 	busy := len(g.refs[ref]) > 0 || g.closed
+	done := make(chan struct{})
 	if !busy {
 		g.inflight.Add(1) // under mu, before stop can wait
+		g.removing[ref] = done
 	}
 	g.mu.Unlock()
 	if busy {
 		return
 	}
 	defer g.inflight.Done()
+	defer func() {
+		g.mu.Lock()
+		delete(g.removing, ref)
+		g.mu.Unlock()
+		close(done)
+	}()
 	err := g.remove(ref)
 	if errors.Is(err, errImageInUse) {
 		g.d.logger.Debug("image still used by a container; not removed", "image", ref)

@@ -56,12 +56,14 @@ func (d *Driver) StartTask(cfg *driver.TaskConfig) (th *driver.TaskHandle, err e
 			d.releasePause(cfg.AllocID)
 		}
 	})
+	// Held before the image is looked at, so image GC cannot remove it
+	// between the check and the create.
+	d.images.acquire(tc.Image, cfg.ID)
+	cleanup = append(cleanup, func() { d.images.release(tc.Image, cfg.ID) })
 	// The pull has its own bound (image_pull_timeout).
 	if err := d.ensureImage(context.Background(), c, tc); err != nil {
 		return nil, fmt.Errorf("failed to start task %s: %w", cfg.ID, err)
 	}
-	d.images.acquire(tc.Image, cfg.ID)
-	cleanup = append(cleanup, func() { d.images.release(tc.Image, cfg.ID) })
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
 	netMode := cmpOr(tc.NetworkMode, NetworkModeHost)

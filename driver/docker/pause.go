@@ -196,7 +196,7 @@ func nsInode(path string) uint64 {
 // in netnsPath, (re)making it when missing, stopped, or in another
 // namespace (the allocation's was recreated). Its hostname (the group
 // network's, or Docker's default) is every joining container's.
-func (d *Driver) ensurePause(ctx context.Context, c *client.Client, allocID, netnsPath, hostname string) (string, error) {
+func (d *Driver) ensurePause(ctx context.Context, c *client.Client, allocID, netnsPath, hostname string) (_ string, err error) {
 	if err := pauseSupported(); err != nil {
 		return "", err
 	}
@@ -206,6 +206,14 @@ func (d *Driver) ensurePause(ctx context.Context, c *client.Client, allocID, net
 	}
 	unlock := d.pauseLocks.lock(allocID)
 	defer unlock()
+	// Held before the image is looked at, so image GC cannot remove it
+	// between the check and the create; released again on failure.
+	d.images.acquire(pauseImage(), pauseUser(allocID))
+	defer func() {
+		if err != nil {
+			d.images.release(pauseImage(), pauseUser(allocID))
+		}
+	}()
 	name := pauseName(allocID)
 	if info, err := c.ContainerInspect(ctx, name); err == nil {
 		if info.State != nil && info.State.Running && nsInode(fmt.Sprintf("/proc/%d/ns/net", info.State.Pid)) == want {
@@ -240,7 +248,6 @@ func (d *Driver) ensurePause(ctx context.Context, c *client.Client, allocID, net
 		d.removeContainer(created.ID)
 		return "", err
 	}
-	d.images.acquire(pauseImage(), pauseUser(allocID))
 	d.logger.Info("pause container started", "alloc_id", allocID, "container_id", shortID(created.ID))
 	return created.ID, nil
 }
