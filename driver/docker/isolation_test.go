@@ -232,7 +232,7 @@ func TestContainerLoopbackIsolation(t *testing.T) {
 	// Positive control: a second container of A reaches it.
 	peer := bridgeTask(t, a, nsA, "peer", "", "", "busybox timeout 5 wget -qO- http://127.0.0.1:8080/")
 	if out := runScript(t, d, peer); !strings.Contains(out, "secret-of-A") {
-		t.Fatalf("A's second container read %q, want A's server", out)
+		t.Fatalf("A's second container read %q (stderr %q), want A's server", out, drivertest.Log(t, peer, "stderr"))
 	}
 	probe := fmt.Sprintf("for u in http://127.0.0.1:8080/ http://%s:8080/; do busybox timeout 2 wget -qO- $u && echo REACHED $u; done; "+
 		"httpd -p %s:9090 -h /local 2>&1; echo bind-exit=$?", addrA, addrA)

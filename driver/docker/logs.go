@@ -66,11 +66,18 @@ func (d *Driver) copyLogs(ctx context.Context, h *taskHandle) {
 	}
 	defer lc.close(logger)
 	for {
-		err := lc.follow(ctx)
+		err := lc.follow(ctx, true)
 		if ctx.Err() != nil {
 			return
 		}
 		if err == nil && !d.containerRunning(ctx, h.st.ContainerID) {
+			// The followed stream can end before dockerd wrote the
+			// last message (a line without its newline is flushed as
+			// the container's output closes): read once more from the
+			// cursor, which skips what was copied.
+			if err := lc.follow(ctx, false); err != nil && ctx.Err() == nil {
+				logger.Warn("failed to read the container's last output", "error", err)
+			}
 			return
 		}
 		if err != nil {
@@ -117,13 +124,14 @@ func (lc *logCopier) close(logger hclog.Logger) {
 	lc.stderr.Close()
 }
 
-// follow streams the logs from the cursor until the stream ends.
-func (lc *logCopier) follow(ctx context.Context) error {
+// follow streams the logs from the cursor until the stream ends (with
+// follow, until the container stops).
+func (lc *logCopier) follow(ctx context.Context, follow bool) error {
 	c, err := lc.d.docker()
 	if err != nil {
 		return err
 	}
-	opts := container.LogsOptions{ShowStdout: true, ShowStderr: true, Follow: true, Timestamps: true}
+	opts := container.LogsOptions{ShowStdout: true, ShowStderr: true, Follow: follow, Timestamps: true}
 	if since := lc.pos.since(); !since.IsZero() {
 		opts.Since = since.Format(time.RFC3339Nano)
 	}
