@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/meshlet/meshlet/driver/docker"
 )
@@ -35,6 +36,25 @@ func TestParseDockerPlugin(t *testing.T) {
 				t.Errorf("allow_caps = %#v", c.AllowCaps)
 			}
 		}},
+		{name: "runtimes and modes", body: "    allow_runtimes = [\"runc\", \"crun\"]\n    allowed_modes {\n      pid = [\"host\"]\n      ipc = [\"container:*\", \"shareable\"]\n    }\n",
+			check: func(t *testing.T, c docker.Config) {
+				if !slices.Equal(c.AllowRuntimes, []string{"runc", "crun"}) || !slices.Equal(c.AllowedModes["pid"], []string{"host"}) ||
+					!slices.Equal(c.AllowedModes["ipc"], []string{"container:*", "shareable"}) {
+					t.Errorf("docker = %+v", c)
+				}
+			}},
+		{name: "bad allowed mode", body: "    allowed_modes {\n      pid = [\"private\"]\n    }\n", wantErr: `agent.hcl:5:13: Invalid allowed_modes; "private" is not a valid pid_mode`},
+		{name: "unknown allowed_modes kind", body: "    allowed_modes {\n      uts = [\"host\"]\n    }\n", wantErr: `agent.hcl:5:7: Unsupported argument`},
+		{name: "gc", body: "    gc {\n      image = false\n      image_delay = \"10m\"\n      dangling_containers {\n        enabled = true\n        period = \"1m\"\n        creation_grace = \"2m\"\n        dry_run = true\n      }\n    }\n",
+			check: func(t *testing.T, c docker.Config) {
+				d := c.Dangling
+				if c.GCImage == nil || *c.GCImage || c.GCImageDelay != 10*time.Minute || d.Enabled == nil || !*d.Enabled ||
+					d.Period != time.Minute || d.CreationGrace != 2*time.Minute || !d.DryRun {
+					t.Errorf("docker = %+v", c)
+				}
+			}},
+		{name: "bad image_delay", body: "    gc {\n      image_delay = \"soon\"\n    }\n", wantErr: `agent.hcl:5:21: Invalid image_delay`},
+		{name: "bad dangling period", body: "    gc {\n      dangling_containers {\n        period = \"-1m\"\n      }\n    }\n", wantErr: `agent.hcl:6:18: Invalid period`},
 		{name: "unknown key", body: "    infra_image = \"pause:3\"\n", wantErr: `agent.hcl:4:5: Unsupported argument; An argument named "infra_image"`},
 		{name: "unknown block", body: "    tls {\n    }\n", wantErr: `agent.hcl:4:5: Unsupported block type`},
 		{name: "unknown volumes key", body: "    volumes {\n      selinuxlabel = \"z\"\n    }\n", wantErr: `agent.hcl:5:7: Unsupported argument`},

@@ -79,12 +79,25 @@ type TaskConfig struct {
 	StderrPath string
 	// NetNSPath, when set, is the network namespace the task runs in.
 	NetNSPath string
-	Resources *Resources
+	// NetworkHostname is the group network's hostname (network {
+	// hostname }, interpolated) when NetNSPath is set; the docker driver
+	// gives it to the allocation's pause container, as Nomad does.
+	NetworkHostname string
+	// NetworkDNS is the group network's dns block (nil: none); the docker
+	// driver writes it into the container's /etc/resolv.conf in place of
+	// its own dns options, as Nomad does.
+	NetworkDNS *DNSConfig
+	Resources  *Resources
 	// LogMaxFiles and LogMaxFileSizeMB bound the rotated log files
 	// "<StdoutPath>.0", ".1", ... (Nomad's naming). Zero means the default
 	// (DefaultLogMaxFiles, DefaultLogMaxFileSizeMB).
 	LogMaxFiles      int
 	LogMaxFileSizeMB int
+}
+
+// DNSConfig is a group network's dns block.
+type DNSConfig struct {
+	Servers, Searches, Options []string
 }
 
 // Log rotation defaults, as Nomad's log block.

@@ -200,6 +200,7 @@ func checkGroup(tg *structs.TaskGroup, p path, opts ValidateOptions, report repo
 	checkUpstreamPorts(tg, p, report)
 	checkExpose(tg, p, labels, report)
 	checkConnectGroup(tg, p, report)
+	checkDockerGroup(tg, p, report)
 }
 
 func serviceName(s *structs.Service) string {

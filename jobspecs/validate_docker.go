@@ -3,7 +3,9 @@ package jobspecs
 import (
 	"fmt"
 	"maps"
+	"net"
 	"slices"
+	"strings"
 
 	"github.com/meshlet/meshlet/structs"
 )
@@ -12,19 +14,19 @@ import (
 // (driver/docker.TaskKeys; a test keeps the two equal). The driver refuses
 // any other key when the task starts, so they are errors here.
 var dockerConfigKeys = []string{
-	"args", "auth", "cap_add", "cap_drop", "command", "entrypoint", "force_pull",
-	"image", "image_pull_timeout", "labels", "logging", "mount", "network_mode",
-	"ports", "privileged", "volumes", "work_dir",
+	"args", "auth", "cap_add", "cap_drop", "command", "devices", "dns_options", "dns_search_domains",
+	"dns_servers", "entrypoint", "extra_hosts", "force_pull", "healthchecks", "hostname", "image",
+	"image_pull_timeout", "interactive", "ipc_mode", "labels", "logging", "mount", "network_mode",
+	"pid_mode", "ports", "privileged", "readonly_rootfs", "runtime", "security_opt", "shm_size",
+	"sysctl", "tty", "ulimit", "volumes", "work_dir",
 }
 
 // dockerConfigUnsupported are Nomad docker keys meshlet's driver does not
 // implement (yet): named as such rather than as unknown.
 var dockerConfigUnsupported = []string{
-	"cpu_cfs_period", "cpu_hard_limit", "cpuset_cpus", "devices", "dns_options", "dns_search_domains",
-	"dns_servers", "extra_hosts", "group_add", "healthchecks", "hostname", "init", "interactive",
-	"ipc_mode", "ipv4_address", "ipv6_address", "isolation", "load", "mac_address", "memory_hard_limit",
-	"network_aliases", "oom_score_adj", "pid_mode", "pids_limit", "readonly_rootfs", "runtime",
-	"security_opt", "shm_size", "storage_opt", "sysctl", "tty", "ulimit", "userns_mode", "uts_mode",
+	"cpu_cfs_period", "cpu_hard_limit", "cpuset_cpus", "group_add", "init", "ipv4_address",
+	"ipv6_address", "isolation", "load", "mac_address", "memory_hard_limit", "network_aliases",
+	"oom_score_adj", "pids_limit", "storage_opt", "userns_mode", "uts_mode",
 }
 
 // checkDockerConfig checks a docker task's config as the driver reads it:
@@ -45,7 +47,7 @@ func checkDockerConfig(t *structs.Task, cp path, report reporter) {
 	default:
 		bad("config image must be a string, not %s.", goType(img))
 	}
-	for _, k := range []string{"command", "work_dir", "network_mode", "image_pull_timeout"} {
+	for _, k := range []string{"command", "work_dir", "network_mode", "image_pull_timeout", "hostname", "ipc_mode", "pid_mode", "runtime"} {
 		if v, ok := t.Config[k]; ok && v != nil {
 			if _, isStr := v.(string); !isStr {
 				bad("config %s must be a string, not %s.", k, goType(v))
@@ -57,14 +59,16 @@ func checkDockerConfig(t *structs.Task, cp path, report reporter) {
 	default:
 		bad("config network_mode %q is not supported by meshlet's docker driver; use \"none\" or \"host\", or leave it unset.", m)
 	}
-	for _, k := range []string{"privileged", "force_pull"} {
+	for _, k := range []string{"privileged", "force_pull", "readonly_rootfs", "tty", "interactive"} {
 		if v, ok := t.Config[k]; ok && v != nil {
 			if _, isBool := v.(bool); !isBool {
 				bad("config %s must be a bool, not %s.", k, goType(v))
 			}
 		}
 	}
-	checkStringLists(t, cp, []string{"entrypoint", "cap_add", "cap_drop", "ports", "volumes"}, bad)
+	checkStringLists(t, cp, []string{"entrypoint", "cap_add", "cap_drop", "ports", "volumes",
+		"dns_servers", "dns_search_domains", "dns_options", "extra_hosts", "security_opt"}, bad)
+	checkDockerAddrs(t, bad)
 	for _, k := range slices.Sorted(maps.Keys(t.Config)) {
 		switch {
 		case slices.Contains(dockerConfigKeys, k):
@@ -91,6 +95,56 @@ func checkStringLists(t *structs.Task, cp path, keys []string, bad func(string, 
 			}
 		default:
 			bad("config %s must be a list of strings, not %s.", k, goType(v))
+		}
+	}
+}
+
+// checkDockerGroup refuses a docker task hostname where the task joins the
+// group's bridge or cni/* namespace (network_mode unset): Docker refuses a
+// hostname for a container using another's network, and the driver says
+// so when the task starts.
+func checkDockerGroup(tg *structs.TaskGroup, p path, report reporter) {
+	if len(tg.Networks) == 0 || tg.Networks[0] == nil {
+		return
+	}
+	mode := tg.Networks[0].Mode
+	if mode != structs.NetworkModeBridge && !strings.HasPrefix(mode, structs.NetworkModeCNIPrefix) {
+		return
+	}
+	for i, t := range tg.Tasks {
+		if t == nil || t.Driver != "docker" || t.Config["hostname"] == nil || t.Config["network_mode"] != nil {
+			continue
+		}
+		report(SeverityError, p.item("task", i, t.Name).attr("config"), "Invalid driver config",
+			fmt.Sprintf("Task %q: config hostname cannot be set on a docker task in a %q group, whose network namespace it joins; set the group's network { hostname } instead.", t.Name, mode))
+	}
+}
+
+// checkDockerAddrs checks the literal (not interpolated) dns_servers are
+// IP addresses and extra_hosts "name:IP", as the driver does.
+func checkDockerAddrs(t *structs.Task, bad func(string, ...any)) {
+	for _, k := range []string{"dns_servers", "extra_hosts"} {
+		list, _ := t.Config[k].([]any)
+		for _, e := range list {
+			s, ok := e.(string)
+			if !ok || strings.Contains(s, "${") {
+				continue
+			}
+			ip := s
+			if k == "extra_hosts" {
+				var name string
+				name, ip, _ = strings.Cut(s, ":")
+				if name == "" {
+					ip = ""
+				}
+			}
+			if net.ParseIP(ip) == nil {
+				want := "an IP address"
+				if k == "extra_hosts" {
+					want = `"hostname:IP"`
+				}
+				bad("config %s: %q must be %s.", k, s, want)
+			}
 		}
 	}
 }

@@ -45,15 +45,22 @@ func TestValidationRules(t *testing.T) {
 			[]string{`t.hcl:3:21: warning: Driver "podman" is not built into meshlet; meshlet ships the exec, raw_exec and docker drivers; placement fails with "driver podman not available on node" unless a podman driver plugin is installed.`}},
 		{"docker config", "task \"t\" {\n  driver = \"docker\"\n  config {\n    image = \"busybox:1\"\n    args = [\"-c\", 1]\n    ports = [\"http\"]\n    network_mode = \"host\"\n" +
 			"    cap_add = [\"net_raw\"]\n    mount {\n      type = \"tmpfs\"\n      target = \"/t\"\n    }\n    logging {\n      type = \"json-file\"\n    }\n  }\n}", nil},
-		{"docker bad config", "task \"t\" {\n  driver = \"docker\"\n  config {\n    command = \"x\"\n    imagee = \"busybox\"\n    network_mode = \"bridge\"\n    hostname = \"h\"\n    cap_add = \"kill\"\n    privileged = \"yes\"\n  }\n}", []string{
+		{"docker bad config", "task \"t\" {\n  driver = \"docker\"\n  config {\n    command = \"x\"\n    imagee = \"busybox\"\n    network_mode = \"bridge\"\n    uts_mode = \"host\"\n    cap_add = \"kill\"\n    privileged = \"yes\"\n  }\n}", []string{
 			`t.hcl:5:3: error: Missing driver config image; Task "t": the docker driver needs config { image = "..." }.`,
 			`t.hcl:5:3: error: Invalid driver config; Task "t": config network_mode "bridge" is not supported by meshlet's docker driver; use "none" or "host", or leave it unset.`,
 			`t.hcl:5:3: error: Invalid driver config; Task "t": config privileged must be a bool, not a string.`,
 			`t.hcl:5:3: error: Invalid driver config; Task "t": config cap_add must be a list of strings, not a string.`,
-			`t.hcl:5:3: error: config hostname is not supported by meshlet's docker driver; Task "t": remove it; the driver refuses keys it does not implement.`,
-			`t.hcl:5:3: error: Unknown docker config key "imagee"; The docker driver takes args, auth, cap_add, cap_drop, command, entrypoint, force_pull, image, image_pull_timeout, labels, logging, mount, network_mode, ports, privileged, volumes and work_dir. Did you mean "image"?`,
+			`t.hcl:5:3: error: Unknown docker config key "imagee"; The docker driver takes args, auth, cap_add, cap_drop, command, devices, dns_options, dns_search_domains, dns_servers, entrypoint, extra_hosts, force_pull, healthchecks, hostname, image, image_pull_timeout, interactive, ipc_mode, labels, logging, mount, network_mode, pid_mode, ports, privileged, readonly_rootfs, runtime, security_opt, shm_size, sysctl, tty, ulimit, volumes and work_dir. Did you mean "image"?`,
+			`t.hcl:5:3: error: config uts_mode is not supported by meshlet's docker driver; Task "t": remove it; the driver refuses keys it does not implement.`,
 		}},
 		{"docker in a bridge group", bridge + "task \"t\" {\n  driver = \"docker\"\n  config { image = \"busybox\" }\n}", nil},
+		{"docker bad addresses", "task \"t\" {\n  driver = \"docker\"\n  config {\n    image = \"busybox\"\n    dns_servers = [\"10.0.0.1\", \"dns.example\", \"${attr.x}\"]\n    extra_hosts = [\"db:10.0.0.2\", \"v6:2001:db8::1\", \"db=10.0.0.3\"]\n  }\n}", []string{
+			`t.hcl:5:3: error: Invalid driver config; Task "t": config dns_servers: "dns.example" must be an IP address.`,
+			`t.hcl:5:3: error: Invalid driver config; Task "t": config extra_hosts: "db=10.0.0.3" must be "hostname:IP".`,
+		}},
+		{"docker hostname in a bridge group", bridge + "task \"t\" {\n  driver = \"docker\"\n  config {\n    image = \"busybox\"\n    hostname = \"h\"\n  }\n}", []string{
+			`t.hcl:8:3: error: Invalid driver config; Task "t": config hostname cannot be set on a docker task in a "bridge" group, whose network namespace it joins; set the group's network { hostname } instead.`,
+		}},
 		{"connect_proxy driver is built in", "task \"t\" {\n  driver = \"connect_proxy\"\n  config { proxy_id = \"x\" }\n}", nil},
 		{"exec capabilities and modes", "task \"t\" {\n  driver = \"exec\"\n  config {\n    command = \"x\"\n    cap_add = [\"net_raw\"]\n    cap_drop = [\"all\"]\n    pid_mode = \"host\"\n    ipc_mode = \"private\"\n  }\n}", nil},
 		{"exec bad capabilities and modes", "task \"t\" {\n  driver = \"exec\"\n  config {\n    command = \"x\"\n    cap_add = \"net_raw\"\n    cap_drop = [1]\n    pid_mode = \"shared\"\n  }\n}", []string{

@@ -368,6 +368,12 @@ func (tr *TaskRunner) taskConfig() *driver.TaskConfig {
 	if a.Job != nil {
 		cfg.JobName = a.Job.Name
 	}
+	if netns != "" {
+		cfg.NetworkHostname = networkHostname(a, env)
+	}
+	if nw := groupNetwork(a); nw != nil && nw.DNS != nil {
+		cfg.NetworkDNS = &driver.DNSConfig{Servers: nw.DNS.Servers, Searches: nw.DNS.Searches, Options: nw.DNS.Options}
+	}
 	if env != nil {
 		cfg.Config = env.ParseConfig(t.Config)
 		cfg.Env = env.Map()
@@ -397,4 +403,29 @@ func (tr *TaskRunner) taskConfig() *driver.TaskConfig {
 		}
 	}
 	return cfg
+}
+
+// networkHostname is the allocation's group network's hostname,
+// interpolated with the task's environment ("" if none).
+func networkHostname(a *structs.Allocation, env *taskenv.Env) string {
+	nw := groupNetwork(a)
+	if nw == nil || nw.Hostname == "" {
+		return ""
+	}
+	if env == nil {
+		return nw.Hostname
+	}
+	return env.ReplaceEnv(nw.Hostname)
+}
+
+// groupNetwork is the allocation's group network block (nil if none).
+func groupNetwork(a *structs.Allocation) *structs.NetworkResource {
+	if a.Job == nil {
+		return nil
+	}
+	tg := a.Job.LookupTaskGroup(a.TaskGroup)
+	if tg == nil || len(tg.Networks) == 0 {
+		return nil
+	}
+	return tg.Networks[0]
 }

@@ -33,11 +33,11 @@ const defaultPullTimeout = 5 * time.Minute
 
 // TaskKeys are the task config keys the driver reads (Nomad's names);
 // any other key is an error.
-var TaskKeys = []string{
+var TaskKeys = slices.Sorted(slices.Values(append([]string{
 	"args", "auth", "cap_add", "cap_drop", "command", "entrypoint", "force_pull",
 	"image", "image_pull_timeout", "labels", "logging", "mount", "network_mode",
 	"ports", "privileged", "volumes", "work_dir",
-}
+}, optionKeys...)))
 
 // taskConfig is a task's docker config.
 type taskConfig struct {
@@ -60,6 +60,8 @@ type taskConfig struct {
 	LogConfig   map[string]string
 	// Auth is the registry login for pulls (nil: anonymous).
 	Auth *authConfig
+	// Options are the rest of Nomad's options (options.go).
+	Options options
 }
 
 // authConfig is the auth block.
@@ -132,6 +134,7 @@ func parseTaskConfig(m map[string]any) (*taskConfig, error) {
 		r.errs = append(r.errs, sub.errs...)
 	}
 	tc.Mounts = r.mounts()
+	tc.Options = r.readOptions()
 	if tc.Image == "" {
 		r.fail("image is required")
 	}

@@ -49,6 +49,28 @@ func TestTaskConfigRefused(t *testing.T) {
 			tc.NetNSPath = "/var/run/netns/x"
 			m["network_mode"] = "host"
 		}, docker.ErrBadConfig, "would leave the allocation's network namespace"},
+		{"ipc_mode without a gate", docker.Config{}, func(m map[string]any, _ *driver.TaskConfig) { m["ipc_mode"] = "host" }, docker.ErrNotAllowed, `allowed_modes { ipc = ["host"] }`},
+		{"pid_mode outside allowed_modes", docker.Config{AllowedModes: map[string][]string{"pid": {"container:*"}}}, func(m map[string]any, _ *driver.TaskConfig) { m["pid_mode"] = "host" }, docker.ErrNotAllowed, "pid_mode"},
+		{"runtime outside allow_runtimes", docker.Config{}, func(m map[string]any, _ *driver.TaskConfig) { m["runtime"] = "crun" }, docker.ErrNotAllowed, "allow_runtimes"},
+		{"hostname in an allocation namespace", docker.Config{}, func(m map[string]any, tc *driver.TaskConfig) {
+			tc.NetNSPath = "/var/run/netns/x"
+			m["hostname"] = "web"
+		}, docker.ErrBadConfig, "hostname cannot be set"},
+		{"bad dns server", docker.Config{}, func(m map[string]any, _ *driver.TaskConfig) { m["dns_servers"] = []any{"dns.example"} }, docker.ErrBadConfig, "not an IP address"},
+		{"bad extra host", docker.Config{}, func(m map[string]any, _ *driver.TaskConfig) { m["extra_hosts"] = []any{"db=10.0.0.1"} }, docker.ErrBadConfig, `"hostname:IP"`},
+		{"bad ulimit", docker.Config{}, func(m map[string]any, _ *driver.TaskConfig) { m["ulimit"] = []any{map[string]any{"nofile": "lots"}} }, docker.ErrBadConfig, "ulimit nofile"},
+		{"ulimit soft above hard", docker.Config{}, func(m map[string]any, _ *driver.TaskConfig) { m["ulimit"] = map[string]any{"nofile": "20:10"} }, docker.ErrBadConfig, "above the hard limit"},
+		{"device without host_path", docker.Config{}, func(m map[string]any, _ *driver.TaskConfig) {
+			m["devices"] = []any{map[string]any{"container_path": "/dev/x"}}
+		}, docker.ErrBadConfig, "host_path is required"},
+		{"bad device permissions", docker.Config{}, func(m map[string]any, _ *driver.TaskConfig) {
+			m["devices"] = []any{map[string]any{"host_path": "/dev/null", "cgroup_permissions": "rx"}}
+		}, docker.ErrBadConfig, "cgroup_permissions"},
+		{"unknown healthchecks key", docker.Config{}, func(m map[string]any, _ *driver.TaskConfig) {
+			m["healthchecks"] = []any{map[string]any{"disabled": true}}
+		}, docker.ErrBadConfig, "healthchecks: unknown key(s) disabled"},
+		{"negative shm_size", docker.Config{}, func(m map[string]any, _ *driver.TaskConfig) { m["shm_size"] = -1 }, docker.ErrBadConfig, "shm_size"},
+		{"tty not a bool", docker.Config{}, func(m map[string]any, _ *driver.TaskConfig) { m["tty"] = "yes" }, docker.ErrBadConfig, "tty must be a bool"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -68,6 +68,7 @@ func (d *Driver) ensureImage(ctx context.Context, c *client.Client, tc *taskConf
 	if i := strings.LastIndex(string(body), `"error":`); i >= 0 {
 		return fmt.Errorf("%w %s: %s", ErrImagePull, tc.Image, strings.TrimSpace(string(body[i:])))
 	}
+	d.images.pulled(tc.Image)
 	return nil
 }
 
@@ -86,7 +87,7 @@ func pullError(ctx context.Context, tc *taskConfig, err error) error {
 func (d *Driver) containerSpec(cfg *driver.TaskConfig, tc *taskConfig, caps []string, netMode string) (*container.Config, *container.HostConfig, error) {
 	labels := map[string]string{}
 	maps.Copy(labels, tc.Labels)
-	maps.Copy(labels, map[string]string{LabelAllocID: cfg.AllocID, LabelTask: cfg.Name, LabelTaskID: cfg.ID, LabelJob: cfg.JobName})
+	maps.Copy(labels, map[string]string{LabelAllocID: cfg.AllocID, LabelTask: cfg.Name, LabelTaskID: cfg.ID, LabelJob: cfg.JobName, LabelOwner: d.owner()})
 	cc := &container.Config{
 		Image:      tc.Image,
 		Entrypoint: tc.Entrypoint,
@@ -121,6 +122,9 @@ func (d *Driver) containerSpec(cfg *driver.TaskConfig, tc *taskConfig, caps []st
 	}
 	for _, mt := range tc.Mounts {
 		hc.Mounts = append(hc.Mounts, containerMount(cfg.TaskDir, mt))
+	}
+	if err := applyOptions(&tc.Options, cfg.TaskDir, strings.HasPrefix(netMode, "container:"), cfg.NetworkDNS, cc, hc); err != nil {
+		return nil, nil, err
 	}
 	return cc, hc, nil
 }

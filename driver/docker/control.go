@@ -126,6 +126,7 @@ func (d *Driver) DestroyTask(taskID string, force bool) error {
 		d.removeContainer(h.st.ContainerID)
 	}
 	d.forget(taskID)
+	d.images.release(h.st.Image, taskID)
 	_ = removeFile(h.st.CursorFile)
 	if h.cfg.NetNSPath != "" {
 		d.releasePause(h.cfg.AllocID)
@@ -208,6 +209,7 @@ func (d *Driver) Sweep(ctx context.Context, known func(allocID string) bool) (in
 	if err != nil {
 		return 0, fmt.Errorf("failed to list containers: %w", err)
 	}
+	defer d.images.scheduleIdle()
 	removed := 0
 	for _, ct := range list {
 		alloc := ct.Labels[LabelAllocID]

@@ -22,8 +22,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -65,9 +68,23 @@ type Config struct {
 	// bind) and use docker volumes; relative volume sources, inside the
 	// task directory, are always allowed.
 	VolumesEnabled bool
+	// AllowRuntimes bounds a task's runtime; nil means Nomad's default,
+	// runc and nvidia.
+	AllowRuntimes []string
+	// AllowedModes are Nomad's allowed_modes: per namespace kind ("ipc",
+	// "pid") the ipc_mode / pid_mode values ("*" globs) tasks may set
+	// without allow_privileged.
+	AllowedModes map[string][]string
 	// GCContainer removes a task's container when it is destroyed (Nomad's
 	// gc { container = true }, the default; nil means true).
 	GCContainer *bool
+	// GCImage removes images the driver pulled or imported once no task
+	// uses them, after GCImageDelay (Nomad's gc { image, image_delay });
+	// nil means true, 0 means 3m.
+	GCImage      *bool
+	GCImageDelay time.Duration
+	// Dangling is gc { dangling_containers }.
+	Dangling DanglingConfig
 }
 
 func (c *Config) gcContainer() bool { return c.GCContainer == nil || *c.GCContainer }
@@ -83,6 +100,12 @@ type Driver struct {
 
 	// pauseLocks serializes pause container work per allocation.
 	pauseLocks allocLocks
+
+	images *imageGC
+	// stopReconcile ends the dangling-container sweep; reconcileDone is
+	// closed when it has.
+	stopReconcile context.CancelFunc
+	reconcileDone chan struct{}
 
 	mu    sync.RWMutex
 	tasks map[string]*taskHandle
@@ -103,7 +126,16 @@ func New(cfg Config, logger hclog.Logger) *Driver {
 	if cfg.StateDir == "" {
 		cfg.StateDir = filepath.Join(os.TempDir(), "meshlet-docker")
 	}
-	return &Driver{cfg: cfg, logger: logger, tasks: map[string]*taskHandle{}}
+	d := &Driver{cfg: cfg, logger: logger, tasks: map[string]*taskHandle{}, reconcileDone: make(chan struct{})}
+	d.images = newImageGC(d)
+	ctx, cancel := context.WithCancel(context.Background())
+	d.stopReconcile = cancel
+	if dc := cfg.Dangling; dc.Enabled == nil || *dc.Enabled {
+		go d.reconcile(ctx, dc.withDefaults())
+	} else {
+		close(d.reconcileDone)
+	}
+	return d
 }
 
 // Name implements driver.Driver.
@@ -115,7 +147,15 @@ func (d *Driver) docker() (*client.Client, error) {
 		d.client, d.clientErr = client.NewClientWithOpts(client.WithHost(d.cfg.Endpoint), client.WithAPIVersionNegotiation())
 		if d.clientErr != nil {
 			d.clientErr = fmt.Errorf("failed to create docker client for %s: %w", d.cfg.Endpoint, d.clientErr)
+			return
 		}
+		// Negotiate now, before concurrent use: the client negotiates on
+		// its first request without a lock against readers of its
+		// version (ContainerList), a data race when the reconciler's
+		// first call overlaps a task's.
+		ctx, cancel := context.WithTimeout(context.Background(), fingerprintTimeout)
+		defer cancel()
+		d.client.NegotiateAPIVersion(ctx)
 	})
 	return d.client, d.clientErr
 }
@@ -124,6 +164,9 @@ func (d *Driver) docker() (*client.Client, error) {
 // their containers keep running and a later driver's RecoverTask resumes
 // their logs where this one stopped. It then releases the client.
 func (d *Driver) Close() error {
+	d.stopReconcile()
+	<-d.reconcileDone
+	d.images.stop()
 	d.mu.Lock()
 	hs := make([]*taskHandle, 0, len(d.tasks))
 	for id, h := range d.tasks {
@@ -145,7 +188,8 @@ func (d *Driver) Close() error {
 
 // Fingerprint implements driver.Driver as Nomad's docker driver reports:
 // undetected (and unhealthy) when the daemon does not answer at the
-// endpoint, healthy with driver.docker.* attributes when it does.
+// endpoint, healthy with driver.docker.* attributes when it does
+// (driver.docker.runtimes lists the daemon's runtimes, for runtime).
 func (d *Driver) Fingerprint(ctx context.Context) (*driver.Fingerprint, error) {
 	fp := &driver.Fingerprint{Attributes: map[string]string{}}
 	c, err := d.docker()
@@ -165,6 +209,9 @@ func (d *Driver) Fingerprint(ctx context.Context) (*driver.Fingerprint, error) {
 	fp.Attributes["driver.docker.version"] = v.Version
 	fp.Attributes["driver.docker.api_version"] = c.ClientVersion()
 	fp.Attributes["driver.docker.os_type"] = v.Os
+	if info, err := c.Info(ctx); err == nil && len(info.Runtimes) > 0 {
+		fp.Attributes["driver.docker.runtimes"] = strings.Join(slices.Sorted(maps.Keys(info.Runtimes)), ",")
+	}
 	if d.cfg.AllowPrivileged {
 		fp.Attributes["driver.docker.privileged.enabled"] = "true"
 	}

@@ -61,6 +61,9 @@ func TestFingerprintPrivateDaemon(t *testing.T) {
 	if fp.Attributes["driver.docker"] != "1" || fp.Attributes["driver.docker.version"] == "" {
 		t.Errorf("attributes = %v, want driver.docker and driver.docker.version", fp.Attributes)
 	}
+	if rt := fp.Attributes["driver.docker.runtimes"]; !strings.Contains(rt, "runc") {
+		t.Errorf("runtimes = %q, want runc listed", rt)
+	}
 	if v := fp.Attributes["driver.docker.api_version"]; v == "" || v > "1.51" {
 		t.Errorf("api_version = %q, want the negotiated version", v)
 	}

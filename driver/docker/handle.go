@@ -27,6 +27,9 @@ type driverState struct {
 	// CursorFile keeps the timestamps of the last log lines copied, so a
 	// recovered task resumes its logs there.
 	CursorFile string `json:"cursor_file"`
+	// TTY: the container has a terminal (tty = true), so its output is
+	// one raw stream, not Docker's multiplexed frames.
+	TTY bool `json:"tty,omitempty"`
 }
 
 func decodeState(b []byte) (*driverState, error) {

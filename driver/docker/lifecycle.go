@@ -56,6 +56,10 @@ func (d *Driver) StartTask(cfg *driver.TaskConfig) (th *driver.TaskHandle, err e
 			d.releasePause(cfg.AllocID)
 		}
 	})
+	// Held before the image is looked at, so image GC cannot remove it
+	// between the check and the create.
+	d.images.acquire(tc.Image, cfg.ID)
+	cleanup = append(cleanup, func() { d.images.release(tc.Image, cfg.ID) })
 	// The pull has its own bound (image_pull_timeout).
 	if err := d.ensureImage(context.Background(), c, tc); err != nil {
 		return nil, fmt.Errorf("failed to start task %s: %w", cfg.ID, err)
@@ -64,7 +68,7 @@ func (d *Driver) StartTask(cfg *driver.TaskConfig) (th *driver.TaskHandle, err e
 	defer cancel()
 	netMode := cmpOr(tc.NetworkMode, NetworkModeHost)
 	if joinAlloc {
-		pauseID, err := d.ensurePause(ctx, c, cfg.AllocID, cfg.NetNSPath)
+		pauseID, err := d.ensurePause(ctx, c, cfg.AllocID, cfg.NetNSPath, cfg.NetworkHostname)
 		if err != nil {
 			return nil, fmt.Errorf("failed to start task %s: %w", cfg.ID, err)
 		}
@@ -86,7 +90,7 @@ func (d *Driver) StartTask(cfg *driver.TaskConfig) (th *driver.TaskHandle, err e
 		return nil, fmt.Errorf("failed to start container for task %s: %w", cfg.ID, err)
 	}
 	st := &driverState{Version: handleVersion, ContainerID: created.ID, Image: tc.Image,
-		StartedAt: time.Now().UTC(), CursorFile: cursorFile(d.cfg.StateDir, cfg.ID)}
+		StartedAt: time.Now().UTC(), CursorFile: cursorFile(d.cfg.StateDir, cfg.ID), TTY: tc.Options.TTY}
 	_ = os.Remove(st.CursorFile) // a fresh container's logs start from the beginning
 	state, err := json.Marshal(st)
 	if err != nil {
@@ -106,6 +110,9 @@ func (d *Driver) prepare(cfg *driver.TaskConfig) (*taskConfig, []string, error) 
 	}
 	caps, err := d.cfg.checkAllowed(tc)
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := d.cfg.checkOptions(&tc.Options, cfg.NetNSPath != "" && tc.NetworkMode == ""); err != nil {
 		return nil, nil, err
 	}
 	if cfg.NetNSPath != "" {
@@ -168,6 +175,7 @@ func (d *Driver) RecoverTask(th *driver.TaskHandle) error {
 	if err := d.reserve(th.Config.ID); err != nil {
 		return nil // recovered concurrently
 	}
+	d.images.acquire(st.Image, th.Config.ID)
 	d.track(th.Config, st)
 	d.logger.Info("task recovered", "alloc_id", th.Config.AllocID, "task", th.Config.Name, "container_id", shortID(st.ContainerID))
 	return nil

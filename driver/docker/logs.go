@@ -66,11 +66,18 @@ func (d *Driver) copyLogs(ctx context.Context, h *taskHandle) {
 	}
 	defer lc.close(logger)
 	for {
-		err := lc.follow(ctx)
+		err := lc.follow(ctx, true)
 		if ctx.Err() != nil {
 			return
 		}
 		if err == nil && !d.containerRunning(ctx, h.st.ContainerID) {
+			// The followed stream can end before dockerd wrote the
+			// last message (a line without its newline is flushed as
+			// the container's output closes): read once more from the
+			// cursor, which skips what was copied.
+			if err := lc.follow(ctx, false); err != nil && ctx.Err() == nil {
+				logger.Warn("failed to read the container's last output", "error", err)
+			}
 			return
 		}
 		if err != nil {
@@ -117,13 +124,14 @@ func (lc *logCopier) close(logger hclog.Logger) {
 	lc.stderr.Close()
 }
 
-// follow streams the logs from the cursor until the stream ends.
-func (lc *logCopier) follow(ctx context.Context) error {
+// follow streams the logs from the cursor until the stream ends (with
+// follow, until the container stops).
+func (lc *logCopier) follow(ctx context.Context, follow bool) error {
 	c, err := lc.d.docker()
 	if err != nil {
 		return err
 	}
-	opts := container.LogsOptions{ShowStdout: true, ShowStderr: true, Follow: true, Timestamps: true}
+	opts := container.LogsOptions{ShowStdout: true, ShowStderr: true, Follow: follow, Timestamps: true}
 	if since := lc.pos.since(); !since.IsZero() {
 		opts.Since = since.Format(time.RFC3339Nano)
 	}
@@ -132,7 +140,29 @@ func (lc *logCopier) follow(ctx context.Context) error {
 		return fmt.Errorf("failed to attach to container logs: %w", err)
 	}
 	defer rc.Close()
+	if lc.h.st.TTY {
+		return lc.raw(bufio.NewReaderSize(rc, 64*1024))
+	}
 	return lc.demux(bufio.NewReaderSize(rc, 64*1024))
+}
+
+// raw reads a terminal container's output: one stream (stdout) of
+// timestamped lines, without frames.
+func (lc *logCopier) raw(r *bufio.Reader) error {
+	for {
+		line, err := r.ReadBytes('\n')
+		if len(line) > 0 {
+			if werr := lc.write(streamStdout, lc.stdout, line); werr != nil {
+				return werr
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("failed to read container logs: %w", err)
+		}
+	}
 }
 
 // demux reads Docker's multiplexed frames (an 8-byte header: stream type,
@@ -161,20 +191,28 @@ func (lc *logCopier) demux(r io.Reader) error {
 		if hdr[0] == streamStderr {
 			stream, w = streamStderr, lc.stderr
 		}
-		ts, msg := splitTimestamp(buf)
-		if !ts.IsZero() {
-			if !ts.After(lc.pos[stream]) {
-				continue // already copied before a re-attach
-			}
-			lc.pos[stream] = ts
-		}
-		if _, err := w.Write(msg); err != nil {
-			return fmt.Errorf("failed to write task log: %w", err)
-		}
-		if err := lc.saveCursor(false); err != nil {
-			lc.saveErr = err
+		if err := lc.write(stream, w, buf); err != nil {
+			return err
 		}
 	}
+}
+
+// write writes one timestamped message newer than its stream's cursor.
+func (lc *logCopier) write(stream int, w io.Writer, buf []byte) error {
+	ts, msg := splitTimestamp(buf)
+	if !ts.IsZero() {
+		if !ts.After(lc.pos[stream]) {
+			return nil // already copied before a re-attach
+		}
+		lc.pos[stream] = ts
+	}
+	if _, err := w.Write(msg); err != nil {
+		return fmt.Errorf("failed to write task log: %w", err)
+	}
+	if err := lc.saveCursor(false); err != nil {
+		lc.saveErr = err
+	}
+	return nil
 }
 
 // saveCursor writes the cursor to its file, at most every cursorEvery

@@ -118,8 +118,11 @@ func pauseSupported() error {
 	return nil
 }
 
+// PauseImage is the pause image's reference.
+func PauseImage() string { return pauseImage() }
+
 // ensurePauseImage imports the pause image unless present.
-func ensurePauseImage(ctx context.Context, c *client.Client) error {
+func (d *Driver) ensurePauseImage(ctx context.Context, c *client.Client) error {
 	ref := pauseImage()
 	if _, err := c.ImageInspect(ctx, ref); err == nil {
 		return nil
@@ -152,6 +155,7 @@ func ensurePauseImage(ctx context.Context, c *client.Client) error {
 	if _, err := io.Copy(io.Discard, rc); err != nil {
 		return fmt.Errorf("failed to import image %s: %w", ref, err)
 	}
+	d.images.pulled(ref)
 	return nil
 }
 
@@ -190,8 +194,9 @@ func nsInode(path string) uint64 {
 
 // ensurePause returns the ID of the allocation's running pause container
 // in netnsPath, (re)making it when missing, stopped, or in another
-// namespace (the allocation's was recreated).
-func (d *Driver) ensurePause(ctx context.Context, c *client.Client, allocID, netnsPath string) (string, error) {
+// namespace (the allocation's was recreated). Its hostname (the group
+// network's, or Docker's default) is every joining container's.
+func (d *Driver) ensurePause(ctx context.Context, c *client.Client, allocID, netnsPath, hostname string) (_ string, err error) {
 	if err := pauseSupported(); err != nil {
 		return "", err
 	}
@@ -201,6 +206,14 @@ func (d *Driver) ensurePause(ctx context.Context, c *client.Client, allocID, net
 	}
 	unlock := d.pauseLocks.lock(allocID)
 	defer unlock()
+	// Held before the image is looked at, so image GC cannot remove it
+	// between the check and the create; released again on failure.
+	d.images.acquire(pauseImage(), pauseUser(allocID))
+	defer func() {
+		if err != nil {
+			d.images.release(pauseImage(), pauseUser(allocID))
+		}
+	}()
 	name := pauseName(allocID)
 	if info, err := c.ContainerInspect(ctx, name); err == nil {
 		if info.State != nil && info.State.Running && nsInode(fmt.Sprintf("/proc/%d/ns/net", info.State.Pid)) == want {
@@ -211,12 +224,12 @@ func (d *Driver) ensurePause(ctx context.Context, c *client.Client, allocID, net
 	} else if !cerrdefs.IsNotFound(err) {
 		return "", fmt.Errorf("%w: %w", ErrPause, err)
 	}
-	if err := ensurePauseImage(ctx, c); err != nil {
+	if err := d.ensurePauseImage(ctx, c); err != nil {
 		return "", fmt.Errorf("%w: %w", ErrPause, err)
 	}
 	created, err := c.ContainerCreate(ctx, &container.Config{
-		Image: pauseImage(), Entrypoint: []string{"/pause"},
-		Labels: map[string]string{LabelAllocID: allocID, LabelPause: "true"},
+		Image: pauseImage(), Entrypoint: []string{"/pause"}, Hostname: hostname,
+		Labels: map[string]string{LabelAllocID: allocID, LabelPause: "true", LabelOwner: d.owner()},
 	}, &container.HostConfig{
 		NetworkMode: NetworkModeNone,
 		Binds:       []string{netnsPath + ":/netns:ro"},
@@ -289,5 +302,10 @@ func (d *Driver) releasePause(allocID string) {
 	defer cancel()
 	if err := c.ContainerRemove(ctx, pauseName(allocID), container.RemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
 		d.logger.Warn("failed to remove pause container", "alloc_id", allocID, "error", err)
+		return
 	}
+	d.images.release(pauseImage(), pauseUser(allocID))
 }
+
+// pauseUser is an allocation's pause container as a user of the image.
+func pauseUser(allocID string) string { return "pause/" + allocID }
