@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 )
@@ -47,50 +48,55 @@ func (m *Manager) SignCSR(ctx context.Context, service, csrPEM string) (SignedCe
 	if m.isClosed() {
 		return SignedCert{}, ErrClosed
 	}
-	pub, err := m.checkCSR(service, csrPEM)
+	pub, dns, err := m.checkCSR(service, csrPEM)
 	if err != nil {
 		return SignedCert{}, err
 	}
 	if err := m.limiter.Wait(ctx); err != nil {
 		return SignedCert{}, fmt.Errorf("failed to sign CSR for %s: %w", service, err)
 	}
-	is, err := m.issue(service, pub)
+	is, err := m.issue(service, pub, dns)
 	if err != nil {
 		return SignedCert{}, err
 	}
 	return SignedCert{CertChainPEM: chainPEM(is.chain), RootID: is.rootID}, nil
 }
 
-// checkCSR parses and checks csrPEM and returns its public key.
-func (m *Manager) checkCSR(service, csrPEM string) (*ecdsa.PublicKey, error) {
+// checkCSR parses and checks csrPEM and returns its public key and the
+// DNS SANs it asks for.
+func (m *Manager) checkCSR(service, csrPEM string) (*ecdsa.PublicKey, []string, error) {
 	block, _ := pem.Decode([]byte(csrPEM))
 	if block == nil || block.Type != "CERTIFICATE REQUEST" {
-		return nil, fmt.Errorf("%w: no CERTIFICATE REQUEST PEM block", ErrInvalidCSR)
+		return nil, nil, fmt.Errorf("%w: no CERTIFICATE REQUEST PEM block", ErrInvalidCSR)
 	}
 	csr, err := x509.ParseCertificateRequest(block.Bytes)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidCSR, err)
+		return nil, nil, fmt.Errorf("%w: %w", ErrInvalidCSR, err)
 	}
 	if err := csr.CheckSignature(); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidCSR, err)
+		return nil, nil, fmt.Errorf("%w: %w", ErrInvalidCSR, err)
 	}
 	pub, ok := csr.PublicKey.(*ecdsa.PublicKey)
 	if !ok || pub.Curve != elliptic.P256() {
-		return nil, fmt.Errorf("%w: key is %T, want ECDSA P-256", ErrInvalidCSR, csr.PublicKey)
+		return nil, nil, fmt.Errorf("%w: key is %T, want ECDSA P-256", ErrInvalidCSR, csr.PublicKey)
 	}
 	want := m.SpiffeID(service)
 	switch {
 	case len(csr.URIs) > 1:
-		return nil, fmt.Errorf("%w: %d URI SANs, want at most 1", ErrInvalidCSR, len(csr.URIs))
+		return nil, nil, fmt.Errorf("%w: %d URI SANs, want at most 1", ErrInvalidCSR, len(csr.URIs))
 	case len(csr.URIs) == 1 && csr.URIs[0].String() != want:
-		return nil, fmt.Errorf("%w: URI SAN %s is not %s", ErrInvalidCSR, csr.URIs[0], want)
+		return nil, nil, fmt.Errorf("%w: URI SAN %s is not %s", ErrInvalidCSR, csr.URIs[0], want)
 	}
-	return pub, nil
+	dns, err := csrDNSNames(csr.DNSNames)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pub, dns, nil
 }
 
-// issue signs a leaf for service's identity and pub with the active root.
-// Local leaves and CSRs share it.
-func (m *Manager) issue(service string, pub crypto.PublicKey) (*issued, error) {
+// issue signs a leaf for service's identity and pub with the active root,
+// with dns as extra DNS SANs. Local leaves and CSRs share it.
+func (m *Manager) issue(service string, pub crypto.PublicKey, dns []string) (*issued, error) {
 	m.mu.RLock()
 	root, td := m.activeLocked(), m.trustDomain
 	if root == nil || root.key == nil {
@@ -104,6 +110,11 @@ func (m *Manager) issue(service string, pub crypto.PublicKey) (*issued, error) {
 	tmpl, err := m.leafTemplate(service, td, now, rootCert.NotAfter)
 	if err != nil {
 		return nil, err
+	}
+	for _, n := range dns {
+		if !slices.Contains(tmpl.DNSNames, n) {
+			tmpl.DNSNames = append(tmpl.DNSNames, n)
+		}
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, rootCert, pub, rootKey)
 	if err != nil {
