@@ -17,8 +17,8 @@ const IngressGateway = consul.IngressGateway // "ingress-gateway"
 var ingressHostRE = regexp.MustCompile(`^(\*\.)?([A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?\.)*[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(:[0-9]{1,5})?$`)
 
 // validateIngressGateway applies Consul's rules for an ingress-gateway
-// entry, refusing what meshlet does not run yet (TLS, header changes,
-// wildcard services, http2 and grpc listeners). Protocols are
+// entry, refusing what meshlet does not run yet (per-service TLS, header
+// changes, wildcard services, http2 and grpc listeners). Protocols are
 // lower-cased, an empty one becomes tcp.
 func validateIngressGateway(e *consul.IngressGatewayConfigEntry) error {
 	if err := checkName(e.Name); err != nil {
@@ -26,9 +26,6 @@ func validateIngressGateway(e *consul.IngressGatewayConfigEntry) error {
 	}
 	if err := checkTenancy("", e.Namespace, e.Partition); err != nil {
 		return err
-	}
-	if e.TLS.Enabled || e.TLS.SDS != nil {
-		return invalidf("TLS: TLS on ingress listeners is not supported by meshlet yet")
 	}
 	if e.Defaults != nil {
 		return invalidf("Defaults: service limits are not supported by meshlet yet")
@@ -48,7 +45,7 @@ func validateIngressGateway(e *consul.IngressGatewayConfigEntry) error {
 			return err
 		}
 	}
-	return nil
+	return validateIngressTLS(e)
 }
 
 func validateIngressListener(l *consul.IngressListener, where string) error {
@@ -62,9 +59,6 @@ func validateIngressListener(l *consul.IngressListener, where string) error {
 		return invalidf("%s.Protocol %q is not supported by meshlet yet (tcp or http)", where, l.Protocol)
 	default:
 		return invalidf("%s.Protocol %q is not one of tcp, http, http2, grpc", where, l.Protocol)
-	}
-	if l.TLS != nil {
-		return invalidf("%s.TLS: TLS on ingress listeners is not supported by meshlet yet", where)
 	}
 	if len(l.Services) == 0 {
 		return invalidf("%s: no service; a listener needs at least one", where)
@@ -84,7 +78,7 @@ func validateIngressListener(l *consul.IngressListener, where string) error {
 		case names[s.Name]:
 			return invalidf("%s.Name %q: a service may appear once per listener", sw, s.Name)
 		case s.TLS != nil || s.RequestHeaders != nil || s.ResponseHeaders != nil:
-			return invalidf("%s: TLS and header changes are not supported by meshlet yet", sw)
+			return invalidf("%s: per-service TLS (SDS) and header changes are not supported by meshlet yet", sw)
 		case s.MaxConnections != nil || s.MaxPendingRequests != nil || s.MaxConcurrentRequests != nil || s.PassiveHealthCheck != nil:
 			return invalidf("%s: service limits are not supported by meshlet yet", sw)
 		}

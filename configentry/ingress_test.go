@@ -58,7 +58,13 @@ func TestIngressGatewayValidate(t *testing.T) {
 		e    *consul.IngressGatewayConfigEntry
 		want string
 	}{
-		{"tls", &consul.IngressGatewayConfigEntry{Name: "g", TLS: consul.GatewayTLSConfig{Enabled: true}}, "ingress-gateway/g: TLS: TLS on ingress listeners is not supported by meshlet yet"},
+		{"tls version", &consul.IngressGatewayConfigEntry{Name: "g", TLS: consul.GatewayTLSConfig{Enabled: true, TLSMinVersion: "TLSv1_4"}}, `ingress-gateway/g: TLS.TLSMinVersion "TLSv1_4" is not one of`},
+		{"tls min above max", &consul.IngressGatewayConfigEntry{Name: "g", TLS: consul.GatewayTLSConfig{Enabled: true, TLSMinVersion: "TLSv1_3", TLSMaxVersion: "TLSv1_2"}}, "TLS: TLSMinVersion TLSv1_3 is above TLSMaxVersion TLSv1_2"},
+		{"tls ciphers 1.3", &consul.IngressGatewayConfigEntry{Name: "g", TLS: consul.GatewayTLSConfig{Enabled: true, TLSMinVersion: "TLSv1_3", CipherSuites: []string{"TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"}}}, "only applicable to connections negotiated with TLS 1.2 or earlier"},
+		{"tls cipher", &consul.IngressGatewayConfigEntry{Name: "g", TLS: consul.GatewayTLSConfig{Enabled: true, CipherSuites: []string{"TLS_RSA_WITH_RC4_128_SHA"}}}, `TLS.CipherSuites: "TLS_RSA_WITH_RC4_128_SHA" is not a supported cipher suite`},
+		{"listener tls", &consul.IngressGatewayConfigEntry{Name: "g", Listeners: []consul.IngressListener{{Port: 1, Protocol: "tcp", Services: []consul.IngressService{svc("a")}, TLS: &consul.GatewayTLSConfig{TLSMaxVersion: "SSLv3"}}}}, `Listeners[0].TLS.TLSMaxVersion "SSLv3"`},
+		{"sds half", &consul.IngressGatewayConfigEntry{Name: "g", TLS: consul.GatewayTLSConfig{SDS: &consul.GatewayTLSSDSConfig{ClusterName: "sds"}}, Listeners: []consul.IngressListener{l(1, "tcp", svc("a"))}}, "Listeners[0].TLS.SDS: both ClusterName and CertResource are required"},
+		{"tls star host", &consul.IngressGatewayConfigEntry{Name: "g", TLS: consul.GatewayTLSConfig{Enabled: true}, Listeners: []consul.IngressListener{l(1, "http", svc("a", "*"))}}, `Listeners[0].Services[0].Hosts: "*" is not allowed when TLS is enabled`},
 		{"port", &consul.IngressGatewayConfigEntry{Name: "g", Listeners: []consul.IngressListener{l(0, "tcp", svc("a"))}}, "Listeners[0].Port 0 is out of range 1-65535"},
 		{"duplicate port", &consul.IngressGatewayConfigEntry{Name: "g", Listeners: []consul.IngressListener{l(1, "tcp", svc("a")), l(1, "tcp", svc("b"))}}, "Listeners[1].Port 1: listeners must have unique ports"},
 		{"protocol", &consul.IngressGatewayConfigEntry{Name: "g", Listeners: []consul.IngressListener{l(1, "udp", svc("a"))}}, `Listeners[0].Protocol "udp" is not one of tcp, http, http2, grpc`},
@@ -116,5 +122,25 @@ func TestIngressGatewayProtocolConflict(t *testing.T) {
 	gw.Listeners = gw.Listeners[1:]
 	if err := NewSet(web).Check(gw); err != nil {
 		t.Errorf("an http listener in front of http and tcp services: %v", err)
+	}
+}
+
+func TestResolveIngressTLS(t *testing.T) {
+	gw := consul.GatewayTLSConfig{Enabled: true, TLSMinVersion: "TLSv1_2", CipherSuites: []string{"a"}}
+	got := ResolveIngressTLS(gw, &consul.GatewayTLSConfig{TLSMaxVersion: "TLSv1_2", SDS: &consul.GatewayTLSSDSConfig{ClusterName: "c", CertResource: "r"}})
+	if got == nil || !got.Enabled || got.TLSMinVersion != "TLSv1_2" || got.TLSMaxVersion != "TLSv1_2" || got.SDS.CertResource != "r" || len(got.CipherSuites) != 1 {
+		t.Fatalf("merged = %+v", got)
+	}
+	if got := ResolveIngressTLS(consul.GatewayTLSConfig{}, nil); got != nil {
+		t.Fatalf("no TLS = %+v", got)
+	}
+	if got := ResolveIngressTLS(consul.GatewayTLSConfig{}, &consul.GatewayTLSConfig{Enabled: true}); got == nil || !got.Enabled {
+		t.Fatalf("listener-only TLS = %+v", got)
+	}
+	valid := &consul.IngressGatewayConfigEntry{Kind: IngressGateway, Name: "g",
+		TLS: consul.GatewayTLSConfig{Enabled: true, TLSMinVersion: "TLSv1_2", CipherSuites: []string{"TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"}},
+		Listeners: []consul.IngressListener{{Port: 8443, Protocol: "http", Services: []consul.IngressService{{Name: "web", Hosts: []string{"web.example.com"}}}}}}
+	if err := Validate(valid); err != nil {
+		t.Fatalf("valid TLS entry: %v", err)
 	}
 }

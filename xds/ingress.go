@@ -54,7 +54,7 @@ func IngressDomains(service string, hosts []string, port int) []string {
 // service is an upstream of the gateway's own identity: mTLS with the
 // gateway's leaf to the service's sidecars, through its discovery chain.
 func (b builder) ingressGateway(inst catalog.ServiceInstance) (*proxyResources, error) {
-	out := &proxyResources{service: inst.Name, specs: map[claKey]endpointSpec{}}
+	out := &proxyResources{service: inst.Name, specs: map[claKey]endpointSpec{}, setsLeafDNS: true}
 	e, _ := b.entries().Get(configentry.IngressGateway, inst.Name).(*consul.IngressGatewayConfigEntry)
 	if e == nil {
 		return out, nil
@@ -86,8 +86,12 @@ func (b builder) ingressGateway(inst catalog.ServiceInstance) (*proxyResources, 
 		if err != nil {
 			return nil, err
 		}
+		if err := withIngressTLS(lst, inst.Name, e.TLS, l, nil); err != nil {
+			return nil, fmt.Errorf("ingress listener on port %d: %w", l.Port, err)
+		}
 		out.listeners = append(out.listeners, lst)
 	}
+	out.leafDNS = IngressDNSSANs(e, b.dc)
 	return out, nil
 }
 
