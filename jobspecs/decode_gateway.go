@@ -96,14 +96,7 @@ func (d *decoder) decodeIngress(m map[string]any, p path, b *hclsyntax.Block) *s
 		blocks = blocksByType(b.Body)
 	}
 	if tm := firstMap(m["tls"]); tm != nil {
-		tp := p.sub("tls")
-		tb := first(blocks["tls"])
-		d.recBlock(tp, tb)
-		in.TLS = &structs.ConsulGatewayTLSConfig{}
-		if v, ok := tm["enabled"].(bool); ok {
-			in.TLS.Enabled = v
-			d.recAttr(tp, tb, "enabled")
-		}
+		in.TLS = d.decodeGatewayTLS(tm, p.sub("tls"), first(blocks["tls"]))
 	}
 	for i, lm := range asMaps(m["listener"]) {
 		lp := p.item("listener", i, "")
@@ -115,6 +108,9 @@ func (d *decoder) decodeIngress(m map[string]any, p path, b *hclsyntax.Block) *s
 		var sblocks []*hclsyntax.Block
 		if lb != nil {
 			sblocks = blocksByType(lb.Body)["service"]
+			if tm := firstMap(lm["tls"]); tm != nil {
+				l.TLS = d.decodeGatewayTLS(tm, lp.sub("tls"), first(blocksByType(lb.Body)["tls"]))
+			}
 		}
 		for j, sm := range asMaps(lm["service"]) {
 			sb := nth(sblocks, j)

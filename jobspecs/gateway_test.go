@@ -82,8 +82,13 @@ func TestIngressValidation(t *testing.T) {
 		name, listeners string
 		want            []string
 	}{
-		{"tls", "tls { enabled = true }\nlistener {\n  port = 1\n  service { name = \"a\" }\n}", []string{
-			`t.hcl:17:17: error: Unsupported ingress TLS; TLS on ingress listeners is not supported by meshlet yet; the gateway would serve plaintext.`}},
+		{"tls", "tls {\n  enabled = true\n  tls_min_version = \"TLSv1_3\"\n  tls_max_version = \"TLSv1_9\"\n  cipher_suites = [\"RC4\"]\n}\nlistener {\n  port = 1\n  protocol = \"http\"\n  service {\n    name = \"a\"\n    hosts = [\"*\"]\n  }\n  tls {\n    sds { cluster_name = \"c\" }\n  }\n}\nlistener {\n  port = 2\n  protocol = \"http\"\n  service {\n    name = \"b\"\n    hosts = [\"*\"]\n  }\n}", []string{
+			`t.hcl:20:21: error: Invalid TLS version; TLS version "TLSv1_9" is not known; use one of TLS_AUTO, TLSv1_0, TLSv1_1, TLSv1_2, TLSv1_3.`,
+			`t.hcl:21:19: error: Invalid cipher suites; Configuring cipher_suites is only applicable to connections negotiated with TLS 1.2 or earlier; tls_min_version is TLSv1_3.`,
+			`t.hcl:21:19: error: Invalid cipher suite; Cipher suite "RC4" is not supported.`,
+			`t.hcl:31:5: error: Incomplete TLS SDS configuration; The listener on port 1 needs both cluster_name and cert_resource in its sds block (its own, or the gateway's).`,
+			`t.hcl:39:13: error: Invalid ingress host; Host "*" is not allowed when TLS is enabled: every host must be a valid DNS name to add as a DNS SAN of the gateway's certificate.`,
+		}},
 		{"no listener", ``, []string{
 			`t.hcl:16:7: error: Missing ingress listener; Consul Ingress Gateway requires at least one listener.`}},
 		{"port and protocol", "listener {\n  protocol = \"udp\"\n  service { name = \"a\" }\n}\nlistener {\n  port = 70000\n  protocol = \"grpc\"\n  service { name = \"a\" }\n}", []string{
@@ -225,5 +230,42 @@ func TestMeshGatewayThroughNomadAPI(t *testing.T) {
 	}
 	if g := back.TaskGroups[0].Services[0].Connect.Gateway; g == nil || g.Mesh == nil || len(g.Kinds()) != 1 || g.Kinds()[0] != structs.GatewayKindMesh {
 		t.Fatalf("mesh gateway after the round trip = %+v", g)
+	}
+}
+
+func TestIngressTLSDecode(t *testing.T) {
+	src := "job \"j\" {\n  group \"g\" {\n" + ingressGroup(`tls {
+  enabled = true
+  tls_min_version = "TLSv1_2"
+  cipher_suites = ["TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"]
+}
+listener {
+  port = 8080
+  protocol = "http"
+  service {
+    name = "web"
+    hosts = ["web.example.com"]
+  }
+  tls {
+    tls_max_version = "TLSv1_2"
+    sds {
+      cluster_name = "sds-cluster"
+      cert_resource = "web-cert"
+    }
+  }
+}`) + "\n  }\n}\n"
+	job, diags := Parse("t.hcl", []byte(src), nil)
+	if diags.HasErrors() || len(diags.Warnings()) > 0 {
+		t.Fatalf("diagnostics: %v", diags)
+	}
+	Canonicalize(job)
+	in := job.TaskGroups[0].Services[0].Connect.Gateway.Ingress
+	wantGW := &structs.ConsulGatewayTLSConfig{Enabled: true, TLSMinVersion: "TLSv1_2", CipherSuites: []string{"TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"}}
+	wantL := &structs.ConsulGatewayTLSConfig{TLSMaxVersion: "TLSv1_2", SDS: &structs.ConsulGatewayTLSSDSConfig{ClusterName: "sds-cluster", CertResource: "web-cert"}}
+	if !reflect.DeepEqual(in.TLS, wantGW) || !reflect.DeepEqual(in.Listeners[0].TLS, wantL) {
+		t.Fatalf("tls:\n got %+v / %+v\nwant %+v / %+v", in.TLS, in.Listeners[0].TLS, wantGW, wantL)
+	}
+	if _, err := Validate(job); err != nil {
+		t.Errorf("job does not validate: %v", err)
 	}
 }

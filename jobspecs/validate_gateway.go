@@ -76,10 +76,7 @@ func checkIngress(in *structs.ConsulIngressConfigEntry, p path, report reporter)
 		report(SeverityError, p, "Missing ingress listener", "Consul Ingress Gateway requires at least one listener.")
 		return
 	}
-	if in.TLS != nil && in.TLS.Enabled {
-		report(SeverityError, p.sub("tls").attr("enabled"), "Unsupported ingress TLS",
-			"TLS on ingress listeners is not supported by meshlet yet; the gateway would serve plaintext.")
-	}
+	checkGatewayTLS(in.TLS, p.sub("tls"), report)
 	ports := map[int]int{}
 	for i, l := range in.Listeners {
 		if l == nil {
@@ -96,6 +93,8 @@ func checkIngress(in *structs.ConsulIngressConfigEntry, p path, report reporter)
 			ports[l.Port] = i
 		}
 		checkIngressListener(l, lp, report)
+		checkGatewayTLS(l.TLS, lp.sub("tls"), report)
+		checkListenerTLS(in.TLS, l, p, lp, report)
 	}
 }
 

@@ -165,9 +165,21 @@ type ConsulIngressConfigEntry struct {
 	Listeners []*ConsulIngressListener `json:"Listeners,omitempty"`
 }
 
-// ConsulGatewayTLSConfig is an ingress gateway's tls block.
+// ConsulGatewayTLSConfig is an ingress gateway's (or listener's) tls
+// block.
 type ConsulGatewayTLSConfig struct {
-	Enabled bool `json:"Enabled"`
+	Enabled       bool                       `json:"Enabled"`
+	TLSMinVersion string                     `json:"TLSMinVersion,omitempty"`
+	TLSMaxVersion string                     `json:"TLSMaxVersion,omitempty"`
+	CipherSuites  []string                   `json:"CipherSuites,omitempty"`
+	SDS           *ConsulGatewayTLSSDSConfig `json:"SDS,omitempty"`
+}
+
+// ConsulGatewayTLSSDSConfig names a certificate an external SDS cluster
+// (defined in the proxy's bootstrap) serves.
+type ConsulGatewayTLSSDSConfig struct {
+	ClusterName  string `json:"ClusterName,omitempty"`
+	CertResource string `json:"CertResource,omitempty"`
 }
 
 // ConsulIngressListener is one listener of an ingress gateway.
@@ -175,6 +187,7 @@ type ConsulIngressListener struct {
 	Port     int                     `json:"Port"`
 	Protocol string                  `json:"Protocol"`
 	Services []*ConsulIngressService `json:"Services,omitempty"`
+	TLS      *ConsulGatewayTLSConfig `json:"TLS,omitempty"` // merged over the gateway's
 }
 
 // ConsulIngressService is a service an ingress listener routes to.

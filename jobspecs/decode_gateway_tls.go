@@ -1,0 +1,118 @@
+package jobspecs
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/hashicorp/hcl/v2/hclsyntax"
+
+	"github.com/meshlet/meshlet/configentry"
+	"github.com/meshlet/meshlet/structs"
+)
+
+// decodeGatewayTLS decodes an ingress gateway's or listener's tls block
+// (Nomad's api.ConsulGatewayTLSConfig: enabled, tls_min_version,
+// tls_max_version, cipher_suites, sds { cluster_name, cert_resource }).
+func (d *decoder) decodeGatewayTLS(m map[string]any, p path, b *hclsyntax.Block) *structs.ConsulGatewayTLSConfig {
+	d.recBlock(p, b)
+	out := &structs.ConsulGatewayTLSConfig{}
+	if v, ok := m["enabled"]; ok {
+		d.recAttr(p, b, "enabled")
+		if en, isBool := v.(bool); isBool {
+			out.Enabled = en
+		} else {
+			key := p.attr("enabled").key
+			d.errAt(key, d.ranges[key], "Incorrect attribute value type", "Inappropriate value for attribute \"enabled\": a bool is required.")
+		}
+	}
+	out.TLSMinVersion, _ = d.gwString(m, p, b, "tls_min_version")
+	out.TLSMaxVersion, _ = d.gwString(m, p, b, "tls_max_version")
+	if cs, ok := m["cipher_suites"]; ok {
+		d.recAttr(p, b, "cipher_suites")
+		list, _ := cs.([]any)
+		for _, c := range list {
+			if s, ok := c.(string); ok {
+				out.CipherSuites = append(out.CipherSuites, s)
+			}
+		}
+		if len(list) != len(out.CipherSuites) || (cs != nil && list == nil) {
+			key := p.attr("cipher_suites").key
+			d.errAt(key, d.ranges[key], "Incorrect attribute value type", "Inappropriate value for attribute \"cipher_suites\": a list of strings is required.")
+		}
+	}
+	if sm := firstMap(m["sds"]); sm != nil {
+		sp := p.sub("sds")
+		var sb *hclsyntax.Block
+		if b != nil {
+			sb = first(blocksByType(b.Body)["sds"])
+		}
+		d.recBlock(sp, sb)
+		out.SDS = &structs.ConsulGatewayTLSSDSConfig{}
+		out.SDS.ClusterName, _ = d.gwString(sm, sp, sb, "cluster_name")
+		out.SDS.CertResource, _ = d.gwString(sm, sp, sb, "cert_resource")
+	}
+	return out
+}
+
+// checkGatewayTLS applies Consul's rules to a tls block: known versions,
+// minimum not above maximum, known cipher suites and only below TLS 1.3,
+// and an sds block names both its cluster and its certificate.
+func checkGatewayTLS(t *structs.ConsulGatewayTLSConfig, p path, report reporter) {
+	if t == nil {
+		return
+	}
+	versions := map[string]int{"": 0, configentry.TLSVersionAuto: 0, configentry.TLSv10: 1, configentry.TLSv11: 2, configentry.TLSv12: 3, configentry.TLSv13: 4}
+	minV, okMin := versions[t.TLSMinVersion]
+	maxV, okMax := versions[t.TLSMaxVersion]
+	const known = "use one of TLS_AUTO, TLSv1_0, TLSv1_1, TLSv1_2, TLSv1_3"
+	if !okMin {
+		report(SeverityError, p.attr("tls_min_version"), "Invalid TLS version", fmt.Sprintf("TLS version %q is not known; %s.", t.TLSMinVersion, known))
+	}
+	if !okMax {
+		report(SeverityError, p.attr("tls_max_version"), "Invalid TLS version", fmt.Sprintf("TLS version %q is not known; %s.", t.TLSMaxVersion, known))
+	}
+	if okMin && okMax && minV > 0 && maxV > 0 && minV > maxV {
+		report(SeverityError, p.attr("tls_min_version"), "Invalid TLS version",
+			fmt.Sprintf("tls_min_version %s is above tls_max_version %s.", t.TLSMinVersion, t.TLSMaxVersion))
+	}
+	if len(t.CipherSuites) > 0 && t.TLSMinVersion == configentry.TLSv13 {
+		report(SeverityError, p.attr("cipher_suites"), "Invalid cipher suites",
+			"Configuring cipher_suites is only applicable to connections negotiated with TLS 1.2 or earlier; tls_min_version is TLSv1_3.")
+	}
+	for _, c := range t.CipherSuites {
+		if _, ok := configentry.EnvoyCipherSuite(c); !ok {
+			report(SeverityError, p.attr("cipher_suites"), "Invalid cipher suite", fmt.Sprintf("Cipher suite %q is not supported.", c))
+		}
+	}
+}
+
+// checkListenerTLS checks what a listener's tls block merged over the
+// gateway's gives (Consul's rules): an sds block complete once merged, and
+// no "*" host when the mesh CA's certificate must name every host.
+func checkListenerTLS(gw *structs.ConsulGatewayTLSConfig, l *structs.ConsulIngressListener, gp, lp path, report reporter) {
+	var enabled bool
+	var sds *structs.ConsulGatewayTLSSDSConfig
+	sdsAt := gp.sub("tls").sub("sds")
+	if gw != nil {
+		enabled, sds = gw.Enabled, gw.SDS
+	}
+	if l.TLS != nil {
+		enabled = enabled || l.TLS.Enabled
+		if l.TLS.SDS != nil {
+			sds, sdsAt = l.TLS.SDS, lp.sub("tls").sub("sds")
+		}
+	}
+	if sds != nil && (sds.ClusterName == "" || sds.CertResource == "") {
+		report(SeverityError, sdsAt, "Incomplete TLS SDS configuration", fmt.Sprintf(
+			"The listener on port %d needs both cluster_name and cert_resource in its sds block (its own, or the gateway's).", l.Port))
+	}
+	if !enabled || sds != nil {
+		return
+	}
+	for j, s := range l.Services {
+		if s != nil && slices.Contains(s.Hosts, "*") {
+			report(SeverityError, lp.item("service", j, s.Name).attr("hosts"), "Invalid ingress host",
+				"Host \"*\" is not allowed when TLS is enabled: every host must be a valid DNS name to add as a DNS SAN of the gateway's certificate.")
+		}
+	}
+}
