@@ -74,7 +74,7 @@ func ingressEntry(name string, in *structs.ConsulIngressConfigEntry) *consul.Ing
 		if l == nil {
 			continue
 		}
-		il := consul.IngressListener{Port: l.Port, Protocol: l.Protocol, TLS: gatewayTLS(l.TLS)}
+		il := consul.IngressListener{Port: l.Port, Protocol: l.Protocol}
 		for _, s := range l.Services {
 			if s != nil {
 				il.Services = append(il.Services, consul.IngressService{Name: s.Name, Hosts: s.Hosts})

@@ -108,9 +108,6 @@ func (d *decoder) decodeIngress(m map[string]any, p path, b *hclsyntax.Block) *s
 		var sblocks []*hclsyntax.Block
 		if lb != nil {
 			sblocks = blocksByType(lb.Body)["service"]
-			if tm := firstMap(lm["tls"]); tm != nil {
-				l.TLS = d.decodeGatewayTLS(tm, lp.sub("tls"), first(blocksByType(lb.Body)["tls"]))
-			}
 		}
 		for j, sm := range asMaps(lm["service"]) {
 			sb := nth(sblocks, j)

@@ -84,29 +84,17 @@ func checkGatewayTLS(t *structs.ConsulGatewayTLSConfig, p path, report reporter)
 			report(SeverityError, p.attr("cipher_suites"), "Invalid cipher suite", fmt.Sprintf("Cipher suite %q is not supported.", c))
 		}
 	}
+	if t.SDS != nil && (t.SDS.ClusterName == "" || t.SDS.CertResource == "") {
+		report(SeverityError, p.sub("sds"), "Incomplete TLS SDS configuration", "An sds block needs both cluster_name and cert_resource.")
+	}
 }
 
-// checkListenerTLS checks what a listener's tls block merged over the
-// gateway's gives (Consul's rules): an sds block complete once merged, and
-// no "*" host when the mesh CA's certificate must name every host.
-func checkListenerTLS(gw *structs.ConsulGatewayTLSConfig, l *structs.ConsulIngressListener, gp, lp path, report reporter) {
-	var enabled bool
-	var sds *structs.ConsulGatewayTLSSDSConfig
-	sdsAt := gp.sub("tls").sub("sds")
-	if gw != nil {
-		enabled, sds = gw.Enabled, gw.SDS
-	}
-	if l.TLS != nil {
-		enabled = enabled || l.TLS.Enabled
-		if l.TLS.SDS != nil {
-			sds, sdsAt = l.TLS.SDS, lp.sub("tls").sub("sds")
-		}
-	}
-	if sds != nil && (sds.ClusterName == "" || sds.CertResource == "") {
-		report(SeverityError, sdsAt, "Incomplete TLS SDS configuration", fmt.Sprintf(
-			"The listener on port %d needs both cluster_name and cert_resource in its sds block (its own, or the gateway's).", l.Port))
-	}
-	if !enabled || sds != nil {
+// checkListenerTLS checks what the gateway's tls block gives a listener
+// (Consul's rules): no "*" host when the mesh CA's certificate must name
+// every host. (Nomad's jobspec has no per-listener tls; the
+// ingress-gateway entry written with `meshlet config write` has.)
+func checkListenerTLS(gw *structs.ConsulGatewayTLSConfig, l *structs.ConsulIngressListener, lp path, report reporter) {
+	if gw == nil || !gw.Enabled || gw.SDS != nil {
 		return
 	}
 	for j, s := range l.Services {

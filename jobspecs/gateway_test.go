@@ -82,12 +82,14 @@ func TestIngressValidation(t *testing.T) {
 		name, listeners string
 		want            []string
 	}{
-		{"tls", "tls {\n  enabled = true\n  tls_min_version = \"TLSv1_3\"\n  tls_max_version = \"TLSv1_9\"\n  cipher_suites = [\"RC4\"]\n}\nlistener {\n  port = 1\n  protocol = \"http\"\n  service {\n    name = \"a\"\n    hosts = [\"*\"]\n  }\n  tls {\n    sds { cluster_name = \"c\" }\n  }\n}\nlistener {\n  port = 2\n  protocol = \"http\"\n  service {\n    name = \"b\"\n    hosts = [\"*\"]\n  }\n}", []string{
+		{"tls", "tls {\n  enabled = true\n  tls_min_version = \"TLSv1_3\"\n  tls_max_version = \"TLSv1_9\"\n  cipher_suites = [\"RC4\"]\n  sds { cluster_name = \"c\" }\n}\nlistener {\n  port = 1\n  protocol = \"http\"\n  service {\n    name = \"a\"\n    hosts = [\"*\"]\n  }\n}\n", []string{
 			`t.hcl:20:21: error: Invalid TLS version; TLS version "TLSv1_9" is not known; use one of TLS_AUTO, TLSv1_0, TLSv1_1, TLSv1_2, TLSv1_3.`,
 			`t.hcl:21:19: error: Invalid cipher suites; Configuring cipher_suites is only applicable to connections negotiated with TLS 1.2 or earlier; tls_min_version is TLSv1_3.`,
 			`t.hcl:21:19: error: Invalid cipher suite; Cipher suite "RC4" is not supported.`,
-			`t.hcl:31:5: error: Incomplete TLS SDS configuration; The listener on port 1 needs both cluster_name and cert_resource in its sds block (its own, or the gateway's).`,
-			`t.hcl:39:13: error: Invalid ingress host; Host "*" is not allowed when TLS is enabled: every host must be a valid DNS name to add as a DNS SAN of the gateway's certificate.`,
+			`t.hcl:22:3: error: Incomplete TLS SDS configuration; An sds block needs both cluster_name and cert_resource.`,
+		}},
+		{"tls star host", "tls { enabled = true }\nlistener {\n  port = 1\n  protocol = \"http\"\n  service {\n    name = \"a\"\n    hosts = [\"*\"]\n  }\n}\n", []string{
+			`t.hcl:23:13: error: Invalid ingress host; Host "*" is not allowed when TLS is enabled: every host must be a valid DNS name to add as a DNS SAN of the gateway's certificate.`,
 		}},
 		{"no listener", ``, []string{
 			`t.hcl:16:7: error: Missing ingress listener; Consul Ingress Gateway requires at least one listener.`}},
@@ -237,7 +239,12 @@ func TestIngressTLSDecode(t *testing.T) {
 	src := "job \"j\" {\n  group \"g\" {\n" + ingressGroup(`tls {
   enabled = true
   tls_min_version = "TLSv1_2"
+  tls_max_version = "TLSv1_2"
   cipher_suites = ["TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"]
+  sds {
+    cluster_name = "sds-cluster"
+    cert_resource = "web-cert"
+  }
 }
 listener {
   port = 8080
@@ -246,13 +253,6 @@ listener {
     name = "web"
     hosts = ["web.example.com"]
   }
-  tls {
-    tls_max_version = "TLSv1_2"
-    sds {
-      cluster_name = "sds-cluster"
-      cert_resource = "web-cert"
-    }
-  }
 }`) + "\n  }\n}\n"
 	job, diags := Parse("t.hcl", []byte(src), nil)
 	if diags.HasErrors() || len(diags.Warnings()) > 0 {
@@ -260,10 +260,10 @@ listener {
 	}
 	Canonicalize(job)
 	in := job.TaskGroups[0].Services[0].Connect.Gateway.Ingress
-	wantGW := &structs.ConsulGatewayTLSConfig{Enabled: true, TLSMinVersion: "TLSv1_2", CipherSuites: []string{"TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"}}
-	wantL := &structs.ConsulGatewayTLSConfig{TLSMaxVersion: "TLSv1_2", SDS: &structs.ConsulGatewayTLSSDSConfig{ClusterName: "sds-cluster", CertResource: "web-cert"}}
-	if !reflect.DeepEqual(in.TLS, wantGW) || !reflect.DeepEqual(in.Listeners[0].TLS, wantL) {
-		t.Fatalf("tls:\n got %+v / %+v\nwant %+v / %+v", in.TLS, in.Listeners[0].TLS, wantGW, wantL)
+	want := &structs.ConsulGatewayTLSConfig{Enabled: true, TLSMinVersion: "TLSv1_2", TLSMaxVersion: "TLSv1_2",
+		CipherSuites: []string{"TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"}, SDS: &structs.ConsulGatewayTLSSDSConfig{ClusterName: "sds-cluster", CertResource: "web-cert"}}
+	if !reflect.DeepEqual(in.TLS, want) {
+		t.Fatalf("tls:\n got %+v\nwant %+v", in.TLS, want)
 	}
 	if _, err := Validate(job); err != nil {
 		t.Errorf("job does not validate: %v", err)

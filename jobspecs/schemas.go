@@ -36,7 +36,6 @@ var gatewaySchema = &unrunSchema{blocks: map[string]*unrunSchema{
 	"ingress": {blocks: map[string]*unrunSchema{
 		"tls": gatewayTLSSchema,
 		"listener": {attrs: []string{"port", "protocol"}, blocks: map[string]*unrunSchema{
-			"tls": gatewayTLSSchema, // Consul's per-listener TLS (not in Nomad's schema)
 			"service": {attrs: []string{"name", "hosts", "max_connections", "max_pending_requests", "max_concurrent_requests"},
 				maps: []string{"request_headers", "response_headers"}, blocks: map[string]*unrunSchema{"tls": gatewayTLSSchema}},
 		}},

@@ -93,8 +93,7 @@ func checkIngress(in *structs.ConsulIngressConfigEntry, p path, report reporter)
 			ports[l.Port] = i
 		}
 		checkIngressListener(l, lp, report)
-		checkGatewayTLS(l.TLS, lp.sub("tls"), report)
-		checkListenerTLS(in.TLS, l, p, lp, report)
+		checkListenerTLS(in.TLS, l, lp, report)
 	}
 }
 

@@ -187,7 +187,6 @@ type ConsulIngressListener struct {
 	Port     int                     `json:"Port"`
 	Protocol string                  `json:"Protocol"`
 	Services []*ConsulIngressService `json:"Services,omitempty"`
-	TLS      *ConsulGatewayTLSConfig `json:"TLS,omitempty"` // merged over the gateway's
 }
 
 // ConsulIngressService is a service an ingress listener routes to.
