@@ -2,7 +2,6 @@ package connect
 
 import (
 	"strings"
-	"time"
 
 	"github.com/meshlet/meshlet/catalog"
 	"github.com/meshlet/meshlet/structs"
@@ -161,10 +160,7 @@ func gatewayInstance(p Placement, s *structs.Service, id string, bridge bool) (c
 	}
 	// The proxy's identity is the gateway service itself: the xDS server
 	// serves it that service's leaf, and destinations authorize it by name.
-	px := &catalog.Proxy{DestinationServiceName: s.Name}
-	if gp := s.Connect.Gateway.Proxy; gp != nil && gp.ConnectTimeout != nil {
-		px.Config = map[string]any{"connect_timeout_ms": int(*gp.ConnectTimeout / time.Millisecond)}
-	}
+	px := &catalog.Proxy{DestinationServiceName: s.Name, Config: GatewayProxyConfig(s.Connect.Gateway.Proxy)}
 	return catalog.ServiceInstance{
 		ID: id, Name: s.Name, Kind: kind, Address: addr, Port: regPort,
 		Tags: s.Tags, Meta: s.Meta, AllocID: p.Alloc.ID, NodeID: p.NodeID, Datacenter: p.Datacenter,

@@ -159,3 +159,18 @@ func TestEntryMutator(t *testing.T) {
 		t.Errorf("a job without gateways wrote %v (%v)", w.got, err)
 	}
 }
+
+func TestGatewayProxyConfig(t *testing.T) {
+	d := 1500 * time.Millisecond
+	got := GatewayProxyConfig(&structs.ConsulGatewayProxy{ConnectTimeout: &d, EnvoyGatewayNoDefaultBind: true, EnvoyGatewayBindTaggedAddresses: true,
+		EnvoyDNSDiscoveryType: "STRICT_DNS", Config: map[string]any{"foo": "bar", "connect_timeout_ms": 1},
+		EnvoyGatewayBindAddresses: map[string]*structs.ConsulGatewayBindAddress{"lo": {Name: "lo", Address: "127.0.0.1", Port: 8080}}})
+	want := map[string]any{"foo": "bar", "connect_timeout_ms": 1500, "envoy_gateway_no_default_bind": true, "envoy_gateway_bind_tagged_addresses": true,
+		"envoy_dns_discovery_type": "STRICT_DNS", "envoy_gateway_bind_addresses": map[string]any{"lo": map[string]any{"address": "127.0.0.1", "port": 8080}}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("GatewayProxyConfig =\n %v\nwant %v", got, want)
+	}
+	if got := GatewayProxyConfig(&structs.ConsulGatewayProxy{}); got != nil {
+		t.Fatalf("empty proxy block = %v", got)
+	}
+}

@@ -63,6 +63,7 @@ func (d *decoder) decodeGatewayProxy(px map[string]any, pp path, pb *hclsyntax.B
 			out.ConnectTimeout = &dur
 		}
 	}
+	d.decodeGatewayBind(px, pp, pb, out)
 	return out
 }
 

@@ -269,3 +269,49 @@ listener {
 		t.Errorf("job does not validate: %v", err)
 	}
 }
+
+func TestGatewayProxyBindDecode(t *testing.T) {
+	proxy := `proxy {
+        connect_timeout = "2s"
+        envoy_gateway_no_default_bind = true
+        envoy_gateway_bind_tagged_addresses = true
+        envoy_dns_discovery_type = "STRICT_DNS"
+        envoy_gateway_bind_addresses "lo" {
+          address = "127.0.0.1"
+          port = 8080
+        }
+        envoy_gateway_bind_addresses "b" {
+          address = "127.0.0.2"
+          port = 8081
+        }
+        config {
+          foo = "bar"
+        }
+      }`
+	src := "job \"j\" {\n  group \"g\" {\n" + strings.Replace(ingressGroup("listener {\n  port = 8080\n  service { name = \"a\" }\n}"), `proxy { connect_timeout = "3s" }`, proxy, 1) + "\n  }\n}\n"
+	job, diags := Parse("t.hcl", []byte(src), nil)
+	if diags.HasErrors() || len(diags.Warnings()) > 0 {
+		t.Fatalf("diagnostics: %v", diags)
+	}
+	px := job.TaskGroups[0].Services[0].Connect.Gateway.Proxy
+	want := &structs.ConsulGatewayProxy{ConnectTimeout: px.ConnectTimeout, EnvoyGatewayNoDefaultBind: true, EnvoyGatewayBindTaggedAddresses: true,
+		EnvoyDNSDiscoveryType: "STRICT_DNS", Config: map[string]any{"foo": "bar"},
+		EnvoyGatewayBindAddresses: map[string]*structs.ConsulGatewayBindAddress{
+			"lo": {Name: "lo", Address: "127.0.0.1", Port: 8080}, "b": {Name: "b", Address: "127.0.0.2", Port: 8081}}}
+	if !reflect.DeepEqual(px, want) {
+		t.Fatalf("proxy:\n got %+v\nwant %+v", px, want)
+	}
+	bad := strings.NewReplacer(`"STRICT_DNS"`, `"DNS"`, `"127.0.0.2"`, `"localhost"`, "port = 8081", "port = 0").Replace(proxy)
+	src = "job \"j\" {\n  group \"g\" {\n" + strings.Replace(ingressGroup("listener {\n  port = 8080\n  service { name = \"a\" }\n}"), `proxy { connect_timeout = "3s" }`, bad, 1) + "\n  }\n}\n"
+	_, diags = Parse("t.hcl", []byte(src), nil)
+	got := diags.Error()
+	for _, want := range []string{
+		`t.hcl:19:36: error: Invalid envoy_dns_discovery_type; Consul Gateway Proxy Envoy DNS Discovery type must be STRICT_DNS or LOGICAL_DNS, got "DNS".`,
+		`t.hcl:25:21: error: Invalid gateway bind address; Bind address "b": address "localhost" is not an IP address.`,
+		`t.hcl:26:18: error: Invalid gateway bind address; Bind address "b" requires a port in 1-65535, got 0.`,
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("diagnostics lack %q:\n%s", want, got)
+		}
+	}
+}

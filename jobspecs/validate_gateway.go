@@ -64,6 +64,7 @@ func checkGateway(s *structs.Service, c *structs.ConsulConnect, p path, report r
 		report(SeverityError, gp.sub("proxy").attr("connect_timeout"), "Invalid connect_timeout",
 			"connect_timeout must not be negative.")
 	}
+	checkGatewayProxy(g.Proxy, gp.sub("proxy"), report)
 	if g.Terminating != nil {
 		checkTerminating(g.Terminating, gp.sub("terminating"), report)
 		return

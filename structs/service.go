@@ -152,10 +152,23 @@ type ConsulLinkedService struct {
 	SNI      string `json:"SNI,omitempty"`
 }
 
-// ConsulGatewayProxy is a gateway's proxy block (its connect_timeout; the
-// other keys stay in ConsulGateway.Config).
+// ConsulGatewayProxy is a gateway's proxy block (Nomad's
+// api.ConsulGatewayProxy): the gateway's connect timeout, where its
+// listeners bind, how it resolves hostnames, and free-form proxy config.
 type ConsulGatewayProxy struct {
-	ConnectTimeout *time.Duration `json:"ConnectTimeout,omitempty"`
+	ConnectTimeout                  *time.Duration                       `json:"ConnectTimeout,omitempty"`
+	EnvoyGatewayBindTaggedAddresses bool                                 `json:"EnvoyGatewayBindTaggedAddresses,omitempty"`
+	EnvoyGatewayBindAddresses       map[string]*ConsulGatewayBindAddress `json:"EnvoyGatewayBindAddresses,omitempty"`
+	EnvoyGatewayNoDefaultBind       bool                                 `json:"EnvoyGatewayNoDefaultBind,omitempty"`
+	EnvoyDNSDiscoveryType           string                               `json:"EnvoyDNSDiscoveryType,omitempty"`
+	Config                          map[string]any                       `json:"Config,omitempty"`
+}
+
+// ConsulGatewayBindAddress is one envoy_gateway_bind_addresses block.
+type ConsulGatewayBindAddress struct {
+	Name    string `json:"Name,omitempty"`
+	Address string `json:"Address"`
+	Port    int    `json:"Port"`
 }
 
 // ConsulIngressConfigEntry is an ingress gateway's ingress block, the
