@@ -138,7 +138,7 @@ func TestResolveIngressTLS(t *testing.T) {
 		t.Fatalf("listener-only TLS = %+v", got)
 	}
 	valid := &consul.IngressGatewayConfigEntry{Kind: IngressGateway, Name: "g",
-		TLS: consul.GatewayTLSConfig{Enabled: true, TLSMinVersion: "TLSv1_2", CipherSuites: []string{"TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"}},
+		TLS:       consul.GatewayTLSConfig{Enabled: true, TLSMinVersion: "TLSv1_2", CipherSuites: []string{"TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"}},
 		Listeners: []consul.IngressListener{{Port: 8443, Protocol: "http", Services: []consul.IngressService{{Name: "web", Hosts: []string{"web.example.com"}}}}}}
 	if err := Validate(valid); err != nil {
 		t.Fatalf("valid TLS entry: %v", err)
