@@ -108,9 +108,10 @@ func injectGateways(tg *structs.TaskGroup, opts Options) error {
 	if len(gws) == 0 {
 		return nil
 	}
-	if err := checkNetwork(tg); err != nil {
+	if err := checkGatewayNetwork(tg); err != nil {
 		return err
 	}
+	host := gatewayHostMode(tg)
 	mesh := MeshServices(tg)
 	for _, s := range gws {
 		if s.Connect.IsTerminating() && s.PortLabel == "" {
@@ -119,6 +120,9 @@ func injectGateways(tg *structs.TaskGroup, opts Options) error {
 			s.PortLabel = TerminatingTaskName(s.Name)
 		}
 		if s.Connect.IsTerminating() {
+			if len(tg.Networks) == 0 {
+				tg.Networks = []*structs.NetworkResource{{Mode: structs.NetworkModeHost}}
+			}
 			ensureDynamicPort(tg.Networks[0], s.PortLabel)
 		}
 		if ProxyTaskFor(tg, s) != nil {
@@ -134,6 +138,11 @@ func injectGateways(tg *structs.TaskGroup, opts Options) error {
 		name, kind := gatewayTask(s)
 		t.Name, t.Kind, t.Lifecycle = name, kind, nil
 		t.Config["proxy_id"] = EnvoyNodeID("${NOMAD_ALLOC_ID}", tg.Name, s)
+		if host {
+			if err := hostGatewayTask(t, s); err != nil {
+				return err
+			}
+		}
 		mergeSidecarTask(t, s.Connect.SidecarTask, opts)
 		tg.Tasks = append(tg.Tasks, t)
 	}

@@ -90,9 +90,31 @@ func TestInjectIngressNetworks(t *testing.T) {
 	if err := Inject(job); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("two networks: %v", err)
 	}
-	job.TaskGroups[0].Networks = []*structs.NetworkResource{{Mode: "host"}}
+	job.TaskGroups[0].Networks = []*structs.NetworkResource{{Mode: "none"}}
 	if err := Inject(job); !errors.Is(err, ErrInvalid) {
-		t.Fatalf("host mode: %v", err)
+		t.Fatalf("network mode none: %v", err)
+	}
+	// Host mode, as Nomad allows for gateways: the proxy runs in the
+	// host's namespace, its admin listener on 127.0.0.2 and the gateway's
+	// port.
+	for _, label := range []string{"8080", "in-bound"} {
+		job = ingressJob()
+		job.TaskGroups[0].Networks = []*structs.NetworkResource{{Mode: "host"}}
+		job.TaskGroups[0].Services[0].PortLabel = label
+		if err := Inject(job); err != nil {
+			t.Fatalf("host mode: %v", err)
+		}
+		gw := job.TaskGroups[0].Tasks[len(job.TaskGroups[0].Tasks)-1]
+		want := map[string]string{"8080": "127.0.0.2:8080", "in-bound": "127.0.0.2:${NOMAD_HOST_PORT_in_bound}"}[label]
+		if gw.Config["network_mode"] != "host" || gw.Config["admin_bind"] != want {
+			t.Errorf("host-mode gateway task config = %v", gw.Config)
+		}
+	}
+	job = ingressJob()
+	job.TaskGroups[0].Networks = nil
+	job.TaskGroups[0].Services[0].PortLabel = ""
+	if err := Inject(job); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("host mode without a gateway port: %v", err)
 	}
 }
 

@@ -134,8 +134,7 @@ func TestGatewayRules(t *testing.T) {
 			`t.hcl:7:5: error: Invalid connect gateway; Consul Connect must be exclusively native, make use of a sidecar, or represent a Gateway.`,
 			`t.hcl:7:5: error: Invalid gateway configuration; Only one Consul Gateway Configuration may be set: ingress, terminating or mesh.`,
 		}},
-		{"ingress in host mode", "service {\n  name = \"gw\"\n  connect {\n    gateway {\n      proxy {\n        connect_timeout = \"soon\"\n      }\n      ingress {\n        listener {\n          port = 8080\n          service { name = \"a\" }\n        }\n      }\n    }\n  }\n}", []string{
-			`t.hcl:5:3: error: Ingress gateway requires bridge networking; Service "gw" is an ingress gateway, so group "g" needs exactly one network block with mode "bridge" or "cni/<name>" (host mode is not supported by meshlet yet); found no network block.`,
+		{"ingress in host mode (no network block)", "service {\n  name = \"gw\"\n  connect {\n    gateway {\n      proxy {\n        connect_timeout = \"soon\"\n      }\n      ingress {\n        listener {\n          port = 8080\n          service { name = \"a\" }\n        }\n      }\n    }\n  }\n}", []string{
 			`t.hcl:8:27: error: Invalid duration; Inappropriate value for attribute "connect_timeout": time: invalid duration "soon"; use a Go duration such as "30s", "5m" or "1h".`,
 		}},
 	}

@@ -176,23 +176,27 @@ func checkIngressHosts(s *structs.ConsulIngressService, port int, seen map[strin
 	}
 }
 
-// checkGatewayNetwork requires a gateway group to run in one bridge or
-// cni/* network: its connect_proxy task runs in the allocation's
-// namespace (Nomad also allows host mode; meshlet does not run it yet).
+// checkGatewayNetwork requires a gateway group to run in one bridge,
+// cni/* or host network (or none: host): its connect_proxy task runs in
+// the allocation's namespace, or the host's.
 func checkGatewayNetwork(tg *structs.TaskGroup, p path, report reporter) {
 	for i, s := range tg.Services {
 		if s == nil || !s.Connect.IsGateway() || s.Connect.HasSidecar() { // a sidecar's own rule reports it
 			continue
 		}
 		kind := "an ingress gateway"
-		title := "Ingress gateway requires bridge networking"
+		title := "Ingress gateway requires bridge, cni or host networking"
 		if s.Connect.IsTerminating() {
-			kind, title = "a terminating gateway", "Terminating gateway requires bridge networking"
+			kind, title = "a terminating gateway", "Terminating gateway requires bridge, cni or host networking"
 		}
 		found := "no network block"
+		if len(tg.Networks) == 0 {
+			return // host mode, as Nomad allows for gateways
+		}
 		if len(tg.Networks) == 1 && tg.Networks[0] != nil {
 			mode := tg.Networks[0].Mode
-			if mode == structs.NetworkModeBridge || (strings.HasPrefix(mode, structs.NetworkModeCNIPrefix) && validNetworkMode(mode)) {
+			if mode == "" || mode == structs.NetworkModeHost || mode == structs.NetworkModeBridge ||
+				(strings.HasPrefix(mode, structs.NetworkModeCNIPrefix) && validNetworkMode(mode)) {
 				return
 			}
 			found = fmt.Sprintf("network mode %q", cmpOr(mode, structs.NetworkModeHost))
@@ -200,7 +204,7 @@ func checkGatewayNetwork(tg *structs.TaskGroup, p path, report reporter) {
 			found = fmt.Sprintf("%d network blocks", len(tg.Networks))
 		}
 		report(SeverityError, p.item("service", i, s.Name).sub("connect"), title, fmt.Sprintf(
-			"Service %q is %s, so group %q needs exactly one network block with mode \"bridge\" or \"cni/<name>\" (host mode is not supported by meshlet yet); found %s.",
+			"Service %q is %s, so group %q needs at most one network block, with mode \"bridge\", \"cni/<name>\" or \"host\"; found %s.",
 			s.Name, kind, tg.Name, found))
 		return
 	}
