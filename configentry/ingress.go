@@ -18,7 +18,7 @@ var ingressHostRE = regexp.MustCompile(`^(\*\.)?([A-Za-z0-9]([A-Za-z0-9-]*[A-Za-
 
 // validateIngressGateway applies Consul's rules for an ingress-gateway
 // entry, refusing what meshlet does not run yet (per-service TLS, header
-// changes, wildcard services, http2 and grpc listeners). Protocols are
+// changes, http2 and grpc listeners). Protocols are
 // lower-cased, an empty one becomes tcp.
 func validateIngressGateway(e *consul.IngressGatewayConfigEntry) error {
 	if err := checkName(e.Name); err != nil {
@@ -71,9 +71,11 @@ func validateIngressListener(l *consul.IngressListener, where string) error {
 		s := &l.Services[j]
 		sw := fmt.Sprintf("%s.Services[%d]", where, j)
 		switch {
-		case s.Name == "*":
-			return invalidf("%s: the wildcard service \"*\" is not supported by meshlet yet", sw)
-		case checkName(s.Name) != nil:
+		case s.Name == "*" && l.Protocol == ProtocolTCP:
+			return invalidf("%s: the wildcard service \"*\" is only valid for protocol = \"http\" (listener on port %d)", sw, l.Port)
+		case s.Name == "*" && len(s.Hosts) > 0:
+			return invalidf("%s.Hosts: associating hosts to a wildcard service is not supported", sw)
+		case s.Name != "*" && checkName(s.Name) != nil:
 			return invalidf("%s.Name %q is not a valid service name", sw, s.Name)
 		case names[s.Name]:
 			return invalidf("%s.Name %q: a service may appear once per listener", sw, s.Name)

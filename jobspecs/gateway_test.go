@@ -110,7 +110,10 @@ func TestIngressValidation(t *testing.T) {
 			`t.hcl:25:12: error: Duplicate ingress service; Service "a" is already routed by the listener on port 8080.`,
 			`t.hcl:26:13: error: Duplicate ingress host; Hosts must be unique within a listener: "X.com" is used twice on the listener on port 8080.`,
 			`t.hcl:26:13: error: Invalid ingress host; Service "a": host "*" matches every host and cannot be listed with others.`,
-			`t.hcl:28:20: error: Unsupported ingress service name; A wildcard service name is not supported by meshlet yet; name each service.`,
+		}},
+		{"wildcard", "listener {\n  port = 8080\n  service { name = \"*\" }\n}\nlistener {\n  port = 8081\n  protocol = \"http\"\n  service {\n    name = \"*\"\n    hosts = [\"a.com\"]\n  }\n}\nlistener {\n  port = 8082\n  protocol = \"http\"\n  service { name = \"*\" }\n  service { name = \"web\" }\n}", []string{
+			`t.hcl:19:20: error: Invalid ingress service name; Wildcard service name is only valid for protocol = "http" (listener on port 8080).`,
+			`t.hcl:26:13: error: Invalid ingress hosts; Associating hosts to a wildcard service is not supported.`,
 		}},
 	}
 	for _, tc := range tests {

@@ -130,9 +130,15 @@ func checkIngressListener(l *structs.ConsulIngressListener, p path, report repor
 		case s.Name == "":
 			report(SeverityError, sp, "Missing ingress service name", "Consul Ingress Service requires a name.")
 			continue
+		case s.Name == "*" && tcp:
+			report(SeverityError, sp.attr("name"), "Invalid ingress service name",
+				fmt.Sprintf("Wildcard service name is only valid for protocol = \"http\" (listener on port %d).", l.Port))
+			continue
+		case s.Name == "*" && len(s.Hosts) > 0:
+			report(SeverityError, sp.attr("hosts"), "Invalid ingress hosts", "Associating hosts to a wildcard service is not supported.")
+			continue
 		case s.Name == "*":
-			report(SeverityError, sp.attr("name"), "Unsupported ingress service name",
-				"A wildcard service name is not supported by meshlet yet; name each service.")
+			names[s.Name] = true
 			continue
 		case names[s.Name]:
 			report(SeverityError, sp.attr("name"), "Duplicate ingress service",

@@ -154,7 +154,7 @@ func (b builder) ingressHTTP(own, addr string, l consul.IngressListener, ut upst
 	clusters map[string]*cluster.Cluster, routes map[string]*route.RouteConfiguration) (*listener.Listener, error) {
 	rn := IngressRouteName(l.Port)
 	rc := &route.RouteConfiguration{Name: rn}
-	for _, s := range l.Services {
+	for _, s := range b.expandWildcard(l, protoHTTP) {
 		u, err := b.upstreamChain(own, ingressUpstream(s.Name, addr, l.Port), addr, b.dc, protoHTTP, ut)
 		if err != nil {
 			return nil, err

@@ -54,6 +54,9 @@ type builder struct {
 	// instances lists a service's catalog instances (a terminating
 	// gateway's external services); nil: none.
 	instances func(service string) []catalog.ServiceInstance
+	// meshServices lists the services with a sidecar (a wildcard ingress
+	// listener's); nil: none.
+	meshServices func() []string
 }
 
 // proxy builds a connect proxy's listeners and clusters. Errors wrap

@@ -182,6 +182,7 @@ func (s *Server) reconcile(ch changes) {
 		}
 	}
 	s.touchLinked(ch, set.LinkedGateways())
+	s.touchWildcardIngress(ch, set)
 	p := &plan{planned: map[string]bool{}}
 	s.planRoots(ch, p)
 	staged := s.stageProxies(ch, p)
