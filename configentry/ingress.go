@@ -18,7 +18,7 @@ var ingressHostRE = regexp.MustCompile(`^(\*\.)?([A-Za-z0-9]([A-Za-z0-9-]*[A-Za-
 
 // validateIngressGateway applies Consul's rules for an ingress-gateway
 // entry, refusing what meshlet does not run yet (per-service TLS, header
-// changes, http2 and grpc listeners). Protocols are
+// changes). Protocols are
 // lower-cased, an empty one becomes tcp.
 func validateIngressGateway(e *consul.IngressGatewayConfigEntry) error {
 	if err := checkName(e.Name); err != nil {
@@ -54,9 +54,7 @@ func validateIngressListener(l *consul.IngressListener, where string) error {
 		l.Protocol = ProtocolTCP
 	}
 	switch l.Protocol {
-	case ProtocolTCP, ProtocolHTTP:
-	case ProtocolHTTP2, ProtocolGRPC:
-		return invalidf("%s.Protocol %q is not supported by meshlet yet (tcp or http)", where, l.Protocol)
+	case ProtocolTCP, ProtocolHTTP, ProtocolHTTP2, ProtocolGRPC:
 	default:
 		return invalidf("%s.Protocol %q is not one of tcp, http, http2, grpc", where, l.Protocol)
 	}

@@ -68,7 +68,6 @@ func TestIngressGatewayValidate(t *testing.T) {
 		{"port", &consul.IngressGatewayConfigEntry{Name: "g", Listeners: []consul.IngressListener{l(0, "tcp", svc("a"))}}, "Listeners[0].Port 0 is out of range 1-65535"},
 		{"duplicate port", &consul.IngressGatewayConfigEntry{Name: "g", Listeners: []consul.IngressListener{l(1, "tcp", svc("a")), l(1, "tcp", svc("b"))}}, "Listeners[1].Port 1: listeners must have unique ports"},
 		{"protocol", &consul.IngressGatewayConfigEntry{Name: "g", Listeners: []consul.IngressListener{l(1, "udp", svc("a"))}}, `Listeners[0].Protocol "udp" is not one of tcp, http, http2, grpc`},
-		{"grpc", &consul.IngressGatewayConfigEntry{Name: "g", Listeners: []consul.IngressListener{l(1, "grpc", svc("a"))}}, `Listeners[0].Protocol "grpc" is not supported by meshlet yet (tcp or http)`},
 		{"no service", &consul.IngressGatewayConfigEntry{Name: "g", Listeners: []consul.IngressListener{l(1, "tcp")}}, "Listeners[0]: no service; a listener needs at least one"},
 		{"tcp two services", &consul.IngressGatewayConfigEntry{Name: "g", Listeners: []consul.IngressListener{l(1, "", svc("a"), svc("b"))}}, `Listeners[0]: multiple services per listener are only supported for protocol = "http"`},
 		{"tcp hosts", &consul.IngressGatewayConfigEntry{Name: "g", Listeners: []consul.IngressListener{l(1, "tcp", svc("a", "a.com"))}}, "Listeners[0].Services[0].Hosts: associating hosts to a service is not supported for the tcp protocol"},

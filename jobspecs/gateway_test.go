@@ -97,7 +97,6 @@ func TestIngressValidation(t *testing.T) {
 			`t.hcl:17:1: error: Invalid ingress listener port; Consul Ingress Listener requires valid Port (1-65535), got 0.`,
 			`t.hcl:18:14: error: Invalid ingress listener protocol; Consul Ingress Listener requires protocol of tcp, http, http2, grpc, got "udp".`,
 			`t.hcl:22:10: error: Invalid ingress listener port; Consul Ingress Listener requires valid Port (1-65535), got 70000.`,
-			`t.hcl:23:14: error: Unsupported ingress listener protocol; Protocol "grpc" is not supported by meshlet yet; use "tcp" or "http".`,
 		}},
 		{"tcp rules", "listener {\n  port = 8080\n  service {\n    name = \"a\"\n    hosts = [\"a.com\"]\n  }\n  service { name = \"b\" }\n}\nlistener {\n  port = 8080\n}", []string{
 			`t.hcl:21:13: error: Invalid ingress hosts; Consul Ingress Service doesn't support associating hosts to a service for the tcp protocol.`,

@@ -9,8 +9,8 @@ import (
 	"github.com/meshlet/meshlet/structs"
 )
 
-// Ingress listener protocols. meshlet runs tcp and http listeners; Nomad
-// also accepts http2 and grpc, which are refused here until they run.
+// Ingress listener protocols: tcp forwards bytes; http, http2 and grpc
+// route by Host header.
 const (
 	ingressTCP  = "tcp"
 	ingressHTTP = "http"
@@ -100,11 +100,7 @@ func checkIngress(in *structs.ConsulIngressConfigEntry, p path, report reporter)
 
 func checkIngressListener(l *structs.ConsulIngressListener, p path, report reporter) {
 	switch l.Protocol {
-	case "", ingressTCP, ingressHTTP: // "": tcp once canonicalized
-	case "http2", "grpc":
-		report(SeverityError, p.attr("protocol"), "Unsupported ingress listener protocol",
-			fmt.Sprintf("Protocol %q is not supported by meshlet yet; use \"tcp\" or \"http\".", l.Protocol))
-		return
+	case "", ingressTCP, ingressHTTP, "http2", "grpc": // "": tcp once canonicalized
 	default:
 		report(SeverityError, p.attr("protocol"), "Invalid ingress listener protocol",
 			fmt.Sprintf("Consul Ingress Listener requires protocol of tcp, http, http2, grpc, got %q.", l.Protocol))
@@ -114,7 +110,7 @@ func checkIngressListener(l *structs.ConsulIngressListener, p path, report repor
 		report(SeverityError, p, "Missing ingress service", "Consul Ingress Listener requires one or more services.")
 		return
 	}
-	tcp := l.Protocol != ingressHTTP
+	tcp := l.Protocol == ingressTCP || l.Protocol == ""
 	if tcp && len(l.Services) > 1 {
 		report(SeverityError, p.item("service", 1, ""), "Too many ingress services", fmt.Sprintf(
 			"A tcp listener routes to exactly one service; listener on port %d has %d. Use protocol \"http\" to route by Host header.",

@@ -83,7 +83,7 @@ func (b builder) ingressGateway(inst catalog.ServiceInstance) (*proxyResources, 
 			if err != nil {
 				return nil, err
 			}
-			if err := withIngressTLS(lst, inst.Name, e.TLS, l, nil); err != nil {
+			if err := withIngressTLS(lst, inst.Name, e.TLS, l, ingressALPN(l.Protocol)); err != nil {
 				return nil, fmt.Errorf("ingress listener on port %d: %w", l.Port, err)
 			}
 			out.listeners = append(out.listeners, lst)
@@ -91,6 +91,15 @@ func (b builder) ingressGateway(inst catalog.ServiceInstance) (*proxyResources, 
 	}
 	out.leafDNS = IngressDNSSANs(e, b.dc)
 	return out, nil
+}
+
+// ingressALPN is what a TLS listener offers: h2 first for http2 and grpc
+// listeners (HTTP/2 over TLS), nothing otherwise (Envoy's default).
+func ingressALPN(prot string) []string {
+	if protocol(orProtocol(prot)).isHTTP2() {
+		return []string{"h2", "http/1.1"}
+	}
+	return nil
 }
 
 // ingressPorts are the ports of an entry's listeners.
@@ -108,10 +117,10 @@ func (b builder) ingressListener(own, addr string, l consul.IngressListener, ut 
 	switch prot := protocol(orProtocol(l.Protocol)); prot {
 	case protoTCP:
 		return b.ingressTCP(own, addr, l, ut, out, clusters, routes)
-	case protoHTTP:
-		return b.ingressHTTP(own, addr, l, ut, out, clusters, routes)
+	case protoHTTP, protoHTTP2, protoGRPC:
+		return b.ingressHTTP(own, addr, prot, l, ut, out, clusters, routes)
 	default:
-		return nil, fmt.Errorf("%w: ingress listener on port %d: protocol %q is not served (tcp or http)", ErrInvalidProxyConfig, l.Port, prot)
+		return nil, fmt.Errorf("%w: ingress listener on port %d: protocol %q is not one of tcp, http, http2, grpc", ErrInvalidProxyConfig, l.Port, prot)
 	}
 }
 
@@ -150,12 +159,12 @@ func (b builder) ingressTCP(own, addr string, l consul.IngressListener, ut upstr
 // ingressHTTP is an http listener: an HTTP connection manager over RDS
 // whose route configuration has one virtual host per service, matched by
 // Host header (IngressDomains), routing through the service's chain.
-func (b builder) ingressHTTP(own, addr string, l consul.IngressListener, ut upstreamTimeout, out *proxyResources,
+func (b builder) ingressHTTP(own, addr string, prot protocol, l consul.IngressListener, ut upstreamTimeout, out *proxyResources,
 	clusters map[string]*cluster.Cluster, routes map[string]*route.RouteConfiguration) (*listener.Listener, error) {
 	rn := IngressRouteName(l.Port)
 	rc := &route.RouteConfiguration{Name: rn}
-	for _, s := range b.expandWildcard(l, protoHTTP) {
-		u, err := b.upstreamChain(own, ingressUpstream(s.Name, addr, l.Port), addr, b.dc, protoHTTP, ut)
+	for _, s := range b.expandWildcard(l, prot) {
+		u, err := b.upstreamChain(own, ingressUpstream(s.Name, addr, l.Port), addr, b.dc, prot, ut)
 		if err != nil {
 			return nil, err
 		}
@@ -183,7 +192,7 @@ func (b builder) ingressHTTP(own, addr string, l consul.IngressListener, ut upst
 	if err != nil {
 		return nil, err
 	}
-	lst.Name = IngressListenerName(string(protoHTTP), addr, l.Port)
+	lst.Name = IngressListenerName(string(prot), addr, l.Port)
 	return lst, nil
 }
 

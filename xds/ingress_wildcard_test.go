@@ -70,3 +70,48 @@ func TestMeshServices(t *testing.T) {
 		t.Fatalf("meshServices = %v, want [web] (no gateway, no plain service, no other datacenter)", got)
 	}
 }
+
+func TestIngressHTTP2AndGRPCListeners(t *testing.T) {
+	entries := []configentry.Entry{
+		&consul.IngressGatewayConfigEntry{Kind: consul.IngressGateway, Name: "ingress", TLS: consul.GatewayTLSConfig{Enabled: true}, Listeners: []consul.IngressListener{
+			{Port: 9090, Protocol: "grpc", Services: []consul.IngressService{{Name: "g", Hosts: []string{"g.example.com"}}}},
+			{Port: 9091, Protocol: "http2", Services: []consul.IngressService{{Name: "h"}}},
+		}},
+		&consul.ServiceConfigEntry{Kind: consul.ServiceDefaults, Name: "g", Protocol: "grpc"},
+		&consul.ServiceConfigEntry{Kind: consul.ServiceDefaults, Name: "h", Protocol: "http2"},
+	}
+	set := configentry.NewSet()
+	for _, e := range entries {
+		if err := set.Check(e); err != nil {
+			t.Fatal(err)
+		}
+		set = set.With(e)
+	}
+	b := builder{dc: "dc1", trustDomain: testTD, set: set}
+	res, err := b.proxy(testGateway(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := listenerNames(res); !reflect.DeepEqual(got, []string{"grpc:0.0.0.0:9090", "http2:0.0.0.0:9091"}) {
+		t.Fatalf("listeners = %v", got)
+	}
+	for _, l := range res.listeners {
+		if err := envoyvalidate.All(l); err != nil {
+			t.Fatal(err)
+		}
+		if alpn := downstreamTLSOf(t, l).GetCommonTlsContext().GetAlpnProtocols(); !reflect.DeepEqual(alpn, []string{"h2", "http/1.1"}) {
+			t.Errorf("listener %s ALPN = %v", l.GetName(), alpn)
+		}
+	}
+	if len(res.clusters) != 2 {
+		t.Fatalf("clusters = %d", len(res.clusters))
+	}
+	for _, c := range res.clusters {
+		if err := envoyvalidate.All(c); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := c.GetTypedExtensionProtocolOptions()["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]; !ok {
+			t.Errorf("cluster %s does not speak HTTP/2 to the sidecars: %v", c.GetName(), c.GetTypedExtensionProtocolOptions())
+		}
+	}
+}
