@@ -139,9 +139,7 @@ func injectGateways(tg *structs.TaskGroup, opts Options) error {
 		t.Name, t.Kind, t.Lifecycle = name, kind, nil
 		t.Config["proxy_id"] = EnvoyNodeID("${NOMAD_ALLOC_ID}", tg.Name, s)
 		if host {
-			if err := hostGatewayTask(t, s); err != nil {
-				return err
-			}
+			hostGatewayTask(tg, t, s)
 		}
 		mergeSidecarTask(t, s.Connect.SidecarTask, opts)
 		tg.Tasks = append(tg.Tasks, t)

@@ -2,7 +2,6 @@ package connect
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/meshlet/meshlet/structs"
@@ -23,19 +22,11 @@ func checkGatewayNetwork(tg *structs.TaskGroup) error {
 	return checkNetwork(tg)
 }
 
-// hostAdminPort is where a host-mode gateway's admin listener binds on
-// 127.0.0.2, as Nomad does it: the gateway service's own port (a number,
-// or its label's host port when the task starts). An address on the host
-// must not clash between allocations, which 19000+index would.
-func hostAdminPort(s *structs.Service) (string, error) {
-	if s.PortLabel == "" {
-		return "", fmt.Errorf("%w: gateway %q in host network mode needs a port: its proxy's admin listener binds 127.0.0.2 on it, as in Nomad", ErrInvalid, s.Name)
-	}
-	if n, err := strconv.Atoi(s.PortLabel); err == nil {
-		return strconv.Itoa(n), nil
-	}
-	return "${NOMAD_HOST_PORT_" + envKey(s.PortLabel) + "}", nil
-}
+// AdminPortLabel is the dynamic port a host-mode gateway's admin listener
+// binds on 127.0.0.2: in the host's namespace, 19000+index would clash
+// between allocations, and the gateway's own port may carry a listener
+// (a terminating gateway's default bind is 0.0.0.0 on it).
+func AdminPortLabel(service string) string { return "connect-admin-" + service }
 
 // envKey is a port label as it appears in NOMAD_*_<label> variables.
 func envKey(s string) string {
@@ -49,27 +40,27 @@ func envKey(s string) string {
 
 // hostGatewayTask adapts an injected gateway task to host network mode:
 // the connect_proxy driver runs it in the host's namespace and its admin
-// listener binds 127.0.0.2 on the gateway's port.
-func hostGatewayTask(t *structs.Task, s *structs.Service) error {
-	port, err := hostAdminPort(s)
-	if err != nil {
-		return err
+// listener binds 127.0.0.2 on a dynamic port of its own.
+func hostGatewayTask(tg *structs.TaskGroup, t *structs.Task, s *structs.Service) {
+	if len(tg.Networks) == 0 {
+		tg.Networks = []*structs.NetworkResource{{Mode: structs.NetworkModeHost}}
 	}
+	label := AdminPortLabel(s.Name)
+	ensureDynamicPort(tg.Networks[0], label)
 	t.Config["network_mode"] = structs.NetworkModeHost
-	t.Config["admin_bind"] = "127.0.0.2:" + port
-	return nil
+	t.Config["admin_bind"] = "127.0.0.2:${NOMAD_HOST_PORT_" + envKey(label) + "}"
 }
 
 // ProxyAdminBind is where a mesh service's proxy serves its admin API: in
 // a namespace 127.0.0.2:<AdminBasePort+index>; for a gateway in host mode
-// 127.0.0.2 on the gateway's port (its host port).
+// 127.0.0.2 on its AdminPortLabel port.
 func ProxyAdminBind(a *structs.Allocation, tg *structs.TaskGroup, s *structs.Service, index int) (string, error) {
 	if !s.Connect.IsGateway() || !gatewayHostMode(tg) {
 		return fmt.Sprintf("127.0.0.2:%d", AdminBasePort+index), nil
 	}
-	port, err := resolvePort(a, s.PortLabel, false)
+	port, err := resolvePort(a, AdminPortLabel(s.Name), false)
 	if err != nil || port == 0 {
-		return "", fmt.Errorf("%w: gateway %q in host network mode: no port for its admin listener: %v", ErrInvalid, s.Name, err)
+		return "", fmt.Errorf("%w: gateway %q in host network mode: no port %q for its admin listener: %v", ErrInvalid, s.Name, AdminPortLabel(s.Name), err)
 	}
 	return fmt.Sprintf("127.0.0.2:%d", port), nil
 }

@@ -95,26 +95,22 @@ func TestInjectIngressNetworks(t *testing.T) {
 		t.Fatalf("network mode none: %v", err)
 	}
 	// Host mode, as Nomad allows for gateways: the proxy runs in the
-	// host's namespace, its admin listener on 127.0.0.2 and the gateway's
-	// port.
-	for _, label := range []string{"8080", "in-bound"} {
+	// host's namespace, its admin listener on 127.0.0.2 and a dynamic port
+	// of its own.
+	for _, nets := range [][]*structs.NetworkResource{nil, {{Mode: "host"}}} {
 		job = ingressJob()
-		job.TaskGroups[0].Networks = []*structs.NetworkResource{{Mode: "host"}}
-		job.TaskGroups[0].Services[0].PortLabel = label
+		job.TaskGroups[0].Networks = nets
 		if err := Inject(job); err != nil {
 			t.Fatalf("host mode: %v", err)
 		}
-		gw := job.TaskGroups[0].Tasks[len(job.TaskGroups[0].Tasks)-1]
-		want := map[string]string{"8080": "127.0.0.2:8080", "in-bound": "127.0.0.2:${NOMAD_HOST_PORT_in_bound}"}[label]
-		if gw.Config["network_mode"] != "host" || gw.Config["admin_bind"] != want {
+		tg := job.TaskGroups[0]
+		gw := tg.Tasks[len(tg.Tasks)-1]
+		if gw.Config["network_mode"] != "host" || gw.Config["admin_bind"] != "127.0.0.2:${NOMAD_HOST_PORT_connect_admin_ingress}" {
 			t.Errorf("host-mode gateway task config = %v", gw.Config)
 		}
-	}
-	job = ingressJob()
-	job.TaskGroups[0].Networks = nil
-	job.TaskGroups[0].Services[0].PortLabel = ""
-	if err := Inject(job); !errors.Is(err, ErrInvalid) {
-		t.Fatalf("host mode without a gateway port: %v", err)
+		if len(tg.Networks) != 1 || len(tg.Networks[0].DynamicPorts) != 1 || tg.Networks[0].DynamicPorts[0].Label != "connect-admin-ingress" {
+			t.Errorf("host-mode gateway network = %+v", tg.Networks)
+		}
 	}
 }
 

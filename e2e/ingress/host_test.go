@@ -46,13 +46,25 @@ func TestIngressHostNetwork(t *testing.T) {
 		t.Errorf("alloc status lacks the gateway task:\n%s", out)
 	}
 	entries, _, err := a.Consul().Health().Service("ingress-host", "", false, nil)
-	if err != nil || len(entries) != 1 || entries[0].Service.Kind != consul.ServiceKindIngressGateway || entries[0].Service.Port == 0 {
-		t.Fatalf("health/service/ingress-host = %+v, %v", entries, err)
+	if err != nil || len(entries) != 1 || entries[0].Service.Kind != consul.ServiceKindIngressGateway || entries[0].Service.Port != tcpPort {
+		t.Fatalf("health/service/ingress-host = %+v, %v (want its first listener's port)", entries, err)
 	}
-	// Its admin listener is on 127.0.0.2 and the gateway's own port.
-	admin := net.JoinHostPort("127.0.0.2", strconv.Itoa(entries[0].Service.Port))
-	if c, err := net.DialTimeout("tcp", admin, time.Second); err != nil {
-		t.Errorf("admin listener %s: %v", admin, err)
+	// Its admin listener is on 127.0.0.2 and a dynamic port of its own.
+	alloc, _, err := a.Nomad().Allocations().Info(gw.ID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := 0
+	for _, p := range alloc.AllocatedResources.Shared.Ports {
+		if p.Label == "connect-admin-ingress-host" {
+			admin = p.Value
+		}
+	}
+	if admin == 0 {
+		t.Fatalf("no connect-admin-ingress-host port in %+v", alloc.AllocatedResources.Shared.Ports)
+	}
+	if c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.2", strconv.Itoa(admin)), time.Second); err != nil {
+		t.Errorf("admin listener 127.0.0.2:%d: %v", admin, err)
 	} else {
 		c.Close()
 	}

@@ -2,20 +2,18 @@
 # namespace and binds its listeners there. envoy_gateway_no_default_bind
 # and one envoy_gateway_bind_addresses entry keep them on 127.0.0.1 (the
 # default would be every address of the host); its admin listener binds
-# 127.0.0.2 on the gateway's dynamic "admin" port, as Nomad does in host
-# mode. TCP_PORT and HTTP_PORT are replaced by the test with free ports.
+# 127.0.0.2 on a dynamic port meshlet adds ("connect-admin-ingress-host").
+# TCP_PORT and HTTP_PORT are replaced by the test with free ports.
 job "ingress-host-e2e" {
   datacenters = ["dc1"]
 
   group "gateway" {
     network {
       mode = "host"
-      port "admin" {}
     }
 
     service {
       name = "ingress-host"
-      port = "admin"
 
       connect {
         gateway {
