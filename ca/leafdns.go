@@ -37,7 +37,8 @@ func normalizeDNSNames(names []string) ([]string, error) {
 
 // SetLeafDNS sets the extra DNS SANs of service's leaf (an ingress
 // gateway's listener names, as Consul adds them to the gateway's leaf);
-// nil or empty removes them. When they change and the leaf is already
+// nil or empty removes them, as does the release of the service's cached
+// leaf (its last hold gone). When they change and the leaf is already
 // issued, it is re-issued at once (subscribers hear EventLeafRenewed); the
 // old leaf stays served until then. It reports whether they changed. In
 // remote mode the names go into the CSR the servers sign.

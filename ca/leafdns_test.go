@@ -108,3 +108,23 @@ func csrWithDNS(t *testing.T, service string, dns ...string) (*ecdsa.PrivateKey,
 	}
 	return key, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}))
 }
+
+// TestLeafDNSDroppedWithTheLeaf: releasing a held leaf forgets its DNS
+// SANs, so a later holder of the name does not inherit them.
+func TestLeafDNSDroppedWithTheLeaf(t *testing.T) {
+	m := newTestManager(t, Config{})
+	release, err := m.HoldLeaf("gw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.SetLeafDNS("gw", []string{"gw.example.com"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := leafDNS(t, mustLeaf(t, m, "gw")); !slices.Contains(got, "gw.example.com") {
+		t.Fatalf("DNS SANs %v", got)
+	}
+	release()
+	if got := m.leafDNSFor("gw"); got != nil {
+		t.Fatalf("DNS SANs kept after the release: %v", got)
+	}
+}
