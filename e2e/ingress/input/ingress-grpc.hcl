@@ -1,8 +1,9 @@
 # An ingress gateway with a grpc listener (h2c from the client) in front
 # of a gRPC service: the gateway speaks HTTP/2 over mTLS to its sidecar,
 # which speaks h2c to the app. hosts = ["*"] routes any :authority (a
-# client dialing 127.0.0.1:GRPC_PORT sends that). GRPC_PORT is replaced by
-# the test with a free port.
+# client dialing 127.0.0.1:GRPC_PORT sends that). Its http2 listener takes
+# h2c to h2web (an HTTP/1.1 app behind its sidecar). GRPC_PORT and
+# H2_PORT are replaced by the test with free ports.
 job "ingress-grpc-e2e" {
   datacenters = ["dc1"]
 
@@ -12,6 +13,10 @@ job "ingress-grpc-e2e" {
       port "grpc" {
         static = GRPC_PORT
         to     = GRPC_PORT
+      }
+      port "h2" {
+        static = H2_PORT
+        to     = H2_PORT
       }
     }
 
@@ -28,6 +33,13 @@ job "ingress-grpc-e2e" {
               service {
                 name  = "grpcsvc"
                 hosts = ["*"]
+              }
+            }
+            listener {
+              port     = H2_PORT
+              protocol = "http2"
+              service {
+                name = "h2web"
               }
             }
           }
@@ -47,6 +59,24 @@ job "ingress-grpc-e2e" {
 
       connect {
         sidecar_service {}
+      }
+    }
+
+    service {
+      name = "h2web"
+      port = "8080"
+
+      connect {
+        sidecar_service {}
+      }
+    }
+
+    task "h2web" {
+      driver = "raw_exec"
+
+      config {
+        command = "${attr.meshlet.binary}"
+        args    = ["demo-app", "hello", "-listen", "127.0.0.1:8080", "-id", "h2web", "-any-path"]
       }
     }
 
