@@ -17,8 +17,8 @@ const IngressGateway = consul.IngressGateway // "ingress-gateway"
 var ingressHostRE = regexp.MustCompile(`^(\*\.)?([A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?\.)*[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(:[0-9]{1,5})?$`)
 
 // validateIngressGateway applies Consul's rules for an ingress-gateway
-// entry, refusing what meshlet does not run yet (per-service TLS, header
-// changes). Protocols are
+// entry, refusing what meshlet does not run yet (header changes, service
+// limits). Protocols are
 // lower-cased, an empty one becomes tcp.
 func validateIngressGateway(e *consul.IngressGatewayConfigEntry) error {
 	if err := checkName(e.Name); err != nil {
@@ -77,8 +77,12 @@ func validateIngressListener(l *consul.IngressListener, where string) error {
 			return invalidf("%s.Name %q is not a valid service name", sw, s.Name)
 		case names[s.Name]:
 			return invalidf("%s.Name %q: a service may appear once per listener", sw, s.Name)
-		case s.TLS != nil || s.RequestHeaders != nil || s.ResponseHeaders != nil:
-			return invalidf("%s: per-service TLS (SDS) and header changes are not supported by meshlet yet", sw)
+		case s.RequestHeaders != nil || s.ResponseHeaders != nil:
+			return invalidf("%s: header changes are not supported by meshlet yet", sw)
+		case s.TLS != nil && l.Protocol == ProtocolTCP:
+			return invalidf("%s.TLS: a service's own TLS is only valid on http, http2 and grpc listeners (a tcp listener's is the listener's)", sw)
+		case s.TLS != nil && s.TLS.SDS != nil && (s.TLS.SDS.CertResource == "" || len(s.Hosts) == 0 || s.Name == "*"):
+			return invalidf("%s.TLS.SDS: a service's certificate from SDS needs a CertResource and hosts (its SNI names), and no wildcard service", sw)
 		case s.MaxConnections != nil || s.MaxPendingRequests != nil || s.MaxConcurrentRequests != nil || s.PassiveHealthCheck != nil:
 			return invalidf("%s: service limits are not supported by meshlet yet", sw)
 		}

@@ -115,6 +115,11 @@ func validateIngressTLS(e *consul.IngressGatewayConfigEntry) error {
 		if err := validateGatewayTLS(where, eff, true); err != nil {
 			return err
 		}
+		for j, s := range l.Services {
+			if s.TLS != nil && s.TLS.SDS != nil && s.TLS.SDS.ClusterName == "" && (eff == nil || eff.SDS == nil) {
+				return invalidf("Listeners[%d].Services[%d].TLS.SDS: no ClusterName, and none on the listener or the gateway to default to", i, j)
+			}
+		}
 		if eff == nil || eff.SDS != nil {
 			continue
 		}

@@ -77,7 +77,11 @@ func ingressEntry(name string, in *structs.ConsulIngressConfigEntry) *consul.Ing
 		il := consul.IngressListener{Port: l.Port, Protocol: l.Protocol}
 		for _, s := range l.Services {
 			if s != nil {
-				il.Services = append(il.Services, consul.IngressService{Name: s.Name, Hosts: s.Hosts})
+				is := consul.IngressService{Name: s.Name, Hosts: s.Hosts}
+				if s.TLS != nil && s.TLS.SDS != nil {
+					is.TLS = &consul.GatewayServiceTLSConfig{SDS: &consul.GatewayTLSSDSConfig{ClusterName: s.TLS.SDS.ClusterName, CertResource: s.TLS.SDS.CertResource}}
+				}
+				il.Services = append(il.Services, is)
 			}
 		}
 		e.Listeners = append(e.Listeners, il)

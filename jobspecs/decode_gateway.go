@@ -124,6 +124,9 @@ func (d *decoder) decodeIngress(m map[string]any, p path, b *hclsyntax.Block) *s
 				}
 			}
 			d.recAttr(sp, sb, "hosts")
+			if tm := firstMap(sm["tls"]); tm != nil && sb != nil {
+				s.TLS = d.decodeGatewayTLS(tm, sp.sub("tls"), first(blocksByType(sb.Body)["tls"]))
+			}
 			l.Services = append(l.Services, s)
 		}
 		in.Listeners = append(in.Listeners, l)

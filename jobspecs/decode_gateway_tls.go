@@ -104,3 +104,28 @@ func checkListenerTLS(gw *structs.ConsulGatewayTLSConfig, l *structs.ConsulIngre
 		}
 	}
 }
+
+// checkServiceTLS checks a listener's services' own tls blocks (Consul's
+// service-level SDS): only an sds block, on an http, http2 or grpc
+// listener, for a named service with hosts (its SNI names), with a
+// cert_resource and a cluster_name (its own or the gateway's).
+func checkServiceTLS(gw *structs.ConsulGatewayTLSConfig, l *structs.ConsulIngressListener, lp path, report reporter) {
+	for j, s := range l.Services {
+		if s == nil || s.TLS == nil {
+			continue
+		}
+		tp := lp.item("service", j, s.Name).sub("tls")
+		t := s.TLS
+		switch {
+		case t.Enabled || t.TLSMinVersion != "" || t.TLSMaxVersion != "" || len(t.CipherSuites) > 0:
+			report(SeverityError, tp, "Invalid ingress service TLS", "A service's tls block takes only sds; versions and cipher suites are the gateway's.")
+		case l.Protocol == ingressTCP || l.Protocol == "":
+			report(SeverityError, tp, "Invalid ingress service TLS", "A service's own certificate is only valid on http, http2 and grpc listeners.")
+		case t.SDS == nil || t.SDS.CertResource == "" || len(s.Hosts) == 0 || s.Name == "*":
+			report(SeverityError, tp, "Invalid ingress service TLS",
+				"A service's certificate from SDS needs sds { cert_resource } and hosts (its SNI names), and no wildcard service.")
+		case t.SDS.ClusterName == "" && (gw == nil || gw.SDS == nil || gw.SDS.ClusterName == ""):
+			report(SeverityError, tp.sub("sds"), "Invalid ingress service TLS", "No cluster_name, and none in the gateway's sds block to default to.")
+		}
+	}
+}

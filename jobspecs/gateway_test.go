@@ -9,6 +9,7 @@ import (
 
 	nomadapi "github.com/hashicorp/nomad/api"
 
+	"github.com/meshlet/meshlet/connect"
 	"github.com/meshlet/meshlet/structs"
 )
 
@@ -314,5 +315,46 @@ func TestGatewayProxyBindDecode(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("diagnostics lack %q:\n%s", want, got)
 		}
+	}
+}
+
+func TestIngressServiceTLS(t *testing.T) {
+	listeners := `tls {
+  sds {
+    cluster_name  = "sds-cluster"
+    cert_resource = "default-cert"
+  }
+}
+listener {
+  port = 8443
+  protocol = "http"
+  service {
+    name = "web"
+    hosts = ["web.example.com"]
+    tls {
+      sds { cert_resource = "web-cert" }
+    }
+  }
+  service {
+    name = "api"
+    tls {
+      sds { cert_resource = "api-cert" }
+    }
+  }
+}`
+	src := "job \"j\" {\n  group \"g\" {\n" + ingressGroup(listeners) + "\n  }\n}\n"
+	job, diags := Parse("t.hcl", []byte(src), nil)
+	got := diags.Error()
+	if !strings.Contains(got, `t.hcl:35:5: error: Invalid ingress service TLS; A service's certificate from SDS needs sds { cert_resource } and hosts (its SNI names), and no wildcard service.`) ||
+		strings.Count(got, "error:") != 1 {
+		t.Fatalf("diagnostics:\n%s", got)
+	}
+	web := job.TaskGroups[0].Services[0].Connect.Gateway.Ingress.Listeners[0].Services[0]
+	if web.TLS == nil || web.TLS.SDS == nil || web.TLS.SDS.CertResource != "web-cert" {
+		t.Fatalf("web's tls = %+v", web.TLS)
+	}
+	entry := connect.IngressEntries(job)[0]
+	if s := entry.Listeners[0].Services[0]; s.TLS == nil || s.TLS.SDS.CertResource != "web-cert" {
+		t.Fatalf("entry service = %+v", s)
 	}
 }

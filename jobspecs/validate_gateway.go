@@ -95,6 +95,7 @@ func checkIngress(in *structs.ConsulIngressConfigEntry, p path, report reporter)
 		}
 		checkIngressListener(l, lp, report)
 		checkListenerTLS(in.TLS, l, lp, report)
+		checkServiceTLS(in.TLS, l, lp, report)
 	}
 }
 

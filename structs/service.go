@@ -206,6 +206,8 @@ type ConsulIngressListener struct {
 type ConsulIngressService struct {
 	Name  string   `json:"Name"`
 	Hosts []string `json:"Hosts,omitempty"`
+	// TLS: the service's own certificate from SDS (its sds block only).
+	TLS *ConsulGatewayTLSConfig `json:"TLS,omitempty"`
 }
 
 // ConsulSidecarService configures the sidecar proxy's service.

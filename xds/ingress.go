@@ -86,6 +86,9 @@ func (b builder) ingressGateway(inst catalog.ServiceInstance) (*proxyResources, 
 			if err := withIngressTLS(lst, inst.Name, e.TLS, l, ingressALPN(l.Protocol)); err != nil {
 				return nil, fmt.Errorf("ingress listener on port %d: %w", l.Port, err)
 			}
+			if err := withServiceSDS(lst, inst.Name, bind.Address, e.TLS, l, out, routes); err != nil {
+				return nil, err
+			}
 			out.listeners = append(out.listeners, lst)
 		}
 	}

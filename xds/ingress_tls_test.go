@@ -129,3 +129,56 @@ func TestIngressWithoutTLS(t *testing.T) {
 		t.Errorf("leaf DNS SANs = %v", res.leafDNS)
 	}
 }
+
+// A service's own certificate from SDS: its filter chain chosen by SNI
+// (its hosts) with only its routes, before the listener's default chain.
+func TestIngressServiceSDS(t *testing.T) {
+	e := &consul.IngressGatewayConfigEntry{
+		TLS: consul.GatewayTLSConfig{Enabled: true, SDS: &consul.GatewayTLSSDSConfig{ClusterName: "sds-cluster", CertResource: "default-cert"}},
+		Listeners: []consul.IngressListener{{Port: 8443, Protocol: "http", Services: []consul.IngressService{
+			{Name: "web", Hosts: []string{"web.example.com:8443"}, TLS: &consul.GatewayServiceTLSConfig{SDS: &consul.GatewayTLSSDSConfig{CertResource: "web-cert"}}},
+			{Name: "api"},
+		}}}}
+	b := builder{dc: "dc1", trustDomain: testTD, set: tlsIngressSet(t, e)}
+	res, err := b.proxy(testGateway(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := res.listeners[0]
+	if err := envoyvalidate.All(l); err != nil {
+		t.Fatal(err)
+	}
+	if len(l.GetFilterChains()) != 2 || len(l.GetListenerFilters()) != 1 {
+		t.Fatalf("filter chains %d, listener filters %v", len(l.GetFilterChains()), l.GetListenerFilters())
+	}
+	web, def := l.GetFilterChains()[0], l.GetFilterChains()[1]
+	if got := web.GetFilterChainMatch().GetServerNames(); !reflect.DeepEqual(got, []string{"web.example.com"}) {
+		t.Errorf("web's chain matches %v", got)
+	}
+	certOf := func(fc *listener.FilterChain) *tlsv3.SdsSecretConfig {
+		ctx := &tlsv3.DownstreamTlsContext{}
+		if err := fc.GetTransportSocket().GetTypedConfig().UnmarshalTo(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return ctx.GetCommonTlsContext().GetTlsCertificateSdsSecretConfigs()[0]
+	}
+	if c := certOf(web); c.GetName() != "web-cert" || c.GetSdsConfig().GetApiConfigSource().GetGrpcServices()[0].GetEnvoyGrpc().GetClusterName() != "sds-cluster" {
+		t.Errorf("web's certificate = %v", c)
+	}
+	if c := certOf(def); c.GetName() != "default-cert" || def.GetFilterChainMatch() != nil {
+		t.Errorf("default chain: certificate %v, match %v", c, def.GetFilterChainMatch())
+	}
+	var names []string
+	for _, r := range res.routes {
+		names = append(names, r.GetName())
+		if err := envoyvalidate.All(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !reflect.DeepEqual(names, []string{"8443", "8443_web"}) || len(res.routes[1].GetVirtualHosts()) != 1 || res.routes[1].GetVirtualHosts()[0].GetName() != "web" {
+		t.Fatalf("routes %v", names)
+	}
+	if err := checkConsistent(msgs(res.listeners), msgs(res.clusters), msgs(res.routes), func(string, string) bool { return true }); err != nil {
+		t.Fatal(err)
+	}
+}
