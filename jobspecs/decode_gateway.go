@@ -124,6 +124,7 @@ func (d *decoder) decodeIngress(m map[string]any, p path, b *hclsyntax.Block) *s
 				}
 			}
 			d.recAttr(sp, sb, "hosts")
+			d.warnIngressServiceUnrun(sb)
 			if tm := firstMap(sm["tls"]); tm != nil && sb != nil {
 				s.TLS = d.decodeGatewayTLS(tm, sp.sub("tls"), first(blocksByType(sb.Body)["tls"]))
 			}

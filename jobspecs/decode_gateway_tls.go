@@ -129,3 +129,24 @@ func checkServiceTLS(gw *structs.ConsulGatewayTLSConfig, l *structs.ConsulIngres
 		}
 	}
 }
+
+// ingressServiceUnrun are the ingress service arguments Nomad accepts that
+// meshlet does not run: header changes and service limits.
+var ingressServiceUnrun = []string{"request_headers", "response_headers", "max_connections", "max_pending_requests", "max_concurrent_requests"}
+
+// warnIngressServiceUnrun warns about each of them an ingress service
+// block sets (as an argument or a block): it parses, and is ignored.
+func (d *decoder) warnIngressServiceUnrun(b *hclsyntax.Block) {
+	if b == nil {
+		return
+	}
+	blocks := blocksByType(b.Body)
+	for _, name := range ingressServiceUnrun {
+		if a := b.Body.Attributes[name]; a != nil {
+			d.add(SeverityWarning, a.NameRange, unsupportedMsg(name), "Nomad passes it to Consul; meshlet's ingress gateways do not apply it.")
+		}
+		for _, nb := range blocks[name] {
+			d.add(SeverityWarning, nb.DefRange(), unsupportedMsg(name), "Nomad passes it to Consul; meshlet's ingress gateways do not apply it.")
+		}
+	}
+}

@@ -2,7 +2,9 @@ package jobspecs
 
 import (
 	"encoding/json"
+	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -356,5 +358,33 @@ listener {
 	entry := connect.IngressEntries(job)[0]
 	if s := entry.Listeners[0].Services[0]; s.TLS == nil || s.TLS.SDS.CertResource != "web-cert" {
 		t.Fatalf("entry service = %+v", s)
+	}
+}
+
+func TestIngressServiceUnrunWarned(t *testing.T) {
+	src := "job \"j\" {\n  group \"g\" {\n" + ingressGroup(`listener {
+  port = 8080
+  protocol = "http"
+  service {
+    name = "web"
+    max_connections = 10
+    request_headers {
+      add = { "x-a" = "b" }
+    }
+  }
+}`) + "\n  }\n}\n"
+	_, diags := Parse("t.hcl", []byte(src), nil)
+	if diags.HasErrors() {
+		t.Fatalf("errors: %v", diags)
+	}
+	var got []string
+	for _, w := range diags.Warnings() {
+		got = append(got, fmt.Sprintf("%d:%d %s", w.Line, w.Column, w.Summary))
+	}
+	want := []string{"23:5 request_headers is not supported by meshlet yet; ignored", "22:5 max_connections is not supported by meshlet yet; ignored"}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("warnings = %v, want %v", got, want)
 	}
 }
