@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 )
@@ -51,14 +52,14 @@ func (m *Manager) SignCSR(ctx context.Context, service, csrPEM string) (SignedCe
 	if m.isClosed() {
 		return SignedCert{}, ErrClosed
 	}
-	dc, pub, err := m.checkCSR(service, csrPEM)
+	dc, pub, dns, err := m.checkCSR(service, csrPEM)
 	if err != nil {
 		return SignedCert{}, err
 	}
 	if err := m.limiter.Wait(ctx); err != nil {
 		return SignedCert{}, fmt.Errorf("failed to sign CSR for %s: %w", service, err)
 	}
-	is, err := m.issueIn(service, dc, pub)
+	is, err := m.issueIn(service, dc, pub, dns)
 	if err != nil {
 		return SignedCert{}, err
 	}
@@ -66,46 +67,51 @@ func (m *Manager) SignCSR(ctx context.Context, service, csrPEM string) (SignedCe
 }
 
 // checkCSR parses and checks csrPEM and returns the datacenter its URI
-// SAN names (this manager's when it has none) and its public key.
-func (m *Manager) checkCSR(service, csrPEM string) (string, *ecdsa.PublicKey, error) {
+// SAN names (this manager's when it has none), its public key and the DNS
+// SANs it asks for.
+func (m *Manager) checkCSR(service, csrPEM string) (string, *ecdsa.PublicKey, []string, error) {
 	block, _ := pem.Decode([]byte(csrPEM))
 	if block == nil || block.Type != "CERTIFICATE REQUEST" {
-		return "", nil, fmt.Errorf("%w: no CERTIFICATE REQUEST PEM block", ErrInvalidCSR)
+		return "", nil, nil, fmt.Errorf("%w: no CERTIFICATE REQUEST PEM block", ErrInvalidCSR)
 	}
 	csr, err := x509.ParseCertificateRequest(block.Bytes)
 	if err != nil {
-		return "", nil, fmt.Errorf("%w: %w", ErrInvalidCSR, err)
+		return "", nil, nil, fmt.Errorf("%w: %w", ErrInvalidCSR, err)
 	}
 	if err := csr.CheckSignature(); err != nil {
-		return "", nil, fmt.Errorf("%w: %w", ErrInvalidCSR, err)
+		return "", nil, nil, fmt.Errorf("%w: %w", ErrInvalidCSR, err)
 	}
 	pub, ok := csr.PublicKey.(*ecdsa.PublicKey)
 	if !ok || pub.Curve != elliptic.P256() {
-		return "", nil, fmt.Errorf("%w: key is %T, want ECDSA P-256", ErrInvalidCSR, csr.PublicKey)
+		return "", nil, nil, fmt.Errorf("%w: key is %T, want ECDSA P-256", ErrInvalidCSR, csr.PublicKey)
 	}
 	dc := m.cfg.Datacenter
 	switch {
 	case len(csr.URIs) > 1:
-		return "", nil, fmt.Errorf("%w: %d URI SANs, want at most 1", ErrInvalidCSR, len(csr.URIs))
+		return "", nil, nil, fmt.Errorf("%w: %d URI SANs, want at most 1", ErrInvalidCSR, len(csr.URIs))
 	case len(csr.URIs) == 1:
 		id, err := ParseSpiffeID(csr.URIs[0].String())
 		want := SpiffeID{TrustDomain: m.TrustDomain(), Namespace: DefaultNamespace, Datacenter: id.Datacenter, Service: service}
 		if err != nil || id != want || !validToken(id.Datacenter, 63) {
-			return "", nil, fmt.Errorf("%w: URI SAN %s is not %s", ErrInvalidCSR, csr.URIs[0], m.SpiffeID(service))
+			return "", nil, nil, fmt.Errorf("%w: URI SAN %s is not %s", ErrInvalidCSR, csr.URIs[0], m.SpiffeID(service))
 		}
 		dc = id.Datacenter
 	}
-	return dc, pub, nil
+	dns, err := csrDNSNames(csr.DNSNames)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	return dc, pub, dns, nil
 }
 
-// issue signs a leaf for service's identity and pub with the active root.
-// Local leaves and CSRs share it.
-func (m *Manager) issue(service string, pub crypto.PublicKey) (*issued, error) {
-	return m.issueIn(service, m.cfg.Datacenter, pub)
+// issue signs a leaf for service's identity and pub with the active root,
+// with dns as extra DNS SANs. Local leaves and CSRs share it.
+func (m *Manager) issue(service string, pub crypto.PublicKey, dns []string) (*issued, error) {
+	return m.issueIn(service, m.cfg.Datacenter, pub, dns)
 }
 
 // issueIn is issue for service's identity in datacenter dc.
-func (m *Manager) issueIn(service, dc string, pub crypto.PublicKey) (*issued, error) {
+func (m *Manager) issueIn(service, dc string, pub crypto.PublicKey, dns []string) (*issued, error) {
 	m.mu.RLock()
 	root, td := m.activeLocked(), m.trustDomain
 	if root == nil || root.key == nil {
@@ -119,6 +125,11 @@ func (m *Manager) issueIn(service, dc string, pub crypto.PublicKey) (*issued, er
 	tmpl, err := m.leafTemplate(service, td, dc, now, rootCert.NotAfter)
 	if err != nil {
 		return nil, err
+	}
+	for _, n := range dns {
+		if !slices.Contains(tmpl.DNSNames, n) {
+			tmpl.DNSNames = append(tmpl.DNSNames, n)
+		}
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, rootCert, pub, rootKey)
 	if err != nil {

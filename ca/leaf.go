@@ -175,7 +175,7 @@ func (m *Manager) sign(ctx context.Context, service string) (*signed, error) {
 	if err != nil {
 		return nil, fmt.Errorf("failed to generate leaf key: %w", err)
 	}
-	is, err := m.issue(service, &key.PublicKey)
+	is, err := m.issue(service, &key.PublicKey, m.leafDNSFor(service))
 	if err != nil {
 		return nil, err
 	}

@@ -117,6 +117,7 @@ func (m *Manager) removeLocked(e *leafEntry) {
 	e.released = true
 	if m.leaves[e.service] == e {
 		delete(m.leaves, e.service)
+		delete(m.leafDNS, e.service) // its holder (an ingress gateway) is gone
 	}
 	if e.holds == 0 {
 		m.unheld--

@@ -151,7 +151,8 @@ type Manager struct {
 	roots       []*rootCA // oldest first; exactly one is Active (none in remote mode before SetRoots)
 	pool        *x509.CertPool
 	leaves      map[string]*leafEntry
-	unheld      int // entries with holds == 0
+	leafDNS     map[string][]string // extra DNS SANs per service (SetLeafDNS)
+	unheld      int                 // entries with holds == 0
 	renewers    atomic.Int64
 	// signedTTL is the lifetime (ns) of the last leaf the servers signed
 	// for a remote-mode CA: their TTL, which may differ from cfg.LeafTTL.

@@ -131,7 +131,7 @@ func (m *Manager) signRemote(ctx context.Context, service string) (*signed, erro
 	if err != nil {
 		return nil, fmt.Errorf("failed to generate leaf key: %w", err)
 	}
-	csrPEM, err := makeCSR(key, service, id)
+	csrPEM, err := makeCSR(key, service, id, m.leafDNSFor(service))
 	if err != nil {
 		return nil, err
 	}
@@ -153,13 +153,14 @@ func (m *Manager) signRemote(ctx context.Context, service string) (*signed, erro
 	return newSigned(service, is, keyPEM), nil
 }
 
-// makeCSR builds a PEM CSR for key carrying id as its URI SAN.
-func makeCSR(key *ecdsa.PrivateKey, service, id string) (string, error) {
+// makeCSR builds a PEM CSR for key carrying id as its URI SAN and dns as
+// its DNS SANs.
+func makeCSR(key *ecdsa.PrivateKey, service, id string, dns []string) (string, error) {
 	uri, err := url.Parse(id)
 	if err != nil {
 		return "", fmt.Errorf("failed to build SPIFFE ID: %w", err)
 	}
-	tmpl := &x509.CertificateRequest{Subject: pkix.Name{CommonName: service}, URIs: []*url.URL{uri}}
+	tmpl := &x509.CertificateRequest{Subject: pkix.Name{CommonName: service}, URIs: []*url.URL{uri}, DNSNames: dns}
 	der, err := x509.CreateCertificateRequest(rand.Reader, tmpl, key)
 	if err != nil {
 		return "", fmt.Errorf("failed to create CSR for %s: %w", service, err)

@@ -220,7 +220,7 @@ func TestRemoteRejectsBadAnswers(t *testing.T) {
 			if err != nil {
 				return SignedCert{}, err
 			}
-			is, err := server.issue("db", csr.PublicKey) // right key, wrong identity
+			is, err := server.issue("db", csr.PublicKey, nil) // right key, wrong identity
 			if err != nil {
 				return SignedCert{}, err
 			}

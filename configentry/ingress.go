@@ -17,8 +17,8 @@ const IngressGateway = consul.IngressGateway // "ingress-gateway"
 var ingressHostRE = regexp.MustCompile(`^(\*\.)?([A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?\.)*[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(:[0-9]{1,5})?$`)
 
 // validateIngressGateway applies Consul's rules for an ingress-gateway
-// entry, refusing what meshlet does not run yet (TLS, header changes,
-// wildcard services, http2 and grpc listeners). Protocols are
+// entry, refusing what meshlet does not run yet (header changes, service
+// limits). Protocols are
 // lower-cased, an empty one becomes tcp.
 func validateIngressGateway(e *consul.IngressGatewayConfigEntry) error {
 	if err := checkName(e.Name); err != nil {
@@ -26,9 +26,6 @@ func validateIngressGateway(e *consul.IngressGatewayConfigEntry) error {
 	}
 	if err := checkTenancy("", e.Namespace, e.Partition); err != nil {
 		return err
-	}
-	if e.TLS.Enabled || e.TLS.SDS != nil {
-		return invalidf("TLS: TLS on ingress listeners is not supported by meshlet yet")
 	}
 	if e.Defaults != nil {
 		return invalidf("Defaults: service limits are not supported by meshlet yet")
@@ -48,7 +45,7 @@ func validateIngressGateway(e *consul.IngressGatewayConfigEntry) error {
 			return err
 		}
 	}
-	return nil
+	return validateIngressTLS(e)
 }
 
 func validateIngressListener(l *consul.IngressListener, where string) error {
@@ -57,14 +54,9 @@ func validateIngressListener(l *consul.IngressListener, where string) error {
 		l.Protocol = ProtocolTCP
 	}
 	switch l.Protocol {
-	case ProtocolTCP, ProtocolHTTP:
-	case ProtocolHTTP2, ProtocolGRPC:
-		return invalidf("%s.Protocol %q is not supported by meshlet yet (tcp or http)", where, l.Protocol)
+	case ProtocolTCP, ProtocolHTTP, ProtocolHTTP2, ProtocolGRPC:
 	default:
 		return invalidf("%s.Protocol %q is not one of tcp, http, http2, grpc", where, l.Protocol)
-	}
-	if l.TLS != nil {
-		return invalidf("%s.TLS: TLS on ingress listeners is not supported by meshlet yet", where)
 	}
 	if len(l.Services) == 0 {
 		return invalidf("%s: no service; a listener needs at least one", where)
@@ -77,14 +69,20 @@ func validateIngressListener(l *consul.IngressListener, where string) error {
 		s := &l.Services[j]
 		sw := fmt.Sprintf("%s.Services[%d]", where, j)
 		switch {
-		case s.Name == "*":
-			return invalidf("%s: the wildcard service \"*\" is not supported by meshlet yet", sw)
-		case checkName(s.Name) != nil:
+		case s.Name == "*" && l.Protocol == ProtocolTCP:
+			return invalidf("%s: the wildcard service \"*\" is only valid for protocol = \"http\" (listener on port %d)", sw, l.Port)
+		case s.Name == "*" && len(s.Hosts) > 0:
+			return invalidf("%s.Hosts: associating hosts to a wildcard service is not supported", sw)
+		case s.Name != "*" && checkName(s.Name) != nil:
 			return invalidf("%s.Name %q is not a valid service name", sw, s.Name)
 		case names[s.Name]:
 			return invalidf("%s.Name %q: a service may appear once per listener", sw, s.Name)
-		case s.TLS != nil || s.RequestHeaders != nil || s.ResponseHeaders != nil:
-			return invalidf("%s: TLS and header changes are not supported by meshlet yet", sw)
+		case s.RequestHeaders != nil || s.ResponseHeaders != nil:
+			return invalidf("%s: header changes are not supported by meshlet yet", sw)
+		case s.TLS != nil && l.Protocol == ProtocolTCP:
+			return invalidf("%s.TLS: a service's own TLS is only valid on http, http2 and grpc listeners (a tcp listener's is the listener's)", sw)
+		case s.TLS != nil && s.TLS.SDS != nil && (s.TLS.SDS.CertResource == "" || len(s.Hosts) == 0 || s.Name == "*"):
+			return invalidf("%s.TLS.SDS: a service's certificate from SDS needs a CertResource and hosts (its SNI names), and no wildcard service", sw)
 		case s.MaxConnections != nil || s.MaxPendingRequests != nil || s.MaxConcurrentRequests != nil || s.PassiveHealthCheck != nil:
 			return invalidf("%s: service limits are not supported by meshlet yet", sw)
 		}

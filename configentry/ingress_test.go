@@ -58,17 +58,26 @@ func TestIngressGatewayValidate(t *testing.T) {
 		e    *consul.IngressGatewayConfigEntry
 		want string
 	}{
-		{"tls", &consul.IngressGatewayConfigEntry{Name: "g", TLS: consul.GatewayTLSConfig{Enabled: true}}, "ingress-gateway/g: TLS: TLS on ingress listeners is not supported by meshlet yet"},
+		{"tls version", &consul.IngressGatewayConfigEntry{Name: "g", TLS: consul.GatewayTLSConfig{Enabled: true, TLSMinVersion: "TLSv1_4"}}, `ingress-gateway/g: TLS.TLSMinVersion "TLSv1_4" is not one of`},
+		{"tls min above max", &consul.IngressGatewayConfigEntry{Name: "g", TLS: consul.GatewayTLSConfig{Enabled: true, TLSMinVersion: "TLSv1_3", TLSMaxVersion: "TLSv1_2"}}, "TLS: TLSMinVersion TLSv1_3 is above TLSMaxVersion TLSv1_2"},
+		{"tls ciphers 1.3", &consul.IngressGatewayConfigEntry{Name: "g", TLS: consul.GatewayTLSConfig{Enabled: true, TLSMinVersion: "TLSv1_3", CipherSuites: []string{"TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"}}}, "only applicable to connections negotiated with TLS 1.2 or earlier"},
+		{"tls cipher", &consul.IngressGatewayConfigEntry{Name: "g", TLS: consul.GatewayTLSConfig{Enabled: true, CipherSuites: []string{"TLS_RSA_WITH_RC4_128_SHA"}}}, `TLS.CipherSuites: "TLS_RSA_WITH_RC4_128_SHA" is not a supported cipher suite`},
+		{"listener tls", &consul.IngressGatewayConfigEntry{Name: "g", Listeners: []consul.IngressListener{{Port: 1, Protocol: "tcp", Services: []consul.IngressService{svc("a")}, TLS: &consul.GatewayTLSConfig{TLSMaxVersion: "SSLv3"}}}}, `Listeners[0].TLS.TLSMaxVersion "SSLv3"`},
+		{"sds half", &consul.IngressGatewayConfigEntry{Name: "g", TLS: consul.GatewayTLSConfig{SDS: &consul.GatewayTLSSDSConfig{ClusterName: "sds"}}, Listeners: []consul.IngressListener{l(1, "tcp", svc("a"))}}, "Listeners[0].TLS.SDS: both ClusterName and CertResource are required"},
+		{"service sds tcp", &consul.IngressGatewayConfigEntry{Name: "g", Listeners: []consul.IngressListener{{Port: 1, Protocol: "tcp", Services: []consul.IngressService{{Name: "a", TLS: &consul.GatewayServiceTLSConfig{SDS: &consul.GatewayTLSSDSConfig{ClusterName: "c", CertResource: "r"}}}}}}}, `Listeners[0].Services[0].TLS: a service's own TLS is only valid on http, http2 and grpc listeners`},
+		{"service sds no hosts", &consul.IngressGatewayConfigEntry{Name: "g", Listeners: []consul.IngressListener{{Port: 1, Protocol: "http", Services: []consul.IngressService{{Name: "a", TLS: &consul.GatewayServiceTLSConfig{SDS: &consul.GatewayTLSSDSConfig{ClusterName: "c", CertResource: "r"}}}}}}}, `Listeners[0].Services[0].TLS.SDS: a service's certificate from SDS needs a CertResource and hosts`},
+		{"service sds no cluster", &consul.IngressGatewayConfigEntry{Name: "g", Listeners: []consul.IngressListener{{Port: 1, Protocol: "http", Services: []consul.IngressService{{Name: "a", Hosts: []string{"a.com"}, TLS: &consul.GatewayServiceTLSConfig{SDS: &consul.GatewayTLSSDSConfig{CertResource: "r"}}}}}}}, `Listeners[0].Services[0].TLS.SDS: no ClusterName, and none on the listener or the gateway to default to`},
+		{"tls star host", &consul.IngressGatewayConfigEntry{Name: "g", TLS: consul.GatewayTLSConfig{Enabled: true}, Listeners: []consul.IngressListener{l(1, "http", svc("a", "*"))}}, `Listeners[0].Services[0].Hosts: "*" is not allowed when TLS is enabled`},
 		{"port", &consul.IngressGatewayConfigEntry{Name: "g", Listeners: []consul.IngressListener{l(0, "tcp", svc("a"))}}, "Listeners[0].Port 0 is out of range 1-65535"},
 		{"duplicate port", &consul.IngressGatewayConfigEntry{Name: "g", Listeners: []consul.IngressListener{l(1, "tcp", svc("a")), l(1, "tcp", svc("b"))}}, "Listeners[1].Port 1: listeners must have unique ports"},
 		{"protocol", &consul.IngressGatewayConfigEntry{Name: "g", Listeners: []consul.IngressListener{l(1, "udp", svc("a"))}}, `Listeners[0].Protocol "udp" is not one of tcp, http, http2, grpc`},
-		{"grpc", &consul.IngressGatewayConfigEntry{Name: "g", Listeners: []consul.IngressListener{l(1, "grpc", svc("a"))}}, `Listeners[0].Protocol "grpc" is not supported by meshlet yet (tcp or http)`},
 		{"no service", &consul.IngressGatewayConfigEntry{Name: "g", Listeners: []consul.IngressListener{l(1, "tcp")}}, "Listeners[0]: no service; a listener needs at least one"},
 		{"tcp two services", &consul.IngressGatewayConfigEntry{Name: "g", Listeners: []consul.IngressListener{l(1, "", svc("a"), svc("b"))}}, `Listeners[0]: multiple services per listener are only supported for protocol = "http"`},
 		{"tcp hosts", &consul.IngressGatewayConfigEntry{Name: "g", Listeners: []consul.IngressListener{l(1, "tcp", svc("a", "a.com"))}}, "Listeners[0].Services[0].Hosts: associating hosts to a service is not supported for the tcp protocol"},
 		{"bad host", &consul.IngressGatewayConfigEntry{Name: "g", Listeners: []consul.IngressListener{l(1, "http", svc("a", "a.*.com"))}}, `Listeners[0].Services[0].Hosts: "a.*.com" is not a valid DNS name (a wildcard must be the whole leftmost label)`},
 		{"duplicate host", &consul.IngressGatewayConfigEntry{Name: "g", Listeners: []consul.IngressListener{l(1, "http", svc("a", "x.com"), svc("b", "X.com"))}}, `Listeners[0].Services[1].Hosts: "X.com": hosts must be unique within a listener`},
-		{"wildcard", &consul.IngressGatewayConfigEntry{Name: "g", Listeners: []consul.IngressListener{l(1, "http", svc("*"))}}, `Listeners[0].Services[0]: the wildcard service "*" is not supported by meshlet yet`},
+		{"wildcard tcp", &consul.IngressGatewayConfigEntry{Name: "g", Listeners: []consul.IngressListener{l(1, "tcp", svc("*"))}}, `Listeners[0].Services[0]: the wildcard service "*" is only valid for protocol = "http" (listener on port 1)`},
+		{"wildcard hosts", &consul.IngressGatewayConfigEntry{Name: "g", Listeners: []consul.IngressListener{l(1, "http", svc("*", "a.com"))}}, `Listeners[0].Services[0].Hosts: associating hosts to a wildcard service is not supported`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -116,5 +125,25 @@ func TestIngressGatewayProtocolConflict(t *testing.T) {
 	gw.Listeners = gw.Listeners[1:]
 	if err := NewSet(web).Check(gw); err != nil {
 		t.Errorf("an http listener in front of http and tcp services: %v", err)
+	}
+}
+
+func TestResolveIngressTLS(t *testing.T) {
+	gw := consul.GatewayTLSConfig{Enabled: true, TLSMinVersion: "TLSv1_2", CipherSuites: []string{"a"}}
+	got := ResolveIngressTLS(gw, &consul.GatewayTLSConfig{TLSMaxVersion: "TLSv1_2", SDS: &consul.GatewayTLSSDSConfig{ClusterName: "c", CertResource: "r"}})
+	if got == nil || !got.Enabled || got.TLSMinVersion != "TLSv1_2" || got.TLSMaxVersion != "TLSv1_2" || got.SDS.CertResource != "r" || len(got.CipherSuites) != 1 {
+		t.Fatalf("merged = %+v", got)
+	}
+	if got := ResolveIngressTLS(consul.GatewayTLSConfig{}, nil); got != nil {
+		t.Fatalf("no TLS = %+v", got)
+	}
+	if got := ResolveIngressTLS(consul.GatewayTLSConfig{}, &consul.GatewayTLSConfig{Enabled: true}); got == nil || !got.Enabled {
+		t.Fatalf("listener-only TLS = %+v", got)
+	}
+	valid := &consul.IngressGatewayConfigEntry{Kind: IngressGateway, Name: "g",
+		TLS:       consul.GatewayTLSConfig{Enabled: true, TLSMinVersion: "TLSv1_2", CipherSuites: []string{"TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"}},
+		Listeners: []consul.IngressListener{{Port: 8443, Protocol: "http", Services: []consul.IngressService{{Name: "web", Hosts: []string{"web.example.com"}}}}}}
+	if err := Validate(valid); err != nil {
+		t.Fatalf("valid TLS entry: %v", err)
 	}
 }

@@ -2,7 +2,6 @@ package connect
 
 import (
 	"strings"
-	"time"
 
 	"github.com/meshlet/meshlet/catalog"
 	"github.com/meshlet/meshlet/structs"
@@ -120,9 +119,10 @@ func injectGateways(tg *structs.TaskGroup, opts Options) error {
 	if len(gws) == 0 {
 		return nil
 	}
-	if err := checkNetwork(tg); err != nil {
+	if err := checkGatewayNetwork(tg); err != nil {
 		return err
 	}
+	host := gatewayHostMode(tg)
 	mesh := MeshServices(tg)
 	for _, s := range gws {
 		passthrough := s.Connect.IsTerminating() || s.Connect.IsMesh()
@@ -132,6 +132,9 @@ func injectGateways(tg *structs.TaskGroup, opts Options) error {
 			s.PortLabel, _ = gatewayTask(s)
 		}
 		if passthrough {
+			if len(tg.Networks) == 0 {
+				tg.Networks = []*structs.NetworkResource{{Mode: structs.NetworkModeHost}}
+			}
 			ensureDynamicPort(tg.Networks[0], s.PortLabel)
 		}
 		if ProxyTaskFor(tg, s) != nil {
@@ -147,6 +150,9 @@ func injectGateways(tg *structs.TaskGroup, opts Options) error {
 		name, kind := gatewayTask(s)
 		t.Name, t.Kind, t.Lifecycle = name, kind, nil
 		t.Config["proxy_id"] = EnvoyNodeID("${NOMAD_ALLOC_ID}", tg.Name, s)
+		if host {
+			hostGatewayTask(tg, t, s)
+		}
 		mergeSidecarTask(t, s.Connect.SidecarTask, opts)
 		tg.Tasks = append(tg.Tasks, t)
 	}
@@ -184,10 +190,7 @@ func gatewayInstance(p Placement, s *structs.Service, id string, bridge bool) (c
 	}
 	// The proxy's identity is the gateway service itself: the xDS server
 	// serves it that service's leaf, and destinations authorize it by name.
-	px := &catalog.Proxy{DestinationServiceName: s.Name}
-	if gp := s.Connect.Gateway.Proxy; gp != nil && gp.ConnectTimeout != nil {
-		px.Config = map[string]any{"connect_timeout_ms": int(*gp.ConnectTimeout / time.Millisecond)}
-	}
+	px := &catalog.Proxy{DestinationServiceName: s.Name, Config: GatewayProxyConfig(s.Connect.Gateway.Proxy)}
 	return catalog.ServiceInstance{
 		ID: id, Name: s.Name, Kind: kind, Address: addr, Port: regPort,
 		Tags: s.Tags, Meta: s.Meta, AllocID: p.Alloc.ID, NodeID: p.NodeID, Datacenter: p.Datacenter,

@@ -3,6 +3,7 @@ package connect
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	consul "github.com/hashicorp/consul/api"
@@ -67,7 +68,7 @@ func GatewayEntries(job *structs.Job) []configentry.Entry {
 func ingressEntry(name string, in *structs.ConsulIngressConfigEntry) *consul.IngressGatewayConfigEntry {
 	e := &consul.IngressGatewayConfigEntry{Kind: configentry.IngressGateway, Name: name}
 	if in.TLS != nil {
-		e.TLS.Enabled = in.TLS.Enabled
+		e.TLS = *gatewayTLS(in.TLS)
 	}
 	for _, l := range in.Listeners {
 		if l == nil {
@@ -76,7 +77,11 @@ func ingressEntry(name string, in *structs.ConsulIngressConfigEntry) *consul.Ing
 		il := consul.IngressListener{Port: l.Port, Protocol: l.Protocol}
 		for _, s := range l.Services {
 			if s != nil {
-				il.Services = append(il.Services, consul.IngressService{Name: s.Name, Hosts: s.Hosts})
+				is := consul.IngressService{Name: s.Name, Hosts: s.Hosts}
+				if s.TLS != nil && s.TLS.SDS != nil {
+					is.TLS = &consul.GatewayServiceTLSConfig{SDS: &consul.GatewayTLSSDSConfig{ClusterName: s.TLS.SDS.ClusterName, CertResource: s.TLS.SDS.CertResource}}
+				}
+				il.Services = append(il.Services, is)
 			}
 		}
 		e.Listeners = append(e.Listeners, il)
@@ -116,4 +121,17 @@ func (m EntryMutator) Mutate(job *structs.Job) ([]string, error) {
 		}
 	}
 	return nil, nil
+}
+
+// gatewayTLS is a jobspec tls block as Consul's (nil stays nil).
+func gatewayTLS(t *structs.ConsulGatewayTLSConfig) *consul.GatewayTLSConfig {
+	if t == nil {
+		return nil
+	}
+	out := &consul.GatewayTLSConfig{Enabled: t.Enabled, TLSMinVersion: t.TLSMinVersion, TLSMaxVersion: t.TLSMaxVersion,
+		CipherSuites: slices.Clone(t.CipherSuites)}
+	if t.SDS != nil {
+		out.SDS = &consul.GatewayTLSSDSConfig{ClusterName: t.SDS.ClusterName, CertResource: t.SDS.CertResource}
+	}
+	return out
 }

@@ -90,9 +90,27 @@ func TestInjectIngressNetworks(t *testing.T) {
 	if err := Inject(job); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("two networks: %v", err)
 	}
-	job.TaskGroups[0].Networks = []*structs.NetworkResource{{Mode: "host"}}
+	job.TaskGroups[0].Networks = []*structs.NetworkResource{{Mode: "none"}}
 	if err := Inject(job); !errors.Is(err, ErrInvalid) {
-		t.Fatalf("host mode: %v", err)
+		t.Fatalf("network mode none: %v", err)
+	}
+	// Host mode, as Nomad allows for gateways: the proxy runs in the
+	// host's namespace, its admin listener on 127.0.0.2 and a dynamic port
+	// of its own.
+	for _, nets := range [][]*structs.NetworkResource{nil, {{Mode: "host"}}} {
+		job = ingressJob()
+		job.TaskGroups[0].Networks = nets
+		if err := Inject(job); err != nil {
+			t.Fatalf("host mode: %v", err)
+		}
+		tg := job.TaskGroups[0]
+		gw := tg.Tasks[len(tg.Tasks)-1]
+		if gw.Config["network_mode"] != "host" || gw.Config["admin_bind"] != "127.0.0.2:${NOMAD_HOST_PORT_connect_admin_ingress}" {
+			t.Errorf("host-mode gateway task config = %v", gw.Config)
+		}
+		if len(tg.Networks) != 1 || len(tg.Networks[0].DynamicPorts) != 1 || tg.Networks[0].DynamicPorts[0].Label != "connect-admin-ingress" {
+			t.Errorf("host-mode gateway network = %+v", tg.Networks)
+		}
 	}
 }
 
@@ -157,5 +175,20 @@ func TestEntryMutator(t *testing.T) {
 	w.got = nil
 	if _, err := (EntryMutator{Writer: w}).Mutate(dashboardJob()); err != nil || len(w.got) != 0 {
 		t.Errorf("a job without gateways wrote %v (%v)", w.got, err)
+	}
+}
+
+func TestGatewayProxyConfig(t *testing.T) {
+	d := 1500 * time.Millisecond
+	got := GatewayProxyConfig(&structs.ConsulGatewayProxy{ConnectTimeout: &d, EnvoyGatewayNoDefaultBind: true, EnvoyGatewayBindTaggedAddresses: true,
+		EnvoyDNSDiscoveryType: "STRICT_DNS", Config: map[string]any{"foo": "bar", "connect_timeout_ms": 1},
+		EnvoyGatewayBindAddresses: map[string]*structs.ConsulGatewayBindAddress{"lo": {Name: "lo", Address: "127.0.0.1", Port: 8080}}})
+	want := map[string]any{"foo": "bar", "connect_timeout_ms": 1500, "envoy_gateway_no_default_bind": true, "envoy_gateway_bind_tagged_addresses": true,
+		"envoy_dns_discovery_type": "STRICT_DNS", "envoy_gateway_bind_addresses": map[string]any{"lo": map[string]any{"address": "127.0.0.1", "port": 8080}}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("GatewayProxyConfig =\n %v\nwant %v", got, want)
+	}
+	if got := GatewayProxyConfig(&structs.ConsulGatewayProxy{}); got != nil {
+		t.Fatalf("empty proxy block = %v", got)
 	}
 }

@@ -63,6 +63,7 @@ func (d *decoder) decodeGatewayProxy(px map[string]any, pp path, pb *hclsyntax.B
 			out.ConnectTimeout = &dur
 		}
 	}
+	d.decodeGatewayBind(px, pp, pb, out)
 	return out
 }
 
@@ -96,14 +97,7 @@ func (d *decoder) decodeIngress(m map[string]any, p path, b *hclsyntax.Block) *s
 		blocks = blocksByType(b.Body)
 	}
 	if tm := firstMap(m["tls"]); tm != nil {
-		tp := p.sub("tls")
-		tb := first(blocks["tls"])
-		d.recBlock(tp, tb)
-		in.TLS = &structs.ConsulGatewayTLSConfig{}
-		if v, ok := tm["enabled"].(bool); ok {
-			in.TLS.Enabled = v
-			d.recAttr(tp, tb, "enabled")
-		}
+		in.TLS = d.decodeGatewayTLS(tm, p.sub("tls"), first(blocks["tls"]))
 	}
 	for i, lm := range asMaps(m["listener"]) {
 		lp := p.item("listener", i, "")
@@ -130,6 +124,10 @@ func (d *decoder) decodeIngress(m map[string]any, p path, b *hclsyntax.Block) *s
 				}
 			}
 			d.recAttr(sp, sb, "hosts")
+			d.warnIngressServiceUnrun(sb)
+			if tm := firstMap(sm["tls"]); tm != nil && sb != nil {
+				s.TLS = d.decodeGatewayTLS(tm, sp.sub("tls"), first(blocksByType(sb.Body)["tls"]))
+			}
 			l.Services = append(l.Services, s)
 		}
 		in.Listeners = append(in.Listeners, l)

@@ -86,7 +86,8 @@ func TestTerminatingValidation(t *testing.T) {
 
 func TestTerminatingNeedsBridge(t *testing.T) {
 	body := "service {\n  name = \"tgw\"\n  connect {\n    gateway {\n      terminating {\n        service { name = \"db\" }\n      }\n    }\n  }\n}"
-	assertDiags(t, parseGroup(t, body), []string{
-		`t.hcl:5:3: error: Terminating gateway requires bridge networking; Service "tgw" is a terminating gateway, so group "g" needs exactly one network block with mode "bridge" or "cni/<name>" (host mode is not supported by meshlet yet); found no network block.`,
+	assertDiags(t, parseGroup(t, body), nil) // host mode
+	assertDiags(t, parseGroup(t, "network { mode = \"none\" }\n"+body), []string{
+		`t.hcl:6:3: error: Terminating gateway requires bridge, cni or host networking; Service "tgw" is a terminating gateway, so group "g" needs at most one network block, with mode "bridge", "cni/<name>" or "host"; found network mode "none".`,
 	})
 }

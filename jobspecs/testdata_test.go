@@ -20,6 +20,7 @@ func TestValidJobspecs(t *testing.T) {
 		"countdash-cluster.hcl":                 nil,
 		"countdash-docker.hcl":                  nil,
 		"grpc.hcl":                              nil,
+		"ingress-gateway.hcl":                   nil,
 		"hello.hcl":                             nil,
 		"hello-exec.hcl":                        nil,
 		"mesh-gateway.hcl":                      nil,

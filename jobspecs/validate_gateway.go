@@ -9,8 +9,8 @@ import (
 	"github.com/meshlet/meshlet/structs"
 )
 
-// Ingress listener protocols. meshlet runs tcp and http listeners; Nomad
-// also accepts http2 and grpc, which are refused here until they run.
+// Ingress listener protocols: tcp forwards bytes; http, http2 and grpc
+// route by Host header.
 const (
 	ingressTCP  = "tcp"
 	ingressHTTP = "http"
@@ -60,6 +60,7 @@ func checkGateway(s *structs.Service, c *structs.ConsulConnect, p path, report r
 		report(SeverityError, gp.sub("proxy").attr("connect_timeout"), "Invalid connect_timeout",
 			"connect_timeout must not be negative.")
 	}
+	checkGatewayProxy(g.Proxy, gp.sub("proxy"), report)
 	if g.Terminating != nil {
 		checkTerminating(g.Terminating, gp.sub("terminating"), report)
 		return
@@ -75,10 +76,7 @@ func checkIngress(in *structs.ConsulIngressConfigEntry, p path, report reporter)
 		report(SeverityError, p, "Missing ingress listener", "Consul Ingress Gateway requires at least one listener.")
 		return
 	}
-	if in.TLS != nil && in.TLS.Enabled {
-		report(SeverityError, p.sub("tls").attr("enabled"), "Unsupported ingress TLS",
-			"TLS on ingress listeners is not supported by meshlet yet; the gateway would serve plaintext.")
-	}
+	checkGatewayTLS(in.TLS, p.sub("tls"), report)
 	ports := map[int]int{}
 	for i, l := range in.Listeners {
 		if l == nil {
@@ -95,16 +93,14 @@ func checkIngress(in *structs.ConsulIngressConfigEntry, p path, report reporter)
 			ports[l.Port] = i
 		}
 		checkIngressListener(l, lp, report)
+		checkListenerTLS(in.TLS, l, lp, report)
+		checkServiceTLS(in.TLS, l, lp, report)
 	}
 }
 
 func checkIngressListener(l *structs.ConsulIngressListener, p path, report reporter) {
 	switch l.Protocol {
-	case "", ingressTCP, ingressHTTP: // "": tcp once canonicalized
-	case "http2", "grpc":
-		report(SeverityError, p.attr("protocol"), "Unsupported ingress listener protocol",
-			fmt.Sprintf("Protocol %q is not supported by meshlet yet; use \"tcp\" or \"http\".", l.Protocol))
-		return
+	case "", ingressTCP, ingressHTTP, "http2", "grpc": // "": tcp once canonicalized
 	default:
 		report(SeverityError, p.attr("protocol"), "Invalid ingress listener protocol",
 			fmt.Sprintf("Consul Ingress Listener requires protocol of tcp, http, http2, grpc, got %q.", l.Protocol))
@@ -114,7 +110,7 @@ func checkIngressListener(l *structs.ConsulIngressListener, p path, report repor
 		report(SeverityError, p, "Missing ingress service", "Consul Ingress Listener requires one or more services.")
 		return
 	}
-	tcp := l.Protocol != ingressHTTP
+	tcp := l.Protocol == ingressTCP || l.Protocol == ""
 	if tcp && len(l.Services) > 1 {
 		report(SeverityError, p.item("service", 1, ""), "Too many ingress services", fmt.Sprintf(
 			"A tcp listener routes to exactly one service; listener on port %d has %d. Use protocol \"http\" to route by Host header.",
@@ -130,9 +126,15 @@ func checkIngressListener(l *structs.ConsulIngressListener, p path, report repor
 		case s.Name == "":
 			report(SeverityError, sp, "Missing ingress service name", "Consul Ingress Service requires a name.")
 			continue
+		case s.Name == "*" && tcp:
+			report(SeverityError, sp.attr("name"), "Invalid ingress service name",
+				fmt.Sprintf("Wildcard service name is only valid for protocol = \"http\" (listener on port %d).", l.Port))
+			continue
+		case s.Name == "*" && len(s.Hosts) > 0:
+			report(SeverityError, sp.attr("hosts"), "Invalid ingress hosts", "Associating hosts to a wildcard service is not supported.")
+			continue
 		case s.Name == "*":
-			report(SeverityError, sp.attr("name"), "Unsupported ingress service name",
-				"A wildcard service name is not supported by meshlet yet; name each service.")
+			names[s.Name] = true
 			continue
 		case names[s.Name]:
 			report(SeverityError, sp.attr("name"), "Duplicate ingress service",
@@ -176,25 +178,32 @@ func checkIngressHosts(s *structs.ConsulIngressService, port int, seen map[strin
 	}
 }
 
-// checkGatewayNetwork requires a gateway group to run in one bridge or
-// cni/* network: its connect_proxy task runs in the allocation's
-// namespace (Nomad also allows host mode; meshlet does not run it yet).
+// checkGatewayNetwork requires a gateway group to run in one bridge,
+// cni/* or host network (or none: host): its connect_proxy task runs in
+// the allocation's namespace, or the host's. A mesh gateway needs a
+// bridge or cni/* network (meshlet has not run one in host mode).
 func checkGatewayNetwork(tg *structs.TaskGroup, p path, report reporter) {
 	for i, s := range tg.Services {
 		if s == nil || !s.Connect.IsGateway() || s.Connect.HasSidecar() { // a sidecar's own rule reports it
 			continue
 		}
-		kind := "an ingress gateway"
-		title := "Ingress gateway requires bridge networking"
+		allowHost := !s.Connect.IsMesh()
+		kind, title := "an ingress gateway", "Ingress gateway requires bridge, cni or host networking"
+		want := "at most one network block, with mode \"bridge\", \"cni/<name>\" or \"host\""
 		if s.Connect.IsTerminating() {
-			kind, title = "a terminating gateway", "Terminating gateway requires bridge networking"
-		} else if s.Connect.IsMesh() {
+			kind, title = "a terminating gateway", "Terminating gateway requires bridge, cni or host networking"
+		} else if !allowHost {
 			kind, title = "a mesh gateway", "Mesh gateway requires bridge networking"
+			want = "exactly one network block with mode \"bridge\" or \"cni/<name>\" (host mode is not supported by meshlet yet)"
 		}
 		found := "no network block"
+		if len(tg.Networks) == 0 && allowHost {
+			return // host mode, as Nomad allows for gateways
+		}
 		if len(tg.Networks) == 1 && tg.Networks[0] != nil {
 			mode := tg.Networks[0].Mode
-			if mode == structs.NetworkModeBridge || (strings.HasPrefix(mode, structs.NetworkModeCNIPrefix) && validNetworkMode(mode)) {
+			if (allowHost && (mode == "" || mode == structs.NetworkModeHost)) || mode == structs.NetworkModeBridge ||
+				(strings.HasPrefix(mode, structs.NetworkModeCNIPrefix) && validNetworkMode(mode)) {
 				return
 			}
 			found = fmt.Sprintf("network mode %q", cmpOr(mode, structs.NetworkModeHost))
@@ -202,8 +211,7 @@ func checkGatewayNetwork(tg *structs.TaskGroup, p path, report reporter) {
 			found = fmt.Sprintf("%d network blocks", len(tg.Networks))
 		}
 		report(SeverityError, p.item("service", i, s.Name).sub("connect"), title, fmt.Sprintf(
-			"Service %q is %s, so group %q needs exactly one network block with mode \"bridge\" or \"cni/<name>\" (host mode is not supported by meshlet yet); found %s.",
-			s.Name, kind, tg.Name, found))
+			"Service %q is %s, so group %q needs %s; found %s.", s.Name, kind, tg.Name, want, found))
 		return
 	}
 }

@@ -54,6 +54,7 @@ type tlsSettings struct {
 	validation *validationSource // nil: do not verify the peer
 	minVersion uint16
 	maxVersion uint16
+	ciphers    []uint16 // TLS 1.2 suites; nil: Go's defaults
 	alpn       []string
 }
 
@@ -208,6 +209,8 @@ func checkConfigSource(cs *corev3.ConfigSource) error {
 		return nil
 	case nil:
 		return errors.New("config source is empty (want ads)")
+	case *corev3.ConfigSource_ApiConfigSource:
+		return errors.New("an external SDS server (api_config_source) is not supported by the built-in proxy; use Envoy, or TLS from the mesh CA")
 	default:
 		return fmt.Errorf("config source %T is not supported (want ads)", cs.GetConfigSourceSpecifier())
 	}
@@ -259,6 +262,9 @@ func decodeCommonTLS(c *tlsv3.CommonTlsContext) (tlsSettings, error) {
 	}
 	if out.minVersion > out.maxVersion {
 		return out, errors.New("tls_params: minimum protocol version is above the maximum")
+	}
+	if out.ciphers, err = cipherSuites(p.GetCipherSuites()); err != nil {
+		return out, err
 	}
 	out.alpn = c.GetAlpnProtocols()
 	return out, nil

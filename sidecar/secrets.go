@@ -91,9 +91,10 @@ func (s *secretStore) verifyPeer(v *validationSource, chain []*x509.Certificate)
 // callbacks read the secret store per handshake.
 func (s *secretStore) serverTLSConfig(d *downstreamTLS) *tls.Config {
 	cfg := &tls.Config{
-		MinVersion: d.minVersion,
-		MaxVersion: d.maxVersion,
-		NextProtos: d.alpn,
+		MinVersion:   d.minVersion,
+		MaxVersion:   d.maxVersion,
+		CipherSuites: d.ciphers,
+		NextProtos:   d.alpn,
 		// Full-size records from the first byte: the small start-up
 		// records only help a browser over a slow link, and cost a system
 		// call each here.
@@ -126,6 +127,7 @@ func (s *secretStore) clientTLSConfig(u *upstreamTLS) *tls.Config {
 		ServerName:         u.sni,
 		MinVersion:         u.minVersion,
 		MaxVersion:         u.maxVersion,
+		CipherSuites:       u.ciphers,
 		NextProtos:         u.alpn,
 		InsecureSkipVerify: true, // replaced by VerifyConnection below
 		// Full-size records from the first byte (see serverTLSConfig).

@@ -157,10 +157,23 @@ type ConsulLinkedService struct {
 	SNI      string `json:"SNI,omitempty"`
 }
 
-// ConsulGatewayProxy is a gateway's proxy block (its connect_timeout; the
-// other keys stay in ConsulGateway.Config).
+// ConsulGatewayProxy is a gateway's proxy block (Nomad's
+// api.ConsulGatewayProxy): the gateway's connect timeout, where its
+// listeners bind, how it resolves hostnames, and free-form proxy config.
 type ConsulGatewayProxy struct {
-	ConnectTimeout *time.Duration `json:"ConnectTimeout,omitempty"`
+	ConnectTimeout                  *time.Duration                       `json:"ConnectTimeout,omitempty"`
+	EnvoyGatewayBindTaggedAddresses bool                                 `json:"EnvoyGatewayBindTaggedAddresses,omitempty"`
+	EnvoyGatewayBindAddresses       map[string]*ConsulGatewayBindAddress `json:"EnvoyGatewayBindAddresses,omitempty"`
+	EnvoyGatewayNoDefaultBind       bool                                 `json:"EnvoyGatewayNoDefaultBind,omitempty"`
+	EnvoyDNSDiscoveryType           string                               `json:"EnvoyDNSDiscoveryType,omitempty"`
+	Config                          map[string]any                       `json:"Config,omitempty"`
+}
+
+// ConsulGatewayBindAddress is one envoy_gateway_bind_addresses block.
+type ConsulGatewayBindAddress struct {
+	Name    string `json:"Name,omitempty"`
+	Address string `json:"Address"`
+	Port    int    `json:"Port"`
 }
 
 // ConsulIngressConfigEntry is an ingress gateway's ingress block, the
@@ -170,9 +183,21 @@ type ConsulIngressConfigEntry struct {
 	Listeners []*ConsulIngressListener `json:"Listeners,omitempty"`
 }
 
-// ConsulGatewayTLSConfig is an ingress gateway's tls block.
+// ConsulGatewayTLSConfig is an ingress gateway's (or listener's) tls
+// block.
 type ConsulGatewayTLSConfig struct {
-	Enabled bool `json:"Enabled"`
+	Enabled       bool                       `json:"Enabled"`
+	TLSMinVersion string                     `json:"TLSMinVersion,omitempty"`
+	TLSMaxVersion string                     `json:"TLSMaxVersion,omitempty"`
+	CipherSuites  []string                   `json:"CipherSuites,omitempty"`
+	SDS           *ConsulGatewayTLSSDSConfig `json:"SDS,omitempty"`
+}
+
+// ConsulGatewayTLSSDSConfig names a certificate an external SDS cluster
+// (defined in the proxy's bootstrap) serves.
+type ConsulGatewayTLSSDSConfig struct {
+	ClusterName  string `json:"ClusterName,omitempty"`
+	CertResource string `json:"CertResource,omitempty"`
 }
 
 // ConsulIngressListener is one listener of an ingress gateway.
@@ -186,6 +211,8 @@ type ConsulIngressListener struct {
 type ConsulIngressService struct {
 	Name  string   `json:"Name"`
 	Hosts []string `json:"Hosts,omitempty"`
+	// TLS: the service's own certificate from SDS (its sds block only).
+	TLS *ConsulGatewayTLSConfig `json:"TLS,omitempty"`
 }
 
 // ConsulSidecarService configures the sidecar proxy's service.

@@ -54,7 +54,7 @@ func IngressDomains(service string, hosts []string, port int) []string {
 // service is an upstream of the gateway's own identity: mTLS with the
 // gateway's leaf to the service's sidecars, through its discovery chain.
 func (b builder) ingressGateway(inst catalog.ServiceInstance) (*proxyResources, error) {
-	out := &proxyResources{service: inst.Name, specs: map[claKey]endpointSpec{}}
+	out := &proxyResources{service: inst.Name, specs: map[claKey]endpointSpec{}, setsLeafDNS: true}
 	e, _ := b.entries().Get(configentry.IngressGateway, inst.Name).(*consul.IngressGatewayConfigEntry)
 	if e == nil {
 		return out, nil
@@ -69,26 +69,62 @@ func (b builder) ingressGateway(inst catalog.ServiceInstance) (*proxyResources, 
 	}
 	_, timeoutSet := cfg[cfgConnectTimeout]
 	ut := upstreamTimeout{ms: timeout, set: timeoutSet}
-	clusters, routes := map[string]*cluster.Cluster{}, map[string]*route.RouteConfiguration{}
-	for _, l := range e.Listeners {
-		if err := validBind(ingressBindAddr, l.Port); err != nil {
-			return nil, fmt.Errorf("ingress listener: %w", err)
-		}
-		var lst *listener.Listener
-		switch prot := protocol(orProtocol(l.Protocol)); prot {
-		case protoTCP:
-			lst, err = b.ingressTCP(inst.Name, l, ut, out, clusters, routes)
-		case protoHTTP:
-			lst, err = b.ingressHTTP(inst.Name, l, ut, out, clusters, routes)
-		default:
-			err = fmt.Errorf("%w: ingress listener on port %d: protocol %q is not served (tcp or http)", ErrInvalidProxyConfig, l.Port, prot)
-		}
-		if err != nil {
-			return nil, err
-		}
-		out.listeners = append(out.listeners, lst)
+	binds, err := GatewayBinds(inst, ingressBindAddr)
+	if err != nil {
+		return nil, err
 	}
+	if err := checkBindConflicts(binds, func(GatewayBind) []int { return ingressPorts(e) }); err != nil {
+		return nil, fmt.Errorf("ingress listeners: %w", err)
+	}
+	clusters, routes := map[string]*cluster.Cluster{}, map[string]*route.RouteConfiguration{}
+	for _, bind := range binds {
+		for _, l := range e.Listeners {
+			lst, err := b.ingressListener(inst.Name, bind.Address, l, ut, out, clusters, routes)
+			if err != nil {
+				return nil, err
+			}
+			if err := withIngressTLS(lst, inst.Name, e.TLS, l, ingressALPN(l.Protocol)); err != nil {
+				return nil, fmt.Errorf("ingress listener on port %d: %w", l.Port, err)
+			}
+			if err := withServiceSDS(lst, inst.Name, bind.Address, e.TLS, l, out, routes); err != nil {
+				return nil, err
+			}
+			out.listeners = append(out.listeners, lst)
+		}
+	}
+	out.leafDNS = IngressDNSSANs(e, b.dc)
 	return out, nil
+}
+
+// ingressALPN is what a TLS listener offers: h2 first for http2 and grpc
+// listeners (HTTP/2 over TLS), nothing otherwise (Envoy's default).
+func ingressALPN(prot string) []string {
+	if protocol(orProtocol(prot)).isHTTP2() {
+		return []string{"h2", "http/1.1"}
+	}
+	return nil
+}
+
+// ingressPorts are the ports of an entry's listeners.
+func ingressPorts(e *consul.IngressGatewayConfigEntry) []int {
+	out := make([]int, 0, len(e.Listeners))
+	for _, l := range e.Listeners {
+		out = append(out, l.Port)
+	}
+	return out
+}
+
+// ingressListener is one listener of the entry bound on addr.
+func (b builder) ingressListener(own, addr string, l consul.IngressListener, ut upstreamTimeout, out *proxyResources,
+	clusters map[string]*cluster.Cluster, routes map[string]*route.RouteConfiguration) (*listener.Listener, error) {
+	switch prot := protocol(orProtocol(l.Protocol)); prot {
+	case protoTCP:
+		return b.ingressTCP(own, addr, l, ut, out, clusters, routes)
+	case protoHTTP, protoHTTP2, protoGRPC:
+		return b.ingressHTTP(own, addr, prot, l, ut, out, clusters, routes)
+	default:
+		return nil, fmt.Errorf("%w: ingress listener on port %d: protocol %q is not one of tcp, http, http2, grpc", ErrInvalidProxyConfig, l.Port, prot)
+	}
 }
 
 func orProtocol(p string) string {
@@ -98,18 +134,18 @@ func orProtocol(p string) string {
 	return strings.ToLower(p)
 }
 
-func ingressUpstream(service string, port int) catalog.Upstream {
-	return catalog.Upstream{DestinationName: service, LocalBindAddress: ingressBindAddr, LocalBindPort: port}
+func ingressUpstream(service, addr string, port int) catalog.Upstream {
+	return catalog.Upstream{DestinationName: service, LocalBindAddress: addr, LocalBindPort: port}
 }
 
 // ingressTCP is a tcp listener: tcp_proxy to its one service's cluster.
-func (b builder) ingressTCP(own string, l consul.IngressListener, ut upstreamTimeout, out *proxyResources,
+func (b builder) ingressTCP(own, addr string, l consul.IngressListener, ut upstreamTimeout, out *proxyResources,
 	clusters map[string]*cluster.Cluster, routes map[string]*route.RouteConfiguration) (*listener.Listener, error) {
 	if len(l.Services) != 1 {
 		return nil, fmt.Errorf("%w: tcp ingress listener on port %d needs exactly one service, has %d", ErrInvalidProxyConfig, l.Port, len(l.Services))
 	}
 	svc := l.Services[0].Name
-	u, err := b.upstreamChain(own, ingressUpstream(svc, l.Port), ingressBindAddr, b.dc, protoTCP, ut)
+	u, err := b.upstreamChain(own, ingressUpstream(svc, addr, l.Port), addr, b.dc, protoTCP, ut)
 	if err != nil {
 		return nil, err
 	}
@@ -119,19 +155,19 @@ func (b builder) ingressTCP(own string, l consul.IngressListener, ut upstreamTim
 	if err := out.merge(u, clusters, routes); err != nil {
 		return nil, fmt.Errorf("%w: ingress listener on port %d: %w", ErrInvalidProxyConfig, l.Port, err)
 	}
-	u.listener.Name = IngressListenerName(string(protoTCP), ingressBindAddr, l.Port)
+	u.listener.Name = IngressListenerName(string(protoTCP), addr, l.Port)
 	return u.listener, nil
 }
 
 // ingressHTTP is an http listener: an HTTP connection manager over RDS
 // whose route configuration has one virtual host per service, matched by
 // Host header (IngressDomains), routing through the service's chain.
-func (b builder) ingressHTTP(own string, l consul.IngressListener, ut upstreamTimeout, out *proxyResources,
+func (b builder) ingressHTTP(own, addr string, prot protocol, l consul.IngressListener, ut upstreamTimeout, out *proxyResources,
 	clusters map[string]*cluster.Cluster, routes map[string]*route.RouteConfiguration) (*listener.Listener, error) {
 	rn := IngressRouteName(l.Port)
 	rc := &route.RouteConfiguration{Name: rn}
-	for _, s := range l.Services {
-		u, err := b.upstreamChain(own, ingressUpstream(s.Name, l.Port), ingressBindAddr, b.dc, protoHTTP, ut)
+	for _, s := range b.expandWildcard(l, prot) {
+		u, err := b.upstreamChain(own, ingressUpstream(s.Name, addr, l.Port), addr, b.dc, prot, ut)
 		if err != nil {
 			return nil, err
 		}
@@ -149,12 +185,17 @@ func (b builder) ingressHTTP(own string, l consul.IngressListener, ut upstreamTi
 	if err := rc.ValidateAll(); err != nil {
 		return nil, fmt.Errorf("%w: routes of ingress listener on port %d: %w", ErrInvalidProxyConfig, l.Port, err)
 	}
-	out.routes = append(out.routes, rc)
-	lst, err := rdsListener("ingress_upstream_"+rn, ingressBindAddr, l.Port, rn)
+	if prev, ok := routes[rn]; !ok {
+		routes[rn] = rc
+		out.routes = append(out.routes, rc)
+	} else if !proto.Equal(prev, rc) {
+		return nil, fmt.Errorf("%w: routes of ingress listener on port %d differ between bind addresses", ErrInvalidProxyConfig, l.Port)
+	}
+	lst, err := rdsListener("ingress_upstream_"+rn, addr, l.Port, rn)
 	if err != nil {
 		return nil, err
 	}
-	lst.Name = IngressListenerName(string(protoHTTP), ingressBindAddr, l.Port)
+	lst.Name = IngressListenerName(string(prot), addr, l.Port)
 	return lst, nil
 }
 

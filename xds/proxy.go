@@ -38,6 +38,10 @@ type proxyResources struct {
 	routes    []*route.RouteConfiguration // RDS of HTTP upstreams with a chain
 	upstreams []claKey
 	specs     map[claKey]endpointSpec // how each upstream CLA is computed
+	// setsLeafDNS: an ingress gateway, whose leaf carries leafDNS as extra
+	// DNS SANs (nil: none) for the TLS its listeners serve.
+	setsLeafDNS bool
+	leafDNS     []string
 }
 
 // builder holds what resource names depend on, and the config entries
@@ -53,6 +57,9 @@ type builder struct {
 	// proxies lists every proxy instance (a mesh gateway's targets);
 	// nil: none.
 	proxies func() []catalog.ServiceInstance
+	// meshServices lists the services with a sidecar (a wildcard ingress
+	// listener's); nil: none.
+	meshServices func() []string
 }
 
 // proxy builds a connect proxy's listeners and clusters. Errors wrap

@@ -184,6 +184,7 @@ func (s *Server) reconcile(ch changes) {
 	}
 	s.touchLinked(ch, set.LinkedGateways())
 	s.touchMeshGateways(ch)
+	s.touchWildcardIngress(ch, set)
 	p := &plan{planned: map[string]bool{}}
 	s.planRoots(ch, p)
 	staged := s.stageProxies(ch, p)
@@ -276,6 +277,11 @@ func (s *Server) stageProxies(ch changes, p *plan) map[string]*proxyResources {
 // first time. Fetching may block on signing: it runs without locks.
 func (s *Server) planLeaves(ch changes, staged map[string]*proxyResources, p *plan) {
 	need := map[string]bool{}
+	for _, res := range staged {
+		if res.setsLeafDNS {
+			s.setLeafDNS(res)
+		}
+	}
 	for svc := range ch.leaves {
 		if len(s.rec.leafRefs[svc]) > 0 {
 			need[svc] = true

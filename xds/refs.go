@@ -56,6 +56,11 @@ func (r *refs) walk(m protoreflect.Message) error {
 	case *core.GrpcService_EnvoyGrpc:
 		r.clusters[v.GetClusterName()] = true
 	case *tlsv3.SdsSecretConfig:
+		if _, ads := v.GetSdsConfig().GetConfigSourceSpecifier().(*core.ConfigSource_Ads); !ads && v.GetSdsConfig() != nil {
+			// An external SDS server (an ingress listener's sds block):
+			// its secret and cluster are the proxy's bootstrap's, not ours.
+			return nil
+		}
 		r.secrets[v.GetName()] = true
 	case *hcm.Rds:
 		r.routes[v.GetRouteConfigName()] = true

@@ -144,9 +144,11 @@ func NewServer(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		cfg:    cfg,
-		log:    cfg.Logger.Named("xds"),
-		b:      builder{dc: cfg.Datacenter, trustDomain: td, compile: cfg.compile, instances: cfg.Catalog.Service, proxies: cfg.Catalog.Proxies},
+		cfg: cfg,
+		log: cfg.Logger.Named("xds"),
+		b: builder{dc: cfg.Datacenter, trustDomain: td, compile: cfg.compile, instances: cfg.Catalog.Service,
+			proxies:      cfg.Catalog.Proxies,
+			meshServices: func() []string { return meshServices(cfg.Catalog, cfg.Datacenter) }},
 		m:      m,
 		wake:   make(chan struct{}, 1),
 		status: map[string]*proxyStatus{},

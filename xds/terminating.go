@@ -19,10 +19,16 @@ import (
 
 const tlsInspectorFilter = "envoy.filters.listener.tls_inspector"
 
-// TerminatingListenerName names a terminating gateway's listener as Consul
-// does: "default:<addr>:<port>".
+// TerminatingListenerName names a terminating gateway's default listener
+// as Consul does: "default:<addr>:<port>".
 func TerminatingListenerName(port int) string {
-	return "default:" + net.JoinHostPort(publicBindAddr, strconv.Itoa(port))
+	return GatewayListenerName("default", publicBindAddr, port)
+}
+
+// GatewayListenerName names a terminating (or mesh) gateway's listener on
+// one of its binds as Consul does: "<bind name>:<addr>:<port>".
+func GatewayListenerName(bind, addr string, port int) string {
+	return bind + ":" + net.JoinHostPort(addr, strconv.Itoa(port))
 }
 
 // terminatingGateway builds a terminating gateway's resources from the
@@ -39,7 +45,11 @@ func (b builder) terminatingGateway(inst catalog.ServiceInstance) (*proxyResourc
 	if e == nil || len(e.Services) == 0 {
 		return out, nil
 	}
-	if err := validBind(publicBindAddr, inst.Port); err != nil {
+	binds, err := GatewayBinds(inst, publicBindAddr)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkBindConflicts(binds, func(b GatewayBind) []int { return []int{b.Port} }); err != nil {
 		return nil, fmt.Errorf("terminating gateway listener: %w", err)
 	}
 	var cfg map[string]any
@@ -54,29 +64,39 @@ func (b builder) terminatingGateway(inst catalog.ServiceInstance) (*proxyResourc
 	if err != nil {
 		return nil, err
 	}
-	l := &listener.Listener{
-		Name:             TerminatingListenerName(inst.Port),
-		Address:          socketAddress(publicBindAddr, inst.Port),
-		TrafficDirection: core.TrafficDirection_INBOUND,
-		ListenerFilters: []*listener.ListenerFilter{{
-			Name: tlsInspectorFilter, ConfigType: &listener.ListenerFilter_TypedConfig{TypedConfig: inspector},
-		}},
+	dnsType, err := parseDNSDiscoveryType(cfg)
+	if err != nil {
+		return nil, err
 	}
+	var chains []*listener.FilterChain
 	for _, ls := range e.Services {
-		fc, c, err := b.linkedService(ls, timeout)
+		fc, c, err := b.linkedService(ls, timeout, dnsType)
 		if err != nil {
 			return nil, fmt.Errorf("terminating gateway %q, service %q: %w", inst.Name, ls.Name, err)
 		}
-		l.FilterChains = append(l.FilterChains, fc)
+		chains = append(chains, fc)
 		out.clusters = append(out.clusters, c)
 		out.linked = append(out.linked, ls.Name)
 	}
-	out.listeners = []*listener.Listener{l}
+	for i, bind := range binds {
+		if i > 0 { // each listener owns its chains
+			chains = cloneChains(chains)
+		}
+		out.listeners = append(out.listeners, &listener.Listener{
+			Name:             GatewayListenerName(bind.Name, bind.Address, bind.Port),
+			Address:          socketAddress(bind.Address, bind.Port),
+			TrafficDirection: core.TrafficDirection_INBOUND,
+			ListenerFilters: []*listener.ListenerFilter{{
+				Name: tlsInspectorFilter, ConfigType: &listener.ListenerFilter_TypedConfig{TypedConfig: inspector},
+			}},
+			FilterChains: chains,
+		})
+	}
 	return out, nil
 }
 
 // linkedService is the filter chain and cluster of one linked service.
-func (b builder) linkedService(ls consul.LinkedService, timeoutMS int) (*listener.FilterChain, *cluster.Cluster, error) {
+func (b builder) linkedService(ls consul.LinkedService, timeoutMS int, dnsType cluster.Cluster_DiscoveryType) (*listener.FilterChain, *cluster.Cluster, error) {
 	prot, err := b.serviceProtocol(nil, ls.Name)
 	if err != nil {
 		return nil, nil, err
@@ -91,7 +111,7 @@ func (b builder) linkedService(ls consul.LinkedService, timeoutMS int) (*listene
 	}
 	fc.Name = sni
 	fc.FilterChainMatch = &listener.FilterChainMatch{ServerNames: []string{sni}}
-	c, err := b.externalCluster(sni, ls, timeoutMS)
+	c, err := b.externalCluster(sni, ls, timeoutMS, dnsType)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -100,22 +120,35 @@ func (b builder) linkedService(ls consul.LinkedService, timeoutMS int) (*listene
 
 // externalCluster is a STATIC cluster of a linked service's healthy
 // instances that run no proxy (its instances outside the mesh), with
-// upstream TLS from the entry's CAFile, CertFile, KeyFile and SNI.
-func (b builder) externalCluster(name string, ls consul.LinkedService, timeoutMS int) (*cluster.Cluster, error) {
+// upstream TLS from the entry's CAFile, CertFile, KeyFile and SNI. When
+// they are only registered by hostname, it is a DNS cluster of dnsType
+// (envoy_dns_discovery_type), as Consul builds it.
+func (b builder) externalCluster(name string, ls consul.LinkedService, timeoutMS int, dnsType cluster.Cluster_DiscoveryType) (*cluster.Cluster, error) {
 	cla := &endpoint.ClusterLoadAssignment{ClusterName: name}
-	var eps []*endpoint.LbEndpoint
+	var eps, hostEPs []*endpoint.LbEndpoint
 	seen := map[string]bool{}
 	if b.instances != nil {
 		for _, inst := range b.instances(ls.Name) {
 			key := net.JoinHostPort(inst.Address, strconv.Itoa(inst.Port))
-			if inst.Kind != "" || !inst.Healthy || inst.Port <= 0 || inst.Port > 65535 || net.ParseIP(inst.Address) == nil || seen[key] {
+			if inst.Kind != "" || !inst.Healthy || inst.Port <= 0 || inst.Port > 65535 || seen[key] {
 				continue
 			}
 			if inst.Datacenter != "" && inst.Datacenter != b.dc {
 				continue
 			}
 			seen[key] = true
-			eps = append(eps, lbEndpoint(inst.Address, inst.Port))
+			if net.ParseIP(inst.Address) != nil {
+				eps = append(eps, lbEndpoint(inst.Address, inst.Port))
+			} else if validHostname(inst.Address) {
+				hostEPs = append(hostEPs, hostnameEndpoint(inst.Address, inst.Port))
+			}
+		}
+	}
+	typ := cluster.Cluster_STATIC
+	if len(eps) == 0 && len(hostEPs) > 0 {
+		typ, eps = dnsType, hostEPs
+		if typ == cluster.Cluster_LOGICAL_DNS {
+			eps = eps[:1] // Envoy takes one host for a LOGICAL_DNS cluster
 		}
 	}
 	if len(eps) > 0 {
@@ -123,7 +156,7 @@ func (b builder) externalCluster(name string, ls consul.LinkedService, timeoutMS
 	}
 	c := &cluster.Cluster{
 		Name:                 name,
-		ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_STATIC},
+		ClusterDiscoveryType: &cluster.Cluster_Type{Type: typ},
 		ConnectTimeout:       msDuration(timeoutMS),
 		LoadAssignment:       cla,
 	}

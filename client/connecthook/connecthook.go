@@ -185,10 +185,14 @@ func (h *SidecarHook) bootstrap(hc *allocrunner.AllocHookContext, tg *structs.Ta
 	if s.Connect.HasSidecar() && s.Connect.SidecarService.Proxy != nil {
 		pc = s.Connect.SidecarService.Proxy.Config
 	}
+	admin, err := connect.ProxyAdminBind(hc.Alloc, tg, s, i)
+	if err != nil {
+		return nil, err
+	}
 	return envoy.JSON(envoy.BootstrapConfig{
 		ProxyID:     connect.EnvoyNodeID(hc.Alloc.ID, tg.Name, s),
 		Cluster:     s.Name,
-		AdminBind:   fmt.Sprintf("127.0.0.2:%d", connect.AdminBasePort+i),
+		AdminBind:   admin,
 		GRPCAddr:    "unix://" + grpcSock,
 		Datacenter:  h.d.Datacenter,
 		ProxyConfig: pc,

@@ -33,10 +33,13 @@ const (
 	keyBootstrapPath = "bootstrap_path"
 	keyTokenFile     = "token_file"
 	keyEnvoyArgs     = "envoy_args"
+	// keyNetworkMode "host": a gateway in host network mode runs in the
+	// host's namespace (not a flag of `meshlet connect sidecar`).
+	keyNetworkMode = "network_mode"
 )
 
 // keys is every key, sorted (for the unknown-key error).
-var keys = []string{keyAdminBind, keyBootstrapPath, keyEnvoyArgs, keyEnvoyBinary, keyGRPCAddr, keyMode, keyProxyID, keyService, keyTokenFile}
+var keys = []string{keyAdminBind, keyBootstrapPath, keyEnvoyArgs, keyEnvoyBinary, keyGRPCAddr, keyMode, keyNetworkMode, keyProxyID, keyService, keyTokenFile}
 
 // TaskConfig is a connect_proxy task's config block.
 type TaskConfig struct {
@@ -59,6 +62,9 @@ type TaskConfig struct {
 	TokenFile string
 	// EnvoyArgs are appended to Envoy's command line.
 	EnvoyArgs []string
+	// NetworkMode is "" (the allocation's namespace) or "host" (a gateway
+	// in host network mode).
+	NetworkMode string
 }
 
 // ParseConfig reads a task's config block. An unknown key, a value of the
@@ -69,6 +75,7 @@ func ParseConfig(m map[string]any) (*TaskConfig, error) {
 	strs := map[string]*string{
 		keyProxyID: &tc.ProxyID, keyService: &tc.Service, keyGRPCAddr: &tc.GRPCAddr, keyAdminBind: &tc.AdminBind,
 		keyMode: &tc.Mode, keyEnvoyBinary: &tc.EnvoyBinary, keyBootstrapPath: &tc.BootstrapPath, keyTokenFile: &tc.TokenFile,
+		keyNetworkMode: &tc.NetworkMode,
 	}
 	for _, k := range slices.Sorted(maps.Keys(m)) {
 		v := m[k]
@@ -98,6 +105,9 @@ func ParseConfig(m map[string]any) (*TaskConfig, error) {
 	case "", connect.SidecarAuto, connect.SidecarEnvoy, connect.SidecarBuiltin:
 	default:
 		return nil, fmt.Errorf("%w: mode %q is not auto, envoy or builtin", ErrInvalidConfig, tc.Mode)
+	}
+	if tc.NetworkMode != "" && tc.NetworkMode != "host" {
+		return nil, fmt.Errorf("%w: network_mode %q is not \"host\" (or unset)", ErrInvalidConfig, tc.NetworkMode)
 	}
 	if tc.AdminBind != "" {
 		if _, _, err := net.SplitHostPort(tc.AdminBind); err != nil {

@@ -46,7 +46,7 @@ func TestParseConfigErrors(t *testing.T) {
 		config map[string]any
 		want   string
 	}{
-		{"unknown key", with("command", "/bin/sh"), `unknown key "command" (the connect_proxy driver takes admin_bind, bootstrap_path, envoy_args, envoy_binary, grpc_addr, mode, proxy_id, service, token_file)`},
+		{"unknown key", with("command", "/bin/sh"), `unknown key "command" (the connect_proxy driver takes admin_bind, bootstrap_path, envoy_args, envoy_binary, grpc_addr, mode, network_mode, proxy_id, service, token_file)`},
 		{"wrong type", with("service", 3.0), "service must be a string, not a number"},
 		{"list for a string", with("mode", []any{"envoy"}), "mode must be a string, not a list"},
 		{"missing proxy_id", with("proxy_id", nil), "proxy_id is required"},
@@ -57,6 +57,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"bad admin_bind", with("admin_bind", "19001"), `admin_bind "19001" is not host:port`},
 		{"envoy_args not a list", with("envoy_args", "-l debug"), "envoy_args: must be a list of strings, not a string"},
 		{"envoy_args element", with("envoy_args", []any{"-l", map[string]any{}}), "envoy_args: element 1 must be a string, not a map"},
+		{"bad network_mode", with("network_mode", "bridge"), `network_mode "bridge" is not "host" (or unset)`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -158,6 +159,11 @@ func TestLaunch(t *testing.T) {
 				t.Fatalf("error %v, want %v with %q", err, tc.want, tc.msg)
 			}
 		})
+	}
+	host := testTask(with("network_mode", "host"))
+	host.NetNSPath = ""
+	if l, err := d.launch(host); err != nil || slices.Contains(l.Args, "network_mode") {
+		t.Fatalf("a host-mode gateway without a namespace: %v %v", l, err)
 	}
 	noEnvoy := New(Config{Binary: "/usr/local/bin/meshlet", StateDir: t.TempDir()}, nil)
 	if _, err := noEnvoy.launch(testTask(validConfig())); err == nil || !strings.Contains(err.Error(), "this node has no envoy binary") {

@@ -141,7 +141,7 @@ func (d *Driver) launch(cfg *driver.TaskConfig) (*proc.Launch, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.NetNSPath == "" {
+	if cfg.NetNSPath == "" && tc.NetworkMode != "host" {
 		return nil, fmt.Errorf("%w; its group needs network mode \"bridge\" or \"cni/<name>\"", ErrNoNetworkNamespace)
 	}
 	if err := d.confine(cfg, tc); err != nil {

@@ -1,0 +1,155 @@
+package xds
+
+import (
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/meshlet/meshlet/catalog"
+)
+
+// Gateway proxy config keys (Consul's, which Nomad writes from a
+// gateway's proxy block), honoured for every gateway kind.
+const (
+	CfgGatewayBindTaggedAddresses = "envoy_gateway_bind_tagged_addresses"
+	CfgGatewayBindAddresses       = "envoy_gateway_bind_addresses"
+	CfgGatewayNoDefaultBind       = "envoy_gateway_no_default_bind"
+	CfgDNSDiscoveryType           = "envoy_dns_discovery_type"
+)
+
+// GatewayBind is one address a gateway's listeners bind: "default" (the
+// gateway's own), a tagged address ("lan", "wan") or a named
+// envoy_gateway_bind_addresses entry. Port 0: the listener's own port
+// (ingress listeners keep theirs).
+type GatewayBind struct {
+	Name    string
+	Address string
+	Port    int
+}
+
+// GatewayBinds returns where a gateway's listeners bind, as Consul
+// decides it: the default address (defaultAddr on the instance's port)
+// unless envoy_gateway_no_default_bind, the instance's tagged addresses
+// when envoy_gateway_bind_tagged_addresses (meshlet tags a gateway's
+// registered address "lan" and "wan", as Consul's agent does), then every
+// envoy_gateway_bind_addresses entry; an address:port already present is
+// skipped. They are sorted by name, "default" first. Two binds on one
+// port where either is a wildcard address (0.0.0.0, ::) cannot both bind:
+// an error, as is a bad address or port.
+func GatewayBinds(inst catalog.ServiceInstance, defaultAddr string) ([]GatewayBind, error) {
+	var cfg map[string]any
+	if inst.Proxy != nil {
+		cfg = inst.Proxy.Config
+	}
+	noDefault, err := parseBool(cfg, CfgGatewayNoDefaultBind)
+	if err != nil {
+		return nil, err
+	}
+	tagged, err := parseBool(cfg, CfgGatewayBindTaggedAddresses)
+	if err != nil {
+		return nil, err
+	}
+	named, err := parseBindAddresses(cfg)
+	if err != nil {
+		return nil, err
+	}
+	var out []GatewayBind
+	add := func(b GatewayBind) {
+		if !slices.ContainsFunc(out, func(o GatewayBind) bool { return o.Address == b.Address && o.Port == b.Port }) {
+			out = append(out, b)
+		}
+	}
+	if !noDefault {
+		add(GatewayBind{Name: "default", Address: defaultAddr, Port: inst.Port})
+	}
+	if tagged && net.ParseIP(inst.Address) != nil {
+		add(GatewayBind{Name: "lan", Address: inst.Address, Port: inst.Port})
+		add(GatewayBind{Name: "wan", Address: inst.Address, Port: inst.Port})
+	}
+	for _, b := range named {
+		add(b)
+	}
+	return out, nil
+}
+
+// parseBindAddresses reads envoy_gateway_bind_addresses: a map of name to
+// {address, port}, sorted by name.
+func parseBindAddresses(cfg map[string]any) ([]GatewayBind, error) {
+	v, ok := cfg[CfgGatewayBindAddresses]
+	if !ok || v == nil {
+		return nil, nil
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s must be a map of name to {address, port}, got %T", ErrInvalidProxyConfig, CfgGatewayBindAddresses, v)
+	}
+	var out []GatewayBind
+	for name, a := range m {
+		am, ok := a.(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("%w: %s %q must be {address, port}, got %T", ErrInvalidProxyConfig, CfgGatewayBindAddresses, name, a)
+		}
+		addr, err := parseString(am, "address")
+		if err != nil {
+			return nil, fmt.Errorf("%s %q: %w", CfgGatewayBindAddresses, name, err)
+		}
+		port, err := parseTimeoutMS(am, "port", 0) // a whole number, like a timeout
+		if err != nil || port > 65535 {
+			return nil, fmt.Errorf("%w: %s %q: port must be a whole number in 1-65535", ErrInvalidProxyConfig, CfgGatewayBindAddresses, name)
+		}
+		if net.ParseIP(addr) == nil {
+			return nil, fmt.Errorf("%w: %s %q: address %q is not an IP address", ErrInvalidProxyConfig, CfgGatewayBindAddresses, name, addr)
+		}
+		out = append(out, GatewayBind{Name: name, Address: addr, Port: port})
+	}
+	slices.SortFunc(out, func(a, b GatewayBind) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// checkBindConflicts refuses two binds of one port where either address is
+// a wildcard: the second could not bind. ports gives each bind's ports.
+func checkBindConflicts(binds []GatewayBind, ports func(GatewayBind) []int) error {
+	type use struct {
+		bind GatewayBind
+		any  bool
+	}
+	seen := map[int][]use{}
+	for _, b := range binds {
+		ip := net.ParseIP(b.Address)
+		if ip == nil {
+			return fmt.Errorf("%w: gateway bind %q: address %q is not an IP address", ErrInvalidProxyConfig, b.Name, b.Address)
+		}
+		for _, p := range ports(b) {
+			if err := validBind(b.Address, p); err != nil {
+				return fmt.Errorf("gateway bind %q: %w", b.Name, err)
+			}
+			for _, u := range seen[p] {
+				if u.any || ip.IsUnspecified() {
+					return fmt.Errorf("%w: gateway binds %q (%s) and %q (%s) both take port %d; with a wildcard address only one can bind",
+						ErrInvalidProxyConfig, u.bind.Name, u.bind.Address, b.Name, b.Address, p)
+				}
+			}
+			seen[p] = append(seen[p], use{bind: b, any: ip.IsUnspecified()})
+		}
+	}
+	return nil
+}
+
+// parseBool reads an optional boolean key (a bool, or "true"/"false").
+func parseBool(cfg map[string]any, key string) (bool, error) {
+	v, ok := cfg[key]
+	if !ok || v == nil {
+		return false, nil
+	}
+	switch b := v.(type) {
+	case bool:
+		return b, nil
+	case string:
+		if x, err := strconv.ParseBool(b); err == nil {
+			return x, nil
+		}
+	}
+	return false, fmt.Errorf("%w: %s must be a boolean, got %v", ErrInvalidProxyConfig, key, v)
+}
