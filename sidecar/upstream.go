@@ -56,6 +56,7 @@ type upstreamConn struct {
 	// written counts the bytes written through bw (by one goroutine at
 	// a time: an exchange's writer).
 	written int64
+	keys    []string // header names, writeRequestHead's scratch
 }
 
 func newH1Transport(dial func(ctx context.Context, addr string) (net.Conn, error)) *h1Transport {
@@ -197,8 +198,11 @@ func (t *h1Transport) exchange(pc *upstreamConn, req *http.Request, reused bool)
 }
 
 func writeRequest(pc *upstreamConn, req *http.Request) error {
-	if err := req.Write(pc.bw); err != nil {
-		return fmt.Errorf("failed to write the request upstream: %w", err)
+	var fast bool
+	if pc.keys, fast = writeRequestHead(pc.bw, req, pc.keys); !fast {
+		if err := req.Write(pc.bw); err != nil {
+			return fmt.Errorf("failed to write the request upstream: %w", err)
+		}
 	}
 	if err := pc.bw.Flush(); err != nil {
 		return fmt.Errorf("failed to write the request upstream: %w", err)
