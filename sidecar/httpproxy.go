@@ -64,7 +64,8 @@ func (c *cluster) roundTrip(req *http.Request, lbc lbContext, tried *[]*host) (*
 	if st == nil {
 		return nil, ErrNoHealthyUpstream
 	}
-	cands := c.candidates(st, lbc, *tried)
+	var buf [maxConnectAttempts]*host
+	cands := c.candidatesInto(buf[:0], st, lbc, *tried)
 	if len(cands) == 0 {
 		c.stats.cxNoneHealthy.Add(1)
 		return nil, ErrNoHealthyUpstream
@@ -77,7 +78,7 @@ func (c *cluster) roundTrip(req *http.Request, lbc lbContext, tried *[]*host) (*
 		c.cb.releaseRequest() // an upgraded connection is no longer a request
 		return resp, err
 	}
-	resp.Body = &requestBody{ReadCloser: resp.Body, done: c.cb.releaseRequest}
+	resp.Body = &requestBody{ReadCloser: resp.Body, cb: c.cb}
 	return resp, nil
 }
 

@@ -97,7 +97,7 @@ func (h *h1conn) proxy(req *http.Request, rt *route, ch *clusterHeaders, cl *clu
 		}
 	}
 	lbc := h.lbContext(req, rt, cl)
-	upgrade := h.outbound(req, rt)
+	upgrade := h.outbound(req, rt, &h.owned)
 	if ch != nil {
 		ch.req.apply(req.Header)
 	}
@@ -142,7 +142,8 @@ func (h *h1conn) proxy(req *http.Request, rt *route, ch *clusterHeaders, cl *clu
 // jittered back-off and on another endpoint when there is one. A request
 // that may have reached the upstream is retried only if it is replayable.
 func sendWithRetries(req *http.Request, rp *retryPolicy, cl *cluster, lbc lbContext) (*http.Response, error) {
-	var tried []*host
+	var triedBuf [maxConnectAttempts]*host
+	tried := triedBuf[:0]
 	for attempt := 0; ; attempt++ {
 		resp, err := tryOnce(req, rp, cl, lbc, &tried)
 		if attempt > 0 && err == nil && resp.StatusCode < 500 {

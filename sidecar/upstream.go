@@ -57,6 +57,8 @@ type upstreamConn struct {
 	// a time: an exchange's writer).
 	written int64
 	keys    []string // header names, writeRequestHead's scratch
+	// closeConn closes conn: made once, for the exchanges' context.AfterFunc.
+	closeConn func()
 }
 
 func newH1Transport(dial func(ctx context.Context, addr string) (net.Conn, error)) *h1Transport {
@@ -131,6 +133,7 @@ func (t *h1Transport) getConn(ctx context.Context, addr string, replay bool) (*u
 		}
 	}
 	pc := &upstreamConn{conn: c, addr: addr, br: bufio.NewReaderSize(c, upstreamBufferSize)}
+	pc.closeConn = func() { c.Close() }
 	pc.bw = bufio.NewWriterSize(pc, upstreamBufferSize)
 	return pc, false, nil
 }
@@ -147,19 +150,8 @@ func (pc *upstreamConn) Write(p []byte) (int, error) {
 // been read.
 func (t *h1Transport) exchange(pc *upstreamConn, req *http.Request, reused bool) (*http.Response, error) {
 	ctx := req.Context()
-	stop := context.AfterFunc(ctx, func() { pc.conn.Close() })
+	stop := context.AfterFunc(ctx, pc.closeConn)
 	var wrote chan error // nil: written before reading
-	fail := func(err error) (*http.Response, error) {
-		stop()
-		pc.conn.Close() // also ends a body write still in progress
-		if wrote != nil {
-			<-wrote
-		}
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("failed to proxy the request: %w", ctx.Err())
-		}
-		return nil, err
-	}
 	if req.Body == nil || req.Body == http.NoBody {
 		before := pc.written
 		if err := writeRequest(pc, req); err != nil {
@@ -169,7 +161,7 @@ func (t *h1Transport) exchange(pc *upstreamConn, req *http.Request, reused bool)
 			case reused:
 				err = fmt.Errorf("%w: %w", errStaleConn, err)
 			}
-			return fail(err)
+			return pc.fail(ctx, stop, nil, err)
 		}
 	} else {
 		wrote = make(chan error, 1)
@@ -179,11 +171,11 @@ func (t *h1Transport) exchange(pc *upstreamConn, req *http.Request, reused bool)
 		if reused && ctx.Err() == nil {
 			err = fmt.Errorf("%w: %w", errStaleConn, err)
 		}
-		return fail(err)
+		return pc.fail(ctx, stop, wrote, err)
 	}
 	resp, err := readFinalResponse(pc.br, req)
 	if err != nil {
-		return fail(err)
+		return pc.fail(ctx, stop, wrote, err)
 	}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		stop() // the connection manager owns the upgraded connection now
@@ -195,6 +187,20 @@ func (t *h1Transport) exchange(pc *upstreamConn, req *http.Request, reused bool)
 		reusable: !resp.Close && !req.Close && (resp.ContentLength >= 0 || len(resp.TransferEncoding) > 0),
 	}
 	return resp, nil
+}
+
+// fail ends a failed exchange: the connection is closed (which also ends a
+// body write still in progress, waited for on wrote when set).
+func (pc *upstreamConn) fail(ctx context.Context, stop func() bool, wrote chan error, err error) (*http.Response, error) {
+	stop()
+	pc.conn.Close()
+	if wrote != nil {
+		<-wrote
+	}
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("failed to proxy the request: %w", ctx.Err())
+	}
+	return nil, err
 }
 
 func writeRequest(pc *upstreamConn, req *http.Request) error {
