@@ -49,6 +49,7 @@ type h1conn struct {
 	proto  string                      // X-Forwarded-Proto
 	peer   *authzPeer                  // HTTP ext_authz identity, computed on first use
 	h2srv  atomic.Pointer[http.Server] // set while serving HTTP/2
+	rctx   reqContext                  // the HTTP/1.1 requests' context
 	// owned backs the header values outbound sets on the HTTP/1.1 path,
 	// reused from request to request (see setOwned).
 	owned [ownedHeaders]string
@@ -86,7 +87,7 @@ func (l *listener) serveHTTP(c *httpConn) bool {
 	if st.draining.Load() || l.ctx.Err() != nil {
 		return false
 	}
-	h := &h1conn{l: l, c: c, proto: "http"}
+	h := &h1conn{l: l, c: c, proto: "http", rctx: reqContext{parent: l.ctx}}
 	if _, ok := c.Conn.(*tls.Conn); ok {
 		h.proto = "https"
 	}
@@ -100,6 +101,7 @@ func (l *listener) serveHTTP(c *httpConn) bool {
 	h.bw.Reset(c.Conn)
 	st.httpConns.Store(h, struct{}{})
 	defer func() {
+		h.rctx.close()
 		st.httpConns.Delete(h)
 		c.Close()
 		h.br.Reset(nil)
