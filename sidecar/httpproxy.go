@@ -16,6 +16,7 @@ type httpStats struct {
 	rqClass                                   [6]*atomic.Uint64
 	// HTTP ext_authz filter: http.<stat_prefix>.ext_authz.*.
 	authzOK, authzDenied, authzError, authzFailureModeAllowed *atomic.Uint64
+	authzCacheHit                                             *atomic.Uint64 // answered from authzCache
 }
 
 func newHTTPStats(r *statsRegistry, prefix string) *httpStats {
@@ -30,6 +31,7 @@ func newHTTPStats(r *statsRegistry, prefix string) *httpStats {
 		authzDenied:             r.counter(p + "ext_authz.denied"),
 		authzError:              r.counter(p + "ext_authz.error"),
 		authzFailureModeAllowed: r.counter(p + "ext_authz.failure_mode_allowed"),
+		authzCacheHit:           r.counter(p + "ext_authz.cache_hit"),
 	}
 	for i := 1; i <= 5; i++ {
 		s.rqClass[i] = r.counter(p + "downstream_rq_" + string(rune('0'+i)) + "xx")
