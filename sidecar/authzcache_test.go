@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"time"
 	"testing"
+	"time"
 
 	runtimev3 "github.com/envoyproxy/go-control-plane/envoy/service/runtime/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
@@ -163,7 +163,6 @@ func runRawRequests(b *testing.B, m *l7Mesh) {
 	b.StopTimer()
 	b.ReportMetric(float64((cpuTime(b)-before).Microseconds())/float64(b.N), "cpu-µs/req")
 }
-
 
 // httpOverTLS connects to addr presenting leaf, sends one GET and returns
 // the response's status code, "" if the connection ended without one.
