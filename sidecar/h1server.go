@@ -160,7 +160,7 @@ func (h *h1conn) serveOne() bool {
 	if !h.waitRequest() {
 		return false
 	}
-	req, err := http.ReadRequest(h.br)
+	req, err := readRequest(h.br)
 	h.lim.n = -1
 	h.c.state.httpStats.rqTotal.Add(1)
 	if err != nil {

@@ -1,0 +1,235 @@
+package sidecar
+
+import (
+	"bufio"
+	"bytes"
+	"net/http"
+	"net/url"
+)
+
+// maxFastHeaders bounds the header lines readRequestHead takes; a longer
+// head goes to http.ReadRequest.
+const maxFastHeaders = 32
+
+// fastHeaderNames are header names a request head may carry on the fast
+// path, interned; any other valid name is taken from the head itself.
+// Names with semantics of their own for a request's framing or connection
+// (Content-Length, Transfer-Encoding, Connection, Upgrade, Expect, Trailer,
+// Pragma) are absent on purpose: see readRequestHead.
+var fastHeaderNames = func() map[string]string {
+	m := map[string]string{}
+	for _, n := range []string{
+		"Accept", "Accept-Encoding", "Accept-Language", "Authorization", "Cache-Control", "Content-Type",
+		"Cookie", "Host", "If-Modified-Since", "If-None-Match", "Origin", "Referer", "Te", "User-Agent",
+		"X-B3-Parentspanid", "X-B3-Sampled", "X-B3-Spanid", "X-B3-Traceid", "X-Envoy-Original-Path",
+		"X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "X-Request-Id", "Traceparent", "Tracestate",
+	} {
+		m[n] = n
+	}
+	return m
+}()
+
+// slowHeaderNames send a request to http.ReadRequest: they change how the
+// request is framed or what the connection does, which is its business.
+var slowHeaderNames = map[string]bool{
+	"Content-Length": true, "Transfer-Encoding": true, "Connection": true, "Upgrade": true,
+	"Expect": true, "Trailer": true, "Pragma": true, "Proxy-Connection": true, "Keep-Alive": true,
+}
+
+// readRequest reads the next request: readRequestHead when it can, else
+// http.ReadRequest (which then reads the same bytes, none consumed).
+func readRequest(br *bufio.Reader) (*http.Request, error) {
+	if req := readRequestHead(br); req != nil {
+		return req, nil
+	}
+	return http.ReadRequest(br)
+}
+
+// readRequestHead parses the common request of a keep-alive proxy, as
+// http.ReadRequest would, with a handful of allocations (the head copied
+// into one string that every value shares, the Request, its URL, the
+// header map and one slice for all values): HTTP/1.1, an origin-form
+// target needing no unescaping, one plain Host, no body (no
+// Content-Length or Transfer-Encoding) and none of slowHeaderNames, the
+// whole head in br's buffer. For anything else (or a read error) it
+// returns nil having consumed nothing, and http.ReadRequest decides.
+func readRequestHead(br *bufio.Reader) *http.Request {
+	n := br.Buffered()
+	if n == 0 {
+		if _, err := br.Peek(1); err != nil {
+			return nil
+		}
+		n = br.Buffered()
+	}
+	for {
+		buf, _ := br.Peek(n)
+		if end := bytes.Index(buf, []byte("\r\n\r\n")); end >= 0 {
+			req := parseRequestHead(buf[:end+4])
+			if req != nil {
+				_, _ = br.Discard(end + 4)
+			}
+			return req
+		}
+		if n >= br.Size() {
+			return nil // does not fit the buffer
+		}
+		if _, err := br.Peek(n + 1); err != nil {
+			return nil
+		}
+		n = br.Buffered()
+	}
+}
+
+// parseRequestHead parses a head that ends with its blank line, or
+// returns nil (see readRequestHead).
+func parseRequestHead(b []byte) *http.Request {
+	lineEnd := bytes.Index(b, []byte("\r\n"))
+	method, rest, ok1 := bytes.Cut(b[:lineEnd], []byte(" "))
+	target, proto, ok2 := bytes.Cut(rest, []byte(" "))
+	if !ok1 || !ok2 || string(proto) != "HTTP/1.1" || !validFieldNameBytes(method) ||
+		string(method) == http.MethodConnect || !plainTarget(target) {
+		return nil
+	}
+	var lines [maxFastHeaders][2]int // value start, end in b; name interned below
+	var names [maxFastHeaders]string
+	count, hostAt := 0, -1
+	s := string(b) // the one copy every string below shares
+	for pos := lineEnd + 2; pos < len(b)-2; {
+		end := pos + bytes.Index(b[pos:], []byte("\r\n"))
+		colon := bytes.IndexByte(b[pos:end], ':')
+		if count == maxFastHeaders || colon <= 0 {
+			return nil // also a line starting with blanks (obs-fold)
+		}
+		name, ok := headerName(s, pos, pos+colon)
+		if !ok || slowHeaderNames[name] {
+			return nil
+		}
+		vs, ve := pos+colon+1, end
+		for vs < ve && (b[vs] == ' ' || b[vs] == '\t') {
+			vs++
+		}
+		for ve > vs && (b[ve-1] == ' ' || b[ve-1] == '\t') {
+			ve--
+		}
+		if !validValueBytes(b[vs:ve]) {
+			return nil
+		}
+		if name == "Host" {
+			if hostAt >= 0 || !plainHost(s[vs:ve]) {
+				return nil
+			}
+			hostAt = count
+		}
+		names[count], lines[count] = name, [2]int{vs, ve}
+		count++
+		pos = end + 2
+	}
+	if hostAt < 0 {
+		return nil
+	}
+	return buildRequest(s, method, target, names[:count], lines[:count], hostAt)
+}
+
+// buildRequest makes the Request of a parsed head: s is the head, the
+// names and value bounds its header lines.
+func buildRequest(s string, method, target []byte, names []string, lines [][2]int, hostAt int) *http.Request {
+	mStart := 0
+	tStart := len(method) + 1
+	uri := s[tStart : tStart+len(target)]
+	u := &url.URL{}
+	path, query, hasQuery := cutByte(uri, '?')
+	u.Path = path
+	if hasQuery {
+		u.RawQuery = query
+		u.ForceQuery = query == ""
+	}
+	hdr := make(http.Header, len(names))
+	vals := make([]string, len(names))
+	for i, name := range names {
+		vals[i] = s[lines[i][0]:lines[i][1]]
+		if i == hostAt {
+			continue // http.ReadRequest moves it to Request.Host
+		}
+		if prior, ok := hdr[name]; ok {
+			hdr[name] = append(prior, vals[i])
+			continue
+		}
+		hdr[name] = vals[i : i+1 : i+1]
+	}
+	return &http.Request{
+		Method: s[mStart:len(method)], URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: hdr, Body: http.NoBody, Host: vals[hostAt], RequestURI: uri,
+	}
+}
+
+func cutByte(s string, c byte) (before, after string, found bool) {
+	for i := 0; i < len(s); i++ {
+		if s[i] == c {
+			return s[:i], s[i+1:], true
+		}
+	}
+	return s, "", false
+}
+
+// headerName is the canonical form of the header name s[start:end]: an
+// interned name, the bytes themselves when already canonical, else a new
+// string; false for an invalid or long name (left to net/http).
+func headerName(s string, start, end int) (string, bool) {
+	raw := s[start:end]
+	if len(raw) > 64 || !validFieldName(raw) {
+		return "", false
+	}
+	var buf [64]byte
+	canon := buf[:len(raw)]
+	upper := true
+	for i := 0; i < len(raw); i++ {
+		c := raw[i]
+		if upper && 'a' <= c && c <= 'z' {
+			c -= 'a' - 'A'
+		} else if !upper && 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		canon[i] = c
+		upper = c == '-'
+	}
+	if n, ok := fastHeaderNames[string(canon)]; ok {
+		return n, true
+	}
+	if string(canon) == raw {
+		return raw, true
+	}
+	return string(canon), true
+}
+
+// plainTarget reports whether an origin-form request target is one
+// net/url parses without unescaping or rejecting anything: a plain path
+// (see plainPath), then optionally '?' and a query of visible ASCII
+// without '#'.
+func plainTarget(t []byte) bool {
+	if len(t) == 0 || t[0] != '/' {
+		return false
+	}
+	path, query, _ := bytes.Cut(t, []byte("?"))
+	if !plainPath(string(path)) {
+		return false
+	}
+	for _, c := range query {
+		if c <= ' ' || c >= 0x7f || c == '#' {
+			return false
+		}
+	}
+	return true
+}
+
+func validFieldNameBytes(b []byte) bool { return validFieldName(string(b)) }
+
+// validValueBytes reports whether a header value has no control byte
+// other than tab (what textproto accepts).
+func validValueBytes(b []byte) bool {
+	for _, c := range b {
+		if c < ' ' && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
