@@ -36,6 +36,16 @@ var slowHeaderNames = map[string]bool{
 	"Expect": true, "Trailer": true, "Pragma": true, "Proxy-Connection": true, "Keep-Alive": true,
 }
 
+// slowResponseHeaders are slowHeaderNames but Content-Length, which a
+// response's fast path reads itself.
+var slowResponseHeaders = func() map[string]bool {
+	m := map[string]bool{}
+	for k := range slowHeaderNames {
+		m[k] = k != "Content-Length"
+	}
+	return m
+}()
+
 // readRequest reads the next request: readRequestHead when it can, else
 // http.ReadRequest (which then reads the same bytes, none consumed).
 func readRequest(br *bufio.Reader) (*http.Request, error) {
@@ -43,6 +53,33 @@ func readRequest(br *bufio.Reader) (*http.Request, error) {
 		return req, nil
 	}
 	return http.ReadRequest(br)
+}
+
+// bufferedHead returns the head at the start of br's buffer, up to and
+// including its blank line, waiting for more bytes while it is
+// incomplete and fits the buffer; nil if it does not fit or a read
+// fails. Nothing is consumed.
+func bufferedHead(br *bufio.Reader) []byte {
+	n := br.Buffered()
+	if n == 0 {
+		if _, err := br.Peek(1); err != nil {
+			return nil
+		}
+		n = br.Buffered()
+	}
+	for {
+		buf, _ := br.Peek(n)
+		if end := bytes.Index(buf, []byte("\r\n\r\n")); end >= 0 {
+			return buf[:end+4]
+		}
+		if n >= br.Size() {
+			return nil
+		}
+		if _, err := br.Peek(n + 1); err != nil {
+			return nil
+		}
+		n = br.Buffered()
+	}
 }
 
 // readRequestHead parses the common request of a keep-alive proxy, as
@@ -54,30 +91,90 @@ func readRequest(br *bufio.Reader) (*http.Request, error) {
 // whole head in br's buffer. For anything else (or a read error) it
 // returns nil having consumed nothing, and http.ReadRequest decides.
 func readRequestHead(br *bufio.Reader) *http.Request {
-	n := br.Buffered()
-	if n == 0 {
-		if _, err := br.Peek(1); err != nil {
-			return nil
-		}
-		n = br.Buffered()
+	head := bufferedHead(br)
+	if head == nil {
+		return nil
 	}
-	for {
-		buf, _ := br.Peek(n)
-		if end := bytes.Index(buf, []byte("\r\n\r\n")); end >= 0 {
-			req := parseRequestHead(buf[:end+4])
-			if req != nil {
-				_, _ = br.Discard(end + 4)
+	req := parseRequestHead(head)
+	if req != nil {
+		_, _ = br.Discard(len(head))
+	}
+	return req
+}
+
+// headLines are the header lines of a head: canonical names and value
+// bounds in the head.
+type headLines struct {
+	names [maxFastHeaders]string
+	vals  [maxFastHeaders][2]int
+	n     int
+}
+
+// parseHeaders reads the header lines of head b (s is b as a string)
+// from pos to the blank line; false for anything http.ReadRequest or
+// http.ReadResponse should judge: a line without a colon or starting with
+// blanks (obs-fold), an invalid name or value, too many lines, a name in
+// slowHeaderNames.
+func parseHeaders(b []byte, s string, pos int, hl *headLines, slow map[string]bool) bool {
+	for pos < len(b)-2 {
+		end := pos + bytes.Index(b[pos:], []byte("\r\n"))
+		colon := bytes.IndexByte(b[pos:end], ':')
+		if hl.n == maxFastHeaders || colon <= 0 {
+			return false
+		}
+		name, ok := headerName(s, pos, pos+colon)
+		if !ok || slow[name] {
+			return false
+		}
+		vs, ve := pos+colon+1, end
+		for vs < ve && (b[vs] == ' ' || b[vs] == '\t') {
+			vs++
+		}
+		for ve > vs && (b[ve-1] == ' ' || b[ve-1] == '\t') {
+			ve--
+		}
+		if !validValueBytes(b[vs:ve]) {
+			return false
+		}
+		hl.names[hl.n], hl.vals[hl.n] = name, [2]int{vs, ve}
+		hl.n++
+		pos = end + 2
+	}
+	return true
+}
+
+// header builds the header map, leaving out line skip (-1: none); vals
+// holds every value, one slice for all.
+func (hl *headLines) header(s string, skip int) (http.Header, []string) {
+	hdr := make(http.Header, hl.n)
+	vals := make([]string, hl.n)
+	for i, name := range hl.names[:hl.n] {
+		vals[i] = s[hl.vals[i][0]:hl.vals[i][1]]
+		if i == skip {
+			continue
+		}
+		if prior, ok := hdr[name]; ok {
+			hdr[name] = append(prior, vals[i])
+			continue
+		}
+		hdr[name] = vals[i : i+1 : i+1]
+	}
+	return hdr, vals
+}
+
+// find returns the index of the only line named name, -1 if none, -2 if
+// several.
+func (hl *headLines) find(name string) int {
+	at := -1
+	for i, n := range hl.names[:hl.n] {
+		if n == name {
+			if at >= 0 {
+				return -2
 			}
-			return req
+			at = i
 		}
-		if n >= br.Size() {
-			return nil // does not fit the buffer
-		}
-		if _, err := br.Peek(n + 1); err != nil {
-			return nil
-		}
-		n = br.Buffered()
 	}
+	return at
 }
 
 // parseRequestHead parses a head that ends with its blank line, or
@@ -90,50 +187,20 @@ func parseRequestHead(b []byte) *http.Request {
 		string(method) == http.MethodConnect || !plainTarget(target) {
 		return nil
 	}
-	var lines [maxFastHeaders][2]int // value start, end in b; name interned below
-	var names [maxFastHeaders]string
-	count, hostAt := 0, -1
 	s := string(b) // the one copy every string below shares
-	for pos := lineEnd + 2; pos < len(b)-2; {
-		end := pos + bytes.Index(b[pos:], []byte("\r\n"))
-		colon := bytes.IndexByte(b[pos:end], ':')
-		if count == maxFastHeaders || colon <= 0 {
-			return nil // also a line starting with blanks (obs-fold)
-		}
-		name, ok := headerName(s, pos, pos+colon)
-		if !ok || slowHeaderNames[name] {
-			return nil
-		}
-		vs, ve := pos+colon+1, end
-		for vs < ve && (b[vs] == ' ' || b[vs] == '\t') {
-			vs++
-		}
-		for ve > vs && (b[ve-1] == ' ' || b[ve-1] == '\t') {
-			ve--
-		}
-		if !validValueBytes(b[vs:ve]) {
-			return nil
-		}
-		if name == "Host" {
-			if hostAt >= 0 || !plainHost(s[vs:ve]) {
-				return nil
-			}
-			hostAt = count
-		}
-		names[count], lines[count] = name, [2]int{vs, ve}
-		count++
-		pos = end + 2
-	}
-	if hostAt < 0 {
+	var hl headLines
+	if !parseHeaders(b, s, lineEnd+2, &hl, slowHeaderNames) {
 		return nil
 	}
-	return buildRequest(s, method, target, names[:count], lines[:count], hostAt)
+	hostAt := hl.find("Host")
+	if hostAt < 0 || !plainHost(s[hl.vals[hostAt][0]:hl.vals[hostAt][1]]) {
+		return nil
+	}
+	return buildRequest(s, method, target, &hl, hostAt)
 }
 
-// buildRequest makes the Request of a parsed head: s is the head, the
-// names and value bounds its header lines.
-func buildRequest(s string, method, target []byte, names []string, lines [][2]int, hostAt int) *http.Request {
-	mStart := 0
+// buildRequest makes the Request of a parsed head (s).
+func buildRequest(s string, method, target []byte, hl *headLines, hostAt int) *http.Request {
 	tStart := len(method) + 1
 	uri := s[tStart : tStart+len(target)]
 	u := &url.URL{}
@@ -143,21 +210,9 @@ func buildRequest(s string, method, target []byte, names []string, lines [][2]in
 		u.RawQuery = query
 		u.ForceQuery = query == ""
 	}
-	hdr := make(http.Header, len(names))
-	vals := make([]string, len(names))
-	for i, name := range names {
-		vals[i] = s[lines[i][0]:lines[i][1]]
-		if i == hostAt {
-			continue // http.ReadRequest moves it to Request.Host
-		}
-		if prior, ok := hdr[name]; ok {
-			hdr[name] = append(prior, vals[i])
-			continue
-		}
-		hdr[name] = vals[i : i+1 : i+1]
-	}
+	hdr, vals := hl.header(s, hostAt) // http.ReadRequest moves Host to Request.Host
 	return &http.Request{
-		Method: s[mStart:len(method)], URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Method: s[:len(method)], URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 		Header: hdr, Body: http.NoBody, Host: vals[hostAt], RequestURI: uri,
 	}
 }

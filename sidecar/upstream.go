@@ -59,6 +59,9 @@ type upstreamConn struct {
 	keys    []string // header names, writeRequestHead's scratch
 	// closeConn closes conn: made once, for the exchanges' context.AfterFunc.
 	closeConn func()
+	// lb is the body of a response read by readResponseHead (one
+	// exchange at a time uses it).
+	lb lengthBody
 }
 
 func newH1Transport(dial func(ctx context.Context, addr string) (net.Conn, error)) *h1Transport {
@@ -173,7 +176,7 @@ func (t *h1Transport) exchange(pc *upstreamConn, req *http.Request, reused bool)
 		}
 		return pc.fail(ctx, stop, wrote, err)
 	}
-	resp, err := readFinalResponse(pc.br, req)
+	resp, err := readFinalResponse(pc, req)
 	if err != nil {
 		return pc.fail(ctx, stop, wrote, err)
 	}
@@ -218,9 +221,9 @@ func writeRequest(pc *upstreamConn, req *http.Request) error {
 
 // readFinalResponse reads response heads until a final one (1xx other than
 // 101 are informational and dropped).
-func readFinalResponse(br *bufio.Reader, req *http.Request) (*http.Response, error) {
+func readFinalResponse(pc *upstreamConn, req *http.Request) (*http.Response, error) {
 	for {
-		resp, err := http.ReadResponse(br, req)
+		resp, err := readResponse(pc.br, req, &pc.lb)
 		if err != nil {
 			return nil, fmt.Errorf("failed to read the upstream response: %w", err)
 		}
