@@ -47,9 +47,10 @@ var slowResponseHeaders = func() map[string]bool {
 }()
 
 // readRequest reads the next request: readRequestHead when it can, else
-// http.ReadRequest (which then reads the same bytes, none consumed).
-func readRequest(br *bufio.Reader) (*http.Request, error) {
-	if req := readRequestHead(br); req != nil {
+// http.ReadRequest (which then reads the same bytes, none consumed). sc,
+// when set, is reused for a fast-path request (see reqScratch).
+func readRequest(br *bufio.Reader, sc *reqScratch) (*http.Request, error) {
+	if req := readRequestHead(br, sc); req != nil {
 		return req, nil
 	}
 	return http.ReadRequest(br)
@@ -90,12 +91,12 @@ func bufferedHead(br *bufio.Reader) []byte {
 // Content-Length or Transfer-Encoding) and none of slowHeaderNames, the
 // whole head in br's buffer. For anything else (or a read error) it
 // returns nil having consumed nothing, and http.ReadRequest decides.
-func readRequestHead(br *bufio.Reader) *http.Request {
+func readRequestHead(br *bufio.Reader, sc *reqScratch) *http.Request {
 	head := bufferedHead(br)
 	if head == nil {
 		return nil
 	}
-	req := parseRequestHead(head)
+	req := parseRequestHead(head, sc)
 	if req != nil {
 		_, _ = br.Discard(len(head))
 	}
@@ -143,11 +144,38 @@ func parseHeaders(b []byte, s string, pos int, hl *headLines, slow map[string]bo
 	return true
 }
 
+// reqScratch is an HTTP/1.1 connection's storage for the requests the
+// fast path reads. The connection serves one request at a time and nothing
+// keeps a request past its exchange (fast-path requests have no body, so
+// no writer goroutine outlives it either), so the Request, its URL, the
+// header map and the value slice are reused rather than made per request.
+type reqScratch struct {
+	req  http.Request
+	url  url.URL
+	hdr  http.Header
+	vals []string
+}
+
 // header builds the header map, leaving out line skip (-1: none); vals
-// holds every value, one slice for all.
-func (hl *headLines) header(s string, skip int) (http.Header, []string) {
-	hdr := make(http.Header, hl.n)
-	vals := make([]string, hl.n)
+// holds every value, one slice for all. With sc, its map and slice are
+// reused.
+func (hl *headLines) header(s string, skip int, sc *reqScratch) (http.Header, []string) {
+	var hdr http.Header
+	var vals []string
+	if sc != nil && sc.hdr != nil {
+		hdr = sc.hdr
+		clear(hdr)
+	} else {
+		hdr = make(http.Header, hl.n)
+	}
+	if sc != nil && cap(sc.vals) >= hl.n {
+		vals = sc.vals[:hl.n]
+	} else {
+		vals = make([]string, hl.n)
+	}
+	if sc != nil {
+		sc.hdr, sc.vals = hdr, vals
+	}
 	for i, name := range hl.names[:hl.n] {
 		vals[i] = s[hl.vals[i][0]:hl.vals[i][1]]
 		if i == skip {
@@ -179,7 +207,7 @@ func (hl *headLines) find(name string) int {
 
 // parseRequestHead parses a head that ends with its blank line, or
 // returns nil (see readRequestHead).
-func parseRequestHead(b []byte) *http.Request {
+func parseRequestHead(b []byte, sc *reqScratch) *http.Request {
 	lineEnd := bytes.Index(b, []byte("\r\n"))
 	method, rest, ok1 := bytes.Cut(b[:lineEnd], []byte(" "))
 	target, proto, ok2 := bytes.Cut(rest, []byte(" "))
@@ -196,25 +224,32 @@ func parseRequestHead(b []byte) *http.Request {
 	if hostAt < 0 || !plainHost(s[hl.vals[hostAt][0]:hl.vals[hostAt][1]]) {
 		return nil
 	}
-	return buildRequest(s, method, target, &hl, hostAt)
+	return buildRequest(s, method, target, &hl, hostAt, sc)
 }
 
-// buildRequest makes the Request of a parsed head (s).
-func buildRequest(s string, method, target []byte, hl *headLines, hostAt int) *http.Request {
+// buildRequest makes the Request of a parsed head (s), in sc when set.
+func buildRequest(s string, method, target []byte, hl *headLines, hostAt int, sc *reqScratch) *http.Request {
 	tStart := len(method) + 1
 	uri := s[tStart : tStart+len(target)]
-	u := &url.URL{}
+	var u *url.URL
+	var req *http.Request
+	if sc != nil {
+		u, req = &sc.url, &sc.req
+	} else {
+		u, req = &url.URL{}, &http.Request{}
+	}
 	path, query, hasQuery := cutByte(uri, '?')
-	u.Path = path
+	*u = url.URL{Path: path}
 	if hasQuery {
 		u.RawQuery = query
 		u.ForceQuery = query == ""
 	}
-	hdr, vals := hl.header(s, hostAt) // http.ReadRequest moves Host to Request.Host
-	return &http.Request{
+	hdr, vals := hl.header(s, hostAt, sc) // http.ReadRequest moves Host to Request.Host
+	*req = http.Request{
 		Method: s[:len(method)], URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 		Header: hdr, Body: http.NoBody, Host: vals[hostAt], RequestURI: uri,
 	}
+	return req
 }
 
 func cutByte(s string, c byte) (before, after string, found bool) {

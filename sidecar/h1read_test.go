@@ -50,7 +50,7 @@ func TestReadRequestHeadMatchesNetHTTP(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			in := tc.in + next
 			fastBR := bufio.NewReaderSize(strings.NewReader(in), h1BufferSize)
-			got := readRequestHead(fastBR)
+			got := readRequestHead(fastBR, nil)
 			if (got != nil) != tc.fast {
 				t.Fatalf("fast path taken = %v, want %v", got != nil, tc.fast)
 			}
@@ -107,7 +107,7 @@ func FuzzReadRequestHead(f *testing.F) {
 	f.Add("POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\n\r\nz")
 	f.Fuzz(func(t *testing.T, in string) {
 		br := bufio.NewReaderSize(strings.NewReader(in), h1BufferSize)
-		got := readRequestHead(br)
+		got := readRequestHead(br, nil)
 		if got == nil {
 			if rest, _ := io.ReadAll(br); string(rest) != in {
 				t.Fatalf("a refused head was consumed")
@@ -120,4 +120,31 @@ func FuzzReadRequestHead(f *testing.F) {
 		}
 		compareRequests(t, got, want)
 	})
+}
+
+// TestReadRequestScratchReuse: requests read one after another into the
+// same scratch each look as http.ReadRequest reads them (nothing of the
+// previous one left: headers, query, values).
+func TestReadRequestScratchReuse(t *testing.T) {
+	heads := []string{
+		"GET /a?x=1 HTTP/1.1\r\nHost: api\r\nX-A: 1\r\nX-B: 2\r\nAccept: */*\r\nX-C: 3\r\nX-D: 4\r\nX-E: 5\r\nX-F: 6\r\nX-G: 7\r\nX-H: 8\r\nX-I: 9\r\n\r\n",
+		"DELETE /b HTTP/1.1\r\nHost: other:81\r\nX-B: two\r\n\r\n",
+		"GET /c? HTTP/1.1\r\nHost: api\r\nx-b: 3\r\nX-B: 4\r\n\r\n",
+	}
+	all := strings.Join(heads, "")
+	br := bufio.NewReaderSize(strings.NewReader(all), h1BufferSize)
+	slow := bufio.NewReader(strings.NewReader(all))
+	var sc reqScratch
+	for i := range heads {
+		got, err := readRequest(br, &sc)
+		if err != nil || got != &sc.req {
+			t.Fatalf("request %d: %v (scratch used: %v)", i, err, got == &sc.req)
+		}
+		want, err := http.ReadRequest(slow)
+		if err != nil {
+			t.Fatal(err)
+		}
+		compareRequests(t, got, want)
+		got.Header.Set("X-Added-By-Proxy", "1") // as outbound does
+	}
 }

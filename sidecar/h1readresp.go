@@ -61,7 +61,7 @@ func readResponseHead(br *bufio.Reader, req *http.Request, lb *lengthBody) *http
 	if !ok {
 		return nil
 	}
-	hdr, _ := hl.header(s, -1)
+	hdr, _ := hl.header(s, -1, nil)
 	resp := &http.Response{
 		Status: s[len(proto):lineEnd], StatusCode: code, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 		Header: hdr, ContentLength: length, Request: req, Body: http.NoBody,

@@ -50,6 +50,8 @@ type h1conn struct {
 	peer   *authzPeer                  // HTTP ext_authz identity, computed on first use
 	h2srv  atomic.Pointer[http.Server] // set while serving HTTP/2
 	rctx   reqContext                  // the HTTP/1.1 requests' context
+	// scratch is reused by the requests readRequest parses itself.
+	scratch reqScratch
 	// owned backs the header values outbound sets on the HTTP/1.1 path,
 	// reused from request to request (see setOwned).
 	owned [ownedHeaders]string
@@ -160,7 +162,7 @@ func (h *h1conn) serveOne() bool {
 	if !h.waitRequest() {
 		return false
 	}
-	req, err := readRequest(h.br)
+	req, err := readRequest(h.br, &h.scratch)
 	h.lim.n = -1
 	h.c.state.httpStats.rqTotal.Add(1)
 	if err != nil {
