@@ -73,6 +73,7 @@ type Service struct {
 	logger    hclog.Logger
 	decisions *prometheus.CounterVec
 	protocol  atomic.Pointer[func(service string) string]
+	ep        epochs // see epoch.go
 }
 
 // SetProtocols tells the service how to find a destination's protocol
@@ -102,6 +103,7 @@ func New(caMgr *ca.Manager, ix *intention.Store, logger hclog.Logger, reg promet
 		ca:     caMgr,
 		ix:     ix,
 		logger: logger.Named("authz"),
+		ep:     epochs{boot: newBootNonce()},
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: decisionsMetricsName,
 			Help: "Connection authorization decisions by result.",
@@ -181,13 +183,16 @@ func (s *Service) record(d Decision) {
 // Check implements envoy.service.auth.v3.Authorization. It never returns a
 // gRPC error: every failure is a PermissionDenied response with a reason.
 func (s *Service) Check(_ context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
+	epoch := s.Epoch() // before deciding: see epoch.go
 	d := s.checkDecision(req.GetAttributes())
 	s.record(d)
 	if d.Allowed {
-		return &authv3.CheckResponse{
+		resp := &authv3.CheckResponse{
 			Status:       &rpcstatus.Status{Code: int32(codes.OK)},
 			HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{}},
-		}, nil
+		}
+		markCacheable(resp, d, epoch)
+		return resp, nil
 	}
 	s.logger.Debug("connection denied", "source", req.GetAttributes().GetSource().GetPrincipal(), "reason", d.Reason)
 	return &authv3.CheckResponse{

@@ -185,12 +185,15 @@ func runConnectProxy(e *env, c *command, args []string) int {
 
 // runBuiltinProxy runs the built-in proxy configured by cfg until the
 // command's context ends; concurrency > 0 caps the threads running Go code
-// (GOMAXPROCS).
+// (GOMAXPROCS). The GC gets the proxy's defaults (sidecar.TuneRuntime)
+// unless GOGC or GOMEMLIMIT is set.
 func (e *env) runBuiltinProxy(cfg sidecar.Config, level string, concurrency int) int {
 	if concurrency > 0 {
 		runtime.GOMAXPROCS(concurrency)
 	}
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "meshlet", Level: hclog.LevelFromString(level), Output: e.stderr})
+	rt := sidecar.TuneRuntime()
+	cfg.Logger.Debug("runtime tuned", "gc_percent", rt.GCPercent, "memory_limit", rt.MemLimit)
 	mode := ""
 	if cfg.PlainIO {
 		mode = ", plain I/O"

@@ -161,7 +161,7 @@ func New(cfg Config, cat *catalog.Catalog) (*ControlPlane, error) {
 	xs, err := xds.NewServer(xds.Config{
 		Catalog: cat, Certs: caMgr, Datacenter: cfg.Datacenter,
 		Logger: cfg.Logger, Registerer: cfg.Registerer, LocalProxy: cfg.LocalProxy,
-		ConfigEntries: cfg.ConfigEntries, ACL: cfg.ACL,
+		ConfigEntries: cfg.ConfigEntries, ACL: cfg.ACL, AuthzEpoch: az,
 	})
 	if err != nil {
 		_ = caMgr.Close()

@@ -38,6 +38,8 @@ type authorizer struct {
 
 	// open are the authorized connections, re-checked by reauthorizeLoop.
 	open openConns
+	// cache holds the HTTP filter's cacheable allows (authzcache.go).
+	cache authzCache
 }
 
 func newAuthorizer(client checker, token string, log hclog.Logger) *authorizer {
@@ -87,6 +89,11 @@ func (a *authorizer) authorize(ctx context.Context, cfg *authzConfig, st *authzS
 	a.last[key] = allowed
 	a.mu.Unlock()
 	a.count(st, allowed)
+	if allowed {
+		a.cache.put(key, responseEpoch(resp))
+	} else {
+		a.cache.drop(key)
+	}
 	if !allowed {
 		a.log.Debug("connection denied", "source", srcURI, "destination", ourURI, "reason", resp.GetStatus().GetMessage())
 	}

@@ -206,22 +206,28 @@ func overflowError(what string, limit int64) error {
 // body is read to the end or closed.
 type requestBody struct {
 	io.ReadCloser
-	once sync.Once
-	done func()
+	cb       *circuit
+	released atomic.Bool
 }
 
 func (b *requestBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if err != nil {
-		b.once.Do(b.done)
+		b.release()
 	}
 	return n, err
 }
 
 func (b *requestBody) Close() error {
 	err := b.ReadCloser.Close()
-	b.once.Do(b.done)
+	b.release()
 	return err
+}
+
+func (b *requestBody) release() {
+	if b.released.CompareAndSwap(false, true) {
+		b.cb.releaseRequest()
+	}
 }
 
 // dialLimited dials addr; at the cluster's max_connections it first closes

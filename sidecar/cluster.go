@@ -95,7 +95,7 @@ func (c *cluster) apply(cfgEntry, edsEntry *entry, set *endpointSet) {
 	for _, ep := range set.endpoints {
 		hs, ok := c.hostStats[ep.addr]
 		if !ok {
-			hs = &hostStats{}
+			hs = &hostStats{sessions: tls.NewLRUClientSessionCache(1)}
 			c.hostStats[ep.addr] = hs
 		}
 		live[ep.addr] = true
@@ -179,7 +179,7 @@ func (c *cluster) dialHost(ctx context.Context, st *clusterState, h *host) (net.
 		conn = dataConn(raw, c.plainIO)
 	} else {
 		under := tlsUnder(raw, c.plainIO)
-		tc := tls.Client(under, st.tlsConf)
+		tc := tls.Client(under, tlsConfigFor(st.tlsConf, h))
 		if err := tc.HandshakeContext(ctx); err != nil {
 			under.Close()
 			c.stats.sslError.Add(1)
@@ -192,6 +192,10 @@ func (c *cluster) dialHost(ctx context.Context, st *clusterState, h *host) (net.
 			c.cb.releaseConn()
 			c.connectFailed(st, h, false)
 			return nil, nil, &connectError{addr: h.ep.addr, err: err}
+		}
+		c.stats.sslHandshake.Add(1)
+		if tc.ConnectionState().DidResume {
+			c.stats.sslSessionReused.Add(1)
 		}
 		conn = tc
 	}

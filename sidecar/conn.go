@@ -100,6 +100,9 @@ func (l *listener) handle(c net.Conn) {
 			return
 		}
 		l.stats.sslHandshake.Add(1)
+		if tc.ConnectionState().DidResume {
+			l.stats.sslSessionReused.Add(1)
+		}
 		down = tc
 		if st.byServerName != nil {
 			if cs = st.byServerName[strings.ToLower(tc.ConnectionState().ServerName)]; cs == nil {

@@ -22,6 +22,7 @@ import (
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // fakeAuthz is the test's Authorization service: it allows every source
@@ -35,6 +36,11 @@ type fakeAuthz struct {
 	// HTTP (per request) checks: paths denied with a 403 and a body.
 	denyPaths map[string]bool
 	lastHTTP  atomic.Pointer[authv3.CheckRequest]
+	// epoch, when set, marks allows as cacheable in that epoch, as
+	// meshlet's service does (authzcache.go); httpCalls counts checks of
+	// HTTP requests.
+	epoch     string
+	httpCalls atomic.Int64
 }
 
 func (f *fakeAuthz) setDenyPath(path string, deny bool) {
@@ -59,9 +65,11 @@ func (f *fakeAuthz) Check(_ context.Context, req *authv3.CheckRequest) (*authv3.
 	denied := f.deny[req.GetAttributes().GetSource().GetPrincipal()]
 	hr := req.GetAttributes().GetRequest().GetHttp()
 	pathDenied := hr != nil && f.denyPaths[strings.SplitN(hr.GetPath(), "?", 2)[0]]
+	epoch := f.epoch
 	f.mu.Unlock()
 	if hr != nil {
 		f.lastHTTP.Store(req)
+		f.httpCalls.Add(1)
 	}
 	if pathDenied {
 		return &authv3.CheckResponse{
@@ -76,7 +84,17 @@ func (f *fakeAuthz) Check(_ context.Context, req *authv3.CheckRequest) (*authv3.
 	if denied {
 		return &authv3.CheckResponse{Status: &rpcstatus.Status{Code: int32(codes.PermissionDenied), Message: "denied by intention"}}, nil
 	}
-	return &authv3.CheckResponse{Status: &rpcstatus.Status{Code: int32(codes.OK)}}, nil
+	resp := &authv3.CheckResponse{Status: &rpcstatus.Status{Code: int32(codes.OK)}}
+	if epoch != "" {
+		resp.DynamicMetadata = &structpb.Struct{Fields: map[string]*structpb.Value{AuthzEpochKey: structpb.NewStringValue(epoch)}}
+	}
+	return resp, nil
+}
+
+func (f *fakeAuthz) setEpoch(e string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.epoch = e
 }
 
 // streamKey identifies a stream: delta and SotW streams count separately.

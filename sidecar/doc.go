@@ -26,7 +26,10 @@
 //     retriable-status-codes, reset, refused-stream; a retry goes to
 //     another endpoint and only replays what may be sent twice); the HTTP
 //     ext_authz filter asks the agent about every request (httpauthz.go,
-//     fail closed); a changed route configuration applies to the next
+//     fail closed) unless an allow marked with the current authorization
+//     epoch answers it (authzcache.go); common request and response heads
+//     are parsed and written here, anything else by net/http (h1read.go,
+//     h1readresp.go, h1write.go); a changed route configuration applies to the next
 //     request, and one naming a cluster still warming waits for it while
 //     the previous one serves;
 //   - HTTP/2 (h2server.go, h2upstream.go): a connection manager serves h2

@@ -31,7 +31,9 @@ func (h *h1conn) writeResponse(req *http.Request, resp *http.Response, keep bool
 	resp.Header.Del("Content-Length")
 	statusLine(h.bw, resp.StatusCode, resp.Status)
 	if length >= 0 && (bodyAllowed || req.Method == http.MethodHead) {
-		_, _ = h.bw.WriteString("Content-Length: " + strconv.FormatInt(length, 10) + "\r\n")
+		_, _ = h.bw.WriteString("Content-Length: ")
+		_, _ = h.bw.Write(strconv.AppendInt(h.bw.AvailableBuffer(), length, 10))
+		_, _ = h.bw.WriteString("\r\n")
 	}
 	if chunked {
 		_, _ = h.bw.WriteString("Transfer-Encoding: chunked\r\n")

@@ -49,6 +49,36 @@ type h1conn struct {
 	proto  string                      // X-Forwarded-Proto
 	peer   *authzPeer                  // HTTP ext_authz identity, computed on first use
 	h2srv  atomic.Pointer[http.Server] // set while serving HTTP/2
+	rctx   reqContext                  // the HTTP/1.1 requests' context
+	// scratch is reused by the requests readRequest parses itself.
+	scratch reqScratch
+	// owned backs the header values outbound sets on the HTTP/1.1 path,
+	// reused from request to request (see setOwned).
+	owned [ownedHeaders]string
+}
+
+// The header values outbound sets from h1conn.owned.
+const (
+	ownedUserAgent = iota
+	ownedXFF
+	ownedXFHost
+	ownedXFProto
+	ownedHeaders
+)
+
+// setOwned sets header k to the single value v, stored in own[i] when own
+// is set: no slice per request. The slice's capacity is capped at one, so
+// an Add elsewhere copies it instead of writing into own. Only the HTTP/1.1
+// path passes h.owned: its requests run one at a time and are done with
+// (written upstream) before the connection reads the next; HTTP/2 streams
+// run concurrently and pass nil.
+func setOwned(own *[ownedHeaders]string, hd http.Header, i int, k, v string) {
+	if own == nil {
+		hd[k] = []string{v}
+		return
+	}
+	own[i] = v
+	hd[k] = own[i : i+1 : i+1]
 }
 
 // serveHTTP runs the HTTP connection manager on c until the connection
@@ -59,7 +89,7 @@ func (l *listener) serveHTTP(c *httpConn) bool {
 	if st.draining.Load() || l.ctx.Err() != nil {
 		return false
 	}
-	h := &h1conn{l: l, c: c, proto: "http"}
+	h := &h1conn{l: l, c: c, proto: "http", rctx: reqContext{parent: l.ctx}}
 	if _, ok := c.Conn.(*tls.Conn); ok {
 		h.proto = "https"
 	}
@@ -73,6 +103,7 @@ func (l *listener) serveHTTP(c *httpConn) bool {
 	h.bw.Reset(c.Conn)
 	st.httpConns.Store(h, struct{}{})
 	defer func() {
+		h.rctx.close()
 		st.httpConns.Delete(h)
 		c.Close()
 		h.br.Reset(nil)
@@ -131,7 +162,7 @@ func (h *h1conn) serveOne() bool {
 	if !h.waitRequest() {
 		return false
 	}
-	req, err := http.ReadRequest(h.br)
+	req, err := readRequest(h.br, &h.scratch)
 	h.lim.n = -1
 	h.c.state.httpStats.rqTotal.Add(1)
 	if err != nil {
@@ -178,8 +209,9 @@ func (h *h1conn) finishBody(body io.ReadCloser) bool {
 
 // outbound turns the downstream request into the upstream one in place:
 // path rewrite, hop-by-hop headers dropped, X-Forwarded-* set. It returns
-// the requested protocol upgrade, if any.
-func (h *h1conn) outbound(req *http.Request, rt *route) string {
+// the requested protocol upgrade, if any. own backs the values it sets
+// (nil: allocated; see setOwned).
+func (h *h1conn) outbound(req *http.Request, rt *route, own *[ownedHeaders]string) string {
 	if rt.prefixRewrite != "" && rt.kind != pathRegex && len(req.URL.Path) >= len(rt.path) {
 		// The matched prefix (or exact path, matched case-insensitively
 		// perhaps) is swapped for the rewrite; Envoy keeps the original.
@@ -198,22 +230,38 @@ func (h *h1conn) outbound(req *http.Request, rt *route) string {
 		req.Header.Set("Te", "trailers")
 	}
 	if _, ok := req.Header["User-Agent"]; !ok {
-		req.Header["User-Agent"] = []string{""} // no Go default added
+		setOwned(own, req.Header, ownedUserAgent, "User-Agent", "") // no Go default added
 	}
 	if h.client != "" {
-		if prior := req.Header["X-Forwarded-For"]; len(prior) > 0 {
-			req.Header.Set("X-Forwarded-For", strings.Join(prior, ", ")+", "+h.client)
-		} else {
-			req.Header.Set("X-Forwarded-For", h.client)
-		}
+		setOwned(own, req.Header, ownedXFF, "X-Forwarded-For", appendForwardedFor(req.Header["X-Forwarded-For"], h.client))
 	}
-	req.Header.Set("X-Forwarded-Host", req.Host)
-	req.Header.Set("X-Forwarded-Proto", h.proto)
+	setOwned(own, req.Header, ownedXFHost, "X-Forwarded-Host", req.Host)
+	setOwned(own, req.Header, ownedXFProto, "X-Forwarded-Proto", h.proto)
 	req.URL.Scheme = "http"
 	req.URL.Host = ""
 	req.RequestURI = ""
 	req.Close = false
 	return upgrade
+}
+
+// appendForwardedFor is the X-Forwarded-For value with client appended to
+// the prior values (one string built, none when there are no prior ones).
+func appendForwardedFor(prior []string, client string) string {
+	if len(prior) == 0 {
+		return client
+	}
+	n := len(client)
+	for _, p := range prior {
+		n += len(p) + 2
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for _, p := range prior {
+		b.WriteString(p)
+		b.WriteString(", ")
+	}
+	b.WriteString(client)
+	return b.String()
 }
 
 // keepOpenBody hides Close from the transport: the connection manager

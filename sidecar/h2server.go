@@ -152,7 +152,7 @@ func (h *h1conn) serveStream(w http.ResponseWriter, req *http.Request) {
 		out.Body = http.NoBody
 	}
 	lbc := h.lbContext(out, rt, cl)
-	h.outbound(out, rt)
+	h.outbound(out, rt, nil) // streams run concurrently: no shared value storage
 	if wc.hdrs != nil {
 		wc.hdrs.req.apply(out.Header)
 	}

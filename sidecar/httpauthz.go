@@ -96,6 +96,12 @@ func (h *h1conn) extAuthz(req *http.Request, cfg *httpAuthzConfig, keep bool) (o
 func (h *h1conn) checkHTTP(req *http.Request, cfg *httpAuthzConfig) authzVerdict {
 	st := h.c.state.httpStats
 	a := h.l.p.authz
+	peer := h.authzPeerInfo(cfg.includePeerCert)
+	key := [2]string{peer.uri, peer.ourURI}
+	if a.cache.allows(key) {
+		st.authzCacheHit.Add(1)
+		return authzVerdict{allow: true}
+	}
 	ctx, cancel := context.WithTimeout(h.l.ctx, cfg.timeout)
 	defer cancel()
 	if a.token != "" {
@@ -113,11 +119,11 @@ func (h *h1conn) checkHTTP(req *http.Request, cfg *httpAuthzConfig) authzVerdict
 	}
 	if resp.GetStatus().GetCode() == int32(codes.OK) {
 		st.authzOK.Add(1)
-		if okr := resp.GetOkResponse(); okr != nil {
-			m, err := decodeHeaderMutation(okr.GetHeaders(), okr.GetHeadersToRemove())
-			if err == nil {
-				m.apply(req.Header)
-			}
+		okr := resp.GetOkResponse()
+		if len(okr.GetHeaders()) == 0 && len(okr.GetHeadersToRemove()) == 0 {
+			a.cache.put(key, responseEpoch(resp)) // only an answer that changes nothing
+		} else if m, err := decodeHeaderMutation(okr.GetHeaders(), okr.GetHeadersToRemove()); err == nil {
+			m.apply(req.Header)
 		}
 		return authzVerdict{allow: true}
 	}

@@ -16,6 +16,7 @@ type httpStats struct {
 	rqClass                                   [6]*atomic.Uint64
 	// HTTP ext_authz filter: http.<stat_prefix>.ext_authz.*.
 	authzOK, authzDenied, authzError, authzFailureModeAllowed *atomic.Uint64
+	authzCacheHit                                             *atomic.Uint64 // answered from authzCache
 }
 
 func newHTTPStats(r *statsRegistry, prefix string) *httpStats {
@@ -30,6 +31,7 @@ func newHTTPStats(r *statsRegistry, prefix string) *httpStats {
 		authzDenied:             r.counter(p + "ext_authz.denied"),
 		authzError:              r.counter(p + "ext_authz.error"),
 		authzFailureModeAllowed: r.counter(p + "ext_authz.failure_mode_allowed"),
+		authzCacheHit:           r.counter(p + "ext_authz.cache_hit"),
 	}
 	for i := 1; i <= 5; i++ {
 		s.rqClass[i] = r.counter(p + "downstream_rq_" + string(rune('0'+i)) + "xx")
@@ -54,17 +56,18 @@ func (c *httpConn) Close() error {
 
 // roundTrip sends req to one endpoint per attempt, failing over to the next
 // when the connection cannot be opened (nothing was sent yet, so a request
-// body is untouched). Endpoints in *tried (earlier attempts of a retried
-// request) are tried last, and every endpoint used is appended to it. req
+// body is untouched). Endpoints in tried (earlier attempts of a retried
+// request) are tried last, and every endpoint used is added to it. req
 // is the connection manager's own outbound request, so it is retargeted in
 // place rather than cloned per attempt; its body's Close is the caller's
 // concern (h1conn passes one that ignores it).
-func (c *cluster) roundTrip(req *http.Request, lbc lbContext, tried *[]*host) (*http.Response, error) {
+func (c *cluster) roundTrip(req *http.Request, lbc lbContext, tried *triedHosts) (*http.Response, error) {
 	st := c.state.Load()
 	if st == nil {
 		return nil, ErrNoHealthyUpstream
 	}
-	cands := c.candidates(st, lbc, *tried)
+	var buf [maxConnectAttempts]*host
+	cands := c.candidatesInto(buf[:0], st, lbc, tried.list())
 	if len(cands) == 0 {
 		c.stats.cxNoneHealthy.Add(1)
 		return nil, ErrNoHealthyUpstream
@@ -77,16 +80,16 @@ func (c *cluster) roundTrip(req *http.Request, lbc lbContext, tried *[]*host) (*
 		c.cb.releaseRequest() // an upgraded connection is no longer a request
 		return resp, err
 	}
-	resp.Body = &requestBody{ReadCloser: resp.Body, done: c.cb.releaseRequest}
+	resp.Body = &requestBody{ReadCloser: resp.Body, cb: c.cb}
 	return resp, nil
 }
 
 // attempt sends req to the first candidate it can connect to, and records
 // the outcome for outlier detection.
-func (c *cluster) attempt(req *http.Request, st *clusterState, cands []*host, tried *[]*host) (*http.Response, error) {
+func (c *cluster) attempt(req *http.Request, st *clusterState, cands []*host, tried *triedHosts) (*http.Response, error) {
 	var lastErr error
 	for _, h := range cands {
-		*tried = append(*tried, h)
+		tried.add(h)
 		req.URL.Host = h.ep.addr
 		c.stats.rqTotal.Add(1)
 		h.stats.rqTotal.Add(1)
@@ -127,6 +130,35 @@ func (c *cluster) attempt(req *http.Request, st *clusterState, cands []*host, tr
 		return resp, nil
 	}
 	return nil, lastErr
+}
+
+// triedHosts are the endpoints a request's attempts used. The first few
+// are kept in place, so that it lives on the caller's stack: a list
+// appended through a pointer would not.
+type triedHosts struct {
+	fixed [maxConnectAttempts]*host
+	n     int
+	all   []*host // every one, once there are more than fixed holds
+}
+
+func (t *triedHosts) add(h *host) {
+	if t.all == nil && t.n < len(t.fixed) {
+		t.fixed[t.n] = h
+		t.n++
+		return
+	}
+	if t.all == nil {
+		t.all = append(make([]*host, 0, 2*len(t.fixed)), t.fixed[:t.n]...)
+	}
+	t.all = append(t.all, h)
+}
+
+// list returns the endpoints tried so far (valid until the next add).
+func (t *triedHosts) list() []*host {
+	if t.all != nil {
+		return t.all
+	}
+	return t.fixed[:t.n]
 }
 
 // statusClass maps an HTTP status to its stats index 1..5.

@@ -91,6 +91,12 @@ func (st *clusterState) buildRings() {
 // if none is healthy (Envoy's panic mode). Hosts in exclude (tried by an
 // earlier attempt) go last, so a retry picks another host when there is one.
 func (c *cluster) candidates(st *clusterState, lbc lbContext, exclude []*host) []*host {
+	return c.candidatesInto(make([]*host, 0, maxConnectAttempts), st, lbc, exclude)
+}
+
+// candidatesInto is candidates appending to out (a caller's buffer, so the
+// request path allocates no list).
+func (c *cluster) candidatesInto(out []*host, st *clusterState, lbc lbContext, exclude []*host) []*host {
 	groups := st.healthy
 	rings := st.rings
 	if len(groups) == 0 && len(st.hosts) > 0 {
@@ -99,7 +105,6 @@ func (c *cluster) candidates(st *clusterState, lbc lbContext, exclude []*host) [
 	}
 	now := time.Now()
 	ejected := c.anyEjected(st, now)
-	out := make([]*host, 0, maxConnectAttempts)
 	for gi, g := range groups {
 		var ring hashRing
 		if gi < len(rings) {

@@ -234,6 +234,11 @@ func (p *Proxy) reconcile() {
 		secrets[n] = e.cfg.(*secret)
 	}
 	p.secrets.replace(secrets)
+	epoch := ""
+	if e := p.store.get(typeRuntime)[AuthzEpochResource]; e != nil {
+		epoch = e.cfg.(*authzEpoch).epoch
+	}
+	p.authz.cache.setEpoch(epoch)
 	warmingClusters := p.clusters.reconcile(p.store.get(typeCluster), p.store.get(typeEndpoint))
 	p.publishRoutes()
 	warmingListeners := p.listeners.reconcile(p.store.get(typeListener), p.listenerWarm)
@@ -307,10 +312,19 @@ func (p *Proxy) wantedNames() map[string]map[string]bool {
 	for _, e := range p.store.get(typeListener) {
 		addListener(e.cfg.(*listenerConfig))
 	}
+	var ls []*listenerConfig
 	for _, e := range p.listeners.active() {
 		addListener(e.cfg.(*listenerConfig))
+		ls = append(ls, e.cfg.(*listenerConfig))
 	}
-	return map[string]map[string]bool{typeEndpoint: eds, typeRoute: rds, typeSecret: sds}
+	for _, e := range p.store.get(typeListener) {
+		ls = append(ls, e.cfg.(*listenerConfig))
+	}
+	rtds := map[string]bool{}
+	if httpAuthzWanted(ls) {
+		rtds[AuthzEpochResource] = true
+	}
+	return map[string]map[string]bool{typeEndpoint: eds, typeRoute: rds, typeSecret: sds, typeRuntime: rtds}
 }
 
 // buildListenerState prepares what connections of a listener config need.

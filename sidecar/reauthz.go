@@ -118,6 +118,9 @@ func (a *authorizer) stillAllowed(ctx context.Context, key [2]string, timeout ti
 	a.mu.Lock()
 	a.last[key] = allowed
 	a.mu.Unlock()
+	if !allowed {
+		a.cache.drop(key)
+	}
 	return allowed
 }
 

@@ -79,12 +79,8 @@ func (rc *routeConfig) match(v *reqView) *route {
 // proxy sends req to the cluster (with the route's retries) and relays the
 // answer.
 func (h *h1conn) proxy(req *http.Request, rt *route, ch *clusterHeaders, cl *cluster, keep bool) bool {
-	ctx := h.l.ctx
-	if rt.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, rt.timeout)
-		defer cancel()
-	}
+	ctx := h.rctx.begin(rt.timeout)
+	defer h.rctx.end()
 	if strings.EqualFold(req.Header.Get("Expect"), "100-continue") {
 		// Answered here, as Envoy does by default; the upstream gets the
 		// body without waiting.
@@ -97,7 +93,7 @@ func (h *h1conn) proxy(req *http.Request, rt *route, ch *clusterHeaders, cl *clu
 		}
 	}
 	lbc := h.lbContext(req, rt, cl)
-	upgrade := h.outbound(req, rt)
+	upgrade := h.outbound(req, rt, &h.owned)
 	if ch != nil {
 		ch.req.apply(req.Header)
 	}
@@ -113,7 +109,7 @@ func (h *h1conn) proxy(req *http.Request, rt *route, ch *clusterHeaders, cl *clu
 		code := http.StatusServiceUnavailable
 		// The route's deadline passing is a timeout, whichever error the
 		// transport reported when it noticed.
-		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errPerTryTimeout) || deadlinePassed(ctx) {
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errPerTryTimeout) || timedOut(ctx) {
 			code = http.StatusGatewayTimeout
 			cl.stats.rqTimeout.Add(1)
 			return h.localReply(req, code, "upstream request timeout", keep)
@@ -142,7 +138,7 @@ func (h *h1conn) proxy(req *http.Request, rt *route, ch *clusterHeaders, cl *clu
 // jittered back-off and on another endpoint when there is one. A request
 // that may have reached the upstream is retried only if it is replayable.
 func sendWithRetries(req *http.Request, rp *retryPolicy, cl *cluster, lbc lbContext) (*http.Response, error) {
-	var tried []*host
+	var tried triedHosts
 	for attempt := 0; ; attempt++ {
 		resp, err := tryOnce(req, rp, cl, lbc, &tried)
 		if attempt > 0 && err == nil && resp.StatusCode < 500 {
@@ -166,7 +162,7 @@ func sendWithRetries(req *http.Request, rp *retryPolicy, cl *cluster, lbc lbCont
 
 // tryOnce is one attempt, bounded by the policy's per_try_timeout if any
 // (the timeout then also covers reading the response body).
-func tryOnce(req *http.Request, rp *retryPolicy, cl *cluster, lbc lbContext, tried *[]*host) (*http.Response, error) {
+func tryOnce(req *http.Request, rp *retryPolicy, cl *cluster, lbc lbContext, tried *triedHosts) (*http.Response, error) {
 	if rp == nil || rp.perTry <= 0 {
 		return cl.roundTrip(req, lbc, tried)
 	}

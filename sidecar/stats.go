@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"crypto/tls"
 	"fmt"
 	"io"
 	"regexp"
@@ -95,6 +96,7 @@ type listenerStats struct {
 	cxTotal, cxDestroy, cxOverflow *atomic.Uint64
 	cxActive                       *atomic.Int64
 	sslHandshake, sslError         *atomic.Uint64
+	sslSessionReused               *atomic.Uint64
 	noFilterChain                  *atomic.Uint64
 }
 
@@ -108,6 +110,8 @@ func newListenerStats(r *statsRegistry, addr string) *listenerStats {
 		sslHandshake:  r.counter(p + "ssl.handshake"),
 		sslError:      r.counter(p + "ssl.connection_error"),
 		noFilterChain: r.counter(p + "no_filter_chain_match"),
+
+		sslSessionReused: r.counter(p + "ssl.session_reused"),
 	}
 }
 
@@ -120,6 +124,7 @@ type clusterStats struct {
 	rqPerTryTimeout                                         *atomic.Uint64
 	rqClass                                                 [6]*atomic.Uint64 // index = status/100
 	sslError, sslFailSAN, sslFailVerify                     *atomic.Uint64
+	sslHandshake, sslSessionReused                          *atomic.Uint64
 	membershipHealthy, membershipTotal                      *atomic.Int64
 }
 
@@ -141,6 +146,8 @@ func newClusterStats(r *statsRegistry, name string) *clusterStats {
 		sslError:          r.counter(p + "ssl.connection_error"),
 		sslFailSAN:        r.counter(p + "ssl.fail_verify_san"),
 		sslFailVerify:     r.counter(p + "ssl.fail_verify_error"),
+		sslHandshake:      r.counter(p + "ssl.handshake"),
+		sslSessionReused:  r.counter(p + "ssl.session_reused"),
 		membershipHealthy: r.gauge(p + "membership_healthy"),
 		membershipTotal:   r.gauge(p + "membership_total"),
 	}
@@ -155,6 +162,10 @@ type hostStats struct {
 	cxTotal, cxConnectFail, rqTotal, rqSuccess, rqError, rqTimeout atomic.Uint64
 	cxActive, rqActive                                             atomic.Int64
 	outlier                                                        hostOutlier
+	// sessions holds the endpoint's TLS session tickets (resumption;
+	// see cluster.tlsConfigFor). It lives here, with the endpoint's
+	// other state that outlives configuration updates.
+	sessions tls.ClientSessionCache
 }
 
 // authzStats are the ext_authz network filter's counters,

@@ -13,6 +13,7 @@ import (
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	runtimev3 "github.com/envoyproxy/go-control-plane/envoy/service/runtime/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 )
@@ -54,6 +55,10 @@ var kinds = []*resourceKind{
 	{typeSecret, "sds", false, func() proto.Message { return &tlsv3.Secret{} },
 		func(m proto.Message) string { return m.(*tlsv3.Secret).GetName() },
 		func(m proto.Message) (any, error) { return decodeSecret(m.(*tlsv3.Secret)) }},
+	// RTDS: only AuthzEpochResource (authzcache.go).
+	{typeRuntime, "rtds", false, func() proto.Message { return &runtimev3.Runtime{} },
+		func(m proto.Message) string { return m.(*runtimev3.Runtime).GetName() },
+		decodeAuthzEpoch},
 }
 
 func kindOf(typeURL string) *resourceKind {

@@ -56,6 +56,12 @@ type upstreamConn struct {
 	// written counts the bytes written through bw (by one goroutine at
 	// a time: an exchange's writer).
 	written int64
+	keys    []string // header names, writeRequestHead's scratch
+	// closeConn closes conn: made once, for the exchanges' context.AfterFunc.
+	closeConn func()
+	// lb is the body of a response read by readResponseHead (one
+	// exchange at a time uses it).
+	lb lengthBody
 }
 
 func newH1Transport(dial func(ctx context.Context, addr string) (net.Conn, error)) *h1Transport {
@@ -130,6 +136,7 @@ func (t *h1Transport) getConn(ctx context.Context, addr string, replay bool) (*u
 		}
 	}
 	pc := &upstreamConn{conn: c, addr: addr, br: bufio.NewReaderSize(c, upstreamBufferSize)}
+	pc.closeConn = func() { c.Close() }
 	pc.bw = bufio.NewWriterSize(pc, upstreamBufferSize)
 	return pc, false, nil
 }
@@ -146,19 +153,8 @@ func (pc *upstreamConn) Write(p []byte) (int, error) {
 // been read.
 func (t *h1Transport) exchange(pc *upstreamConn, req *http.Request, reused bool) (*http.Response, error) {
 	ctx := req.Context()
-	stop := context.AfterFunc(ctx, func() { pc.conn.Close() })
+	stop := context.AfterFunc(ctx, pc.closeConn)
 	var wrote chan error // nil: written before reading
-	fail := func(err error) (*http.Response, error) {
-		stop()
-		pc.conn.Close() // also ends a body write still in progress
-		if wrote != nil {
-			<-wrote
-		}
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("failed to proxy the request: %w", ctx.Err())
-		}
-		return nil, err
-	}
 	if req.Body == nil || req.Body == http.NoBody {
 		before := pc.written
 		if err := writeRequest(pc, req); err != nil {
@@ -168,7 +164,7 @@ func (t *h1Transport) exchange(pc *upstreamConn, req *http.Request, reused bool)
 			case reused:
 				err = fmt.Errorf("%w: %w", errStaleConn, err)
 			}
-			return fail(err)
+			return pc.fail(ctx, stop, nil, err)
 		}
 	} else {
 		wrote = make(chan error, 1)
@@ -178,11 +174,11 @@ func (t *h1Transport) exchange(pc *upstreamConn, req *http.Request, reused bool)
 		if reused && ctx.Err() == nil {
 			err = fmt.Errorf("%w: %w", errStaleConn, err)
 		}
-		return fail(err)
+		return pc.fail(ctx, stop, wrote, err)
 	}
-	resp, err := readFinalResponse(pc.br, req)
+	resp, err := readFinalResponse(pc, req)
 	if err != nil {
-		return fail(err)
+		return pc.fail(ctx, stop, wrote, err)
 	}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		stop() // the connection manager owns the upgraded connection now
@@ -196,9 +192,26 @@ func (t *h1Transport) exchange(pc *upstreamConn, req *http.Request, reused bool)
 	return resp, nil
 }
 
+// fail ends a failed exchange: the connection is closed (which also ends a
+// body write still in progress, waited for on wrote when set).
+func (pc *upstreamConn) fail(ctx context.Context, stop func() bool, wrote chan error, err error) (*http.Response, error) {
+	stop()
+	pc.conn.Close()
+	if wrote != nil {
+		<-wrote
+	}
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("failed to proxy the request: %w", ctx.Err())
+	}
+	return nil, err
+}
+
 func writeRequest(pc *upstreamConn, req *http.Request) error {
-	if err := req.Write(pc.bw); err != nil {
-		return fmt.Errorf("failed to write the request upstream: %w", err)
+	var fast bool
+	if pc.keys, fast = writeRequestHead(pc.bw, req, pc.keys); !fast {
+		if err := req.Write(pc.bw); err != nil {
+			return fmt.Errorf("failed to write the request upstream: %w", err)
+		}
 	}
 	if err := pc.bw.Flush(); err != nil {
 		return fmt.Errorf("failed to write the request upstream: %w", err)
@@ -208,9 +221,9 @@ func writeRequest(pc *upstreamConn, req *http.Request) error {
 
 // readFinalResponse reads response heads until a final one (1xx other than
 // 101 are informational and dropped).
-func readFinalResponse(br *bufio.Reader, req *http.Request) (*http.Response, error) {
+func readFinalResponse(pc *upstreamConn, req *http.Request) (*http.Response, error) {
 	for {
-		resp, err := http.ReadResponse(br, req)
+		resp, err := readResponse(pc.br, req, &pc.lb)
 		if err != nil {
 			return nil, fmt.Errorf("failed to read the upstream response: %w", err)
 		}

@@ -64,6 +64,9 @@ type Config struct {
 	// lost its permission is ended (PermissionDenied). Zero:
 	// DefaultACLRecheck.
 	ACLRecheck time.Duration
+	// AuthzEpoch, when set, is published to the built-in proxies so they
+	// can cache authorization allows (see EpochSource).
+	AuthzEpoch EpochSource
 
 	// Test hooks (nil: configentry's Set.Compile and MatchFilter).
 	compile     compileFunc
@@ -167,6 +170,9 @@ func NewServer(cfg Config) (*Server, error) {
 	// Subscribe first, then queue a full sync: nothing can fall in between.
 	s.unsubs = append(s.unsubs, cfg.Catalog.Subscribe(s.onCatalog), cfg.Certs.Subscribe(s.onCA),
 		cfg.ConfigEntries.Subscribe(s.onConfigEntries))
+	if cfg.AuthzEpoch != nil {
+		s.watchAuthzEpoch(cfg.AuthzEpoch)
+	}
 	s.enqueue(func(c *changes) {
 		c.roots = true
 		for _, p := range cfg.Catalog.Proxies() {
