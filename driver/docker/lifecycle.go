@@ -81,6 +81,9 @@ func (d *Driver) StartTask(cfg *driver.TaskConfig) (th *driver.TaskHandle, err e
 	if err := os.MkdirAll(d.cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("failed to create driver state dir: %w", err)
 	}
+	if err := d.removeStale(ctx, c, cfg); err != nil {
+		return nil, fmt.Errorf("failed to start task %s: %w", cfg.ID, err)
+	}
 	created, err := c.ContainerCreate(ctx, cc, hc, nil, nil, containerName(cfg))
 	if err != nil {
 		return nil, fmt.Errorf("failed to create container for task %s: %w", cfg.ID, err)
