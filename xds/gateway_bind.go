@@ -39,10 +39,7 @@ type GatewayBind struct {
 // port where either is a wildcard address (0.0.0.0, ::) cannot both bind:
 // an error, as is a bad address or port.
 func GatewayBinds(inst catalog.ServiceInstance, defaultAddr string) ([]GatewayBind, error) {
-	var cfg map[string]any
-	if inst.Proxy != nil {
-		cfg = inst.Proxy.Config
-	}
+	cfg := proxyConfig(inst)
 	noDefault, err := parseBool(cfg, CfgGatewayNoDefaultBind)
 	if err != nil {
 		return nil, err

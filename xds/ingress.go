@@ -59,10 +59,7 @@ func (b builder) ingressGateway(inst catalog.ServiceInstance) (*proxyResources, 
 	if e == nil {
 		return out, nil
 	}
-	var cfg map[string]any
-	if inst.Proxy != nil {
-		cfg = inst.Proxy.Config
-	}
+	cfg := proxyConfig(inst)
 	timeout, err := parseTimeoutMS(cfg, cfgConnectTimeout, defaultConnectTimeout)
 	if err != nil {
 		return nil, err

@@ -41,10 +41,7 @@ func (b builder) meshGateway(inst catalog.ServiceInstance) (*proxyResources, err
 	if err := validBind(publicBindAddr, inst.Port); err != nil {
 		return nil, fmt.Errorf("mesh gateway listener: %w", err)
 	}
-	var cfg map[string]any
-	if inst.Proxy != nil {
-		cfg = inst.Proxy.Config
-	}
+	cfg := proxyConfig(inst)
 	timeout, err := parseTimeoutMS(cfg, cfgConnectTimeout, defaultConnectTimeout)
 	if err != nil {
 		return nil, err

@@ -7,6 +7,8 @@ import (
 	"math"
 	"strconv"
 	"strings"
+
+	"github.com/meshlet/meshlet/catalog"
 )
 
 // ErrInvalidProxyConfig wraps every error in a proxy's or upstream's
@@ -57,6 +59,14 @@ func parseProtocol(cfg map[string]any) (protocol, error) {
 	default:
 		return "", fmt.Errorf("%w: %s %q is not one of tcp, http, http2, grpc", ErrInvalidProxyConfig, cfgProtocol, s)
 	}
+}
+
+// proxyConfig is an instance's free-form proxy config (nil without one).
+func proxyConfig(inst catalog.ServiceInstance) map[string]any {
+	if inst.Proxy == nil {
+		return nil
+	}
+	return inst.Proxy.Config
 }
 
 // parseTimeoutMS reads a positive millisecond count, def when unset. Values

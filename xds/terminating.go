@@ -52,10 +52,7 @@ func (b builder) terminatingGateway(inst catalog.ServiceInstance) (*proxyResourc
 	if err := checkBindConflicts(binds, func(b GatewayBind) []int { return []int{b.Port} }); err != nil {
 		return nil, fmt.Errorf("terminating gateway listener: %w", err)
 	}
-	var cfg map[string]any
-	if inst.Proxy != nil {
-		cfg = inst.Proxy.Config
-	}
+	cfg := proxyConfig(inst)
 	timeout, err := parseTimeoutMS(cfg, cfgConnectTimeout, defaultConnectTimeout)
 	if err != nil {
 		return nil, err
