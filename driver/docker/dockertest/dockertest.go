@@ -53,6 +53,9 @@ type Daemon struct {
 	dir  string
 	cmd  *exec.Cmd
 	done chan struct{}
+	// podman is the podman command and its storage flags, for a podman
+	// service (StartPodman); nil for dockerd.
+	podman []string
 }
 
 // skipReason is why no daemon runs (set by Main).
@@ -141,11 +144,25 @@ func StartWith(o Options) (*Daemon, error) {
 		d.cmd = exec.Command("nsenter", append([]string{"--net=" + o.NetNS, bin}, append(args, "--iptables=true")...)...)
 	}
 	d.cmd.Stdout, d.cmd.Stderr = logf, logf
-	// Pdeathsig fires when the OS thread that forked the daemon exits, not
-	// the process: Go ends threads (those a goroutine left locked, as the
-	// netns tests do), which would kill the daemon mid-test. So the fork
-	// happens on a thread locked by a goroutine that lives, waiting, as
-	// long as the daemon does.
+	if err := d.launch(); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("failed to start dockerd: %w", err)
+	}
+	if err := d.ready("dockerd.log"); err != nil {
+		d.Stop()
+		return nil, err
+	}
+	return d, nil
+}
+
+// launch starts d.cmd and closes d.done when it exits.
+//
+// Pdeathsig fires when the OS thread that forked the daemon exits, not the
+// process: Go ends threads (those a goroutine left locked, as the netns
+// tests do), which would kill the daemon mid-test. So the fork happens on
+// a thread locked by a goroutine that lives, waiting, as long as the
+// daemon does.
+func (d *Daemon) launch() error {
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	started := make(chan error, 1)
 	go func() {
@@ -159,19 +176,12 @@ func StartWith(o Options) (*Daemon, error) {
 		_ = d.cmd.Wait()
 		close(d.done)
 	}()
-	if err := <-started; err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("failed to start dockerd: %w", err)
-	}
-	if err := d.ready(); err != nil {
-		d.Stop()
-		return nil, err
-	}
-	return d, nil
+	return <-started
 }
 
-// ready waits for the socket to answer, then imports the image.
-func (d *Daemon) ready() error {
+// ready waits for the socket to answer, then imports the image; logName
+// is the daemon's log in d.dir, quoted when it exits early.
+func (d *Daemon) ready(logName string) error {
 	c, err := client.NewClientWithOpts(client.WithHost(d.Host), client.WithAPIVersionNegotiation())
 	if err != nil {
 		return err
@@ -185,10 +195,10 @@ func (d *Daemon) ready() error {
 		}
 		select {
 		case <-d.done:
-			log, _ := os.ReadFile(filepath.Join(d.dir, "dockerd.log"))
-			return fmt.Errorf("dockerd exited early: %s", tail(log))
+			log, _ := os.ReadFile(filepath.Join(d.dir, logName))
+			return fmt.Errorf("the daemon exited early: %s", tail(log))
 		case <-ctx.Done():
-			return errors.New("dockerd did not answer within 60s")
+			return errors.New("the daemon did not answer within 60s")
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -274,6 +284,9 @@ func busyboxTar(extra []File) (io.Reader, error) {
 // Stop kills the daemon (and the containers it runs, through its
 // shutdown), waits for it, and removes its directories.
 func (d *Daemon) Stop() {
+	if d.podman != nil {
+		d.removePodmanContainers()
+	}
 	if d.cmd.Process != nil {
 		_ = d.cmd.Process.Signal(syscall.SIGTERM)
 		select {
