@@ -172,6 +172,12 @@ func gatewayInstance(p Placement, s *structs.Service, id string, bridge bool) (c
 		return catalog.ServiceInstance{}, err
 	}
 	addr, regPort := advertised(p, s.PortLabel, bridge, port)
+	if !bridge && p.NodeAddress != "" {
+		// A host-mode gateway listens in the node's namespace: other
+		// nodes reach it at the node's advertised address (127.0.0.1 is
+		// only right on a lone node).
+		addr = p.NodeAddress
+	}
 	kind := catalog.KindIngressGateway
 	var tagged map[string]catalog.TaggedAddress
 	switch {

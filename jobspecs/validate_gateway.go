@@ -180,29 +180,25 @@ func checkIngressHosts(s *structs.ConsulIngressService, port int, seen map[strin
 
 // checkGatewayNetwork requires a gateway group to run in one bridge,
 // cni/* or host network (or none: host): its connect_proxy task runs in
-// the allocation's namespace, or the host's. A mesh gateway needs a
-// bridge or cni/* network (meshlet has not run one in host mode).
+// the allocation's namespace, or the host's.
 func checkGatewayNetwork(tg *structs.TaskGroup, p path, report reporter) {
 	for i, s := range tg.Services {
 		if s == nil || !s.Connect.IsGateway() || s.Connect.HasSidecar() { // a sidecar's own rule reports it
 			continue
 		}
-		allowHost := !s.Connect.IsMesh()
 		kind, title := "an ingress gateway", "Ingress gateway requires bridge, cni or host networking"
-		want := "at most one network block, with mode \"bridge\", \"cni/<name>\" or \"host\""
 		if s.Connect.IsTerminating() {
 			kind, title = "a terminating gateway", "Terminating gateway requires bridge, cni or host networking"
-		} else if !allowHost {
-			kind, title = "a mesh gateway", "Mesh gateway requires bridge networking"
-			want = "exactly one network block with mode \"bridge\" or \"cni/<name>\" (host mode is not supported by meshlet yet)"
+		} else if s.Connect.IsMesh() {
+			kind, title = "a mesh gateway", "Mesh gateway requires bridge, cni or host networking"
 		}
 		found := "no network block"
-		if len(tg.Networks) == 0 && allowHost {
+		if len(tg.Networks) == 0 {
 			return // host mode, as Nomad allows for gateways
 		}
 		if len(tg.Networks) == 1 && tg.Networks[0] != nil {
 			mode := tg.Networks[0].Mode
-			if (allowHost && (mode == "" || mode == structs.NetworkModeHost)) || mode == structs.NetworkModeBridge ||
+			if mode == "" || mode == structs.NetworkModeHost || mode == structs.NetworkModeBridge ||
 				(strings.HasPrefix(mode, structs.NetworkModeCNIPrefix) && validNetworkMode(mode)) {
 				return
 			}
@@ -211,7 +207,8 @@ func checkGatewayNetwork(tg *structs.TaskGroup, p path, report reporter) {
 			found = fmt.Sprintf("%d network blocks", len(tg.Networks))
 		}
 		report(SeverityError, p.item("service", i, s.Name).sub("connect"), title, fmt.Sprintf(
-			"Service %q is %s, so group %q needs %s; found %s.", s.Name, kind, tg.Name, want, found))
+			"Service %q is %s, so group %q needs at most one network block, with mode \"bridge\", \"cni/<name>\" or \"host\"; found %s.",
+			s.Name, kind, tg.Name, found))
 		return
 	}
 }

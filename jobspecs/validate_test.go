@@ -168,7 +168,6 @@ service {
 		}},
 		{"native and gateway warn", "service {\n  name = \"n\"\n  port = 9090\n  connect { native = true }\n}\nservice {\n  name = \"gw\"\n  connect {\n    gateway {\n      mesh {}\n    }\n  }\n}\n" + okTask, []string{
 			`t.hcl:6:22: warning: connect native is not supported by meshlet yet`,
-			`t.hcl:10:3: error: Mesh gateway requires bridge networking; Service "gw" is a mesh gateway, so group "g" needs exactly one network block with mode "bridge" or "cni/<name>" (host mode is not supported by meshlet yet); found no network block.`,
 		}},
 		{"task service with connect", bridge + "task \"t\" {\n  driver = \"exec\"\n  service {\n    name = \"s\"\n    connect {\n    sidecar_service {}\n  }\n  }\n  config { command = \"x\" }\n}",
 			[]string{`t.hcl:10:5: error: Connect on a task service; connect is only allowed in group-level service blocks; move the service into the group.`}},

@@ -18,7 +18,7 @@ import (
 // dc2, a mesh gateway (its port left to Nomad's
 // default) and api (a TCP echo). Every web task is an echo too, only
 // there to exec the client from.
-func meshGatewayJobs() (dc1, dc2 string) {
+func meshGatewayJobs(gwNetwork string) (dc1, dc2 string) {
 	web := func(name, mode string, port int) string {
 		gw := ""
 		if mode != "" {
@@ -59,7 +59,7 @@ func meshGatewayJobs() (dc1, dc2 string) {
 
   group "gateway" {
     network {
-      mode = "bridge"
+      mode = "` + gwNetwork + `"
       port "mesh" {}
     }
     service {
@@ -78,7 +78,7 @@ func meshGatewayJobs() (dc1, dc2 string) {
 
   group "gateway" {
     network {
-      mode = "bridge"
+      mode = "` + gwNetwork + `"
     }
     service {
       name = "mesh-gateway"
@@ -153,12 +153,14 @@ func (e *meshGatewayEnv) call(allocID, task string, port int, msg string) (bool,
 	return err == nil && strings.TrimSpace(out) == msg, out
 }
 
-func startMeshGatewayEnv(t *testing.T) *meshGatewayEnv {
+// startMeshGatewayEnv runs the two datacenters' jobs, their gateways in
+// network mode gwNetwork ("bridge" or "host").
+func startMeshGatewayEnv(t *testing.T, gwNetwork string) *meshGatewayEnv {
 	c := newCluster(t)
 	s1 := c.AddServer("s1", 2, 1)
 	c1, c2 := c.AddClientDC("c1", 5, "dc1", s1), c.AddClientDC("c2", 6, "dc2", s1)
 	c.WaitNodesReady(60*time.Second, s1, c1, c2)
-	dc1, dc2 := meshGatewayJobs()
+	dc1, dc2 := meshGatewayJobs(gwNetwork)
 	c.RunJobCLI(s1, "mgw-dc2", dc2)
 	c.RunJobCLI(s1, "mgw-dc1", dc1)
 	e := &meshGatewayEnv{c: c, s1: s1, c1: c1, c2: c2}
@@ -222,7 +224,7 @@ func catalogGateways(t *testing.T, host *agent) {
 // dc2's api identity, api's agent judges web's dc1 identity), and a deny
 // intention stops the cross-datacenter call.
 func TestMeshGatewaysAcrossDatacenters(t *testing.T) {
-	e := startMeshGatewayEnv(t)
+	e := startMeshGatewayEnv(t, "bridge")
 	catalogGateways(t, e.c1)
 	if out, err := e.c.CLI(e.s1, "alloc", "status", e.gw1); err != nil || !strings.Contains(out, "Mesh Gateway: mesh-gateway") {
 		t.Errorf("alloc status of dc1's gateway: %v\n%s", err, out)
@@ -340,4 +342,37 @@ func checkEntryModes(t *testing.T, e *meshGatewayEnv) {
 	through("web-entry through both gateways (proxy-defaults: local)", 1)
 	write("web-entry-defaults", "Kind = \"service-defaults\"\nName = \"web-entry\"\nMeshGateway {\n  Mode = \"remote\"\n}\n")
 	through("web-entry through dc2's gateway alone (service-defaults: remote)", 0)
+}
+
+// TestMeshGatewaysHostNetwork: the same two datacenters with both mesh
+// gateways in host network mode (each in its node's namespace, registered
+// at the node's address): web reaches api in dc2 through both gateways
+// (mode local) and through dc2's alone (mode remote); the sidecars'
+// endpoints for api are the gateways, so no call passes without them.
+func TestMeshGatewaysHostNetwork(t *testing.T) {
+	e := startMeshGatewayEnv(t, "host")
+	catalogGateways(t, e.c1)
+	out, err := getOnHost(e.c1, "http://127.0.0.1:8500/v1/catalog/service/mesh-gateway")
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	var gws []struct{ ServiceAddress string }
+	if err := json.Unmarshal([]byte(out), &gws); err != nil {
+		t.Fatalf("mesh-gateway instances = %s (%v)", out, err)
+	}
+	got := map[string]bool{}
+	for _, g := range gws {
+		got[g.ServiceAddress] = true
+	}
+	for _, n := range []*agent{e.c1, e.c2} {
+		if !got[n.IP] {
+			t.Errorf("no host-mode mesh gateway registered at node %s's address %s: %s", n.Name, n.IP, out)
+		}
+	}
+	poll(t, 90*time.Second, "web reaching api in dc2 through host-mode gateways (mode local)", func() (bool, string) {
+		return e.call(e.web, "web", 9191, "hello host dc2")
+	})
+	poll(t, 60*time.Second, "web-remote reaching api through dc2's host-mode gateway", func() (bool, string) {
+		return e.call(e.webRemote, "web", 9192, "hello host remote")
+	})
 }
