@@ -16,6 +16,10 @@ const (
 	gwHost   = "bench-gw.example.com"
 	gwDirect = "direct"
 	gwIngr   = "ingress gateway"
+	// Processes watched through the gateway.
+	gwProcGateway = "gateway"
+	gwProcSidecar = "server sidecar"
+	gwProcApp     = "server app"
 )
 
 // gwEnv is the running bench-gateway job.
@@ -142,33 +146,73 @@ func waitHostRoute(ctx context.Context, url, host string, limit time.Duration) e
 	return fmt.Errorf("no traffic through the gateway to %s (Host %s) after %s: %s", url, host, limit, last)
 }
 
-// gwArm is one path of the gateway area: a URL and the Host it sends.
+// gwArm is one path of the gateway area: a URL, the Host it sends and
+// the processes watched while it carries the fixed rate.
 type gwArm struct {
 	name, url, host string
+	procs           func() map[string]int
 }
 
-func (a gwArm) Name() string                { return a.name }
-func (a gwArm) HTTPURL() string             { return a.url }
-func (a gwArm) ConnURL() string             { return a.url }
-func (a gwArm) BulkAddr() (string, int)     { return "", 0 }
-func (a gwArm) Procs(string) map[string]int { return map[string]int{} }
+func (a gwArm) Name() string            { return a.name }
+func (a gwArm) HTTPURL() string         { return a.url }
+func (a gwArm) ConnURL() string         { return a.url }
+func (a gwArm) BulkAddr() (string, int) { return "", 0 }
+func (a gwArm) Procs(string) map[string]int {
+	if a.procs == nil {
+		return map[string]int{}
+	}
+	return a.procs()
+}
+
+// gatewayProcs finds the processes to watch through the gateway: the
+// gateway's proxy, the server's sidecar and the server app.
+func (r *Runner) gatewayProcs(env *gwEnv) map[string]int {
+	procs := map[string]int{}
+	for _, p := range []struct {
+		name, alloc string
+		match       []string
+	}{
+		{gwProcGateway, env.gwID, []string{"connect"}},
+		{gwProcSidecar, env.srvID, []string{"connect"}},
+		{gwProcApp, env.srvID, []string{"demo-app", "counting"}},
+	} {
+		pids, err := FindProcInNetns(filepath.Join(NetnsDir, p.alloc), p.match, []string{"executor"})
+		if err != nil {
+			r.log.Warn("process not found", "process", p.name, "alloc_id", p.alloc, "error", err)
+			continue
+		}
+		procs[p.name] = pids[0]
+	}
+	return procs
+}
 
 // measureGateway runs the fixed-rate and max-rate blocks over both paths,
 // interleaved, and returns the per-round results.
 func (r *Runner) measureGateway(ctx context.Context, env *gwEnv) *dpRuns {
 	fo := Fortio{Bin: r.opts.Fortio, Netns: env.client, Dir: r.scratch}
-	arms := []dpArm{gwArm{gwDirect, env.directURL, ""}, gwArm{gwIngr, env.gatewayURL, env.gatewayHostIn}}
+	arms := []dpArm{gwArm{name: gwDirect, url: env.directURL},
+		gwArm{name: gwIngr, url: env.gatewayURL, host: env.gatewayHostIn, procs: func() map[string]int { return r.gatewayProcs(env) }}}
 	runs := &dpRuns{rounds: r.roundCount(), arms: map[string]*armRuns{}}
 	for _, a := range arms {
 		runs.arms[a.Name()] = &armRuns{errs: map[string]error{}}
 	}
 	host := func(a dpArm) string { return a.(gwArm).host }
 	r.interleave(ctx, runs, "fixed rate", arms, func(a dpArm, res *armRuns) error {
-		got, err := fo.Run(ctx, LoadSpec{QPS: fixedRate, Conns: fixedConns, Duration: fixedDuration, KeepAlive: true, URL: a.HTTPURL(), Host: host(a)})
-		if err != nil {
-			return err
+		spec := LoadSpec{QPS: fixedRate, Conns: fixedConns, Duration: fixedDuration, KeepAlive: true, URL: a.HTTPURL(), Host: host(a)}
+		var got FortioResult
+		var errL error
+		u, err := watch(a.Procs(loadHTTP), func() error { got, errL = fo.Run(ctx, spec); return errL })
+		if errL != nil {
+			return errL
 		}
-		res.fixed = append(res.fixed, got)
+		if err != nil {
+			// A process to watch is gone: measure latency anyway.
+			if got, errL = fo.Run(ctx, spec); errL != nil {
+				return errL
+			}
+			u = nil
+		}
+		res.fixed, res.usage = append(res.fixed, got), append(res.usage, u)
 		return nil
 	})
 	r.interleave(ctx, runs, "max rate", arms, func(a dpArm, res *armRuns) error {

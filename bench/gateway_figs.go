@@ -26,7 +26,42 @@ func gatewayFigures(direct, gw *armRuns, err error) []*Figure {
 	}
 	figs := gatewayLatency(direct, gw)
 	maxRPS := pairFigure(gwMaxName, "1/s", direct.maxRPS, gw.maxRPS, firstErr(gw.err("max rate"), direct.err("max rate")), nil)
-	return append(figs, maxRPS)
+	usage, errU := watchedUsage(gw)
+	return append(append(figs, maxRPS), gatewayUsageFigures(usage, errU, gw.err("fixed rate"))...)
+}
+
+// gatewayUsageFigures are the gateway proxy's and the server sidecar's CPU
+// and memory (PSS) during the gateway's fixed-rate runs, against the
+// server app's (the same executable doing the least work).
+func gatewayUsageFigures(usage map[string]sidecarUsage, errU, errF error) []*Figure {
+	app, hasApp := usage[gwProcApp]
+	var figs []*Figure
+	for _, proc := range []string{gwProcGateway, gwProcSidecar} {
+		cpuName := proc + " CPU per 1,000 rps through the gateway (baseline: server app)"
+		pssName := proc + " memory (PSS) at 1,000 rps through the gateway (baseline: server app)"
+		u, ok := usage[proc]
+		if !ok || u.err != nil || errF != nil {
+			why := reason(firstErr(errF, errU, u.err), "process not found in its allocation's namespace")
+			figs = append(figs, NotMeasured(cpuName, "vCPU", why, nil), NotMeasured(pssName, "MB", why, nil))
+			continue
+		}
+		var bc, bp *float64
+		if hasApp && app.err == nil {
+			bc, bp = ptr(app.vcpu), ptr(app.pss)
+		}
+		cpu := Measured(cpuName, "vCPU", u.vcpu, bc, nil)
+		cpu.Note = fmt.Sprintf("%.0f µs of CPU per request; its busiest thread used %.0f %% of it.", u.vcpu/fixedRate*1e6, 100*u.topThread)
+		pss := Measured(pssName, "MB", u.pss, bp, nil)
+		if errU != nil {
+			// Some round ran without its processes watched: the
+			// median is of the others.
+			partial := "Not watched in every round (" + errU.Error() + "): the median of the watched ones."
+			cpu.Note += " " + partial
+			pss.Note = partial
+		}
+		figs = append(figs, cpu, pss)
+	}
+	return figs
 }
 
 // gatewayLatency is p50 and p99 at the fixed rate.

@@ -32,6 +32,11 @@ func gwRuns(t *testing.T, qps float64, p50, p99, maxRPS []float64) *armRuns {
 	for i := range p50 {
 		a.fixed = append(a.fixed, fortioRound(t, qps, p50[i]/1000, p99[i]/1000))
 		a.maxRPS = append(a.maxRPS, fortioRound(t, maxRPS[i], 0.001, 0.002).ActualQPS)
+		a.usage = append(a.usage, map[string]sidecarUsage{
+			gwProcGateway: {vcpu: 0.1 + 0.01*float64(i), pss: 12, topThread: 0.9},
+			gwProcSidecar: {vcpu: 0.05, pss: 10},
+			gwProcApp:     {vcpu: 0.02, pss: 8},
+		})
 	}
 	return a
 }
@@ -40,8 +45,8 @@ func TestGatewayFigures(t *testing.T) {
 	direct := gwRuns(t, 1000, []float64{0.3, 0.2, 0.25}, []float64{1, 0.8, 0.9}, []float64{10000, 12000, 11000})
 	gw := gwRuns(t, 999, []float64{0.6, 0.5, 0.7}, []float64{2, 3, 2.5}, []float64{5000, 4000, 4400})
 	rows := rowsByName(gatewayFigures(direct, gw, nil))
-	if len(rows) != 3 {
-		t.Fatalf("%d figures, want p50, p99 and max rps", len(rows))
+	if len(rows) != 7 {
+		t.Fatalf("%d figures, want p50, p99, max rps and the gateway's and sidecar's CPU and PSS", len(rows))
 	}
 	p50, p99, maxRPS := rows[gwP50Name], rows[gwP99Name], rows[gwMaxName]
 	if p50 == nil || p50.Value == nil || !approx(*p50.Value, 0.6) || !approx(*p50.Baseline, 0.25) {
@@ -58,6 +63,33 @@ func TestGatewayFigures(t *testing.T) {
 	}
 	if maxRPS == nil || maxRPS.Ratio == nil || !approx(*maxRPS.Ratio, 0.4) || maxRPS.Unit != "1/s" {
 		t.Errorf("max rps row = %+v, want 4400/11000 = 0.4", maxRPS)
+	}
+	gwCPU := rows["gateway CPU per 1,000 rps through the gateway (baseline: server app)"]
+	if gwCPU == nil || gwCPU.Value == nil || !approx(*gwCPU.Value, 0.11) || !approx(*gwCPU.Baseline, 0.02) ||
+		!strings.Contains(gwCPU.Note, "110 µs of CPU per request") {
+		t.Errorf("gateway CPU row = %+v, want median 0.11 vCPU against the app's 0.02", gwCPU)
+	}
+	if f := rows["server sidecar memory (PSS) at 1,000 rps through the gateway (baseline: server app)"]; f == nil || f.Value == nil || *f.Value != 10 || *f.Baseline != 8 {
+		t.Errorf("sidecar PSS row = %+v", f)
+	}
+	// A round whose processes were not watched: the median of the others,
+	// and the notes say so.
+	unwatched := gwRuns(t, 999, []float64{0.6, 0.5}, []float64{2, 3}, []float64{5000, 4000})
+	unwatched.usage[1] = nil
+	urows := rowsByName(gatewayFigures(direct, unwatched, nil))
+	if f := urows["gateway CPU per 1,000 rps through the gateway (baseline: server app)"]; f.Value == nil || !approx(*f.Value, 0.1) ||
+		!strings.Contains(f.Note, "Not watched in every round ("+ErrNoProcess.Error()) {
+		t.Errorf("unwatched round, CPU: %+v", f)
+	}
+	if f := urows["gateway memory (PSS) at 1,000 rps through the gateway (baseline: server app)"]; !strings.HasPrefix(f.Note, "Not watched in every round") {
+		t.Errorf("unwatched round, PSS note %q", f.Note)
+	}
+	// A gateway process never found: its rows are not measured.
+	for _, u := range unwatched.usage[:1] {
+		delete(u, gwProcGateway)
+	}
+	if f := rowsByName(gatewayFigures(direct, unwatched, nil))["gateway CPU per 1,000 rps through the gateway (baseline: server app)"]; f.Value != nil || f.NotMeasured == "" {
+		t.Errorf("gateway process not found: %+v", f)
 	}
 
 	// Gateway runs that fell behind the fixed rate say so.
