@@ -31,6 +31,12 @@
 //     size for one proxy with 1,000 routed upstreams
 //     (xds.BenchmarkCompileRoutes1000) and configentry's compile of 1,000
 //     chains and one write check against them (bench/l7.go);
+//   - ingress gateway: the real agent running bench/input/gateway.hcl, with
+//     fortio inside an idle client allocation's namespace against the HTTP
+//     app's allocation address (direct) and the ingress gateway's (an
+//     `http` listener routing by Host through the app's sidecar), the two
+//     paths interleaved like the data plane's arms: p50/p99 at a fixed
+//     rate and max rps (bench/gateway.go);
 //   - faults: the agent under injected failures (bench/faults.go);
 //   - cluster: placement throughput, plan commit latency, failover and
 //     heartbeat capacity with one server and simulated client nodes;

@@ -80,18 +80,17 @@ type LoadSpec struct {
 	Conns     int
 	Duration  time.Duration
 	KeepAlive bool
+	// Host, when set, is the Host header of every request (fortio -H).
+	Host string
 }
 
 // Run runs one load and returns its figures; any non-200 answer fails it.
 func (f Fortio) Run(ctx context.Context, s LoadSpec) (FortioResult, error) {
 	out := filepath.Join(f.Dir, fmt.Sprintf("fortio-%d.json", time.Now().UnixNano()))
 	defer os.Remove(out)
-	args := []string{"load", "-quiet", "-qps", strconv.FormatFloat(s.QPS, 'f', -1, 64),
-		"-c", strconv.Itoa(s.Conns), "-t", s.Duration.String(), "-p", "50,90,99", "-r", "0.00001",
-		"-keepalive=" + strconv.FormatBool(s.KeepAlive), "-json", out, s.URL}
 	ctx, cancel := context.WithTimeout(ctx, s.Duration+time.Minute)
 	defer cancel()
-	if b, err := InNetns(ctx, f.Netns, f.Bin, args...).CombinedOutput(); err != nil {
+	if b, err := InNetns(ctx, f.Netns, f.Bin, s.fortioArgs(out)...).CombinedOutput(); err != nil {
 		return FortioResult{}, fmt.Errorf("failed to run fortio: %w: %s", err, lastLines(string(b), 2, nil))
 	}
 	b, err := os.ReadFile(out)
@@ -106,6 +105,17 @@ func (f Fortio) Run(ctx context.Context, s LoadSpec) (FortioResult, error) {
 		return r, fmt.Errorf("%w: %d of %d requests failed against %s", ErrLoadFailed, r.Count-r.OK, r.Count, s.URL)
 	}
 	return r, nil
+}
+
+// fortioArgs are `fortio load`'s arguments for s, writing its JSON to out.
+func (s LoadSpec) fortioArgs(out string) []string {
+	args := []string{"load", "-quiet", "-qps", strconv.FormatFloat(s.QPS, 'f', -1, 64),
+		"-c", strconv.Itoa(s.Conns), "-t", s.Duration.String(), "-p", "50,90,99", "-r", "0.00001",
+		"-keepalive=" + strconv.FormatBool(s.KeepAlive), "-json", out}
+	if s.Host != "" {
+		args = append(args, "-H", "Host: "+s.Host)
+	}
+	return append(args, s.URL)
 }
 
 // ParseIperf returns the received throughput in bits/s from iperf3 -J.

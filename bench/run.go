@@ -23,9 +23,9 @@ type Options struct {
 	Iperf3  string // iperf3 binary ("" = not installed)
 	OutDir  string // where results.json and RESULTS.md go
 	// Areas limits the run to these areas ("controlplane", "lifecycle",
-	// "dataplane", "l7", "faults", "cluster", "clustermesh"); empty runs
-	// all. A partial run replaces only its areas' sections of the results
-	// already in OutDir (see MergeReports).
+	// "dataplane", "l7", "gateway", "faults", "cluster", "clustermesh");
+	// empty runs all. A partial run replaces only its areas' sections of
+	// the results already in OutDir (see MergeReports).
 	Areas  []string
 	Logger hclog.Logger
 	// Keep leaves the scratch directory (agent logs, profiles) in place.
@@ -58,6 +58,9 @@ var areas = []area{
 	// L7 before the control plane: its per-request CPU is the process's
 	// own, but its times should not share the machine with the teardown.
 	{"l7", "L7 routing (built-in proxy)", (*Runner).l7},
+	// The ingress gateway after L7, like the data plane a fortio load
+	// against a real agent, before the control plane's teardown.
+	{"gateway", "Ingress gateway (built-in proxy)", (*Runner).gateway},
 	{"controlplane", "Control plane", (*Runner).controlPlane},
 	// Faults last: its 60 s outage and 1,000 cycles take the longest.
 	{"faults", "Faults", (*Runner).faults},
@@ -89,7 +92,7 @@ func NewRunner(o Options) (*Runner, error) {
 	}
 	for _, a := range o.Areas {
 		if !knownArea(a) {
-			return nil, fmt.Errorf("failed to configure bench: unknown area %q (want dataplane, lifecycle, l7, controlplane, faults, cluster or clustermesh)", a)
+			return nil, fmt.Errorf("failed to configure bench: unknown area %q (want dataplane, lifecycle, l7, gateway, controlplane, faults, cluster or clustermesh)", a)
 		}
 	}
 	return &Runner{opts: o, log: o.Logger.Named("bench")}, nil

@@ -24,6 +24,7 @@ func TestValidJobspecs(t *testing.T) {
 		"hello.hcl":                             nil,
 		"hello-exec.hcl":                        nil,
 		"mesh-gateway.hcl":                      nil,
+		"terminating-gateway.hcl":               nil,
 		"testdata/valid/countdash-docker.hcl":   nil,
 		"testdata/valid/multi-upstream.hcl":     nil,
 		"testdata/valid/batch-lifecycle.hcl":    nil,

@@ -31,8 +31,8 @@ for f in bin/meshlet bin/cni/bridge; do
 	fi
 done
 
-# Only the data-plane and cluster-mesh areas use the load generators: a
-# run limited by -areas to others installs neither.
+# Only the data-plane, gateway and cluster-mesh areas use the load
+# generators: a run limited by -areas to others installs neither.
 AREAS=all
 prev=""
 for a in "$@"; do
@@ -40,7 +40,7 @@ for a in "$@"; do
 	case "$a" in -areas=* | --areas=*) AREAS="${a#*=}" ;; esac
 	prev="$a"
 done
-if [[ $AREAS == all || ,$AREAS, == *,dataplane,* || ,$AREAS, == *,clustermesh,* ]]; then
+if [[ $AREAS == all || ,$AREAS, == *,dataplane,* || ,$AREAS, == *,gateway,* || ,$AREAS, == *,clustermesh,* ]]; then
 	without_service_start apt_install iperf3
 	if [[ ! -x bin/fortio ]]; then
 		echo "bench: installing fortio $FORTIO_VERSION into bin/"
