@@ -207,7 +207,8 @@ func globMatch(pattern, s string) bool {
 // /etc/resolv.conf and /etc/hosts (as Nomad does for extra_hosts). A
 // group dns block (dns) replaces the dns options and is always written
 // to resolv.conf, as in Nomad.
-func applyOptions(o *options, taskDir string, joinAlloc bool, dns *driver.DNSConfig, cc *container.Config, hc *container.HostConfig) error {
+func applyOptions(o *options, taskDir string, an *allocNet, dns *driver.DNSConfig, cc *container.Config, hc *container.HostConfig) error {
+	joinAlloc := an != nil
 	cc.Hostname, cc.Tty, cc.OpenStdin = o.Hostname, o.TTY, o.Interactive
 	if o.NoHealthcheck {
 		cc.Healthcheck = &container.HealthConfig{Test: []string{"NONE"}}
@@ -224,7 +225,7 @@ func applyOptions(o *options, taskDir string, joinAlloc bool, dns *driver.DNSCon
 	if dns != nil {
 		dnsOpts, dnsFile = &options{DNSServers: dns.Servers, DNSSearchDomains: dns.Searches, DNSOptions: dns.Options}, true
 	}
-	hostsFile := joinAlloc && len(o.ExtraHosts) > 0
+	hostsFile := joinAlloc && (len(o.ExtraHosts) > 0 || an.address != "" && an.hostname != "")
 	if !dnsFile && dns == nil {
 		hc.DNS, hc.DNSSearch, hc.DNSOptions = o.DNSServers, o.DNSSearchDomains, o.DNSOptions
 	}
@@ -243,7 +244,7 @@ func applyOptions(o *options, taskDir string, joinAlloc bool, dns *driver.DNSCon
 	}
 	if hostsFile {
 		path := filepath.Join(taskDir, "hosts")
-		if err := os.WriteFile(path, etcHosts(o.ExtraHosts), 0o644); err != nil {
+		if err := os.WriteFile(path, etcHosts(an, o.ExtraHosts), 0o644); err != nil {
 			return fmt.Errorf("failed to write hosts file: %w", err)
 		}
 		hc.Binds = append(hc.Binds, path+":/etc/hosts:ro")
@@ -355,14 +356,23 @@ func resolvConf(o *options, host resolver) []byte {
 	return []byte(b.String())
 }
 
-// etcHosts is the task's /etc/hosts: the loopback names, then the
-// extra_hosts entries.
-func etcHosts(extra []string) []byte {
+// etcHosts is the task's /etc/hosts in Nomad's layout: the loopback and
+// IPv6 multicast names, the allocation's own address and hostname (when
+// known), then the extra_hosts entries.
+func etcHosts(an *allocNet, extra []string) []byte {
 	var b strings.Builder
-	b.WriteString("# written by meshlet from the task's docker extra_hosts\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")
+	b.WriteString("# written by meshlet for the task's allocation network\n")
+	b.WriteString("127.0.0.1 localhost\n::1 localhost\n::1 ip6-localhost ip6-loopback\n")
+	b.WriteString("fe00::0 ip6-localnet\nff00::0 ip6-mcastprefix\nff02::1 ip6-allnodes\nff02::2 ip6-allrouters\nff02::3 ip6-allhosts\n")
+	if an != nil && an.address != "" && an.hostname != "" {
+		fmt.Fprintf(&b, "\n# the allocation's address and hostname, shared by the group's tasks\n%s %s\n", an.address, an.hostname)
+	}
+	if len(extra) > 0 {
+		b.WriteString("\n# extra_hosts from the task config\n")
+	}
 	for _, h := range extra {
 		name, ip, _ := strings.Cut(h, ":")
-		fmt.Fprintf(&b, "%s\t%s\n", ip, name)
+		fmt.Fprintf(&b, "%s %s\n", ip, name)
 	}
 	return []byte(b.String())
 }
