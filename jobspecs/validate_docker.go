@@ -68,7 +68,7 @@ func checkDockerConfig(t *structs.Task, cp path, report reporter) {
 	}
 	checkStringLists(t, cp, []string{"entrypoint", "cap_add", "cap_drop", "ports", "volumes",
 		"dns_servers", "dns_search_domains", "dns_options", "extra_hosts", "security_opt"}, bad)
-	checkDockerAddrs(t, bad)
+	checkDockerAddrs(t, cp, report, bad)
 	for _, k := range slices.Sorted(maps.Keys(t.Config)) {
 		switch {
 		case slices.Contains(dockerConfigKeys, k):
@@ -120,9 +120,12 @@ func checkDockerGroup(tg *structs.TaskGroup, p path, report reporter) {
 	}
 }
 
-// checkDockerAddrs checks the literal (not interpolated) dns_servers are
-// IP addresses and extra_hosts "name:IP", as the driver does.
-func checkDockerAddrs(t *structs.Task, bad func(string, ...any)) {
+// checkDockerAddrs checks the literal (not interpolated) dns_servers and
+// extra_hosts as the driver does: an extra_hosts entry must be
+// "name:IP" (an error); a dns_servers entry that is not an IP address is
+// dropped by the driver with a log line, as Nomad does, so it is a
+// warning here.
+func checkDockerAddrs(t *structs.Task, cp path, report reporter, bad func(string, ...any)) {
 	for _, k := range []string{"dns_servers", "extra_hosts"} {
 		list, _ := t.Config[k].([]any)
 		for _, e := range list {
@@ -130,20 +133,16 @@ func checkDockerAddrs(t *structs.Task, bad func(string, ...any)) {
 			if !ok || strings.Contains(s, "${") {
 				continue
 			}
-			ip := s
-			if k == "extra_hosts" {
-				var name string
-				name, ip, _ = strings.Cut(s, ":")
-				if name == "" {
-					ip = ""
+			if k == "dns_servers" {
+				if net.ParseIP(s) == nil {
+					report(SeverityWarning, cp, "Invalid dns server", fmt.Sprintf(
+						"Task %q: config dns_servers: %q is not an IP address; the driver drops it (as Nomad does).", t.Name, s))
 				}
+				continue
 			}
-			if net.ParseIP(ip) == nil {
-				want := "an IP address"
-				if k == "extra_hosts" {
-					want = `"hostname:IP"`
-				}
-				bad("config %s: %q must be %s.", k, s, want)
+			name, ip, _ := strings.Cut(s, ":")
+			if name == "" || net.ParseIP(ip) == nil {
+				bad("config %s: %q must be \"hostname:IP\".", k, s)
 			}
 		}
 	}

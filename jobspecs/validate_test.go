@@ -55,7 +55,7 @@ func TestValidationRules(t *testing.T) {
 		}},
 		{"docker in a bridge group", bridge + "task \"t\" {\n  driver = \"docker\"\n  config { image = \"busybox\" }\n}", nil},
 		{"docker bad addresses", "task \"t\" {\n  driver = \"docker\"\n  config {\n    image = \"busybox\"\n    dns_servers = [\"10.0.0.1\", \"dns.example\", \"${attr.x}\"]\n    extra_hosts = [\"db:10.0.0.2\", \"v6:2001:db8::1\", \"db=10.0.0.3\"]\n  }\n}", []string{
-			`t.hcl:5:3: error: Invalid driver config; Task "t": config dns_servers: "dns.example" must be an IP address.`,
+			`t.hcl:5:3: warning: Invalid dns server; Task "t": config dns_servers: "dns.example" is not an IP address; the driver drops it (as Nomad does).`,
 			`t.hcl:5:3: error: Invalid driver config; Task "t": config extra_hosts: "db=10.0.0.3" must be "hostname:IP".`,
 		}},
 		{"docker hostname in a bridge group", bridge + "task \"t\" {\n  driver = \"docker\"\n  config {\n    image = \"busybox\"\n    hostname = \"h\"\n  }\n}", []string{

@@ -56,7 +56,6 @@ func TestTaskConfigRefused(t *testing.T) {
 			tc.NetNSPath = "/var/run/netns/x"
 			m["hostname"] = "web"
 		}, docker.ErrBadConfig, "hostname cannot be set"},
-		{"bad dns server", docker.Config{}, func(m map[string]any, _ *driver.TaskConfig) { m["dns_servers"] = []any{"dns.example"} }, docker.ErrBadConfig, "not an IP address"},
 		{"bad extra host", docker.Config{}, func(m map[string]any, _ *driver.TaskConfig) { m["extra_hosts"] = []any{"db=10.0.0.1"} }, docker.ErrBadConfig, `"hostname:IP"`},
 		{"bad ulimit", docker.Config{}, func(m map[string]any, _ *driver.TaskConfig) { m["ulimit"] = []any{map[string]any{"nofile": "lots"}} }, docker.ErrBadConfig, "ulimit nofile"},
 		{"ulimit soft above hard", docker.Config{}, func(m map[string]any, _ *driver.TaskConfig) { m["ulimit"] = map[string]any{"nofile": "20:10"} }, docker.ErrBadConfig, "above the hard limit"},

@@ -35,6 +35,9 @@ type options struct {
 	DNSServers       []string
 	DNSSearchDomains []string
 	DNSOptions       []string
+	// DroppedDNS are the dns_servers entries that are not IP addresses,
+	// left out of DNSServers.
+	DroppedDNS []string
 	// ExtraHosts are "name:ip" entries.
 	ExtraHosts     []string
 	IPCMode        string
@@ -69,11 +72,15 @@ func (r *reader) readOptions() options {
 		TTY:              r.boolean("tty"),
 		Interactive:      r.boolean("interactive"),
 	}
-	for _, s := range o.DNSServers {
+	// Nomad drops a dns_servers entry that is not an IP address (with an
+	// error in its log) rather than failing the task.
+	o.DNSServers = slices.DeleteFunc(o.DNSServers, func(s string) bool {
 		if net.ParseIP(s) == nil {
-			r.fail("dns_servers: %q is not an IP address", s)
+			o.DroppedDNS = append(o.DroppedDNS, s)
+			return true
 		}
-	}
+		return false
+	})
 	for _, h := range o.ExtraHosts {
 		name, ip, ok := strings.Cut(h, ":")
 		if !ok || name == "" || net.ParseIP(ip) == nil {

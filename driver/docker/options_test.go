@@ -54,7 +54,7 @@ func TestContainerOptions(t *testing.T) {
 	}, "; "))
 	for k, v := range map[string]any{
 		"hostname":           "web-1",
-		"dns_servers":        []any{"192.0.2.53"},
+		"dns_servers":        []any{"dns.example", "192.0.2.53"},
 		"dns_search_domains": []any{"svc.example"},
 		"dns_options":        []any{"ndots:2"},
 		"extra_hosts":        []any{"db.internal:192.0.2.10"},
@@ -84,6 +84,9 @@ func TestContainerOptions(t *testing.T) {
 	if hc.Runtime != "runc" || !hc.ReadonlyRootfs || hc.ShmSize != 16<<20 || len(hc.Devices) != 1 || hc.Sysctls["net.core.somaxconn"] != "512" {
 		t.Errorf("host config: runtime %q readonly %v shm %d devices %v sysctls %v", hc.Runtime, hc.ReadonlyRootfs, hc.ShmSize, hc.Devices, hc.Sysctls)
 	}
+	if len(hc.DNS) != 1 || hc.DNS[0] != "192.0.2.53" || strings.Contains(out, "dns.example") {
+		t.Errorf("dns %v, want the invalid dns_servers entry dropped (as Nomad does)", hc.DNS)
+	}
 	if hc := info.Config.Healthcheck; hc == nil || len(hc.Test) != 1 || hc.Test[0] != "NONE" {
 		t.Errorf("healthcheck = %+v, want disabled (NONE)", hc)
 	}
@@ -99,7 +102,7 @@ func TestContainerDNSInAllocNamespace(t *testing.T) {
 	cfg := taskConfig(t, "dns", "sh", "-c", "cat /proc/sys/kernel/hostname /etc/resolv.conf /etc/hosts")
 	delete(cfg.Config, "network_mode")
 	cfg.AllocID, cfg.NetNSPath, cfg.NetworkHostname = "alloc-dns", path, "group-host"
-	cfg.Config["dns_servers"] = []any{"192.0.2.53", "192.0.2.54"}
+	cfg.Config["dns_servers"] = []any{"192.0.2.53", "not-an-ip", "192.0.2.54"}
 	cfg.Config["dns_options"] = []any{"ndots:1"}
 	cfg.Config["extra_hosts"] = []any{"db.internal:192.0.2.10", "v6.internal:2001:db8::1"}
 	out := runScript(t, d, cfg)
