@@ -124,6 +124,9 @@ func (d *Driver) containerSpec(cfg *driver.TaskConfig, tc *taskConfig, caps []st
 	for _, mt := range tc.Mounts {
 		hc.Mounts = append(hc.Mounts, containerMount(cfg.TaskDir, mt))
 	}
+	if tc.Options.CpusetCPUs != "" {
+		d.logger.Warn("cpuset_cpus is not supported and is ignored, as in Nomad", "alloc_id", cfg.AllocID, "task", cfg.Name)
+	}
 	for _, s := range tc.Options.DroppedDNS {
 		d.logger.Error("invalid ip address for container dns server, dropped", "alloc_id", cfg.AllocID, "task", cfg.Name, "ip", s)
 	}

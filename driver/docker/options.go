@@ -23,9 +23,9 @@ var defaultAllowRuntimes = []string{"runc", "nvidia"}
 // optionKeys are the task config keys read by readOptions: Nomad's docker
 // options beyond the image, command and mounts.
 var optionKeys = []string{
-	"devices", "dns_options", "dns_search_domains", "dns_servers", "extra_hosts", "healthchecks",
-	"hostname", "interactive", "ipc_mode", "pid_mode", "readonly_rootfs", "runtime",
-	"security_opt", "shm_size", "sysctl", "tty", "ulimit",
+	"cpuset_cpus", "devices", "dns_options", "dns_search_domains", "dns_servers", "extra_hosts", "healthchecks",
+	"hostname", "init", "interactive", "ipc_mode", "pid_mode", "pids_limit", "readonly_rootfs", "runtime",
+	"security_opt", "shm_size", "sysctl", "tty", "ulimit", "userns_mode", "uts_mode",
 }
 
 // options are a task's container options that map onto Docker's config
@@ -39,9 +39,18 @@ type options struct {
 	// left out of DNSServers.
 	DroppedDNS []string
 	// ExtraHosts are "name:ip" entries.
-	ExtraHosts     []string
-	IPCMode        string
-	PIDMode        string
+	ExtraHosts []string
+	IPCMode    string
+	PIDMode    string
+	// UTSMode and UsernsMode are "" or "host".
+	UTSMode    string
+	UsernsMode string
+	// Init runs Docker's init (tini) as the container's PID 1.
+	Init bool
+	// PidsLimit bounds the container's processes (0: no limit).
+	PidsLimit int64
+	// CpusetCPUs is accepted and ignored, as Nomad does (logged).
+	CpusetCPUs     string
 	SecurityOpt    []string
 	Sysctl         map[string]string
 	Ulimits        []*container.Ulimit
@@ -64,6 +73,11 @@ func (r *reader) readOptions() options {
 		ExtraHosts:       r.strs("extra_hosts", false),
 		IPCMode:          r.str("ipc_mode"),
 		PIDMode:          r.str("pid_mode"),
+		UTSMode:          r.str("uts_mode"),
+		UsernsMode:       r.str("userns_mode"),
+		Init:             r.boolean("init"),
+		PidsLimit:        r.integer("pids_limit"),
+		CpusetCPUs:       r.str("cpuset_cpus"),
 		SecurityOpt:      r.strs("security_opt", false),
 		Sysctl:           r.strMap(r.m["sysctl"], "sysctl"),
 		ShmSize:          r.integer("shm_size"),
@@ -89,6 +103,14 @@ func (r *reader) readOptions() options {
 	}
 	if o.ShmSize < 0 {
 		r.fail("shm_size must not be negative, got %d", o.ShmSize)
+	}
+	if o.PidsLimit < 0 {
+		r.fail("pids_limit must not be negative, got %d", o.PidsLimit)
+	}
+	for _, m := range []struct{ key, val string }{{"uts_mode", o.UTSMode}, {"userns_mode", o.UsernsMode}} {
+		if m.val != "" && m.val != "host" {
+			r.fail("%s must be \"host\" or unset, got %q", m.key, m.val)
+		}
 	}
 	if hc := r.block("healthchecks", []string{"disable"}); hc != nil {
 		sub := reader{m: hc}
@@ -173,6 +195,14 @@ func (c *Config) checkOptions(o *options, joinAlloc bool) error {
 		}
 		return fmt.Errorf("%s %q is %w: set allow_privileged = true or allowed_modes { %s = [%q] }", m.key, m.val, ErrNotAllowed, m.gate, m.val)
 	}
+	// Nomad documents uts_mode = "host" as needing privileged containers
+	// allowed; meshlet gates userns_mode = "host" (leaving Docker's user
+	// namespace remapping) the same way.
+	for _, m := range []struct{ key, val string }{{"uts_mode", o.UTSMode}, {"userns_mode", o.UsernsMode}} {
+		if m.val != "" && !c.AllowPrivileged {
+			return fmt.Errorf("%s %q is %w: set allow_privileged = true", m.key, m.val, ErrNotAllowed)
+		}
+	}
 	allow := c.AllowRuntimes
 	if allow == nil {
 		allow = defaultAllowRuntimes
@@ -221,6 +251,13 @@ func applyOptions(o *options, taskDir string, an *allocNet, dns *driver.DNSConfi
 		cc.Healthcheck = &container.HealthConfig{Test: []string{"NONE"}}
 	}
 	hc.IpcMode, hc.PidMode = container.IpcMode(o.IPCMode), container.PidMode(o.PIDMode)
+	hc.UTSMode, hc.UsernsMode = container.UTSMode(o.UTSMode), container.UsernsMode(o.UsernsMode)
+	if o.Init {
+		hc.Init = &o.Init
+	}
+	if o.PidsLimit > 0 {
+		hc.PidsLimit = &o.PidsLimit
+	}
 	hc.Sysctls, hc.Ulimits, hc.Devices = o.Sysctl, o.Ulimits, o.Devices
 	hc.ShmSize, hc.ReadonlyRootfs, hc.Runtime = o.ShmSize, o.ReadonlyRootfs, o.Runtime
 	opts, err := securityOpts(o.SecurityOpt)
