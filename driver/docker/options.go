@@ -269,7 +269,9 @@ func applyOptions(o *options, taskDir string, an *allocNet, dns *driver.DNSConfi
 	if dns != nil {
 		dnsOpts, dnsFile = &options{DNSServers: dns.Servers, DNSSearchDomains: dns.Searches, DNSOptions: dns.Options}, true
 	}
-	hostsFile := joinAlloc && (len(o.ExtraHosts) > 0 || an.address != "" && an.hostname != "")
+	// The allocation's own line needs a task directory for the file; only
+	// extra_hosts make it a must.
+	hostsFile := joinAlloc && (len(o.ExtraHosts) > 0 || an.address != "" && an.hostname != "" && taskDir != "")
 	if !dnsFile && dns == nil {
 		hc.DNS, hc.DNSSearch, hc.DNSOptions = o.DNSServers, o.DNSSearchDomains, o.DNSOptions
 	}
