@@ -45,18 +45,26 @@ func TestValidationRules(t *testing.T) {
 			[]string{`t.hcl:3:21: warning: Driver "podman" is not built into meshlet; meshlet ships the exec, raw_exec and docker drivers; placement fails with "driver podman not available on node" unless a podman driver plugin is installed.`}},
 		{"docker config", "task \"t\" {\n  driver = \"docker\"\n  config {\n    image = \"busybox:1\"\n    args = [\"-c\", 1]\n    ports = [\"http\"]\n    network_mode = \"host\"\n" +
 			"    cap_add = [\"net_raw\"]\n    mount {\n      type = \"tmpfs\"\n      target = \"/t\"\n    }\n    logging {\n      type = \"json-file\"\n    }\n  }\n}", nil},
-		{"docker bad config", "task \"t\" {\n  driver = \"docker\"\n  config {\n    command = \"x\"\n    imagee = \"busybox\"\n    network_mode = \"bridge\"\n    uts_mode = \"host\"\n    cap_add = \"kill\"\n    privileged = \"yes\"\n  }\n}", []string{
+		{"docker bad config", "task \"t\" {\n  driver = \"docker\"\n  config {\n    command = \"x\"\n    imagee = \"busybox\"\n    network_mode = \"bridge\"\n    group_add = [\"x\"]\n    cap_add = \"kill\"\n    privileged = \"yes\"\n  }\n}", []string{
 			`t.hcl:5:3: error: Missing driver config image; Task "t": the docker driver needs config { image = "..." }.`,
 			`t.hcl:5:3: error: Invalid driver config; Task "t": config network_mode "bridge" is not supported by meshlet's docker driver; use "none" or "host", or leave it unset.`,
 			`t.hcl:5:3: error: Invalid driver config; Task "t": config privileged must be a bool, not a string.`,
 			`t.hcl:5:3: error: Invalid driver config; Task "t": config cap_add must be a list of strings, not a string.`,
-			`t.hcl:5:3: error: Unknown docker config key "imagee"; The docker driver takes args, auth, cap_add, cap_drop, command, devices, dns_options, dns_search_domains, dns_servers, entrypoint, extra_hosts, force_pull, healthchecks, hostname, image, image_pull_timeout, interactive, ipc_mode, labels, logging, mount, network_mode, pid_mode, ports, privileged, readonly_rootfs, runtime, security_opt, shm_size, sysctl, tty, ulimit, volumes and work_dir. Did you mean "image"?`,
-			`t.hcl:5:3: error: config uts_mode is not supported by meshlet's docker driver; Task "t": remove it; the driver refuses keys it does not implement.`,
+			`t.hcl:5:3: error: config group_add is not supported by meshlet's docker driver; Task "t": remove it; the driver refuses keys it does not implement.`,
+			`t.hcl:5:3: error: Unknown docker config key "imagee"; The docker driver takes args, auth, cap_add, cap_drop, command, cpuset_cpus, devices, dns_options, dns_search_domains, dns_servers, entrypoint, extra_hosts, force_pull, healthchecks, hostname, image, image_pull_timeout, init, interactive, ipc_mode, labels, logging, mount, network_mode, pid_mode, pids_limit, ports, privileged, readonly_rootfs, runtime, security_opt, shm_size, sysctl, tty, ulimit, userns_mode, uts_mode, volumes and work_dir. Did you mean "image"?`,
 		}},
 		{"docker in a bridge group", bridge + "task \"t\" {\n  driver = \"docker\"\n  config { image = \"busybox\" }\n}", nil},
 		{"docker bad addresses", "task \"t\" {\n  driver = \"docker\"\n  config {\n    image = \"busybox\"\n    dns_servers = [\"10.0.0.1\", \"dns.example\", \"${attr.x}\"]\n    extra_hosts = [\"db:10.0.0.2\", \"v6:2001:db8::1\", \"db=10.0.0.3\"]\n  }\n}", []string{
-			`t.hcl:5:3: error: Invalid driver config; Task "t": config dns_servers: "dns.example" must be an IP address.`,
+			`t.hcl:5:3: warning: Invalid dns server; Task "t": config dns_servers: "dns.example" is not an IP address; the driver drops it (as Nomad does).`,
 			`t.hcl:5:3: error: Invalid driver config; Task "t": config extra_hosts: "db=10.0.0.3" must be "hostname:IP".`,
+		}},
+		{"docker modes and limits", "task \"t\" {\n  driver = \"docker\"\n  config {\n    image = \"busybox\"\n    uts_mode = \"host\"\n    userns_mode = \"host\"\n    init = true\n    pids_limit = 64\n  }\n}", nil},
+		{"docker bad modes and limits", "task \"t\" {\n  driver = \"docker\"\n  config {\n    image = \"busybox\"\n    uts_mode = \"private\"\n    userns_mode = 1\n    init = \"yes\"\n    pids_limit = -1\n    cpuset_cpus = \"0-1\"\n  }\n}", []string{
+			`t.hcl:5:3: error: Invalid driver config; Task "t": config userns_mode must be a string, not a number.`,
+			`t.hcl:5:3: error: Invalid driver config; Task "t": config init must be a bool, not a string.`,
+			`t.hcl:5:3: error: Invalid driver config; Task "t": config uts_mode must be "host" or unset, not "private".`,
+			`t.hcl:5:3: error: Invalid driver config; Task "t": config pids_limit must be a whole number, not negative, got -1.`,
+			`t.hcl:5:3: warning: Ignored docker config cpuset_cpus; Task "t": cpuset_cpus is not supported (as in Nomad, which ignores it since 0.12); the driver ignores it.`,
 		}},
 		{"docker hostname in a bridge group", bridge + "task \"t\" {\n  driver = \"docker\"\n  config {\n    image = \"busybox\"\n    hostname = \"h\"\n  }\n}", []string{
 			`t.hcl:8:3: error: Invalid driver config; Task "t": config hostname cannot be set on a docker task in a "bridge" group, whose network namespace it joins; set the group's network { hostname } instead.`,

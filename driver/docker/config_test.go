@@ -56,7 +56,11 @@ func TestTaskConfigRefused(t *testing.T) {
 			tc.NetNSPath = "/var/run/netns/x"
 			m["hostname"] = "web"
 		}, docker.ErrBadConfig, "hostname cannot be set"},
-		{"bad dns server", docker.Config{}, func(m map[string]any, _ *driver.TaskConfig) { m["dns_servers"] = []any{"dns.example"} }, docker.ErrBadConfig, "not an IP address"},
+		{"uts_mode without allow_privileged", docker.Config{}, func(m map[string]any, _ *driver.TaskConfig) { m["uts_mode"] = "host" }, docker.ErrNotAllowed, `uts_mode "host" is not allowed by the client's docker plugin config: set allow_privileged = true`},
+		{"userns_mode without allow_privileged", docker.Config{}, func(m map[string]any, _ *driver.TaskConfig) { m["userns_mode"] = "host" }, docker.ErrNotAllowed, "userns_mode"},
+		{"bad uts_mode", docker.Config{AllowPrivileged: true}, func(m map[string]any, _ *driver.TaskConfig) { m["uts_mode"] = "private" }, docker.ErrBadConfig, `uts_mode must be "host" or unset`},
+		{"negative pids_limit", docker.Config{}, func(m map[string]any, _ *driver.TaskConfig) { m["pids_limit"] = -1 }, docker.ErrBadConfig, "pids_limit must not be negative"},
+		{"init not a bool", docker.Config{}, func(m map[string]any, _ *driver.TaskConfig) { m["init"] = "yes" }, docker.ErrBadConfig, "init must be a bool"},
 		{"bad extra host", docker.Config{}, func(m map[string]any, _ *driver.TaskConfig) { m["extra_hosts"] = []any{"db=10.0.0.1"} }, docker.ErrBadConfig, `"hostname:IP"`},
 		{"bad ulimit", docker.Config{}, func(m map[string]any, _ *driver.TaskConfig) { m["ulimit"] = []any{map[string]any{"nofile": "lots"}} }, docker.ErrBadConfig, "ulimit nofile"},
 		{"ulimit soft above hard", docker.Config{}, func(m map[string]any, _ *driver.TaskConfig) { m["ulimit"] = map[string]any{"nofile": "20:10"} }, docker.ErrBadConfig, "above the hard limit"},

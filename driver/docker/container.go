@@ -83,8 +83,9 @@ func pullError(ctx context.Context, tc *taskConfig, err error) error {
 
 // containerSpec builds the container's config and host config.
 // netMode is the container's network mode: "host", "none" or
-// "container:<pause>".
-func (d *Driver) containerSpec(cfg *driver.TaskConfig, tc *taskConfig, caps []string, netMode string) (*container.Config, *container.HostConfig, error) {
+// "container:<pause>"; an is the allocation's network when it joins the
+// pause container's (nil otherwise).
+func (d *Driver) containerSpec(cfg *driver.TaskConfig, tc *taskConfig, caps []string, netMode string, an *allocNet) (*container.Config, *container.HostConfig, error) {
 	labels := map[string]string{}
 	maps.Copy(labels, tc.Labels)
 	maps.Copy(labels, map[string]string{LabelAllocID: cfg.AllocID, LabelTask: cfg.Name, LabelTaskID: cfg.ID, LabelJob: cfg.JobName, LabelOwner: d.owner()})
@@ -123,7 +124,13 @@ func (d *Driver) containerSpec(cfg *driver.TaskConfig, tc *taskConfig, caps []st
 	for _, mt := range tc.Mounts {
 		hc.Mounts = append(hc.Mounts, containerMount(cfg.TaskDir, mt))
 	}
-	if err := applyOptions(&tc.Options, cfg.TaskDir, strings.HasPrefix(netMode, "container:"), cfg.NetworkDNS, cc, hc); err != nil {
+	if tc.Options.CpusetCPUs != "" {
+		d.logger.Warn("cpuset_cpus is not supported and is ignored, as in Nomad", "alloc_id", cfg.AllocID, "task", cfg.Name)
+	}
+	for _, s := range tc.Options.DroppedDNS {
+		d.logger.Error("invalid ip address for container dns server, dropped", "alloc_id", cfg.AllocID, "task", cfg.Name, "ip", s)
+	}
+	if err := applyOptions(&tc.Options, cfg.TaskDir, an, cfg.NetworkDNS, cc, hc); err != nil {
 		return nil, nil, err
 	}
 	return cc, hc, nil

@@ -67,14 +67,16 @@ func (d *Driver) StartTask(cfg *driver.TaskConfig) (th *driver.TaskHandle, err e
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
 	netMode := cmpOr(tc.NetworkMode, NetworkModeHost)
+	var an *allocNet
 	if joinAlloc {
 		pauseID, err := d.ensurePause(ctx, c, cfg.AllocID, cfg.NetNSPath, cfg.NetworkHostname)
 		if err != nil {
 			return nil, fmt.Errorf("failed to start task %s: %w", cfg.ID, err)
 		}
 		netMode = "container:" + pauseID
+		an = d.allocNetOf(ctx, c, pauseID, cfg)
 	}
-	cc, hc, err := d.containerSpec(cfg, tc, caps, netMode)
+	cc, hc, err := d.containerSpec(cfg, tc, caps, netMode, an)
 	if err != nil {
 		return nil, fmt.Errorf("failed to start task %s: %w", cfg.ID, err)
 	}

@@ -43,6 +43,17 @@ func newNetNS(t *testing.T, link string) (name, path string) {
 	return name, "/var/run/netns/" + name
 }
 
+// addNSAddr gives link in the named namespace the address cidr and sets
+// it up.
+func addNSAddr(t *testing.T, name, link, cidr string) {
+	t.Helper()
+	for _, args := range [][]string{{"-n", name, "addr", "add", cidr, "dev", link}, {"-n", name, "link", "set", link, "up"}} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v: %s", args, err, out)
+		}
+	}
+}
+
 // serveInNetNS serves body over HTTP on 127.0.0.1 inside the namespace.
 func serveInNetNS(t *testing.T, path, body string) int {
 	t.Helper()

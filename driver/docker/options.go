@@ -23,9 +23,9 @@ var defaultAllowRuntimes = []string{"runc", "nvidia"}
 // optionKeys are the task config keys read by readOptions: Nomad's docker
 // options beyond the image, command and mounts.
 var optionKeys = []string{
-	"devices", "dns_options", "dns_search_domains", "dns_servers", "extra_hosts", "healthchecks",
-	"hostname", "interactive", "ipc_mode", "pid_mode", "readonly_rootfs", "runtime",
-	"security_opt", "shm_size", "sysctl", "tty", "ulimit",
+	"cpuset_cpus", "devices", "dns_options", "dns_search_domains", "dns_servers", "extra_hosts", "healthchecks",
+	"hostname", "init", "interactive", "ipc_mode", "pid_mode", "pids_limit", "readonly_rootfs", "runtime",
+	"security_opt", "shm_size", "sysctl", "tty", "ulimit", "userns_mode", "uts_mode",
 }
 
 // options are a task's container options that map onto Docker's config
@@ -35,10 +35,22 @@ type options struct {
 	DNSServers       []string
 	DNSSearchDomains []string
 	DNSOptions       []string
+	// DroppedDNS are the dns_servers entries that are not IP addresses,
+	// left out of DNSServers.
+	DroppedDNS []string
 	// ExtraHosts are "name:ip" entries.
-	ExtraHosts     []string
-	IPCMode        string
-	PIDMode        string
+	ExtraHosts []string
+	IPCMode    string
+	PIDMode    string
+	// UTSMode and UsernsMode are "" or "host".
+	UTSMode    string
+	UsernsMode string
+	// Init runs Docker's init (tini) as the container's PID 1.
+	Init bool
+	// PidsLimit bounds the container's processes (0: no limit).
+	PidsLimit int64
+	// CpusetCPUs is accepted and ignored, as Nomad does (logged).
+	CpusetCPUs     string
 	SecurityOpt    []string
 	Sysctl         map[string]string
 	Ulimits        []*container.Ulimit
@@ -61,6 +73,11 @@ func (r *reader) readOptions() options {
 		ExtraHosts:       r.strs("extra_hosts", false),
 		IPCMode:          r.str("ipc_mode"),
 		PIDMode:          r.str("pid_mode"),
+		UTSMode:          r.str("uts_mode"),
+		UsernsMode:       r.str("userns_mode"),
+		Init:             r.boolean("init"),
+		PidsLimit:        r.integer("pids_limit"),
+		CpusetCPUs:       r.str("cpuset_cpus"),
 		SecurityOpt:      r.strs("security_opt", false),
 		Sysctl:           r.strMap(r.m["sysctl"], "sysctl"),
 		ShmSize:          r.integer("shm_size"),
@@ -69,11 +86,15 @@ func (r *reader) readOptions() options {
 		TTY:              r.boolean("tty"),
 		Interactive:      r.boolean("interactive"),
 	}
-	for _, s := range o.DNSServers {
+	// Nomad drops a dns_servers entry that is not an IP address (with an
+	// error in its log) rather than failing the task.
+	o.DNSServers = slices.DeleteFunc(o.DNSServers, func(s string) bool {
 		if net.ParseIP(s) == nil {
-			r.fail("dns_servers: %q is not an IP address", s)
+			o.DroppedDNS = append(o.DroppedDNS, s)
+			return true
 		}
-	}
+		return false
+	})
 	for _, h := range o.ExtraHosts {
 		name, ip, ok := strings.Cut(h, ":")
 		if !ok || name == "" || net.ParseIP(ip) == nil {
@@ -82,6 +103,14 @@ func (r *reader) readOptions() options {
 	}
 	if o.ShmSize < 0 {
 		r.fail("shm_size must not be negative, got %d", o.ShmSize)
+	}
+	if o.PidsLimit < 0 {
+		r.fail("pids_limit must not be negative, got %d", o.PidsLimit)
+	}
+	for _, m := range []struct{ key, val string }{{"uts_mode", o.UTSMode}, {"userns_mode", o.UsernsMode}} {
+		if m.val != "" && m.val != "host" {
+			r.fail("%s must be \"host\" or unset, got %q", m.key, m.val)
+		}
 	}
 	if hc := r.block("healthchecks", []string{"disable"}); hc != nil {
 		sub := reader{m: hc}
@@ -166,6 +195,14 @@ func (c *Config) checkOptions(o *options, joinAlloc bool) error {
 		}
 		return fmt.Errorf("%s %q is %w: set allow_privileged = true or allowed_modes { %s = [%q] }", m.key, m.val, ErrNotAllowed, m.gate, m.val)
 	}
+	// Nomad documents uts_mode = "host" as needing privileged containers
+	// allowed; meshlet gates userns_mode = "host" (leaving Docker's user
+	// namespace remapping) the same way.
+	for _, m := range []struct{ key, val string }{{"uts_mode", o.UTSMode}, {"userns_mode", o.UsernsMode}} {
+		if m.val != "" && !c.AllowPrivileged {
+			return fmt.Errorf("%s %q is %w: set allow_privileged = true", m.key, m.val, ErrNotAllowed)
+		}
+	}
 	allow := c.AllowRuntimes
 	if allow == nil {
 		allow = defaultAllowRuntimes
@@ -207,12 +244,20 @@ func globMatch(pattern, s string) bool {
 // /etc/resolv.conf and /etc/hosts (as Nomad does for extra_hosts). A
 // group dns block (dns) replaces the dns options and is always written
 // to resolv.conf, as in Nomad.
-func applyOptions(o *options, taskDir string, joinAlloc bool, dns *driver.DNSConfig, cc *container.Config, hc *container.HostConfig) error {
+func applyOptions(o *options, taskDir string, an *allocNet, dns *driver.DNSConfig, cc *container.Config, hc *container.HostConfig) error {
+	joinAlloc := an != nil
 	cc.Hostname, cc.Tty, cc.OpenStdin = o.Hostname, o.TTY, o.Interactive
 	if o.NoHealthcheck {
 		cc.Healthcheck = &container.HealthConfig{Test: []string{"NONE"}}
 	}
 	hc.IpcMode, hc.PidMode = container.IpcMode(o.IPCMode), container.PidMode(o.PIDMode)
+	hc.UTSMode, hc.UsernsMode = container.UTSMode(o.UTSMode), container.UsernsMode(o.UsernsMode)
+	if o.Init {
+		hc.Init = &o.Init
+	}
+	if o.PidsLimit > 0 {
+		hc.PidsLimit = &o.PidsLimit
+	}
 	hc.Sysctls, hc.Ulimits, hc.Devices = o.Sysctl, o.Ulimits, o.Devices
 	hc.ShmSize, hc.ReadonlyRootfs, hc.Runtime = o.ShmSize, o.ReadonlyRootfs, o.Runtime
 	opts, err := securityOpts(o.SecurityOpt)
@@ -224,7 +269,9 @@ func applyOptions(o *options, taskDir string, joinAlloc bool, dns *driver.DNSCon
 	if dns != nil {
 		dnsOpts, dnsFile = &options{DNSServers: dns.Servers, DNSSearchDomains: dns.Searches, DNSOptions: dns.Options}, true
 	}
-	hostsFile := joinAlloc && len(o.ExtraHosts) > 0
+	// The allocation's own line needs a task directory for the file; only
+	// extra_hosts make it a must.
+	hostsFile := joinAlloc && (len(o.ExtraHosts) > 0 || an.address != "" && an.hostname != "" && taskDir != "")
 	if !dnsFile && dns == nil {
 		hc.DNS, hc.DNSSearch, hc.DNSOptions = o.DNSServers, o.DNSSearchDomains, o.DNSOptions
 	}
@@ -243,7 +290,7 @@ func applyOptions(o *options, taskDir string, joinAlloc bool, dns *driver.DNSCon
 	}
 	if hostsFile {
 		path := filepath.Join(taskDir, "hosts")
-		if err := os.WriteFile(path, etcHosts(o.ExtraHosts), 0o644); err != nil {
+		if err := os.WriteFile(path, etcHosts(an, o.ExtraHosts), 0o644); err != nil {
 			return fmt.Errorf("failed to write hosts file: %w", err)
 		}
 		hc.Binds = append(hc.Binds, path+":/etc/hosts:ro")
@@ -355,14 +402,23 @@ func resolvConf(o *options, host resolver) []byte {
 	return []byte(b.String())
 }
 
-// etcHosts is the task's /etc/hosts: the loopback names, then the
-// extra_hosts entries.
-func etcHosts(extra []string) []byte {
+// etcHosts is the task's /etc/hosts in Nomad's layout: the loopback and
+// IPv6 multicast names, the allocation's own address and hostname (when
+// known), then the extra_hosts entries.
+func etcHosts(an *allocNet, extra []string) []byte {
 	var b strings.Builder
-	b.WriteString("# written by meshlet from the task's docker extra_hosts\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")
+	b.WriteString("# written by meshlet for the task's allocation network\n")
+	b.WriteString("127.0.0.1 localhost\n::1 localhost\n::1 ip6-localhost ip6-loopback\n")
+	b.WriteString("fe00::0 ip6-localnet\nff00::0 ip6-mcastprefix\nff02::1 ip6-allnodes\nff02::2 ip6-allrouters\nff02::3 ip6-allhosts\n")
+	if an != nil && an.address != "" && an.hostname != "" {
+		fmt.Fprintf(&b, "\n# the allocation's address and hostname, shared by the group's tasks\n%s %s\n", an.address, an.hostname)
+	}
+	if len(extra) > 0 {
+		b.WriteString("\n# extra_hosts from the task config\n")
+	}
 	for _, h := range extra {
 		name, ip, _ := strings.Cut(h, ":")
-		fmt.Fprintf(&b, "%s\t%s\n", ip, name)
+		fmt.Fprintf(&b, "%s %s\n", ip, name)
 	}
 	return []byte(b.String())
 }

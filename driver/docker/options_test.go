@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -53,7 +54,7 @@ func TestContainerOptions(t *testing.T) {
 	}, "; "))
 	for k, v := range map[string]any{
 		"hostname":           "web-1",
-		"dns_servers":        []any{"192.0.2.53"},
+		"dns_servers":        []any{"dns.example", "192.0.2.53"},
 		"dns_search_domains": []any{"svc.example"},
 		"dns_options":        []any{"ndots:2"},
 		"extra_hosts":        []any{"db.internal:192.0.2.10"},
@@ -83,6 +84,9 @@ func TestContainerOptions(t *testing.T) {
 	if hc.Runtime != "runc" || !hc.ReadonlyRootfs || hc.ShmSize != 16<<20 || len(hc.Devices) != 1 || hc.Sysctls["net.core.somaxconn"] != "512" {
 		t.Errorf("host config: runtime %q readonly %v shm %d devices %v sysctls %v", hc.Runtime, hc.ReadonlyRootfs, hc.ShmSize, hc.Devices, hc.Sysctls)
 	}
+	if len(hc.DNS) != 1 || hc.DNS[0] != "192.0.2.53" || strings.Contains(out, "dns.example") {
+		t.Errorf("dns %v, want the invalid dns_servers entry dropped (as Nomad does)", hc.DNS)
+	}
 	if hc := info.Config.Healthcheck; hc == nil || len(hc.Test) != 1 || hc.Test[0] != "NONE" {
 		t.Errorf("healthcheck = %+v, want disabled (NONE)", hc)
 	}
@@ -93,16 +97,18 @@ func TestContainerOptions(t *testing.T) {
 // group network's hostname is the pause container's, so the task's.
 func TestContainerDNSInAllocNamespace(t *testing.T) {
 	d := newDriver(t, docker.Config{})
-	_, path := newNetNS(t, "mlt0")
+	name, path := newNetNS(t, "mlt0")
+	addNSAddr(t, name, "mlt0", "192.0.2.33/24")
 	cfg := taskConfig(t, "dns", "sh", "-c", "cat /proc/sys/kernel/hostname /etc/resolv.conf /etc/hosts")
 	delete(cfg.Config, "network_mode")
 	cfg.AllocID, cfg.NetNSPath, cfg.NetworkHostname = "alloc-dns", path, "group-host"
-	cfg.Config["dns_servers"] = []any{"192.0.2.53", "192.0.2.54"}
+	cfg.Config["dns_servers"] = []any{"192.0.2.53", "not-an-ip", "192.0.2.54"}
 	cfg.Config["dns_options"] = []any{"ndots:1"}
 	cfg.Config["extra_hosts"] = []any{"db.internal:192.0.2.10", "v6.internal:2001:db8::1"}
 	out := runScript(t, d, cfg)
 	for _, want := range []string{"group-host\n", "nameserver 192.0.2.53\nnameserver 192.0.2.54\n", "options ndots:1\n",
-		"127.0.0.1\tlocalhost\n", "192.0.2.10\tdb.internal\n", "2001:db8::1\tv6.internal\n"} {
+		"127.0.0.1 localhost\n", "ff02::2 ip6-allrouters\n", "\n192.0.2.33 group-host\n",
+		"192.0.2.10 db.internal\n", "2001:db8::1 v6.internal\n"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("stdout lacks %q:\n%s", want, out)
 		}
@@ -110,6 +116,26 @@ func TestContainerDNSInAllocNamespace(t *testing.T) {
 	hc := inspectTask(t, cfg.ID).HostConfig
 	if len(hc.DNS) != 0 || len(hc.ExtraHosts) != 0 || !strings.HasPrefix(string(hc.NetworkMode), "container:") {
 		t.Errorf("host config: dns %v extra hosts %v network %s; want files in the pause container's network", hc.DNS, hc.ExtraHosts, hc.NetworkMode)
+	}
+}
+
+// Without extra_hosts or a group hostname a task in the allocation's
+// namespace still gets Nomad's /etc/hosts: the allocation's address with
+// the pause container's (Docker-made) hostname, which is the task's.
+func TestAllocHostsLine(t *testing.T) {
+	d := newDriver(t, docker.Config{})
+	name, path := newNetNS(t, "mlt1")
+	addNSAddr(t, name, "mlt1", "192.0.2.34/24")
+	cfg := taskConfig(t, "hosts", "sh", "-c", "cat /proc/sys/kernel/hostname; cat /etc/hosts")
+	delete(cfg.Config, "network_mode")
+	cfg.AllocID, cfg.NetNSPath = "alloc-hosts", path
+	out := runScript(t, d, cfg)
+	host, _, _ := strings.Cut(out, "\n")
+	if host == "" || !strings.Contains(out, "\n192.0.2.34 "+host+"\n") || !strings.Contains(out, "127.0.0.1 localhost\n") {
+		t.Errorf("hosts file lacks the allocation's line (192.0.2.34 %s):\n%s", host, out)
+	}
+	if hc := inspectTask(t, cfg.ID).HostConfig; !slices.ContainsFunc(hc.Binds, func(b string) bool { return strings.HasSuffix(b, ":/etc/hosts:ro") }) {
+		t.Errorf("binds %v lack the hosts file", hc.Binds)
 	}
 }
 
