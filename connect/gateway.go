@@ -164,8 +164,9 @@ func injectGateways(tg *structs.TaskGroup, opts Options) error {
 // allocation's address. Its port is the service's port, else (ingress) its
 // first listener's. An ingress or terminating proxy's listeners come from
 // the config entry of the same name; a mesh gateway's from the catalog,
-// and it carries Consul's lan and wan tagged addresses (both the
-// advertised address: meshlet's datacenters share one network).
+// and it carries Consul's lan and wan tagged addresses (the advertised
+// address unless the service's tagged_addresses say otherwise). Any
+// gateway carries the service's tagged_addresses (taggedAddresses).
 func gatewayInstance(p Placement, s *structs.Service, id string, bridge bool) (catalog.ServiceInstance, error) {
 	port, err := resolvePort(p.Alloc, s.PortLabel, bridge)
 	if err != nil {
@@ -193,6 +194,10 @@ func gatewayInstance(p Placement, s *structs.Service, id string, bridge bool) (c
 		if ls := s.Connect.Gateway.Ingress.Listeners; len(ls) > 0 && ls[0] != nil {
 			regPort = ls[0].Port
 		}
+	}
+	tagged, err = taggedAddresses(s.TaggedAddresses, tagged, regPort)
+	if err != nil {
+		return catalog.ServiceInstance{}, err
 	}
 	// The proxy's identity is the gateway service itself: the xDS server
 	// serves it that service's leaf, and destinations authorize it by name.

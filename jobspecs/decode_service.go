@@ -16,8 +16,8 @@ import (
 var serviceSpec = spec{
 	attrs:  []string{"name", "port", "tags", "address_mode", "address", "task", "provider"},
 	blocks: []string{"check", "check_restart", "connect"},
-	maps:   []string{"meta"},
-	unsupported: []string{"enable_tag_override", "canary_tags", "canary_meta", "tagged_addresses",
+	maps:   []string{"meta", "tagged_addresses"},
+	unsupported: []string{"enable_tag_override", "canary_tags", "canary_meta",
 		"on_update", "cluster", "identity", "weights", "kind"},
 }
 
@@ -54,6 +54,7 @@ func (d *decoder) decodeService(b *hclsyntax.Block, p path) *structs.Service {
 	d.setStr(c, p, "task", &s.TaskName)
 	d.setStr(c, p, "provider", &s.Provider)
 	s.Meta = d.strMap(c, p, "meta")
+	s.TaggedAddresses = d.taggedAddresses(c, p)
 	for _, cb := range c.blocks["check"] {
 		if d.labels(cb) {
 			s.Checks = append(s.Checks, d.decodeCheck(cb, p.item("check", len(s.Checks), "")))
@@ -71,6 +72,11 @@ func (d *decoder) decodeService(b *hclsyntax.Block, p path) *structs.Service {
 	}
 	if cb := d.one(c, "connect"); cb != nil && d.labels(cb) {
 		s.Connect = d.decodeConnect(cb, p.sub("connect"))
+	}
+	if len(s.TaggedAddresses) > 0 && (s.Connect == nil || !s.Connect.IsGateway()) {
+		key := p.attr("tagged_addresses").key
+		d.add(SeverityWarning, d.ranges[key], "tagged_addresses has no effect here",
+			"meshlet registers tagged addresses for gateway services only; this service ignores them.")
 	}
 	return s
 }

@@ -44,6 +44,8 @@ type clusterState struct {
 	panic   hashRing   // ring_hash: all hosts (no healthy one)
 	byAddr  map[string]*host
 	tlsConf *tls.Config // nil: plaintext
+	// matchConfs are the client configurations of cfg.tlsMatches.
+	matchConfs []*tls.Config
 }
 
 // cluster is the runtime of one cluster. Its state is swapped atomically by
@@ -76,18 +78,29 @@ func newCluster(name string, reg *statsRegistry, secrets *secretStore, plainIO b
 	return c
 }
 
+// clientTLS is the client configuration of an upstream TLS context (nil:
+// plaintext), offering h2 by ALPN for HTTP/2 clusters.
+func (c *cluster) clientTLS(u *upstreamTLS, h2 bool) *tls.Config {
+	if u == nil {
+		return nil
+	}
+	conf := c.secrets.clientTLSConfig(u)
+	if h2 {
+		conf = conf.Clone()
+		conf.NextProtos = []string{"h2"}
+	}
+	return conf
+}
+
 // apply builds and publishes a new state from a cluster config and its
 // endpoints. Called by the ADS loop only.
 func (c *cluster) apply(cfgEntry, edsEntry *entry, set *endpointSet) {
 	cfg := cfgEntry.cfg.(*clusterConfig)
 	st := &clusterState{cfg: cfg, byAddr: map[string]*host{}}
 	c.cb.setLimits(cfg.circuit)
-	if cfg.tls != nil {
-		st.tlsConf = c.secrets.clientTLSConfig(cfg.tls)
-		if cfg.h2 {
-			st.tlsConf = st.tlsConf.Clone()
-			st.tlsConf.NextProtos = []string{"h2"}
-		}
+	st.tlsConf = c.clientTLS(cfg.tls, cfg.h2)
+	for _, m := range cfg.tlsMatches {
+		st.matchConfs = append(st.matchConfs, c.clientTLS(m.tls, cfg.h2))
 	}
 	live := map[string]bool{}
 	var healthyCount int64
@@ -175,11 +188,11 @@ func (c *cluster) dialHost(ctx context.Context, st *clusterState, h *host) (net.
 		return nil, nil, &connectError{addr: h.ep.addr, err: err}
 	}
 	var conn net.Conn
-	if st.tlsConf == nil {
+	if conf := matchTLS(st.cfg.tlsMatches, st.matchConfs, st.tlsConf, h.ep); conf == nil {
 		conn = dataConn(raw, c.plainIO)
 	} else {
 		under := tlsUnder(raw, c.plainIO)
-		tc := tls.Client(under, tlsConfigFor(st.tlsConf, h))
+		tc := tls.Client(under, tlsConfigFor(conf, h))
 		if err := tc.HandshakeContext(ctx); err != nil {
 			under.Close()
 			c.stats.sslError.Add(1)

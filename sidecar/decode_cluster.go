@@ -34,6 +34,7 @@ type clusterConfig struct {
 	choiceCount    int // least_request: hosts sampled per pick
 	connectTimeout time.Duration
 	tls            *upstreamTLS // nil: plaintext
+	tlsMatches     []tlsMatch   // transport_socket_matches, in order
 	h2             bool         // HTTP/2 to the endpoints (h2c, or h2 over TLS)
 	circuit        thresholds   // circuit_breakers (DEFAULT priority)
 	outlier        *outlierConfig
@@ -54,6 +55,7 @@ type endpoint struct {
 	zone       string
 	region     string
 	subZone    string
+	tsMatch    map[string]string // envoy.transport_socket_match metadata
 }
 
 func decodeCluster(c *clusterv3.Cluster) (*clusterConfig, error) {
@@ -88,8 +90,8 @@ func decodeCluster(c *clusterv3.Cluster) (*clusterConfig, error) {
 	default:
 		return nil, wrap(fmt.Errorf("lb_policy %s is not supported", c.GetLbPolicy()))
 	}
-	if len(c.GetTransportSocketMatches()) > 0 {
-		return nil, wrap(errors.New("transport_socket_matches is not supported"))
+	if out.tlsMatches, err = decodeTLSMatches(c.GetTransportSocketMatches()); err != nil {
+		return nil, wrap(err)
 	}
 	dt, ok := c.GetClusterDiscoveryType().(*clusterv3.Cluster_Type)
 	if !ok {
@@ -131,10 +133,16 @@ func decodeCluster(c *clusterv3.Cluster) (*clusterConfig, error) {
 
 // secretNames returns the SDS secrets the cluster's upstream TLS needs.
 func (c *clusterConfig) secretNames() []string {
-	if c.tls == nil {
-		return nil
+	var out []string
+	if c.tls != nil {
+		out = c.tls.secretNames()
 	}
-	return c.tls.secretNames()
+	for _, m := range c.tlsMatches {
+		if m.tls != nil {
+			out = append(out, m.tls.secretNames()...)
+		}
+	}
+	return out
 }
 
 // healthFlags maps an EDS health status to (healthy, Envoy health_flags).
@@ -179,9 +187,13 @@ func decodeEndpoints(cla *endpointv3.ClusterLoadAssignment) (*endpointSet, error
 				w = lw.GetValue()
 			}
 			healthy, flag := healthFlags(lbe.GetHealthStatus())
+			tsMatch, err := endpointMatchFields(lbe.GetMetadata())
+			if err != nil {
+				return nil, fmt.Errorf("endpoints[%d].lb_endpoints[%d]: metadata %s: %w", i, j, transportSocketMatchKey, err)
+			}
 			out.endpoints = append(out.endpoints, endpoint{
 				addr: addr, hostname: ep.GetHostname(), priority: loc.GetPriority(), weight: w,
-				healthy: healthy, healthFlag: flag,
+				healthy: healthy, healthFlag: flag, tsMatch: tsMatch,
 				region: loc.GetLocality().GetRegion(), zone: loc.GetLocality().GetZone(), subZone: loc.GetLocality().GetSubZone(),
 			})
 		}

@@ -12,8 +12,11 @@ type Service struct {
 	Checks      []ServiceCheck    `json:"Checks,omitempty"`
 	Connect     *ConsulConnect    `json:"Connect,omitempty"`
 	Meta        map[string]string `json:"Meta,omitempty"`
-	TaskName    string            `json:"TaskName,omitempty"`
-	Provider    string            `json:"Provider,omitempty"`
+	// TaggedAddresses are Nomad's tagged_addresses: name to "ip" or
+	// "ip:port" (a mesh gateway's lan and wan; see connect).
+	TaggedAddresses map[string]string `json:"TaggedAddresses,omitempty"`
+	TaskName        string            `json:"TaskName,omitempty"`
+	Provider        string            `json:"Provider,omitempty"`
 }
 
 // ServiceCheck is a service health check, with the fields and JSON names of

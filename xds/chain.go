@@ -151,10 +151,12 @@ func (b builder) translate(ch *configentry.Chain, own string, up catalog.Upstrea
 // A target in another datacenter with mesh gateway mode local or remote
 // is reached through the gateways: the cluster keeps its name (the SNI the
 // gateways route by) and mTLS to the target's identity, and its endpoints
-// are the gateways (claKey.gateway).
+// are the gateways (claKey.gateway). Failover targets in other
+// datacenters follow the same mode (addSNIMatches).
 func (b builder) targetCluster(ch *configentry.Chain, t *configentry.Target, own string, prot protocol, ut upstreamTimeout, gwMode string) (*cluster.Cluster, claKey, endpointSpec, error) {
 	first := sourceOf(t, b.dc)
 	key := claKey{service: first.service, dc: first.dc, subset: t.Subset}
+	primarySNI := subsetClusterName(t.Subset, first.service, first.dc, b.trustDomain)
 	if b.viaMeshGateway(gwMode, first.dc) {
 		key.gateway, first.gateway = gwMode, gwMode
 	}
@@ -167,6 +169,14 @@ func (b builder) targetCluster(ch *configentry.Chain, t *configentry.Target, own
 			return nil, key, spec, fmt.Errorf("%w: target %q fails over to unknown target %q", ErrInvalidChain, t.ID, fid)
 		}
 		src := sourceOf(ft, b.dc)
+		if b.viaMeshGateway(gwMode, src.dc) {
+			// Like the primary: through the gateways, with the target's
+			// own SNI, in a load assignment of its own for this mode.
+			src.gateway, key.gateway = gwMode, gwMode
+			if sni := subsetClusterName(ft.Subset, src.service, src.dc, b.trustDomain); sni != primarySNI {
+				src.tlsMatch = sni
+			}
+		}
 		spec.sources = append(spec.sources, src)
 		if id := SpiffeID(b.trustDomain, src.dc, src.service); !seen[id] {
 			seen[id] = true
@@ -179,6 +189,9 @@ func (b builder) targetCluster(ch *configentry.Chain, t *configentry.Target, own
 	}
 	if key.gateway != "" {
 		c.EdsClusterConfig.ServiceName = key.clusterName(b.trustDomain)
+		if err := addSNIMatches(c, spec); err != nil {
+			return nil, key, spec, err
+		}
 	}
 	// Consul's precedence: the upstream's connect_timeout_ms (its own
 	// config, else the caller's service-defaults UpstreamConfig) overrides

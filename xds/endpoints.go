@@ -47,6 +47,10 @@ type endpointSource struct {
 	// gateway, a mesh gateway mode, replaces the sidecars by the mesh
 	// gateways that lead to dc (meshGatewayInstances).
 	gateway string
+	// tlsMatch, a failover target's SNI when it differs from the
+	// cluster's, marks its endpoints for that transport socket
+	// (addSNIMatches).
+	tlsMatch string
 }
 
 // endpointSpec is how one load assignment is computed: sources[0] is the
@@ -104,6 +108,7 @@ func targetAssignment(name string, spec endpointSpec, src instanceSource, match 
 	var firstErr error
 	for prio, s := range spec.sources {
 		eps, err := sourceEndpoints(s, src, match)
+		eps = withSNIMatch(eps, s.tlsMatch)
 		if err != nil && firstErr == nil {
 			firstErr = err
 		}

@@ -32,8 +32,7 @@ type GatewayBind struct {
 // GatewayBinds returns where a gateway's listeners bind, as Consul
 // decides it: the default address (defaultAddr on the instance's port)
 // unless envoy_gateway_no_default_bind, the instance's tagged addresses
-// when envoy_gateway_bind_tagged_addresses (meshlet tags a gateway's
-// registered address "lan" and "wan", as Consul's agent does), then every
+// when envoy_gateway_bind_tagged_addresses (taggedBinds), then every
 // envoy_gateway_bind_addresses entry; an address:port already present is
 // skipped. They are sorted by name, "default" first. Two binds on one
 // port where either is a wildcard address (0.0.0.0, ::) cannot both bind:
@@ -61,14 +60,42 @@ func GatewayBinds(inst catalog.ServiceInstance, defaultAddr string) ([]GatewayBi
 	if !noDefault {
 		add(GatewayBind{Name: "default", Address: defaultAddr, Port: inst.Port})
 	}
-	if tagged && net.ParseIP(inst.Address) != nil {
-		add(GatewayBind{Name: "lan", Address: inst.Address, Port: inst.Port})
-		add(GatewayBind{Name: "wan", Address: inst.Address, Port: inst.Port})
+	if tagged {
+		for _, b := range taggedBinds(inst) {
+			add(b)
+		}
 	}
 	for _, b := range named {
 		add(b)
 	}
 	return out, nil
+}
+
+// taggedBinds are an instance's tagged addresses, sorted by name: its
+// registered ones (a mesh gateway's lan and wan, or a service's
+// tagged_addresses), else "lan" and "wan" at its own address, as
+// Consul's agent tags a service. A tagged address without a port uses the
+// instance's; one that is not an IP is left out.
+func taggedBinds(inst catalog.ServiceInstance) []GatewayBind {
+	tagged := inst.TaggedAddresses
+	if len(tagged) == 0 {
+		tagged = map[string]catalog.TaggedAddress{
+			catalog.TaggedLAN: {Address: inst.Address, Port: inst.Port},
+			catalog.TaggedWAN: {Address: inst.Address, Port: inst.Port},
+		}
+	}
+	var out []GatewayBind
+	for _, name := range sortedKeys(tagged) {
+		ta := tagged[name]
+		if net.ParseIP(ta.Address) == nil {
+			continue
+		}
+		if ta.Port <= 0 {
+			ta.Port = inst.Port
+		}
+		out = append(out, GatewayBind{Name: name, Address: ta.Address, Port: ta.Port})
+	}
+	return out
 }
 
 // parseBindAddresses reads envoy_gateway_bind_addresses: a map of name to

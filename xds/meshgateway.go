@@ -26,8 +26,9 @@ func DatacenterClusterName(dc, trustDomain string) string {
 	return dc + ".internal." + trustDomain
 }
 
-// meshGateway builds a mesh gateway's resources (Consul's shape): one
-// listener on the gateway's port whose filter chains are chosen by the
+// meshGateway builds a mesh gateway's resources (Consul's shape): a
+// listener on each of its binds (GatewayBinds: the gateway's port, and
+// the envoy_gateway_* options) whose filter chains are chosen by the
 // SNI of the mTLS connection passing through, never terminating it. A
 // local service's SNI (<svc>.default.<dc>.internal.<td>) goes by
 // tcp_proxy to a cluster of its local sidecars; any SNI of a remote
@@ -38,7 +39,16 @@ func DatacenterClusterName(dc, trustDomain string) string {
 // No chain at all (nothing to route yet): no listener.
 func (b builder) meshGateway(inst catalog.ServiceInstance) (*proxyResources, error) {
 	out := &proxyResources{service: inst.Name, specs: map[claKey]endpointSpec{}}
-	if err := validBind(publicBindAddr, inst.Port); err != nil {
+	binds, err := GatewayBinds(inst, publicBindAddr)
+	if err != nil {
+		return nil, err
+	}
+	for _, bind := range binds {
+		if err := validBind(bind.Address, bind.Port); err != nil {
+			return nil, fmt.Errorf("mesh gateway listener %q: %w", bind.Name, err)
+		}
+	}
+	if err := checkBindConflicts(binds, func(b GatewayBind) []int { return []int{b.Port} }); err != nil {
 		return nil, fmt.Errorf("mesh gateway listener: %w", err)
 	}
 	cfg := proxyConfig(inst)
@@ -73,15 +83,20 @@ func (b builder) meshGateway(inst catalog.ServiceInstance) (*proxyResources, err
 	if err != nil {
 		return nil, err
 	}
-	out.listeners = []*listener.Listener{{
-		Name:             MeshGatewayListenerName(inst.Port),
-		Address:          socketAddress(publicBindAddr, inst.Port),
-		TrafficDirection: core.TrafficDirection_INBOUND,
-		ListenerFilters: []*listener.ListenerFilter{{
-			Name: tlsInspectorFilter, ConfigType: &listener.ListenerFilter_TypedConfig{TypedConfig: inspector},
-		}},
-		FilterChains: chains,
-	}}
+	for i, bind := range binds {
+		if i > 0 { // each listener owns its chains
+			chains = cloneChains(chains)
+		}
+		out.listeners = append(out.listeners, &listener.Listener{
+			Name:             GatewayListenerName(bind.Name, bind.Address, bind.Port),
+			Address:          socketAddress(bind.Address, bind.Port),
+			TrafficDirection: core.TrafficDirection_INBOUND,
+			ListenerFilters: []*listener.ListenerFilter{{
+				Name: tlsInspectorFilter, ConfigType: &listener.ListenerFilter_TypedConfig{TypedConfig: inspector},
+			}},
+			FilterChains: chains,
+		})
+	}
 	return out, nil
 }
 

@@ -14,12 +14,17 @@ import (
 
 // meshGatewayJobs: in dc1, a mesh gateway (port "mesh"), web (upstream to
 // api in dc2 through the local gateway, 9191), web-remote (through dc2's
-// gateway, 9192) and web-entry (no mode: the config entries', 9193); in
+// gateway, 9192), web-entry (no mode: the config entries', 9193) and
+// web-failover (api in dc1, which has none, mode local, 9194); in
 // dc2, a mesh gateway (its port left to Nomad's
 // default) and api (a TCP echo). Every web task is an echo too, only
 // there to exec the client from.
 func meshGatewayJobs(gwNetwork string) (dc1, dc2 string) {
 	web := func(name, mode string, port int) string {
+		dc := "dc2"
+		if name == "web-failover" {
+			dc = "dc1" // api has none: its resolver fails over to dc2
+		}
 		gw := ""
 		if mode != "" {
 			gw = fmt.Sprintf("\n              mesh_gateway {\n                mode = %q\n              }", mode)
@@ -37,7 +42,7 @@ func meshGatewayJobs(gwNetwork string) (dc1, dc2 string) {
           proxy {
             upstreams {
               destination_name = "api"
-              datacenter       = "dc2"
+              datacenter       = %[4]q
               local_bind_port  = %[3]d%[2]s
             }
           }
@@ -52,7 +57,7 @@ func meshGatewayJobs(gwNetwork string) (dc1, dc2 string) {
       }
     }
   }
-`, name, gw, port)
+`, name, gw, port, dc)
 	}
 	dc1 = `job "mgw-dc1" {
   datacenters = ["dc1"]
@@ -72,7 +77,7 @@ func meshGatewayJobs(gwNetwork string) (dc1, dc2 string) {
       }
     }
   }
-` + web("web", "local", 9191) + web("web-remote", "remote", 9192) + web("web-entry", "", 9193) + "}\n"
+` + web("web", "local", 9191) + web("web-remote", "remote", 9192) + web("web-entry", "", 9193) + web("web-failover", "local", 9194) + "}\n"
 	dc2 = `job "mgw-dc2" {
   datacenters = ["dc2"]
 
@@ -145,6 +150,7 @@ type meshGatewayEnv struct {
 	s1, c1, c2               *agent
 	gw1, gw2                 string // gateway allocations
 	web, webRemote, webEntry string
+	webFailover              string
 }
 
 func (e *meshGatewayEnv) call(allocID, task string, port int, msg string) (bool, string) {
@@ -166,7 +172,7 @@ func startMeshGatewayEnv(t *testing.T, gwNetwork string) *meshGatewayEnv {
 	e := &meshGatewayEnv{c: c, s1: s1, c1: c1, c2: c2}
 	names := c.nodeNames(s1)
 	for job, node := range map[string]string{"mgw-dc1": "c1", "mgw-dc2": "c2"} {
-		want := map[string]int{"mgw-dc1": 4, "mgw-dc2": 2}[job]
+		want := map[string]int{"mgw-dc1": 5, "mgw-dc2": 2}[job]
 		allocs, _ := c.WaitRunning(s1, job, want, 120*time.Second)
 		for _, al := range allocs {
 			if names[al.NodeID] != node {
@@ -183,6 +189,8 @@ func startMeshGatewayEnv(t *testing.T, gwNetwork string) *meshGatewayEnv {
 				e.webRemote = al.ID
 			case "mgw-dc1/web-entry":
 				e.webEntry = al.ID
+			case "mgw-dc1/web-failover":
+				e.webFailover = al.ID
 			}
 		}
 	}
@@ -261,6 +269,7 @@ func TestMeshGatewaysAcrossDatacenters(t *testing.T) {
 
 	checkEntryModes(t, e)
 	checkCrossDCIdentities(t, e)
+	checkFailoverThroughGateways(t, e)
 
 	// A deny intention stops the call at api's sidecar, whose agent (in
 	// dc2) saw web's dc1 identity.

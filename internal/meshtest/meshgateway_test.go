@@ -8,6 +8,7 @@ import (
 
 	"github.com/meshlet/meshlet/ca"
 	"github.com/meshlet/meshlet/catalog"
+	"github.com/meshlet/meshlet/configentry"
 	"github.com/meshlet/meshlet/connect"
 	"github.com/meshlet/meshlet/controlplane"
 	"github.com/meshlet/meshlet/intention"
@@ -25,6 +26,8 @@ type twoDCs struct {
 	cat   *catalog.Catalog
 	ix    *intention.Store
 	plane map[string]*controlplane.ControlPlane
+	// entries are the cluster's config entries, shared by both planes.
+	entries *configentry.Registry
 }
 
 func newTwoDCs(t *testing.T) *twoDCs {
@@ -33,7 +36,7 @@ func newTwoDCs(t *testing.T) *twoDCs {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &twoDCs{t: t, cat: catalog.New(), ix: ix, plane: map[string]*controlplane.ControlPlane{}}
+	d := &twoDCs{t: t, cat: catalog.New(), ix: ix, plane: map[string]*controlplane.ControlPlane{}, entries: configentry.NewRegistry()}
 	d.start("dc1", nil)
 	ca2, err := ca.New(ca.Config{Datacenter: "dc2", Signer: d.plane["dc1"].CA}, testLogger("ca2"), nil)
 	if err != nil {
@@ -51,7 +54,8 @@ func (d *twoDCs) start(dc string, caMgr *ca.Manager) {
 	cfg := controlplane.Config{
 		Datacenter: dc, DefaultAllow: true, GRPCAddr: loopback(freePort(d.t)), HTTPAddr: "127.0.0.1:0",
 		Logger: testLogger("cp-" + dc), CA: caMgr, Intentions: d.ix,
-		LocalProxy: func(inst catalog.ServiceInstance) bool { return inst.Datacenter == dc },
+		LocalProxy:    func(inst catalog.ServiceInstance) bool { return inst.Datacenter == dc },
+		ConfigEntries: d.entries,
 	}
 	if caMgr == nil {
 		cfg.DataDir = d.t.TempDir()
