@@ -73,6 +73,11 @@ func bufferedHead(br *bufio.Reader) []byte {
 		if end := bytes.Index(buf, []byte("\r\n\r\n")); end >= 0 {
 			return buf[:end+4]
 		}
+		if bareLF(buf) {
+			// Lines ended by a bare LF: net/http reads them, from what
+			// is buffered, without waiting for a CRLF that never comes.
+			return nil
+		}
 		if n >= br.Size() {
 			return nil
 		}
@@ -81,6 +86,21 @@ func bufferedHead(br *bufio.Reader) []byte {
 		}
 		n = br.Buffered()
 	}
+}
+
+// bareLF reports whether buf has a line ended by "\n" alone.
+func bareLF(buf []byte) bool {
+	for i := bytes.IndexByte(buf, '\n'); i >= 0; {
+		if i == 0 || buf[i-1] != '\r' {
+			return true
+		}
+		j := bytes.IndexByte(buf[i+1:], '\n')
+		if j < 0 {
+			return false
+		}
+		i += 1 + j
+	}
+	return false
 }
 
 // readRequestHead parses the common request of a keep-alive proxy, as

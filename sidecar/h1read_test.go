@@ -3,10 +3,12 @@ package sidecar
 import (
 	"bufio"
 	"io"
+	"net"
 	"net/http"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestReadRequestHeadMatchesNetHTTP: every head the fast path takes gives
@@ -146,5 +148,34 @@ func TestReadRequestScratchReuse(t *testing.T) {
 		}
 		compareRequests(t, got, want)
 		got.Header.Set("X-Added-By-Proxy", "1") // as outbound does
+	}
+}
+
+// A head whose lines end with a bare LF (which net/http accepts) is read
+// at once from a connection that stays open, not after the read deadline:
+// the fast path must not wait for a CRLF that never comes.
+func TestReadRequestBareLFOnOpenConn(t *testing.T) {
+	client, server := net.Pipe()
+	defer client.Close()
+	defer server.Close()
+	go func() { _, _ = client.Write([]byte("GET /x HTTP/1.1\nHost: a\n\n")) }()
+	type result struct {
+		req *http.Request
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		req, err := readRequest(bufio.NewReader(server), nil)
+		done <- result{req, err}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil || r.req.URL.Path != "/x" || r.req.Host != "a" {
+			t.Fatalf("bare-LF head: %+v, %v", r.req, r.err)
+		}
+	case <-time.After(10 * time.Second):
+		// The client sent the whole head and waits for an answer: a
+		// reader still waiting hangs the connection until its deadline.
+		t.Fatal("the reader still waits for a CRLF after the whole bare-LF head arrived")
 	}
 }

@@ -30,6 +30,10 @@ type reqContext struct {
 	timer  *time.Timer
 	armed  bool // a request is running with the timer set
 	fired  bool // the timer cancelled ctx
+	// deadline is when the running request's timeout ends: a timer
+	// callback that started late (its request ended, another began) finds
+	// it in the future and cancels nothing.
+	deadline time.Time
 }
 
 // begin returns the context for the next request, with the route timeout
@@ -46,6 +50,7 @@ func (r *reqContext) begin(d time.Duration) context.Context {
 	}
 	if d > 0 {
 		r.armed = true
+		r.deadline = time.Now().Add(d)
 		if r.timer == nil {
 			r.timer = time.AfterFunc(d, r.expire)
 		} else {
@@ -59,7 +64,7 @@ func (r *reqContext) begin(d time.Duration) context.Context {
 func (r *reqContext) expire() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.armed {
+	if r.armed && !time.Now().Before(r.deadline) {
 		r.fired = true
 		r.cancel(errRouteTimeout)
 	}

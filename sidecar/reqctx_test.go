@@ -55,3 +55,18 @@ func TestReqContextClose(t *testing.T) {
 		t.Fatalf("closed connection's context: err %v, cause %v", ctx.Err(), context.Cause(ctx))
 	}
 }
+
+// A timer callback that started late — its request ended and the next one
+// began before it took the lock — cancels nothing: the next request (with
+// its own, later deadline) runs on.
+func TestReqContextLateTimerSparesNextRequest(t *testing.T) {
+	r := &reqContext{parent: context.Background()}
+	r.begin(time.Nanosecond)
+	r.end()
+	next := r.begin(time.Hour)
+	defer r.end()
+	r.expire() // the first request's callback, running late
+	if err := next.Err(); err != nil {
+		t.Fatalf("the next request's context ended (%v, cause %v) by the previous request's timer", err, context.Cause(next))
+	}
+}
