@@ -179,11 +179,12 @@ func (m *Manager) leafTemplate(service, trustDomain, dc string, now, rootNotAfte
 }
 
 // newSigned makes the cacheable leaf of is with its key.
-func newSigned(service string, is *issued, keyPEM string) *signed {
+func newSigned(service string, is *issued, keyPEM string, dns []string) *signed {
 	cert := is.chain[0]
 	return &signed{
 		rootID:   is.rootID,
 		issuedAt: is.issuedAt,
+		dns:      dns,
 		leaf: Leaf{
 			Service:       service,
 			SpiffeID:      cert.URIs[0].String(),

@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -33,6 +34,7 @@ type signed struct {
 	leaf     Leaf
 	rootID   string
 	issuedAt time.Time
+	dns      []string // the extra DNS SANs it was signed with (SetLeafDNS)
 }
 
 // renewalTime is the point in [60%, 90%) of a leaf's life, chosen by r in
@@ -154,6 +156,15 @@ func (m *Manager) store(e *leafEntry, s *signed) error {
 	s.leaf.ModifyIndex = m.index
 	e.leaf, e.rootID, e.issuedAt = &s.leaf, s.rootID, s.issuedAt
 	e.renewAt = renewalTime(s.issuedAt, s.leaf.ValidBefore, m.randFloat())
+	if !slices.Equal(s.dns, m.leafDNS[e.service]) {
+		// SetLeafDNS changed the names while this leaf was being signed:
+		// the renewal loop (woken) issues it again at once.
+		e.renewAt = m.now()
+		select {
+		case e.kick <- struct{}{}:
+		default:
+		}
+	}
 	return nil
 }
 
@@ -168,14 +179,15 @@ func (m *Manager) sign(ctx context.Context, service string) (*signed, error) {
 	if err := m.limiter.Wait(ctx); err != nil {
 		return nil, fmt.Errorf("failed to issue leaf for %s: %w", service, err)
 	}
+	dns := m.leafDNSFor(service)
 	if m.remote() {
-		return m.signRemote(ctx, service)
+		return m.signRemote(ctx, service, dns)
 	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, fmt.Errorf("failed to generate leaf key: %w", err)
 	}
-	is, err := m.issue(service, &key.PublicKey, m.leafDNSFor(service))
+	is, err := m.issue(service, &key.PublicKey, dns)
 	if err != nil {
 		return nil, err
 	}
@@ -183,7 +195,7 @@ func (m *Manager) sign(ctx context.Context, service string) (*signed, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newSigned(service, is, keyPEM), nil
+	return newSigned(service, is, keyPEM, dns), nil
 }
 
 // nextRenewal is how long e's leaf may live before renewal (zero when it

@@ -69,8 +69,9 @@ func (m *Manager) SetLeafDNS(service string, names []string) (bool, error) {
 	}
 	e := m.leaves[service]
 	if e != nil && e.leaf != nil {
-		// Not usable any more: a Leaf call issues a new one, and the
-		// renewal loop (kicked) does as well when nobody asks.
+		// Due now: the renewal loop (kicked) issues it again; the old
+		// leaf is served until then. A signing already under way with
+		// the old names is re-done when it is stored (store).
 		e.renewAt = m.now()
 	}
 	m.mu.Unlock()

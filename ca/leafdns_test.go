@@ -128,3 +128,31 @@ func TestLeafDNSDroppedWithTheLeaf(t *testing.T) {
 		t.Fatalf("DNS SANs kept after the release: %v", got)
 	}
 }
+
+// A leaf signed with the names of before a SetLeafDNS (the change came
+// while it was being signed) is stored due at once: the renewal loop signs
+// it again with the new names instead of waiting for its normal renewal.
+func TestLeafSignedWithOldDNSRenewedAtOnce(t *testing.T) {
+	m := newTestManager(t, Config{})
+	mustLeaf(t, m, "gw")
+	m.mu.RLock()
+	e := m.leaves["gw"]
+	m.mu.RUnlock()
+	s, err := m.sign(context.Background(), "gw") // with no extra names
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.mu.Lock()
+	m.leafDNS = map[string][]string{"gw": {"web.example.com"}} // changed meanwhile
+	m.mu.Unlock()
+	if err := m.store(e, s); err != nil {
+		t.Fatal(err)
+	}
+	m.mu.RLock()
+	due := !e.renewAt.After(m.now())
+	m.mu.RUnlock()
+	if !due {
+		t.Errorf("a leaf signed with stale DNS names renews at %v, want now", e.renewAt)
+	}
+	waitLeafDNS(t, m, "gw", "web.example.com", false)
+}

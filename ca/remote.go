@@ -121,7 +121,7 @@ func parseRemoteRoot(root Root, trustDomain string) (*rootCA, error) {
 
 // signRemote generates service's key, has Config.Signer sign a CSR for it
 // and checks the answer before the leaf may be cached.
-func (m *Manager) signRemote(ctx context.Context, service string) (*signed, error) {
+func (m *Manager) signRemote(ctx context.Context, service string, dns []string) (*signed, error) {
 	td := m.TrustDomain()
 	if td == "" {
 		return nil, fmt.Errorf("failed to issue leaf for %s: %w", service, ErrNoRoots)
@@ -131,7 +131,7 @@ func (m *Manager) signRemote(ctx context.Context, service string) (*signed, erro
 	if err != nil {
 		return nil, fmt.Errorf("failed to generate leaf key: %w", err)
 	}
-	csrPEM, err := makeCSR(key, service, id, m.leafDNSFor(service))
+	csrPEM, err := makeCSR(key, service, id, dns)
 	if err != nil {
 		return nil, err
 	}
@@ -150,7 +150,7 @@ func (m *Manager) signRemote(ctx context.Context, service string) (*signed, erro
 	if err != nil {
 		return nil, err
 	}
-	return newSigned(service, is, keyPEM), nil
+	return newSigned(service, is, keyPEM, dns), nil
 }
 
 // makeCSR builds a PEM CSR for key carrying id as its URI SAN and dns as
