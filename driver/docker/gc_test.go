@@ -2,6 +2,9 @@ package docker_test
 
 import (
 	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -166,4 +169,30 @@ func TestDanglingContainerSweep(t *testing.T) {
 		list, _ := c.ContainerList(ctx, containerByTask(tracked.ID))
 		return len(list) == 0
 	})
+}
+
+// A corrupt record of the images the driver pulled is kept aside, not
+// overwritten by the next record: its images are never collected (the
+// driver cannot tell they are its own), and the operator can still read
+// what it listed.
+func TestOwnedImagesCorruptKeptAside(t *testing.T) {
+	daemon.Require(t)
+	removePauseImage(t)
+	state := t.TempDir()
+	file := filepath.Join(state, "owned-images.json")
+	if err := os.WriteFile(file, []byte(`["half-writ`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := newDriver(t, docker.Config{StateDir: state})
+	_, path := newNetNS(t, "mlt0")
+	task := bridgeSleeper(t, "aside", "alloc-gc-aside", path)
+	drivertest.Start(t, d, task) // imports the pause image: recorded
+	t.Cleanup(func() { d.DestroyTask(task.ID, true) })
+	if got, err := os.ReadFile(file + ".corrupt"); err != nil || string(got) != `["half-writ` {
+		t.Errorf("corrupt record kept aside = %q, %v; want the original bytes", got, err)
+	}
+	var list []string
+	if got, err := os.ReadFile(file); err != nil || json.Unmarshal(got, &list) != nil || len(list) != 1 {
+		t.Errorf("new record = %q, %v; want the pause image alone", got, err)
+	}
 }

@@ -80,7 +80,13 @@ func (g *imageGC) load() {
 		err = json.Unmarshal(data, &list)
 	}
 	if err != nil {
-		g.d.logger.Warn("failed to read the images the driver pulled; they will not be collected", "error", err)
+		// Kept aside, not overwritten by the next save: the images it
+		// lists are never collected, but stay known to an operator.
+		aside := g.file + ".corrupt"
+		if rerr := os.Rename(g.file, aside); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+			aside = g.file
+		}
+		g.d.logger.Warn("failed to read the images the driver pulled; they will not be collected", "error", err, "path", aside)
 		return
 	}
 	for _, ref := range list {

@@ -110,6 +110,12 @@ func TestSweep(t *testing.T) {
 	if strings.Contains(got, "alloc-gone") || !strings.Contains(got, "alloc-live") {
 		t.Errorf("containers' allocations after sweep: %s", got)
 	}
+	// Another agent on the same daemon (its own state dir, so its own
+	// owner label) knows none of these allocations and removes nothing.
+	other := newDriver(t, docker.Config{})
+	if n, err := other.Sweep(ctx, func(string) bool { return false }); n != 0 || err != nil {
+		t.Errorf("another agent's Sweep = %d, %v; want 0 (the containers are not its own)", n, err)
+	}
 	if _, err := d.Sweep(ctx, func(string) bool { return false }); err != nil {
 		t.Fatal(err)
 	}
