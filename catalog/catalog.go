@@ -47,6 +47,16 @@ const (
 	TaggedWAN = "wan"
 )
 
+// Gateway proxy config keys (Consul's, which Nomad writes into a gateway's
+// registration from its proxy block): package connect writes them, the
+// xDS server reads them.
+const (
+	CfgGatewayBindTaggedAddresses = "envoy_gateway_bind_tagged_addresses"
+	CfgGatewayBindAddresses       = "envoy_gateway_bind_addresses"
+	CfgGatewayNoDefaultBind       = "envoy_gateway_no_default_bind"
+	CfgDNSDiscoveryType           = "envoy_dns_discovery_type"
+)
+
 // TaggedAddress is one of an instance's tagged addresses (Consul's
 // ServiceAddress).
 type TaggedAddress struct {

@@ -2,8 +2,8 @@ package connect
 
 import (
 	"fmt"
-	"strings"
 
+	"github.com/meshlet/meshlet/client/taskenv"
 	"github.com/meshlet/meshlet/structs"
 )
 
@@ -28,16 +28,6 @@ func checkGatewayNetwork(tg *structs.TaskGroup) error {
 // (a terminating gateway's default bind is 0.0.0.0 on it).
 func AdminPortLabel(service string) string { return "connect-admin-" + service }
 
-// envKey is a port label as it appears in NOMAD_*_<label> variables.
-func envKey(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r == '_' || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9') {
-			return r
-		}
-		return '_'
-	}, s)
-}
-
 // hostGatewayTask adapts an injected gateway task to host network mode:
 // the connect_proxy driver runs it in the host's namespace and its admin
 // listener binds 127.0.0.2 on a dynamic port of its own.
@@ -48,7 +38,7 @@ func hostGatewayTask(tg *structs.TaskGroup, t *structs.Task, s *structs.Service)
 	label := AdminPortLabel(s.Name)
 	ensureDynamicPort(tg.Networks[0], label)
 	t.Config["network_mode"] = structs.NetworkModeHost
-	t.Config["admin_bind"] = "127.0.0.2:${NOMAD_HOST_PORT_" + envKey(label) + "}"
+	t.Config["admin_bind"] = "127.0.0.2:${NOMAD_HOST_PORT_" + taskenv.CleanKey(label) + "}"
 }
 
 // ProxyAdminBind is where a mesh service's proxy serves its admin API: in

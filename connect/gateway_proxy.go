@@ -4,6 +4,7 @@ import (
 	"maps"
 	"time"
 
+	"github.com/meshlet/meshlet/catalog"
 	"github.com/meshlet/meshlet/structs"
 )
 
@@ -11,10 +12,10 @@ import (
 // Nomad writes them into the gateway's registration).
 const (
 	cfgConnectTimeoutMS           = "connect_timeout_ms"
-	cfgGatewayBindTaggedAddresses = "envoy_gateway_bind_tagged_addresses"
-	cfgGatewayBindAddresses       = "envoy_gateway_bind_addresses"
-	cfgGatewayNoDefaultBind       = "envoy_gateway_no_default_bind"
-	cfgDNSDiscoveryType           = "envoy_dns_discovery_type"
+	cfgGatewayBindTaggedAddresses = catalog.CfgGatewayBindTaggedAddresses
+	cfgGatewayBindAddresses       = catalog.CfgGatewayBindAddresses
+	cfgGatewayNoDefaultBind       = catalog.CfgGatewayNoDefaultBind
+	cfgDNSDiscoveryType           = catalog.CfgDNSDiscoveryType
 )
 
 // GatewayProxyConfig is the proxy config of a gateway's registration, as

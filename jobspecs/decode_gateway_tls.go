@@ -16,15 +16,7 @@ import (
 func (d *decoder) decodeGatewayTLS(m map[string]any, p path, b *hclsyntax.Block) *structs.ConsulGatewayTLSConfig {
 	d.recBlock(p, b)
 	out := &structs.ConsulGatewayTLSConfig{}
-	if v, ok := m["enabled"]; ok {
-		d.recAttr(p, b, "enabled")
-		if en, isBool := v.(bool); isBool {
-			out.Enabled = en
-		} else {
-			key := p.attr("enabled").key
-			d.errAt(key, d.ranges[key], "Incorrect attribute value type", "Inappropriate value for attribute \"enabled\": a bool is required.")
-		}
-	}
+	out.Enabled = d.gwBool(m, p, b, "enabled")
 	out.TLSMinVersion, _ = d.gwString(m, p, b, "tls_min_version")
 	out.TLSMaxVersion, _ = d.gwString(m, p, b, "tls_max_version")
 	if cs, ok := m["cipher_suites"]; ok {

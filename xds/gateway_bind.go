@@ -10,13 +10,12 @@ import (
 	"github.com/meshlet/meshlet/catalog"
 )
 
-// Gateway proxy config keys (Consul's, which Nomad writes from a
-// gateway's proxy block), honoured for every gateway kind.
+// Gateway proxy config keys (catalog's), honoured for every gateway kind.
 const (
-	CfgGatewayBindTaggedAddresses = "envoy_gateway_bind_tagged_addresses"
-	CfgGatewayBindAddresses       = "envoy_gateway_bind_addresses"
-	CfgGatewayNoDefaultBind       = "envoy_gateway_no_default_bind"
-	CfgDNSDiscoveryType           = "envoy_dns_discovery_type"
+	CfgGatewayBindTaggedAddresses = catalog.CfgGatewayBindTaggedAddresses
+	CfgGatewayBindAddresses       = catalog.CfgGatewayBindAddresses
+	CfgGatewayNoDefaultBind       = catalog.CfgGatewayNoDefaultBind
+	CfgDNSDiscoveryType           = catalog.CfgDNSDiscoveryType
 )
 
 // GatewayBind is one address a gateway's listeners bind: "default" (the

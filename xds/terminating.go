@@ -137,7 +137,7 @@ func (b builder) externalCluster(name string, ls consul.LinkedService, timeoutMS
 			if net.ParseIP(inst.Address) != nil {
 				eps = append(eps, lbEndpoint(inst.Address, inst.Port))
 			} else if validHostname(inst.Address) {
-				hostEPs = append(hostEPs, hostnameEndpoint(inst.Address, inst.Port))
+				hostEPs = append(hostEPs, lbEndpoint(inst.Address, inst.Port)) // Envoy resolves a host name by DNS
 			}
 		}
 	}

@@ -6,11 +6,8 @@ import (
 	"strings"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
-	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // hostnameRE is a DNS host name (no wildcard, no port).
@@ -33,15 +30,6 @@ func parseDNSDiscoveryType(cfg map[string]any) (cluster.Cluster_DiscoveryType, e
 		return cluster.Cluster_STRICT_DNS, nil
 	}
 	return 0, fmt.Errorf("%w: %s %q is not STRICT_DNS or LOGICAL_DNS", ErrInvalidProxyConfig, CfgDNSDiscoveryType, s)
-}
-
-// hostnameEndpoint is an endpoint Envoy resolves by DNS.
-func hostnameEndpoint(host string, port int) *endpoint.LbEndpoint {
-	return &endpoint.LbEndpoint{
-		HostIdentifier:      &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{Address: socketAddress(host, port)}},
-		HealthStatus:        core.HealthStatus_HEALTHY,
-		LoadBalancingWeight: wrapperspb.UInt32(1),
-	}
 }
 
 func cloneChains(in []*listener.FilterChain) []*listener.FilterChain {

@@ -130,14 +130,16 @@ func TestMeshGateway(t *testing.T) {
 	if _, err := web.echo(addr, "db.default.dc1.internal."+web.td); err == nil {
 		t.Error("a server name no chain matches got through the gateway")
 	}
-	if c, err := net.DialTimeout("tcp", addr, 2*time.Second); err == nil {
-		_ = c.SetDeadline(time.Now().Add(3 * time.Second))
-		_, _ = fmt.Fprintln(c, "GET / HTTP/1.0")
-		if n, _ := c.Read(make([]byte, 1)); n > 0 {
-			t.Error("plaintext got an answer through the gateway")
-		}
-		c.Close()
+	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		t.Fatalf("the gateway's listener %s, which just served, refused a connection: %v", addr, err)
 	}
+	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+	_, _ = fmt.Fprintln(c, "GET / HTTP/1.0")
+	if n, _ := c.Read(make([]byte, 1)); n > 0 {
+		t.Error("plaintext got an answer through the gateway")
+	}
+	c.Close()
 
 	t.Run("inspection", func(t *testing.T) {
 		out := a.MustCLI("alloc", "status", gw.ID)
