@@ -315,6 +315,10 @@ type connectBackend struct {
 // only in its config entry: they read the stored entries.
 var _ rpc.ConfigEntriesReader = connectBackend{}
 
+// External registrations are authorized against the service stored
+// where a write lands: the servers read it.
+var _ rpc.NodeRegsReader = connectBackend{}
+
 func (b connectBackend) Roots(context.Context) (ca.Roots, error) { return b.ca.Roots(), nil }
 
 func (b connectBackend) SignCSR(ctx context.Context, service, csrPEM string) (ca.SignedCert, error) {

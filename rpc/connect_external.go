@@ -68,9 +68,19 @@ func (s *Server) handleConnectExternal(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "", "%v: an external service is a named plain service (no kind, no proxy)", ErrBadRequest)
 		return
 	}
+	stored, err := storedNames(r.Context(), cb, in.NodeID, in.AllocID)
+	if err != nil {
+		s.backendError(w, r, false, err)
+		return
+	}
 	allowed := func(a *acl.ACL) bool {
 		if !a.AllowNodeWrite() {
 			return false
+		}
+		for _, name := range stored { // what the write replaces or deletes
+			if !a.AllowServiceWrite(name) {
+				return false
+			}
 		}
 		if in.Name == "" {
 			return a.IsManagement()
@@ -80,7 +90,6 @@ func (s *Server) handleConnectExternal(w http.ResponseWriter, r *http.Request) {
 	if !s.callerAllowed(w, r, nodeID, "register a service outside the mesh", allowed) {
 		return
 	}
-	var err error
 	if req.Delete {
 		err = cb.DeleteAlloc(r.Context(), in.NodeID, in.AllocID)
 	} else {
@@ -92,4 +101,30 @@ func (s *Server) handleConnectExternal(w http.ResponseWriter, r *http.Request) {
 	}
 	s.logger.Debug("stored a service outside the mesh", "node_id", nodeID, "service", in.Name, "external_node", in.NodeID, "delete", req.Delete)
 	writeJSON(w, struct{}{})
+}
+
+// NodeRegsReader is a ConnectBackend that reads a node's stored
+// registrations (the servers' meshstate.Store does).
+type NodeRegsReader interface {
+	NodeRegs(ctx context.Context, nodeID string) (map[string][]catalog.ServiceInstance, error)
+}
+
+// storedNames are the service names of the registration stored at
+// nodeID/allocID: an external write that replaces or deletes it needs
+// write on them, not only on the name the caller sends (Consul checks the
+// registered service). None when the backend keeps nothing readable.
+func storedNames(ctx context.Context, cb ConnectBackend, nodeID, allocID string) ([]string, error) {
+	r, ok := cb.(NodeRegsReader)
+	if !ok {
+		return nil, nil
+	}
+	regs, err := r.NodeRegs(ctx, nodeID)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, in := range regs[allocID] {
+		names = append(names, in.Name)
+	}
+	return names, nil
 }

@@ -56,6 +56,23 @@ func TestConnectExternal(t *testing.T) {
 	if err := ext.DeleteExternal(as(t, "node-db"), unnamed); !errors.Is(err, acl.ErrPermissionDenied) {
 		t.Errorf("DeleteExternal of an unnamed service without management: %v", err)
 	}
+	// Write on another service does not reach db's registration, whatever
+	// name the caller sends for it.
+	m.s.cfg.Tokens = secretACLs{
+		"node-db":  "node { policy = \"write\" }\nservice \"db\" { policy = \"write\" }",
+		"node-foo": "node { policy = \"write\" }\nservice \"foo\" { policy = \"write\" }",
+	}
+	posing := inst
+	posing.Name = "foo"
+	if err := ext.DeleteExternal(as(t, "node-foo"), posing); !errors.Is(err, acl.ErrPermissionDenied) {
+		t.Errorf("DeleteExternal of db's registration sent as foo: %v", err)
+	}
+	if err := ext.PutExternal(as(t, "node-foo"), posing); !errors.Is(err, acl.ErrPermissionDenied) {
+		t.Errorf("PutExternal over db's registration as foo: %v", err)
+	}
+	if got, ok := m.f.reg(inst.NodeID, inst.AllocID); !ok || len(got) != 1 || got[0].Name != "db" {
+		t.Errorf("db's registration after the refused writes = %+v, %v", got, ok)
+	}
 	if err := ext.DeleteExternal(as(t, "node-db"), inst); err != nil {
 		t.Errorf("DeleteExternal with node and service write: %v", err)
 	}

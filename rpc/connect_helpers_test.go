@@ -142,6 +142,18 @@ func (f *fakeConnect) followCounts() (follows, following int) {
 	return f.follows, f.following
 }
 
+func (f *fakeConnect) NodeRegs(_ context.Context, nodeID string) (map[string][]catalog.ServiceInstance, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string][]catalog.ServiceInstance{}
+	for k, insts := range f.regs {
+		if node, alloc, ok := strings.Cut(k, "/"); ok && node == nodeID {
+			out[alloc] = insts
+		}
+	}
+	return out, nil
+}
+
 func (f *fakeConnect) PutAlloc(_ context.Context, nodeID, allocID string, insts []catalog.ServiceInstance) error {
 	f.set(nodeID, allocID, insts)
 	return nil
