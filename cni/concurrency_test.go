@@ -119,7 +119,8 @@ func TestHungTeardownBlocksNoOtherAllocation(t *testing.T) {
 // still serialized, and a waiter gives up when its context ends.
 func TestSameAllocationWaitsForItsLock(t *testing.T) {
 	tn := newTestNet(t)
-	b := tn.alloc()
+	// A mapped port: hungTeardown hangs portmap's DEL.
+	b := tn.alloc(structs.PortMapping{Label: "http", Value: freePort(t), To: 80})
 	tn.setup(b)
 	bDone, release := hungTeardown(t, tn, b)
 	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)

@@ -114,8 +114,9 @@ type Manager struct {
 	subnet *net.IPNet
 	logger hclog.Logger
 	cni    *libcni.CNIConfig
-	// builtin is the parsed conflist of the "bridge" mode.
-	builtin *libcni.NetworkConfigList
+	// builtin is the parsed conflist of the "bridge" mode; noPorts is the
+	// same without portmap, for allocations that map no port.
+	builtin, noPorts *libcni.NetworkConfigList
 
 	// lookPath finds the iptables binary; a field so tests can fake it.
 	lookPath func(string) (string, error)
@@ -147,20 +148,23 @@ func New(cfg Config, logger hclog.Logger) (*Manager, error) {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	data, err := BuildConfList(cfg)
-	if err != nil {
-		return nil, err
-	}
-	builtin, err := libcni.NetworkConfFromBytes(data)
-	if err != nil {
-		return nil, fmt.Errorf("failed to parse generated conflist: %w", err)
+	var lists [2]*libcni.NetworkConfigList
+	for i, withPortmap := range []bool{true, false} {
+		data, err := buildConfList(cfg, withPortmap)
+		if err != nil {
+			return nil, err
+		}
+		if lists[i], err = libcni.NetworkConfFromBytes(data); err != nil {
+			return nil, fmt.Errorf("failed to parse generated conflist: %w", err)
+		}
 	}
 	return &Manager{
 		cfg:        cfg,
 		subnet:     subnet,
 		logger:     logger.Named("cni"),
 		cni:        libcni.NewCNIConfigWithCacheDir([]string{cfg.PluginDir}, cacheDir(cfg), nil),
-		builtin:    builtin,
+		builtin:    lists[0],
+		noPorts:    lists[1],
 		lookPath:   exec.LookPath,
 		retryDelay: defaultRetryDelay,
 		added:      map[string]bool{},

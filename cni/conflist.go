@@ -78,6 +78,16 @@ type portmapPlugin struct {
 // hairpin connections work. Used alone, the list gives allocations no
 // outbound NAT.
 func BuildConfList(cfg Config) ([]byte, error) {
+	return buildConfList(cfg, true)
+}
+
+// buildConfList is BuildConfList, without the portmap plugin unless
+// withPortmap: the Manager uses that list for allocations that map no
+// port, where portmap's ADD only hands its input on (one plugin exec per
+// ADD saved) and its DEL would only look for chains that are not there
+// (a dozen iptables execs per DEL saved). DEL and CHECK use the list the
+// ADD cached, so each allocation keeps the one it was set up with.
+func buildConfList(cfg Config, withPortmap bool) ([]byte, error) {
 	cfg = cfg.withDefaults()
 	list := confList{
 		CNIVersion: cniVersion,
@@ -106,6 +116,9 @@ func BuildConfList(cfg Config) ([]byte, error) {
 				Backend:      "iptables",
 			},
 		},
+	}
+	if !withPortmap {
+		list.Plugins = list.Plugins[:len(list.Plugins)-1]
 	}
 	data, err := json.MarshalIndent(list, "", "  ")
 	if err != nil {

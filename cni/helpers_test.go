@@ -63,7 +63,9 @@ func realPluginDir(t testing.TB) string {
 		for _, p := range pluginPkgs {
 			args = append(args, "github.com/containernetworking/plugins/plugins/"+p)
 		}
-		out, err := exec.Command("go", args...).CombinedOutput()
+		cmd := exec.Command("go", args...)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0") // static, as `make cni` builds them
+		out, err := cmd.CombinedOutput()
 		if err != nil {
 			pluginErr = fmt.Errorf("failed to build CNI plugins: %w\n%s", err, out)
 			return

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/google/uuid"
 	"github.com/meshlet/meshlet/internal/testutil"
@@ -417,4 +418,50 @@ func TestGCRemovesJunkKeepsLive(t *testing.T) {
 			t.Errorf("GC kept %s (%v)", f, err)
 		}
 	}
+}
+
+// TestPortmapOnlyWhenPortsMapped: an allocation that maps no port is set
+// up without the portmap plugin (its ADD would only hand its input on) and
+// one that maps a port with it; each is torn down with the list it was set
+// up with and leaves nothing, and the mapped port answers through
+// 127.0.0.1 while a no-port allocation's setup runs beside it.
+func TestPortmapOnlyWhenPortsMapped(t *testing.T) {
+	tn := newTestNet(t)
+	port := freePort(t)
+	plain, mapped := tn.alloc(), tn.alloc(structs.PortMapping{Label: "http", Value: port, To: 8080})
+	st := tn.setup(mapped)
+	tn.setup(plain)
+	types := func(id string) []string {
+		t.Helper()
+		atts, err := tn.m.cni.GetCachedAttachments(id)
+		if err != nil || len(atts) != 1 {
+			t.Fatalf("cached attachments of %s: %d, %v", id, len(atts), err)
+		}
+		list, err := libcni.NetworkConfFromBytes(atts[0].Config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, p := range list.Plugins {
+			out = append(out, p.Network.Type)
+		}
+		return out
+	}
+	if got := strings.Join(types(plain.ID), ","); got != "loopback,bridge,firewall" {
+		t.Errorf("plugins of the allocation without ports = %s; want loopback,bridge,firewall", got)
+	}
+	if got := strings.Join(types(mapped.ID), ","); got != "loopback,bridge,firewall,portmap" {
+		t.Errorf("plugins of the allocation with a port = %s; want loopback,bridge,firewall,portmap", got)
+	}
+	ln := listenIn(t, tn.m.NetNSPath(mapped.ID), st.Address+":8080", "mapped")
+	defer ln.Close()
+	if got, err := dialFrom("", fmt.Sprintf("127.0.0.1:%d", port), 5*time.Second); err != nil || got != "mapped" {
+		t.Fatalf("host port through 127.0.0.1: %q, %v", got, err)
+	}
+	for _, a := range []*structs.Allocation{plain, mapped} {
+		if err := tn.m.Teardown(t.Context(), a); err != nil {
+			t.Fatalf("Teardown(%s): %v", a.ID, err)
+		}
+	}
+	tn.requireClean(plain.ID, mapped.ID)
 }

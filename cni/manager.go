@@ -73,7 +73,15 @@ func (m *Manager) prepare(alloc *structs.Allocation) (*plan, error) {
 	if err != nil {
 		return nil, err
 	}
+	if list == m.builtin && len(rt.CapabilityArgs) == 0 {
+		list = m.noPorts
+	}
 	return &plan{list: list, rt: rt}, nil
+}
+
+// isBuiltin reports whether list is one of the "bridge" mode's lists.
+func (m *Manager) isBuiltin(list *libcni.NetworkConfigList) bool {
+	return list == m.builtin || list == m.noPorts
 }
 
 // networkFor returns the conflist of a bridge or cni/<name> mode.
@@ -123,7 +131,7 @@ func (m *Manager) ensureHost(p *plan) error {
 	if err := m.ensureSharedDir(); err != nil {
 		return classify(err, p.list.Name, m.cfg.Subnet)
 	}
-	if p.list != m.builtin {
+	if !m.isBuiltin(p.list) {
 		return nil
 	}
 	return m.ensureNATLocked()
@@ -199,7 +207,10 @@ func (m *Manager) addWithRetry(ctx context.Context, allocID string, p *plan) (ty
 // add runs CNI ADD of the plan. The first ADD of a network by this
 // Manager holds firstAddLock (see locks.go).
 func (m *Manager) add(ctx context.Context, p *plan) (types.Result, error) {
-	if m.addedOnce(p.list.Name, false) {
+	// The lists with and without portmap each go alone once: the first
+	// ADD with portmap creates its top-level chains.
+	key := fmt.Sprintf("%s/%d", p.list.Name, len(p.list.Plugins))
+	if m.addedOnce(key, false) {
 		return m.cni.AddNetworkList(ctx, p.list, p.rt)
 	}
 	unlock, err := firstAddLock.lock(ctx, "")
@@ -209,7 +220,7 @@ func (m *Manager) add(ctx context.Context, p *plan) (types.Result, error) {
 	defer unlock()
 	res, err := m.cni.AddNetworkList(ctx, p.list, p.rt)
 	if err == nil {
-		m.addedOnce(p.list.Name, true)
+		m.addedOnce(key, true)
 	}
 	return res, err
 }

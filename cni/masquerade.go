@@ -183,7 +183,7 @@ func (t *ipt) appendRule(r natRule) error {
 // the bridge (what portmap does when its snat is on), when the plan maps
 // ports on the built-in network. The bridge exists once ADD has run.
 func (m *Manager) routeLocalnet(p *plan) error {
-	if p.list != m.builtin || len(p.rt.CapabilityArgs) == 0 {
+	if !m.isBuiltin(p.list) || len(p.rt.CapabilityArgs) == 0 {
 		return nil
 	}
 	path := filepath.Join("/proc/sys/net/ipv4/conf", m.cfg.BridgeName, "route_localnet")

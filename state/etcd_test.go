@@ -374,3 +374,56 @@ func TestEtcdClusterIDAndMarker(t *testing.T) {
 		t.Fatalf("open of a newer format: %v, want ErrCorrupt", err)
 	}
 }
+
+// TestEtcdNodeAllocsIndex: the node index tells when a node has something
+// to act on (a server-side change, an allocation stored terminal, a
+// removal) without decoding allocations; a client's non-terminal status
+// update leaves it alone; entries written before they carried an index
+// make it answer "cannot tell".
+func TestEtcdNodeAllocsIndex(t *testing.T) {
+	c, prefix := newTestClient(t), testPrefix(t)
+	s := openEtcdTest(t, c, EtcdOptions{Prefix: prefix})
+	check := func(what string, wantIdx uint64, wantCount int) {
+		t.Helper()
+		idx, n, ok, err := s.NodeAllocsIndex("n1")
+		if err != nil || !ok || idx != wantIdx || n != wantCount {
+			t.Fatalf("%s: NodeAllocsIndex = %d, %d, %v, %v; want %d, %d", what, idx, n, ok, err, wantIdx, wantCount)
+		}
+	}
+	placed, err := s.UpsertAllocs([]*structs.Allocation{{ID: "a1", NodeID: "n1", JobID: "j"}, {ID: "a2", NodeID: "n1", JobID: "j"},
+		{ID: "b1", NodeID: "n2", JobID: "j"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("placed", placed, 2)
+	if _, err := s.UpdateAllocsFromClient([]*structs.Allocation{{ID: "a1", ClientStatus: structs.AllocClientStatusRunning}}); err != nil {
+		t.Fatal(err)
+	}
+	check("running reported", placed, 2)
+	stopped, err := s.UpsertAllocs([]*structs.Allocation{{ID: "a2", NodeID: "n1", JobID: "j", DesiredStatus: structs.AllocDesiredStatusStop}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("stop desired", stopped, 2)
+	failed, err := s.UpdateAllocsFromClient([]*structs.Allocation{{ID: "a1", ClientStatus: structs.AllocClientStatusFailed}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("failed reported", failed, 2)
+	if _, err := s.DeleteAllocs([]string{"a2"}); err != nil {
+		t.Fatal(err)
+	}
+	check("a2 deleted", failed, 1)
+	if _, err := c.Put(context.Background(), prefix+"idx/alloc_node/n1/a3", ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ok, err := s.NodeAllocsIndex("n1"); ok || err != nil {
+		t.Fatalf("an entry without an index: ok=%v, %v; want ok=false", ok, err)
+	}
+	if _, err := c.Put(context.Background(), prefix+"idx/alloc_node/n1/a3", "x"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := s.NodeAllocsIndex("n1"); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("a garbled entry: %v; want ErrCorrupt", err)
+	}
+}

@@ -94,6 +94,16 @@ type Store interface {
 	Close() error
 }
 
+// NodeAllocsIndexer is what a Store may offer a node's blocking fetch of
+// its allocations: whether anything the node acts on changed, without
+// decoding the allocations. NodeAllocsIndex returns the highest index at
+// which the servers changed one of the node's allocations (placement,
+// desired status, job) or one was stored terminal, and how many the node
+// has (a removal shows as fewer); ok=false when the store cannot tell.
+type NodeAllocsIndexer interface {
+	NodeAllocsIndex(nodeID string) (index uint64, count int, ok bool, err error)
+}
+
 // Plan is one atomic write of the server: what a scheduler run (or a
 // garbage collection) changes. Zero fields change nothing.
 type Plan struct {

@@ -51,7 +51,9 @@ func cniPlugins(t *testing.T) string {
 	for _, p := range []string{"ipam/host-local", "main/bridge", "main/loopback", "meta/firewall", "meta/portmap"} {
 		args = append(args, "github.com/containernetworking/plugins/plugins/"+p)
 	}
-	if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
+	cmd := exec.Command("go", args...)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0") // static, as `make cni` builds them
+	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("failed to build CNI plugins: %v\n%s", err, out)
 	}
 	return dir
