@@ -47,6 +47,9 @@ func (r *Runner) lifecycle(ctx context.Context) *Area {
 	a.Figures = append(a.Figures, dashFigures(mesh, plain, err)...)
 	m, err := r.many(ctx, ag)
 	a.Figures = append(a.Figures, manyFigures(m, err)...)
+	if f := manyCPUFinding(m); f != "" {
+		a.Findings = append(a.Findings, f)
+	}
 	return a
 }
 
@@ -206,6 +209,10 @@ type manyResult struct {
 	bridge, host       time.Duration
 	idleRSS, bridgeRSS int64
 	hostErr            error
+	// bridgeCPU and hostCPU are what the machine's CPUs did during each
+	// run (ok false when /proc/stat could not be read).
+	bridgeCPU, hostCPU cpuUse
+	cpuOK              bool
 }
 
 // many runs manyAllocs allocations in bridge mode, then in host mode.
@@ -215,14 +222,23 @@ func (r *Runner) many(ctx context.Context, ag *Agent) (*manyResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	res := &manyResult{idleRSS: idle.RSSBytes}
+	res := &manyResult{idleRSS: idle.RSSBytes, cpuOK: true}
 	run := func(mode string) (time.Duration, int64, error) {
+		before, cerr := readCPUTicks()
 		start := time.Now()
 		if err := ag.RunJob(ctx, path, fmt.Sprintf("count=%d", manyAllocs), "mode="+mode); err != nil {
 			return 0, 0, err
 		}
 		allocs, err := ag.Running(ctx, "bench-many", manyAllocs, 5*time.Minute)
 		took := time.Since(start)
+		after, aerr := readCPUTicks()
+		if res.cpuOK = res.cpuOK && cerr == nil && aerr == nil; res.cpuOK {
+			if mode == "bridge" {
+				res.bridgeCPU = before.until(after)
+			} else {
+				res.hostCPU = before.until(after)
+			}
+		}
 		var rss int64
 		if s, serr := SampleProc(ag.PID()); serr == nil {
 			rss = s.RSSBytes
