@@ -55,6 +55,7 @@ var forwarded = []os.Signal{
 // subcommand and returns the process exit code: 0 once the task's exit is
 // recorded, 1 when the task could not be started, 2 on bad usage.
 func Main(args []string) int {
+	restoreGC()
 	if len(args) == 1 && args[0] == isolate.StageArg {
 		return isolate.StageMain()
 	}

@@ -212,6 +212,7 @@ func (d *Driver) launchExecutor(dir, specPath string, newPIDNS bool) (*exec.Cmd,
 	args := append(append([]string{}, d.opts.ExecutorCmd[1:]...), "-spec", specPath, "-status-fd", "3")
 	cmd := exec.Command(d.opts.ExecutorCmd[0], args...)
 	cmd.Dir = "/"
+	cmd.Env = executor.LaunchEnv()
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.ExtraFiles = []*os.File{w}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
