@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"runtime"
@@ -68,6 +69,53 @@ func (u cpuUse) String(cores int) string {
 	return fmt.Sprintf("%.2f CPU-s busy (%.0f %% in the kernel) over %.2f s, %.0f %% of %d CPUs", busy, kernel, u.Wall.Seconds(), util, cores)
 }
 
+// Idle waits: a run starts once the CPUs were at least idleShare idle
+// over one idleWindow (the previous run's teardown, whose namespace
+// deletions the kernel finishes in the background, is over), waiting at
+// most idleLimit.
+const (
+	idleShare  = 0.9
+	idleWindow = time.Second
+	idleLimit  = time.Minute
+)
+
+// waitIdle waits for an idle machine and says how long it waited.
+func waitIdle(ctx context.Context) string {
+	start := time.Now()
+	for ctx.Err() == nil {
+		a, err := readCPUTicks()
+		if err != nil {
+			return fmt.Sprintf("no wait (%v)", err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(idleWindow):
+		}
+		b, err := readCPUTicks()
+		if err != nil {
+			return fmt.Sprintf("no wait (%v)", err)
+		}
+		u := a.until(b)
+		total := u.Busy() + u.Idle
+		switch {
+		case total > 0 && float64(u.Idle)/float64(total) >= idleShare:
+			return fmt.Sprintf("idle after %.0f s", time.Since(start).Seconds())
+		case time.Since(start) >= idleLimit:
+			return fmt.Sprintf("still %.0f %% busy after %.0f s, measured anyway", 100*float64(u.Busy())/float64(total), time.Since(start).Seconds())
+		}
+	}
+	return "cancelled"
+}
+
+// secondsList formats durations as "1.2, 1.3, 1.2".
+func secondsList(ds []time.Duration) string {
+	out := make([]string, len(ds))
+	for i, d := range ds {
+		out[i] = fmt.Sprintf("%.2f", d.Seconds())
+	}
+	return strings.Join(out, ", ")
+}
+
 // manyCPUFinding says where the machine's CPU went while the 100
 // allocations started in each mode: the bridge run's extra is the
 // network set-up, mostly the kernel's (namespaces, veths, iptables
@@ -84,11 +132,11 @@ func manyCPUFinding(m *manyResult) string {
 		share = 100 * extraKernel.Seconds() / extra.Seconds()
 	}
 	return fmt.Sprintf("%d allocations → all running, where the time goes (machine-wide CPU from /proc/stat, the agent, its task executors, "+
-		"CNI plugins and iptables together): bridge run %s; host run %s. The bridge run's extra %.2f CPU-s (%.0f ms per allocation, %.0f %% of it "+
+		"CNI plugins and iptables together): median bridge run %s; median host run %s. The bridge run's extra %.2f CPU-s (%.0f ms per allocation, %.0f %% of it "+
 		"in the kernel) is the network set-up: namespace, veth pair and bridge port, addresses and routes, the firewall plugin's two ACCEPT rules "+
 		"(10 iptables execs per ADD, each a process start and, for a change, an nf_tables commit) and the start-up of four static plugin "+
 		"binaries; a host-mode start already costs each task an executor process start. With the CPUs saturated in the bridge run, the ratio "+
-		"is set by this extra CPU time, not by waiting: meshlet's own part (the CNI calls, records) is small beside it.",
+		"is set by this extra CPU time, not by waiting: meshlet's own part (the CNI calls, records) is small beside it. Idle waits: %s.",
 		manyAllocs, m.bridgeCPU.String(cores), m.hostCPU.String(cores), extra.Seconds(),
-		1000*extra.Seconds()/manyAllocs, share)
+		1000*extra.Seconds()/manyAllocs, share, strings.Join(m.waits, "; "))
 }

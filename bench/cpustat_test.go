@@ -40,9 +40,24 @@ func TestManyCPUFinding(t *testing.T) {
 		bridgeCPU: cpuUse{User: 3 * time.Second, Kernel: 7 * time.Second, Wall: 5 * time.Second},
 		hostCPU:   cpuUse{User: 2 * time.Second, Kernel: 2 * time.Second, Wall: 2 * time.Second}}
 	f := manyCPUFinding(m)
-	for _, want := range []string{"bridge run 10.00 CPU-s busy (70 % in the kernel)", "extra 6.00 CPU-s (60 ms per allocation, 83 % of it in the kernel)"} {
+	for _, want := range []string{"median bridge run 10.00 CPU-s busy (70 % in the kernel)", "extra 6.00 CPU-s (60 ms per allocation, 83 % of it in the kernel)"} {
 		if !strings.Contains(f, want) {
 			t.Errorf("finding lacks %q:\n%s", want, f)
 		}
+	}
+}
+
+func TestMedianRun(t *testing.T) {
+	ds := []time.Duration{5 * time.Second, 3 * time.Second, 4 * time.Second}
+	uses := []cpuUse{{Wall: 5 * time.Second}, {Wall: 3 * time.Second}, {Wall: 4 * time.Second}}
+	d, u := medianRun(ds, uses)
+	if d != 4*time.Second || u.Wall != 4*time.Second {
+		t.Fatalf("medianRun = %v, %+v; want the 4 s run and its use", d, u)
+	}
+	if d, _ := medianRun(nil, nil); d != 0 {
+		t.Fatalf("no runs: %v", d)
+	}
+	if got := secondsList(ds); got != "5.00, 3.00, 4.00" {
+		t.Fatalf("secondsList = %q", got)
 	}
 }

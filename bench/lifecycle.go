@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 )
@@ -206,16 +208,24 @@ func dashFigures(mesh, plain []time.Duration, err error) []*Figure {
 
 // manyResult is the many-allocations measurement.
 type manyResult struct {
-	bridge, host       time.Duration
+	bridge, host       time.Duration // medians of the rounds
 	idleRSS, bridgeRSS int64
 	hostErr            error
-	// bridgeCPU and hostCPU are what the machine's CPUs did during each
-	// run (ok false when /proc/stat could not be read).
+	// bridgeCPU and hostCPU are what the machine's CPUs did during the
+	// median round of each mode (cpuOK false when /proc/stat could not be
+	// read); waits are the idle waits before each run.
 	bridgeCPU, hostCPU cpuUse
 	cpuOK              bool
+	rounds             [2][]time.Duration // bridge, host
+	waits              []string
 }
 
-// many runs manyAllocs allocations in bridge mode, then in host mode.
+// manyRounds is how many times each mode of the many-allocations figure
+// runs, alternating which goes first.
+const manyRounds = 3
+
+// many runs manyAllocs allocations in bridge mode and in host mode,
+// manyRounds times each, each run on an idle machine.
 func (r *Runner) many(ctx context.Context, ag *Agent) (*manyResult, error) {
 	path := filepath.Join(r.opts.Repo, "bench", "input", "many.hcl")
 	idle, err := SampleProc(ag.PID())
@@ -223,40 +233,76 @@ func (r *Runner) many(ctx context.Context, ag *Agent) (*manyResult, error) {
 		return nil, err
 	}
 	res := &manyResult{idleRSS: idle.RSSBytes, cpuOK: true}
-	run := func(mode string) (time.Duration, int64, error) {
-		before, cerr := readCPUTicks()
-		start := time.Now()
-		if err := ag.RunJob(ctx, path, fmt.Sprintf("count=%d", manyAllocs), "mode="+mode); err != nil {
-			return 0, 0, err
+	var cpus [2][]cpuUse
+	for round := 0; round < manyRounds; round++ {
+		modes := []int{0, 1}
+		if round%2 == 1 {
+			modes = []int{1, 0}
 		}
-		allocs, err := ag.Running(ctx, "bench-many", manyAllocs, 5*time.Minute)
-		took := time.Since(start)
-		after, aerr := readCPUTicks()
-		if res.cpuOK = res.cpuOK && cerr == nil && aerr == nil; res.cpuOK {
-			if mode == "bridge" {
-				res.bridgeCPU = before.until(after)
-			} else {
-				res.hostCPU = before.until(after)
+		for _, m := range modes {
+			mode := [2]string{"bridge", "host"}[m]
+			res.waits = append(res.waits, fmt.Sprintf("%s #%d: %s", mode, round+1, waitIdle(ctx)))
+			took, rss, use, err := r.manyRun(ctx, ag, path, mode)
+			if err != nil && m == 0 {
+				return nil, fmt.Errorf("bridge mode: %w", err)
+			}
+			if err != nil {
+				res.hostErr = fmt.Errorf("host mode: %w", err)
+				continue
+			}
+			res.rounds[m] = append(res.rounds[m], took)
+			cpus[m] = append(cpus[m], use)
+			res.cpuOK = res.cpuOK && use.Wall > 0
+			if m == 0 && rss > res.bridgeRSS {
+				res.bridgeRSS = rss
 			}
 		}
-		var rss int64
-		if s, serr := SampleProc(ag.PID()); serr == nil {
-			rss = s.RSSBytes
-		}
-		if err != nil {
-			all, _, _ := ag.Nomad().Jobs().Allocations("bench-many", false, nil)
-			_ = ag.StopJob(ctx, "bench-many", all)
-			return 0, 0, err
-		}
-		return took, rss, ag.StopJob(ctx, "bench-many", allocs)
 	}
-	if res.bridge, res.bridgeRSS, err = run("bridge"); err != nil {
-		return nil, fmt.Errorf("bridge mode: %w", err)
-	}
-	if res.host, _, err = run("host"); err != nil {
-		res.hostErr = fmt.Errorf("host mode: %w", err)
-	}
+	res.bridge, res.bridgeCPU = medianRun(res.rounds[0], cpus[0])
+	res.host, res.hostCPU = medianRun(res.rounds[1], cpus[1])
 	return res, nil
+}
+
+// manyRun runs the job in mode until all its allocations run, then stops
+// it; it returns the time, the agent's RSS with all running and the
+// machine's CPU use during the run (zero if /proc/stat was unreadable).
+func (r *Runner) manyRun(ctx context.Context, ag *Agent, path, mode string) (time.Duration, int64, cpuUse, error) {
+	before, cerr := readCPUTicks()
+	start := time.Now()
+	if err := ag.RunJob(ctx, path, fmt.Sprintf("count=%d", manyAllocs), "mode="+mode); err != nil {
+		return 0, 0, cpuUse{}, err
+	}
+	allocs, err := ag.Running(ctx, "bench-many", manyAllocs, 5*time.Minute)
+	took := time.Since(start)
+	var use cpuUse
+	if after, aerr := readCPUTicks(); cerr == nil && aerr == nil {
+		use = before.until(after)
+	}
+	var rss int64
+	if s, serr := SampleProc(ag.PID()); serr == nil {
+		rss = s.RSSBytes
+	}
+	if err != nil {
+		all, _, _ := ag.Nomad().Jobs().Allocations("bench-many", false, nil)
+		_ = ag.StopJob(ctx, "bench-many", all)
+		return 0, 0, cpuUse{}, err
+	}
+	return took, rss, use, ag.StopJob(ctx, "bench-many", allocs)
+}
+
+// medianRun returns the median of the runs' times and the CPU use of
+// that run.
+func medianRun(ds []time.Duration, uses []cpuUse) (time.Duration, cpuUse) {
+	if len(ds) == 0 {
+		return 0, cpuUse{}
+	}
+	idx := make([]int, len(ds))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(ds[a], ds[b]) })
+	mid := idx[len(idx)/2]
+	return ds[mid], uses[mid]
 }
 
 func manyFigures(m *manyResult, err error) []*Figure {
@@ -271,7 +317,8 @@ func manyFigures(m *manyResult, err error) []*Figure {
 		host = ptr(m.host.Seconds())
 	}
 	f := Measured(name, "s", m.bridge.Seconds(), host, &Target{Of: OfRatio, Op: "<=", Limit: 2})
-	f.Note = "baseline: the same job in host network mode (no namespace, no CNI)."
+	f.Note = fmt.Sprintf("baseline: the same job in host network mode (no namespace, no CNI). Median of %d runs each, alternating which mode goes first, "+
+		"each on an idle machine (bridge %s s; host %s s).", manyRounds, secondsList(m.rounds[0]), secondsList(m.rounds[1]))
 	if m.hostErr != nil {
 		f.Note += " Baseline failed: " + m.hostErr.Error()
 	}
