@@ -73,7 +73,7 @@ type Service struct {
 	logger    hclog.Logger
 	decisions *prometheus.CounterVec
 	protocol  atomic.Pointer[func(service string) string]
-	ep        epochs // see epoch.go
+	ep        *epochs // see epoch.go
 }
 
 // SetProtocols tells the service how to find a destination's protocol
@@ -103,7 +103,7 @@ func New(caMgr *ca.Manager, ix *intention.Store, logger hclog.Logger, reg promet
 		ca:     caMgr,
 		ix:     ix,
 		logger: logger.Named("authz"),
-		ep:     epochs{boot: newBootNonce()},
+		ep:     newEpochs(),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: decisionsMetricsName,
 			Help: "Connection authorization decisions by result.",

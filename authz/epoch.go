@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/meshlet/meshlet/ca"
+	"github.com/meshlet/meshlet/internal/pubsub"
 )
 
 // Authorization epochs: what lets a sidecar cache an allow.
@@ -35,71 +36,73 @@ const (
 // epochs is a Service's epoch state.
 type epochs struct {
 	boot string
-	gen  atomic.Uint64
+	gen  uint64                 // guarded by mu
+	cur  atomic.Pointer[string] // boot + "-" + gen, read by every Check
 
-	mu     sync.Mutex // serializes moves and notifications
-	subs   map[int]func(string)
-	nextID int
+	mu     sync.Mutex // serializes moves, notifications and (un)subscribing
+	hub    pubsub.Hub[string]
 	unsubs []func() // from the intentions and the CA, while subscribed
 }
 
-func newBootNonce() string {
+func newEpochs() *epochs {
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
+	e := &epochs{boot: hex.EncodeToString(b)}
+	e.advance()
+	return e
+}
+
+// advance moves to the next epoch; the caller holds mu (or owns e).
+func (e *epochs) advance() string {
+	e.gen++
+	cur := e.boot + "-" + strconv.FormatUint(e.gen, 10)
+	e.cur.Store(&cur)
+	return cur
 }
 
 // Epoch is the current authorization epoch.
-func (s *Service) Epoch() string {
-	return s.ep.boot + "-" + strconv.FormatUint(s.ep.gen.Load(), 10)
-}
+func (s *Service) Epoch() string { return *s.ep.cur.Load() }
 
 // SubscribeEpoch calls fn with the current epoch, then with each new one,
 // in order and one call at a time, until cancel is called. The epoch moves
 // only while someone is subscribed (and at once when the first one
 // subscribes).
 func (s *Service) SubscribeEpoch(fn func(epoch string)) (cancel func()) {
-	e := &s.ep
+	e := s.ep
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if len(e.subs) == 0 {
-		e.subs = map[int]func(string){}
+	if e.hub.Len() == 0 {
 		e.unsubs = []func(){s.ix.Subscribe(s.moveEpoch)}
 		if s.ca != nil {
 			e.unsubs = append(e.unsubs, s.ca.Subscribe(func(ca.Event) { s.moveEpoch() }))
 		}
-		e.gen.Add(1) // changes while nobody watched are behind us
+		e.advance() // changes while nobody watched are behind us
 	}
-	id := e.nextID
-	e.nextID++
-	e.subs[id] = fn
+	unsub := e.hub.Subscribe(fn)
 	fn(s.Epoch())
+	var once sync.Once
 	return func() {
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		if _, ok := e.subs[id]; !ok {
-			return
-		}
-		delete(e.subs, id)
-		if len(e.subs) == 0 {
-			for _, u := range e.unsubs {
-				u()
+		once.Do(func() {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			unsub()
+			if e.hub.Len() == 0 {
+				for _, u := range e.unsubs {
+					u()
+				}
+				e.unsubs = nil
 			}
-			e.unsubs = nil
-		}
+		})
 	}
 }
 
-// moveEpoch starts a new epoch and tells the subscribers.
+// moveEpoch starts a new epoch and tells the subscribers, one move at a
+// time so that they see the epochs in order.
 func (s *Service) moveEpoch() {
-	e := &s.ep
+	e := s.ep
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.gen.Add(1)
-	cur := s.Epoch()
-	for _, fn := range e.subs {
-		fn(cur)
-	}
+	e.hub.Publish(e.advance())
 }
 
 // markCacheable adds the epoch to an allow that only the identity pair
