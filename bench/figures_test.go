@@ -56,15 +56,19 @@ func TestDashFigures(t *testing.T) {
 }
 
 func TestManyFigures(t *testing.T) {
-	figs := manyFigures(&manyResult{bridge: 12 * time.Second, host: 2 * time.Second, idleRSS: 30 << 20, bridgeRSS: 50 << 20}, nil)
-	if *figs[0].Ratio != 6 || *figs[1].Value != 50 || *figs[1].Baseline != 30 {
-		t.Errorf("figures: %+v %+v", figs[0], figs[1])
+	figs := manyFigures(&manyResult{bridge: 12 * time.Second, host: 2 * time.Second, idleRSS: 30 << 20, bridgeRSS: 50 << 20,
+		execAnon: []int64{8 << 20, 7 << 20, 9 << 20}}, nil)
+	if *figs[0].Ratio != 6 || *figs[1].Value != 50 || *figs[1].Baseline != 30 || *figs[2].Value != 8 {
+		t.Errorf("figures: %+v %+v %+v", figs[0], figs[1], figs[2])
 	}
 	if !strings.Contains(figs[1].Note, "205 KiB per allocation") {
 		t.Errorf("note %q", figs[1].Note)
 	}
+	if figs := manyFigures(&manyResult{}, nil); figs[2].NotMeasured == "" {
+		t.Errorf("executor figure without samples: %+v", figs[2])
+	}
 	figs = manyFigures(nil, errors.New("bridge mode: job failed"))
-	if figs[0].NotMeasured != "bridge mode: job failed" {
+	if len(figs) != 3 || figs[0].NotMeasured != "bridge mode: job failed" {
 		t.Errorf("figure %+v", figs[0])
 	}
 }

@@ -218,6 +218,8 @@ type manyResult struct {
 	cpuOK              bool
 	rounds             [2][]time.Duration // bridge, host
 	waits              []string
+	// execAnon is each run's median task executor RssAnon.
+	execAnon []int64
 }
 
 // manyRounds is how many times each mode of the many-allocations figure
@@ -242,7 +244,7 @@ func (r *Runner) many(ctx context.Context, ag *Agent) (*manyResult, error) {
 		for _, m := range modes {
 			mode := [2]string{"bridge", "host"}[m]
 			res.waits = append(res.waits, fmt.Sprintf("%s #%d: %s", mode, round+1, waitIdle(ctx)))
-			took, rss, use, err := r.manyRun(ctx, ag, path, mode)
+			run, err := r.manyRun(ctx, ag, path, mode)
 			if err != nil && m == 0 {
 				return nil, fmt.Errorf("bridge mode: %w", err)
 			}
@@ -250,11 +252,14 @@ func (r *Runner) many(ctx context.Context, ag *Agent) (*manyResult, error) {
 				res.hostErr = fmt.Errorf("host mode: %w", err)
 				continue
 			}
-			res.rounds[m] = append(res.rounds[m], took)
-			cpus[m] = append(cpus[m], use)
-			res.cpuOK = res.cpuOK && use.Wall > 0
-			if m == 0 && rss > res.bridgeRSS {
-				res.bridgeRSS = rss
+			res.rounds[m] = append(res.rounds[m], run.took)
+			cpus[m] = append(cpus[m], run.use)
+			res.cpuOK = res.cpuOK && run.use.Wall > 0
+			if m == 0 && run.rss > res.bridgeRSS {
+				res.bridgeRSS = run.rss
+			}
+			if run.execAnon > 0 {
+				res.execAnon = append(res.execAnon, run.execAnon)
 			}
 		}
 	}
@@ -263,31 +268,42 @@ func (r *Runner) many(ctx context.Context, ag *Agent) (*manyResult, error) {
 	return res, nil
 }
 
-// manyRun runs the job in mode until all its allocations run, then stops
-// it; it returns the time, the agent's RSS with all running and the
-// machine's CPU use during the run (zero if /proc/stat was unreadable).
-func (r *Runner) manyRun(ctx context.Context, ag *Agent, path, mode string) (time.Duration, int64, cpuUse, error) {
+// manyRunResult is one run of the many-allocations job.
+type manyRunResult struct {
+	took     time.Duration
+	rss      int64  // the agent's, with all running
+	execAnon int64  // median RssAnon of the task executors, with all running
+	use      cpuUse // the machine's CPUs during the run (zero if unreadable)
+}
+
+// manyRun runs the job in mode until all its allocations run, samples
+// the agent and its task executors, then stops the job.
+func (r *Runner) manyRun(ctx context.Context, ag *Agent, path, mode string) (manyRunResult, error) {
+	var res manyRunResult
 	before, cerr := readCPUTicks()
 	start := time.Now()
 	if err := ag.RunJob(ctx, path, fmt.Sprintf("count=%d", manyAllocs), "mode="+mode); err != nil {
-		return 0, 0, cpuUse{}, err
+		return res, err
 	}
 	allocs, err := ag.Running(ctx, "bench-many", manyAllocs, 5*time.Minute)
-	took := time.Since(start)
-	var use cpuUse
+	res.took = time.Since(start)
 	if after, aerr := readCPUTicks(); cerr == nil && aerr == nil {
-		use = before.until(after)
-	}
-	var rss int64
-	if s, serr := SampleProc(ag.PID()); serr == nil {
-		rss = s.RSSBytes
+		res.use = before.until(after)
 	}
 	if err != nil {
 		all, _, _ := ag.Nomad().Jobs().Allocations("bench-many", false, nil)
 		_ = ag.StopJob(ctx, "bench-many", all)
-		return 0, 0, cpuUse{}, err
+		return res, err
 	}
-	return took, rss, use, ag.StopJob(ctx, "bench-many", allocs)
+	if s, serr := SampleProc(ag.PID()); serr == nil {
+		res.rss = s.RSSBytes
+	}
+	if anon, aerr := executorsAnon(ag.PID()); aerr == nil {
+		res.execAnon = medianInt64(anon)
+	} else {
+		r.log.Warn("could not sample the task executors", "error", aerr)
+	}
+	return res, ag.StopJob(ctx, "bench-many", allocs)
 }
 
 // medianRun returns the median of the runs' times and the CPU use of
@@ -308,9 +324,10 @@ func medianRun(ds []time.Duration, uses []cpuUse) (time.Duration, cpuUse) {
 func manyFigures(m *manyResult, err error) []*Figure {
 	name := fmt.Sprintf("%d allocations (bridge) → all running", manyAllocs)
 	memName := fmt.Sprintf("agent RSS with %d allocations (baseline: idle agent)", manyAllocs)
+	execName := "task executor private memory (RssAnon), median of the running tasks"
 	if m == nil {
 		return []*Figure{NotMeasured(name, "s", reason(err, "no run"), &Target{Of: OfRatio, Op: "<=", Limit: 2}),
-			NotMeasured(memName, "MiB", reason(err, "no run"), nil)}
+			NotMeasured(memName, "MiB", reason(err, "no run"), nil), NotMeasured(execName, "MiB", reason(err, "no run"), nil)}
 	}
 	var host *float64
 	if m.hostErr == nil {
@@ -324,7 +341,12 @@ func manyFigures(m *manyResult, err error) []*Figure {
 	}
 	mem := Measured(memName, "MiB", float64(m.bridgeRSS)/(1<<20), ptr(float64(m.idleRSS)/(1<<20)), nil)
 	mem.Note = fmt.Sprintf("%.0f KiB per allocation.", float64(m.bridgeRSS-m.idleRSS)/1024/manyAllocs)
-	return []*Figure{f, mem}
+	if len(m.execAnon) == 0 {
+		return []*Figure{f, mem, NotMeasured(execName, "MiB", "no executor sampled", nil)}
+	}
+	ex := Measured(execName, "MiB", float64(medianInt64(m.execAnon))/(1<<20), nil, nil)
+	ex.Note = fmt.Sprintf("Each raw_exec task is supervised by a `meshlet executor` process (as Nomad's); sampled with all %d running, median over the runs.", manyAllocs)
+	return []*Figure{f, mem, ex}
 }
 
 // cniFinding explains the CNI setup time: the floor of one plugin exec

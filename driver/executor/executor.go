@@ -29,6 +29,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -121,6 +122,11 @@ func (e *executor) run(status *os.File) int {
 	}
 	report(e.logger, status, &Started{PID: hostPID, StartTime: startTime, Cgroup: e.group})
 	e.logger.Info("task started", "pid", hostPID)
+	// The executor now only waits. What the binary's package
+	// initialisation left behind is garbage the runtime would keep mapped
+	// for good (the heap is too small for the background scavenger):
+	// ~0.8 of ~8.3 MB private memory per task.
+	debug.FreeOSMemory()
 
 	waited := make(chan waitResult, 1)
 	go func() { waited <- e.wait(cmd) }()
