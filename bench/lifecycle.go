@@ -255,8 +255,8 @@ func (r *Runner) many(ctx context.Context, ag *Agent) (*manyResult, error) {
 			res.rounds[m] = append(res.rounds[m], run.took)
 			cpus[m] = append(cpus[m], run.use)
 			res.cpuOK = res.cpuOK && run.use.Wall > 0
-			if m == 0 && run.rss > res.bridgeRSS {
-				res.bridgeRSS = run.rss
+			if m == 0 && res.bridgeRSS == 0 {
+				res.bridgeRSS = run.rss // the first bridge run's, as before rounds
 			}
 			if run.execAnon > 0 {
 				res.execAnon = append(res.execAnon, run.execAnon)
