@@ -21,6 +21,8 @@ import (
 type ContainerDriver interface {
 	driver.Driver
 	driver.StreamingExecer
+	// Ping returns nil when the daemon answers.
+	Ping(ctx context.Context) error
 	ImagePresent(ctx context.Context, image string) (bool, error)
 }
 
@@ -67,12 +69,10 @@ func (d *Driver) probeDocker(ctx context.Context, cfg *driver.TaskConfig) error 
 	}
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	fp, err := d.cfg.Docker.Fingerprint(ctx)
-	if err != nil {
-		return fmt.Errorf("docker driver fingerprint: %w", err)
-	}
-	if !fp.Healthy {
-		return fmt.Errorf("docker driver unhealthy: %s", fp.HealthDescription)
+	// A ping, not the driver's whole fingerprint: this runs before every
+	// sidecar start.
+	if err := d.cfg.Docker.Ping(ctx); err != nil {
+		return fmt.Errorf("docker driver unhealthy: %w", err)
 	}
 	if cfg != nil {
 		if cfg.NetNSPath == "" {

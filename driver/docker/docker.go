@@ -186,6 +186,22 @@ func (d *Driver) Close() error {
 	return nil
 }
 
+// Ping returns nil when the daemon answers: the cheap check of a caller
+// about to use the driver (Fingerprint also asks the daemon for its
+// version and Info, which takes tens of ms).
+func (d *Driver) Ping(ctx context.Context) error {
+	c, err := d.docker()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, fingerprintTimeout)
+	defer cancel()
+	if _, err := c.Ping(ctx); err != nil {
+		return fmt.Errorf("failed to connect to docker daemon: %w", err)
+	}
+	return nil
+}
+
 // Fingerprint implements driver.Driver as Nomad's docker driver reports:
 // undetected (and unhealthy) when the daemon does not answer at the
 // endpoint, healthy with driver.docker.* attributes when it does

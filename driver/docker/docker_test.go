@@ -67,6 +67,9 @@ func TestFingerprintPrivateDaemon(t *testing.T) {
 	if v := fp.Attributes["driver.docker.api_version"]; v == "" || v > "1.51" {
 		t.Errorf("api_version = %q, want the negotiated version", v)
 	}
+	if err := d.Ping(context.Background()); err != nil {
+		t.Errorf("Ping: %v", err)
+	}
 }
 
 func TestFingerprintMissingSocket(t *testing.T) {
@@ -78,6 +81,9 @@ func TestFingerprintMissingSocket(t *testing.T) {
 	}
 	if fp.Detected || fp.Healthy || !strings.Contains(fp.HealthDescription, "no.sock") {
 		t.Errorf("fingerprint = %+v, want undetected and unhealthy, naming the socket", fp)
+	}
+	if err := d.Ping(context.Background()); err == nil || !strings.Contains(err.Error(), "no.sock") {
+		t.Errorf("Ping = %v, want an error naming the socket", err)
 	}
 }
 
