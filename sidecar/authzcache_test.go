@@ -87,6 +87,40 @@ func TestHTTPAuthzCache(t *testing.T) {
 	}
 }
 
+// TestHTTPAuthzWithoutEpoch: against a control plane that serves no RTDS
+// epoch (go-control-plane's snapshot cache with no Runtime resource, as
+// any xDS server but meshlet's own), the HTTP authorization listener warms
+// and serves, and every request is checked, even when the authorization
+// service marks its allows with an epoch: a deny takes effect on the next
+// request of a kept-alive connection.
+func TestHTTPAuthzWithoutEpoch(t *testing.T) {
+	api := subsetCluster("")
+	m := newL7Mesh(t, []l7BackendSpec{{cluster: api, handler: versionApp("api", 0)}}, apiRoutes(clusterRoute("/", api, nil)), l7Options{httpAuthz: true})
+	b := m.backends[0]
+	m.cp.authz.setEpoch("e1") // marked answers; the proxy never learns the epoch
+	client := &http.Client{Timeout: waitTimeout, Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+	t.Cleanup(client.CloseIdleConnections)
+	const n = 10
+	for i := 0; i < n; i++ {
+		if code, body, _, err := m.get(client, "/items"); err != nil || code != 200 || body != "api" {
+			t.Fatalf("GET %d = %d %q %v", i, code, body, err)
+		}
+	}
+	if calls := m.cp.authz.httpCalls.Load(); calls < n {
+		t.Fatalf("%d HTTP checks for %d requests without an epoch, want one each", calls, n)
+	}
+	if hits := statValue(t, b.proxy, "http.public_listener.ext_authz.cache_hit"); hits != 0 {
+		t.Fatalf("%d cache hits without an epoch", hits)
+	}
+	if e := b.proxy.authz.cache.current(); e != "" {
+		t.Fatalf("proxy epoch %q from a control plane that sent none", e)
+	}
+	m.cp.authz.setDenyPath("/items", true)
+	if code, _, _, err := m.get(client, "/items"); err != nil || code != 403 {
+		t.Fatalf("GET after a deny = %d, %v; want 403 on the kept-alive connection", code, err)
+	}
+}
+
 // TestAuthzCacheEpochRules: entries only in the current epoch, none
 // without one, a new epoch empties the cache, drop forgets a pair.
 func TestAuthzCacheEpochRules(t *testing.T) {
