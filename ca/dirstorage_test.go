@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/meshlet/meshlet/internal/testutil"
 )
 
 const testClusterID = "0b6f2c8e-0000-4000-8000-000000000001"
@@ -40,7 +42,7 @@ func TestDirStorageMarkerFailureIsWarning(t *testing.T) {
 	if err := os.MkdirAll(blocker, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	logs := &logBuffer{}
+	logs := &testutil.SyncBuffer{}
 	s := newDirStorage(dir, hclog.New(&hclog.LoggerOptions{Output: logs}))
 	first := testState(t, 1)
 	if err := s.Save(ctx, nil, first); err != nil {

@@ -1,11 +1,9 @@
 package ca
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,29 +13,11 @@ import (
 	"github.com/meshlet/meshlet/internal/testutil"
 )
 
-// logBuffer collects a logger's output; safe for concurrent use.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // newLoggedManager is newTestManager with a debug logger writing to the
 // returned buffer.
-func newLoggedManager(t *testing.T, cfg Config) (*Manager, *logBuffer) {
+func newLoggedManager(t *testing.T, cfg Config) (*Manager, *testutil.SyncBuffer) {
 	t.Helper()
-	logs := &logBuffer{}
+	logs := &testutil.SyncBuffer{}
 	m, err := New(cfg, hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Debug}), nil)
 	if err != nil {
 		t.Fatalf("New: %v", err)

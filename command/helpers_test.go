@@ -7,31 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/meshlet/meshlet/api"
 	"github.com/meshlet/meshlet/api/apitest"
+	"github.com/meshlet/meshlet/internal/testutil"
 )
-
-// syncBuffer is a bytes.Buffer safe for a writer and a reader goroutine.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 type cliResult struct {
 	code   int
@@ -48,8 +30,8 @@ func runCLI(t *testing.T, stdin string, args ...string) cliResult {
 }
 
 // startCLI runs the CLI in a goroutine until it returns or ctx ends.
-func startCLI(ctx context.Context, args ...string) (stdout, stderr *syncBuffer, done <-chan int) {
-	stdout, stderr = &syncBuffer{}, &syncBuffer{}
+func startCLI(ctx context.Context, args ...string) (stdout, stderr *testutil.SyncBuffer, done <-chan int) {
+	stdout, stderr = &testutil.SyncBuffer{}, &testutil.SyncBuffer{}
 	ch := make(chan int, 1)
 	go func() { ch <- runContext(ctx, args, strings.NewReader(""), stdout, stderr) }()
 	return stdout, stderr, ch

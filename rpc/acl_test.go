@@ -1,7 +1,6 @@
 package rpc
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -17,6 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/meshlet/meshlet/acl"
+	"github.com/meshlet/meshlet/internal/testutil"
 	"github.com/meshlet/meshlet/internal/tlsutil"
 	"github.com/meshlet/meshlet/structs"
 )
@@ -80,9 +80,9 @@ func (f *fakeACL) callCount() int {
 
 // startACLServer serves b with rd as its ACL reader (none when nil) on
 // 127.0.0.1:0, logging to logs; it is closed at the end of the test.
-func startACLServer(t *testing.T, b Backend, rd acl.Reader, srvTLS, dial *tls.Config, logs *syncBuffer) string {
+func startACLServer(t *testing.T, b Backend, rd acl.Reader, srvTLS, dial *tls.Config, logs *testutil.SyncBuffer) string {
 	t.Helper()
-	s, err := NewServer(ServerConfig{Backend: b, ACL: rd, TLS: srvTLS, DialTLS: dial, Logger: logs.logger(t.Name())})
+	s, err := NewServer(ServerConfig{Backend: b, ACL: rd, TLS: srvTLS, DialTLS: dial, Logger: traceLogger(logs, t.Name())})
 	if err != nil {
 		t.Fatalf("NewServer: %v", err)
 	}
@@ -101,26 +101,8 @@ func startACLServer(t *testing.T, b Backend, rd acl.Reader, srvTLS, dial *tls.Co
 	return ln.Addr().String()
 }
 
-// syncBuffer collects the logs of a test's servers and clients at trace
-// level, printed if the test fails.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func (b *syncBuffer) logger(name string) hclog.Logger {
+// traceLogger logs at trace level into b (printed if the test fails).
+func traceLogger(b *testutil.SyncBuffer, name string) hclog.Logger {
 	return hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Trace, Output: b})
 }
 
@@ -130,13 +112,13 @@ type aclFixture struct {
 	p     *pki
 	b     *fakeBackend
 	addrs []string
-	logs  *syncBuffer
+	logs  *testutil.SyncBuffer
 	c     *Client
 }
 
 func newACLFixture(t *testing.T, readers ...acl.Reader) *aclFixture {
 	t.Helper()
-	f := &aclFixture{p: newPKI(t), b: newFakeBackend(), logs: &syncBuffer{}}
+	f := &aclFixture{p: newPKI(t), b: newFakeBackend(), logs: &testutil.SyncBuffer{}}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("logs:\n%s", f.logs)
@@ -147,7 +129,7 @@ func newACLFixture(t *testing.T, readers ...acl.Reader) *aclFixture {
 		f.addrs = append(f.addrs, startACLServer(t, f.b, rd, srvTLS, dial, f.logs))
 	}
 	c, err := NewClient(ClientConfig{Servers: f.addrs, TLS: f.p.clientTLS(tlsutil.RoleClient, "c1"), NodeID: "node-1",
-		NodeSecret: "s1", Logger: f.logs.logger("client"), Timeout: 2 * time.Second})
+		NodeSecret: "s1", Logger: traceLogger(f.logs, "client"), Timeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/meshlet/meshlet/acl"
+	"github.com/meshlet/meshlet/internal/testutil"
 	"github.com/meshlet/meshlet/internal/tlsutil"
 	"github.com/meshlet/meshlet/sitoken"
 	"github.com/meshlet/meshlet/structs"
@@ -41,14 +42,14 @@ func (m *recordingMinter) Derive(_ context.Context, nodeID, allocID, task string
 // nil) and returns a registered client of node-1.
 func startWorkloadServer(t *testing.T, minter WorkloadTokenMinter) *Client {
 	t.Helper()
-	p, b, logs := newPKI(t), newFakeBackend(), &syncBuffer{}
+	p, b, logs := newPKI(t), newFakeBackend(), &testutil.SyncBuffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("logs:\n%s", logs)
 		}
 	})
 	srvTLS, dial := p.serverTLSPair("server")
-	s, err := NewServer(ServerConfig{Backend: b, TLS: srvTLS, DialTLS: dial, Logger: logs.logger("server"), WorkloadTokens: minter})
+	s, err := NewServer(ServerConfig{Backend: b, TLS: srvTLS, DialTLS: dial, Logger: traceLogger(logs, "server"), WorkloadTokens: minter})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +60,7 @@ func startWorkloadServer(t *testing.T, minter WorkloadTokenMinter) *Client {
 	go func() { _ = s.Serve(ln) }()
 	t.Cleanup(func() { _ = s.Close() })
 	c, err := NewClient(ClientConfig{Servers: []string{ln.Addr().String()}, TLS: p.clientTLS(tlsutil.RoleClient, "c1"),
-		NodeID: "node-1", NodeSecret: "s1", Logger: logs.logger("client"), Timeout: 2 * time.Second})
+		NodeID: "node-1", NodeSecret: "s1", Logger: traceLogger(logs, "client"), Timeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,39 +1,20 @@
 package rawexec
 
 import (
-	"bytes"
 	"encoding/json"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
 
 	dt "github.com/meshlet/meshlet/driver/internal/drivertest"
+	"github.com/meshlet/meshlet/internal/testutil"
 )
-
-// lockedBuffer is a log sink safe for the driver's goroutines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // The driver logs under the name its caller gave the logger, as the agent
 // names it (agent.driver.raw_exec), without adding its own name again.
 func TestLoggerName(t *testing.T) {
-	out := &lockedBuffer{}
+	out := &testutil.SyncBuffer{}
 	agent := hclog.New(&hclog.LoggerOptions{Name: "agent", Level: hclog.Info, Output: out, JSONFormat: true})
 	d := New(Config{StateDir: t.TempDir()}, agent.Named("driver").Named(Name))
 	cfg := dt.TaskConfig(t, "web", "true")

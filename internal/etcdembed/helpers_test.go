@@ -1,12 +1,10 @@
 package etcdembed
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,30 +12,11 @@ import (
 	"github.com/meshlet/meshlet/internal/testutil"
 )
 
-// logBuffer collects a test's log lines; they are printed if the test
-// fails. Goroutines may write to it after the test ended, unlike t.Log.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // testLogger returns a logger at trace level (so the member's own level
 // filter is what is tested) and its buffer.
-func testLogger(t *testing.T) (hclog.Logger, *logBuffer) {
+func testLogger(t *testing.T) (hclog.Logger, *testutil.SyncBuffer) {
 	t.Helper()
-	b := &logBuffer{}
+	b := &testutil.SyncBuffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("logs:\n%s", b.String())

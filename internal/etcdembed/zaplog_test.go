@@ -8,11 +8,13 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"go.uber.org/zap"
+
+	"github.com/meshlet/meshlet/internal/testutil"
 )
 
 func TestZapToHclog(t *testing.T) {
 	closing := new(atomic.Bool)
-	buf := &logBuffer{}
+	buf := &testutil.SyncBuffer{}
 	hl := hclog.New(&hclog.LoggerOptions{Name: "etcd", Level: hclog.Trace, Output: buf})
 	lg := newZapLogger(hl, hclog.Warn, closing).With(zap.String("local-member-id", "a1"))
 

@@ -4,13 +4,11 @@
 package etcdtest
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/meshlet/meshlet/internal/etcdembed"
+	"github.com/meshlet/meshlet/internal/testutil"
 )
 
 // Main starts a Dev member named name on loopback ports picked free (tune,
@@ -97,22 +96,7 @@ func Prefix(t testing.TB) string {
 
 // LogBuffer collects a test's log lines; goroutines may write to it after
 // the test ended, unlike t.Log.
-type LogBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *LogBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *LogBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+type LogBuffer = testutil.SyncBuffer
 
 // Ctx is a context that ends after d or with the test.
 func Ctx(t testing.TB, d time.Duration) context.Context {
