@@ -1,7 +1,6 @@
 package consulapi
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -17,30 +16,13 @@ import (
 
 	"github.com/meshlet/meshlet/ca"
 	"github.com/meshlet/meshlet/catalog"
+	"github.com/meshlet/meshlet/internal/testutil"
 )
-
-// syncBuf is a log sink safe for the server's goroutines.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // caConfigServer serves d (CA: a real in-memory ca.Manager when nil) to
 // the official consul/api client; the agent's log goes to the returned
 // buffer.
-func caConfigServer(t *testing.T, d Deps) (*consul.Client, *ca.Manager, *syncBuf, string) {
+func caConfigServer(t *testing.T, d Deps) (*consul.Client, *ca.Manager, *testutil.SyncBuffer, string) {
 	t.Helper()
 	m, err := ca.New(ca.Config{LeafTTL: 2 * time.Hour}, hclog.NewNullLogger(), nil)
 	if err != nil {
@@ -51,7 +33,7 @@ func caConfigServer(t *testing.T, d Deps) (*consul.Client, *ca.Manager, *syncBuf
 		d.CA = m
 	}
 	d.Catalog = catalog.New()
-	logs := &syncBuf{}
+	logs := &testutil.SyncBuffer{}
 	srv := NewServer(d, hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Info}))
 	hs := httptest.NewServer(srv.Handler()) // 127.0.0.1:0
 	t.Cleanup(hs.Close)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -94,7 +93,7 @@ func TestExecTaskStreamingCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := newBlockingStdin()
 	defer pw.Close()
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	done := make(chan error, 1)
 	go func() {
 		_, err := d.ExecTaskStreaming(ctx, cfg.ID, &driver.ExecOptions{
@@ -118,21 +117,3 @@ func TestExecTaskStreamingCancel(t *testing.T) {
 
 // newBlockingStdin returns a reader that blocks until the writer closes.
 func newBlockingStdin() (*io.PipeReader, *io.PipeWriter) { return io.Pipe() }
-
-// syncBuffer is a bytes.Buffer safe for one writer and one reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
