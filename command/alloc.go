@@ -361,8 +361,8 @@ func writeTaskStatus(w io.Writer, name string, ts *nomadapi.TaskState, t *nomada
 	}
 	if gw, label := gatewayLabel(t); gw != "" {
 		fmt.Fprintf(w, "%s: %s", label, gw)
-		if proxyMode != "" {
-			fmt.Fprintf(w, " (%s)", proxyMode)
+		if p := sidecarProxy(t, ts, proxyMode); p != "" {
+			fmt.Fprintf(w, " (%s)", p)
 		}
 		fmt.Fprintln(w)
 	}

@@ -131,17 +131,17 @@ func (h *SidecarHook) Prerun(ctx context.Context, hc *allocrunner.AllocHookConte
 // and gateway that runs Envoy: all of them when allEnvoy (the node's
 // sidecar mode is Envoy), and docker sidecars (an Envoy image) always,
 // with the control plane socket at the path their container sees. A
-// connect_proxy sidecar (not a gateway) also gets
-// connect.RuntimeBootstrapFile, the
-// container's bootstrap, in case its node runs it as a container (the
-// connect_proxy driver's docker runtime).
+// connect_proxy task (sidecar or gateway) also gets
+// connect.RuntimeBootstrapFile, the container's bootstrap, in case its
+// node runs it as a container (the connect_proxy driver's docker runtime;
+// a gateway in host network mode never does).
 // Escape-hatch JSON that does not parse fails the allocation here, with a
 // message that names the service and the key.
 func (h *SidecarHook) writeBootstraps(hc *allocrunner.AllocHookContext, tg *structs.TaskGroup, allEnvoy bool, sock string, tokens map[string]string) error {
 	for i, s := range connect.MeshServices(tg) {
 		task := connect.ProxyTaskFor(tg, s)
 		docker := task != nil && connect.IsDockerSidecar(task)
-		auto := task != nil && task.Driver == connect.ProxyDriver && s.Connect.HasSidecar()
+		auto := task != nil && task.Driver == connect.ProxyDriver
 		if !allEnvoy && !docker && !auto {
 			continue
 		}

@@ -80,7 +80,7 @@ func (d *Driver) probeDocker(ctx context.Context, cfg *driver.TaskConfig) error 
 		}
 		p := filepath.Join(cfg.TaskDir, "secrets", connect.RuntimeBootstrapFile)
 		if _, err := os.Stat(p); err != nil {
-			return fmt.Errorf("no container bootstrap %s (the client writes one for sidecars, not gateways)", p)
+			return fmt.Errorf("no container bootstrap %s (the client writes one for each connect_proxy task)", p)
 		}
 	}
 	present, err := d.cfg.Docker.ImagePresent(ctx, d.cfg.EnvoyImage)

@@ -3,6 +3,9 @@ package docker
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -69,7 +72,7 @@ func TestSidecarRuntimeContainer(t *testing.T) {
 	t.Cleanup(func() { a.CLI("job", "stop", "-purge", "countdash") })
 	api := a.AllocByGroup(a.RunningAllocs("countdash", 2), "api")
 	proxyID := connect.ProxyID(connect.ServiceID(api.ID, "api", "count-api", "9001"))
-	checkStandIn(t, a, api.ID, proxyID)
+	checkStandIn(t, a, api.ID, "connect-proxy-count-api", proxyID)
 	st := a.MustCLI("alloc", "status", api.ID)
 	for _, want := range []string{"Sidecar Proxy: Envoy container (" + runtimeImage + ")", "Sidecar runtime: docker"} {
 		if !strings.Contains(st, want) {
@@ -118,15 +121,15 @@ func TestSidecarRuntimeContainer(t *testing.T) {
 // checkStandIn: the sidecar is a running container of the allocation
 // whose stand-in Envoy reports Nomad's arguments and the bootstrap the
 // client wrote for the container.
-func checkStandIn(t *testing.T, a *framework.Agent, allocID, proxyID string) {
+func checkStandIn(t *testing.T, a *framework.Agent, allocID, task, proxyID string) {
 	t.Helper()
 	got := strings.Join(taskContainers(t, allocID), " ")
-	if !strings.Contains(got, "connect-proxy-count-api=") || !strings.Contains(got, "/running") {
-		t.Fatalf("alloc %s: no running sidecar container: %s", allocID, got)
+	if !strings.Contains(got, task+"=") || !strings.Contains(got, "/running") {
+		t.Fatalf("alloc %s: no running %s container: %s", allocID, task, got)
 	}
 	var out string
 	a.Eventually(30*time.Second, "the stand-in envoy reporting its bootstrap", func() bool {
-		out = a.CLI("alloc", "logs", allocID, "connect-proxy-count-api").Stdout
+		out = a.CLI("alloc", "logs", allocID, task).Stdout
 		return strings.Contains(out, "stand-in envoy ENVOY_UID=")
 	})
 	for _, want := range []string{
@@ -181,6 +184,45 @@ func TestSidecarRuntimeBuiltinWithoutImage(t *testing.T) {
 			if !strings.Contains(st, want) {
 				t.Errorf("alloc %s status lacks %q:\n%s", al.ID, want, st)
 			}
+		}
+	}
+}
+
+// An ingress gateway in bridge mode on the same node runs as the Envoy
+// container too: its bootstrap names the gateway's proxy and the control
+// plane socket where the container sees it, and the choice shows in alloc
+// status.
+func TestGatewayRuntimeContainer(t *testing.T) {
+	testutil.RequireRoot(t)
+	daemon.Require(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := dockertest.ImportBusyboxWith(ctx, daemon.Client(t), runtimeImage,
+		[]dockertest.File{{Name: "bin/envoy", Mode: 0o755, Data: []byte(standInEnvoy)}}, `ENTRYPOINT ["/bin/envoy"]`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := runtimeAgent(t, runtimeImage, false)
+	port := testutil.FreePort(t)
+	job := filepath.Join(t.TempDir(), "ingress-gw.hcl")
+	src, err := os.ReadFile("input/ingress-gw.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(job, []byte(strings.ReplaceAll(string(src), "PORT", strconv.Itoa(port))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := a.CLI("job", "run", "-detach", job); r.Code != 0 {
+		t.Fatalf("job run: exit %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
+	}
+	t.Cleanup(func() { a.CLI("job", "stop", "-purge", "ingress-gw") })
+	gw := a.RunningAllocs("ingress-gw", 1)[0]
+	proxyID := connect.ServiceID(gw.ID, "gateway", "ingress-gw", strconv.Itoa(port))
+	checkStandIn(t, a, gw.ID, "connect-ingress-ingress-gw", proxyID)
+	st := a.MustCLI("alloc", "status", gw.ID)
+	for _, want := range []string{"Ingress Gateway: ", "(Envoy container (" + runtimeImage + "))", "runtime: docker"} {
+		if !strings.Contains(st, want) {
+			t.Errorf("alloc status lacks %q:\n%s", want, st)
 		}
 	}
 }
