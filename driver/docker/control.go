@@ -213,7 +213,7 @@ func (d *Driver) Sweep(ctx context.Context, known func(allocID string) bool) (in
 	removed := 0
 	for _, ct := range list {
 		alloc := ct.Labels[LabelAllocID]
-		if owner := ct.Labels[LabelOwner]; alloc == "" || known(alloc) || (owner != "" && owner != d.owner()) {
+		if owner := ct.Labels[LabelOwner]; alloc == "" || known(alloc) || (owner != "" && !d.owns(owner)) {
 			// Another agent's container on a shared daemon: its own
 			// sweep judges it (containers older than the owner label
 			// have none and are judged here, as before).

@@ -1,12 +1,20 @@
 package docker
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+
+	"github.com/meshlet/meshlet/internal/atomicfile"
 )
 
 // Nomad's gc { dangling_containers } defaults.
@@ -79,11 +87,11 @@ func (d *Driver) removeDangling(ctx context.Context, cfg DanglingConfig) (int, e
 	}
 	ctx, cancel := context.WithTimeout(ctx, controlTimeout)
 	defer cancel()
-	list, err := c.ContainerList(ctx, container.ListOptions{Filters: filters.NewArgs(
-		filters.Arg("label", LabelOwner+"="+d.owner()))})
+	list, err := c.ContainerList(ctx, container.ListOptions{Filters: filters.NewArgs(filters.Arg("label", LabelOwner))})
 	if err != nil {
 		return 0, fmt.Errorf("failed to list containers: %w", err)
 	}
+	list = slices.DeleteFunc(list, func(ct container.Summary) bool { return !d.owns(ct.Labels[LabelOwner]) })
 	containers, allocs, starting := d.tracked()
 	if starting {
 		return 0, nil // a starting task's container is not known yet: next round
@@ -126,5 +134,42 @@ func (d *Driver) tracked() (containers, allocs map[string]bool, starting bool) {
 	return containers, allocs, starting
 }
 
-// owner is the value of LabelOwner on this driver's containers.
-func (d *Driver) owner() string { return d.cfg.StateDir }
+// ownerFile keeps the driver's owner ID in its state directory.
+const ownerFile = "owner-id"
+
+// owner is the value of LabelOwner on this driver's containers: a random
+// ID made once and kept in the state directory, so two agents on one
+// daemon never share it, even with the same data_dir (agents in
+// containers that mount one docker.sock; agents of several hosts on one
+// TCP endpoint). If it cannot be kept, the state directory's path (what
+// the label held before) is used.
+func (d *Driver) owner() string {
+	d.ownerOnce.Do(func() {
+		d.ownerID = d.cfg.StateDir
+		path := filepath.Join(d.cfg.StateDir, ownerFile)
+		if b, err := os.ReadFile(path); err == nil && len(bytes.TrimSpace(b)) > 0 {
+			d.ownerID = string(bytes.TrimSpace(b))
+			return
+		}
+		var raw [16]byte
+		_, _ = rand.Read(raw[:])
+		id := hex.EncodeToString(raw[:])
+		if err := os.MkdirAll(d.cfg.StateDir, 0o700); err != nil {
+			d.logger.Warn("cannot keep the driver's owner ID; labelling containers with the state directory", "error", err)
+			return
+		}
+		if err := atomicfile.WriteFile(path, []byte(id+"\n"), 0o600); err != nil {
+			d.logger.Warn("cannot keep the driver's owner ID; labelling containers with the state directory", "error", err)
+			return
+		}
+		d.ownerID = id
+	})
+	return d.ownerID
+}
+
+// owns reports whether a container's LabelOwner value is this driver's:
+// its owner ID, or its state directory's path (the label of containers
+// made before the ID existed).
+func (d *Driver) owns(label string) bool {
+	return label != "" && (label == d.owner() || label == d.cfg.StateDir)
+}

@@ -94,6 +94,10 @@ type Driver struct {
 	cfg    Config
 	logger hclog.Logger
 
+	// ownerOnce makes ownerID, the LabelOwner value (dangling.go owner).
+	ownerOnce sync.Once
+	ownerID   string
+
 	clientOnce sync.Once
 	client     *client.Client
 	clientErr  error

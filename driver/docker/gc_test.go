@@ -171,6 +171,31 @@ func TestDanglingContainerSweep(t *testing.T) {
 	})
 }
 
+// Two agents whose state directories have the same path (agents in
+// containers mounting one docker.sock, or on hosts sharing one TCP
+// endpoint) still have different owner labels: one's sweeps never remove
+// the other's running containers.
+func TestOwnerLabelUniquePerAgent(t *testing.T) {
+	daemon.Require(t)
+	state := t.TempDir()
+	a := newDriver(t, docker.Config{StateDir: state})
+	task := taskConfig(t, "a-task", "sleep", "300")
+	drivertest.Start(t, a, task)
+	// The other agent's own filesystem: the same path without a's ID.
+	if err := os.Remove(filepath.Join(state, "owner-id")); err != nil {
+		t.Fatalf("the owner ID is not kept in the state directory: %v", err)
+	}
+	b := newDriver(t, docker.Config{StateDir: state, Dangling: docker.DanglingConfig{Period: 100 * time.Millisecond,
+		CreationGrace: time.Millisecond}})
+	if n, err := b.Sweep(context.Background(), func(string) bool { return false }); n != 0 || err != nil {
+		t.Errorf("the other agent's Sweep = %d, %v; want 0", n, err)
+	}
+	time.Sleep(time.Second) // several dangling rounds of b
+	if st, err := a.InspectTask(task.ID); err != nil || st.State != driver.TaskStateRunning {
+		t.Fatalf("a's task = %+v, %v after b's sweeps; want running", st, err)
+	}
+}
+
 // A corrupt record of the images the driver pulled is kept aside, not
 // overwritten by the next record: its images are never collected (the
 // driver cannot tell they are its own), and the operator can still read

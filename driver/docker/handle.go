@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -114,16 +116,25 @@ func cursorFile(stateDir, taskID string) string {
 	return filepath.Join(stateDir, strings.NewReplacer("/", "_", "\\", "_").Replace(taskID)+".logcursor")
 }
 
-// cursor is the timestamp of the last line copied from each stream
-// (indexed by streamStdout and streamStderr). Docker stamps each stream's
-// lines in order but interleaves the two streams out of order, so each
-// stream needs its own.
-type cursor [3]time.Time
+// cursor is, for each stream (indexed by streamStdout and streamStderr),
+// the timestamp of the last message copied and how many messages with
+// that timestamp were copied: Docker splits a line longer than 16 KiB into
+// partial messages that all carry the first one's timestamp, so the
+// timestamp alone cannot tell which of them a re-attach already copied.
+// Docker stamps each stream's messages in order but interleaves the two
+// streams out of order, so each stream needs its own.
+type cursor [3]cursorPos
+
+// cursorPos is one stream's position.
+type cursorPos struct {
+	t time.Time
+	n int // messages copied with timestamp t
+}
 
 // since is where to resume reading: the earlier of the two, or the
-// beginning while a stream has none.
+// beginning while a stream has none. Docker's since is inclusive.
 func (c cursor) since() time.Time {
-	out, errs := c[streamStdout], c[streamStderr]
+	out, errs := c[streamStdout].t, c[streamStderr].t
 	switch {
 	case out.IsZero() || errs.IsZero():
 		return time.Time{}
@@ -135,11 +146,18 @@ func (c cursor) since() time.Time {
 }
 
 func (c cursor) equal(o cursor) bool {
-	return c[streamStdout].Equal(o[streamStdout]) && c[streamStderr].Equal(o[streamStderr])
+	for _, s := range []int{streamStdout, streamStderr} {
+		if !c[s].t.Equal(o[s].t) || c[s].n != o[s].n {
+			return false
+		}
+	}
+	return true
 }
 
 // readCursor returns the saved log cursor (zero if none): one
-// "<stream> <RFC 3339 timestamp>" line per stream.
+// "<stream> <RFC 3339 timestamp> <count>" line per stream. A line without
+// a count (written before counts existed) means every message of that
+// timestamp was copied.
 func readCursor(path string) cursor {
 	var c cursor
 	b, err := os.ReadFile(path)
@@ -147,16 +165,25 @@ func readCursor(path string) cursor {
 		return c
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		stream, ts, ok := strings.Cut(line, " ")
-		t, err := time.Parse(time.RFC3339Nano, ts)
-		if !ok || err != nil {
+		f := strings.Fields(line)
+		if len(f) < 2 {
 			continue
 		}
-		switch stream {
+		t, err := time.Parse(time.RFC3339Nano, f[1])
+		if err != nil {
+			continue
+		}
+		n := math.MaxInt
+		if len(f) > 2 {
+			if v, err := strconv.Atoi(f[2]); err == nil && v > 0 {
+				n = v
+			}
+		}
+		switch f[0] {
 		case "stdout":
-			c[streamStdout] = t
+			c[streamStdout] = cursorPos{t, n}
 		case "stderr":
-			c[streamStderr] = t
+			c[streamStderr] = cursorPos{t, n}
 		}
 	}
 	return c
@@ -167,10 +194,10 @@ func writeCursor(path string, c cursor) error {
 	var b strings.Builder
 	for _, s := range []struct {
 		name string
-		t    time.Time
+		p    cursorPos
 	}{{"stdout", c[streamStdout]}, {"stderr", c[streamStderr]}} {
-		if !s.t.IsZero() {
-			fmt.Fprintf(&b, "%s %s\n", s.name, s.t.UTC().Format(time.RFC3339Nano))
+		if !s.p.t.IsZero() {
+			fmt.Fprintf(&b, "%s %s %d\n", s.name, s.p.t.UTC().Format(time.RFC3339Nano), s.p.n)
 		}
 	}
 	if err := atomicfile.WriteFile(path, []byte(b.String()), 0o600); err != nil {

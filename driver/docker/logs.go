@@ -39,9 +39,12 @@ const (
 // timestamps it last saved, so nothing is copied twice across an agent
 // restart.
 type logCopier struct {
-	d     *Driver
-	h     *taskHandle
-	pos   cursor // last timestamps written
+	d   *Driver
+	h   *taskHandle
+	pos cursor // last timestamps written, and how many at each
+	// atPos counts, per stream, the messages with pos's timestamp this
+	// attach has read (follow resets it).
+	atPos [3]int
 	saved cursor
 	// savedAt is when saved was written.
 	savedAt time.Time
@@ -131,6 +134,7 @@ func (lc *logCopier) follow(ctx context.Context, follow bool) error {
 	if err != nil {
 		return err
 	}
+	lc.atPos = [3]int{}
 	opts := container.LogsOptions{ShowStdout: true, ShowStderr: true, Follow: follow, Timestamps: true}
 	if since := lc.pos.since(); !since.IsZero() {
 		opts.Since = since.Format(time.RFC3339Nano)
@@ -151,6 +155,7 @@ func (lc *logCopier) follow(ctx context.Context, follow bool) error {
 func (lc *logCopier) raw(r *bufio.Reader) error {
 	for {
 		line, err := r.ReadBytes('\n')
+		line = joinPartials(line)
 		if len(line) > 0 {
 			if werr := lc.write(streamStdout, lc.stdout, line); werr != nil {
 				return werr
@@ -197,14 +202,28 @@ func (lc *logCopier) demux(r io.Reader) error {
 	}
 }
 
-// write writes one timestamped message newer than its stream's cursor.
+// write writes one timestamped message its stream's cursor has not
+// copied yet. Messages with the cursor's own timestamp (a re-attach
+// resumes there: Docker's since is inclusive) are skipped as many times
+// as the cursor counts; later ones extend the count (the partial messages
+// of a line longer than 16 KiB share one timestamp).
 func (lc *logCopier) write(stream int, w io.Writer, buf []byte) error {
 	ts, msg := splitTimestamp(buf)
 	if !ts.IsZero() {
-		if !ts.After(lc.pos[stream]) {
-			return nil // already copied before a re-attach
+		p := &lc.pos[stream]
+		switch {
+		case ts.Before(p.t):
+			return nil // copied before a re-attach
+		case ts.Equal(p.t):
+			lc.atPos[stream]++
+			if lc.atPos[stream] <= p.n {
+				return nil // copied before a re-attach
+			}
+			p.n++
+		default:
+			*p = cursorPos{t: ts, n: 1}
+			lc.atPos[stream] = 1
 		}
-		lc.pos[stream] = ts
 	}
 	if _, err := w.Write(msg); err != nil {
 		return fmt.Errorf("failed to write task log: %w", err)
@@ -228,6 +247,25 @@ func (lc *logCopier) saveCursor(final bool) error {
 	lc.saved = lc.pos
 	lc.savedAt = time.Now()
 	return nil
+}
+
+// joinPartials joins the partial messages of one terminal line: Docker
+// splits a line longer than 16 KiB into messages that all carry the first
+// one's timestamp, and in a terminal's stream (no frames) they follow each
+// other without a newline, each with its "<timestamp> " prefix.
+func joinPartials(line []byte) []byte {
+	i := bytes.IndexByte(line, ' ')
+	if i <= 0 {
+		return line
+	}
+	if _, err := time.Parse(time.RFC3339Nano, string(line[:i])); err != nil {
+		return line
+	}
+	prefix, rest := line[:i+1], line[i+1:]
+	if !bytes.Contains(rest, prefix) {
+		return line
+	}
+	return append(append([]byte{}, prefix...), bytes.ReplaceAll(rest, prefix, nil)...)
 }
 
 // splitTimestamp splits "<RFC3339Nano> <message>".

@@ -22,14 +22,13 @@ import (
 // left to the gc settings.
 func (d *Driver) removeStale(ctx context.Context, c *client.Client, cfg *driver.TaskConfig) error {
 	list, err := c.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(
-		filters.Arg("label", LabelAllocID+"="+cfg.AllocID), filters.Arg("label", LabelTask+"="+cfg.Name),
-		filters.Arg("label", LabelOwner+"="+d.owner()))})
+		filters.Arg("label", LabelAllocID+"="+cfg.AllocID), filters.Arg("label", LabelTask+"="+cfg.Name))})
 	if err != nil {
 		return fmt.Errorf("failed to list the containers of task %s: %w", cfg.Name, err)
 	}
 	tracked, _, _ := d.tracked()
 	for _, ct := range list {
-		if tracked[ct.ID] || (ct.State != "running" && ct.State != "created" && ct.State != "restarting") {
+		if !d.owns(ct.Labels[LabelOwner]) || tracked[ct.ID] || (ct.State != "running" && ct.State != "created" && ct.State != "restarting") {
 			continue
 		}
 		d.logger.Warn("removing a container of the task that no handle tracks (a start the agent did not finish)",
