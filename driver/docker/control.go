@@ -25,9 +25,10 @@ const controlTimeout = 30 * time.Second
 // read.
 var ErrDestroyed = errors.New("task destroyed before its exit was recorded")
 
-// StopTask implements driver.Driver: signal (default SIGTERM) to the
-// container, then SIGKILL after timeout. A container already stopped is
-// success.
+// StopTask implements driver.Driver: signal to the container, then
+// SIGKILL after timeout, as Nomad's docker driver. Without a signal (no
+// kill_signal) it is the image's STOPSIGNAL, else SIGTERM, what `docker
+// stop` sends. A container already stopped is success.
 func (d *Driver) StopTask(taskID string, timeout time.Duration, signal string) error {
 	h, err := d.lookup(taskID)
 	if err != nil {
@@ -39,6 +40,9 @@ func (d *Driver) StopTask(taskID string, timeout time.Duration, signal string) e
 	}
 	if !h.running() {
 		return nil
+	}
+	if signal == "" {
+		sig = d.stopSignal(h)
 	}
 	if sig != syscall.SIGKILL {
 		if err := d.kill(h, sig); err != nil {
@@ -60,6 +64,27 @@ func (d *Driver) StopTask(taskID string, timeout time.Duration, signal string) e
 	case <-time.After(killWait):
 		return fmt.Errorf("failed to stop task %s: still running %s after SIGKILL", taskID, killWait)
 	}
+}
+
+// stopSignal is the container's stop signal (its image's STOPSIGNAL),
+// SIGTERM when it has none or it cannot be read.
+func (d *Driver) stopSignal(h *taskHandle) syscall.Signal {
+	c, err := d.docker()
+	if err != nil {
+		return syscall.SIGTERM
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), controlTimeout)
+	defer cancel()
+	info, err := c.ContainerInspect(ctx, h.st.ContainerID)
+	if err != nil || info.Config == nil || info.Config.StopSignal == "" {
+		return syscall.SIGTERM
+	}
+	sig, err := launch.ParseSignal(info.Config.StopSignal, syscall.SIGTERM)
+	if err != nil {
+		d.logger.Warn("ignoring the container's stop signal", "alloc_id", h.cfg.AllocID, "task", h.cfg.Name, "stop_signal", info.Config.StopSignal, "error", err)
+		return syscall.SIGTERM
+	}
+	return sig
 }
 
 // kill sends sig to the container; a container that is no longer running

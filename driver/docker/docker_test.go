@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/meshlet/meshlet/driver"
@@ -140,6 +141,36 @@ func TestTaskDirsEnvAndUser(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(cfg.AllocDir, "out")); err != nil || string(b) != "shared\n" {
 		t.Errorf("alloc/out = %q, %v", b, err)
+	}
+}
+
+// Without kill_signal a task is stopped with its image's STOPSIGNAL, as
+// `docker stop` and Nomad's driver do (nginx's SIGQUIT, postgres' SIGINT).
+func TestStopWithImageStopSignal(t *testing.T) {
+	d := newDriver(t, docker.Config{})
+	const img = "meshlet-test/stopsignal:usr1"
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// An image with a STOPSIGNAL: the test image committed with one (an
+	// import cannot set it).
+	c := daemon.Client(t)
+	base, err := c.ContainerCreate(ctx, &container.Config{Image: dockertest.Image, Cmd: []string{"true"}}, nil, nil, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.ContainerRemove(ctx, base.ID, container.RemoveOptions{Force: true}) }()
+	if _, err := c.ContainerCommit(ctx, base.ID, container.CommitOptions{Reference: img, Config: &container.Config{StopSignal: "SIGUSR1"}}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := taskConfig(t, "usr1", "sh", "-c", `trap 'echo got-usr1; exit 42' USR1; echo ready; while true; do sleep 0.1; done`)
+	cfg.Config["image"] = img
+	drivertest.Start(t, d, cfg)
+	drivertest.WaitLog(t, cfg, "ready")
+	if err := d.StopTask(cfg.ID, 10*time.Second, ""); err != nil {
+		t.Fatal(err)
+	}
+	if res := drivertest.Wait(t, d, cfg.ID); res.ExitCode != 42 {
+		t.Errorf("exit = %+v, want 42 (the image's STOPSIGNAL handled)", res)
 	}
 }
 
