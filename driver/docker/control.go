@@ -97,7 +97,10 @@ func (d *Driver) kill(h *taskHandle, sig syscall.Signal) error {
 	ctx, cancel := context.WithTimeout(context.Background(), controlTimeout)
 	defer cancel()
 	if err := c.ContainerKill(ctx, h.st.ContainerID, unix.SignalName(sig)); err != nil {
-		if cerrdefs.IsConflict(err) || cerrdefs.IsNotFound(err) || !d.containerRunning(ctx, h.st.ContainerID) {
+		if cerrdefs.IsConflict(err) || cerrdefs.IsNotFound(err) {
+			return nil
+		}
+		if running, known := d.containerRunning(ctx, h.st.ContainerID); known && !running {
 			return nil
 		}
 		return fmt.Errorf("failed to signal task %s: %w", h.cfg.ID, err)
@@ -131,13 +134,20 @@ func (d *Driver) DestroyTask(taskID string, force bool) error {
 		return err
 	}
 	if h.running() {
-		if d.containerRunning(context.Background(), h.st.ContainerID) {
-			if !force {
-				return fmt.Errorf("failed to destroy task %s: task is still running", taskID)
-			}
+		running, known := d.containerRunning(context.Background(), h.st.ContainerID)
+		switch {
+		case !force && running:
+			return fmt.Errorf("failed to destroy task %s: task is still running", taskID)
+		case !force && !known:
+			return fmt.Errorf("failed to destroy task %s: the docker daemon cannot tell whether it still runs", taskID)
+		case running:
 			if err := d.kill(h, syscall.SIGKILL); err != nil {
 				return err
 			}
+		case !known:
+			// Forced with the daemon unreachable: stop following it; the
+			// dangling sweep removes the container once the daemon is back.
+			d.logger.Warn("destroying a task whose container's state cannot be read", "alloc_id", h.cfg.AllocID, "task", h.cfg.Name)
 		}
 		select { // let the monitor record the exit
 		case <-h.exited:

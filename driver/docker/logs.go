@@ -10,6 +10,7 @@ import (
 	"io"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/hashicorp/go-hclog"
 
@@ -73,15 +74,21 @@ func (d *Driver) copyLogs(ctx context.Context, h *taskHandle) {
 		if ctx.Err() != nil {
 			return
 		}
-		if err == nil && !d.containerRunning(ctx, h.st.ContainerID) {
-			// The followed stream can end before dockerd wrote the
-			// last message (a line without its newline is flushed as
-			// the container's output closes): read once more from the
-			// cursor, which skips what was copied.
-			if err := lc.follow(ctx, false); err != nil && ctx.Err() == nil {
-				logger.Warn("failed to read the container's last output", "error", err)
+		if err == nil {
+			// The stream also ends cleanly when dockerd closes its
+			// followers (a daemon restart with live-restore): only a
+			// container known to have stopped ends the copy.
+			running, known := d.containerRunning(ctx, h.st.ContainerID)
+			if known && !running {
+				// The followed stream can end before dockerd wrote the
+				// last message (a line without its newline is flushed
+				// as the container's output closes): read once more
+				// from the cursor, which skips what was copied.
+				if err := lc.follow(ctx, false); err != nil && ctx.Err() == nil {
+					logger.Warn("failed to read the container's last output", "error", err)
+				}
+				return
 			}
-			return
 		}
 		if err != nil {
 			logger.Warn("container log stream broke; re-attaching", "error", err)
@@ -281,13 +288,20 @@ func splitTimestamp(b []byte) (time.Time, []byte) {
 	return ts, b[i+1:]
 }
 
-// containerRunning reports whether the container still runs (an error
-// reads as not running).
-func (d *Driver) containerRunning(ctx context.Context, id string) bool {
+// containerRunning reports whether the container still runs, and whether
+// that is known: a container the daemon no longer has is known stopped,
+// a daemon that cannot be asked leaves it unknown.
+func (d *Driver) containerRunning(ctx context.Context, id string) (running, known bool) {
 	c, err := d.docker()
 	if err != nil {
-		return false
+		return false, false
 	}
 	info, err := c.ContainerInspect(ctx, id)
-	return err == nil && info.State != nil && info.State.Running
+	switch {
+	case cerrdefs.IsNotFound(err):
+		return false, true
+	case err != nil:
+		return false, false
+	}
+	return info.State != nil && info.State.Running, true
 }
