@@ -51,10 +51,7 @@ func newAuthorizer(client checker, token string, log hclog.Logger) *authorizer {
 func (a *authorizer) authorize(ctx context.Context, cfg *authzConfig, st *authzStats, down net.Conn, ourURI string) bool {
 	st.total.Add(1)
 	srcURI := peerURI(down)
-	req := &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
-		Source:      &authv3.AttributeContext_Peer{Address: socketAddress(down.RemoteAddr()), Principal: srcURI},
-		Destination: &authv3.AttributeContext_Peer{Address: socketAddress(down.LocalAddr()), Principal: ourURI},
-	}}
+	req := &authv3.CheckRequest{Attributes: checkAttributes(down, srcURI, ourURI)}
 	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 	defer cancel()
 	if a.token != "" {

@@ -22,17 +22,29 @@ import (
 // of the change reaching the destination's agent.
 const reauthInterval = 500 * time.Millisecond
 
-// liveConns are the authorized connections of one identity pair.
+// liveConns are the authorized connections of one identity pair on one
+// listener (its stats and timeout).
 type liveConns struct {
 	conns   map[net.Conn]struct{}
 	timeout time.Duration
 	stats   *authzStats
+	// attrs are the attributes of the last connection admitted: a re-check
+	// asks what that connection's check asked (an authorization service
+	// may decide on addresses as well as identities).
+	attrs *authv3.AttributeContext
 }
 
-// openConns tracks authorized connections by (source, destination) URI.
+// pairKey names the connections re-checked together: one identity pair
+// on one listener.
+type pairKey struct {
+	src, dst string
+	stats    *authzStats
+}
+
+// openConns tracks authorized connections by identity pair and listener.
 type openConns struct {
 	mu    sync.Mutex
-	pairs map[[2]string]*liveConns
+	pairs map[pairKey]*liveConns
 }
 
 // peerURI is the URI SAN of a TLS connection's client certificate, or "".
@@ -45,21 +57,36 @@ func peerURI(down net.Conn) string {
 	return ""
 }
 
+// checkAttributes are the attributes of a connection's check.
+func checkAttributes(down net.Conn, srcURI, ourURI string) *authv3.AttributeContext {
+	return &authv3.AttributeContext{
+		Source:      &authv3.AttributeContext_Peer{Address: socketAddress(down.RemoteAddr()), Principal: srcURI},
+		Destination: &authv3.AttributeContext_Peer{Address: socketAddress(down.LocalAddr()), Principal: ourURI},
+	}
+}
+
 // track registers an authorized connection until the returned func is
-// called.
+// called. A connection without a client identity is not re-checked:
+// intentions are between identities, and Envoy never re-checks at all.
 func (a *authorizer) track(down net.Conn, ourURI string, cfg *authzConfig, st *authzStats) func() {
-	key := [2]string{peerURI(down), ourURI}
+	src := peerURI(down)
+	if src == "" {
+		return func() {}
+	}
+	key := pairKey{src: src, dst: ourURI, stats: st}
+	attrs := checkAttributes(down, src, ourURI)
 	o := &a.open
 	o.mu.Lock()
 	if o.pairs == nil {
-		o.pairs = map[[2]string]*liveConns{}
+		o.pairs = map[pairKey]*liveConns{}
 	}
 	lc := o.pairs[key]
 	if lc == nil {
-		lc = &liveConns{conns: map[net.Conn]struct{}{}, timeout: cfg.timeout, stats: st}
+		lc = &liveConns{conns: map[net.Conn]struct{}{}, stats: st}
 		o.pairs[key] = lc
 	}
 	lc.conns[down] = struct{}{}
+	lc.timeout, lc.attrs = cfg.timeout, attrs
 	o.mu.Unlock()
 	return func() {
 		o.mu.Lock()
@@ -85,32 +112,35 @@ func (a *authorizer) reauthorizeLoop(ctx context.Context, interval time.Duration
 	}
 }
 
-// reauthorize asks once per identity pair and closes the pair's
-// connections on a deny. A failed call keeps them (fail-static).
+// reauthorize asks once per identity pair and listener and closes the
+// pair's connections on a deny. A failed call keeps them (fail-static).
 func (a *authorizer) reauthorize(ctx context.Context) {
+	type pending struct {
+		key     pairKey
+		lc      *liveConns
+		attrs   *authv3.AttributeContext
+		timeout time.Duration
+	}
 	a.open.mu.Lock()
-	pairs := make(map[[2]string]*liveConns, len(a.open.pairs))
+	pairs := make([]pending, 0, len(a.open.pairs))
 	for k, v := range a.open.pairs {
-		pairs[k] = v
+		pairs = append(pairs, pending{k, v, v.attrs, v.timeout})
 	}
 	a.open.mu.Unlock()
-	for key, lc := range pairs {
-		if !a.stillAllowed(ctx, key, lc.timeout) {
-			a.closePair(key, lc)
+	for _, p := range pairs {
+		if !a.stillAllowed(ctx, [2]string{p.key.src, p.key.dst}, p.attrs, p.timeout) {
+			a.closePair(p.key, p.lc)
 		}
 	}
 }
 
-func (a *authorizer) stillAllowed(ctx context.Context, key [2]string, timeout time.Duration) bool {
+func (a *authorizer) stillAllowed(ctx context.Context, key [2]string, attrs *authv3.AttributeContext, timeout time.Duration) bool {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if a.token != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, "x-consul-token", a.token)
 	}
-	resp, err := a.client.Check(ctx, &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
-		Source:      &authv3.AttributeContext_Peer{Principal: key[0]},
-		Destination: &authv3.AttributeContext_Peer{Principal: key[1]},
-	}})
+	resp, err := a.client.Check(ctx, &authv3.CheckRequest{Attributes: attrs})
 	if err != nil {
 		return true
 	}
@@ -124,7 +154,7 @@ func (a *authorizer) stillAllowed(ctx context.Context, key [2]string, timeout ti
 	return allowed
 }
 
-func (a *authorizer) closePair(key [2]string, lc *liveConns) {
+func (a *authorizer) closePair(key pairKey, lc *liveConns) {
 	a.open.mu.Lock()
 	conns := make([]net.Conn, 0, len(lc.conns))
 	for c := range lc.conns {
@@ -141,6 +171,6 @@ func (a *authorizer) closePair(key [2]string, lc *liveConns) {
 		lc.stats.reauthClosed.Add(1)
 	}
 	if len(conns) > 0 {
-		a.log.Info("closed connections no longer authorized", "source", key[0], "destination", key[1], "connections", len(conns))
+		a.log.Info("closed connections no longer authorized", "source", key.src, "destination", key.dst, "connections", len(conns))
 	}
 }

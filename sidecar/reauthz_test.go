@@ -1,0 +1,128 @@
+package sidecar
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"io"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"github.com/hashicorp/go-hclog"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+)
+
+// addrChecker is an authorization service that decides on addresses as
+// well as identities: it allows web only from an address, until denied.
+type addrChecker struct {
+	deny  atomic.Bool
+	calls atomic.Int32
+}
+
+func (c *addrChecker) Check(_ context.Context, req *authv3.CheckRequest, _ ...grpc.CallOption) (*authv3.CheckResponse, error) {
+	c.calls.Add(1)
+	src := req.GetAttributes().GetSource()
+	code := codes.OK
+	if c.deny.Load() || src.GetAddress() == nil || src.GetPrincipal() != spiffeID("web") {
+		code = codes.PermissionDenied
+	}
+	return &authv3.CheckResponse{Status: &rpcstatus.Status{Code: int32(code)}}, nil
+}
+
+// mtlsPair returns the server side of a loopback TLS connection from web
+// (client certificate; none when anonymous) to api, and the client side.
+func mtlsPair(t *testing.T, anonymous bool) (server *tls.Conn, client *tls.Conn) {
+	t.Helper()
+	ca := newTestCA(t, "reauthz")
+	pair := func(l *testLeaf) tls.Certificate {
+		c, err := tls.X509KeyPair([]byte(l.certPEM), []byte(l.keyPEM))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.cert)
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{pair(ca.leaf(t, spiffeID("api")))},
+		ClientAuth: tls.VerifyClientCertIfGiven, ClientCAs: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan *tls.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			accepted <- nil
+			return
+		}
+		tc := c.(*tls.Conn)
+		_ = tc.Handshake()
+		accepted <- tc
+	}()
+	cfg := &tls.Config{InsecureSkipVerify: true} // the server's identity is not what this tests
+	if !anonymous {
+		cfg.Certificates = []tls.Certificate{pair(ca.leaf(t, spiffeID("web")))}
+	}
+	client, err = tls.Dial("tcp", ln.Addr().String(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	server = <-accepted
+	if server == nil {
+		t.Fatal("accept failed")
+	}
+	t.Cleanup(func() { _ = client.Close(); _ = server.Close() })
+	return server, client
+}
+
+// TestReauthorize: the periodic re-check asks what the connection's own
+// check asked (addresses included), so a service that allows by address
+// keeps the connection; a deny closes it; a connection without a client
+// identity is never re-checked.
+func TestReauthorize(t *testing.T) {
+	ctx := context.Background()
+	fake := &addrChecker{}
+	a := newAuthorizer(fake, "", hclog.NewNullLogger())
+	st := newAuthzStats(newStatsRegistry(), "public")
+	cfg := &authzConfig{timeout: time.Second}
+	down, client := mtlsPair(t, false)
+	if !a.authorize(ctx, cfg, st, down, spiffeID("api")) {
+		t.Fatal("the connection's own check denied it")
+	}
+	untrack := a.track(down, spiffeID("api"), cfg, st)
+	a.reauthorize(ctx)
+	if n := st.reauthClosed.Load(); n != 0 {
+		t.Fatalf("the re-check closed %d allowed connections", n)
+	}
+	if _, err := client.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 1)
+	if _, err := io.ReadFull(down, buf); err != nil {
+		t.Fatalf("the allowed connection no longer carries data: %v", err)
+	}
+
+	fake.deny.Store(true)
+	a.reauthorize(ctx)
+	if n := st.reauthClosed.Load(); n != 1 {
+		t.Fatalf("reauthorization_closed = %d after a deny, want 1", n)
+	}
+	_ = client.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := client.Read(buf); err == nil {
+		t.Fatal("the denied connection still answers")
+	}
+	untrack() // as the connection's handler does once it ends
+
+	anon, _ := mtlsPair(t, true)
+	before := fake.calls.Load()
+	defer a.track(anon, spiffeID("api"), cfg, st)()
+	a.reauthorize(ctx)
+	if got := fake.calls.Load() - before; got != 0 {
+		t.Fatalf("%d re-checks for a connection without a client identity", got)
+	}
+}
