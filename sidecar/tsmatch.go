@@ -2,11 +2,12 @@ package sidecar
 
 import (
 	"crypto/tls"
-	"errors"
 	"fmt"
+	"strconv"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -25,15 +26,15 @@ type tlsMatch struct {
 	tls   *upstreamTLS
 }
 
-// decodeTLSMatches decodes a cluster's transport_socket_matches: string
-// fields only, each an upstream TLS (or raw buffer) socket.
+// decodeTLSMatches decodes a cluster's transport_socket_matches, each an
+// upstream TLS (or raw buffer) socket.
 func decodeTLSMatches(ms []*clusterv3.Cluster_TransportSocketMatch) ([]tlsMatch, error) {
 	var out []tlsMatch
 	for i, m := range ms {
 		if m.GetName() == "" {
 			return nil, fmt.Errorf("transport_socket_matches[%d]: a name is required", i)
 		}
-		fields, err := stringFields(m.GetMatch())
+		fields, err := matchFields(m.GetMatch())
 		if err != nil {
 			return nil, fmt.Errorf("transport_socket_matches %q: match: %w", m.GetName(), err)
 		}
@@ -47,40 +48,54 @@ func decodeTLSMatches(ms []*clusterv3.Cluster_TransportSocketMatch) ([]tlsMatch,
 }
 
 // endpointMatchFields is an endpoint's envoy.transport_socket_match
-// metadata (string fields; nil when absent).
+// metadata (nil when absent), as matchFields.
 func endpointMatchFields(md *corev3.Metadata) (map[string]string, error) {
 	s := md.GetFilterMetadata()[transportSocketMatchKey]
 	if s == nil {
 		return nil, nil
 	}
-	return stringFields(s)
+	return matchFields(s)
 }
 
-func stringFields(s *structpb.Struct) (map[string]string, error) {
+// matchFields turns metadata fields into comparable strings: a string is
+// itself, any other value (number, bool, null, list, struct) a form that
+// starts with a NUL byte and names its kind, so that Envoy's value
+// equality holds (1 equals 1.0, never "1").
+func matchFields(s *structpb.Struct) (map[string]string, error) {
 	if len(s.GetFields()) == 0 {
 		return nil, nil
 	}
 	out := map[string]string{}
 	for k, v := range s.GetFields() {
-		sv, ok := v.GetKind().(*structpb.Value_StringValue)
-		if !ok {
-			return nil, errors.New("only string values are supported")
+		switch x := v.GetKind().(type) {
+		case *structpb.Value_StringValue:
+			out[k] = x.StringValue
+		case *structpb.Value_NumberValue:
+			out[k] = "\x00n" + strconv.FormatFloat(x.NumberValue, 'g', -1, 64)
+		case *structpb.Value_BoolValue:
+			out[k] = "\x00b" + strconv.FormatBool(x.BoolValue)
+		case *structpb.Value_NullValue, nil:
+			out[k] = "\x00null"
+		default: // list or struct
+			b, err := proto.MarshalOptions{Deterministic: true}.Marshal(v)
+			if err != nil {
+				return nil, fmt.Errorf("field %q: %w", k, err)
+			}
+			out[k] = "\x00v" + string(b)
 		}
-		out[k] = sv.StringValue
 	}
 	return out, nil
 }
 
 // matchTLS is the client configuration of an endpoint: that of the first
-// match whose fields its metadata holds, else the cluster's (base).
+// match whose every field its metadata holds with an equal value (a match
+// without fields takes every endpoint, with metadata or not, as Envoy's),
+// else the cluster's (base).
 func matchTLS(matches []tlsMatch, confs []*tls.Config, base *tls.Config, ep endpoint) *tls.Config {
-	if len(matches) == 0 || len(ep.tsMatch) == 0 {
-		return base
-	}
 	for i, m := range matches {
 		ok := true
 		for k, v := range m.match {
-			if ep.tsMatch[k] != v {
+			if got, present := ep.tsMatch[k]; !present || got != v {
 				ok = false
 				break
 			}

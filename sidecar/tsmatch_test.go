@@ -51,14 +51,41 @@ func TestTransportSocketMatches(t *testing.T) {
 			t.Errorf("endpoint %d dials with %q, want %q", i, got.ServerName, want.ServerName)
 		}
 	}
-	bad := &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{transportSocketMatchKey: {Fields: map[string]*structpb.Value{"sni": structpb.NewNumberValue(1)}}}}
-	if _, err := decodeEndpoints(&endpointv3.ClusterLoadAssignment{ClusterName: "x", Endpoints: []*endpointv3.LocalityLbEndpoints{
-		{LbEndpoints: []*endpointv3.LbEndpoint{lbe("127.0.0.1", 1, bad)}}}}); err == nil || !strings.Contains(err.Error(), "only string values") {
-		t.Errorf("non-string metadata: %v", err)
-	}
 	c.TransportSocketMatches[0].Name = ""
 	if _, err := decodeCluster(c); err == nil || !strings.Contains(err.Error(), "a name is required") {
 		t.Errorf("unnamed match: %v", err)
+	}
+}
+
+// Envoy compares transport_socket_matches values of any kind by value, and
+// a match without fields takes every endpoint, metadata or not.
+func TestTransportSocketMatchValues(t *testing.T) {
+	md := func(fields map[string]any) *corev3.Metadata {
+		s, err := structpb.NewStruct(fields)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{transportSocketMatchKey: s}}
+	}
+	set, err := decodeEndpoints(&endpointv3.ClusterLoadAssignment{ClusterName: "x", Endpoints: []*endpointv3.LocalityLbEndpoints{
+		{LbEndpoints: []*endpointv3.LbEndpoint{
+			lbe("127.0.0.1", 1, md(map[string]any{"tier": 1, "tls": true})),
+			lbe("127.0.0.2", 2, md(map[string]any{"tier": "1"})),
+			lbe("127.0.0.3", 3, nil),
+		}}}})
+	if err != nil {
+		t.Fatalf("metadata of other kinds than strings: %v", err)
+	}
+	numeric, _ := matchFields(&structpb.Struct{Fields: map[string]*structpb.Value{"tier": structpb.NewNumberValue(1.0), "tls": structpb.NewBoolValue(true)}})
+	matches := []tlsMatch{{name: "numeric", match: numeric}, {name: "rest"}}
+	base, num, rest := &tls.Config{ServerName: "base"}, &tls.Config{ServerName: "numeric"}, &tls.Config{ServerName: "rest"}
+	for i, want := range []*tls.Config{num, rest, rest} {
+		if got := matchTLS(matches, []*tls.Config{num, rest}, base, set.endpoints[i]); got != want {
+			t.Errorf("endpoint %d dials with %q, want %q", i, got.ServerName, want.ServerName)
+		}
+	}
+	if got := matchTLS(matches[:1], []*tls.Config{num}, base, set.endpoints[2]); got != base {
+		t.Errorf("an endpoint without metadata took a match with fields (%q)", got.ServerName)
 	}
 }
 
