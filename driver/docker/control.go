@@ -115,7 +115,10 @@ func (d *Driver) SignalTask(taskID string, signal string) error {
 		return err
 	}
 	sig, err := launch.ParseSignal(signal, 0)
-	if err != nil || sig == 0 {
+	switch {
+	case err != nil:
+		return fmt.Errorf("failed to signal task %s: %w", taskID, err)
+	case sig == 0:
 		return fmt.Errorf("failed to signal task %s: invalid signal %q", taskID, signal)
 	}
 	if !h.running() {

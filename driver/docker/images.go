@@ -13,6 +13,7 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/distribution/reference"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/image"
@@ -90,8 +91,19 @@ func (g *imageGC) load() {
 		return
 	}
 	for _, ref := range list {
-		g.owned[ref] = true
+		g.owned[imageKey(ref)] = true
 	}
+}
+
+// imageKey is the one name of an image reference: "redis", "redis:latest"
+// and "docker.io/library/redis:latest" are one image to hold and collect.
+// A reference that does not parse is kept as written.
+func imageKey(ref string) string {
+	named, err := reference.ParseNormalizedNamed(ref)
+	if err != nil {
+		return ref
+	}
+	return reference.TagNameOnly(named).String()
 }
 
 // save writes the owned set; mu held.
@@ -108,6 +120,7 @@ func (g *imageGC) save() {
 
 // pulled records that the driver pulled or imported ref.
 func (g *imageGC) pulled(ref string) {
+	ref = imageKey(ref)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.load()
@@ -121,6 +134,7 @@ func (g *imageGC) pulled(ref string) {
 // cancels a pending removal; a removal under way is waited for, so the
 // caller then finds the image gone and pulls it again.
 func (g *imageGC) acquire(ref, user string) {
+	ref = imageKey(ref)
 	g.mu.Lock()
 	if g.refs[ref] == nil {
 		g.refs[ref] = map[string]bool{}
@@ -140,6 +154,7 @@ func (g *imageGC) acquire(ref, user string) {
 // release drops user's use of ref; an owned image left unused is removed
 // after the delay.
 func (g *imageGC) release(ref, user string) {
+	ref = imageKey(ref)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	delete(g.refs[ref], user)
