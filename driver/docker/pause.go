@@ -282,6 +282,11 @@ func waitInNetNS(ctx context.Context, c *client.Client, id string, want uint64) 
 // the allocation is tracked any more. The namespace itself is meshlet's
 // network hook's to tear down.
 func (d *Driver) releasePause(allocID string) {
+	// Under the allocation's pause lock, which a starting task takes (in
+	// ensurePause) after reserving its slot: a task that got the pause
+	// container's ID cannot see it removed before it joins.
+	unlock := d.pauseLocks.lock(allocID)
+	defer unlock()
 	d.mu.RLock()
 	for _, h := range d.tasks {
 		// A task still starting (nil) may be about to join: keep the
@@ -292,8 +297,6 @@ func (d *Driver) releasePause(allocID string) {
 		}
 	}
 	d.mu.RUnlock()
-	unlock := d.pauseLocks.lock(allocID)
-	defer unlock()
 	c, err := d.docker()
 	if err != nil {
 		return
