@@ -237,12 +237,13 @@ func (s *Server) handleConnectSign(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "", "%v: %v: %q", ErrBadRequest, ca.ErrInvalidService, req.Service)
 		return
 	}
-	if err := csrNamesOther(req.CSR, req.Service); err != nil {
+	csr := parseCSR(req.CSR) // nil if it does not parse: the CA's to refuse
+	if err := csrNamesOther(csr, req.Service); err != nil {
 		s.logger.Warn("refused CSR naming another identity", "node_id", nodeID, "service", req.Service, "error", err)
 		writeError(w, http.StatusForbidden, "", "%v", err)
 		return
 	}
-	if err := s.csrOtherDatacenter(r.Context(), nodeID, req.CSR); err != nil {
+	if err := s.csrOtherDatacenter(r.Context(), nodeID, csr); err != nil {
 		if !errors.Is(err, ErrForbidden) {
 			s.backendError(w, r, false, err)
 			return
@@ -275,19 +276,28 @@ func (s *Server) handleConnectSign(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, cert)
 }
 
-// csrNamesOther refuses (ErrForbidden) a CSR whose URI SAN is the
-// identity of another service than the one it is signed for: a node
-// asking for someone else's identity, which the servers log. Everything
-// else about the CSR (PEM, signature, key type, the number of URI SANs,
-// the trust domain) is the CA's to check (ca.ErrInvalidCSR, answered 400);
-// a CSR this cannot parse is left to it.
-func csrNamesOther(csrPEM, service string) error {
+// parseCSR parses a PEM CSR once for the checks below; nil when it does
+// not parse (the CA refuses it with ca.ErrInvalidCSR, answered 400).
+func parseCSR(csrPEM string) *x509.CertificateRequest {
 	block, _ := pem.Decode([]byte(csrPEM))
 	if block == nil {
 		return nil
 	}
 	csr, err := x509.ParseCertificateRequest(block.Bytes)
 	if err != nil {
+		return nil
+	}
+	return csr
+}
+
+// csrNamesOther refuses (ErrForbidden) a CSR whose URI SAN is the
+// identity of another service than the one it is signed for: a node
+// asking for someone else's identity, which the servers log. Everything
+// else about the CSR (PEM, signature, key type, the number of URI SANs,
+// the trust domain) is the CA's to check; a CSR that did not parse (nil)
+// is left to it.
+func csrNamesOther(csr *x509.CertificateRequest, service string) error {
+	if csr == nil {
 		return nil
 	}
 	for _, u := range csr.URIs {

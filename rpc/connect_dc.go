@@ -3,7 +3,6 @@ package rpc
 import (
 	"context"
 	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 
 	"github.com/meshlet/meshlet/ca"
@@ -12,15 +11,10 @@ import (
 // csrOtherDatacenter refuses (ErrForbidden) a CSR whose URI SAN names a
 // datacenter other than the calling node's: a node gets identities of its
 // own datacenter only (a datacenter is a group of nodes of the same
-// servers, and the CA signs for any of them). A CSR this cannot parse, or
-// a node that names no datacenter, is left to the CA.
-func (s *Server) csrOtherDatacenter(ctx context.Context, nodeID, csrPEM string) error {
-	block, _ := pem.Decode([]byte(csrPEM))
-	if block == nil {
-		return nil
-	}
-	csr, err := x509.ParseCertificateRequest(block.Bytes)
-	if err != nil || len(csr.URIs) != 1 {
+// servers, and the CA signs for any of them). A CSR that did not parse
+// (nil), or a node that names no datacenter, is left to the CA.
+func (s *Server) csrOtherDatacenter(ctx context.Context, nodeID string, csr *x509.CertificateRequest) error {
+	if csr == nil || len(csr.URIs) != 1 {
 		return nil
 	}
 	id, err := ca.ParseSpiffeID(csr.URIs[0].String())
