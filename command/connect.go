@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"strings"
 
 	"github.com/hashicorp/go-hclog"
@@ -194,6 +195,10 @@ func (e *env) runBuiltinProxy(cfg sidecar.Config, level string, concurrency int)
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "meshlet", Level: hclog.LevelFromString(level), Output: e.stderr})
 	rt := sidecar.TuneRuntime()
 	cfg.Logger.Debug("runtime tuned", "gc_percent", rt.GCPercent, "memory_limit", rt.MemLimit)
+	// Once configured, give back what the whole binary's package
+	// initialisation left behind: the heap is too small for the runtime's
+	// scavenger to return it (~0.8 MB of private memory per sidecar).
+	cfg.OnReady = debug.FreeOSMemory
 	mode := ""
 	if cfg.PlainIO {
 		mode = ", plain I/O"

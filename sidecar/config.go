@@ -54,6 +54,9 @@ type Config struct {
 	// upgrade break them. New also sets it when the environment has
 	// MESHLET_PROXY_PLAIN_IO=1 (see EnvPlainIO).
 	PlainIO bool
+	// OnReady, when set, is called once, on its own goroutine, when the
+	// initial configuration is applied (the proxy is ready).
+	OnReady func()
 }
 
 // EnvPlainIO is the environment variable that turns Config.PlainIO on

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -146,5 +147,37 @@ func TestChangedListenerDrainsOldConnections(t *testing.T) {
 	}
 	if got := c.exchange(t, "still open"); got != "still open" {
 		t.Fatalf("the new connection was drained too: %q", got)
+	}
+}
+
+// TestOnReadyCalledOnce: Config.OnReady runs once, when the initial
+// configuration is applied, not again on later updates.
+func TestOnReadyCalledOnce(t *testing.T) {
+	var calls atomic.Int32
+	cp := newControlPlane(t)
+	ca := newTestCA(t, "root")
+	app := echotest.Start(t, "")
+	p, err := New(Config{ProxyID: "db-sidecar-proxy", Cluster: "db", XDSAddr: cp.tcpAddr, AdminBind: "127.0.0.1:0",
+		Logger: testLogger(), OnReady: func() { calls.Add(1) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	res := func(port int) map[string][]types.Resource {
+		return map[string][]types.Resource{
+			typeListener: {publicListener(t, port, "leaf", "roots", tcpProxyFilter(t, "public_listener", "local_app"))},
+			typeCluster:  {localAppCluster(app.Addr())},
+			typeSecret:   {certSecret("leaf", ca.leaf(t, spiffeID("db"))), rootsSecret("roots", ca)},
+		}
+	}
+	cp.set("db-sidecar-proxy", res(freePort(t)))
+	testutil.WaitFor(t, waitTimeout, "OnReady called", func() bool { return calls.Load() >= 1 })
+	cp.set("db-sidecar-proxy", res(freePort(t)))
+	time.Sleep(300 * time.Millisecond)
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("OnReady called %d times, want once", n)
 	}
 }

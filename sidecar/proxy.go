@@ -254,6 +254,9 @@ func (p *Proxy) reconcile() {
 	if lds && cds && warmingListeners == 0 {
 		p.ready.Store(true)
 		p.log.Info("initial configuration applied; ready")
+		if p.cfg.OnReady != nil {
+			go p.cfg.OnReady()
+		}
 	}
 }
 
