@@ -90,10 +90,7 @@ func (ar *AllocRunner) runTasks() bool {
 	if r == shutdown {
 		return false
 	}
-	failed := firstFailed(p.prestart)
-	if failed == "" {
-		failed = firstFailed(p.sidecars)
-	}
+	failed := firstFailed(p.prestart, p.sidecars)
 	if r == killed || failed != "" {
 		return ar.stopTasks(p, r == killed, stopCause(failed, false))
 	}
@@ -104,7 +101,10 @@ func (ar *AllocRunner) runTasks() bool {
 			start(p.poststart)
 			poststart = true
 		}
-		if failed := firstFailed(p.main); failed != "" {
+		// A sidecar or poststart task that fails for good (its restarts
+		// spent) fails the allocation as a main task does, as Nomad: the
+		// app must not go on without its proxy.
+		if failed := firstFailed(p.main, p.sidecars, p.poststart); failed != "" {
 			return ar.stopTasks(p, false, stopCause(failed, false))
 		}
 		if leader := deadLeader(p.main); leader != "" {
@@ -224,10 +224,12 @@ func allStarted(trs []*taskrunner.TaskRunner) bool {
 	return true
 }
 
-func firstFailed(trs []*taskrunner.TaskRunner) string {
-	for _, tr := range trs {
-		if s := tr.State(); s.State == structs.TaskStateDead && s.Failed {
-			return tr.Name()
+func firstFailed(lists ...[]*taskrunner.TaskRunner) string {
+	for _, trs := range lists {
+		for _, tr := range trs {
+			if s := tr.State(); s.State == structs.TaskStateDead && s.Failed {
+				return tr.Name()
+			}
 		}
 	}
 	return ""

@@ -22,19 +22,33 @@ func (ar *AllocRunner) Run() {
 	if ar.cfg.Restored && ar.allDead() {
 		return // finished before the agent restarted
 	}
-	if alloc.DesiredStatus == structs.AllocDesiredStatusStop && !ar.cfg.Restored {
-		ar.markAllDead(nil, false)
-		return
+	if alloc.DesiredStatus == structs.AllocDesiredStatusStop {
+		if !ar.cfg.Restored {
+			ar.markAllDead(nil, false)
+			return
+		}
+		// The stop was recorded but the agent restarted before the tasks
+		// were killed: re-attach, then stop them.
+		ar.Kill()
 	}
 	ar.publish()
 	if prev := alloc.PreviousAllocation; prev != "" && !ar.cfg.Restored && ar.cfg.PrevAlloc != nil {
 		ar.cfg.PrevAlloc(ar.ctxUntilKilled(), prev)
 	}
-	if ar.stopped() {
-		ar.markAllDead(nil, false)
+	if ar.isShutdown() {
+		return // agent shutdown before the tasks started: the next agent resumes
+	}
+	if ar.stopped() && !ar.cfg.Restored {
+		ar.markAllDead(nil, false) // killed before it started: nothing runs
 		return
 	}
 	ran, err := ar.prerun()
+	if err != nil && ar.isShutdown() {
+		// The shutdown cancelled the setup: not a failure of the
+		// allocation, which the next agent sets up again.
+		ar.logger.Info("agent shutting down during allocation setup; left for the next agent", "error", err)
+		return
+	}
 	if err != nil {
 		ar.logger.Error("allocation setup failed; rolling back", "error", err)
 		ar.mu.Lock()

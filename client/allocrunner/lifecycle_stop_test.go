@@ -1,0 +1,72 @@
+package allocrunner
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/meshlet/meshlet/client/internal/fakedriver"
+	"github.com/meshlet/meshlet/driver"
+	"github.com/meshlet/meshlet/structs"
+)
+
+// A stop persisted by Update, then an agent restart before the kill
+// finished: the restored runner still stops the tasks.
+func TestRestoredDesiredStopIsKilled(t *testing.T) {
+	h := newHarness(t, "service", task("app", "", false))
+	ar := h.runner(false)
+	go ar.Run()
+	h.waitStatus(ar, structs.AllocClientStatusRunning)
+	stop := *h.alloc
+	stop.DesiredStatus = structs.AllocDesiredStatusStop
+	if err := h.db.PutAlloc(&stop); err != nil { // what Update writes before Kill
+		t.Fatal(err)
+	}
+	ar.Shutdown() // crash / restart before the kill happened
+	h.alloc = &stop
+	ar2 := h.runner(true)
+	go ar2.Run()
+	time.Sleep(500 * time.Millisecond)
+	if v := ar2.ClientView(); v.ClientStatus == structs.AllocClientStatusRunning {
+		t.Fatalf("restored alloc with desired_status=stop still running: %v running=%v", v.ClientStatus, h.drv.Running())
+	}
+}
+
+// An agent shutdown while a replacement waits for its previous
+// allocation leaves it pending for the next agent (it was marked complete
+// and never ran).
+func TestShutdownBeforeStartLeavesAllocPending(t *testing.T) {
+	h := newHarness(t, "service", task("app", "", false))
+	h.alloc.PreviousAllocation = "prev"
+	ar := h.runner(false)
+	ar.cfg.PrevAlloc = func(ctx context.Context, id string) { <-ctx.Done() }
+	go ar.Run()
+	time.Sleep(100 * time.Millisecond)
+	ar.Shutdown()
+	v := ar.ClientView()
+	ls, _ := h.db.TaskStates(h.alloc.ID)
+	t.Logf("status after shutdown = %s, persisted app state = %s", v.ClientStatus, ls["app"].State.State)
+	if v.TerminalStatus() || ls["app"].State.State == structs.TaskStateDead {
+		t.Fatalf("agent shutdown made a never-started alloc terminal: %s", v.ClientStatus)
+	}
+}
+
+// A prestart sidecar that fails for good after main started fails the
+// allocation and kills its siblings, as Nomad (the app ran on without its
+// proxy).
+func TestSidecarFailureAfterMainFailsAlloc(t *testing.T) {
+	h := newHarness(t, "service", task("app", "", false), task("proxy", "prestart", true))
+	h.drv.Script("proxy", fakedriver.Behavior{ExitAfter: 300 * time.Millisecond, Exit: driver.ExitResult{ExitCode: 1}})
+	ar := h.runner(false)
+	go ar.Run()
+	h.waitStatus(ar, structs.AllocClientStatusRunning)
+	time.Sleep(time.Second)
+	p := ar.TaskRunner("proxy").State()
+	a := ar.TaskRunner("app").State()
+	t.Logf("proxy=%s failed=%v app=%s alloc=%s", p.State, p.Failed, a.State, ar.ClientView().ClientStatus)
+	if p.Failed && a.State == structs.TaskStateRunning {
+		t.Fatalf("sidecar failed but main task keeps running; alloc status %s", ar.ClientView().ClientStatus)
+	}
+	ar.Kill()
+	waitDone(t, ar)
+}
