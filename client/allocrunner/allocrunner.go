@@ -62,6 +62,9 @@ type AllocRunner struct {
 	logger hclog.Logger
 	hc     *AllocHookContext
 
+	// publishMu orders publish calls (status.go).
+	publishMu sync.Mutex
+
 	mu         sync.Mutex
 	alloc      *structs.Allocation
 	tasks      map[string]*taskrunner.TaskRunner

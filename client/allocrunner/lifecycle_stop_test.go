@@ -3,6 +3,7 @@ package allocrunner
 import (
 	"context"
 	"testing"
+	"sync"
 	"time"
 
 	"github.com/meshlet/meshlet/client/internal/fakedriver"
@@ -69,4 +70,47 @@ func TestSidecarFailureAfterMainFailsAlloc(t *testing.T) {
 	}
 	ar.Kill()
 	waitDone(t, ar)
+}
+
+// Views reach OnUpdate in the order of the states they show: with task
+// runners publishing from their own goroutines while the allocation ends,
+// the last view handed over is the terminal one (an older running view
+// handed over last overwrote it on the servers).
+func TestPublishOrder(t *testing.T) {
+	for i := 0; i < 5; i++ {
+		h := newHarness(t, "batch", task("a", "", false), task("b", "", false), task("c", "", false))
+		for _, name := range []string{"a", "b", "c"} {
+			h.drv.Script(name, fakedriver.Behavior{ExitAfter: 20 * time.Millisecond, Exit: driver.ExitResult{ExitCode: 0}})
+		}
+		var mu sync.Mutex
+		var last *structs.Allocation
+		terminal := make(chan struct{})
+		var once sync.Once
+		ar := h.runner(false)
+		ar.cfg.OnUpdate = func(v *structs.Allocation) {
+			if !v.TerminalStatus() {
+				// Hold a non-terminal view between building and handing
+				// over until a terminal one was handed over (or briefly).
+				select {
+				case <-terminal:
+				case <-time.After(50 * time.Millisecond):
+				}
+			}
+			mu.Lock()
+			last = v
+			mu.Unlock()
+			if v.TerminalStatus() {
+				once.Do(func() { close(terminal) })
+			}
+		}
+		go ar.Run()
+		waitDone(t, ar)
+		time.Sleep(100 * time.Millisecond) // past any held view
+		mu.Lock()
+		got := last.ClientStatus
+		mu.Unlock()
+		if got != structs.AllocClientStatusComplete {
+			t.Fatalf("round %d: the last view handed over is %q, want complete", i, got)
+		}
+	}
 }

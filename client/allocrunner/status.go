@@ -33,8 +33,14 @@ func (ar *AllocRunner) ClientView() *structs.Allocation {
 	return &cp
 }
 
-// publish sends the client view to OnUpdate.
+// publish sends the client view to OnUpdate. Calls are serialized from
+// building the view to handing it over, so OnUpdate receives the views in
+// the order of the states they show: a view built before the allocation
+// turned terminal can never be handed over after the terminal one (and
+// then overwrite it on the servers).
 func (ar *AllocRunner) publish() {
+	ar.publishMu.Lock()
+	defer ar.publishMu.Unlock()
 	view := ar.ClientView()
 	ar.mu.Lock()
 	if view.ClientStatus != ar.lastStatus {
