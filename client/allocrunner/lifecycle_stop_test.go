@@ -2,8 +2,8 @@ package allocrunner
 
 import (
 	"context"
-	"testing"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/meshlet/meshlet/client/internal/fakedriver"
