@@ -65,6 +65,10 @@ func validateIngressListener(l *consul.IngressListener, where string) error {
 		return invalidf("%s: multiple services per listener are only supported for protocol = \"http\"", where)
 	}
 	names, hosts := map[string]bool{}, map[string]bool{}
+	// domains are the Host values each service's hosts route on this
+	// listener (a host without a port also as host:port): two services
+	// routing one would make Envoy refuse the listener's routes.
+	domains := map[string]string{}
 	for j := range l.Services {
 		s := &l.Services[j]
 		sw := fmt.Sprintf("%s.Services[%d]", where, j)
@@ -104,6 +108,16 @@ func validateIngressListener(l *consul.IngressListener, where string) error {
 				return invalidf("%s.Hosts: %q: hosts must be unique within a listener", sw, h)
 			}
 			hosts[k] = true
+			ds := []string{k}
+			if h != "*" && !strings.Contains(h, ":") {
+				ds = append(ds, fmt.Sprintf("%s:%d", k, l.Port))
+			}
+			for _, d := range ds {
+				if other, ok := domains[d]; ok && other != s.Name {
+					return invalidf("%s.Hosts: %q routes Host %q, which service %q routes on this listener already", sw, h, d, other)
+				}
+				domains[d] = s.Name
+			}
 		}
 	}
 	return nil

@@ -76,6 +76,7 @@ func TestIngressGatewayValidate(t *testing.T) {
 		{"tcp hosts", &consul.IngressGatewayConfigEntry{Name: "g", Listeners: []consul.IngressListener{l(1, "tcp", svc("a", "a.com"))}}, "Listeners[0].Services[0].Hosts: associating hosts to a service is not supported for the tcp protocol"},
 		{"bad host", &consul.IngressGatewayConfigEntry{Name: "g", Listeners: []consul.IngressListener{l(1, "http", svc("a", "a.*.com"))}}, `Listeners[0].Services[0].Hosts: "a.*.com" is not a valid DNS name (a wildcard must be the whole leftmost label)`},
 		{"duplicate host", &consul.IngressGatewayConfigEntry{Name: "g", Listeners: []consul.IngressListener{l(1, "http", svc("a", "x.com"), svc("b", "X.com"))}}, `Listeners[0].Services[1].Hosts: "X.com": hosts must be unique within a listener`},
+		{"host and host:port of two services", &consul.IngressGatewayConfigEntry{Name: "g", Listeners: []consul.IngressListener{l(8080, "http", svc("a", "x.com"), svc("b", "x.com:8080"))}}, `Listeners[0].Services[1].Hosts: "x.com:8080" routes Host "x.com:8080", which service "a" routes on this listener already`},
 		{"wildcard tcp", &consul.IngressGatewayConfigEntry{Name: "g", Listeners: []consul.IngressListener{l(1, "tcp", svc("*"))}}, `Listeners[0].Services[0]: the wildcard service "*" is only valid for protocol = "http" (listener on port 1)`},
 		{"wildcard hosts", &consul.IngressGatewayConfigEntry{Name: "g", Listeners: []consul.IngressListener{l(1, "http", svc("*", "a.com"))}}, `Listeners[0].Services[0].Hosts: associating hosts to a wildcard service is not supported`},
 	}

@@ -40,10 +40,17 @@ func IngressDomains(service string, hosts []string, port int) []string {
 		return []string{service + ".ingress.*", service + ".ingress.*" + p}
 	}
 	var out []string
+	seen := map[string]bool{}
+	add := func(d string) { // Envoy refuses a route configuration with a domain twice
+		if k := strings.ToLower(d); !seen[k] {
+			seen[k] = true
+			out = append(out, d)
+		}
+	}
 	for _, h := range hosts {
-		out = append(out, h)
+		add(h)
 		if h != "*" && !strings.Contains(h, ":") {
-			out = append(out, h+p)
+			add(h + p)
 		}
 	}
 	return out

@@ -123,6 +123,11 @@ func TestIngressGatewayWithoutEntry(t *testing.T) {
 }
 
 func TestIngressDomains(t *testing.T) {
+	// One service's host with and without the listener's port: listed once
+	// (Envoy refuses a route configuration naming a domain twice).
+	if got := IngressDomains("web", []string{"web.example.com", "Web.example.com:8080"}, 8080); !reflect.DeepEqual(got, []string{"web.example.com", "web.example.com:8080"}) {
+		t.Errorf("domains = %v", got)
+	}
 	if got := IngressDomains("a", []string{"*", "x.com:9", "*.y.com"}, 80); !reflect.DeepEqual(got, []string{"*", "x.com:9", "*.y.com", "*.y.com:80"}) {
 		t.Errorf("domains = %v", got)
 	}
