@@ -11,8 +11,10 @@ import (
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	tlsinspector "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/tls_inspector/v3"
+	consul "github.com/hashicorp/consul/api"
 
 	"github.com/meshlet/meshlet/catalog"
+	"github.com/meshlet/meshlet/configentry"
 )
 
 // MeshGatewayListenerName names a mesh gateway's listener as Consul does:
@@ -66,6 +68,11 @@ func (b builder) meshGateway(inst catalog.ServiceInstance) (*proxyResources, err
 		}
 		chains = append(chains, fc)
 		out.clusters = append(out.clusters, staticTCPCluster(sni, timeout, local[svc]))
+		subChains, err := b.meshGatewaySubsets(svc, timeout, out)
+		if err != nil {
+			return nil, err
+		}
+		chains = append(chains, subChains...)
 	}
 	for _, dc := range sortedKeys(remote) {
 		name := DatacenterClusterName(dc, b.trustDomain)
@@ -100,6 +107,35 @@ func (b builder) meshGateway(inst catalog.ServiceInstance) (*proxyResources, err
 	return out, nil
 }
 
+// meshGatewaySubsets are the chains and clusters of a local service's
+// resolver subsets: a sidecar elsewhere that targets a subset sends the
+// subset's SNI (<subset>.<svc>.default.<dc>.internal.<td>), which the
+// service's own chain does not match. Each subset's cluster is a plain
+// TCP EDS cluster of the service's sidecars that pass the subset's filter,
+// the load assignment sidecars here use for that subset (out's specs and
+// upstreams, which keep that assignment published).
+func (b builder) meshGatewaySubsets(svc string, timeoutMS int, out *proxyResources) ([]*listener.FilterChain, error) {
+	r, _ := b.entries().Get(configentry.ServiceResolver, svc).(*consul.ServiceResolverConfigEntry)
+	if r == nil || len(r.Subsets) == 0 {
+		return nil, nil
+	}
+	var chains []*listener.FilterChain
+	for _, name := range sortedKeys(r.Subsets) {
+		sub := r.Subsets[name]
+		sni := subsetClusterName(name, svc, b.dc, b.trustDomain)
+		fc, err := sniChain(sni, "mesh_gateway_local."+name+"."+svc, sni)
+		if err != nil {
+			return nil, err
+		}
+		chains = append(chains, fc)
+		out.clusters = append(out.clusters, edsCluster(sni, timeoutMS))
+		k := claKey{service: svc, dc: b.dc, subset: name}
+		out.specs[k] = endpointSpec{sources: []endpointSource{{service: svc, dc: b.dc, filter: sub.Filter, onlyPassing: sub.OnlyPassing}}}
+		out.upstreams = append(out.upstreams, k)
+	}
+	return chains, nil
+}
+
 // sniChain is a filter chain matched by one server name (exact, or a
 // "*." wildcard) that relays the connection's bytes to cluster untouched:
 // no transport socket, so the TLS passes through.
@@ -131,7 +167,8 @@ func staticTCPCluster(name string, timeoutMS int, eps []*endpoint.LbEndpoint) *c
 }
 
 // meshGatewayTargets reads the catalog's proxies: the local datacenter's
-// sidecar endpoints by destination service, and the other datacenters'
+// sidecar endpoints by destination service (a linked service's: its
+// terminating gateways'), and the other datacenters'
 // mesh gateways (WAN addresses) by datacenter. Unhealthy or unaddressable
 // instances are left out; a service or datacenter with none keeps its
 // chain (connections to it fail fast rather than match nothing).
@@ -152,6 +189,14 @@ func (b builder) meshGatewayTargets() (local, remote map[string][]*endpoint.LbEn
 		seen[key+"\x00"+hp] = true
 		m[key] = append(m[key], lbEndpoint(addr, port))
 	}
+	// A service linked to a terminating gateway has no sidecars: its
+	// connections go to that gateway, as Consul's mesh gateways send them.
+	linked := map[string][]string{} // gateway name -> linked services
+	for svc, gws := range b.entries().LinkedGateways() {
+		for _, gw := range gws {
+			linked[gw] = append(linked[gw], svc)
+		}
+	}
 	for _, inst := range b.proxies() {
 		dc := inst.Datacenter
 		if dc == "" {
@@ -160,6 +205,10 @@ func (b builder) meshGatewayTargets() (local, remote map[string][]*endpoint.LbEn
 		switch {
 		case inst.Kind == catalog.KindConnectProxy && inst.Proxy != nil && dc == b.dc:
 			add(local, inst.Proxy.DestinationServiceName, inst, inst.Address, inst.Port)
+		case inst.Kind == catalog.KindTerminatingGateway && dc == b.dc:
+			for _, svc := range linked[inst.Name] {
+				add(local, svc, inst, inst.Address, inst.Port)
+			}
 		case inst.Kind == catalog.KindMeshGateway && dc != b.dc:
 			addr, port := taggedAddress(inst, catalog.TaggedWAN)
 			add(remote, dc, inst, addr, port)
