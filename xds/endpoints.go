@@ -92,6 +92,11 @@ type instanceSource struct {
 	// gateways gives the mesh gateways of mode toward dc, at the
 	// address the mode uses (nil: none).
 	gateways func(mode, dc string) []catalog.ServiceInstance
+	// linked reports whether a service is linked to a terminating gateway
+	// (nil: none is): sidecars gives that gateway's instances, which a
+	// subset's filter (about the service's own instances) does not apply
+	// to; the gateway filters by the subset's SNI itself.
+	linked func(service string) bool
 }
 
 // targetAssignment builds the load assignment name from spec. A plain
@@ -145,7 +150,10 @@ func sourceEndpoints(s endpointSource, src instanceSource, match matchFunc) ([]*
 		if s.onlyPassing && hasWarning(inst) {
 			continue
 		}
-		if s.filter != "" {
+		// A subset's filter is about the service's own instances: mesh
+		// gateways and terminating gateways in their place route the
+		// subset's SNI themselves.
+		if s.filter != "" && s.gateway == "" && (src.linked == nil || !src.linked(s.service)) {
 			ok, err := match(s.filter, filterView(inst, src.get))
 			if err != nil {
 				if firstErr == nil {

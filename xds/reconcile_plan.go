@@ -100,6 +100,7 @@ func (s *Server) instanceSource(scan bool) instanceSource {
 		gateways: func(mode, dc string) []catalog.ServiceInstance {
 			return meshGatewayInstances(s.cfg.Catalog, mode, dc, s.b.dc)
 		},
+		linked: func(service string) bool { return len(linked[service]) > 0 },
 	}
 }
 

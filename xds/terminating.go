@@ -2,6 +2,7 @@ package xds
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"strconv"
 
@@ -67,12 +68,12 @@ func (b builder) terminatingGateway(inst catalog.ServiceInstance) (*proxyResourc
 	}
 	var chains []*listener.FilterChain
 	for _, ls := range e.Services {
-		fc, c, err := b.linkedService(ls, timeout, dnsType)
+		fcs, cs, err := b.linkedService(ls, timeout, dnsType)
 		if err != nil {
 			return nil, fmt.Errorf("terminating gateway %q, service %q: %w", inst.Name, ls.Name, err)
 		}
-		chains = append(chains, fc)
-		out.clusters = append(out.clusters, c)
+		chains = append(chains, fcs...)
+		out.clusters = append(out.clusters, cs...)
 		out.linked = append(out.linked, ls.Name)
 	}
 	for i, bind := range binds {
@@ -92,8 +93,11 @@ func (b builder) terminatingGateway(inst catalog.ServiceInstance) (*proxyResourc
 	return out, nil
 }
 
-// linkedService is the filter chain and cluster of one linked service.
-func (b builder) linkedService(ls consul.LinkedService, timeoutMS int, dnsType cluster.Cluster_DiscoveryType) (*listener.FilterChain, *cluster.Cluster, error) {
+// linkedService is the filter chain and cluster of one linked service,
+// then those of each of its resolver subsets: a mesh client that targets
+// a subset sends the subset's SNI (<subset>.<svc>.default.<dc>...), and
+// Consul's terminating gateways route it to the instances in the subset.
+func (b builder) linkedService(ls consul.LinkedService, timeoutMS int, dnsType cluster.Cluster_DiscoveryType) ([]*listener.FilterChain, []*cluster.Cluster, error) {
 	prot, err := b.serviceProtocol(nil, ls.Name)
 	if err != nil {
 		return nil, nil, err
@@ -101,26 +105,37 @@ func (b builder) linkedService(ls consul.LinkedService, timeoutMS int, dnsType c
 	if !prot.isHTTP() {
 		prot = protoTCP
 	}
-	sni := ClusterName(ls.Name, b.dc, b.trustDomain)
-	fc, err := publicChain(ls.Name, prot, nil, sni)
-	if err != nil {
-		return nil, nil, err
+	subsets := map[string]consul.ServiceResolverSubset{"": {}}
+	if r, _ := b.entries().Get(configentry.ServiceResolver, ls.Name).(*consul.ServiceResolverConfigEntry); r != nil {
+		maps.Copy(subsets, r.Subsets)
 	}
-	fc.Name = sni
-	fc.FilterChainMatch = &listener.FilterChainMatch{ServerNames: []string{sni}}
-	c, err := b.externalCluster(sni, ls, timeoutMS, dnsType)
-	if err != nil {
-		return nil, nil, err
+	var chains []*listener.FilterChain
+	var clusters []*cluster.Cluster
+	for _, name := range sortedKeys(subsets) { // "" (the service) first
+		sub := subsets[name]
+		sni := subsetClusterName(name, ls.Name, b.dc, b.trustDomain)
+		fc, err := publicChain(ls.Name, prot, nil, sni)
+		if err != nil {
+			return nil, nil, err
+		}
+		fc.Name = sni
+		fc.FilterChainMatch = &listener.FilterChainMatch{ServerNames: []string{sni}}
+		c, err := b.externalCluster(sni, ls, timeoutMS, dnsType, sub)
+		if err != nil {
+			return nil, nil, err
+		}
+		chains, clusters = append(chains, fc), append(clusters, c)
 	}
-	return fc, c, nil
+	return chains, clusters, nil
 }
 
 // externalCluster is a STATIC cluster of a linked service's healthy
-// instances that run no proxy (its instances outside the mesh), with
+// instances that run no proxy (its instances outside the mesh) and pass
+// the subset's filter (the zero subset: all), with
 // upstream TLS from the entry's CAFile, CertFile, KeyFile and SNI. When
 // they are only registered by hostname, it is a DNS cluster of dnsType
 // (envoy_dns_discovery_type), as Consul builds it.
-func (b builder) externalCluster(name string, ls consul.LinkedService, timeoutMS int, dnsType cluster.Cluster_DiscoveryType) (*cluster.Cluster, error) {
+func (b builder) externalCluster(name string, ls consul.LinkedService, timeoutMS int, dnsType cluster.Cluster_DiscoveryType, sub consul.ServiceResolverSubset) (*cluster.Cluster, error) {
 	cla := &endpoint.ClusterLoadAssignment{ClusterName: name}
 	var eps, hostEPs []*endpoint.LbEndpoint
 	seen := map[string]bool{}
@@ -132,6 +147,12 @@ func (b builder) externalCluster(name string, ls consul.LinkedService, timeoutMS
 			}
 			if inst.Datacenter != "" && inst.Datacenter != b.dc {
 				continue
+			}
+			if sub.OnlyPassing && hasWarning(inst) {
+				continue
+			}
+			if ok, err := configentry.MatchFilter(sub.Filter, inst); err != nil || !ok {
+				continue // the filter was checked when the resolver was written
 			}
 			seen[key] = true
 			if net.ParseIP(inst.Address) != nil {

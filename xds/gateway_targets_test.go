@@ -112,3 +112,71 @@ func TestMeshGatewayLinkedService(t *testing.T) {
 	}
 	t.Fatalf("no cluster %s", sni)
 }
+
+// A terminating gateway routes a linked service's resolver subsets: the
+// subset's SNI to a chain terminating with the service's leaf and a
+// cluster of the service's external instances in the subset.
+func TestTerminatingGatewaySubsets(t *testing.T) {
+	insts := []catalog.ServiceInstance{
+		{ID: "db-1", Name: "db", Address: "192.0.2.10", Port: 5432, Healthy: true, Meta: map[string]string{"version": "v1"}},
+		{ID: "db-2", Name: "db", Address: "192.0.2.11", Port: 5432, Healthy: true, Meta: map[string]string{"version": "v2"}},
+	}
+	set := configentry.NewSet().With(&consul.TerminatingGatewayConfigEntry{Kind: consul.TerminatingGateway, Name: "tgw",
+		Services: []consul.LinkedService{{Name: "db"}}}).With(&consul.ServiceResolverConfigEntry{Kind: consul.ServiceResolver, Name: "db",
+		Subsets: map[string]consul.ServiceResolverSubset{"v1": {Filter: "Service.Meta.version == v1"}}})
+	gw := catalog.ServiceInstance{ID: "tgw-1", Name: "tgw", Kind: catalog.KindTerminatingGateway, Address: "10.0.0.7", Port: 9443,
+		Healthy: true, Proxy: &catalog.Proxy{DestinationServiceName: "tgw"}}
+	b := builder{dc: "dc1", trustDomain: testTD, set: set,
+		instances: func(svc string) []catalog.ServiceInstance { return insts }}
+	res, err := b.proxy(gw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := envoyvalidate.All(res.listeners[0]); err != nil {
+		t.Errorf("listener: %v", err)
+	}
+	for sni, want := range map[string][]string{
+		ClusterName("db", "dc1", testTD):             {"192.0.2.10", "192.0.2.11"},
+		subsetClusterName("v1", "db", "dc1", testTD): {"192.0.2.10"},
+	} {
+		if fc := envoyMatch(res.listeners[0], sni); fc == nil || fc.GetName() != sni {
+			t.Errorf("SNI %q: chain %v", sni, fc.GetName())
+		}
+		var got []string
+		for _, c := range res.clusters {
+			if c.GetName() == sni {
+				for _, e := range c.GetLoadAssignment().GetEndpoints()[0].GetLbEndpoints() {
+					got = append(got, e.GetEndpoint().GetAddress().GetSocketAddress().GetAddress())
+				}
+			}
+		}
+		if strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Errorf("cluster %s endpoints = %v, want %v", sni, got, want)
+		}
+	}
+}
+
+// A subset's filter is about the service's own instances: a target reached
+// through mesh gateways, or a service linked to a terminating gateway,
+// keeps those gateways as endpoints (they route the subset's SNI).
+func TestSubsetFilterSkipsGateways(t *testing.T) {
+	gw := catalog.ServiceInstance{ID: "g1", Name: "gw", Address: "10.0.0.9", Port: 8443, Healthy: true}
+	src := instanceSource{
+		sidecars: func(service, dc string) []catalog.ServiceInstance { return []catalog.ServiceInstance{gw} },
+		get:      func(string) (catalog.ServiceInstance, bool) { return catalog.ServiceInstance{}, false },
+		gateways: func(mode, dc string) []catalog.ServiceInstance { return []catalog.ServiceInstance{gw} },
+		linked:   func(service string) bool { return service == "db" },
+	}
+	for name, s := range map[string]endpointSource{
+		"linked service":     {service: "db", dc: "dc1", filter: "Service.Meta.version == v1"},
+		"through mesh gates": {service: "api", dc: "dc2", filter: "Service.Meta.version == v1", gateway: "local"},
+	} {
+		eps, err := sourceEndpoints(s, src, metaFilter)
+		if err != nil || len(eps) != 1 {
+			t.Errorf("%s: endpoints %v, %v; want the gateway", name, eps, err)
+		}
+	}
+	if eps, _ := sourceEndpoints(endpointSource{service: "api", dc: "dc1", filter: "Service.Meta.version == v1"}, src, metaFilter); len(eps) != 0 {
+		t.Errorf("a service's own instance outside the subset kept: %v", eps)
+	}
+}
