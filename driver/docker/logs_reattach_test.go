@@ -3,7 +3,6 @@ package docker
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -36,9 +35,9 @@ func (f *fakeLogsDaemon) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case strings.HasSuffix(r.URL.Path, "/containers/abc/logs"):
 		n := f.logCalls.Add(1)
 		var b bytes.Buffer
-		f.frame(&b, f.t0, "first\n")
+		frame(&b, streamStdout, f.t0, "first\n")
 		if n >= 2 {
-			f.frame(&b, f.t0.Add(time.Second), "second\n")
+			frame(&b, streamStdout, f.t0.Add(time.Second), "second\n")
 		}
 		w.Header().Set("Content-Type", "application/vnd.docker.raw-stream")
 		_, _ = w.Write(b.Bytes())
@@ -56,14 +55,6 @@ func (f *fakeLogsDaemon) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		http.NotFound(w, r)
 	}
-}
-
-func (f *fakeLogsDaemon) frame(b *bytes.Buffer, ts time.Time, msg string) {
-	m := ts.Format(time.RFC3339Nano) + " " + msg
-	hdr := [8]byte{streamStdout}
-	binary.BigEndian.PutUint32(hdr[4:], uint32(len(m)))
-	b.Write(hdr[:])
-	b.WriteString(m)
 }
 
 // TestLogsReattachWhenStateUnknown: a log stream that ends cleanly while

@@ -29,6 +29,18 @@ func runtimeAgent(t *testing.T, image string, deny bool) *framework.Agent {
 		"plugin \"connect_proxy\" {\n  config {\n    runtimes = [\"docker\", \"envoy\", \"builtin\"]\n    envoy_image = %q\n    envoy_image_pull = false\n  }\n}\n", image)})
 }
 
+// importStandIn imports the stand-in Envoy image into the test daemon.
+func importStandIn(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := dockertest.ImportBusyboxWith(ctx, daemon.Client(t), runtimeImage,
+		[]dockertest.File{{Name: "bin/envoy", Mode: 0o755, Data: []byte(standInEnvoy)}}, `ENTRYPOINT ["/bin/envoy"]`)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // nodeRuntimes is the node attribute listing the runtimes available.
 func nodeRuntimes(t *testing.T, a *framework.Agent) string {
 	t.Helper()
@@ -54,13 +66,7 @@ func nodeRuntimes(t *testing.T, a *framework.Agent) string {
 func TestSidecarRuntimeContainer(t *testing.T) {
 	testutil.RequireRoot(t)
 	daemon.Require(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	err := dockertest.ImportBusyboxWith(ctx, daemon.Client(t), runtimeImage,
-		[]dockertest.File{{Name: "bin/envoy", Mode: 0o755, Data: []byte(standInEnvoy)}}, `ENTRYPOINT ["/bin/envoy"]`)
-	if err != nil {
-		t.Fatal(err)
-	}
+	importStandIn(t)
 	a := runtimeAgent(t, runtimeImage, false)
 	if got := nodeRuntimes(t, a); got != "docker,builtin" {
 		t.Errorf("node attribute driver.connect_proxy.runtimes = %q, want docker,builtin", got)
@@ -195,13 +201,7 @@ func TestSidecarRuntimeBuiltinWithoutImage(t *testing.T) {
 func TestGatewayRuntimeContainer(t *testing.T) {
 	testutil.RequireRoot(t)
 	daemon.Require(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	err := dockertest.ImportBusyboxWith(ctx, daemon.Client(t), runtimeImage,
-		[]dockertest.File{{Name: "bin/envoy", Mode: 0o755, Data: []byte(standInEnvoy)}}, `ENTRYPOINT ["/bin/envoy"]`)
-	if err != nil {
-		t.Fatal(err)
-	}
+	importStandIn(t)
 	a := runtimeAgent(t, runtimeImage, false)
 	port := testutil.FreePort(t)
 	job := filepath.Join(t.TempDir(), "ingress-gw.hcl")
