@@ -20,7 +20,7 @@ func TestCPUUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	u := a.until(b)
-	if u.Wall < 50*time.Millisecond || u.Busy() < 0 {
+	if u.Wall < 50*time.Millisecond || u.Busy()+u.Idle == 0 {
 		t.Fatalf("use = %+v", u)
 	}
 	s := cpuUse{User: 3 * time.Second, Kernel: time.Second, Wall: 4 * time.Second}.String(2)

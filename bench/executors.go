@@ -11,12 +11,12 @@ import (
 
 // executorsAnon returns the RssAnon of each task executor the agent
 // (agentPID) runs: its children whose command line is `… executor -spec …`.
-func executorsAnon(agentPID int) ([]int64, error) {
+func executorsAnon(agentPID int) ([]float64, error) {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil, err
 	}
-	var out []int64
+	var out []float64
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil || !isExecutorOf(pid, agentPID) {
@@ -26,7 +26,7 @@ func executorsAnon(agentPID int) ([]int64, error) {
 		if err != nil {
 			continue // gone meanwhile
 		}
-		out = append(out, s.AnonBytes)
+		out = append(out, float64(s.AnonBytes))
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("no task executor of process %d found", agentPID)
@@ -57,14 +57,4 @@ func isExecutorOf(pid, parent int) bool {
 	args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
 	i = slices.Index(args, "executor")
 	return i > 0 && i+1 < len(args) && args[i+1] == "-spec"
-}
-
-// medianInt64 is the median of xs (0 for none).
-func medianInt64(xs []int64) int64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[len(s)/2]
 }

@@ -57,7 +57,7 @@ func TestDashFigures(t *testing.T) {
 
 func TestManyFigures(t *testing.T) {
 	figs := manyFigures(&manyResult{bridge: 12 * time.Second, host: 2 * time.Second, idleRSS: 30 << 20, bridgeRSS: 50 << 20,
-		execAnon: []int64{8 << 20, 7 << 20, 9 << 20}}, nil)
+		execAnon: []float64{8 << 20, 7 << 20, 9 << 20}}, nil)
 	if *figs[0].Ratio != 6 || *figs[1].Value != 50 || *figs[1].Baseline != 30 || *figs[2].Value != 8 {
 		t.Errorf("figures: %+v %+v %+v", figs[0], figs[1], figs[2])
 	}

@@ -219,7 +219,7 @@ type manyResult struct {
 	rounds             [2][]time.Duration // bridge, host
 	waits              []string
 	// execAnon is each run's median task executor RssAnon.
-	execAnon []int64
+	execAnon []float64
 }
 
 // manyRounds is how many times each mode of the many-allocations figure
@@ -271,9 +271,9 @@ func (r *Runner) many(ctx context.Context, ag *Agent) (*manyResult, error) {
 // manyRunResult is one run of the many-allocations job.
 type manyRunResult struct {
 	took     time.Duration
-	rss      int64  // the agent's, with all running
-	execAnon int64  // median RssAnon of the task executors, with all running
-	use      cpuUse // the machine's CPUs during the run (zero if unreadable)
+	rss      int64   // the agent's, with all running
+	execAnon float64 // median RssAnon (bytes) of the task executors, with all running
+	use      cpuUse  // the machine's CPUs during the run (zero if unreadable)
 }
 
 // manyRun runs the job in mode until all its allocations run, samples
@@ -299,7 +299,7 @@ func (r *Runner) manyRun(ctx context.Context, ag *Agent, path, mode string) (man
 		res.rss = s.RSSBytes
 	}
 	if anon, aerr := executorsAnon(ag.PID()); aerr == nil {
-		res.execAnon = medianInt64(anon)
+		res.execAnon = median(anon)
 	} else {
 		r.log.Warn("could not sample the task executors", "error", aerr)
 	}
@@ -344,7 +344,7 @@ func manyFigures(m *manyResult, err error) []*Figure {
 	if len(m.execAnon) == 0 {
 		return []*Figure{f, mem, NotMeasured(execName, "MiB", "no executor sampled", nil)}
 	}
-	ex := Measured(execName, "MiB", float64(medianInt64(m.execAnon))/(1<<20), nil, nil)
+	ex := Measured(execName, "MiB", median(m.execAnon)/(1<<20), nil, nil)
 	ex.Note = fmt.Sprintf("Each raw_exec task is supervised by a `meshlet executor` process (as Nomad's); sampled with all %d running, median over the runs.", manyAllocs)
 	return []*Figure{f, mem, ex}
 }
