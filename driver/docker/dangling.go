@@ -2,9 +2,11 @@ package docker
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -147,8 +149,17 @@ func (d *Driver) owner() string {
 	d.ownerOnce.Do(func() {
 		d.ownerID = d.cfg.StateDir
 		path := filepath.Join(d.cfg.StateDir, ownerFile)
-		if b, err := os.ReadFile(path); err == nil && len(bytes.TrimSpace(b)) > 0 {
-			d.ownerID = string(bytes.TrimSpace(b))
+		b, err := os.ReadFile(path)
+		switch id := string(bytes.TrimSpace(b)); {
+		case err == nil && id != "":
+			d.ownerID = id
+			return
+		case err == nil || !errors.Is(err, os.ErrNotExist):
+			// Lost or unreadable: a new ID would disown every container
+			// labelled with the old one for good. Keep the file for the
+			// operator and label with the state directory meanwhile.
+			d.logger.Error("the driver's owner ID is unreadable; containers it labelled before are not swept until it is restored",
+				"path", path, "error", cmp.Or(err, errors.New("empty file")))
 			return
 		}
 		var raw [16]byte
