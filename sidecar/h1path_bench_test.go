@@ -159,3 +159,44 @@ func BenchmarkH1SteadyState(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64((cpuTime(b)-before).Microseconds())/float64(b.N), "cpu-µs/req")
 }
+
+// h1PathAllocBudget is what both sidecars may allocate per request on the
+// HTTP/1.1 steady-state path: each copies the request and the response
+// head into one string (2 × 2), the server's sidecar appends the client to
+// X-Forwarded-For (1) and crypto/tls allocates a reader per record read
+// (2); one more for what the runtime and the ADS streams allocate meanwhile.
+const h1PathAllocBudget = 8
+
+// TestH1SteadyStateAllocs holds the hot path to its allocation budget
+// (BenchmarkH1SteadyState's allocs/op, as a test: allocation counts do not
+// depend on the machine's speed).
+func TestH1SteadyStateAllocs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two sidecars and a control plane")
+	}
+	if raceEnabled {
+		t.Skip("the race detector changes what escapes to the heap; this runs in the tier without it")
+	}
+	app := startRawApp(t, `{"count":1}`)
+	m := newL7Mesh(t, []l7BackendSpec{{cluster: subsetCluster("v1"), addr: app.ln.Addr().String()}},
+		apiRoutes(clusterRoute("/", subsetCluster("v1"), nil)), l7Options{})
+	cl := dialRawClient(t, fmt.Sprintf("127.0.0.1:%d", m.webPort),
+		"GET /api/items?page=2 HTTP/1.1\r\nHost: api\r\nUser-Agent: bench\r\nAccept: */*\r\nX-User: alice\r\n\r\n")
+	var err error
+	do := func() {
+		if err == nil {
+			err = cl.do()
+		}
+	}
+	for i := 0; i < 50; i++ { // warm the pools and the upstream connection
+		do()
+	}
+	allocs := testing.AllocsPerRun(500, do)
+	if err != nil {
+		t.Fatalf("request: %v", err)
+	}
+	t.Logf("%.1f allocations per request, both sidecars", allocs)
+	if allocs > h1PathAllocBudget {
+		t.Fatalf("%.1f allocations per request through both sidecars, budget %d", allocs, h1PathAllocBudget)
+	}
+}

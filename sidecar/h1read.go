@@ -3,6 +3,7 @@ package sidecar
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"net/http"
 	"net/url"
 )
@@ -169,17 +170,36 @@ func parseHeaders(b []byte, s string, pos int, hl *headLines, slow map[string]bo
 // keeps a request past its exchange (fast-path requests have no body, so
 // no writer goroutine outlives it either), so the Request, its URL, the
 // header map and the value slice are reused rather than made per request.
+//
+// The requests carry the connection's request context from the start
+// (base, see setContext), so that the connection manager need not copy
+// each one with Request.WithContext.
 type reqScratch struct {
-	req  http.Request
-	url  url.URL
+	req http.Request
+	url url.URL
+	hdr headerScratch
+	// base is a zero Request with the context baseCtx.
+	base    *http.Request
+	baseCtx context.Context
+}
+
+// headerScratch is a header map and its value slice, reused.
+type headerScratch struct {
 	hdr  http.Header
 	vals []string
+}
+
+// setContext makes ctx the context of the requests read from now on.
+func (sc *reqScratch) setContext(ctx context.Context) {
+	if sc.baseCtx != ctx {
+		sc.base, sc.baseCtx = (&http.Request{}).WithContext(ctx), ctx
+	}
 }
 
 // header builds the header map, leaving out line skip (-1: none); vals
 // holds every value, one slice for all. With sc, its map and slice are
 // reused.
-func (hl *headLines) header(s string, skip int, sc *reqScratch) (http.Header, []string) {
+func (hl *headLines) header(s string, skip int, sc *headerScratch) (http.Header, []string) {
 	var hdr http.Header
 	var vals []string
 	if sc != nil && sc.hdr != nil {
@@ -264,11 +284,17 @@ func buildRequest(s string, method, target []byte, hl *headLines, hostAt int, sc
 		u.RawQuery = query
 		u.ForceQuery = query == ""
 	}
-	hdr, vals := hl.header(s, hostAt, sc) // http.ReadRequest moves Host to Request.Host
-	*req = http.Request{
-		Method: s[:len(method)], URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header: hdr, Body: http.NoBody, Host: vals[hostAt], RequestURI: uri,
+	var hs *headerScratch
+	*req = http.Request{}
+	if sc != nil {
+		hs = &sc.hdr
+		if sc.base != nil {
+			*req = *sc.base // the context; every other field is zero
+		}
 	}
+	hdr, vals := hl.header(s, hostAt, hs) // http.ReadRequest moves Host to Request.Host
+	req.Method, req.URL, req.Proto, req.ProtoMajor, req.ProtoMinor = s[:len(method)], u, "HTTP/1.1", 1, 1
+	req.Header, req.Body, req.Host, req.RequestURI = hdr, http.NoBody, vals[hostAt], uri
 	return req
 }
 

@@ -9,9 +9,10 @@ import (
 
 // readResponse reads a response head: readResponseHead when it can, else
 // http.ReadResponse (which then reads the same bytes, none consumed). lb
-// is the connection's body reader for the fast path.
-func readResponse(br *bufio.Reader, req *http.Request, lb *lengthBody) (*http.Response, error) {
-	if resp := readResponseHead(br, req, lb); resp != nil {
+// is the connection's body reader for the fast path, xs (when set) the
+// storage its response is read into.
+func readResponse(br *bufio.Reader, req *http.Request, lb *lengthBody, xs *exchScratch) (*http.Response, error) {
+	if resp := readResponseHead(br, req, lb, xs); resp != nil {
 		return resp, nil
 	}
 	return http.ReadResponse(br, req)
@@ -23,8 +24,9 @@ func readResponse(br *bufio.Reader, req *http.Request, lb *lengthBody) (*http.Re
 // than HEAD, one Content-Length and none of slowResponseHeaders, the whole
 // head in br's buffer. Its body is lb, reset to the length (a connection
 // carries one exchange at a time, and upstreamBody stops reading it once
-// finished). Anything else, or a read error: nil, nothing consumed.
-func readResponseHead(br *bufio.Reader, req *http.Request, lb *lengthBody) *http.Response {
+// finished). With xs the Response and its header map are xs's, reused.
+// Anything else, or a read error: nil, nothing consumed.
+func readResponseHead(br *bufio.Reader, req *http.Request, lb *lengthBody, xs *exchScratch) *http.Response {
 	if req.Method == http.MethodHead {
 		return nil
 	}
@@ -61,8 +63,15 @@ func readResponseHead(br *bufio.Reader, req *http.Request, lb *lengthBody) *http
 	if !ok {
 		return nil
 	}
-	hdr, _ := hl.header(s, -1, nil)
-	resp := &http.Response{
+	var hs *headerScratch
+	var resp *http.Response
+	if xs != nil {
+		hs, resp = &xs.hdr, &xs.resp
+	} else {
+		resp = new(http.Response)
+	}
+	hdr, _ := hl.header(s, -1, hs)
+	*resp = http.Response{
 		Status: s[len(proto):lineEnd], StatusCode: code, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 		Header: hdr, ContentLength: length, Request: req, Body: http.NoBody,
 	}

@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net/http"
 	"reflect"
@@ -11,8 +12,17 @@ import (
 
 // TestReadResponseHeadMatchesNetHTTP: every response the fast path takes
 // gives the Response, body bytes and body errors http.ReadResponse gives,
-// and leaves the same bytes unread; a refused one is left whole.
+// and leaves the same bytes unread; a refused one is left whole. Each case
+// runs without scratch storage and with one exchScratch that every case
+// reuses, as a connection does: nothing of an earlier response shows.
 func TestReadResponseHeadMatchesNetHTTP(t *testing.T) {
+	shared := &exchScratch{}
+	for _, xs := range []*exchScratch{nil, shared} {
+		testReadResponseHead(t, xs)
+	}
+}
+
+func testReadResponseHead(t *testing.T, xs *exchScratch) {
 	get := &http.Request{Method: http.MethodGet}
 	head := &http.Request{Method: http.MethodHead}
 	next := "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
@@ -42,11 +52,11 @@ func TestReadResponseHeadMatchesNetHTTP(t *testing.T) {
 		{"obs-fold", "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nX-A: 1\r\n 2\r\n\r\nx", get, false},
 	}
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s/scratch=%v", tc.name, xs != nil), func(t *testing.T) {
 			in := tc.in + next
 			fastBR := bufio.NewReaderSize(strings.NewReader(in), upstreamBufferSize)
 			var lb lengthBody
-			got := readResponseHead(fastBR, tc.req, &lb)
+			got := readResponseHead(fastBR, tc.req, &lb, xs)
 			if (got != nil) != tc.fast {
 				t.Fatalf("fast path taken = %v, want %v", got != nil, tc.fast)
 			}

@@ -50,8 +50,10 @@ type h1conn struct {
 	peer   *authzPeer                  // HTTP ext_authz identity, computed on first use
 	h2srv  atomic.Pointer[http.Server] // set while serving HTTP/2
 	rctx   reqContext                  // the HTTP/1.1 requests' context
-	// scratch is reused by the requests readRequest parses itself.
+	// scratch is reused by the requests readRequest parses itself, exch
+	// by the upstream exchanges of every request.
 	scratch reqScratch
+	exch    exchScratch
 	// owned backs the header values outbound sets on the HTTP/1.1 path,
 	// reused from request to request (see setOwned).
 	owned [ownedHeaders]string
@@ -162,6 +164,7 @@ func (h *h1conn) serveOne() bool {
 	if !h.waitRequest() {
 		return false
 	}
+	h.scratch.setContext(h.rctx.current())
 	req, err := readRequest(h.br, &h.scratch)
 	h.lim.n = -1
 	h.c.state.httpStats.rqTotal.Add(1)
@@ -315,7 +318,9 @@ func removeHopHeaders(hd http.Header) {
 // upgradeType is the protocol a request or response asks to switch to.
 func upgradeType(hd http.Header) string {
 	for _, v := range hd["Connection"] {
-		for _, name := range strings.Split(v, ",") {
+		for v != "" {
+			var name string
+			name, v, _ = strings.Cut(v, ",")
 			if strings.EqualFold(strings.TrimSpace(name), "upgrade") {
 				return hd.Get("Upgrade")
 			}
@@ -326,16 +331,40 @@ func upgradeType(hd http.Header) string {
 
 // statusLine writes "HTTP/1.1 <code> <text>\r\n".
 func statusLine(bw *bufio.Writer, code int, status string) {
-	num := strconv.Itoa(code)
 	_, _ = bw.WriteString("HTTP/1.1 ")
-	_, _ = bw.WriteString(num)
+	if code >= 100 && code <= 999 { // three digits, without a string per response
+		for _, d := range [3]int{code / 100, code / 10 % 10, code % 10} {
+			_ = bw.WriteByte(byte('0' + d))
+		}
+	} else {
+		_, _ = bw.WriteString(strconv.Itoa(code))
+	}
 	_ = bw.WriteByte(' ')
-	text := strings.TrimPrefix(status, num+" ")
-	if text == "" || text == status {
+	text := ""
+	if len(status) > 4 && status[3] == ' ' && parseStatus(status[:3]) == code {
+		text = status[4:]
+	}
+	if text == "" {
 		text = http.StatusText(code)
 	}
 	_, _ = bw.WriteString(text)
 	_, _ = bw.WriteString("\r\n")
+}
+
+// parseStatus is the value of a three-digit status code, -1 if s is not
+// three digits.
+func parseStatus(s string) int {
+	if len(s) != 3 {
+		return -1
+	}
+	n := 0
+	for i := 0; i < 3; i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return -1
+		}
+		n = n*10 + int(s[i]-'0')
+	}
+	return n
 }
 
 // localReply answers with a short plain-text response made here (no route,

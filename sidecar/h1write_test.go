@@ -79,3 +79,56 @@ func TestWriteRequestHeadMatchesNetHTTP(t *testing.T) {
 		})
 	}
 }
+
+// TestStatusLine: the reason phrase is the upstream's when its status
+// starts with the code, else net/http's text for the code.
+func TestStatusLine(t *testing.T) {
+	cases := []struct {
+		code         int
+		status, want string
+	}{
+		{200, "200 OK", "HTTP/1.1 200 OK\r\n"},
+		{404, "404 Not Found Here", "HTTP/1.1 404 Not Found Here\r\n"},
+		{503, "503", "HTTP/1.1 503 Service Unavailable\r\n"},
+		{503, "503 ", "HTTP/1.1 503 Service Unavailable\r\n"},
+		{200, "", "HTTP/1.1 200 OK\r\n"},
+		{200, "2000 odd", "HTTP/1.1 200 OK\r\n"},
+		{201, "200 OK", "HTTP/1.1 201 Created\r\n"},
+		{599, "599 Custom", "HTTP/1.1 599 Custom\r\n"},
+	}
+	for _, tc := range cases {
+		var b bytes.Buffer
+		bw := bufio.NewWriter(&b)
+		statusLine(bw, tc.code, tc.status)
+		_ = bw.Flush()
+		if b.String() != tc.want {
+			t.Errorf("statusLine(%d, %q) = %q, want %q", tc.code, tc.status, b.String(), tc.want)
+		}
+	}
+}
+
+// TestUpgradeType: an upgrade counts when "upgrade" is one of the
+// Connection header's comma-separated tokens, in any of its lines.
+func TestUpgradeType(t *testing.T) {
+	cases := []struct {
+		conn []string
+		want string
+	}{
+		{[]string{"Upgrade"}, "websocket"},
+		{[]string{"keep-alive, Upgrade"}, "websocket"},
+		{[]string{"keep-alive", " upgrade "}, "websocket"},
+		{[]string{"keep-alive,,UPGRADE,"}, "websocket"},
+		{[]string{"keep-alive"}, ""},
+		{[]string{"upgrade-insecure"}, ""},
+		{nil, ""},
+	}
+	for _, tc := range cases {
+		hd := http.Header{"Upgrade": {"websocket"}}
+		if tc.conn != nil {
+			hd["Connection"] = tc.conn
+		}
+		if got := upgradeType(hd); got != tc.want {
+			t.Errorf("upgradeType(Connection: %q) = %q, want %q", tc.conn, got, tc.want)
+		}
+	}
+}

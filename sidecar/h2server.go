@@ -157,7 +157,7 @@ func (h *h1conn) serveStream(w http.ResponseWriter, req *http.Request) {
 		wc.hdrs.req.apply(out.Header)
 	}
 	rt.reqHeaders.apply(out.Header)
-	resp, err := sendWithRetries(out, rt.retry, cl, lbc)
+	resp, err := sendWithRetries(out, rt.retry, cl, lbc, nil)
 	if err != nil {
 		st.upstreamFail.Add(1)
 		if errors.Is(err, ErrOverflow) {

@@ -60,8 +60,9 @@ func (c *httpConn) Close() error {
 // request) are tried last, and every endpoint used is added to it. req
 // is the connection manager's own outbound request, so it is retargeted in
 // place rather than cloned per attempt; its body's Close is the caller's
-// concern (h1conn passes one that ignores it).
-func (c *cluster) roundTrip(req *http.Request, lbc lbContext, tried *triedHosts) (*http.Response, error) {
+// concern (h1conn passes one that ignores it). The response is read into
+// xs when set.
+func (c *cluster) roundTrip(req *http.Request, lbc lbContext, tried *triedHosts, xs *exchScratch) (*http.Response, error) {
 	st := c.state.Load()
 	if st == nil {
 		return nil, ErrNoHealthyUpstream
@@ -75,18 +76,26 @@ func (c *cluster) roundTrip(req *http.Request, lbc lbContext, tried *triedHosts)
 	if !c.cb.acquireRequest() {
 		return nil, overflowError("max_requests", st.cfg.circuit.maxRequests)
 	}
-	resp, err := c.attempt(req, st, cands, tried)
+	resp, err := c.attempt(req, st, cands, tried, xs)
 	if err != nil || resp.StatusCode == http.StatusSwitchingProtocols {
 		c.cb.releaseRequest() // an upgraded connection is no longer a request
 		return resp, err
 	}
-	resp.Body = &requestBody{ReadCloser: resp.Body, cb: c.cb}
+	var body *requestBody
+	if xs != nil {
+		body = &xs.cb
+		body.released.Store(false)
+	} else {
+		body = new(requestBody)
+	}
+	body.ReadCloser, body.cb = resp.Body, c.cb
+	resp.Body = body
 	return resp, nil
 }
 
 // attempt sends req to the first candidate it can connect to, and records
 // the outcome for outlier detection.
-func (c *cluster) attempt(req *http.Request, st *clusterState, cands []*host, tried *triedHosts) (*http.Response, error) {
+func (c *cluster) attempt(req *http.Request, st *clusterState, cands []*host, tried *triedHosts, xs *exchScratch) (*http.Response, error) {
 	var lastErr error
 	for _, h := range cands {
 		tried.add(h)
@@ -99,7 +108,7 @@ func (c *cluster) attempt(req *http.Request, st *clusterState, cands []*host, tr
 		if st.cfg.h2 {
 			resp, err = c.h2.roundTrip(req)
 		} else {
-			resp, err = c.transport.RoundTrip(req)
+			resp, err = c.transport.roundTrip(req, xs)
 		}
 		h.stats.rqActive.Add(-1)
 		if err != nil {

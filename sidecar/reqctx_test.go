@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -68,5 +69,105 @@ func TestReqContextLateTimerSparesNextRequest(t *testing.T) {
 	r.expire() // the first request's callback, running late
 	if err := next.Err(); err != nil {
 		t.Fatalf("the next request's context ended (%v, cause %v) by the previous request's timer", err, context.Cause(next))
+	}
+}
+
+// closeCounter counts the calls of its close function, as an exchange's
+// connection closer.
+type closeCounter struct{ n atomic.Int32 }
+
+func (c *closeCounter) close() { c.n.Add(1) }
+
+// waitCalls waits (bounded) until c was called want times, then checks it
+// stays there.
+func (c *closeCounter) waitCalls(t *testing.T, want int32) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for c.n.Load() < want && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if got := c.n.Load(); got != want {
+		t.Fatalf("closer called %d times, want %d", got, want)
+	}
+}
+
+// TestWatchExchange: an exchange watching its connection's request context
+// has its connection closed once, when the route timeout (or the
+// connection's end) cancels the context, and not after its stop; stop
+// reports what context.AfterFunc's stop would.
+func TestWatchExchange(t *testing.T) {
+	r := &reqContext{parent: context.Background()}
+	defer r.close()
+
+	// Stopped before the context ends: never closed.
+	var kept closeCounter
+	ctx := r.begin(time.Hour)
+	w := watchExchange(ctx, kept.close)
+	if w.cc == nil {
+		t.Fatal("the connection's own context was not watched through its slot")
+	}
+	if !w.stop() {
+		t.Fatal("stop of a live watch reported that the closer ran")
+	}
+	if w.stop() {
+		t.Fatal("a second stop reported a closer still waiting")
+	}
+	r.end()
+
+	// The route timeout fires: closed once, and stop says so.
+	var timedOutConn closeCounter
+	ctx = r.begin(10 * time.Millisecond)
+	w = watchExchange(ctx, timedOutConn.close)
+	<-ctx.Done()
+	timedOutConn.waitCalls(t, 1)
+	if w.stop() {
+		t.Fatal("stop after the closer ran reported that it kept it from running")
+	}
+	r.end()
+	kept.waitCalls(t, 0)
+
+	// An ended context: the closer runs at once (context.AfterFunc's rule).
+	var late closeCounter
+	w = watchExchange(ctx, late.close)
+	late.waitCalls(t, 1)
+	if w.stop() {
+		t.Fatal("stop of a watch on an ended context reported a closer still waiting")
+	}
+}
+
+// TestWatchExchangeStaleContextSparesNext: the end of an earlier context,
+// seen late, never closes the connection of an exchange watching the
+// context that replaced it.
+func TestWatchExchangeStaleContextSparesNext(t *testing.T) {
+	r := &reqContext{parent: context.Background()}
+	defer r.close()
+	first := r.begin(time.Nanosecond)
+	<-first.Done()
+	r.end()
+	var next closeCounter
+	ctx := r.begin(time.Hour)
+	w := watchExchange(ctx, next.close)
+	r.ended(first.(*connCtx).gen) // the first context's callback, running late
+	next.waitCalls(t, 0)
+	if !w.stop() {
+		t.Fatal("the live exchange's watch was cleared by the earlier context's end")
+	}
+	r.end()
+}
+
+// TestWatchExchangeOtherContext: any context but the connection's own
+// (HTTP/2 streams, per-try timeouts) is watched by context.AfterFunc.
+func TestWatchExchangeOtherContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var c closeCounter
+	w := watchExchange(ctx, c.close)
+	if w.cc != nil {
+		t.Fatal("a foreign context was taken for a connection's own")
+	}
+	cancel()
+	c.waitCalls(t, 1)
+	if w.stop() {
+		t.Fatal("stop after the closer ran reported that it kept it from running")
 	}
 }

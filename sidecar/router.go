@@ -100,7 +100,10 @@ func (h *h1conn) proxy(req *http.Request, rt *route, ch *clusterHeaders, cl *clu
 	if !rt.reqHeaders.empty() {
 		rt.reqHeaders.apply(req.Header)
 	}
-	resp, err := sendWithRetries(req.WithContext(ctx), rt.retry, cl, lbc)
+	if req.Context() != ctx {
+		req = req.WithContext(ctx) // read before the context was renewed, or by net/http
+	}
+	resp, err := sendWithRetries(req, rt.retry, cl, lbc, &h.exch)
 	if err != nil {
 		h.c.state.httpStats.upstreamFail.Add(1)
 		if errors.Is(err, ErrOverflow) {
@@ -137,10 +140,10 @@ func (h *h1conn) proxy(req *http.Request, rt *route, ch *clusterHeaders, cl *clu
 // num_retries more when the retry policy's conditions hold, each after a
 // jittered back-off and on another endpoint when there is one. A request
 // that may have reached the upstream is retried only if it is replayable.
-func sendWithRetries(req *http.Request, rp *retryPolicy, cl *cluster, lbc lbContext) (*http.Response, error) {
+func sendWithRetries(req *http.Request, rp *retryPolicy, cl *cluster, lbc lbContext, xs *exchScratch) (*http.Response, error) {
 	var tried triedHosts
 	for attempt := 0; ; attempt++ {
-		resp, err := tryOnce(req, rp, cl, lbc, &tried)
+		resp, err := tryOnce(req, rp, cl, lbc, &tried, xs)
 		if attempt > 0 && err == nil && resp.StatusCode < 500 {
 			cl.stats.rqRetrySuccess.Add(1)
 		}
@@ -162,12 +165,12 @@ func sendWithRetries(req *http.Request, rp *retryPolicy, cl *cluster, lbc lbCont
 
 // tryOnce is one attempt, bounded by the policy's per_try_timeout if any
 // (the timeout then also covers reading the response body).
-func tryOnce(req *http.Request, rp *retryPolicy, cl *cluster, lbc lbContext, tried *triedHosts) (*http.Response, error) {
+func tryOnce(req *http.Request, rp *retryPolicy, cl *cluster, lbc lbContext, tried *triedHosts, xs *exchScratch) (*http.Response, error) {
 	if rp == nil || rp.perTry <= 0 {
-		return cl.roundTrip(req, lbc, tried)
+		return cl.roundTrip(req, lbc, tried, xs)
 	}
 	ctx, cancel := context.WithTimeout(req.Context(), rp.perTry)
-	resp, err := cl.roundTrip(req.WithContext(ctx), lbc, tried)
+	resp, err := cl.roundTrip(req.WithContext(ctx), lbc, tried, xs)
 	if err != nil {
 		cancel()
 		if ctx.Err() != nil && req.Context().Err() == nil {

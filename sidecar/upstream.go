@@ -57,7 +57,7 @@ type upstreamConn struct {
 	// a time: an exchange's writer).
 	written int64
 	keys    []string // header names, writeRequestHead's scratch
-	// closeConn closes conn: made once, for the exchanges' context.AfterFunc.
+	// closeConn closes conn: made once, for watchExchange.
 	closeConn func()
 	// lb is the body of a response read by readResponseHead (one
 	// exchange at a time uses it).
@@ -83,13 +83,18 @@ var errNothingWritten = errors.New("nothing was written to the upstream")
 // (replayable) or nothing of it reached the old connection. A request with
 // a body is never retried: part of the body may have been consumed.
 func (t *h1Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	return t.roundTrip(req, nil)
+}
+
+// roundTrip is RoundTrip, with the response read into xs when set.
+func (t *h1Transport) roundTrip(req *http.Request, xs *exchScratch) (*http.Response, error) {
 	replay := replayable(req)
 	for attempt := 0; ; attempt++ {
 		pc, reused, err := t.getConn(req.Context(), req.URL.Host, replay)
 		if err != nil {
 			return nil, err
 		}
-		resp, err := t.exchange(pc, req, reused)
+		resp, err := t.exchange(pc, req, reused, xs)
 		if attempt == 0 && errors.Is(err, errStaleConn) && (replay || errors.Is(err, errNothingWritten)) {
 			continue
 		}
@@ -148,12 +153,12 @@ func (pc *upstreamConn) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// exchange writes req on pc and reads the final response head. The
-// connection is closed when the request's context ends before the body has
-// been read.
-func (t *h1Transport) exchange(pc *upstreamConn, req *http.Request, reused bool) (*http.Response, error) {
+// exchange writes req on pc and reads the final response head (into xs
+// when set). The connection is closed when the request's context ends
+// before the body has been read.
+func (t *h1Transport) exchange(pc *upstreamConn, req *http.Request, reused bool, xs *exchScratch) (*http.Response, error) {
 	ctx := req.Context()
-	stop := context.AfterFunc(ctx, pc.closeConn)
+	stop := watchExchange(ctx, pc.closeConn)
 	var wrote chan error // nil: written before reading
 	if req.Body == nil || req.Body == http.NoBody {
 		before := pc.written
@@ -176,26 +181,33 @@ func (t *h1Transport) exchange(pc *upstreamConn, req *http.Request, reused bool)
 		}
 		return pc.fail(ctx, stop, wrote, err)
 	}
-	resp, err := readFinalResponse(pc, req)
+	resp, err := readFinalResponse(pc, req, xs)
 	if err != nil {
 		return pc.fail(ctx, stop, wrote, err)
 	}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
-		stop() // the connection manager owns the upgraded connection now
+		stop.stop() // the connection manager owns the upgraded connection now
 		resp.Body = &upgradedConn{pc: pc}
 		return resp, nil
 	}
-	resp.Body = &upstreamBody{
+	var body *upstreamBody
+	if xs != nil {
+		body = &xs.body
+	} else {
+		body = new(upstreamBody)
+	}
+	*body = upstreamBody{
 		rc: resp.Body, pc: pc, t: t, stop: stop, wrote: wrote,
 		reusable: !resp.Close && !req.Close && (resp.ContentLength >= 0 || len(resp.TransferEncoding) > 0),
 	}
+	resp.Body = body
 	return resp, nil
 }
 
 // fail ends a failed exchange: the connection is closed (which also ends a
 // body write still in progress, waited for on wrote when set).
-func (pc *upstreamConn) fail(ctx context.Context, stop func() bool, wrote chan error, err error) (*http.Response, error) {
-	stop()
+func (pc *upstreamConn) fail(ctx context.Context, stop exchStop, wrote chan error, err error) (*http.Response, error) {
+	stop.stop()
 	pc.conn.Close()
 	if wrote != nil {
 		<-wrote
@@ -221,9 +233,9 @@ func writeRequest(pc *upstreamConn, req *http.Request) error {
 
 // readFinalResponse reads response heads until a final one (1xx other than
 // 101 are informational and dropped).
-func readFinalResponse(pc *upstreamConn, req *http.Request) (*http.Response, error) {
+func readFinalResponse(pc *upstreamConn, req *http.Request, xs *exchScratch) (*http.Response, error) {
 	for {
-		resp, err := readResponse(pc.br, req, &pc.lb)
+		resp, err := readResponse(pc.br, req, &pc.lb, xs)
 		if err != nil {
 			return nil, fmt.Errorf("failed to read the upstream response: %w", err)
 		}
@@ -239,7 +251,7 @@ type upstreamBody struct {
 	rc       io.ReadCloser
 	pc       *upstreamConn
 	t        *h1Transport
-	stop     func() bool
+	stop     exchStop
 	wrote    chan error
 	reusable bool
 	done     bool
@@ -272,7 +284,7 @@ func (b *upstreamBody) finish(eof bool) {
 		return
 	}
 	b.done = true
-	live := b.stop() // false: the context ended and closed the connection
+	live := b.stop.stop() // false: the context ended and closed the connection
 	keep := eof && live && b.reusable
 	if b.wrote != nil {
 		keep = b.settleWrite(keep)
