@@ -68,7 +68,8 @@ func (r *Runner) dataPlane(ctx context.Context) *Area {
 	for _, p := range peerNames {
 		a.Figures = append(a.Figures, peerFigures(mesh, runs.arms[p], p, peerErrs[p])...)
 	}
-	for _, f := range []string{hopFinding(a.Figures), cpuFinding(a.Figures), waitFinding(runs)} {
+	for _, f := range []string{hopFinding(a.Figures), cpuFinding(a.Figures), splitFinding(runs),
+		memoryFloorFinding(env, a.Figures), waitFinding(runs)} {
 		if f != "" {
 			a.Findings = append(a.Findings, f)
 		}
@@ -157,6 +158,8 @@ type sidecarUsage struct {
 	name                string
 	vcpu, mb, anon, pss float64
 	topThread           float64
+	// user and sys split vcpu; switches are context switches per second.
+	user, sys, switches float64
 	err                 error
 }
 
@@ -178,8 +181,11 @@ func watch(procs map[string]int, fn func() error) (map[string]sidecarUsage, erro
 	out := map[string]sidecarUsage{}
 	for name, pid := range procs {
 		s, err := SampleProc(pid)
-		out[name] = sidecarUsage{name: name, vcpu: (s.CPUSeconds - before[name].CPUSeconds) / wall, mb: float64(s.RSSBytes) / 1e6,
-			anon: float64(s.AnonBytes) / 1e6, pss: float64(s.PssBytes) / 1e6, topThread: busiestThreadShare(before[name], s), err: err}
+		b := before[name]
+		out[name] = sidecarUsage{name: name, vcpu: (s.CPUSeconds - b.CPUSeconds) / wall, mb: float64(s.RSSBytes) / 1e6,
+			anon: float64(s.AnonBytes) / 1e6, pss: float64(s.PssBytes) / 1e6, topThread: busiestThreadShare(b, s),
+			user: (s.UserSeconds - b.UserSeconds) / wall, sys: (s.SysSeconds - b.SysSeconds) / wall,
+			switches: float64(s.CtxSwitches-b.CtxSwitches) / wall, err: err}
 	}
 	return out, nil
 }

@@ -94,6 +94,10 @@ type dpRuns struct {
 	rounds int
 	arms   map[string]*armRuns
 	waits  []string
+	// syscalls are system calls per request by arm and proxy role,
+	// counted in one more fixed-rate run (syscallErr: why not).
+	syscalls   map[string]map[string]float64
+	syscallErr error
 }
 
 // interleave runs block for every arm in every round, in rotated order,

@@ -63,6 +63,8 @@ func (r *Runner) measureArms(ctx context.Context, env *meshEnv, arms []dpArm) *d
 		res.gbps, res.bulkCPU = append(res.gbps, bps/1e9), append(res.bulkCPU, cpu)
 		return nil
 	})
+	runs.waits = append(runs.waits, r.waitQuiet(ctx, "system calls"))
+	runs.syscalls, runs.syscallErr = r.countSyscalls(ctx, fo, arms)
 	return runs
 }
 

@@ -20,7 +20,13 @@ var ErrNoProcess = errors.New("no matching process")
 // ProcSample is a process's CPU time and resident memory at one moment.
 type ProcSample struct {
 	CPUSeconds float64
-	RSSBytes   int64
+	// UserSeconds and SysSeconds split CPUSeconds: in the process's own
+	// code and in the kernel on its behalf (system calls, faults).
+	UserSeconds, SysSeconds float64
+	// CtxSwitches are the context switches of its threads (voluntary:
+	// it blocked; involuntary: it was preempted), summed.
+	CtxSwitches int64
+	RSSBytes    int64
 	// AnonBytes is RssAnon: the process's private memory, without the
 	// pages of its (shared, 40+ MB) executable that VmRSS also counts.
 	AnonBytes int64
@@ -47,14 +53,16 @@ func busiestThreadShare(before, after ProcSample) float64 {
 	return top / total
 }
 
-// threadCPU reads the CPU time of each of pid's threads. A thread that
-// ends while it is read is skipped.
-func threadCPU(pid int) (map[int]float64, error) {
+// threadCPU reads the CPU time of each of pid's threads, and their
+// context switches summed. A thread that ends while it is read is
+// skipped.
+func threadCPU(pid int) (map[int]float64, int64, error) {
 	dir := fmt.Sprintf("/proc/%d/task", pid)
 	ents, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, fmt.Errorf("failed to list threads: %w", err)
+		return nil, 0, fmt.Errorf("failed to list threads: %w", err)
 	}
+	var switches int64
 	out := make(map[int]float64, len(ents))
 	for _, e := range ents {
 		tid, err := strconv.Atoi(e.Name())
@@ -68,28 +76,54 @@ func threadCPU(pid int) (map[int]float64, error) {
 		if cpu, err := ParseProcStat(string(st)); err == nil {
 			out[tid] = cpu
 		}
+		if status, err := os.ReadFile(filepath.Join(dir, e.Name(), "status")); err == nil {
+			switches += parseCtxSwitches(string(status))
+		}
 	}
-	return out, nil
+	return out, switches, nil
+}
+
+// parseCtxSwitches sums a /proc/<pid>/task/<tid>/status text's voluntary
+// and involuntary context switches (0 for what is missing).
+func parseCtxSwitches(s string) int64 {
+	var n int64
+	for _, line := range strings.Split(s, "\n") {
+		for _, key := range []string{"voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:"} {
+			if v, ok := strings.CutPrefix(line, key); ok {
+				if c, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil {
+					n += c
+				}
+			}
+		}
+	}
+	return n
 }
 
 // ParseProcStat returns utime+stime in seconds from /proc/<pid>/stat text.
 func ParseProcStat(s string) (float64, error) {
+	user, sys, err := parseProcStatSplit(s)
+	return user + sys, err
+}
+
+// parseProcStatSplit returns utime and stime in seconds from
+// /proc/<pid>/stat text.
+func parseProcStatSplit(s string) (user, sys float64, err error) {
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 {
-		return 0, fmt.Errorf("failed to parse stat: no command field")
+		return 0, 0, fmt.Errorf("failed to parse stat: no command field")
 	}
 	f := strings.Fields(s[i+1:])
 	// Fields after the command start at field 3 (state); utime and stime
 	// are fields 14 and 15.
 	if len(f) < 13 {
-		return 0, fmt.Errorf("failed to parse stat: %d fields", len(f))
+		return 0, 0, fmt.Errorf("failed to parse stat: %d fields", len(f))
 	}
 	ut, err1 := strconv.ParseUint(f[11], 10, 64)
 	st, err2 := strconv.ParseUint(f[12], 10, 64)
 	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("failed to parse stat: bad utime/stime %q %q", f[11], f[12])
+		return 0, 0, fmt.Errorf("failed to parse stat: bad utime/stime %q %q", f[11], f[12])
 	}
-	return float64(ut+st) / clockTicks, nil
+	return float64(ut) / clockTicks, float64(st) / clockTicks, nil
 }
 
 // ParseVmRSS returns VmRSS in bytes from /proc/<pid>/status text.
@@ -120,7 +154,7 @@ func SampleProc(pid int) (ProcSample, error) {
 	if err != nil {
 		return ProcSample{}, fmt.Errorf("failed to read process status: %w", err)
 	}
-	cpu, err := ParseProcStat(string(st))
+	user, sys, err := parseProcStatSplit(string(st))
 	if err != nil {
 		return ProcSample{}, err
 	}
@@ -140,11 +174,12 @@ func SampleProc(pid int) (ProcSample, error) {
 	if err != nil {
 		return ProcSample{}, err
 	}
-	threads, err := threadCPU(pid)
+	threads, switches, err := threadCPU(pid)
 	if err != nil {
 		return ProcSample{}, err
 	}
-	return ProcSample{CPUSeconds: cpu, RSSBytes: rss, AnonBytes: anon, PssBytes: pss, ThreadCPU: threads}, nil
+	return ProcSample{CPUSeconds: user + sys, UserSeconds: user, SysSeconds: sys, CtxSwitches: switches,
+		RSSBytes: rss, AnonBytes: anon, PssBytes: pss, ThreadCPU: threads}, nil
 }
 
 // inode returns the inode a path resolves to (for namespaces: the nsfs inode).

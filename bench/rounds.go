@@ -50,7 +50,7 @@ func medianUsage(rounds []map[string]sidecarUsage) map[string]sidecarUsage {
 		return out
 	}
 	for name := range rounds[0] {
-		var cpu, mb, anon, pss, top []float64
+		var cpu, mb, anon, pss, top, user, sys, sw []float64
 		u := sidecarUsage{name: name}
 		for _, r := range rounds {
 			s, ok := r[name]
@@ -59,11 +59,11 @@ func medianUsage(rounds []map[string]sidecarUsage) map[string]sidecarUsage {
 				break
 			}
 			cpu, mb, anon, pss = append(cpu, s.vcpu), append(mb, s.mb), append(anon, s.anon), append(pss, s.pss)
-			top = append(top, s.topThread)
+			top, user, sys, sw = append(top, s.topThread), append(user, s.user), append(sys, s.sys), append(sw, s.switches)
 		}
 		if u.err == nil {
 			u.vcpu, u.mb, u.anon, u.pss = median(cpu), median(mb), median(anon), median(pss)
-			u.topThread = median(top)
+			u.topThread, u.user, u.sys, u.switches = median(top), median(user), median(sys), median(sw)
 		}
 		out[name] = u
 	}

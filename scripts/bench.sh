@@ -49,6 +49,9 @@ if [[ $AREAS == all || ,$AREAS, == *,dataplane,* || ,$AREAS, == *,gateway,* || ,
 fi
 if [[ $AREAS == all || ,$AREAS, == *,dataplane,* ]]; then
 	without_service_start apt_install nginx libnginx-mod-stream haproxy
+	# perf counts the proxies' system calls per request; the area reports
+	# the rest without it.
+	without_service_start apt_install linux-perf || echo "bench: linux-perf not installed: no system-call counts"
 fi
 FORTIO=()
 if [[ -x bin/fortio ]]; then
