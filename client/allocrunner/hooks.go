@@ -45,7 +45,9 @@ type AllocHookContext struct {
 // roll back after a failed Prerun: only hooks whose Prerun succeeded), and
 // Destroy in reverse order when the allocation is garbage collected. On an
 // agent shutdown none is called: what they set up stays for the next agent.
-// Postrun and Destroy must be idempotent.
+// Postrun also runs, without a Prerun first, for a restored allocation
+// whose tasks all died before the previous agent completed its postrun
+// hooks. Postrun and Destroy must be idempotent.
 type AllocHook interface {
 	Name() string
 	Prerun(ctx context.Context, hc *AllocHookContext) error

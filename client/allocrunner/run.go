@@ -19,17 +19,20 @@ func (ar *AllocRunner) Run() {
 	defer close(ar.waitCh)
 	defer ar.publish()
 	alloc := ar.Alloc()
-	if ar.cfg.Restored && ar.allDead() {
-		return // finished before the agent restarted
-	}
 	if alloc.DesiredStatus == structs.AllocDesiredStatusStop {
 		if !ar.cfg.Restored {
 			ar.markAllDead(nil, false)
 			return
 		}
 		// The stop was recorded but the agent restarted before the tasks
-		// were killed: re-attach, then stop them.
+		// were killed: those not running are never started, the running
+		// ones are re-attached, then stopped.
+		ar.markNotStarted()
 		ar.Kill()
+	}
+	if ar.cfg.Restored && ar.allDead() {
+		ar.finishRestored() // finished before the agent restarted
+		return
 	}
 	ar.publish()
 	if prev := alloc.PreviousAllocation; prev != "" && !ar.cfg.Restored && ar.cfg.PrevAlloc != nil {
@@ -167,15 +170,25 @@ func (ar *AllocRunner) taskUsers() map[string]string {
 	return users
 }
 
-// postrun runs Postrun on the first n hooks, in reverse order.
+// postrun runs Postrun on the first n hooks, in reverse order, then
+// records in the client state that they completed (see finishRestored);
+// after a failure nothing is recorded, so the next restore tries again.
 func (ar *AllocRunner) postrun(n int) {
+	failed := false
 	for i := n - 1; i >= 0; i-- {
 		h := ar.cfg.Hooks[i]
 		ctx, cancel := context.WithTimeout(context.Background(), hookTimeout)
 		if err := h.Postrun(ctx, ar.hc); err != nil {
 			ar.logger.Error("hook postrun failed", "hook", h.Name(), "error", err)
+			failed = true
 		}
 		cancel()
+	}
+	if failed || ar.cfg.State == nil {
+		return
+	}
+	if err := ar.cfg.State.PutPostrunDone(ar.ID()); err != nil {
+		ar.logger.Warn("failed to record that the allocation's postrun hooks completed; they run again after an agent restart", "error", err)
 	}
 }
 

@@ -200,9 +200,17 @@ func (h *SidecarHook) bootstrap(hc *allocrunner.AllocHookContext, tg *structs.Ta
 	})
 }
 
-// Postrun implements allocrunner.AllocHook.
+// Postrun implements allocrunner.AllocHook: the control plane stops
+// serving the allocation's socket, and a socket a previous agent left
+// there (a restored allocation that ended) is removed too.
 func (h *SidecarHook) Postrun(ctx context.Context, hc *allocrunner.AllocHookContext) error {
 	h.d.Sockets.RemoveAllocSocket(hc.Alloc.ID)
+	if hc.AllocDir == nil {
+		return nil
+	}
+	if err := removeStaleSocket(connect.SocketPath(hc.AllocDir.SharedDir)); err != nil {
+		return fmt.Errorf("failed to remove the control plane socket: %w", err)
+	}
 	return nil
 }
 

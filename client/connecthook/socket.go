@@ -28,18 +28,10 @@ var ErrUnsafeSocketDir = errors.New("socket directory is not owned by the agent 
 // other file (a link, a regular file) is moved aside, never followed nor
 // deleted, and logged.
 func prepareSocket(path string, logger hclog.Logger) error {
-	dir := filepath.Dir(path)
-	fi, err := os.Lstat(dir)
-	if err != nil {
-		return fmt.Errorf("failed to check socket directory: %w", err)
-	}
-	if err := ownedByAgent(fi, dir); err != nil {
+	if err := checkSocketDir(filepath.Dir(path)); err != nil {
 		return err
 	}
-	if fi.Mode().Perm()&0o022 != 0 || !fi.IsDir() {
-		return fmt.Errorf("%s (mode %v): %w", dir, fi.Mode(), ErrUnsafeSocketDir)
-	}
-	fi, err = os.Lstat(path)
+	fi, err := os.Lstat(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
@@ -56,6 +48,50 @@ func prepareSocket(path string, logger hclog.Logger) error {
 	logger.Warn("moving an unexpected file away from the control plane socket's path", "path", path, "mode", fi.Mode().String(), "moved_to", aside)
 	if err := os.Rename(path, aside); err != nil {
 		return fmt.Errorf("failed to move unexpected file %s aside: %w", path, err)
+	}
+	return nil
+}
+
+// checkSocketDir refuses a socket directory that is not a real directory
+// (not a link) owned by the agent's user and writable by nobody else.
+func checkSocketDir(dir string) error {
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("failed to check socket directory: %w", err)
+	}
+	if err := ownedByAgent(fi, dir); err != nil {
+		return err
+	}
+	if fi.Mode().Perm()&0o022 != 0 || !fi.IsDir() {
+		return fmt.Errorf("%s (mode %v): %w", dir, fi.Mode(), ErrUnsafeSocketDir)
+	}
+	return nil
+}
+
+// removeStaleSocket removes the agent's socket at path. The control plane
+// removes the sockets it serves, but after an agent restart the one a
+// previous agent served for an allocation that ended is left (this agent
+// never served it). Anything but a socket of the agent's user is left
+// alone; a missing path or directory is success.
+func removeStaleSocket(path string) error {
+	if err := checkSocketDir(filepath.Dir(path)); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	fi, err := os.Lstat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("failed to check socket path: %w", err)
+	}
+	if fi.Mode()&os.ModeSocket == 0 || ownedByAgent(fi, path) != nil {
+		return nil
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("failed to remove stale socket: %w", err)
 	}
 	return nil
 }

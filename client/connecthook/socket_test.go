@@ -165,3 +165,37 @@ func TestLegacySocketPathLinked(t *testing.T) {
 		})
 	}
 }
+
+// TestPostrunRemovesPreviousAgentsSocket: an agent died with an
+// allocation's socket in place; the next agent never served it, yet the
+// Postrun it runs for the restored, ended allocation removes it (it was
+// left until the allocation was garbage collected), twice without error,
+// and leaves a file that is not a socket alone.
+func TestPostrunRemovesPreviousAgentsSocket(t *testing.T) {
+	for _, left := range []string{"socket", "file"} {
+		t.Run(left, func(t *testing.T) {
+			h, hc := socketHook(t, t.TempDir())
+			sock := connect.SocketPath(hc.AllocDir.SharedDir)
+			if left == "socket" {
+				l, err := net.Listen("unix", sock)
+				if err != nil {
+					t.Fatal(err)
+				}
+				l.(*net.UnixListener).SetUnlinkOnClose(false)
+				_ = l.Close()
+			} else if err := os.WriteFile(sock, []byte("not ours"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			hc.Restored = true
+			for i := 0; i < 2; i++ {
+				if err := h.Postrun(context.Background(), hc); err != nil {
+					t.Fatalf("Postrun %d: %v", i+1, err)
+				}
+			}
+			_, err := os.Lstat(sock)
+			if gone := os.IsNotExist(err); gone != (left == "socket") {
+				t.Fatalf("%s at the socket path: gone = %v (%v)", left, gone, err)
+			}
+		})
+	}
+}

@@ -2,7 +2,8 @@
 // <data_dir>/client/state.db (bbolt), kept apart from the server's state as
 // Nomad does: the node ID, every allocation the client runs, each task's
 // driver handle (for recovery after an agent restart) and last TaskState,
-// and each allocation's network status.
+// each allocation's network status, and whether its postrun hooks
+// completed.
 //
 // All methods are safe for concurrent use; each is one bbolt transaction.
 package state
@@ -45,6 +46,8 @@ type Store interface {
 	TaskStates(allocID string) (map[string]*LocalTaskState, error)
 	PutNetworkStatus(allocID string, s *structs.AllocNetworkStatus) error
 	NetworkStatus(allocID string) (*structs.AllocNetworkStatus, error)
+	PutPostrunDone(allocID string) error
+	PostrunDone(allocID string) (bool, error)
 }
 
 var (
@@ -54,6 +57,7 @@ var (
 	keySecret    = []byte("node_secret")
 	keyAlloc     = []byte("alloc")
 	keyNetwork   = []byte("network")
+	keyPostrun   = []byte("postrun_done")
 	taskPrefix   = "task/"
 )
 
@@ -275,4 +279,39 @@ func (d *DB) NetworkStatus(allocID string) (*structs.AllocNetworkStatus, error) 
 		return json.Unmarshal(raw, out)
 	})
 	return out, err
+}
+
+// PutPostrunDone records that the allocation's postrun hooks completed
+// (its services deregistered, its socket and network gone), so a restored
+// terminal allocation does not run them again. An allocation with nothing
+// stored (already forgotten) is left so: the record alone would make an
+// entry without an allocation, which AllocsAndOrphans reports.
+func (d *DB) PutPostrunDone(allocID string) error {
+	return d.update(func(tx *bolt.Tx) error {
+		b, err := allocBucket(tx, allocID, false)
+		if errors.Is(err, ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return b.Put(keyPostrun, []byte{1})
+	})
+}
+
+// PostrunDone reports whether PutPostrunDone was recorded for the
+// allocation. State written before this record existed has none: false,
+// and its terminal allocations run their (idempotent) postrun hooks once
+// more after a restore.
+func (d *DB) PostrunDone(allocID string) (bool, error) {
+	var done bool
+	err := d.view(func(tx *bolt.Tx) error {
+		b, err := allocBucket(tx, allocID, false)
+		if err != nil {
+			return nil
+		}
+		done = b.Get(keyPostrun) != nil
+		return nil
+	})
+	return done, err
 }

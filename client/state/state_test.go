@@ -96,3 +96,40 @@ func TestAllocsAndOrphans(t *testing.T) {
 		t.Fatalf("allocs %v, orphans %v, err %v; want only the orphan recordless", allocs, orphans, err)
 	}
 }
+
+// Whether an allocation's postrun hooks completed survives a reopen; an
+// allocation stored without the record (state of an older meshlet) reads
+// as not done, and recording it for a forgotten allocation leaves no entry.
+func TestPostrunDone(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	db, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"old", "new"} {
+		if err := db.PutAlloc(&structs.Allocation{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.PutPostrunDone("new"); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.PutPostrunDone("forgotten"); err != nil {
+		t.Fatalf("forgotten allocation: %v", err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if db, err = Open(path); err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for id, want := range map[string]bool{"old": false, "new": true, "forgotten": false} {
+		if done, err := db.PostrunDone(id); err != nil || done != want {
+			t.Errorf("%s: PostrunDone = %v, %v; want %v", id, done, err, want)
+		}
+	}
+	if allocs, orphans, err := db.AllocsAndOrphans(); err != nil || len(allocs) != 2 || len(orphans) != 0 {
+		t.Errorf("allocs %d, orphans %v, err %v", len(allocs), orphans, err)
+	}
+}

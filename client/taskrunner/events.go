@@ -114,6 +114,14 @@ func SiblingFailedEvent(sibling string) *structs.TaskEvent {
 	return ev
 }
 
+// NotStartedEvent marks a task dead that is not started because its
+// allocation is stopping (a stop recorded before an agent restart).
+func NotStartedEvent() *structs.TaskEvent {
+	ev := NewEvent(structs.TaskKilled)
+	ev.DisplayMessage = "Task not started because the allocation is stopping"
+	return ev
+}
+
 // SetupFailureEvent reports an allocation setup error on a task.
 func SetupFailureEvent(err error) *structs.TaskEvent {
 	ev := NewEvent(structs.TaskSetupFailure)

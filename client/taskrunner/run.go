@@ -38,15 +38,16 @@ func (tr *TaskRunner) Run() {
 // task is dead or the runner detaches. The caller set tr.ran.
 func (tr *TaskRunner) loop(handle *driver.TaskHandle) {
 	defer tr.closeOnce.Do(func() { close(tr.waitCh) })
+	if handle == nil && tr.skipStart() {
+		return
+	}
 	if tr.cfg.Restored == nil {
 		tr.emit(NewEvent(structs.TaskSetup))
 	}
 	if tr.cfg.TaskHook != nil {
 		defer tr.cfg.TaskHook.Stop()
 	}
-	tr.mu.Lock()
-	reason := tr.replace
-	tr.mu.Unlock()
+	reason := tr.replaceReason()
 	if tr.cfg.TaskHook != nil && handle == nil {
 		// Artifacts before templates, as in Nomad (a template's source
 		// may be a fetched file). A failure is left to the start below,
@@ -84,6 +85,9 @@ func (tr *TaskRunner) loop(handle *driver.TaskHandle) {
 			res = signaledResult(res, req.reason)
 		}
 		d := tr.tracker.Next(time.Now(), res)
+		if d.Restart && tr.skipStart() {
+			return // e.g. a failed recovery: not started again either
+		}
 		if !d.Restart {
 			if !d.Failed && d.Reason == "" {
 				tr.finish(nil, false) // a batch task completed
@@ -109,6 +113,38 @@ func (tr *TaskRunner) loop(handle *driver.TaskHandle) {
 			return
 		}
 	}
+}
+
+// stopping reports whether the task must not be started because its
+// allocation's desired status is stop: a restored allocation whose stop was
+// recorded before the agent restarted (one that arrives stopped never runs
+// its tasks). A poststop task may start: it is part of the stop.
+func (tr *TaskRunner) stopping() bool {
+	lc := tr.cfg.Task.Lifecycle
+	return tr.cfg.Alloc.DesiredStatus == structs.AllocDesiredStatusStop &&
+		(lc == nil || lc.Hook != structs.TaskLifecycleHookPoststop)
+}
+
+// replaceReason is why a recovered task must be stopped and started again
+// ("" = re-attach). A stopping task is killed where it runs instead: its
+// replacement would be a start.
+func (tr *TaskRunner) replaceReason() string {
+	if tr.stopping() {
+		return ""
+	}
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return tr.replace
+}
+
+// skipStart marks the task dead instead of starting it when stopping.
+func (tr *TaskRunner) skipStart() bool {
+	if !tr.stopping() {
+		return false
+	}
+	tr.logger.Info("not starting task: its allocation is stopping")
+	tr.finish(NotStartedEvent(), false)
+	return true
 }
 
 // replaceRecovered stops a recovered task so the loop starts it again; it
