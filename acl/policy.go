@@ -2,13 +2,14 @@ package acl
 
 import (
 	"fmt"
-	"regexp"
 	"strings"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/gohcl"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 	hcljson "github.com/hashicorp/hcl/v2/json"
+
+	"github.com/meshlet/meshlet/internal/lazyre"
 )
 
 // PolicyRules is one parsed policy, as written: dispositions are not
@@ -71,7 +72,7 @@ func (e *ParseError) Unwrap() error { return ErrInvalid }
 const policyFilename = "policy"
 
 // validNamespace is Nomad's rule for namespace labels (globs included).
-var validNamespace = regexp.MustCompile(`^[a-zA-Z0-9*-]{1,128}$`)
+var validNamespace = lazyre.New(`^[a-zA-Z0-9*-]{1,128}$`)
 
 var (
 	rootSchema = &hcl.BodySchema{

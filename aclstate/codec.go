@@ -3,13 +3,13 @@ package aclstate
 import (
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
 	"github.com/meshlet/meshlet/acl"
+	"github.com/meshlet/meshlet/internal/lazyre"
 )
 
 // Limits of ACL objects, as Nomad's.
@@ -26,13 +26,13 @@ const (
 var (
 	// policyNameRe is Nomad's rule for policy names; it keeps them safe
 	// as one key segment.
-	policyNameRe = regexp.MustCompile(`^[a-zA-Z0-9-]{1,128}$`)
+	policyNameRe = lazyre.New(`^[a-zA-Z0-9-]{1,128}$`)
 	// accessorRe admits UUIDs and other plain IDs, one key segment each.
-	accessorRe = regexp.MustCompile(`^[a-zA-Z0-9_.-]{1,128}$`)
+	accessorRe = lazyre.New(`^[a-zA-Z0-9_.-]{1,128}$`)
 	// serviceIdentityRe is Consul's rule for service identity names.
-	serviceIdentityRe = regexp.MustCompile(`^[a-z0-9](?:[a-z0-9_-]{0,254}[a-z0-9])?$`)
+	serviceIdentityRe = lazyre.New(`^[a-z0-9](?:[a-z0-9_-]{0,254}[a-z0-9])?$`)
 	// secretHashRe is the form of acl.HashSecret's output.
-	secretHashRe = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	secretHashRe = lazyre.New(`^[0-9a-f]{64}$`)
 )
 
 // checkPolicyName refuses a name that is not Nomad's policy name form.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"regexp"
 	"slices"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	nomadapi "github.com/hashicorp/nomad/api"
 
 	"github.com/meshlet/meshlet/acl"
+	"github.com/meshlet/meshlet/internal/lazyre"
 )
 
 // The /v1/acl endpoints in Nomad's shapes (nomad/api's ACLTokens and
@@ -26,7 +26,7 @@ import (
 const bootstrapTokenName = "Bootstrap Token"
 
 // validPolicyName is Nomad's rule for policy names.
-var validPolicyName = regexp.MustCompile(`^[a-zA-Z0-9-]{1,128}$`)
+var validPolicyName = lazyre.New(`^[a-zA-Z0-9-]{1,128}$`)
 
 func (s *Server) aclRoutes(mux *http.ServeMux) {
 	for _, m := range []string{"PUT", "POST"} {

@@ -3,9 +3,10 @@ package ca
 import (
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/meshlet/meshlet/internal/lazyre"
 )
 
 // ErrInvalidDNSName: a DNS SAN asked for a leaf is not a DNS name (a
@@ -16,7 +17,7 @@ var ErrInvalidDNSName = errors.New("invalid DNS name")
 const MaxLeafDNSNames = 64
 
 // dnsNameRE is a DNS name with an optional leading "*." label.
-var dnsNameRE = regexp.MustCompile(`^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+var dnsNameRE = lazyre.New(`^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
 // normalizeDNSNames lower-cases, checks, sorts and de-duplicates names.
 func normalizeDNSNames(names []string) ([]string, error) {

@@ -3,8 +3,9 @@ package ca
 import (
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
+
+	"github.com/meshlet/meshlet/internal/lazyre"
 )
 
 // Sentinel errors; test with errors.Is.
@@ -41,7 +42,7 @@ func (id SpiffeID) URI() string {
 }
 
 // dnsLabelRE is what may appear as a DNS SAN label.
-var dnsLabelRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+var dnsLabelRE = lazyre.New(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
 // validToken reports whether s is 1 to maxLen characters of letters,
 // digits, '.', '_' and '-', starting and ending with a letter or digit

@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
-	"regexp"
 	"strings"
 
 	"github.com/coreos/go-iptables/iptables"
+
+	"github.com/meshlet/meshlet/internal/lazyre"
 )
 
 // rule is one "-A" line of `iptables -S`.
@@ -36,7 +37,7 @@ func (r rule) arg(flag string) string {
 // commentTag matches the comments the bridge (ipMasq) and portmap plugins
 // put on their rules: `name: "<network>" id: "<container id>"`, prefixed
 // by "dnat " for portmap.
-var commentTag = regexp.MustCompile(`name: "([^"]*)" id: "([^"]*)"`)
+var commentTag = lazyre.New(`name: "([^"]*)" id: "([^"]*)"`)
 
 // tagOf returns the network and container ID a rule is tagged with.
 func (r rule) tagOf() (network, id string, ok bool) {

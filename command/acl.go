@@ -5,13 +5,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"regexp"
 	"strings"
 	"time"
 
 	nomadapi "github.com/hashicorp/nomad/api"
 
 	"github.com/meshlet/meshlet/acl"
+	"github.com/meshlet/meshlet/internal/lazyre"
 )
 
 // `meshlet acl ...`: Nomad's ACL verbs over the agent's Nomad-shaped
@@ -56,7 +56,7 @@ const maxPolicyFile = 1 << 20
 
 // aclNameRE is Nomad's rule for policy names, also applied to accessor
 // IDs (UUIDs): both go into the request's path, which they must not alter.
-var aclNameRE = regexp.MustCompile(`^[a-zA-Z0-9-]{1,128}$`)
+var aclNameRE = lazyre.New(`^[a-zA-Z0-9-]{1,128}$`)
 
 // jsonFlag adds -json.
 func jsonFlag(fs *flag.FlagSet) *bool {

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"regexp"
 	"strings"
 
+	"github.com/meshlet/meshlet/internal/lazyre"
 	"github.com/meshlet/meshlet/internal/tlsutil"
 )
 
@@ -55,7 +55,7 @@ func (l *stringList) Set(s string) error {
 }
 
 // nodeNameRE is what -node may be: it becomes part of file names.
-var nodeNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+var nodeNameRE = lazyre.New(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 
 func runTLSCACreate(e *env, c *command, args []string) int {
 	fs := newFlags(c)

@@ -2,10 +2,11 @@ package configentry
 
 import (
 	"fmt"
-	"regexp"
 	"strings"
 
 	consul "github.com/hashicorp/consul/api"
+
+	"github.com/meshlet/meshlet/internal/lazyre"
 )
 
 // IngressGateway is the kind of an ingress gateway's entry: its listeners
@@ -14,7 +15,7 @@ const IngressGateway = consul.IngressGateway // "ingress-gateway"
 
 // ingressHostRE is a DNS name with an optional leading "*." label and an
 // optional port.
-var ingressHostRE = regexp.MustCompile(`^(\*\.)?([A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?\.)*[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(:[0-9]{1,5})?$`)
+var ingressHostRE = lazyre.New(`^(\*\.)?([A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?\.)*[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(:[0-9]{1,5})?$`)
 
 // validateIngressGateway applies Consul's rules for an ingress-gateway
 // entry, refusing what meshlet does not run yet (header changes, service

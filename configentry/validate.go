@@ -3,10 +3,11 @@ package configentry
 import (
 	"fmt"
 	"math"
-	"regexp"
 	"strings"
 
 	consul "github.com/hashicorp/consul/api"
+
+	"github.com/meshlet/meshlet/internal/lazyre"
 )
 
 // validate checks one entry on its own, as Consul's Normalize+Validate
@@ -48,10 +49,10 @@ func validate(e Entry) error {
 }
 
 // validName is Consul's service name shape (DNS-compatible, lenient on case).
-var validName = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$`)
+var validName = lazyre.New(`^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$`)
 
 // validSubsetName is Consul's subset name shape.
-var validSubsetName = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`)
+var validSubsetName = lazyre.New(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`)
 
 func checkName(name string) error {
 	switch {

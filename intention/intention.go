@@ -28,9 +28,10 @@ package intention
 import (
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
+
+	"github.com/meshlet/meshlet/internal/lazyre"
 )
 
 // Sentinel errors; test with errors.Is.
@@ -87,7 +88,7 @@ func (ix Intention) String() string {
 func (ix Intention) IsL7() bool { return len(ix.Permissions) > 0 }
 
 // nameRE accepts Consul-style service names.
-var nameRE = regexp.MustCompile(`^[a-zA-Z0-9]([a-zA-Z0-9._-]{0,251}[a-zA-Z0-9])?$`)
+var nameRE = lazyre.New(`^[a-zA-Z0-9]([a-zA-Z0-9._-]{0,251}[a-zA-Z0-9])?$`)
 
 // validName reports whether name is "*" or a service name (no partial
 // wildcard).

@@ -2,10 +2,10 @@ package jobspecs
 
 import (
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 
+	"github.com/meshlet/meshlet/internal/lazyre"
 	"github.com/meshlet/meshlet/structs"
 )
 
@@ -154,7 +154,7 @@ func checkIngressListener(l *structs.ConsulIngressListener, p path, report repor
 
 // hostRE is a DNS name with an optional leading wildcard label, and an
 // optional port (Consul's ingress host rules).
-var hostRE = regexp.MustCompile(`^(\*\.)?([A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?\.)*[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(:[0-9]{1,5})?$`)
+var hostRE = lazyre.New(`^(\*\.)?([A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?\.)*[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(:[0-9]{1,5})?$`)
 
 func checkIngressHosts(s *structs.ConsulIngressService, port int, seen map[string]bool, p path, report reporter) {
 	for _, h := range s.Hosts {

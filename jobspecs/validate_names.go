@@ -4,11 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"regexp"
 	"slices"
 	"strings"
 	"unicode/utf8"
 
+	"github.com/meshlet/meshlet/internal/lazyre"
 	"github.com/meshlet/meshlet/structs"
 )
 
@@ -18,7 +18,7 @@ import (
 const MaxNameBytes = 128
 
 // cniNameRE is the CNI specification's network name.
-var cniNameRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$`)
+var cniNameRE = lazyre.New(`^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$`)
 
 // unsafeRune reports characters that must never appear in a name: C0 and
 // C1 controls, DEL, and the bidirectional formatting characters that make

@@ -4,19 +4,19 @@ import (
 	"fmt"
 	"maps"
 	"net/url"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
+	"github.com/meshlet/meshlet/internal/lazyre"
 	"github.com/meshlet/meshlet/structs"
 )
 
 // connectNameRE is RFC 1123's DNS label, lowercase, as Nomad requires for
 // connect service names.
-var connectNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+var connectNameRE = lazyre.New(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
 // checkNetworks validates the group's network blocks and returns its port
 // labels.

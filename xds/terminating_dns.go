@@ -2,16 +2,17 @@ package xds
 
 import (
 	"fmt"
-	"regexp"
 	"strings"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/meshlet/meshlet/internal/lazyre"
 )
 
 // hostnameRE is a DNS host name (no wildcard, no port).
-var hostnameRE = regexp.MustCompile(`^([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?$`)
+var hostnameRE = lazyre.New(`^([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?$`)
 
 func validHostname(h string) bool { return len(h) <= 253 && hostnameRE.MatchString(h) }
 

@@ -14,10 +14,11 @@ import (
 	"fmt"
 	"math/big"
 	"net"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/meshlet/meshlet/internal/lazyre"
 )
 
 // Roles a certificate is made for. The role is the first label of the
@@ -94,8 +95,8 @@ func orDefault(s, def string) string {
 }
 
 var (
-	labelRE  = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
-	domainRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$`)
+	labelRE  = lazyre.New(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+	domainRE = lazyre.New(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$`)
 )
 
 // GenerateCA makes a self-signed ECDSA P-256 certificate authority and
