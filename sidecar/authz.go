@@ -38,12 +38,14 @@ type authorizer struct {
 
 	// open are the authorized connections, re-checked by reauthorizeLoop.
 	open openConns
-	// cache holds the HTTP filter's cacheable allows (authzcache.go).
+	// cache holds the cacheable allows (authzcache.go).
 	cache authzCache
+	// epochMoved wakes the re-authorization loop when the epoch changes.
+	epochMoved chan struct{}
 }
 
 func newAuthorizer(client checker, token string, log hclog.Logger) *authorizer {
-	return &authorizer{client: client, token: token, log: log, last: map[[2]string]bool{}}
+	return &authorizer{client: client, token: token, log: log, last: map[[2]string]bool{}, epochMoved: make(chan struct{}, 1)}
 }
 
 // authorize decides whether a downstream connection may proceed. down is the

@@ -29,8 +29,8 @@ import (
 // headers, answers without an epoch (other authorization services, L7
 // intentions) and anything before the first epoch arrives. Requests on an
 // open connection may go on under a cached allow until the new epoch
-// arrives (milliseconds; the re-authorization loop also closes a denied
-// pair's connections within reauthInterval).
+// arrives (milliseconds; the new epoch also has the re-authorization loop
+// re-check every open pair at once, see reauthz.go).
 const (
 	// AuthzEpochResource is the RTDS resource carrying the epoch.
 	AuthzEpochResource = "meshlet.authz_epoch"
@@ -68,14 +68,17 @@ type authzCache struct {
 	allowed map[[2]string]struct{}
 }
 
-// setEpoch makes e the current epoch; a change drops every entry.
-func (c *authzCache) setEpoch(e string) {
+// setEpoch makes e the current epoch; a change drops every entry and is
+// reported.
+func (c *authzCache) setEpoch(e string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e != c.epoch {
-		c.epoch = e
-		clear(c.allowed)
+	if e == c.epoch {
+		return false
 	}
+	c.epoch = e
+	clear(c.allowed)
+	return true
 }
 
 // current is the current epoch ("" none).
@@ -109,6 +112,16 @@ func (c *authzCache) allows(key [2]string) bool {
 	return ok && c.epoch != ""
 }
 
+// allowedIn returns the current epoch if key has an allow for it, else "".
+func (c *authzCache) allowedIn(key [2]string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.allowed[key]; ok {
+		return c.epoch
+	}
+	return ""
+}
+
 // drop forgets key (a later check denied it).
 func (c *authzCache) drop(key [2]string) {
 	c.mu.Lock()
@@ -116,12 +129,12 @@ func (c *authzCache) drop(key [2]string) {
 	delete(c.allowed, key)
 }
 
-// httpAuthzWanted reports whether any listener runs the HTTP ext_authz
-// filter: only then does the proxy subscribe to the epoch.
-func httpAuthzWanted(ls []*listenerConfig) bool {
+// authzWanted reports whether any listener runs an ext_authz filter
+// (network or HTTP): only then does the proxy subscribe to the epoch.
+func authzWanted(ls []*listenerConfig) bool {
 	for _, l := range ls {
 		for _, ch := range l.chains() {
-			if ch.http != nil && ch.http.authz != nil {
+			if ch.authz != nil || (ch.http != nil && ch.http.authz != nil) {
 				return true
 			}
 		}

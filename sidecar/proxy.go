@@ -238,7 +238,7 @@ func (p *Proxy) reconcile() {
 	if e := p.store.get(typeRuntime)[AuthzEpochResource]; e != nil {
 		epoch = e.cfg.(*authzEpoch).epoch
 	}
-	p.authz.cache.setEpoch(epoch)
+	p.authz.setEpoch(epoch)
 	warmingClusters := p.clusters.reconcile(p.store.get(typeCluster), p.store.get(typeEndpoint))
 	p.publishRoutes()
 	warmingListeners := p.listeners.reconcile(p.store.get(typeListener), p.listenerWarm)
@@ -324,7 +324,7 @@ func (p *Proxy) wantedNames() map[string]map[string]bool {
 		ls = append(ls, e.cfg.(*listenerConfig))
 	}
 	rtds := map[string]bool{}
-	if httpAuthzWanted(ls) {
+	if authzWanted(ls) {
 		rtds[AuthzEpochResource] = true
 	}
 	return map[string]map[string]bool{typeEndpoint: eds, typeRoute: rds, typeSecret: sds, typeRuntime: rtds}

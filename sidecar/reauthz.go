@@ -20,7 +20,15 @@ import (
 // One Check per identity pair and interval, however many connections (a
 // local call to the node's own agent); 500 ms keeps a deny within 1 s
 // of the change reaching the destination's agent.
-const reauthInterval = 500 * time.Millisecond
+//
+// A pair whose last allow was marked with the authorization epoch the
+// control plane sent last (authzcache.go) is not asked again while that
+// epoch lasts, up to reauthMaxAge: nothing it was decided on has changed.
+// A new epoch re-checks every pair at once instead of at the next tick.
+const (
+	reauthInterval = 500 * time.Millisecond
+	reauthMaxAge   = 30 * time.Second
+)
 
 // liveConns are the authorized connections of one identity pair on one
 // listener (its stats and timeout).
@@ -32,6 +40,10 @@ type liveConns struct {
 	// asks what that connection's check asked (an authorization service
 	// may decide on addresses as well as identities).
 	attrs *authv3.AttributeContext
+	// epoch is the authorization epoch the pair's last allow was marked
+	// with ("" none, or not the current one then), checked when it was.
+	epoch   string
+	checked time.Time
 }
 
 // pairKey names the connections re-checked together: one identity pair
@@ -87,6 +99,7 @@ func (a *authorizer) track(down net.Conn, ourURI string, cfg *authzConfig, st *a
 	}
 	lc.conns[down] = struct{}{}
 	lc.timeout, lc.attrs = cfg.timeout, attrs
+	lc.epoch, lc.checked = a.cache.allowedIn([2]string{src, ourURI}), time.Now()
 	o.mu.Unlock()
 	return func() {
 		o.mu.Lock()
@@ -107,13 +120,27 @@ func (a *authorizer) reauthorizeLoop(ctx context.Context, interval time.Duration
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			a.reauthorize(ctx)
+		case <-a.epochMoved:
+		}
+		a.reauthorize(ctx)
+	}
+}
+
+// setEpoch makes e the current authorization epoch; a change drops the
+// cached allows and has the open connections re-checked at once.
+func (a *authorizer) setEpoch(e string) {
+	if a.cache.setEpoch(e) && e != "" {
+		select {
+		case a.epochMoved <- struct{}{}:
+		default: // a re-check is already due
 		}
 	}
 }
 
 // reauthorize asks once per identity pair and listener and closes the
-// pair's connections on a deny. A failed call keeps them (fail-static).
+// pair's connections on a deny; a pair allowed in the current epoch less
+// than reauthMaxAge ago is skipped. A failed call keeps them
+// (fail-static).
 func (a *authorizer) reauthorize(ctx context.Context) {
 	type pending struct {
 		key     pairKey
@@ -121,19 +148,30 @@ func (a *authorizer) reauthorize(ctx context.Context) {
 		attrs   *authv3.AttributeContext
 		timeout time.Duration
 	}
+	now, cur := time.Now(), a.cache.current()
 	a.open.mu.Lock()
 	pairs := make([]pending, 0, len(a.open.pairs))
 	for k, v := range a.open.pairs {
+		if cur != "" && v.epoch == cur && now.Sub(v.checked) < reauthMaxAge {
+			continue
+		}
 		pairs = append(pairs, pending{k, v, v.attrs, v.timeout})
 	}
 	a.open.mu.Unlock()
 	for _, p := range pairs {
-		if !a.stillAllowed(ctx, [2]string{p.key.src, p.key.dst}, p.attrs, p.timeout) {
+		key := [2]string{p.key.src, p.key.dst}
+		if !a.stillAllowed(ctx, key, p.attrs, p.timeout) {
 			a.closePair(p.key, p.lc)
+			continue
 		}
+		a.open.mu.Lock()
+		p.lc.epoch, p.lc.checked = a.cache.allowedIn(key), now
+		a.open.mu.Unlock()
 	}
 }
 
+// stillAllowed asks again for an open pair. An allow marked with the
+// current epoch is cached (see allowedIn); an error keeps the pair.
 func (a *authorizer) stillAllowed(ctx context.Context, key [2]string, attrs *authv3.AttributeContext, timeout time.Duration) bool {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -148,7 +186,9 @@ func (a *authorizer) stillAllowed(ctx context.Context, key [2]string, attrs *aut
 	a.mu.Lock()
 	a.last[key] = allowed
 	a.mu.Unlock()
-	if !allowed {
+	if allowed {
+		a.cache.put(key, responseEpoch(resp))
+	} else {
 		a.cache.drop(key)
 	}
 	return allowed

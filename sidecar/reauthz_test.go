@@ -14,6 +14,9 @@ import (
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/meshlet/meshlet/internal/testutil"
 )
 
 // addrChecker is an authorization service that decides on addresses as
@@ -125,4 +128,71 @@ func TestReauthorize(t *testing.T) {
 	if got := fake.calls.Load() - before; got != 0 {
 		t.Fatalf("%d re-checks for a connection without a client identity", got)
 	}
+}
+
+// epochChecker allows web, marking each allow with its epoch, until denied.
+type epochChecker struct {
+	deny  atomic.Bool
+	epoch atomic.Pointer[string]
+	calls atomic.Int32
+}
+
+func (c *epochChecker) Check(_ context.Context, req *authv3.CheckRequest, _ ...grpc.CallOption) (*authv3.CheckResponse, error) {
+	c.calls.Add(1)
+	if c.deny.Load() || req.GetAttributes().GetSource().GetPrincipal() != spiffeID("web") {
+		return &authv3.CheckResponse{Status: &rpcstatus.Status{Code: int32(codes.PermissionDenied)}}, nil
+	}
+	md := &structpb.Struct{Fields: map[string]*structpb.Value{AuthzEpochKey: structpb.NewStringValue(*c.epoch.Load())}}
+	return &authv3.CheckResponse{Status: &rpcstatus.Status{Code: int32(codes.OK)}, DynamicMetadata: md}, nil
+}
+
+// TestReauthorizeByEpoch: a pair allowed in the epoch the control plane
+// sent last is not asked again while that epoch lasts (up to
+// reauthMaxAge); a new epoch has it re-checked at once, without waiting
+// for the loop's tick, and a deny then closes its connections.
+func TestReauthorizeByEpoch(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	fake := &epochChecker{}
+	e1 := "boot-1"
+	fake.epoch.Store(&e1)
+	a := newAuthorizer(fake, "", hclog.NewNullLogger())
+	a.setEpoch(e1)
+	<-a.epochMoved // the first epoch: nothing open to re-check yet
+	st := newAuthzStats(newStatsRegistry(), "public")
+	cfg := &authzConfig{timeout: time.Second}
+	down, client := mtlsPair(t, false)
+	if !a.authorize(ctx, cfg, st, down, spiffeID("api")) {
+		t.Fatal("the connection's own check denied it")
+	}
+	defer a.track(down, spiffeID("api"), cfg, st)()
+
+	before := fake.calls.Load()
+	a.reauthorize(ctx)
+	if n := fake.calls.Load() - before; n != 0 {
+		t.Fatalf("%d re-checks of a pair allowed in the current epoch", n)
+	}
+	a.open.mu.Lock()
+	for _, lc := range a.open.pairs {
+		lc.checked = time.Now().Add(-reauthMaxAge - time.Second)
+	}
+	a.open.mu.Unlock()
+	a.reauthorize(ctx)
+	if n := fake.calls.Load() - before; n != 1 {
+		t.Fatalf("%d re-checks of a pair last checked reauthMaxAge ago, want 1", n)
+	}
+
+	// The intentions change: deny, in a new epoch. The loop (its tick an
+	// hour away) re-checks at once and closes the connection.
+	go a.reauthorizeLoop(ctx, time.Hour)
+	fake.deny.Store(true)
+	e2 := "boot-2"
+	fake.epoch.Store(&e2)
+	a.setEpoch(e2)
+	_ = client.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 1)
+	if _, err := client.Read(buf); err == nil {
+		t.Fatal("the denied connection still answers")
+	}
+	testutil.WaitFor(t, 5*time.Second, "reauthorization_closed counted", func() bool { return st.reauthClosed.Load() == 1 })
 }
