@@ -32,7 +32,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.OutDir, "out", "", "output `DIR` for results.json and RESULTS.md (default REPO/bench)")
 	fs.StringVar(&areasFlag, "areas", "", "comma-separated areas to run: dataplane,lifecycle,l7,gateway,controlplane,faults,cluster,clustermesh (default all); "+
 		"a partial run replaces only these areas' sections of the results already in the output dir")
-	fs.IntVar(&o.DataRounds, "data-rounds", dataRounds, "interleaved rounds per data-plane and gateway block (fewer than 3: a smoke run, not a result)")
+	fs.IntVar(&o.DataRounds, "data-rounds", 0, fmt.Sprintf("interleaved rounds per data-plane and gateway block (0: %d; fewer than %d: a smoke run, not a result)", dataPlaneRounds, dataRounds))
 	fs.DurationVar(&o.QuietWait, "quiet-wait", defaultQuietWait, "longest wait for a quiet machine (load under 1.0) before each data-plane block")
 	fs.BoolVar(&o.Keep, "keep", false, "keep the scratch directory (agent logs, profiles) for debugging")
 	if err := fs.Parse(args); err != nil {

@@ -69,12 +69,12 @@ func (r *Runner) measureArms(ctx context.Context, env *meshEnv, arms []dpArm) *d
 }
 
 // roundCount is how many rounds each block runs (Options.DataRounds, or
-// dataRounds).
+// dataPlaneRounds).
 func (r *Runner) roundCount() int {
 	if r.opts.DataRounds > 0 {
 		return r.opts.DataRounds
 	}
-	return dataRounds
+	return dataPlaneRounds
 }
 
 // watchedUsage is the per-process median of the rounds' usage, with
