@@ -31,18 +31,9 @@ func prepareSocket(path string, logger hclog.Logger) error {
 	if err := checkSocketDir(filepath.Dir(path)); err != nil {
 		return err
 	}
-	fi, err := os.Lstat(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("failed to check socket path: %w", err)
-	}
-	if fi.Mode()&os.ModeSocket != 0 && ownedByAgent(fi, path) == nil {
-		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("failed to remove stale socket: %w", err)
-		}
-		return nil
+	fi, err := removeAgentSocket(path)
+	if err != nil || fi == nil {
+		return err
 	}
 	aside := path + ".unexpected-" + strconv.FormatInt(time.Now().UnixNano(), 10)
 	logger.Warn("moving an unexpected file away from the control plane socket's path", "path", path, "mode", fi.Mode().String(), "moved_to", aside)
@@ -80,20 +71,28 @@ func removeStaleSocket(path string) error {
 		}
 		return err
 	}
+	_, err := removeAgentSocket(path)
+	return err
+}
+
+// removeAgentSocket removes path if it is a socket of the agent's user.
+// It returns the info of anything else found there (nil when nothing is
+// left).
+func removeAgentSocket(path string) (os.FileInfo, error) {
 	fi, err := os.Lstat(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return fmt.Errorf("failed to check socket path: %w", err)
+		return nil, fmt.Errorf("failed to check socket path: %w", err)
 	}
 	if fi.Mode()&os.ModeSocket == 0 || ownedByAgent(fi, path) != nil {
-		return nil
+		return fi, nil
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("failed to remove stale socket: %w", err)
+		return nil, fmt.Errorf("failed to remove stale socket: %w", err)
 	}
-	return nil
+	return nil, nil
 }
 
 func ownedByAgent(fi os.FileInfo, path string) error {
