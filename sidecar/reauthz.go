@@ -139,8 +139,8 @@ func (a *authorizer) setEpoch(e string) {
 
 // reauthorize asks once per identity pair and listener and closes the
 // pair's connections on a deny; a pair allowed in the current epoch less
-// than reauthMaxAge ago is skipped. A failed call keeps them
-// (fail-static).
+// than reauthMaxAge ago, whose allow is still cached, is skipped. A failed
+// call keeps them (fail-static).
 func (a *authorizer) reauthorize(ctx context.Context) {
 	type pending struct {
 		key     pairKey
@@ -152,7 +152,10 @@ func (a *authorizer) reauthorize(ctx context.Context) {
 	a.open.mu.Lock()
 	pairs := make([]pending, 0, len(a.open.pairs))
 	for k, v := range a.open.pairs {
-		if cur != "" && v.epoch == cur && now.Sub(v.checked) < reauthMaxAge {
+		// Skipped only while the cache still holds the pair's allow: a
+		// new connection of the pair denied meanwhile dropped it.
+		if cur != "" && v.epoch == cur && now.Sub(v.checked) < reauthMaxAge &&
+			a.cache.allowedIn([2]string{k.src, k.dst}) == cur {
 			continue
 		}
 		pairs = append(pairs, pending{k, v, v.attrs, v.timeout})

@@ -181,6 +181,14 @@ func TestReauthorizeByEpoch(t *testing.T) {
 	if n := fake.calls.Load() - before; n != 1 {
 		t.Fatalf("%d re-checks of a pair last checked reauthMaxAge ago, want 1", n)
 	}
+	// A deny of the pair in the same epoch (its new connection refused)
+	// drops the cached allow: the open connection is asked about at the
+	// next tick, not after reauthMaxAge.
+	a.cache.drop([2]string{spiffeID("web"), spiffeID("api")})
+	a.reauthorize(ctx)
+	if n := fake.calls.Load() - before; n != 2 {
+		t.Fatalf("%d re-checks after the pair's allow was dropped, want 2", n)
+	}
 
 	// The intentions change: deny, in a new epoch. The loop (its tick an
 	// hour away) re-checks at once and closes the connection.
