@@ -186,6 +186,20 @@ func (t *h1Transport) exchange(pc *upstreamConn, req *http.Request, reused bool,
 		return pc.fail(ctx, stop, wrote, err)
 	}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
+		// The relay reads the downstream connection from here on: the
+		// request body, which precedes the new protocol's bytes, must have
+		// been read and written upstream first (while the request's
+		// context lasts).
+		if wrote != nil {
+			select {
+			case err := <-wrote:
+				if err != nil {
+					return pc.fail(ctx, stop, nil, err)
+				}
+			case <-ctx.Done():
+				return pc.fail(ctx, stop, wrote, ctx.Err())
+			}
+		}
 		stop.stop() // the connection manager owns the upgraded connection now
 		resp.Body = &upgradedConn{pc: pc}
 		return resp, nil
