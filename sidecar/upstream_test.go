@@ -318,14 +318,8 @@ func TestHTTPMeshStreamingAndUpgrade(t *testing.T) {
 		resp.Body.Close()
 	}
 
-	c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", m.webPort), waitTimeout)
-	if err != nil {
-		t.Fatalf("failed to dial web: %v", err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(waitTimeout))
+	c, ubr := rawConn(t, m)
 	fmt.Fprintf(c, "GET /upgrade HTTP/1.1\r\nHost: api\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
-	ubr := bufio.NewReader(c)
 	uresp, err := http.ReadResponse(ubr, nil)
 	if err != nil || uresp.StatusCode != http.StatusSwitchingProtocols {
 		t.Fatalf("upgrade response = %v, %v", uresp, err)
@@ -386,18 +380,12 @@ func TestHTTPMeshRouteTimeout(t *testing.T) {
 // relay never read the downstream buffer at once: run with -race).
 func TestHTTPMeshUpgradeWithBody(t *testing.T) {
 	m := newHTTPMesh(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hijackEcho(w) }))
-	c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", m.webPort), waitTimeout)
-	if err != nil {
-		t.Fatalf("failed to dial web: %v", err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(waitTimeout))
+	c, ubr := rawConn(t, m)
 	// The body is still arriving when the upstream's 101 comes back (a
 	// large body behaves so): its rest follows a moment later.
 	fmt.Fprintf(c, "POST /upgrade HTTP/1.1\r\nHost: api\r\nConnection: Upgrade\r\nUpgrade: echo\r\nContent-Length: 6\r\n\r\nhel")
 	time.Sleep(100 * time.Millisecond)
 	fmt.Fprintf(c, "lo ")
-	ubr := bufio.NewReader(c)
 	uresp, err := http.ReadResponse(ubr, nil)
 	if err != nil || uresp.StatusCode != http.StatusSwitchingProtocols {
 		t.Fatalf("upgrade response = %v, %v", uresp, err)
