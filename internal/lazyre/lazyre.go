@@ -16,8 +16,7 @@ import (
 
 // Regexp is a regular expression compiled on first use.
 type Regexp struct {
-	expr string
-	get  func() *regexp.Regexp
+	get func() *regexp.Regexp
 }
 
 // New returns expr, checked now and compiled on first use. It panics if
@@ -26,7 +25,7 @@ func New(expr string) *Regexp {
 	if _, err := syntax.Parse(expr, syntax.Perl); err != nil {
 		panic(`lazyre: New(` + expr + `): ` + err.Error())
 	}
-	return &Regexp{expr: expr, get: sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(expr) })}
+	return &Regexp{get: sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(expr) })}
 }
 
 // MatchString reports whether s contains a match of the expression.
@@ -34,6 +33,3 @@ func (r *Regexp) MatchString(s string) bool { return r.get().MatchString(s) }
 
 // FindStringSubmatch is regexp.Regexp.FindStringSubmatch.
 func (r *Regexp) FindStringSubmatch(s string) []string { return r.get().FindStringSubmatch(s) }
-
-// String returns the source text of the expression.
-func (r *Regexp) String() string { return r.expr }
