@@ -143,11 +143,16 @@ const ownerFile = "owner-id"
 // ID made once and kept in the state directory, so two agents on one
 // daemon never share it, even with the same data_dir (agents in
 // containers that mount one docker.sock; agents of several hosts on one
-// TCP endpoint). If it cannot be kept, the state directory's path (what
-// the label held before) is used.
+// TCP endpoint). If it cannot be kept (or the kept one is unreadable), a
+// random ID that lives only as long as this process labels its
+// containers: never a value another agent could take for its own (its
+// sweeps would remove them), at worst containers left behind after a
+// restart.
 func (d *Driver) owner() string {
 	d.ownerOnce.Do(func() {
-		d.ownerID = d.cfg.StateDir
+		var raw [16]byte
+		_, _ = rand.Read(raw[:])
+		d.ownerID = hex.EncodeToString(raw[:])
 		path := filepath.Join(d.cfg.StateDir, ownerFile)
 		b, err := os.ReadFile(path)
 		switch id := string(bytes.TrimSpace(b)); {
@@ -155,25 +160,20 @@ func (d *Driver) owner() string {
 			d.ownerID = id
 			return
 		case err == nil || !errors.Is(err, os.ErrNotExist):
-			// Lost or unreadable: a new ID would disown every container
-			// labelled with the old one for good. Keep the file for the
-			// operator and label with the state directory meanwhile.
+			// Lost or unreadable: a new kept ID would disown every
+			// container labelled with the old one for good. Keep the file
+			// for the operator; the unkept ID labels containers meanwhile.
 			d.logger.Error("the driver's owner ID is unreadable; containers it labelled before are not swept until it is restored",
 				"path", path, "error", cmp.Or(err, errors.New("empty file")))
 			return
 		}
-		var raw [16]byte
-		_, _ = rand.Read(raw[:])
-		id := hex.EncodeToString(raw[:])
 		if err := os.MkdirAll(d.cfg.StateDir, 0o700); err != nil {
-			d.logger.Warn("cannot keep the driver's owner ID; labelling containers with the state directory", "error", err)
+			d.logger.Warn("cannot keep the driver's owner ID; containers started now are not swept after a restart", "error", err)
 			return
 		}
-		if err := atomicfile.WriteFile(path, []byte(id+"\n"), 0o600); err != nil {
-			d.logger.Warn("cannot keep the driver's owner ID; labelling containers with the state directory", "error", err)
-			return
+		if err := atomicfile.WriteFile(path, []byte(d.ownerID+"\n"), 0o600); err != nil {
+			d.logger.Warn("cannot keep the driver's owner ID; containers started now are not swept after a restart", "error", err)
 		}
-		d.ownerID = id
 	})
 	return d.ownerID
 }

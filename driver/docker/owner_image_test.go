@@ -49,14 +49,22 @@ func TestOwnerIDKeptAndNotReplaced(t *testing.T) {
 	if err := os.WriteFile(path, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// An emptied file is kept for the operator, and the label in use is
+	// one no other agent can take for its own: not the state directory's
+	// path, which another agent with the same data_dir would sweep.
 	d := newDriver()
-	if got := d.owner(); got != dir {
-		t.Errorf("with an empty owner file the label is %q, want the state directory", got)
+	got := d.owner()
+	if len(got) != 32 || got == first || got == dir {
+		t.Errorf("with an empty owner file the label is %q, want a new random ID that is not kept", got)
 	}
 	if b, _ := os.ReadFile(path); len(b) != 0 {
 		t.Errorf("the empty owner file was replaced by %q", b)
 	}
-	if !d.owns(dir) || d.owns(first) || d.owns("") {
+	if !d.owns(got) || d.owns(first) || d.owns("") {
 		t.Error("owns() does not match the label in use")
+	}
+	other := &Driver{cfg: Config{StateDir: dir}, logger: hclog.NewNullLogger()}
+	if other.owns(got) {
+		t.Error("another agent with the same state directory takes the fallback label for its own")
 	}
 }
