@@ -3,8 +3,6 @@ package docker
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -204,15 +202,7 @@ func TestGatewayRuntimeContainer(t *testing.T) {
 	importStandIn(t)
 	a := runtimeAgent(t, runtimeImage, false)
 	port := testutil.FreePort(t)
-	job := filepath.Join(t.TempDir(), "ingress-gw.hcl")
-	src, err := os.ReadFile("input/ingress-gw.hcl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(job, []byte(strings.ReplaceAll(string(src), "PORT", strconv.Itoa(port))), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if r := a.CLI("job", "run", "-detach", job); r.Code != 0 {
+	if r := a.CLI("job", "run", "-detach", "-var", fmt.Sprintf("port=%d", port), "input/ingress-gw.hcl"); r.Code != 0 {
 		t.Fatalf("job run: exit %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
 	}
 	t.Cleanup(func() { a.CLI("job", "stop", "-purge", "ingress-gw") })

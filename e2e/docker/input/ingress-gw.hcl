@@ -1,7 +1,11 @@
 # An ingress gateway group in bridge mode and nothing else: on a node whose
 # connect_proxy driver tries the docker runtime first, meshlet injects
-# connect-ingress-ingress-gw and runs it as the Envoy container. PORT is
-# replaced by the test with a free port.
+# connect-ingress-ingress-gw and runs it as the Envoy container. The test
+# passes a free port.
+variable "port" {
+  type = number
+}
+
 job "ingress-gw" {
   datacenters = ["dc1"]
 
@@ -9,20 +13,20 @@ job "ingress-gw" {
     network {
       mode = "bridge"
       port "tcp" {
-        static = PORT
-        to     = PORT
+        static = var.port
+        to     = var.port
       }
     }
 
     service {
       name = "ingress-gw"
-      port = "PORT"
+      port = "${var.port}"
 
       connect {
         gateway {
           ingress {
             listener {
-              port     = PORT
+              port     = var.port
               protocol = "tcp"
               service {
                 name = "count-api"
