@@ -440,9 +440,10 @@ func TestEndpointChangeReachesAllNodes(t *testing.T) {
 	// no request fails meanwhile.
 	seen := map[string]int{}
 	poll(t, 20*time.Second, "every service-b instance answering through service-a's sidecar", func() (bool, string) {
-		res := tally(c.answers(s1, aID, 16, 0))
+		raw := c.answers(s1, aID, 16, 0)
+		res := tally(raw)
 		if res["fail"] > 0 {
-			t.Fatalf("16 requests after the scale-up: %v, want no failure (endpoints %v)", res, eps)
+			t.Fatalf("16 requests after the scale-up: %v, want no failure (endpoints %v); answers: %q", res, eps, raw)
 		}
 		for k, v := range res {
 			seen[k] += v
