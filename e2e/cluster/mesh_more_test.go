@@ -60,6 +60,29 @@ func scaleMeshJob(t *testing.T, aNode, bNodes string, count int) string {
 		"spread {\n      attribute = \"${node.unique.name}\"\n    }")
 }
 
+// slowMeshJob is scaleMeshJob whose service-b app listens only a second
+// after it starts, as a real service that loads before it serves, and
+// has a TCP check, as such a service declares: an instance takes traffic
+// only once its check passes (Consul's alias check on its sidecar).
+func slowMeshJob(t *testing.T, aNode, bNodes string, count int) string {
+	t.Helper()
+	job := edit(t, "scaleMeshJob", scaleMeshJob(t, aNode, bNodes, count),
+		`command = "${attr.meshlet.binary}"
+        args    = ["demo-app", "hello",`,
+		`command = "/bin/sh"
+        args    = ["-c", "sleep 1; exec \"$0\" \"$@\"", "${attr.meshlet.binary}", "demo-app", "hello",`)
+	return edit(t, "scaleMeshJob", job, `      port = "9001"
+`, `      port = "9001"
+
+      check {
+        name     = "b-listening"
+        type     = "tcp"
+        interval = "1s"
+        timeout  = "1s"
+      }
+`)
+}
+
 // proberJob is sleepJob in bridge mode (no service, no sidecar), one
 // allocation on each of c1 and c2, to probe other allocations from.
 func proberJob(t *testing.T) string {
@@ -395,17 +418,20 @@ func checkPublicListener(t *testing.T, c *cluster, c1, c2 *agent, leafA leafCert
 	}
 }
 
-// TestEndpointChangeReachesAllNodes scales service-b from 1 to 3
+// TestEndpointChangeReachesAllNodes scales service-b from 2 to 4
 // instances spread over c1 and c2, then back to 1, and measures how long
 // service-a's sidecar on c1 takes to route to all of them and to drop the
-// removed ones after the servers' catalog lost them.
+// removed ones after the servers' catalog lost them. The new instances'
+// apps listen a second after they start: no request may reach one before
+// its check passes (without the check, each new instance failed its share
+// of the requests, as it would with Consul and Envoy).
 func TestEndpointChangeReachesAllNodes(t *testing.T) {
 	c := newCluster(t)
 	s1 := c.AddServer("s1", 2, 1)
 	c1, c2 := c.AddClient("c1", 5, s1), c.AddClient("c2", 6, s1)
 	c.WaitNodesReady(60*time.Second, s1, c1, c2)
 
-	c.RunJobCLI(s1, "hello-mesh", scaleMeshJob(t, "c1", "c1|c2", 2))
+	c.RunJobCLI(s1, "hello-mesh", slowMeshJob(t, "c1", "c1|c2", 2))
 	allocs, _ := c.WaitRunning(s1, "hello-mesh", 3, 60*time.Second)
 	aID := c.placements(s1, allocs)["hello-mesh.service-a[0]"].ID
 	c.waitEndpoints(t, s1, aID, 2, 30*time.Second)
@@ -416,7 +442,7 @@ func TestEndpointChangeReachesAllNodes(t *testing.T) {
 
 	// Scale service-b from 2 to 4, as the issue's test asks.
 	updated := time.Now()
-	c.RunJobCLI(s1, "hello-mesh", scaleMeshJob(t, "c1", "c1|c2", 4))
+	c.RunJobCLI(s1, "hello-mesh", slowMeshJob(t, "c1", "c1|c2", 4))
 	allocs, ran := c.WaitRunning(s1, "hello-mesh", 5, 60*time.Second)
 	var bAllocs []*nomadapi.AllocationListStub
 	for _, al := range allocs {
@@ -479,7 +505,7 @@ func checkScaleDown(t *testing.T, c *cluster, s1 *agent, aID string) {
 		}
 		dereg <- -1
 	}()
-	c.RunJobCLI(s1, "hello-mesh", scaleMeshJob(t, "c1", "c1|c2", 1))
+	c.RunJobCLI(s1, "hello-mesh", slowMeshJob(t, "c1", "c1|c2", 1))
 	c.waitEndpoints(t, s1, aID, 1, 30*time.Second)
 	gone := time.Since(down)
 	d := <-dereg
