@@ -196,6 +196,15 @@ func TestCrossNodeMesh(t *testing.T) {
 		return !strings.HasPrefix(res[0], "fail"), res[0]
 	})
 	figure(t, "first cross-node answer after the allocations ran", took)
+	// service-b has no check: an instance takes traffic once its sidecar
+	// listens, perhaps before its app does. Count from when both answer.
+	seen := map[string]int{}
+	poll(t, 30*time.Second, "both service-b instances answering", func() (bool, string) {
+		for _, a := range c.answers(s1, aID, 2, 0) {
+			seen[a]++
+		}
+		return seen["b-0"] > 0 && seen["b-1"] > 0, fmt.Sprint(seen)
+	})
 
 	res := tally(c.answers(s1, aID, 100, 10*time.Millisecond))
 	if res["fail"] > 0 || res["b-0"] < 40 || res["b-1"] < 40 {
