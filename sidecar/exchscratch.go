@@ -19,4 +19,8 @@ type exchScratch struct {
 	hdr  headerScratch
 	body upstreamBody
 	cb   requestBody
+	// abortRead ends a read of the downstream connection in progress (and
+	// every later one): the request body's writer may be waiting for bytes
+	// a stalled client never sends after the upstream already answered.
+	abortRead func()
 }

@@ -103,6 +103,7 @@ func (l *listener) serveHTTP(c *httpConn) bool {
 	h.br.Reset(&h.lim)
 	h.bw = h1Writers.Get().(*bufio.Writer)
 	h.bw.Reset(c.Conn)
+	h.exch.abortRead = func() { _ = c.SetReadDeadline(time.Unix(1, 0)) }
 	st.httpConns.Store(h, struct{}{})
 	defer func() {
 		h.rctx.close()

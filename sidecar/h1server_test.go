@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"maps"
@@ -212,4 +213,79 @@ func TestH1ChangedListenerClosesIdleConnections(t *testing.T) {
 
 func isConnReset(err error) bool {
 	return strings.Contains(err.Error(), "reset by peer")
+}
+
+// A client that sends part of a request body and waits for the answer
+// gets the upstream's early answer at once, then the connection closes:
+// the proxy does not wait for the rest of a body nobody will read.
+func TestH1EarlyResponseStalledBody(t *testing.T) {
+	for _, announce := range []bool{true, false} {
+		t.Run(fmt.Sprintf("connection_close=%v", announce), func(t *testing.T) {
+			held := make(chan struct{})
+			t.Cleanup(func() { close(held) })
+			m := newHTTPMesh(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				if announce {
+					w.Header().Set("Connection", "close")
+					w.WriteHeader(http.StatusUnauthorized)
+					_, _ = io.WriteString(w, "no")
+					return
+				}
+				// net/http would wait for the rest of a small body before
+				// answering: answer on the raw connection and keep it open
+				// without reading.
+				c, _, err := w.(http.Hijacker).Hijack()
+				if err != nil {
+					t.Errorf("hijack: %v", err)
+					return
+				}
+				defer c.Close()
+				_, _ = io.WriteString(c, "HTTP/1.1 401 Unauthorized\r\nContent-Length: 2\r\n\r\nno")
+				<-held
+			}))
+			c, br := rawConn(t, m)
+			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+			fmt.Fprint(c, "POST / HTTP/1.1\r\nHost: api\r\nContent-Length: 100000\r\n\r\n0123456789")
+			start := time.Now()
+			resp, body := readResp(t, br, http.MethodPost)
+			if resp.StatusCode != http.StatusUnauthorized || body != "no" {
+				t.Fatalf("early answer = %d %q, want 401 \"no\"", resp.StatusCode, body)
+			}
+			if _, err := io.Copy(io.Discard, br); err != nil && !isConnReset(err) {
+				t.Fatalf("connection not closed after the early answer (%s): %v", time.Since(start), err)
+			}
+		})
+	}
+}
+
+// The same over HTTP/2 (h2c to the client sidecar): the stream's body is
+// closed instead, and the early answer arrives while the stream is open.
+func TestH2EarlyResponseStalledBody(t *testing.T) {
+	m := newHTTPMesh(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Connection", "close")
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = io.WriteString(w, "no")
+	}))
+	var protos http.Protocols
+	protos.SetUnencryptedHTTP2(true)
+	tr := &http.Transport{Protocols: &protos}
+	t.Cleanup(tr.CloseIdleConnections)
+	pr, pw := io.Pipe()
+	t.Cleanup(func() { pw.Close() })
+	go func() { _, _ = io.WriteString(pw, "0123456789") }() // and no more
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, fmt.Sprintf("http://127.0.0.1:%d/", m.webPort), pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = "api"
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatalf("no early answer over HTTP/2: %v", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.ProtoMajor != 2 || resp.StatusCode != http.StatusUnauthorized || string(b) != "no" {
+		t.Fatalf("early answer = HTTP/%d %d %q, want HTTP/2 401 \"no\"", resp.ProtoMajor, resp.StatusCode, b)
+	}
 }

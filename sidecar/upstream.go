@@ -214,6 +214,9 @@ func (t *h1Transport) exchange(pc *upstreamConn, req *http.Request, reused bool,
 		rc: resp.Body, pc: pc, t: t, stop: stop, wrote: wrote,
 		reusable: !resp.Close && !req.Close && (resp.ContentLength >= 0 || len(resp.TransferEncoding) > 0),
 	}
+	if wrote != nil {
+		body.abortRead = abortBodyRead(req, xs)
+	}
 	resp.Body = body
 	return resp, nil
 }
@@ -269,6 +272,9 @@ type upstreamBody struct {
 	wrote    chan error
 	reusable bool
 	done     bool
+	// abortRead ends the request body writer's read of the downstream
+	// side (set with wrote).
+	abortRead func()
 }
 
 func (b *upstreamBody) Read(p []byte) (int, error) {
@@ -326,8 +332,23 @@ func (b *upstreamBody) settleWrite(keep bool) bool {
 		}
 	}
 	b.pc.conn.Close()
+	// Closing the upstream ends a write; a writer waiting for more of the
+	// body from a client that waits for this answer first is woken by
+	// ending its read (the downstream connection then closes, as Envoy's
+	// does after a response that came before the request's end).
+	b.abortRead()
 	<-b.wrote
 	return false
+}
+
+// abortBodyRead returns what ends a read of req's body in progress: the
+// HTTP/1.1 downstream connection's read deadline (its body is read from
+// the connection itself), or closing an HTTP/2 stream's body.
+func abortBodyRead(req *http.Request, xs *exchScratch) func() {
+	if xs != nil && xs.abortRead != nil {
+		return xs.abortRead
+	}
+	return func() { _ = req.Body.Close() }
 }
 
 // upgradedConn is the body of a 101 response: the connection itself, for
