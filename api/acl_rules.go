@@ -39,12 +39,10 @@ type rule struct {
 	allow func(a authorizer, r *http.Request) bool
 }
 
-// requestNamespace is the namespace a request acts in: ?namespace=, or
-// "default".
+// requestNamespace is the namespace a request acts in: always "default".
 func requestNamespace(r *http.Request) string {
-	if ns := r.URL.Query().Get("namespace"); ns != "" {
-		return ns
-	}
+	// oneNamespace let only "default" and "*" (every namespace: the one
+	// there is) through.
 	return defaultNamespace
 }
 

@@ -335,7 +335,7 @@ func TestACLJobServiceWrite(t *testing.T) {
 		{"task service", taskJob, 403, `service "count-api"`},
 		{"connect sidecar", withGroupService("mesh", &structs.Service{Name: "count-api", PortLabel: "9001",
 			Connect: &structs.ConsulConnect{SidecarService: &structs.ConsulSidecarService{}}}), 403, `service "count-api"`},
-		{"other namespace", func() *structs.Job { j := testJob("ns"); j.Namespace = "prod"; return j }(), 403, "Permission denied"},
+		{"other namespace", func() *structs.Job { j := testJob("ns"); j.Namespace = "prod"; return j }(), 400, `nonexistent namespace "prod"`},
 		{"ingress gateway without mesh write", withGroupService("gw", &structs.Service{Name: "count-dashboard", PortLabel: "8080",
 			Connect: &structs.ConsulConnect{Gateway: &structs.ConsulGateway{Ingress: &structs.ConsulIngressConfigEntry{
 				Listeners: []*structs.ConsulIngressListener{{Port: 8080, Services: []*structs.ConsulIngressService{{Name: "x"}}}}}}}}), 403,

@@ -176,7 +176,8 @@ func allocGroup(a *structs.Allocation) *structs.TaskGroup {
 	return a.Job.LookupTaskGroup(a.TaskGroup)
 }
 
-// checkJobBounds rejects, before the backend sees them, IDs too long to be
+// checkJobBounds rejects, before the backend sees them, a namespace other
+// than "default" (meshlet has one) and IDs too long to be
 // a key (a 40 KB ID failed deep in the state store with a 500, and would
 // be echoed in every validation message). The rest of the job, static
 // ports included, is the backend's validation (jobspecs).
@@ -185,6 +186,9 @@ func checkJobBounds(j *structs.Job) error {
 		if len(v) > MaxIDLength {
 			return fmt.Errorf("%w: %s is %d bytes long, at most %d are allowed", ErrInvalid, what, len(v), MaxIDLength)
 		}
+	}
+	if j.Namespace != "" && j.Namespace != defaultNamespace {
+		return errNoNamespace(j.Namespace)
 	}
 	return nil
 }

@@ -116,7 +116,7 @@ func NewServer(b Backend, logger hclog.Logger, opts ...ServerOption) *Server {
 		o(s)
 	}
 	s.done, s.close = context.WithCancel(context.Background())
-	s.handler = s.recoverer(limitPath(s.enforce(s.routes())))
+	s.handler = s.recoverer(limitPath(oneNamespace(s.enforce(s.routes()))))
 	return s
 }
 
@@ -180,6 +180,25 @@ func limitPath(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// oneNamespace refuses a request for a namespace other than "default"
+// (or "*", all of them): meshlet has one, and every object is in it. The
+// ACL rules check the request's namespace, so a token with rights in
+// another namespace must not reach "default"'s objects through it.
+func oneNamespace(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if ns := r.URL.Query().Get("namespace"); ns != "" && ns != defaultNamespace && ns != "*" {
+			http.Error(w, errNoNamespace(ns).Error(), http.StatusBadRequest)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// errNoNamespace is the answer for a namespace other than "default".
+func errNoNamespace(ns string) error {
+	return fmt.Errorf("%w: nonexistent namespace %q: meshlet has one namespace, %q", ErrInvalid, ns, defaultNamespace)
 }
 
 // readFunc produces a read endpoint's response body.
