@@ -424,7 +424,10 @@ func TestClientStatus(t *testing.T) {
 	}{
 		{map[string]*structs.TaskState{"a": st("pending", false)}, "", "pending"},
 		{map[string]*structs.TaskState{"a": st("running", false), "b": st("pending", false)}, "", "running"},
-		{map[string]*structs.TaskState{"a": st("dead", true), "b": st("running", false)}, "", "running"},
+		// Nomad's order: a failed task fails the allocation while its
+		// siblings are still being stopped (kill_timeout, shutdown_delay).
+		{map[string]*structs.TaskState{"a": st("dead", true), "b": st("running", false)}, "", "failed"},
+		{map[string]*structs.TaskState{"a": st("dead", true), "b": st("pending", false)}, "", "failed"},
 		{map[string]*structs.TaskState{"a": st("dead", true), "b": st("dead", false)}, "", "failed"},
 		{map[string]*structs.TaskState{"a": st("dead", false)}, "", "complete"},
 		{map[string]*structs.TaskState{"a": st("pending", false)}, "boom", "failed"},

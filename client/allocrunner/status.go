@@ -53,9 +53,10 @@ func (ar *AllocRunner) publish() {
 	}
 }
 
-// clientStatus derives the allocation's status from its tasks, as Nomad:
-// failed setup → failed; any task running → running; any pending →
-// pending; any failed → failed; else complete.
+// clientStatus derives the allocation's status from its tasks, as Nomad's
+// getClientStatus: failed setup or any task failed → failed (while the
+// others are still being stopped, too); else any task running → running;
+// any pending → pending; else complete.
 func clientStatus(tasks map[string]*structs.TaskState, setupErr string) (string, string) {
 	if setupErr != "" {
 		return structs.AllocClientStatusFailed, setupErr
@@ -72,12 +73,12 @@ func clientStatus(tasks map[string]*structs.TaskState, setupErr string) (string,
 		}
 	}
 	switch {
+	case failed > 0:
+		return structs.AllocClientStatusFailed, "Failed tasks"
 	case running > 0:
 		return structs.AllocClientStatusRunning, "Tasks are running"
 	case pending > 0:
 		return structs.AllocClientStatusPending, "No tasks have started"
-	case failed > 0:
-		return structs.AllocClientStatusFailed, "Failed tasks"
 	}
 	return structs.AllocClientStatusComplete, "All tasks have completed"
 }
