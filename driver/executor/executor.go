@@ -23,6 +23,7 @@ package executor
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -34,6 +35,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
 
 	"github.com/meshlet/meshlet/driver/internal/cgroups"
 	"github.com/meshlet/meshlet/driver/internal/isolate"
@@ -168,12 +170,34 @@ func (e *executor) wait(cmd *exec.Cmd) waitResult {
 		ws, err := isolate.WaitTask(cmd.Process.Pid)
 		return waitResult{ws: syscall.WaitStatus(ws), err: err}
 	}
+	e.endGroup(cmd.Process.Pid)
 	err := cmd.Wait()
 	if cmd.ProcessState != nil {
 		ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
 		return waitResult{ws: ws}
 	}
 	return waitResult{err: err}
+}
+
+// endGroup waits for the task to exit without reaping it, then kills what
+// is left of its process group: the children it started in the
+// background, which Nomad's executor kills with the task too. The
+// unreaped task keeps its PID, so the group's ID cannot have been reused.
+func (e *executor) endGroup(pid int) {
+	var info unix.Siginfo
+	for {
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, unix.EINTR) {
+			e.logger.Warn("failed to wait for the task", "error", err)
+			return
+		}
+	}
+	if err := unix.Kill(-pid, unix.SIGKILL); err != nil && !errors.Is(err, unix.ESRCH) {
+		e.logger.Warn("failed to kill the task's process group", "error", err)
+	}
 }
 
 // finish records the exit, releases the cgroup, and returns the executor's
