@@ -112,6 +112,13 @@ func (l *listener) handle(c net.Conn) {
 		}
 	}
 	chain := cs.cfg.chain
+	// A TCP relay ends when its client connection is closed by a drain or
+	// a re-authorization: its context closes the upstream side too.
+	relayCtx, endRelay := l.ctx, context.CancelFunc(nil)
+	if chain.tcp != nil {
+		relayCtx, endRelay = l.relayContext(st, c)
+		defer endRelay()
+	}
 	untrack := func() {}
 	if chain.authz != nil {
 		ourURI := ""
@@ -121,10 +128,10 @@ func (l *listener) handle(c net.Conn) {
 		if !l.p.authz.authorize(l.ctx, chain.authz, cs.authzStats, down, ourURI) {
 			return
 		}
-		untrack = l.p.authz.track(down, ourURI, chain.authz, cs.authzStats)
+		untrack = l.p.authz.track(down, ourURI, chain.authz, cs.authzStats, endRelay)
 	}
 	if chain.tcp != nil {
-		l.p.proxyTCP(l.ctx, chain.tcp, cs.tcpStats, down)
+		l.p.proxyTCP(relayCtx, chain.tcp, cs.tcpStats, down)
 		untrack()
 		return
 	}
@@ -132,6 +139,17 @@ func (l *listener) handle(c net.Conn) {
 	if !handedOff {
 		untrack()
 	}
+}
+
+// relayContext is the context of a TCP relay for c, accepted under st:
+// cancelled when the listener ends, when st's drain closes c, or by the
+// returned func.
+func (l *listener) relayContext(st *listenerState, c net.Conn) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(l.ctx)
+	if !st.conns.onClose(c, cancel) {
+		cancel() // drained already
+	}
+	return ctx, cancel
 }
 
 // joinState registers c with the listener's current state, retrying if the

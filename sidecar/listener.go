@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -309,8 +310,11 @@ func (l *listener) drain(timeout time.Duration) {
 
 // connSet tracks a listener's open connections.
 type connSet struct {
-	mu     sync.Mutex
-	m      map[net.Conn]struct{}
+	mu sync.Mutex
+	// m maps each connection to what else closing it ends (nil: nothing):
+	// a TCP relay's upstream side, which a goroutine blocked on it would
+	// otherwise keep open.
+	m      map[net.Conn]func()
 	closed bool
 	idle   chan struct{} // closed when the set becomes empty while waited on
 }
@@ -322,9 +326,21 @@ func (s *connSet) add(c net.Conn) bool {
 		return false
 	}
 	if s.m == nil {
-		s.m = map[net.Conn]struct{}{}
+		s.m = map[net.Conn]func(){}
 	}
-	s.m[c] = struct{}{}
+	s.m[c] = nil
+	return true
+}
+
+// onClose makes closing c (closeAll) call fn too; false when c is not in
+// the set or the set was closed already.
+func (s *connSet) onClose(c net.Conn, fn func()) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.m[c]; !ok || s.closed {
+		return false
+	}
+	s.m[c] = fn
 	return true
 }
 
@@ -364,12 +380,13 @@ func (s *connSet) wait(timeout time.Duration) bool {
 func (s *connSet) closeAll() {
 	s.mu.Lock()
 	s.closed = true
-	conns := make([]net.Conn, 0, len(s.m))
-	for c := range s.m {
-		conns = append(conns, c)
-	}
+	conns := make(map[net.Conn]func(), len(s.m))
+	maps.Copy(conns, s.m)
 	s.mu.Unlock()
-	for _, c := range conns {
+	for c, also := range conns {
 		c.Close()
+		if also != nil {
+			also()
+		}
 	}
 }

@@ -103,7 +103,9 @@ func (l *listener) passthrough(c net.Conn, st *listenerState) {
 		return
 	}
 	down := &peekedConn{Conn: c, r: io.MultiReader(bytes.NewReader(peeked), c)}
-	l.p.proxyTCP(l.ctx, cs.cfg.chain.tcp, cs.tcpStats, down)
+	ctx, cancel := l.relayContext(st, c)
+	defer cancel()
+	l.p.proxyTCP(ctx, cs.cfg.chain.tcp, cs.tcpStats, down)
 }
 
 // peekServerName reads c's TLS client hello and returns its server name

@@ -3,6 +3,7 @@ package sidecar
 import (
 	"context"
 	"crypto/tls"
+	"maps"
 	"net"
 	"sync"
 	"time"
@@ -33,7 +34,9 @@ const (
 // liveConns are the authorized connections of one identity pair on one
 // listener (its stats and timeout).
 type liveConns struct {
-	conns   map[net.Conn]struct{}
+	// conns map each connection to what else closing it ends (nil:
+	// nothing; a TCP relay's upstream side).
+	conns   map[net.Conn]func()
 	timeout time.Duration
 	stats   *authzStats
 	// attrs are the attributes of the last connection admitted: a re-check
@@ -78,9 +81,10 @@ func checkAttributes(down net.Conn, srcURI, ourURI string) *authv3.AttributeCont
 }
 
 // track registers an authorized connection until the returned func is
-// called. A connection without a client identity is not re-checked:
-// intentions are between identities, and Envoy never re-checks at all.
-func (a *authorizer) track(down net.Conn, ourURI string, cfg *authzConfig, st *authzStats) func() {
+// called; closing it on a deny also calls also (if set). A connection
+// without a client identity is not re-checked: intentions are between
+// identities, and Envoy never re-checks at all.
+func (a *authorizer) track(down net.Conn, ourURI string, cfg *authzConfig, st *authzStats, also func()) func() {
 	src := peerURI(down)
 	if src == "" {
 		return func() {}
@@ -94,10 +98,10 @@ func (a *authorizer) track(down net.Conn, ourURI string, cfg *authzConfig, st *a
 	}
 	lc := o.pairs[key]
 	if lc == nil {
-		lc = &liveConns{conns: map[net.Conn]struct{}{}, stats: st}
+		lc = &liveConns{conns: map[net.Conn]func(){}, stats: st}
 		o.pairs[key] = lc
 	}
-	lc.conns[down] = struct{}{}
+	lc.conns[down] = also
 	lc.timeout, lc.attrs = cfg.timeout, attrs
 	lc.epoch, lc.checked = a.cache.allowedIn([2]string{src, ourURI}), time.Now()
 	o.mu.Unlock()
@@ -199,18 +203,18 @@ func (a *authorizer) stillAllowed(ctx context.Context, key [2]string, attrs *aut
 
 func (a *authorizer) closePair(key pairKey, lc *liveConns) {
 	a.open.mu.Lock()
-	conns := make([]net.Conn, 0, len(lc.conns))
-	for c := range lc.conns {
-		conns = append(conns, c)
-	}
+	conns := maps.Clone(lc.conns)
 	a.open.mu.Unlock()
-	for _, c := range conns {
+	for c, also := range conns {
 		// Close the transport, not the TLS layer: a TLS close_notify could
 		// wait behind a write blocked on a slow peer.
 		if tc, ok := c.(*tls.Conn); ok {
 			c = tc.NetConn()
 		}
 		_ = c.Close()
+		if also != nil {
+			also()
+		}
 		lc.stats.reauthClosed.Add(1)
 	}
 	if len(conns) > 0 {

@@ -97,10 +97,11 @@ func TestReauthorize(t *testing.T) {
 	if !a.authorize(ctx, cfg, st, down, spiffeID("api")) {
 		t.Fatal("the connection's own check denied it")
 	}
-	untrack := a.track(down, spiffeID("api"), cfg, st)
+	var relayEnded atomic.Int32 // a TCP relay's upstream side, closed with the connection
+	untrack := a.track(down, spiffeID("api"), cfg, st, func() { relayEnded.Add(1) })
 	a.reauthorize(ctx)
-	if n := st.reauthClosed.Load(); n != 0 {
-		t.Fatalf("the re-check closed %d allowed connections", n)
+	if n := st.reauthClosed.Load(); n != 0 || relayEnded.Load() != 0 {
+		t.Fatalf("the re-check closed %d allowed connections (relays ended: %d)", n, relayEnded.Load())
 	}
 	if _, err := client.Write([]byte("x")); err != nil {
 		t.Fatal(err)
@@ -112,8 +113,8 @@ func TestReauthorize(t *testing.T) {
 
 	fake.deny.Store(true)
 	a.reauthorize(ctx)
-	if n := st.reauthClosed.Load(); n != 1 {
-		t.Fatalf("reauthorization_closed = %d after a deny, want 1", n)
+	if n := st.reauthClosed.Load(); n != 1 || relayEnded.Load() != 1 {
+		t.Fatalf("reauthorization_closed = %d after a deny, want 1 (relays ended: %d, want 1)", n, relayEnded.Load())
 	}
 	_ = client.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, err := client.Read(buf); err == nil {
@@ -123,7 +124,7 @@ func TestReauthorize(t *testing.T) {
 
 	anon, _ := mtlsPair(t, true)
 	before := fake.calls.Load()
-	defer a.track(anon, spiffeID("api"), cfg, st)()
+	defer a.track(anon, spiffeID("api"), cfg, st, nil)()
 	a.reauthorize(ctx)
 	if got := fake.calls.Load() - before; got != 0 {
 		t.Fatalf("%d re-checks for a connection without a client identity", got)
@@ -165,7 +166,7 @@ func TestReauthorizeByEpoch(t *testing.T) {
 	if !a.authorize(ctx, cfg, st, down, spiffeID("api")) {
 		t.Fatal("the connection's own check denied it")
 	}
-	defer a.track(down, spiffeID("api"), cfg, st)()
+	defer a.track(down, spiffeID("api"), cfg, st, nil)()
 
 	before := fake.calls.Load()
 	a.reauthorize(ctx)
