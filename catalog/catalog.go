@@ -113,6 +113,17 @@ type ServiceInstance struct {
 // and the servers' sweep of down nodes leaves such nodes alone.
 const ExternalNodePrefix = "_external-"
 
+// ReservedIDPrefix starts the ID of every instance meshlet registers for
+// a job ("_nomad-task-…", Nomad's convention); registrations of services
+// outside the mesh may not use it.
+const ReservedIDPrefix = "_nomad-"
+
+// ErrIDTaken: a registration of a service outside the mesh names the ID
+// of another node's instance or of a job's (ReservedIDPrefix). Consul
+// scopes service IDs to their node; this catalog keys instances by ID
+// alone, so a second node's instance needs its own ID.
+var ErrIDTaken = errors.New("service ID taken")
+
 // Check is one health check of an instance and its last result.
 type Check struct {
 	ID     string

@@ -3,6 +3,7 @@ package consulapi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"strings"
@@ -54,12 +55,24 @@ func (s *Server) catalogRegister(w http.ResponseWriter, r *http.Request) {
 		s.failFor(w, r, err)
 		return
 	}
+	if cur, ok := s.d.Catalog.Get(inst.ID); ok && cur.NodeID != inst.NodeID {
+		s.failFor(w, r, idTaken(inst.ID, cur))
+		return
+	}
 	ctx := acl.ContextWithSecret(r.Context(), requestSecret(r))
 	if err := s.writeExternal(ctx, inst, false); err != nil {
 		s.failFor(w, r, err)
 		return
 	}
 	s.writeJSON(w, s.d.Catalog.Index(), true)
+}
+
+func idTaken(id string, cur catalog.ServiceInstance) error {
+	node := strings.TrimPrefix(cur.NodeID, catalog.ExternalNodePrefix)
+	if !strings.HasPrefix(cur.NodeID, catalog.ExternalNodePrefix) {
+		node = cur.NodeName + " (a mesh instance)"
+	}
+	return fmt.Errorf("%w: service ID %q is registered on node %s; give this instance its own ID", catalog.ErrIDTaken, id, node)
 }
 
 // catalogDeregister removes one instance registered through
@@ -95,6 +108,8 @@ func checkExternalIDs(node, serviceID string) error {
 		return badRequest("missing service ID (meshlet registers and deregisters one service at a time)")
 	case strings.ContainsAny(node+serviceID, "/\x00"):
 		return badRequest("node name and service ID may not contain '/'")
+	case strings.HasPrefix(serviceID, catalog.ReservedIDPrefix):
+		return badRequest("service ID %q: IDs starting with %q are the instances meshlet registers for jobs", serviceID, catalog.ReservedIDPrefix)
 	}
 	return nil
 }
@@ -161,6 +176,9 @@ func (s *Server) writeExternal(ctx context.Context, inst catalog.ServiceInstance
 		return ErrCatalogWriteUnsupported
 	}
 	if !remove {
+		if cur, ok := c.Get(inst.ID); ok && cur.NodeID != inst.NodeID {
+			return idTaken(inst.ID, cur)
+		}
 		c.Register(inst)
 		return nil
 	}

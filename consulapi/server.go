@@ -32,6 +32,7 @@ import (
 	"github.com/meshlet/meshlet/acl"
 	"github.com/meshlet/meshlet/authz"
 	"github.com/meshlet/meshlet/ca"
+	"github.com/meshlet/meshlet/catalog"
 	"github.com/meshlet/meshlet/intention"
 	"github.com/meshlet/meshlet/internal/httpsrv"
 )
@@ -192,7 +193,7 @@ func (s *Server) failFor(w http.ResponseWriter, r *http.Request, err error) {
 		code = http.StatusNotImplemented
 	case errors.Is(err, intention.ErrNotFound):
 		code = http.StatusNotFound
-	case errors.Is(err, intention.ErrExists):
+	case errors.Is(err, intention.ErrExists), errors.Is(err, catalog.ErrIDTaken):
 		code = http.StatusConflict
 	case errors.Is(err, ca.ErrSignRefused), errors.Is(err, acl.ErrPermissionDenied), errors.Is(err, acl.ErrTokenNotFound):
 		// The last two: the servers refused a client agent's forwarded

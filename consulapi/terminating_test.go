@@ -1,6 +1,7 @@
 package consulapi
 
 import (
+	"github.com/meshlet/meshlet/catalog"
 	"reflect"
 	"strings"
 	"testing"
@@ -99,5 +100,39 @@ func TestCatalogRegisterACL(t *testing.T) {
 	wantStatus(t, "deregister without node write", err, 403, "Permission denied")
 	if _, err := f.as(t, f.mgmt).Catalog().Deregister(&consul.CatalogDeregistration{Node: "legacy", ServiceID: "web-ext"}, nil); err != nil {
 		t.Fatalf("management deregister: %v", err)
+	}
+}
+
+// Service IDs key this catalog across nodes: a registration may not take
+// another external node's ID, a mesh instance's, or one of the IDs
+// meshlet gives jobs' instances; the instance that holds it stays.
+func TestCatalogRegisterKeepsOthersIDs(t *testing.T) {
+	f, _ := configFixture(t)
+	f.cat.Register(catalog.ServiceInstance{ID: "web-1", Name: "web", Address: "10.0.0.1", Port: 8080, NodeID: "n1", NodeName: "c1", Healthy: true, Connect: true})
+	first := &consul.CatalogRegistration{Node: "ext-a", Address: "192.0.2.1", Service: &consul.AgentService{Service: "legacy", Port: 80}}
+	if _, err := f.client.Catalog().Register(first, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		reg  *consul.CatalogRegistration
+		want string
+	}{
+		{"another external node's ID", &consul.CatalogRegistration{Node: "ext-b", Address: "192.0.2.2",
+			Service: &consul.AgentService{Service: "legacy", Port: 80}}, `409 (service ID taken: service ID "legacy" is registered on node ext-a`},
+		{"a mesh instance's ID", &consul.CatalogRegistration{Node: "evil", Address: "192.0.2.66",
+			Service: &consul.AgentService{ID: "web-1", Service: "other", Port: 80}}, `409 (service ID taken: service ID "web-1" is registered on node c1 (a mesh instance)`},
+		{"a job instance's ID", &consul.CatalogRegistration{Node: "evil", Address: "192.0.2.66",
+			Service: &consul.AgentService{ID: "_nomad-task-x-group-web-web-8080", Service: "web", Port: 80}}, `400 (bad request: service ID "_nomad-task-x-group-web-web-8080": IDs starting with "_nomad-"`},
+	} {
+		if _, err := f.client.Catalog().Register(tc.reg, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: Register = %v, want %s", tc.name, err, tc.want)
+		}
+	}
+	if got, ok := f.cat.Get("legacy"); !ok || got.NodeID != "_external-ext-a" || got.Address != "192.0.2.1" {
+		t.Errorf("ext-a's legacy after the refusals = %+v (%v)", got, ok)
+	}
+	if got, ok := f.cat.Get("web-1"); !ok || got.Name != "web" || got.NodeID != "n1" {
+		t.Errorf("the mesh instance web-1 after the refusals = %+v (%v)", got, ok)
 	}
 }

@@ -148,11 +148,43 @@ func parseAllocKey(rest string) (nodeID, allocID string, ok bool) {
 // PutExternal stores an instance registered through /v1/catalog/register
 // (a service outside the mesh) as the one instance of its allocation
 // inst.AllocID on its external node inst.NodeID.
+//
+// Instance IDs are the catalog's key, across nodes: an ID another external
+// node registered is refused (catalog.ErrIDTaken), as is one of the IDs
+// meshlet gives the instances of jobs, so a registration cannot replace
+// another node's instance or a mesh service's.
 func (s *Store) PutExternal(ctx context.Context, inst catalog.ServiceInstance) error {
 	if err := checkExternal(inst); err != nil {
 		return err
 	}
+	if owner, err := s.externalIDOwner(ctx, inst.ID); err != nil {
+		return err
+	} else if owner != "" && owner != inst.NodeID {
+		return fmt.Errorf("%w: service ID %q is registered on node %q; give this instance its own ID",
+			catalog.ErrIDTaken, inst.ID, strings.TrimPrefix(owner, catalog.ExternalNodePrefix))
+	}
 	return s.PutAlloc(ctx, inst.NodeID, inst.AllocID, []catalog.ServiceInstance{inst})
+}
+
+// externalIDOwner is the external node holding an instance with ID id, or
+// "" when none does.
+func (s *Store) externalIDOwner(ctx context.Context, id string) (string, error) {
+	ctx, cancel := s.callCtx(ctx)
+	defer cancel()
+	dir := s.prefix + catalogDir + catalog.ExternalNodePrefix
+	resp, err := s.c.Get(ctx, dir, clientv3.WithPrefix())
+	if err != nil {
+		return "", fmt.Errorf("failed to read the external registrations: %w", err)
+	}
+	for _, kv := range resp.Kvs {
+		insts, _ := decodeInstances(kv.Value)
+		for _, in := range insts {
+			if in.ID == id {
+				return in.NodeID, nil
+			}
+		}
+	}
+	return "", nil
 }
 
 // DeleteExternal removes what PutExternal stored for inst's allocation.
@@ -169,6 +201,10 @@ func checkExternal(inst catalog.ServiceInstance) error {
 	}
 	if inst.Kind != "" {
 		return fmt.Errorf("%w: an external service cannot be of kind %q", ErrInvalid, inst.Kind)
+	}
+	if strings.HasPrefix(inst.ID, catalog.ReservedIDPrefix) {
+		return fmt.Errorf("%w: service ID %q: IDs starting with %q are the instances meshlet registers for jobs",
+			catalog.ErrIDTaken, inst.ID, catalog.ReservedIDPrefix)
 	}
 	return nil
 }

@@ -185,3 +185,36 @@ func TestCatalogCorruptValue(t *testing.T) {
 		t.Fatalf("repair did not overwrite the corrupt value: %+v", got)
 	}
 }
+
+// An external registration may not take the ID another external node's
+// instance has, nor one of the IDs meshlet gives jobs' instances: the
+// servers refuse it even when the calling agent's catalog view lagged.
+func TestPutExternalKeepsOthersIDs(t *testing.T) {
+	s := openTest(t, newClient(t), testPrefix(t))
+	ctx := ctxT(t, 20*time.Second)
+	ext := func(node, id string) catalog.ServiceInstance {
+		return catalog.ServiceInstance{ID: id, Name: "legacy", NodeID: catalog.ExternalNodePrefix + node, AllocID: "svc-" + id}
+	}
+	if err := s.PutExternal(ctx, ext("a", "legacy")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutExternal(ctx, ext("a", "legacy")); err != nil {
+		t.Fatalf("re-registering on the same node: %v", err)
+	}
+	if err := s.PutExternal(ctx, ext("b", "legacy")); !errors.Is(err, catalog.ErrIDTaken) || !strings.Contains(err.Error(), `on node "a"`) {
+		t.Fatalf("the same ID on another node: %v, want ErrIDTaken naming node a", err)
+	}
+	if err := s.PutExternal(ctx, ext("b", "_nomad-task-x-group-web-web-80")); !errors.Is(err, catalog.ErrIDTaken) {
+		t.Fatalf("a job instance's ID: %v, want ErrIDTaken", err)
+	}
+	regs, err := s.NodeRegs(ctx, catalog.ExternalNodePrefix+"b")
+	if err != nil || len(regs) != 0 {
+		t.Fatalf("node b's registrations after the refusals = %v, %v; want none", regs, err)
+	}
+	if err := s.DeleteExternal(ctx, ext("a", "legacy")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutExternal(ctx, ext("b", "legacy")); err != nil {
+		t.Fatalf("the ID once node a deregistered it: %v", err)
+	}
+}
