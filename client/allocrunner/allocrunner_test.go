@@ -278,6 +278,8 @@ func TestIsolatedTaskSeesInsidePaths(t *testing.T) {
 	}
 }
 
+// Whatever stops an allocation, its PreKill hooks run first (services
+// leave the catalog before any task is killed), as Nomad's killTasks.
 func TestFailures(t *testing.T) {
 	tests := []struct {
 		name       string
@@ -294,13 +296,13 @@ func TestFailures(t *testing.T) {
 			script:     map[string]fakedriver.Behavior{"init": {ExitAfter: time.Millisecond, Exit: driver.ExitResult{ExitCode: 3}}},
 			wantStatus: structs.AllocClientStatusFailed, notStarted: []string{"app"},
 			wantEvent: map[string]string{"init": structs.TaskNotRestarting, "app": structs.TaskSiblingFailed},
-			wantHooks: "prerun a restored=false,postrun a"},
+			wantHooks: "prerun a restored=false,prekill a,postrun a"},
 		{name: "main failure kills siblings",
 			tasks:      []*structs.Task{task("app", "", false), task("other", "", false)},
 			script:     map[string]fakedriver.Behavior{"app": {ExitAfter: 20 * time.Millisecond, Exit: driver.ExitResult{ExitCode: 1}}},
 			wantStatus: structs.AllocClientStatusFailed,
 			wantEvent:  map[string]string{"app": structs.TaskNotRestarting, "other": structs.TaskSiblingFailed},
-			wantHooks:  "prerun a restored=false,postrun a"},
+			wantHooks:  "prerun a restored=false,prekill a,postrun a"},
 		{name: "hook failure rolls back and starts nothing",
 			tasks:      []*structs.Task{task("app", "", false)},
 			hookErr:    errors.New(`CNI plugin "bridge" not found in /opt/cni/bin; run make cni or set cni_path`),
@@ -313,7 +315,7 @@ func TestFailures(t *testing.T) {
 			script:     map[string]fakedriver.Behavior{"app": {ExitAfter: 20 * time.Millisecond}},
 			wantStatus: structs.AllocClientStatusComplete,
 			wantEvent:  map[string]string{"proxy": structs.TaskKilled, "app": structs.TaskTerminated},
-			wantHooks:  "prerun a restored=false,postrun a"},
+			wantHooks:  "prerun a restored=false,prekill a,postrun a"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

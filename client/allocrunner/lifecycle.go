@@ -8,9 +8,11 @@ import (
 	"github.com/meshlet/meshlet/structs"
 )
 
-// phases groups an allocation's task runners by lifecycle.
+// phases groups an allocation's task runners by lifecycle: sidecars are
+// the prestart ones with sidecar = true, poststartSidecars the poststart
+// ones; prestart and poststart are the ephemeral ones.
 type phases struct {
-	prestart, sidecars, main, poststart, poststop []*taskrunner.TaskRunner
+	prestart, sidecars, main, poststart, poststartSidecars, poststop []*taskrunner.TaskRunner
 }
 
 func (ar *AllocRunner) classify() phases {
@@ -25,6 +27,8 @@ func (ar *AllocRunner) classify() phases {
 			p.sidecars = append(p.sidecars, tr)
 		case lc.Hook == structs.TaskLifecycleHookPrestart:
 			p.prestart = append(p.prestart, tr)
+		case lc.Hook == structs.TaskLifecycleHookPoststart && lc.Sidecar:
+			p.poststartSidecars = append(p.poststartSidecars, tr)
 		case lc.Hook == structs.TaskLifecycleHookPoststart:
 			p.poststart = append(p.poststart, tr)
 		case lc.Hook == structs.TaskLifecycleHookPoststop:
@@ -92,32 +96,34 @@ func (ar *AllocRunner) runTasks() bool {
 	}
 	failed := firstFailed(p.prestart, p.sidecars)
 	if r == killed || failed != "" {
-		return ar.stopTasks(p, r == killed, stopCause(failed, false))
+		return ar.stopTasks(p, stopCause(failed, false))
 	}
 	start(p.main)
 	poststart := false
 	for {
 		if !poststart && allStarted(p.main) {
-			start(p.poststart)
+			start(p.poststart, p.poststartSidecars)
 			poststart = true
 		}
 		// A sidecar or poststart task that fails for good (its restarts
 		// spent) fails the allocation as a main task does, as Nomad: the
 		// app must not go on without its proxy.
-		if failed := firstFailed(p.main, p.sidecars, p.poststart); failed != "" {
-			return ar.stopTasks(p, false, stopCause(failed, false))
+		if failed := firstFailed(p.main, p.sidecars, p.poststart, p.poststartSidecars); failed != "" {
+			return ar.stopTasks(p, stopCause(failed, false))
 		}
 		if leader := deadLeader(p.main); leader != "" {
-			return ar.stopTasks(p, false, stopCause(leader, true))
+			return ar.stopTasks(p, stopCause(leader, true))
 		}
-		if allDead(p.main) {
-			return ar.stopTasks(p, false, nil)
+		// Done when only sidecars are left: an ephemeral poststart task
+		// (a notifier, a smoke test) runs to its end, as Nomad's.
+		if allDead(p.main) && (!poststart || allDead(p.poststart)) {
+			return ar.stopTasks(p, nil)
 		}
 		switch ar.waitOnce(true) {
 		case shutdown:
 			return false
 		case killed:
-			return ar.stopTasks(p, true, nil)
+			return ar.stopTasks(p, nil)
 		}
 	}
 }
@@ -135,27 +141,30 @@ func stopCause(task string, leader bool) *structs.TaskEvent {
 	return taskrunner.SiblingFailedEvent(task)
 }
 
-// stopTasks stops the allocation: on a requested stop it first waits for
-// the group's shutdown_delay and calls PreKill hooks; then main and
-// poststart tasks are killed, then the prestart tasks and sidecars, then
-// the poststop tasks run to completion. It returns false on a shutdown.
-func (ar *AllocRunner) stopTasks(p phases, requested bool, cause *structs.TaskEvent) bool {
-	if requested {
-		for _, h := range ar.cfg.Hooks {
-			if pk, ok := h.(PreKillHook); ok {
-				pk.PreKill(ar.ctx, ar.hc)
-			}
-		}
-		if d := ar.groupShutdownDelay(); d > 0 && !allDead(p.main) {
-			select {
-			case <-time.After(d):
-			case <-ar.shutdownCh:
-				return false
-			}
+// stopTasks stops the allocation, whatever the cause (a stop, a failed
+// task, a dead leader, the main tasks done), in Nomad's order: the PreKill
+// hooks (services leave the catalog) and, while main tasks live, the
+// group's shutdown_delay; then the leader, and once it is dead the other
+// tasks but the sidecars; then the sidecars (prestart and poststart);
+// then the poststop tasks run to completion. It returns false on a
+// shutdown.
+func (ar *AllocRunner) stopTasks(p phases, cause *structs.TaskEvent) bool {
+	for _, h := range ar.cfg.Hooks {
+		if pk, ok := h.(PreKillHook); ok {
+			pk.PreKill(ar.ctx, ar.hc)
 		}
 	}
-	ar.killAll(cause, p.main, p.poststart)
-	ar.killAll(cause, p.sidecars, p.prestart)
+	if d := ar.groupShutdownDelay(); d > 0 && !allDead(p.main) {
+		select {
+		case <-time.After(d):
+		case <-ar.shutdownCh:
+			return false
+		}
+	}
+	leaders, others := splitLeaders(p.main)
+	ar.killAll(cause, leaders)
+	ar.killAll(cause, others, p.poststart, p.prestart)
+	ar.killAll(cause, p.sidecars, p.poststartSidecars)
 	if ar.isShutdown() {
 		return false
 	}
@@ -233,6 +242,18 @@ func firstFailed(lists ...[]*taskrunner.TaskRunner) string {
 		}
 	}
 	return ""
+}
+
+// splitLeaders separates the leader tasks from the others.
+func splitLeaders(trs []*taskrunner.TaskRunner) (leaders, others []*taskrunner.TaskRunner) {
+	for _, tr := range trs {
+		if tr.Task().Leader {
+			leaders = append(leaders, tr)
+		} else {
+			others = append(others, tr)
+		}
+	}
+	return leaders, others
 }
 
 func deadLeader(trs []*taskrunner.TaskRunner) string {
