@@ -195,8 +195,12 @@ type Catalog struct {
 }
 
 // New returns an empty catalog.
+//
+// An empty catalog is at index 1, not 0: the Consul-shaped API reports 1
+// for both (Consul never answers 0), so the first change must move the
+// index past what a blocking query on the empty catalog waits on.
 func New() *Catalog {
-	return &Catalog{instances: map[string]*ServiceInstance{}}
+	return &Catalog{instances: map[string]*ServiceInstance{}, index: 1}
 }
 
 // Register adds or replaces an instance (by ID).

@@ -78,7 +78,7 @@ func TestAllSortedCopies(t *testing.T) {
 	if want := []string{"db-1", "db-1-sidecar-proxy", "web-2"}; !reflect.DeepEqual(ids, want) {
 		t.Fatalf("All() IDs = %v, want %v", ids, want)
 	}
-	if all[2].NodeID != "n2" || all[2].ModifyIndex != 1 || all[1].Proxy == nil || all[1].Kind != KindConnectProxy {
+	if all[2].NodeID != "n2" || all[2].ModifyIndex != 2 || all[1].Proxy == nil || all[1].Kind != KindConnectProxy {
 		t.Fatalf("All() lost fields: %+v", all)
 	}
 	all[2].Tags[0] = "mutated"

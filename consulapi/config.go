@@ -256,17 +256,24 @@ func (m *memoryConfigWriter) PutConfigEntry(_ context.Context, e configentry.Ent
 	if err := set.Check(e); err != nil {
 		return false, index, err
 	}
-	created := index + 1
+	next := nextIndex(index)
+	created := next
 	if cur != nil {
 		created = cur.GetCreateIndex()
 	}
-	stored, err := withIndexes(e, created, index+1)
+	stored, err := withIndexes(e, created, next)
 	if err != nil {
 		return false, index, err
 	}
-	m.reg.Replace(set.With(stored), index+1)
-	return true, index + 1, nil
+	m.reg.Replace(set.With(stored), next)
+	return true, next, nil
 }
+
+// nextIndex is the index after one change of a store at index. An empty
+// store's (0) first change makes it 2: X-Consul-Index reports 0 as 1
+// (Consul never answers 0), and a blocking query on the empty store must
+// see the first change as one.
+func nextIndex(index uint64) uint64 { return max(index, 1) + 1 }
 
 func (m *memoryConfigWriter) DeleteConfigEntry(_ context.Context, k configentry.Key, cas *uint64) (bool, uint64, error) {
 	m.mu.Lock()
@@ -282,8 +289,9 @@ func (m *memoryConfigWriter) DeleteConfigEntry(_ context.Context, k configentry.
 	if err := set.CheckDelete(k); err != nil {
 		return false, index, err
 	}
-	m.reg.Replace(set.Without(k), index+1)
-	return true, index + 1, nil
+	next := nextIndex(index)
+	m.reg.Replace(set.Without(k), next)
+	return true, next, nil
 }
 
 // withIndexes returns a copy of e with its CreateIndex and ModifyIndex set.

@@ -61,7 +61,7 @@ func (st State) Upsert(in Intention, replace bool, now time.Time) (State, Intent
 	case ix.ID != "" && (i < 0 || st.Intentions[i].ID != ix.ID):
 		return st, Intention{}, fmt.Errorf("%w: ID %q does not name the intention %s => %s (IDs are assigned by the store)", ErrInvalid, ix.ID, ix.SourceName, ix.DestinationName)
 	}
-	index := st.Index + 1
+	index := st.nextIndex()
 	ix.UpdatedAt, ix.ModifyIndex = now, index
 	if i >= 0 {
 		old := st.Intentions[i]
@@ -96,7 +96,7 @@ func (st State) DeleteByID(id string) (State, Intention, error) {
 // remove drops the intention at i; the rest stays in evaluation order.
 func (st State) remove(i int) (State, Intention, error) {
 	removed := st.Intentions[i]
-	return State{Index: st.Index + 1, Intentions: st.without(i, 0)}, removed, nil
+	return State{Index: st.nextIndex(), Intentions: st.without(i, 0)}, removed, nil
 }
 
 // find returns the position of the first intention match accepts, or -1.
@@ -221,3 +221,9 @@ func equalPermissions(a, b []*Permission) bool {
 	}
 	return true
 }
+
+// nextIndex is the index of the state after one change. An empty state's
+// first change makes it 2, not 1: the Consul-shaped API reports index 0 as
+// 1 (Consul never answers 0), and a blocking query on the empty store must
+// see the first change as one.
+func (st State) nextIndex() uint64 { return max(st.Index, 1) + 1 }

@@ -37,11 +37,11 @@ func TestStateUpsertCreates(t *testing.T) {
 		t.Fatalf("ID %q is not a UUID: %v", web.ID, err)
 	}
 	want := Intention{ID: web.ID, SourceNS: "default", SourceName: "web", DestinationNS: "default", DestinationName: "db",
-		SourceType: "consul", Action: "allow", Precedence: 9, CreatedAt: t0, UpdatedAt: t0, CreateIndex: 1, ModifyIndex: 1}
+		SourceType: "consul", Action: "allow", Precedence: 9, CreatedAt: t0, UpdatedAt: t0, CreateIndex: 2, ModifyIndex: 2} // an empty state is at 1
 	if !reflect.DeepEqual(web, want) {
 		t.Fatalf("written = %+v\nwant      %+v", web, want)
 	}
-	if st1.Index != 1 || !reflect.DeepEqual(st1.Intentions, []Intention{want}) {
+	if st1.Index != 2 || !reflect.DeepEqual(st1.Intentions, []Intention{want}) {
 		t.Fatalf("state = %+v", st1)
 	}
 
@@ -54,7 +54,7 @@ func TestStateUpsertCreates(t *testing.T) {
 	if !reflect.DeepEqual(roomy, before) || !reflect.DeepEqual(roomy.Intentions[:4][1], Intention{}) {
 		t.Fatalf("receiver or its array was modified: %+v", roomy.Intentions[:4])
 	}
-	if wild.ID == web.ID || wild.CreateIndex != 2 || wild.ModifyIndex != 2 || st2.Index != 2 {
+	if wild.ID == web.ID || wild.CreateIndex != 3 || wild.ModifyIndex != 3 || st2.Index != 3 {
 		t.Fatalf("second intention = %+v, state index %d", wild, st2.Index)
 	}
 	if len(st2.Intentions) != 2 || st2.Intentions[0].ID != web.ID || st2.Intentions[1].ID != wild.ID {

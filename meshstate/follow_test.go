@@ -73,7 +73,7 @@ func TestSnapshot(t *testing.T) {
 	if !reflect.DeepEqual(b.Allocs, want) {
 		t.Fatalf("snapshot allocs = %+v\nwant %+v", b.Allocs, want)
 	}
-	if b.Intentions == nil || b.Intentions.Index != 1 || len(b.Intentions.Intentions) != 1 {
+	if b.Intentions == nil || b.Intentions.Index != 2 || len(b.Intentions.Intentions) != 1 {
 		t.Fatalf("snapshot intentions = %+v", b.Intentions)
 	}
 	wantRoots := &ca.Roots{ActiveRootID: "r2", TrustDomain: "0d9c.meshlet", Roots: []ca.Root{cas.Roots[0].Root, cas.Roots[1].Root}}
@@ -172,7 +172,7 @@ func TestFollow(t *testing.T) {
 		t.Fatal(err)
 	}
 	step("intention", func(b Batch) bool {
-		return len(b.Allocs) == 0 && b.Roots == nil && b.Intentions != nil && b.Intentions.Index == 1 && len(b.Intentions.Intentions) == 1
+		return len(b.Allocs) == 0 && b.Roots == nil && b.Intentions != nil && b.Intentions.Index == 2 && len(b.Intentions.Intentions) == 1
 	})
 	if err := s.CAStorage().Save(ctx, nil, &ca.StoredState{ClusterID: "c9", Index: 1, Roots: []ca.StoredRoot{newRoot(t, "r1", true)}}); err != nil {
 		t.Fatal(err)

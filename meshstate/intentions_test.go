@@ -21,14 +21,14 @@ func TestIntentionsWriter(t *testing.T) {
 		t.Fatalf("LoadIntentions on an empty prefix = %v, %v", found, err)
 	}
 	ix, idx, err := w.Upsert(ctx, intention.Intention{SourceName: "web", DestinationName: "db", Action: "allow"}, false)
-	if err != nil || idx != 1 || ix.ID == "" || !ix.CreatedAt.Equal(testNow) || ix.CreateIndex != 1 {
+	if err != nil || idx != 2 || ix.ID == "" || !ix.CreatedAt.Equal(testNow) || ix.CreateIndex != 2 {
 		t.Fatalf("Upsert = %+v, %d, %v", ix, idx, err)
 	}
 	if _, _, err := w.Upsert(ctx, intention.Intention{SourceName: "web", DestinationName: "db", Action: "deny"}, false); !errors.Is(err, intention.ErrExists) {
 		t.Fatalf("Upsert of an existing pair = %v, want ErrExists", err)
 	}
 	up, idx, err := w.Upsert(ctx, intention.Intention{SourceName: "web", DestinationName: "db", Action: "deny"}, true)
-	if err != nil || idx != 2 || up.ID != ix.ID || up.Action != intention.ActionDeny || up.ModifyIndex != 2 {
+	if err != nil || idx != 3 || up.ID != ix.ID || up.Action != intention.ActionDeny || up.ModifyIndex != 3 {
 		t.Fatalf("replacing Upsert = %+v, %d, %v", up, idx, err)
 	}
 	if _, _, err := w.Upsert(ctx, intention.Intention{SourceName: "web*", DestinationName: "db", Action: "allow"}, false); !errors.Is(err, intention.ErrInvalid) {
@@ -44,18 +44,18 @@ func TestIntentionsWriter(t *testing.T) {
 		t.Fatal(err)
 	}
 	st, found, err := s.LoadIntentions(ctx)
-	if err != nil || !found || st.Index != 3 || len(st.Intentions) != 2 {
+	if err != nil || !found || st.Index != 4 || len(st.Intentions) != 2 {
 		t.Fatalf("LoadIntentions = %+v, %v, %v", st, found, err)
 	}
 	gone, idx, err := w.DeleteByID(ctx, ix.ID)
-	if err != nil || idx != 4 || gone.ID != ix.ID {
+	if err != nil || idx != 5 || gone.ID != ix.ID {
 		t.Fatalf("DeleteByID = %+v, %d, %v", gone, idx, err)
 	}
 	gone, idx, err = w.Delete(ctx, "*", "db")
-	if err != nil || idx != 5 || gone.SourceName != "*" {
+	if err != nil || idx != 6 || gone.SourceName != "*" {
 		t.Fatalf("Delete = %+v, %d, %v", gone, idx, err)
 	}
-	if st, _, _ := s.LoadIntentions(ctx); st.Index != 5 || len(st.Intentions) != 0 {
+	if st, _, _ := s.LoadIntentions(ctx); st.Index != 6 || len(st.Intentions) != 0 {
 		t.Fatalf("state after deletes = %+v", st)
 	}
 }
@@ -86,13 +86,13 @@ func TestIntentionsConcurrentUpserts(t *testing.T) {
 	}
 	sort.Slice(indexes, func(i, j int) bool { return indexes[i] < indexes[j] })
 	for i, idx := range indexes {
-		if idx != uint64(i+1) {
-			t.Fatalf("indexes returned = %v, want 1..%d once each", indexes, writers)
+		if idx != uint64(i+2) {
+			t.Fatalf("indexes returned = %v, want 2..%d once each", indexes, writers+1)
 		}
 	}
 	st, _, err := stores[0].LoadIntentions(ctx)
-	if err != nil || st.Index != writers || len(st.Intentions) != writers {
-		t.Fatalf("state = index %d with %d intentions (%v), want %d and %d", st.Index, len(st.Intentions), err, writers, writers)
+	if err != nil || st.Index != writers+1 || len(st.Intentions) != writers {
+		t.Fatalf("state = index %d with %d intentions (%v), want %d and %d", st.Index, len(st.Intentions), err, writers+1, writers)
 	}
 }
 

@@ -178,7 +178,7 @@ func TestConnectIntentions(t *testing.T) {
 	w := m.c.ConnectIntentions()
 	in := intention.Intention{SourceName: "web", DestinationName: "db", Action: intention.ActionAllow}
 	got, idx, err := w.Upsert(ctx, in, false)
-	if err != nil || got.ID == "" || got.SourceName != "web" || idx != 1 {
+	if err != nil || got.ID == "" || got.SourceName != "web" || idx != 2 { // an empty store is at 1
 		t.Fatalf("Upsert = %+v, %d, %v", got, idx, err)
 	}
 	_, _, err = w.Upsert(ctx, in, false)
@@ -188,7 +188,7 @@ func TestConnectIntentions(t *testing.T) {
 		t.Fatalf("error text %q, want the server's", err)
 	}
 	in.Action = intention.ActionDeny
-	if upd, idx, err := w.Upsert(ctx, in, true); err != nil || upd.ID != got.ID || upd.Action != intention.ActionDeny || idx != 2 {
+	if upd, idx, err := w.Upsert(ctx, in, true); err != nil || upd.ID != got.ID || upd.Action != intention.ActionDeny || idx != 3 {
 		t.Fatalf("Upsert(replace) = %+v, %d, %v", upd, idx, err)
 	}
 	_, _, err = w.Upsert(ctx, intention.Intention{SourceName: "web", DestinationName: "db", Action: "maybe"}, true)
@@ -198,7 +198,7 @@ func TestConnectIntentions(t *testing.T) {
 	wantErr(t, "delete of an absent pair", err, intention.ErrNotFound)
 	_, _, err = w.DeleteByID(ctx, "no-such-id")
 	wantErr(t, "delete of an absent ID", err, intention.ErrNotFound)
-	if del, idx, err := w.DeleteByID(ctx, got.ID); err != nil || del.ID != got.ID || idx != 3 {
+	if del, idx, err := w.DeleteByID(ctx, got.ID); err != nil || del.ID != got.ID || idx != 4 {
 		t.Fatalf("DeleteByID = %+v, %d, %v", del, idx, err)
 	}
 	_, _, err = w.Delete(ctx, "web", "db")
