@@ -223,7 +223,7 @@ func TestRawExecJobLifecycle(t *testing.T) {
 	cleanupJob(t, &a, "web")
 	b := a.Backend()
 	ctx := context.Background()
-	res, err := b.RegisterJob(ctx, parseJob(t, shJob("web", loopScript, "")))
+	res, err := b.RegisterJob(ctx, parseJob(t, shJob("web", loopScript, "")), api.RegisterOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,7 +292,7 @@ func TestRestartPolicyEndsInNotRestarting(t *testing.T) {
       delay    = "100ms"
       mode     = "fail"
     }`
-	if _, err := b.RegisterJob(context.Background(), parseJob(t, shJob("flaky", "echo boom >&2; exit 7", restart))); err != nil {
+	if _, err := b.RegisterJob(context.Background(), parseJob(t, shJob("flaky", "echo boom >&2; exit 7", restart)), api.RegisterOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	alloc := waitAllocStatus(t, b, "flaky", structs.AllocClientStatusFailed)
@@ -327,7 +327,7 @@ func TestAgentRestartRecoversRunningTask(t *testing.T) {
 	a := startAgent(t, dir)
 	cleanupJob(t, &a, "survivor")
 	ctx := context.Background()
-	if _, err := a.Backend().RegisterJob(ctx, parseJob(t, shJob("survivor", loopScript, ""))); err != nil {
+	if _, err := a.Backend().RegisterJob(ctx, parseJob(t, shJob("survivor", loopScript, "")), api.RegisterOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	alloc := waitAllocStatus(t, a.Backend(), "survivor", structs.AllocClientStatusRunning)
@@ -391,7 +391,7 @@ job "dockerized" {
     }
   }
 }`)
-	res, err := b.RegisterJob(ctx, job)
+	res, err := b.RegisterJob(ctx, job, api.RegisterOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -429,7 +429,7 @@ func TestInvalidJobStoresNothing(t *testing.T) {
 	before := b.Index()
 	job := &structs.Job{ID: "bad", Name: "bad", TaskGroups: []*structs.TaskGroup{{Name: "g", Count: 1,
 		Tasks: []*structs.Task{{Name: "t"}}}}} // no driver
-	_, err := b.RegisterJob(context.Background(), job)
+	_, err := b.RegisterJob(context.Background(), job, api.RegisterOptions{})
 	if !errors.Is(err, api.ErrInvalid) || !errors.Is(err, jobspecs.ErrInvalidJob) {
 		t.Fatalf("err = %v, want api.ErrInvalid", err)
 	}

@@ -78,8 +78,9 @@ func (b *Backend) WaitIndex(ctx context.Context, minIndex uint64) uint64 {
 }
 
 // RegisterJob implements api.Backend.
-func (b *Backend) RegisterJob(ctx context.Context, job *structs.Job) (*api.RegisterResult, error) {
-	res, err := b.server.RegisterJob(ctx, job)
+func (b *Backend) RegisterJob(ctx context.Context, job *structs.Job, opts api.RegisterOptions) (*api.RegisterResult, error) {
+	res, err := b.server.RegisterJobWith(ctx, job, server.RegisterOptions{EnforceIndex: opts.EnforceIndex,
+		JobModifyIndex: opts.JobModifyIndex, PreserveCounts: opts.PreserveCounts})
 	if err != nil {
 		return nil, mapErr(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshlet/meshlet/api"
 	"github.com/meshlet/meshlet/state"
 	"github.com/meshlet/meshlet/structs"
 )
@@ -49,12 +50,12 @@ func TestServerBoundsFromConfig(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = b.Shutdown() })
 	ctx := context.Background()
-	if _, err := b.Backend().RegisterJob(ctx, job("six", 6)); err == nil || !strings.Contains(err.Error(), "more than 5 allocations") {
+	if _, err := b.Backend().RegisterJob(ctx, job("six", 6), api.RegisterOptions{}); err == nil || !strings.Contains(err.Error(), "more than 5 allocations") {
 		t.Fatalf("count 6 with job_max_count 5: %v", err)
 	}
 	big := job("big", 1)
 	big.Meta = map[string]string{"pad": strings.Repeat("x", 4096)}
-	if _, err := b.Backend().RegisterJob(ctx, big); err == nil || !strings.Contains(err.Error(), "more than the limit of 2048 bytes") {
+	if _, err := b.Backend().RegisterJob(ctx, big, api.RegisterOptions{}); err == nil || !strings.Contains(err.Error(), "more than the limit of 2048 bytes") {
 		t.Fatalf("a 4 KB job with job_max_size 2048: %v", err)
 	}
 	if jobs, _ := b.Backend().ListJobs(ctx); len(jobs) != 0 {

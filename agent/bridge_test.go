@@ -118,7 +118,7 @@ job "bridged" {
     }
   }
 }`, exe)
-	if _, err := a.Backend().RegisterJob(context.Background(), parseJob(t, src)); err != nil {
+	if _, err := a.Backend().RegisterJob(context.Background(), parseJob(t, src), api.RegisterOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	alloc := waitAllocStatus(t, a.Backend(), "bridged", structs.AllocClientStatusRunning)
@@ -220,7 +220,7 @@ job "noplugins" {
     }
   }
 }`
-	if _, err := a.Backend().RegisterJob(context.Background(), parseJob(t, src)); err != nil {
+	if _, err := a.Backend().RegisterJob(context.Background(), parseJob(t, src), api.RegisterOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	alloc := waitAllocStatus(t, a.Backend(), "noplugins", structs.AllocClientStatusFailed)

@@ -84,7 +84,7 @@ job "dockbridge" {
     }
   }
 }`, dockertest.Image)
-	if _, err := a.Backend().RegisterJob(context.Background(), parseJob(t, src)); err != nil {
+	if _, err := a.Backend().RegisterJob(context.Background(), parseJob(t, src), api.RegisterOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	alloc := waitAllocStatus(t, a.Backend(), "dockbridge", structs.AllocClientStatusRunning)
@@ -159,7 +159,7 @@ job "dockrestart" {
   }
 }`, dockertest.Image)
 	ctx := context.Background()
-	if _, err := a.Backend().RegisterJob(ctx, parseJob(t, src)); err != nil {
+	if _, err := a.Backend().RegisterJob(ctx, parseJob(t, src), api.RegisterOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	alloc := waitAllocStatus(t, a.Backend(), "dockrestart", structs.AllocClientStatusRunning)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/meshlet/meshlet/api"
 	"github.com/meshlet/meshlet/internal/testutil"
 	"github.com/meshlet/meshlet/structs"
 )
@@ -16,7 +17,7 @@ func TestForcedDrainStopsTasksAndCompletes(t *testing.T) {
 	cleanupJob(t, &a, "web")
 	b := a.Backend()
 	ctx := context.Background()
-	if _, err := b.RegisterJob(ctx, parseJob(t, shJob("web", loopScript, ""))); err != nil {
+	if _, err := b.RegisterJob(ctx, parseJob(t, shJob("web", loopScript, "")), api.RegisterOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	alloc := waitAllocStatus(t, b, "web", structs.AllocClientStatusRunning)

@@ -163,7 +163,7 @@ job "`+id+`" {
     }
   }
 }`)
-			res, err := a.Backend().RegisterJob(context.Background(), job)
+			res, err := a.Backend().RegisterJob(context.Background(), job, api.RegisterOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}

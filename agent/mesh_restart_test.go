@@ -7,6 +7,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/meshlet/meshlet/api"
 	"github.com/meshlet/meshlet/internal/testutil"
 )
 
@@ -21,7 +22,7 @@ func TestRestartKeepsRestoredRegistrations(t *testing.T) {
 	a := startAgent(t, dir)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if _, err := a.Backend().RegisterJob(ctx, parseJob(t, shJob("keep", loopScript, `service { name = "keep" }`))); err != nil {
+	if _, err := a.Backend().RegisterJob(ctx, parseJob(t, shJob("keep", loopScript, `service { name = "keep" }`)), api.RegisterOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	alloc := waitAllocStatus(t, a.Backend(), "keep", "running")

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/meshlet/meshlet/api"
 	"github.com/meshlet/meshlet/internal/testutil"
 	"github.com/meshlet/meshlet/structs"
 )
@@ -48,7 +49,7 @@ job "plugged" {
     }
   }
 }`)
-	if _, err := a.Backend().RegisterJob(context.Background(), job); err != nil {
+	if _, err := a.Backend().RegisterJob(context.Background(), job, api.RegisterOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	alloc := waitAllocStatus(t, a.Backend(), "plugged", structs.AllocClientStatusRunning)

@@ -123,7 +123,7 @@ func TestRawExecDisabledRefusesPlacement(t *testing.T) {
 	}
 	b := a.Backend()
 	ctx := context.Background()
-	res, err := b.RegisterJob(ctx, parseJob(t, shJob("raw", "echo hi", "")))
+	res, err := b.RegisterJob(ctx, parseJob(t, shJob("raw", "echo hi", "")), api.RegisterOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +148,7 @@ func TestRawExecDisabledRefusesPlacement(t *testing.T) {
 	}
 	a2 := startAgentWith(t, dir, func(c *Config) { c.Plugins = cfg.Plugins; c.Dev = false })
 	cleanupJob(t, &a2, "raw2")
-	if _, err := a2.Backend().RegisterJob(ctx, parseJob(t, shJob("raw2", loopScript, ""))); err != nil {
+	if _, err := a2.Backend().RegisterJob(ctx, parseJob(t, shJob("raw2", loopScript, "")), api.RegisterOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitAllocStatus(t, a2.Backend(), "raw2", structs.AllocClientStatusRunning)

@@ -392,7 +392,7 @@ func TestACLExecNodeExec(t *testing.T) {
 		return a
 	}))
 	mgmt := f.bootstrap(t)
-	if _, err := f.fb.RegisterJob(context.Background(), testJob("shell")); err != nil {
+	if _, err := f.fb.RegisterJob(context.Background(), testJob("shell"), api.RegisterOptions{}); err != nil {
 		t.Fatalf("failed to seed job: %v", err)
 	}
 	path := "/v1/client/allocation/" + f.fb.Allocations()[0].ID + `/exec?task=app&command=["/bin/true"]`

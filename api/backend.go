@@ -77,7 +77,9 @@ type Backend interface {
 	Index() uint64
 	WaitIndex(ctx context.Context, minIndex uint64) uint64
 
-	RegisterJob(ctx context.Context, job *structs.Job) (*RegisterResult, error)
+	// RegisterJob registers job if opts' conditions hold (ErrInvalid,
+	// nothing stored, otherwise).
+	RegisterJob(ctx context.Context, job *structs.Job, opts RegisterOptions) (*RegisterResult, error)
 	ListJobs(ctx context.Context) ([]*structs.Job, error)
 	GetJob(ctx context.Context, id string) (*structs.Job, error)
 	// StopJob marks the job stopped (purge: also removes it once its

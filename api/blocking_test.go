@@ -57,7 +57,7 @@ func TestBlockingQueryWakes(t *testing.T) {
 		}
 		done <- result{resp.status, resp.index, resp.body}
 	}()
-	if _, err := fb.RegisterJob(context.Background(), testJob("late")); err != nil {
+	if _, err := fb.RegisterJob(context.Background(), testJob("late"), api.RegisterOptions{}); err != nil {
 		t.Fatalf("register: %v", err)
 	}
 	r := <-done
@@ -108,7 +108,7 @@ func TestPlacementFailureEvaluation(t *testing.T) {
 	srv := newTestServer(t, fb)
 	job := testJob("dock")
 	job.TaskGroups[0].Tasks[0].Driver = "docker"
-	res, err := fb.RegisterJob(context.Background(), job)
+	res, err := fb.RegisterJob(context.Background(), job, api.RegisterOptions{})
 	if err != nil {
 		t.Fatalf("register: %v", err)
 	}
@@ -122,7 +122,7 @@ func TestPlacementFailureEvaluation(t *testing.T) {
 // follower, so that http.Server.Shutdown can finish.
 func TestCloseEndsLongRequests(t *testing.T) {
 	fb := apitest.NewBackend()
-	if _, err := fb.RegisterJob(context.Background(), testJob("web")); err != nil {
+	if _, err := fb.RegisterJob(context.Background(), testJob("web"), api.RegisterOptions{}); err != nil {
 		t.Fatalf("register: %v", err)
 	}
 	s := api.NewServer(fb, nil)

@@ -9,6 +9,7 @@ import (
 
 	nomadapi "github.com/hashicorp/nomad/api"
 
+	"github.com/meshlet/meshlet/api"
 	"github.com/meshlet/meshlet/api/apitest"
 	"github.com/meshlet/meshlet/structs"
 )
@@ -18,7 +19,7 @@ import (
 // UpdateDrainOpts and MonitorDrain.
 func TestOfficialClientDrainAndEligibility(t *testing.T) {
 	fb := apitest.NewBackend()
-	if _, err := fb.RegisterJob(context.Background(), testJob("web")); err != nil {
+	if _, err := fb.RegisterJob(context.Background(), testJob("web"), api.RegisterOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	srv := newTestServer(t, fb)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	nomadapi "github.com/hashicorp/nomad/api"
+	"github.com/meshlet/meshlet/api"
 	"github.com/meshlet/meshlet/api/apitest"
 )
 
@@ -17,7 +18,7 @@ import (
 func TestExecErrors(t *testing.T) {
 	fb := apitest.NewBackend()
 	srv := newTestServer(t, fb)
-	if _, err := fb.RegisterJob(context.Background(), testJob("web")); err != nil {
+	if _, err := fb.RegisterJob(context.Background(), testJob("web"), api.RegisterOptions{}); err != nil {
 		t.Fatalf("register: %v", err)
 	}
 	client, err := nomadapi.NewClient(&nomadapi.Config{Address: srv.URL})

@@ -63,7 +63,7 @@ func (s *Server) registerJob(r *http.Request) (any, uint64, error) {
 	if err := s.authorizeJob(r, req.Job); err != nil {
 		return nil, 0, err
 	}
-	res, err := s.b.RegisterJob(r.Context(), req.Job)
+	res, err := s.b.RegisterJob(r.Context(), req.Job, req.RegisterOptions)
 	if err != nil {
 		return nil, 0, fmt.Errorf("failed to register job: %w", err)
 	}

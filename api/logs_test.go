@@ -54,7 +54,7 @@ func decodeFrames(t *testing.T, body string) string {
 func TestLogs(t *testing.T) {
 	fb := apitest.NewBackend()
 	srv := newTestServer(t, fb)
-	if _, err := fb.RegisterJob(context.Background(), testJob("web")); err != nil {
+	if _, err := fb.RegisterJob(context.Background(), testJob("web"), api.RegisterOptions{}); err != nil {
 		t.Fatalf("register: %v", err)
 	}
 	fb.AppendTaskLog("app", "stdout", "line1\nline2\n")
@@ -93,7 +93,7 @@ func TestLogs(t *testing.T) {
 func TestLogsFollow(t *testing.T) {
 	fb := apitest.NewBackend()
 	srv := newTestServer(t, fb)
-	if _, err := fb.RegisterJob(context.Background(), testJob("web")); err != nil {
+	if _, err := fb.RegisterJob(context.Background(), testJob("web"), api.RegisterOptions{}); err != nil {
 		t.Fatalf("register: %v", err)
 	}
 	fb.AppendTaskLog("app", "stdout", "first\n")

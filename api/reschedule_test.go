@@ -7,6 +7,7 @@ import (
 
 	nomadapi "github.com/hashicorp/nomad/api"
 
+	"github.com/meshlet/meshlet/api"
 	"github.com/meshlet/meshlet/api/apitest"
 	"github.com/meshlet/meshlet/structs"
 )
@@ -19,7 +20,7 @@ func TestOfficialClientSeesRescheduling(t *testing.T) {
 	srv := newTestServer(t, fb)
 	_, err := fb.RegisterJob(context.Background(), &structs.Job{ID: "web", Name: "web", TaskGroups: []*structs.TaskGroup{{
 		Name: "g", Count: 1, Tasks: []*structs.Task{{Name: "t", Driver: "raw_exec"}},
-	}}})
+	}}}, api.RegisterOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

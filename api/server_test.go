@@ -64,7 +64,7 @@ func registerBody(t *testing.T, j *structs.Job) string {
 func TestHandlers(t *testing.T) {
 	fb := apitest.NewBackend()
 	srv := newTestServer(t, fb)
-	if _, err := fb.RegisterJob(context.Background(), testJob("existing")); err != nil {
+	if _, err := fb.RegisterJob(context.Background(), testJob("existing"), api.RegisterOptions{}); err != nil {
 		t.Fatalf("failed to seed job: %v", err)
 	}
 	allocID := fb.Allocations()[0].ID

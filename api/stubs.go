@@ -10,6 +10,18 @@ import (
 // JobRegisterRequest is the body of PUT /v1/jobs.
 type JobRegisterRequest struct {
 	Job *structs.Job
+	RegisterOptions
+}
+
+// RegisterOptions are a registration's conditions, as Nomad's register
+// request carries them: EnforceIndex registers only if the job's
+// JobModifyIndex is JobModifyIndex, or, when that is 0, only a new job
+// (`job run -check-index`); PreserveCounts keeps the counts of the groups
+// the job already has (`job run -preserve-counts`).
+type RegisterOptions struct {
+	EnforceIndex   bool
+	JobModifyIndex uint64
+	PreserveCounts bool
 }
 
 // JobRegisterResponse answers a job registration.

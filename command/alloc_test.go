@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/meshlet/meshlet/api"
 	"github.com/meshlet/meshlet/api/apitest"
 	"github.com/meshlet/meshlet/internal/testutil"
 	"github.com/meshlet/meshlet/structs"
@@ -37,7 +38,7 @@ func connectJob() *structs.Job {
 // a namespace address, as the client would report them.
 func placeConnectJob(t *testing.T, fb *apitest.Backend) string {
 	t.Helper()
-	if _, err := fb.RegisterJob(context.Background(), connectJob()); err != nil {
+	if _, err := fb.RegisterJob(context.Background(), connectJob(), api.RegisterOptions{}); err != nil {
 		t.Fatalf("register: %v", err)
 	}
 	id := fb.Allocations()[0].ID

@@ -1,7 +1,10 @@
 package command
 
 import (
+	"flag"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	nomadapi "github.com/hashicorp/nomad/api"
@@ -71,6 +74,7 @@ func runJobRun(e *env, c *command, args []string) int {
 	fs := newFlags(c)
 	addr := addressFlag(fs)
 	detach := fs.Bool("detach", false, "return after registering, without monitoring")
+	ro := registerFlags(fs)
 	vars := addJobVarFlags(fs)
 	if code, ok := e.parse(c, fs, args); !ok {
 		return code
@@ -95,8 +99,12 @@ func runJobRun(e *env, c *command, args []string) int {
 	if err != nil {
 		return e.errorf("%v", err)
 	}
-	resp, _, err := client.Jobs().Register(apiJob, nil)
+	resp, _, err := client.Jobs().RegisterOpts(apiJob, ro, nil)
 	if err != nil {
+		if strings.Contains(err.Error(), nomadapi.RegisterEnforceIndexErrPrefix) {
+			return e.errorf("job %q not registered: the -check-index condition failed (%s); run `meshlet job status %s` for its current modify index",
+				job.ID, describe(err, addr.Addr), job.ID)
+		}
 		return e.errorf("failed to register job %q: %s", job.ID, describe(err, addr.Addr))
 	}
 	if resp.Warnings != "" && parsed.warnings == 0 { // local warnings were printed already
@@ -110,8 +118,33 @@ func runJobRun(e *env, c *command, args []string) int {
 	for _, tg := range job.TaskGroups {
 		counts[tg.Name] = tg.Count
 	}
+	if ro.PreserveCounts { // the servers kept the counts the job had
+		if stored, _, err := client.Jobs().Info(job.ID, nil); err == nil {
+			for _, tg := range stored.TaskGroups {
+				if tg.Name != nil && tg.Count != nil {
+					counts[*tg.Name] = *tg.Count
+				}
+			}
+		}
+	}
 	m := newMonitor(resp.EvalID, job.Type, counts)
 	return e.follow(client, addr.Addr, job.ID, resp.EvalID, m)
+}
+
+// registerFlags adds Nomad's -check-index and -preserve-counts to fs and
+// returns the options they set once fs is parsed.
+func registerFlags(fs *flag.FlagSet) *nomadapi.RegisterOptions {
+	ro := &nomadapi.RegisterOptions{}
+	fs.Func("check-index", "register only if the job's modify index is this one (0: only if the job is new)", func(v string) error {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return fmt.Errorf("not a job modify index: %q", v)
+		}
+		ro.EnforceIndex, ro.ModifyIndex = true, n
+		return nil
+	})
+	fs.BoolVar(&ro.PreserveCounts, "preserve-counts", false, "keep the current count of each group the job already has")
+	return ro
 }
 
 // follow runs the monitor loop: one blocking query on the job's

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshlet/meshlet/api"
 	"github.com/meshlet/meshlet/api/apitest"
 	"github.com/meshlet/meshlet/internal/testutil"
 	"github.com/meshlet/meshlet/structs"
@@ -268,7 +269,7 @@ func TestJobStatusEscapesNames(t *testing.T) {
 	hostile := "web\u202egnp.exe\x1b[2J"
 	job := &structs.Job{ID: hostile, Name: hostile, Type: structs.JobTypeService, Datacenters: []string{"dc\t1"},
 		TaskGroups: []*structs.TaskGroup{{Name: "grp\x07", Count: 1, Tasks: []*structs.Task{{Name: "t", Driver: "raw_exec"}}}}}
-	if _, err := fb.RegisterJob(context.Background(), job); err != nil {
+	if _, err := fb.RegisterJob(context.Background(), job, api.RegisterOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	for _, args := range [][]string{{"job", "status"}, {"job", "status", hostile}} {
@@ -307,5 +308,37 @@ func TestPrintable(t *testing.T) {
 		if got := escapeUnprintable(tc.in); got != tc.escaped {
 			t.Errorf("escapeUnprintable(%q) = %s, want %s", tc.in, got, tc.escaped)
 		}
+	}
+}
+
+// job run -check-index registers only at the given job modify index (0:
+// only a new job), and says so when the condition fails; -preserve-counts
+// keeps the counts the job has.
+func TestJobRunCheckIndexAndPreserveCounts(t *testing.T) {
+	fb := newAgent(t)
+	file := writeFile(t, "web.hcl", webJobHCL)
+	if r := runCLI(t, "", "job", "run", "-detach", "-check-index", "0", file); r.code != 0 {
+		t.Fatalf("check-index 0 on a new job: %d %s", r.code, r.stderr)
+	}
+	job, err := fb.GetJob(context.Background(), "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	scaled := writeFile(t, "web5.hcl", strings.Replace(webJobHCL, "count = 2", "count = 5", 1))
+	for _, index := range []string{"0", fmt.Sprint(job.JobModifyIndex + 1)} {
+		r := runCLI(t, "", "job", "run", "-detach", "-check-index", index, scaled)
+		if r.code != 1 || !strings.Contains(r.stderr, "the -check-index condition failed") || !strings.Contains(r.stderr, "Enforcing job modify index "+index) {
+			t.Fatalf("check-index %s on the existing job: %d %q", index, r.code, r.stderr)
+		}
+	}
+	if r := runCLI(t, "", "job", "run", "-detach", "-check-index", "x", scaled); r.code == 0 {
+		t.Fatal("check-index x was accepted")
+	}
+	r := runCLI(t, "", "job", "run", "-detach", "-preserve-counts", "-check-index", fmt.Sprint(job.JobModifyIndex), scaled)
+	if r.code != 0 {
+		t.Fatalf("preserve-counts at the current index: %d %s", r.code, r.stderr)
+	}
+	if got, _ := fb.GetJob(context.Background(), "web"); got.TaskGroups[0].Count != 2 {
+		t.Fatalf("preserve-counts: count %d, want 2", got.TaskGroups[0].Count)
 	}
 }

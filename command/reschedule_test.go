@@ -25,7 +25,7 @@ func TestRescheduleStatus(t *testing.T) {
 	job.TaskGroups[0].Count = 2
 	three, interval := 3, time.Hour
 	job.TaskGroups[0].ReschedulePolicy = &structs.ReschedulePolicy{Attempts: &three, Interval: &interval}
-	if _, err := fb.RegisterJob(context.Background(), job); err != nil {
+	if _, err := fb.RegisterJob(context.Background(), job, api.RegisterOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	allocs := fb.Allocations()
@@ -77,7 +77,7 @@ func TestFutureReschedulesReadEvaluationsOnce(t *testing.T) {
 	t.Setenv("MESHLET_ADDR", srv.URL)
 	job := connectJob()
 	job.TaskGroups[0].Count = 3
-	if _, err := fb.RegisterJob(context.Background(), job); err != nil {
+	if _, err := fb.RegisterJob(context.Background(), job, api.RegisterOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	const followup = "f011a0e1-0000-4000-8000-000000000003"

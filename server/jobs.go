@@ -19,11 +19,58 @@ type RegisterResult struct {
 	Warnings        []string
 }
 
-// RegisterJob admits job (canonicalize → validate → mutators), stores it as
-// a new version when its spec changed, and schedules it. An invalid job
-// returns an error wrapping ErrInvalid and stores nothing. The caller's job
-// is not modified.
+// RegisterOptions are the conditions of a registration.
+type RegisterOptions struct {
+	// EnforceIndex registers only if the stored job's JobModifyIndex is
+	// JobModifyIndex, or, when that is 0, only if no such job exists
+	// (Nomad's `job run -check-index`), checked in the registration's own
+	// transaction.
+	EnforceIndex   bool
+	JobModifyIndex uint64
+	// PreserveCounts keeps the counts of the groups the stored job has.
+	PreserveCounts bool
+}
+
+// EnforceIndexErrPrefix starts the error of a registration whose
+// EnforceIndex condition failed: Nomad's text, which its CLI looks for.
+const EnforceIndexErrPrefix = "Enforcing job modify index"
+
+// RegisterJob registers job with no condition (see RegisterJobWith).
 func (s *Server) RegisterJob(ctx context.Context, job *structs.Job) (*RegisterResult, error) {
+	return s.RegisterJobWith(ctx, job, RegisterOptions{})
+}
+
+// checkEnforceIndex checks opts' condition against the stored job old.
+func checkEnforceIndex(opts RegisterOptions, old *structs.Job) error {
+	switch {
+	case !opts.EnforceIndex:
+		return nil
+	case opts.JobModifyIndex == 0 && old != nil:
+		return invalid(fmt.Errorf("%s 0: job already exists", EnforceIndexErrPrefix))
+	case opts.JobModifyIndex != 0 && old == nil:
+		return invalid(fmt.Errorf("%s %d: job does not exist", EnforceIndexErrPrefix, opts.JobModifyIndex))
+	case opts.JobModifyIndex != 0 && old.JobModifyIndex != opts.JobModifyIndex:
+		return invalid(fmt.Errorf("%s %d: job exists with conflicting job modify index: %d",
+			EnforceIndexErrPrefix, opts.JobModifyIndex, old.JobModifyIndex))
+	}
+	return nil
+}
+
+// preserveCounts gives job's groups the counts they have in old.
+func preserveCounts(job, old *structs.Job) {
+	for _, tg := range job.TaskGroups {
+		if was := old.LookupTaskGroup(tg.Name); was != nil {
+			tg.Count = was.Count
+		}
+	}
+}
+
+// RegisterJobWith admits job (canonicalize → validate → mutators), stores
+// it as a new version when its spec changed, and schedules it, if opts'
+// condition holds. An invalid job, or a failed condition, returns an error
+// wrapping ErrInvalid and stores nothing. The caller's job is not
+// modified.
+func (s *Server) RegisterJobWith(ctx context.Context, job *structs.Job, opts RegisterOptions) (*RegisterResult, error) {
 	if job == nil {
 		return nil, invalid(errors.New("missing job"))
 	}
@@ -57,6 +104,12 @@ func (s *Server) RegisterJob(ctx context.Context, job *structs.Job) (*RegisterRe
 	var changed bool
 	res, err := s.plan(&planRequest{jobID: cp.ID, trigger: TriggerJobRegister, force: true,
 		prepare: func(old *structs.Job) (*structs.Job, bool, error) {
+			if err := checkEnforceIndex(opts, old); err != nil {
+				return nil, false, err
+			}
+			if opts.PreserveCounts && old != nil {
+				preserveCounts(cp, old)
+			}
 			changed = old == nil || !specEqual(old, cp)
 			if !changed {
 				return old, false, nil

@@ -127,10 +127,28 @@ func clone[T any](v *T) *T {
 	return out
 }
 
+// enforce applies a registration's conditions as the server does.
+func enforce(opts api.RegisterOptions, old, job *structs.Job) error {
+	switch {
+	case opts.EnforceIndex && opts.JobModifyIndex == 0 && old != nil:
+		return fmt.Errorf("%w: Enforcing job modify index 0: job already exists", api.ErrInvalid)
+	case opts.EnforceIndex && opts.JobModifyIndex != 0 && (old == nil || old.JobModifyIndex != opts.JobModifyIndex):
+		return fmt.Errorf("%w: Enforcing job modify index %d: job exists with conflicting job modify index", api.ErrInvalid, opts.JobModifyIndex)
+	}
+	if opts.PreserveCounts && old != nil {
+		for _, tg := range job.TaskGroups {
+			if was := old.LookupTaskGroup(tg.Name); was != nil {
+				tg.Count = was.Count
+			}
+		}
+	}
+	return nil
+}
+
 // RegisterJob implements api.Backend: it validates minimally, then places
 // count allocations per group on the node, or records a placement failure
 // when a task's driver is missing there.
-func (b *Backend) RegisterJob(_ context.Context, in *structs.Job) (*api.RegisterResult, error) {
+func (b *Backend) RegisterJob(_ context.Context, in *structs.Job, opts api.RegisterOptions) (*api.RegisterResult, error) {
 	job := clone(in)
 	if job.ID == "" {
 		job.ID = job.Name
@@ -146,6 +164,9 @@ func (b *Backend) RegisterJob(_ context.Context, in *structs.Job) (*api.Register
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if err := enforce(opts, b.jobs[job.ID], job); err != nil {
+		return nil, err
+	}
 	idx := b.bump()
 	if old, ok := b.jobs[job.ID]; ok {
 		job.Version = old.Version + 1
