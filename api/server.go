@@ -116,7 +116,7 @@ func NewServer(b Backend, logger hclog.Logger, opts ...ServerOption) *Server {
 		o(s)
 	}
 	s.done, s.close = context.WithCancel(context.Background())
-	s.handler = s.recoverer(limitPath(oneNamespace(s.enforce(s.routes()))))
+	s.handler = s.recoverer(limitPath(oneNamespace(httpsrv.FilterLists(s.enforce(s.routes())))))
 	return s
 }
 

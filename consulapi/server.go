@@ -110,7 +110,7 @@ func NewServer(d Deps, logger hclog.Logger, opts ...Option) *Server {
 }
 
 // Handler returns the API's handler.
-func (s *Server) Handler() http.Handler { return s.mux }
+func (s *Server) Handler() http.Handler { return httpsrv.FilterLists(s.mux) }
 
 // Close ends the blocking queries in flight and makes later ones answer at
 // once, so that stopping the HTTP server does not wait for them. Call it

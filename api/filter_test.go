@@ -1,0 +1,42 @@
+package api_test
+
+import (
+	"strings"
+	"testing"
+
+	nomadapi "github.com/hashicorp/nomad/api"
+
+	"github.com/meshlet/meshlet/api"
+	"github.com/meshlet/meshlet/api/apitest"
+)
+
+// The official client's QueryOptions.Filter selects list entries, as
+// Nomad's go-bexpr filter does; a bad expression is a 400.
+func TestOfficialClientFilter(t *testing.T) {
+	fb := apitest.NewBackend()
+	for _, id := range []string{"web", "api", "worker"} {
+		if _, err := fb.RegisterJob(t.Context(), testJob(id), api.RegisterOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := nomadapi.NewClient(&nomadapi.Config{Address: newTestServer(t, fb).URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, _, err := c.Jobs().List(&nomadapi.QueryOptions{Filter: `ID matches "^w"`})
+	if err != nil || len(jobs) != 2 || jobs[0].ID == "api" || jobs[1].ID == "api" {
+		t.Fatalf("jobs matching ^w = %v, %v; want web and worker", jobs, err)
+	}
+	allocs, _, err := c.Allocations().List(&nomadapi.QueryOptions{Filter: `JobID == "api"`})
+	if err != nil || len(allocs) == 0 {
+		t.Fatalf("allocations of api = %v, %v", allocs, err)
+	}
+	for _, a := range allocs {
+		if a.JobID != "api" {
+			t.Fatalf("allocation %s of job %s passed the filter", a.ID, a.JobID)
+		}
+	}
+	if _, _, err := c.Jobs().List(&nomadapi.QueryOptions{Filter: `ID ==`}); err == nil || !strings.Contains(err.Error(), "400") {
+		t.Fatalf("a bad filter = %v, want 400", err)
+	}
+}
