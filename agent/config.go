@@ -159,6 +159,9 @@ type ClientConfig struct {
 	// (/bin /etc /lib /lib32 /lib64 /sbin /usr). Both sides absolute; a
 	// missing host path is skipped; no entry may overlap data_dir.
 	ChrootEnv map[string]string
+	// MaxKillTimeout caps every task's kill_timeout (Nomad's
+	// max_kill_timeout); zero: the client's default, 30 s.
+	MaxKillTimeout time.Duration
 }
 
 // DefaultConfig returns the defaults every configuration starts from.
@@ -227,8 +230,8 @@ func (c *Config) Validate() error {
 	if c.Client.ReservedCPU < 0 || c.Client.ReservedMemoryMB < 0 || c.Client.ReservedDiskMB < 0 {
 		problems = append(problems, "client.reserved cpu, memory and disk must not be negative")
 	}
-	if c.Client.GCInterval < 0 || c.Client.GCAllocTTL < 0 || c.Client.GCMaxAllocs < 0 {
-		problems = append(problems, "client.gc_interval, gc_alloc_ttl and gc_max_allocs must not be negative")
+	if c.Client.GCInterval < 0 || c.Client.GCAllocTTL < 0 || c.Client.GCMaxAllocs < 0 || c.Client.MaxKillTimeout < 0 {
+		problems = append(problems, "client.gc_interval, gc_alloc_ttl, max_kill_timeout and gc_max_allocs must not be negative")
 	}
 	if c.Client.GCDiskUsageThreshold < 0 || c.Client.GCDiskUsageThreshold > 100 {
 		problems = append(problems, fmt.Sprintf("client.gc_disk_usage_threshold %v must be a percentage (0 to 100)", c.Client.GCDiskUsageThreshold))
@@ -332,6 +335,7 @@ type fileClient struct {
 	GCInterval          *string           `hcl:"gc_interval"`
 	GCMaxAllocs         *int              `hcl:"gc_max_allocs"`
 	GCAllocTTL          *string           `hcl:"gc_alloc_ttl"`
+	MaxKillTimeout      *string           `hcl:"max_kill_timeout"`
 	GCDiskUsage         *float64          `hcl:"gc_disk_usage_threshold"`
 	Enabled             *bool             `hcl:"enabled"`
 	Servers             []string          `hcl:"servers,optional"`

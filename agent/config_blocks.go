@@ -85,7 +85,8 @@ func (cl *fileClient) apply(filename string, c *ClientConfig) error {
 	}
 	return setDurations(filename, "client",
 		durationField{"gc_interval", cl.GCInterval, &c.GCInterval},
-		durationField{"gc_alloc_ttl", cl.GCAllocTTL, &c.GCAllocTTL})
+		durationField{"gc_alloc_ttl", cl.GCAllocTTL, &c.GCAllocTTL},
+		durationField{"max_kill_timeout", cl.MaxKillTimeout, &c.MaxKillTimeout})
 }
 
 // durationField is a Go duration string of a config block and where it goes.

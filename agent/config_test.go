@@ -95,6 +95,14 @@ http_api {
 					t.Errorf("client gc = %v %d %v", c.Client.GCInterval, c.Client.GCMaxAllocs, c.Client.GCAllocTTL)
 				}
 			}},
+		{name: "max kill timeout", src: "data_dir = \"/x\"\nclient {\n max_kill_timeout = \"10s\"\n}\n",
+			check: func(t *testing.T, c *Config) {
+				if c.Client.MaxKillTimeout != 10*time.Second {
+					t.Errorf("client max_kill_timeout = %v, want 10s", c.Client.MaxKillTimeout)
+				}
+			}},
+		{name: "negative max kill timeout", src: "data_dir = \"/x\"\nclient {\n max_kill_timeout = \"-1s\"\n}\n",
+			wantErr: "max_kill_timeout and gc_max_allocs must not be negative"},
 		{name: "bad gc interval", src: "data_dir = \"/x\"\nclient {\n gc_interval = \"soon\"\n}\n",
 			wantErr: `client.gc_interval: time: invalid duration "soon"`},
 		{name: "negative gc", src: "data_dir = \"/x\"\nclient {\n gc_max_allocs = -1\n}\n",

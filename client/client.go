@@ -100,7 +100,10 @@ type Config struct {
 	// long (see gc.go); zero means the default.
 	GCMaxAllocs int
 	GCAllocTTL  time.Duration
-	GCInterval  time.Duration
+	// MaxKillTimeout caps every task's kill_timeout (Nomad's
+	// max_kill_timeout); zero: DefaultMaxKillTimeout.
+	MaxKillTimeout time.Duration
+	GCInterval     time.Duration
 	// GCDiskUsageThreshold is the percentage of the data dir's filesystem
 	// in use above which terminal allocations are collected, oldest first,
 	// until usage is under it (Nomad's gc_disk_usage_threshold); zero means
@@ -149,6 +152,9 @@ func New(cfg Config) (*Client, error) {
 	}
 	if cfg.GCMaxAllocs <= 0 {
 		cfg.GCMaxAllocs = DefaultGCMaxAllocs
+	}
+	if cfg.MaxKillTimeout <= 0 {
+		cfg.MaxKillTimeout = DefaultMaxKillTimeout
 	}
 	if cfg.GCAllocTTL <= 0 {
 		cfg.GCAllocTTL = DefaultGCAllocTTL
@@ -384,7 +390,7 @@ func (c *Client) newRunner(a *structs.Allocation, restored bool, tasks map[strin
 	return allocrunner.New(allocrunner.Config{
 		Alloc: a, Node: c.Node(), AllocDir: c.allocDir(a.ID), Driver: c.driver, State: c.db, Hooks: hooks,
 		Restored: restored, RestoredTasks: tasks, OnUpdate: c.queueUpdate, PrevAlloc: c.waitPrev,
-		Logger: c.cfg.Logger.Named("alloc_runner"), TemplateCatalog: c.cfg.TemplateCatalog,
+		Logger: c.cfg.Logger.Named("alloc_runner"), TemplateCatalog: c.cfg.TemplateCatalog, MaxKillTimeout: c.cfg.MaxKillTimeout,
 	})
 }
 

@@ -27,6 +27,8 @@ const (
 	DefaultGCMaxAllocs = 50
 	DefaultGCInterval  = time.Minute
 	DefaultGCAllocTTL  = time.Hour
+	// DefaultMaxKillTimeout is Nomad's max_kill_timeout default.
+	DefaultMaxKillTimeout = 30 * time.Second
 	// DefaultGCDiskUsageThreshold is Nomad's gc_disk_usage_threshold.
 	DefaultGCDiskUsageThreshold = 80.0
 )

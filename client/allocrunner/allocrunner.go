@@ -14,6 +14,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -54,6 +55,8 @@ type Config struct {
 	// TemplateCatalog is the service data task templates read; nil makes
 	// their service functions fail.
 	TemplateCatalog template.Catalog
+	// MaxKillTimeout caps the tasks' kill_timeout (0: no cap).
+	MaxKillTimeout time.Duration
 }
 
 // AllocRunner runs one allocation.
@@ -119,7 +122,8 @@ func New(cfg Config) (*AllocRunner, error) {
 		tr := taskrunner.New(taskrunner.Config{Alloc: cfg.Alloc, Task: t, Driver: drv, TaskDir: cfg.AllocDir.TaskDir(t.Name),
 			AllocDir: cfg.AllocDir.SharedDir, State: cfg.State, Restored: cfg.RestoredTasks[t.Name],
 			Prestart: prestartHooks(t, fetcher, cfg), TaskHook: templateHook(cfg, t),
-			OnStateChange: ar.taskStateChanged, Logger: cfg.Logger.Named("task_runner"), Rand: cfg.TaskRand})
+			OnStateChange: ar.taskStateChanged, Logger: cfg.Logger.Named("task_runner"), Rand: cfg.TaskRand,
+			MaxKillTimeout: cfg.MaxKillTimeout})
 		ar.tasks[t.Name] = tr
 		ar.order = append(ar.order, t.Name)
 	}

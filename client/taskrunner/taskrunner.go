@@ -60,6 +60,9 @@ type Config struct {
 	Logger        hclog.Logger
 	// Rand returns restart jitter in [0,n); nil = math/rand/v2.
 	Rand func(n int64) int64
+	// MaxKillTimeout caps the task's kill_timeout, as the client's
+	// max_kill_timeout does in Nomad (0: no cap).
+	MaxKillTimeout time.Duration
 }
 
 // TaskRunner runs one task.
@@ -289,11 +292,17 @@ func (tr *TaskRunner) wait(ctx context.Context) {
 	}
 }
 
+// killTimeout is the task's kill_timeout (DefaultKillTimeout when unset),
+// at most the client's MaxKillTimeout.
 func (tr *TaskRunner) killTimeout() time.Duration {
+	d := DefaultKillTimeout
 	if tr.cfg.Task.KillTimeout != nil && *tr.cfg.Task.KillTimeout > 0 {
-		return *tr.cfg.Task.KillTimeout
+		d = *tr.cfg.Task.KillTimeout
 	}
-	return DefaultKillTimeout
+	if limit := tr.cfg.MaxKillTimeout; limit > 0 && d > limit {
+		d = limit
+	}
+	return d
 }
 
 // appendEvent adds ev to the state; callers hold mu or own tr exclusively.

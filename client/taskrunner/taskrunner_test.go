@@ -368,3 +368,33 @@ func TestSidecarRestartsAtOnce(t *testing.T) {
 		cancel()
 	}
 }
+
+// A task's kill_timeout is capped at the client's max_kill_timeout, as
+// Nomad's is: a job cannot hold a stop for longer than the node allows.
+func TestKillTimeoutCappedByMaxKillTimeout(t *testing.T) {
+	f := newFixture(t, "service")
+	long := 2 * time.Hour
+	f.task.KillTimeout = &long
+	ad := allocdir.New("/nonexistent", f.alloc.ID)
+	tr := New(Config{Alloc: f.alloc, Task: f.task, Driver: f.drv, TaskDir: ad.TaskDir("web"), AllocDir: ad.SharedDir,
+		Env: taskenv.NewBuilder(nil, f.alloc, f.task).Build(), State: f.db, Rand: func(int64) int64 { return 0 },
+		MaxKillTimeout: 30 * time.Second})
+	go tr.Run()
+	testutil.WaitFor(t, hang, "the task running", func() bool { return tr.State().State == structs.TaskStateRunning })
+	ctx, cancel := context.WithTimeout(context.Background(), hang)
+	defer cancel()
+	tr.Kill(ctx, nil)
+	st := tr.State()
+	var killing *structs.TaskEvent
+	for _, e := range st.Events {
+		if e.Type == structs.TaskKilling {
+			killing = e
+		}
+	}
+	if killing == nil || killing.KillTimeout != 30*time.Second || !strings.Contains(killing.DisplayMessage, "Waiting 30s") {
+		t.Fatalf("killing event = %+v, want a 30s kill timeout", killing)
+	}
+	if calls := strings.Join(f.drv.Calls(), ";"); !strings.Contains(calls, "Stop web 30s SIGINT") {
+		t.Fatalf("calls = %s, want the stop with the capped 30s", calls)
+	}
+}
