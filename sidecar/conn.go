@@ -44,7 +44,7 @@ var relayBuffersHeld atomic.Int64
 
 // tcpStats are the tcp_proxy filter's counters, tcp.<stat_prefix>.*.
 type tcpStats struct {
-	cxTotal, noCluster, connectFail *atomic.Uint64
+	cxTotal, noCluster, connectFail, idleTimeout *atomic.Uint64
 }
 
 func newTCPStats(r *statsRegistry, prefix string) *tcpStats {
@@ -53,6 +53,7 @@ func newTCPStats(r *statsRegistry, prefix string) *tcpStats {
 		cxTotal:     r.counter(p + "downstream_cx_total"),
 		noCluster:   r.counter(p + "downstream_cx_no_route"),
 		connectFail: r.counter(p + "upstream_connect_fail"),
+		idleTimeout: r.counter(p + "idle_timeout"),
 	}
 }
 
@@ -186,7 +187,11 @@ func (p *Proxy) proxyTCP(ctx context.Context, t *tcpProxyConfig, st *tcpStats, d
 	defer done()
 	stop := context.AfterFunc(ctx, func() { up.Close(); down.Close() })
 	defer stop()
-	tx, rx := pipe(down, up, p.cfg.PlainIO)
+	clock := newIdleClock(t.idleTimeout)
+	tx, rx := pipe(down, up, p.cfg.PlainIO, clock)
+	if clock != nil && clock.fired.Load() {
+		st.idleTimeout.Add(1)
+	}
 	c.stats.txBytes.Add(uint64(tx))
 	c.stats.rxBytes.Add(uint64(rx))
 	up.Close()
@@ -195,26 +200,30 @@ func (p *Proxy) proxyTCP(ctx context.Context, t *tcpProxyConfig, st *tcpStats, d
 // pipe copies a->b and b->a concurrently (one extra goroutine), propagating
 // half-closes, and returns the byte counts. It closes neither side on a
 // clean finish; an error in one direction closes both so the other stops.
-// plain copies with io.Copy (Config.PlainIO).
-func pipe(a, b net.Conn, plain bool) (aToB, bToA int64) {
+// plain copies with io.Copy (Config.PlainIO). clock (nil: none) ends
+// both directions once neither moved a byte for its timeout.
+func pipe(a, b net.Conn, plain bool, clock *idleClock) (aToB, bToA int64) {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		aToB = copyHalf(b, a, plain)
+		aToB = copyHalf(b, a, plain, clock)
 	}()
-	bToA = copyHalf(a, b, plain)
+	bToA = copyHalf(a, b, plain, clock)
 	wg.Wait()
 	return aToB, bToA
 }
 
-func copyHalf(dst, src net.Conn, plain bool) int64 {
+func copyHalf(dst, src net.Conn, plain bool, clock *idleClock) int64 {
 	var n int64
 	var err error
-	if plain {
+	switch {
+	case plain && clock != nil:
+		n, err = io.Copy(dst, idleReader{src: src, clock: clock})
+	case plain:
 		n, err = io.Copy(dst, src)
-	} else {
-		n, err = copyConn(dst, src)
+	default:
+		n, err = copyConn(dst, src, clock)
 	}
 	if err != nil {
 		dst.Close()
@@ -232,19 +241,23 @@ func copyHalf(dst, src net.Conn, plain bool) int64 {
 
 // copyConn copies with the kernel's splice path when both ends are plain
 // TCP, and through copyBuffered otherwise.
-func copyConn(dst, src net.Conn) (int64, error) {
+func copyConn(dst, src net.Conn, clock *idleClock) (int64, error) {
 	if d, ok := tcpConnOf(dst); ok {
 		if s, ok := tcpConnOf(src); ok {
+			if clock != nil {
+				return spliceIdle(d, s, clock)
+			}
 			return d.ReadFrom(s)
 		}
 	}
-	return copyBuffered(dst, src)
+	return copyBuffered(dst, src, clock)
 }
 
 // copyBuffered copies src to dst until EOF. While data flows it reads into
 // a pooled buffer (tlsCopyBufferSize when either side is TLS, else
-// copyBufferSize), with a read deadline relayIdle ahead (re-armed at most
-// every relayIdle/2); when the deadline passes it returns the buffer and
+// copyBufferSize), with a read deadline relayIdle ahead (half the idle
+// timeout if shorter; re-armed at most every half of that); when the
+// deadline passes it returns the buffer and
 // blocks on a small one, taking a pooled one again with the next data. A
 // read deadline is recoverable for both TCP and TLS connections
 // (crypto/tls keeps a partly read record).
@@ -253,7 +266,10 @@ func copyConn(dst, src net.Conn) (int64, error) {
 // received before the plaintext is written (crypto/tls returns one record
 // per Read), and a TLS destination gets each write's records in one
 // write(2).
-func copyBuffered(dst, src net.Conn) (written int64, err error) {
+//
+// With a clock, every read counts as activity, and the small buffer's
+// read wakes every half idle timeout to look at it (errRelayIdle).
+func copyBuffered(dst, src net.Conn, clock *idleClock) (written int64, err error) {
 	wt, rt := transportOf(dst), transportOf(src)
 	rb := relayBuffer{pool: &copyBuffers}
 	if wt != nil || rt != nil {
@@ -264,8 +280,8 @@ func copyBuffered(dst, src net.Conn) (written int64, err error) {
 	for {
 		buf := rb.get()
 		if rb.pooled() {
-			if now := time.Now(); now.Sub(armed) > relayIdle/2 {
-				_ = src.SetReadDeadline(now.Add(relayIdle))
+			if now := time.Now(); now.Sub(armed) > clock.pooledWait()/2 {
+				_ = src.SetReadDeadline(now.Add(clock.pooledWait()))
 				armed = now
 			}
 		}
@@ -274,6 +290,7 @@ func copyBuffered(dst, src net.Conn) (written int64, err error) {
 			n, rerr = drainTLS(rt, src, buf, n)
 		}
 		if n > 0 {
+			clock.touch()
 			nw, werr := writeBatched(dst, wt, buf[:n])
 			written += int64(nw)
 			if werr != nil {
@@ -290,7 +307,15 @@ func copyBuffered(dst, src net.Conn) (written int64, err error) {
 		case rerr == nil:
 		case rb.pooled() && errors.Is(rerr, os.ErrDeadlineExceeded):
 			rb.release()
-			_ = src.SetReadDeadline(time.Time{})
+			if clock.expired() {
+				return written, errRelayIdle
+			}
+			_ = src.SetReadDeadline(clock.deadline())
+		case errors.Is(rerr, os.ErrDeadlineExceeded) && clock != nil:
+			if clock.expired() {
+				return written, errRelayIdle
+			}
+			_ = src.SetReadDeadline(clock.deadline())
 		case rerr == io.EOF:
 			return written, nil
 		default:

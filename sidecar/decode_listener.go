@@ -87,6 +87,9 @@ type clusterHeaders struct {
 type tcpProxyConfig struct {
 	statPrefix string
 	clusters   []weightedCluster
+	// idleTimeout closes a relay that moved no byte either way for this
+	// long (idle_timeout: Envoy's default 1 h; 0 none).
+	idleTimeout time.Duration
 }
 
 // httpConfig is a decoded HttpConnectionManager: routes inline or by RDS.
@@ -284,9 +287,15 @@ func decodeTCPProxy(typed *anypb.Any) (*tcpProxyConfig, error) {
 	if err := unmarshalAny(typed, &m); err != nil {
 		return nil, fmt.Errorf("tcp_proxy: %w", err)
 	}
-	out := &tcpProxyConfig{statPrefix: m.GetStatPrefix()}
+	out := &tcpProxyConfig{statPrefix: m.GetStatPrefix(), idleTimeout: defaultTCPIdleTimeout}
 	if out.statPrefix == "" {
 		return nil, errors.New("tcp_proxy: stat_prefix is required")
+	}
+	if d := m.GetIdleTimeout(); d != nil {
+		if err := d.CheckValid(); err != nil || d.AsDuration() < 0 {
+			return nil, errors.New("tcp_proxy: idle_timeout must not be negative")
+		}
+		out.idleTimeout = d.AsDuration()
 	}
 	switch cs := m.GetClusterSpecifier().(type) {
 	case *tcpproxyv3.TcpProxy_Cluster:

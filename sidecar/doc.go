@@ -12,7 +12,8 @@
 //     (decode_*.go). A response is applied only if every resource in it is
 //     valid; otherwise it is NACKed and nothing changes;
 //   - the runtime: listeners (TLS termination with client certificates,
-//     the ext_authz network filter, tcp_proxy and the HTTP connection
+//     the ext_authz network filter, tcp_proxy with its idle_timeout
+//     (relayidle.go; Envoy's default 1 h) and the HTTP connection
 //     manager), clusters (round robin, random, least_request, ring_hash and
 //     maglev (as ring_hash) with failover, upstream TLS that verifies both
 //     the chain and the SPIFFE ID) and the Envoy-compatible admin endpoints

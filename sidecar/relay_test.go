@@ -88,7 +88,7 @@ func TestRelayReleasesBufferWhenIdle(t *testing.T) {
 			go func() {
 				// A tcp->tcp copy would splice; hide dst's type to force the
 				// buffered path for both cases.
-				n, err := copyBuffered(struct{ net.Conn }{dst}, src)
+				n, err := copyBuffered(struct{ net.Conn }{dst}, src, nil)
 				dst.Close()
 				done <- result{n, err}
 			}()

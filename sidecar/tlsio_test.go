@@ -321,12 +321,12 @@ func TestCopyBufferedOverTLSTransport(t *testing.T) {
 	}
 	in, out := make(chan result, 1), make(chan result, 1)
 	go func() { // plaintext -> TLS client side
-		n, err := copyBuffered(p.cli, struct{ net.Conn }{relaySrc})
+		n, err := copyBuffered(p.cli, struct{ net.Conn }{relaySrc}, nil)
 		_ = p.cli.CloseWrite()
 		in <- result{n, err}
 	}()
 	go func() { // TLS server side -> plaintext
-		n, err := copyBuffered(struct{ net.Conn }{relayDst}, p.srv)
+		n, err := copyBuffered(struct{ net.Conn }{relayDst}, p.srv, nil)
 		_ = relayDst.(*net.TCPConn).CloseWrite()
 		out <- result{n, err}
 	}()
@@ -390,7 +390,7 @@ func TestRelayOverTLSTransportReleasesBuffersWhenIdle(t *testing.T) {
 	dst, reader := tcpPair(t)
 	done := make(chan error, 1)
 	go func() {
-		_, err := copyBuffered(struct{ net.Conn }{dst}, p.srv)
+		_, err := copyBuffered(struct{ net.Conn }{dst}, p.srv, nil)
 		dst.Close()
 		done <- err
 	}()
