@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -137,32 +136,10 @@ func waitAllocStatus(t *testing.T, b api.Backend, jobID, status string) *structs
 
 func taskPID(t *testing.T, a *Agent, alloc *structs.Allocation) int {
 	t.Helper()
-	path := filepath.Join(a.Config().DataDir, "alloc", alloc.ID, "t", "local", "pid")
-	var pid int
-	testutil.WaitFor(t, hang, "task pid file", func() bool {
-		raw, err := os.ReadFile(path)
-		if err != nil {
-			return false
-		}
-		pid, err = strconv.Atoi(strings.TrimSpace(string(raw)))
-		return err == nil && pid > 0
-	})
-	return pid
+	return testutil.WaitPIDFile(t, hang, filepath.Join(a.Config().DataDir, "alloc", alloc.ID, "t", "local", "pid"))
 }
 
-func alive(pid int) bool {
-	err := syscall.Kill(pid, 0)
-	if err != nil {
-		return false
-	}
-	// A zombie is dead for our purposes.
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	fields := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+1:]))
-	return len(fields) > 0 && fields[0] != "Z"
-}
+func alive(pid int) bool { return testutil.Running(pid) }
 
 // countMarked counts live shells whose command line carries marker.
 func countMarked(marker string) int {

@@ -1,10 +1,7 @@
 package rawexec
 
 import (
-	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -13,37 +10,11 @@ import (
 	"github.com/meshlet/meshlet/internal/testutil"
 )
 
-// childPID reads the PID a task wrote to path.
-func childPID(t *testing.T, path string) int {
-	t.Helper()
-	var pid int
-	testutil.WaitFor(t, dt.Timeout, "the task's background child", func() bool {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return false
-		}
-		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
-		return err == nil && pid > 0
-	})
-	return pid
-}
-
-// running reports whether pid exists and is not a zombie (a killed
-// orphan stays one until init reaps it).
-func running(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	_, rest, _ := strings.Cut(string(b), ") ")
-	return !strings.HasPrefix(rest, "Z") && !strings.HasPrefix(rest, "X")
-}
-
 // waitGone waits for pid to be gone, and kills it if it is not.
 func waitGone(t *testing.T, pid int, what string) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
-	for running(pid) {
+	for testutil.Running(pid) {
 		if time.Now().After(deadline) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 			t.Fatalf("%s: the background child %d still runs", what, pid)
@@ -62,7 +33,7 @@ func TestBackgroundChildrenEndWithTask(t *testing.T) {
 	exited := filepath.Join(dir, "exited")
 	cfg := dt.TaskConfig(t, "exits", "/bin/sh", "-c", `sleep 300 </dev/null >/dev/null 2>&1 & echo $! > `+exited+`; exit 3`)
 	dt.Start(t, d, cfg)
-	pid := childPID(t, exited)
+	pid := testutil.WaitPIDFile(t, dt.Timeout, exited)
 	if res := dt.Wait(t, d, cfg.ID); res.ExitCode != 3 {
 		t.Fatalf("exit code = %d, want 3", res.ExitCode)
 	}
@@ -72,7 +43,7 @@ func TestBackgroundChildrenEndWithTask(t *testing.T) {
 	cfg = dt.TaskConfig(t, "stopped", "/bin/sh", "-c",
 		`/bin/sh -c 'trap "" TERM; while :; do sleep 0.1; done' </dev/null >/dev/null 2>&1 & echo $! > `+stopped+`; while :; do sleep 0.1; done`)
 	dt.Start(t, d, cfg)
-	pid = childPID(t, stopped)
+	pid = testutil.WaitPIDFile(t, dt.Timeout, stopped)
 	if err := d.StopTask(cfg.ID, 10*time.Second, "SIGTERM"); err != nil {
 		t.Fatal(err)
 	}
