@@ -110,12 +110,20 @@ func (c *Client) add(a *structs.Allocation) {
 	go ar.Run()
 }
 
-// destroy stops and removes an allocation the server forgot.
+// destroy stops and removes an allocation the server forgot. It waits for
+// the allocation's stop (kill timeouts, poststop tasks) as long as it
+// takes; if the agent stops first, the allocation's runner stops as on
+// any shutdown and its state stays for the next start to finish the job,
+// rather than being deleted under a runner still at work.
 func (c *Client) destroy(ar *allocrunner.AllocRunner) {
 	defer c.wg.Done()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	if err := ar.Destroy(ctx); err != nil {
+	if err := ar.Destroy(c.ctx); err != nil {
+		if c.ctx.Err() != nil {
+			ar.Shutdown()
+			c.logger.Info("agent stopping before the allocation was destroyed; its state is kept for the next start",
+				"alloc_id", ar.ID(), "error", err)
+			return
+		}
 		c.logger.Warn("failed to destroy allocation", "alloc_id", ar.ID(), "error", err)
 	}
 	if err := c.db.DeleteAlloc(ar.ID()); err != nil {

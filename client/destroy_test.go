@@ -1,0 +1,54 @@
+package client
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/meshlet/meshlet/client/internal/fakedriver"
+	"github.com/meshlet/meshlet/internal/testutil"
+	"github.com/meshlet/meshlet/structs"
+)
+
+// Destroying an allocation the servers forgot waits for its stop
+// (kill timeouts, poststop tasks) however long it takes, with no deadline
+// after which its state would be deleted under a runner still at work.
+// An agent that stops meanwhile stops the runner as on any shutdown and
+// keeps the allocation's state for the next start, instead of waiting out
+// the stop (or deleting the state after 5 minutes).
+func TestDestroyOutlastedByShutdownKeepsState(t *testing.T) {
+	srv := newServer(t)
+	drv := fakedriver.New("raw_exec")
+	drv.Script("cleanup", fakedriver.Behavior{ExitAfter: 10 * time.Second})
+	dir := t.TempDir()
+	c := newClient(t, srv, dir, drv)
+	j := job("a", "")
+	j.TaskGroups[0].Tasks = append(j.TaskGroups[0].Tasks, &structs.Task{Name: "cleanup", Driver: "raw_exec",
+		Config: map[string]any{"command": "/bin/true"}, Lifecycle: &structs.TaskLifecycle{Hook: structs.TaskLifecycleHookPoststop}})
+	if _, err := srv.RegisterJob(context.Background(), j); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, hang, "the allocation running", func() bool { return allocOf(t, srv, "a").ClientStatus == structs.AllocClientStatusRunning })
+	id := allocOf(t, srv, "a").ID
+	// As the sync does for an allocation the servers no longer list.
+	ar := c.runner(id)
+	c.mu.Lock()
+	delete(c.runners, id)
+	c.mu.Unlock()
+	c.wg.Add(1)
+	go c.destroy(ar)
+	testutil.WaitFor(t, hang, "the poststop task started", func() bool { return slices.Contains(drv.Calls(), "Start cleanup") })
+	start := time.Now()
+	if err := c.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("the shutdown waited %s for the destroy's poststop task", took)
+	}
+	c = newClient(t, srv, dir, drv)
+	defer c.Shutdown()
+	if local, err := c.db.Allocs(); err != nil || len(local) != 1 || local[0].ID != id {
+		t.Fatalf("client state after a shutdown during the destroy: %v, %v; want the allocation kept", local, err)
+	}
+}
