@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -99,27 +100,42 @@ func (a *Agent) connectEtcd(ctx context.Context) (*clientv3.Client, error) {
 	if err := checkMember(a.cfg.DataDir); err != nil {
 		return nil, err
 	}
-	clientURL, peerURL, err := a.memberURLs()
-	if err != nil {
-		return nil, err
-	}
-	name := a.memberName()
-	initial, err := a.joinCluster(ctx, name, peerURL)
-	if err != nil {
-		return nil, err
-	}
-	mc := etcdembed.Config{DataDir: etcdDir(a.cfg.DataDir), Name: name,
-		ClientURL: clientURL, PeerURL: peerURL, PeerTLS: a.peerTLS(), Logger: a.logger.Named("etcd"), Dev: a.cfg.Dev}
-	if initial != "" {
-		mc.InitialCluster, mc.ClusterState = initial, "existing"
-	}
-	m, err := etcdembed.Start(ctx, mc)
+	m, clientURL, peerURL, err := a.startMember(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("failed to start the embedded etcd member in %s: %w", etcdDir(a.cfg.DataDir), err)
 	}
 	a.etcdMember, a.etcdURLs = m, []string{clientURL, peerURL}
 	a.keepHeadroom(m)
 	return m.Client(), nil
+}
+
+// startMember starts the embedded member. A port picked free (etcd_client,
+// or a lone server's peer port, unset) can be taken by another socket
+// before the member binds it: that start is tried again with new ports.
+func (a *Agent) startMember(ctx context.Context) (m *etcdembed.Member, clientURL, peerURL string, err error) {
+	picked := a.cfg.Ports.EtcdClient == 0 || (!a.cfg.clustered() && a.cfg.Ports.EtcdPeer == 0)
+	for attempt := 1; ; attempt++ {
+		if clientURL, peerURL, err = a.memberURLs(); err != nil {
+			return nil, "", "", err
+		}
+		name := a.memberName()
+		initial, err := a.joinCluster(ctx, name, peerURL)
+		if err != nil {
+			return nil, "", "", err
+		}
+		mc := etcdembed.Config{DataDir: etcdDir(a.cfg.DataDir), Name: name,
+			ClientURL: clientURL, PeerURL: peerURL, PeerTLS: a.peerTLS(), Logger: a.logger.Named("etcd"), Dev: a.cfg.Dev}
+		if initial != "" {
+			mc.InitialCluster, mc.ClusterState = initial, "existing"
+		}
+		m, err = etcdembed.Start(ctx, mc)
+		// A joining member's start is not tried again: the cluster already
+		// counts it.
+		if err == nil || !picked || initial != "" || attempt == 3 || !errors.Is(err, syscall.EADDRINUSE) {
+			return m, clientURL, peerURL, err
+		}
+		a.logger.Warn("a port picked for the embedded etcd member was taken meanwhile; picking again", "error", err)
+	}
 }
 
 // memberName names this server's etcd member: its node name, unique
@@ -177,14 +193,23 @@ const DefaultEtcdPeerPort = 2380
 // embedded member needs a concrete URL to advertise).
 func loopbackURL(port int) (string, error) {
 	if port == 0 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return "", fmt.Errorf("failed to pick a port for the embedded etcd member: %w", err)
+		var err error
+		if port, err = pickLoopbackPort(); err != nil {
+			return "", err
 		}
-		port = ln.Addr().(*net.TCPAddr).Port
-		_ = ln.Close()
 	}
 	return (&url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}).String(), nil
+}
+
+// pickLoopbackPort returns a loopback port free now (a variable for
+// tests: another socket may take it before the member binds it).
+var pickLoopbackPort = func() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("failed to pick a port for the embedded etcd member: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 // etcdPorts are the embedded member's listener ports (none with an
