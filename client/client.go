@@ -365,7 +365,7 @@ func (c *Client) restore() (map[string]bool, bool, error) {
 			complete = false
 			continue
 		}
-		if !terminal(ar.ClientView()) {
+		if mayRun(ar.ClientView()) {
 			live[a.ID] = true
 		}
 		c.mu.Lock()
@@ -378,8 +378,21 @@ func (c *Client) restore() (map[string]bool, bool, error) {
 	return live, complete, nil
 }
 
-func terminal(a *structs.Allocation) bool {
-	return a.TerminalStatus()
+// mayRun reports whether a restored allocation may still have running
+// tasks, so its network must not be collected: its status is not
+// terminal, or one of its tasks is not dead (an allocation is failed as
+// soon as one task failed for good, while its siblings are still being
+// stopped through shutdown_delay and their kill timeouts).
+func mayRun(a *structs.Allocation) bool {
+	if !a.TerminalStatus() {
+		return true
+	}
+	for _, ts := range a.TaskStates {
+		if ts != nil && ts.State != structs.TaskStateDead {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *Client) newRunner(a *structs.Allocation, restored bool, tasks map[string]*clientstate.LocalTaskState) (*allocrunner.AllocRunner, error) {

@@ -52,3 +52,24 @@ func TestDestroyOutlastedByShutdownKeepsState(t *testing.T) {
 		t.Fatalf("client state after a shutdown during the destroy: %v, %v; want the allocation kept", local, err)
 	}
 }
+
+// A restored allocation whose status is failed while a task still runs
+// (its siblings being stopped) is live: its network is kept.
+func TestMayRun(t *testing.T) {
+	st := func(state string, failed bool) *structs.TaskState { return &structs.TaskState{State: state, Failed: failed} }
+	for _, tc := range []struct {
+		status string
+		tasks  map[string]*structs.TaskState
+		want   bool
+	}{
+		{structs.AllocClientStatusPending, nil, true},
+		{structs.AllocClientStatusRunning, map[string]*structs.TaskState{"a": st("running", false)}, true},
+		{structs.AllocClientStatusFailed, map[string]*structs.TaskState{"a": st("dead", true), "b": st("running", false)}, true},
+		{structs.AllocClientStatusFailed, map[string]*structs.TaskState{"a": st("dead", true), "b": st("dead", false)}, false},
+		{structs.AllocClientStatusComplete, map[string]*structs.TaskState{"a": st("dead", false)}, false},
+	} {
+		if got := mayRun(&structs.Allocation{ClientStatus: tc.status, TaskStates: tc.tasks}); got != tc.want {
+			t.Errorf("mayRun(%s, %v) = %v, want %v", tc.status, tc.tasks, got, tc.want)
+		}
+	}
+}
