@@ -108,8 +108,6 @@ func checkExternalIDs(node, serviceID string) error {
 		return badRequest("missing service ID (meshlet registers and deregisters one service at a time)")
 	case strings.ContainsAny(node+serviceID, "/\x00"):
 		return badRequest("node name and service ID may not contain '/'")
-	case strings.HasPrefix(serviceID, catalog.ReservedIDPrefix):
-		return badRequest("service ID %q: IDs starting with %q are the instances meshlet registers for jobs", serviceID, catalog.ReservedIDPrefix)
 	}
 	return nil
 }
@@ -134,6 +132,12 @@ func (s *Server) externalInstance(b registerBody) (catalog.ServiceInstance, erro
 	}
 	if err := checkExternalIDs(b.Node, id); err != nil {
 		return catalog.ServiceInstance{}, err
+	}
+	if strings.HasPrefix(id, catalog.ReservedIDPrefix) {
+		// Only registering is refused: a registration stored before this
+		// rule can still be removed.
+		return catalog.ServiceInstance{}, fmt.Errorf("%w: service ID %q: IDs starting with %q are the instances meshlet registers for jobs",
+			catalog.ErrIDTaken, id, catalog.ReservedIDPrefix)
 	}
 	addr := b.Service.Address
 	if addr == "" {

@@ -123,7 +123,7 @@ func TestCatalogRegisterKeepsOthersIDs(t *testing.T) {
 		{"a mesh instance's ID", &consul.CatalogRegistration{Node: "evil", Address: "192.0.2.66",
 			Service: &consul.AgentService{ID: "web-1", Service: "other", Port: 80}}, `409 (service ID taken: service ID "web-1" is registered on node c1 (a mesh instance)`},
 		{"a job instance's ID", &consul.CatalogRegistration{Node: "evil", Address: "192.0.2.66",
-			Service: &consul.AgentService{ID: "_nomad-task-x-group-web-web-8080", Service: "web", Port: 80}}, `400 (bad request: service ID "_nomad-task-x-group-web-web-8080": IDs starting with "_nomad-"`},
+			Service: &consul.AgentService{ID: "_nomad-task-x-group-web-web-8080", Service: "web", Port: 80}}, `409 (service ID taken: service ID "_nomad-task-x-group-web-web-8080": IDs starting with "_nomad-"`},
 	} {
 		if _, err := f.client.Catalog().Register(tc.reg, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: Register = %v, want %s", tc.name, err, tc.want)

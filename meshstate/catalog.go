@@ -157,6 +157,12 @@ func (s *Store) PutExternal(ctx context.Context, inst catalog.ServiceInstance) e
 	if err := checkExternal(inst); err != nil {
 		return err
 	}
+	if strings.HasPrefix(inst.ID, catalog.ReservedIDPrefix) {
+		// Only registering is refused: DeleteExternal still removes a
+		// registration stored before this rule.
+		return fmt.Errorf("%w: service ID %q: IDs starting with %q are the instances meshlet registers for jobs",
+			catalog.ErrIDTaken, inst.ID, catalog.ReservedIDPrefix)
+	}
 	if owner, err := s.externalIDOwner(ctx, inst.ID); err != nil {
 		return err
 	} else if owner != "" && owner != inst.NodeID {
@@ -201,10 +207,6 @@ func checkExternal(inst catalog.ServiceInstance) error {
 	}
 	if inst.Kind != "" {
 		return fmt.Errorf("%w: an external service cannot be of kind %q", ErrInvalid, inst.Kind)
-	}
-	if strings.HasPrefix(inst.ID, catalog.ReservedIDPrefix) {
-		return fmt.Errorf("%w: service ID %q: IDs starting with %q are the instances meshlet registers for jobs",
-			catalog.ErrIDTaken, inst.ID, catalog.ReservedIDPrefix)
 	}
 	return nil
 }

@@ -211,6 +211,14 @@ func TestPutExternalKeepsOthersIDs(t *testing.T) {
 	if err != nil || len(regs) != 0 {
 		t.Fatalf("node b's registrations after the refusals = %v, %v; want none", regs, err)
 	}
+	// One stored before the rule can still be removed.
+	old := ext("c", "_nomad-task-y-group-web-web-80")
+	if err := s.PutAlloc(ctx, old.NodeID, old.AllocID, []catalog.ServiceInstance{old}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteExternal(ctx, old); err != nil {
+		t.Fatalf("DeleteExternal of a _nomad- ID stored before the rule: %v", err)
+	}
 	if err := s.DeleteExternal(ctx, ext("a", "legacy")); err != nil {
 		t.Fatal(err)
 	}

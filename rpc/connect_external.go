@@ -90,9 +90,12 @@ func (s *Server) handleConnectExternal(w http.ResponseWriter, r *http.Request) {
 	if !s.callerAllowed(w, r, nodeID, "register a service outside the mesh", allowed) {
 		return
 	}
-	if req.Delete {
+	switch ew, ok := cb.(ExternalWriter); {
+	case req.Delete:
 		err = cb.DeleteAlloc(r.Context(), in.NodeID, in.AllocID)
-	} else {
+	case ok:
+		err = ew.PutExternal(r.Context(), in) // refuses another node's or a job's ID
+	default:
 		err = cb.PutAlloc(r.Context(), in.NodeID, in.AllocID, []catalog.ServiceInstance{in})
 	}
 	if err != nil {
@@ -101,6 +104,13 @@ func (s *Server) handleConnectExternal(w http.ResponseWriter, r *http.Request) {
 	}
 	s.logger.Debug("stored a service outside the mesh", "node_id", nodeID, "service", in.Name, "external_node", in.NodeID, "delete", req.Delete)
 	writeJSON(w, struct{}{})
+}
+
+// ExternalWriter is a ConnectBackend that stores a service outside the
+// mesh itself, refusing an ID another node's instance or a job's has
+// (catalog.ErrIDTaken; the servers' meshstate.Store does).
+type ExternalWriter interface {
+	PutExternal(ctx context.Context, inst catalog.ServiceInstance) error
 }
 
 // NodeRegsReader is a ConnectBackend that reads a node's stored

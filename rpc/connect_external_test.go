@@ -24,6 +24,16 @@ func TestConnectExternal(t *testing.T) {
 	if got, ok := m.f.reg(inst.NodeID, inst.AllocID); !ok || len(got) != 1 || got[0].Name != "db" {
 		t.Fatalf("stored = %+v, %v", got, ok)
 	}
+	// The servers refuse an ID another external node's instance has,
+	// and the sentinel comes back across the call (409 id_taken).
+	other := inst
+	other.NodeID = catalog.ExternalNodePrefix + "other"
+	if err := ext.PutExternal(ctxT(t, 5*time.Second), other); !errors.Is(err, catalog.ErrIDTaken) {
+		t.Errorf("PutExternal of another node's ID: %v, want ErrIDTaken", err)
+	}
+	if _, ok := m.f.reg(other.NodeID, other.AllocID); ok {
+		t.Error("the refused registration was stored")
+	}
 	own := inst
 	own.NodeID = "node-1" // the node's own allocations go through PutAllocServices only
 	if err := ext.PutExternal(ctxT(t, 5*time.Second), own); !errors.Is(err, ErrBadRequest) {

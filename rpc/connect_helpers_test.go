@@ -10,6 +10,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -157,6 +158,22 @@ func (f *fakeConnect) NodeRegs(_ context.Context, nodeID string) (map[string][]c
 func (f *fakeConnect) PutAlloc(_ context.Context, nodeID, allocID string, insts []catalog.ServiceInstance) error {
 	f.set(nodeID, allocID, insts)
 	return nil
+}
+
+// PutExternal stands for meshstate.Store's: an ID another node's
+// instance has is refused.
+func (f *fakeConnect) PutExternal(ctx context.Context, inst catalog.ServiceInstance) error {
+	f.mu.Lock()
+	for _, insts := range f.regs {
+		for _, in := range insts {
+			if in.ID == inst.ID && in.NodeID != inst.NodeID {
+				f.mu.Unlock()
+				return fmt.Errorf("%w: service ID %q is registered on node %q", catalog.ErrIDTaken, inst.ID, in.NodeID)
+			}
+		}
+	}
+	f.mu.Unlock()
+	return f.PutAlloc(ctx, inst.NodeID, inst.AllocID, []catalog.ServiceInstance{inst})
 }
 
 func (f *fakeConnect) DeleteAlloc(_ context.Context, nodeID, allocID string) error {

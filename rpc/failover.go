@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meshlet/meshlet/catalog"
 	"github.com/meshlet/meshlet/internal/httpsrv"
 	"github.com/meshlet/meshlet/structs"
 )
@@ -203,6 +204,8 @@ func answerError(req *request, addr string, resp *http.Response, rd io.Reader) e
 		return fmt.Errorf("failed to %s: %w: %s (server %s)", req.what, ErrForbidden, trimSentinel(msg, ErrForbidden), addr)
 	case resp.StatusCode == http.StatusNotFound && code == codeUnknownNode:
 		return fmt.Errorf("failed to %s: %w: %s (server %s)", req.what, structs.ErrUnknownNode, trimSentinel(msg, structs.ErrUnknownNode), addr)
+	case resp.StatusCode == http.StatusConflict && code == codeIDTaken:
+		return fmt.Errorf("failed to %s: %w: %s (server %s)", req.what, catalog.ErrIDTaken, trimSentinel(msg, catalog.ErrIDTaken), addr)
 	case resp.StatusCode == http.StatusBadRequest || resp.StatusCode == http.StatusRequestEntityTooLarge:
 		return fmt.Errorf("failed to %s: %w: %s (server %s)", req.what, ErrBadRequest, trimSentinel(msg, ErrBadRequest), addr)
 	}

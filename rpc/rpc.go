@@ -114,6 +114,7 @@ const (
 	codeNoLeader    = "no_leader"
 	codeUnknownNode = "unknown_node"
 	codeShutdown    = "shutting_down"
+	codeIDTaken     = "id_taken"
 )
 
 const (

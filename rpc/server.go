@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/meshlet/meshlet/acl"
+	"github.com/meshlet/meshlet/catalog"
 	"github.com/meshlet/meshlet/internal/httpsrv"
 	"github.com/meshlet/meshlet/structs"
 )
@@ -248,6 +249,8 @@ func (s *Server) backendError(w http.ResponseWriter, r *http.Request, write bool
 		writeError(w, http.StatusForbidden, "", "%v", err)
 	case errors.Is(err, ErrBadRequest):
 		writeError(w, http.StatusBadRequest, "", "%v", err)
+	case errors.Is(err, catalog.ErrIDTaken):
+		writeError(w, http.StatusConflict, codeIDTaken, "%v", err)
 	case write && !s.isLeader():
 		writeError(w, http.StatusServiceUnavailable, codeNoLeader, "%v: leadership lost during the call: %v", ErrNoLeader, err)
 	default:
