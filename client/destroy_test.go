@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshlet/meshlet/client/allocrunner"
 	"github.com/meshlet/meshlet/client/internal/fakedriver"
 	"github.com/meshlet/meshlet/internal/testutil"
 	"github.com/meshlet/meshlet/structs"
@@ -56,7 +57,9 @@ func TestDestroyOutlastedByShutdownKeepsState(t *testing.T) {
 // A restored allocation whose status is failed while a task still runs
 // (its siblings being stopped) is live: its network is kept.
 func TestMayRun(t *testing.T) {
-	st := func(state string, failed bool) *structs.TaskState { return &structs.TaskState{State: state, Failed: failed} }
+	st := func(state string, failed bool) *structs.TaskState {
+		return &structs.TaskState{State: state, Failed: failed}
+	}
 	for _, tc := range []struct {
 		status string
 		tasks  map[string]*structs.TaskState
@@ -72,4 +75,42 @@ func TestMayRun(t *testing.T) {
 			t.Errorf("mayRun(%s, %v) = %v, want %v", tc.status, tc.tasks, got, tc.want)
 		}
 	}
+}
+
+// stuckHook's teardown never ends by itself.
+type stuckHook struct{}
+
+func (stuckHook) Name() string                                                 { return "stuck" }
+func (stuckHook) Prerun(context.Context, *allocrunner.AllocHookContext) error  { return nil }
+func (stuckHook) Postrun(context.Context, *allocrunner.AllocHookContext) error { return nil }
+func (stuckHook) Destroy(ctx context.Context, _ *allocrunner.AllocHookContext) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// A hook's teardown that hangs is given up after destroyHooksTimeout: the
+// allocation is removed and the next ones can be collected.
+func TestDestroyBoundsHookTeardown(t *testing.T) {
+	old := destroyHooksTimeout
+	destroyHooksTimeout = 200 * time.Millisecond
+	t.Cleanup(func() { destroyHooksTimeout = old })
+	srv := newServer(t)
+	drv := fakedriver.New("raw_exec")
+	drv.Script("t", fakedriver.Behavior{ExitAfter: 20 * time.Millisecond})
+	c := startClientWithHook(t, srv, t.TempDir(), drv, stuckHook{})
+	defer c.Shutdown()
+	j := job("b", "")
+	j.Type = structs.JobTypeBatch
+	ctx := context.Background()
+	if _, err := srv.RegisterJob(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, hang, "the batch allocation complete", func() bool { return allocOf(t, srv, "b").ClientStatus == structs.AllocClientStatusComplete })
+	if _, err := srv.StopJob(ctx, "b", true); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, hang, "the purged allocation removed despite its stuck teardown", func() bool {
+		local, _ := c.db.Allocs()
+		return len(local) == 0
+	})
 }
