@@ -102,8 +102,11 @@ func runJobRun(e *env, c *command, args []string) int {
 	resp, _, err := client.Jobs().RegisterOpts(apiJob, ro, nil)
 	if err != nil {
 		if strings.Contains(err.Error(), nomadapi.RegisterEnforceIndexErrPrefix) {
-			return e.errorf("job %q not registered: the -check-index condition failed (%s); run `meshlet job status %s` for its current modify index",
-				job.ID, describe(err, addr.Addr), job.ID)
+			current := "the job does not exist"
+			if stored, _, ierr := client.Jobs().Info(job.ID, nil); ierr == nil && stored.JobModifyIndex != nil {
+				current = fmt.Sprintf("its current job modify index is %d", *stored.JobModifyIndex)
+			}
+			return e.errorf("job %q not registered: the -check-index condition failed (%s); %s", job.ID, describe(err, addr.Addr), current)
 		}
 		return e.errorf("failed to register job %q: %s", job.ID, describe(err, addr.Addr))
 	}

@@ -327,7 +327,8 @@ func TestJobRunCheckIndexAndPreserveCounts(t *testing.T) {
 	scaled := writeFile(t, "web5.hcl", strings.Replace(webJobHCL, "count = 2", "count = 5", 1))
 	for _, index := range []string{"0", fmt.Sprint(job.JobModifyIndex + 1)} {
 		r := runCLI(t, "", "job", "run", "-detach", "-check-index", index, scaled)
-		if r.code != 1 || !strings.Contains(r.stderr, "the -check-index condition failed") || !strings.Contains(r.stderr, "Enforcing job modify index "+index) {
+		if r.code != 1 || !strings.Contains(r.stderr, "the -check-index condition failed") || !strings.Contains(r.stderr, "Enforcing job modify index "+index) ||
+			!strings.Contains(r.stderr, fmt.Sprintf("its current job modify index is %d", job.JobModifyIndex)) {
 			t.Fatalf("check-index %s on the existing job: %d %q", index, r.code, r.stderr)
 		}
 	}

@@ -17,7 +17,7 @@ import (
 // intention.
 //
 // Its methods are pure: they never modify the receiver (nor its slice) and
-// return a new State, with Index = st.Index+1 and the intentions in
+// return a new State, with the next Index (see nextIndex) and the intentions in
 // evaluation order, together with the intention written or removed. On
 // error they return the receiver unchanged, so a caller that assigns the
 // result cannot lose the state.
