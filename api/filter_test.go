@@ -15,7 +15,11 @@ import (
 func TestOfficialClientFilter(t *testing.T) {
 	fb := apitest.NewBackend()
 	for _, id := range []string{"web", "api", "worker"} {
-		if _, err := fb.RegisterJob(t.Context(), testJob(id), api.RegisterOptions{}); err != nil {
+		j := testJob(id)
+		if id == "web" {
+			j.Meta = map[string]string{"owner": "team-a"}
+		}
+		if _, err := fb.RegisterJob(t.Context(), j, api.RegisterOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -26,6 +30,11 @@ func TestOfficialClientFilter(t *testing.T) {
 	jobs, _, err := c.Jobs().List(&nomadapi.QueryOptions{Filter: `ID matches "^w"`})
 	if err != nil || len(jobs) != 2 || jobs[0].ID == "api" || jobs[1].ID == "api" {
 		t.Fatalf("jobs matching ^w = %v, %v; want web and worker", jobs, err)
+	}
+	// A field the JSON omits when empty is still there to filter on.
+	noMeta, _, err := c.Jobs().List(&nomadapi.QueryOptions{Filter: `Meta is empty`})
+	if err != nil || len(noMeta) != 2 || noMeta[0].ID == "web" || noMeta[1].ID == "web" {
+		t.Fatalf("jobs without meta = %v, %v; want api and worker", noMeta, err)
 	}
 	allocs, _, err := c.Allocations().List(&nomadapi.QueryOptions{Filter: `JobID == "api"`})
 	if err != nil || len(allocs) == 0 {

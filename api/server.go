@@ -215,6 +215,11 @@ func (s *Server) read(fn readFunc) http.HandlerFunc {
 			return
 		}
 		out, err := fn(r)
+		if err == nil {
+			if out, err = httpsrv.FilterAnswer(r, out); err != nil {
+				err = fmt.Errorf("%w: %w", ErrInvalid, err)
+			}
+		}
 		if err != nil {
 			s.writeError(w, r, err)
 			return

@@ -171,5 +171,5 @@ func (s *Server) aclTokenSelf(w http.ResponseWriter, r *http.Request) {
 	for _, p := range t.Policies {
 		out.Policies = append(out.Policies, &consul.ACLTokenPolicyLink{Name: p})
 	}
-	s.writeJSON(w, t.ModifyIndex, out)
+	s.writeJSON(w, r, t.ModifyIndex, out)
 }

@@ -96,7 +96,7 @@ func (s *Server) caConfigGet(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cfg := s.currentCAConfig(r.Context())
-	s.writeJSON(w, cfg.ModifyIndex, cfg)
+	s.writeJSON(w, r, cfg.ModifyIndex, cfg)
 }
 
 // PUT /v1/connect/ca/configuration: checks the body and rotates the root.

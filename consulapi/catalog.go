@@ -21,7 +21,7 @@ func (s *Server) catalogServices(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	index := s.d.Catalog.Index()
-	s.writeJSON(w, index, s.d.Catalog.Services())
+	s.writeJSON(w, r, index, s.d.Catalog.Services())
 }
 
 // GET /v1/catalog/service/{name}[?tag=]: the instances of a service.
@@ -55,7 +55,7 @@ func (s *Server) catalogService(w http.ResponseWriter, r *http.Request) {
 			ServiceEnableTagOverride: false,
 		}})
 	}
-	s.writeJSON(w, index, out)
+	s.writeJSON(w, r, index, out)
 }
 
 // catalogService is Consul's /v1/catalog/service answer: the api type
@@ -93,7 +93,7 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request, list func(string
 		}
 		out = append(out, s.serviceEntry(inst))
 	}
-	s.writeJSON(w, index, out)
+	s.writeJSON(w, r, index, out)
 }
 
 func (s *Server) serviceEntry(inst catalog.ServiceInstance) consul.ServiceEntry {

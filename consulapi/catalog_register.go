@@ -64,7 +64,7 @@ func (s *Server) catalogRegister(w http.ResponseWriter, r *http.Request) {
 		s.failFor(w, r, err)
 		return
 	}
-	s.writeJSON(w, s.d.Catalog.Index(), true)
+	s.writeJSON(w, r, s.d.Catalog.Index(), true)
 }
 
 func idTaken(id string, cur catalog.ServiceInstance) error {
@@ -97,7 +97,7 @@ func (s *Server) catalogDeregister(w http.ResponseWriter, r *http.Request) {
 		s.failFor(w, r, err)
 		return
 	}
-	s.writeJSON(w, s.d.Catalog.Index(), true)
+	s.writeJSON(w, r, s.d.Catalog.Index(), true)
 }
 
 func checkExternalIDs(node, serviceID string) error {

@@ -132,7 +132,7 @@ func (s *Server) configPut(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.configSeen(index)
-	s.writeJSON(w, index, ok)
+	s.writeJSON(w, r, index, ok)
 }
 
 // DELETE /v1/config/{kind}/{name}
@@ -155,7 +155,7 @@ func (s *Server) configDelete(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.configSeen(index)
-	s.writeJSON(w, index, ok)
+	s.writeJSON(w, r, index, ok)
 }
 
 // GET /v1/config/{kind}
@@ -173,7 +173,7 @@ func (s *Server) configList(w http.ResponseWriter, r *http.Request) {
 	if out == nil {
 		out = []configentry.Entry{}
 	}
-	s.writeJSON(w, index, out)
+	s.writeJSON(w, r, index, out)
 }
 
 // GET /v1/config/{kind}/{name}
@@ -194,7 +194,7 @@ func (s *Server) configGet(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusNotFound, fmt.Errorf("config entry not found for %q / %q", kind, name))
 		return
 	}
-	s.writeJSON(w, index, e)
+	s.writeJSON(w, r, index, e)
 }
 
 // configSeen waits until the registry has seen index, at most

@@ -77,7 +77,7 @@ func (s *Server) caRoots(w http.ResponseWriter, r *http.Request) {
 			PrivateKeyType: "ec", PrivateKeyBits: 256, CreateIndex: root.CreateIndex, ModifyIndex: root.ModifyIndex,
 		})
 	}
-	s.writeJSON(w, rootsIndex(rs), out)
+	s.writeJSON(w, r, rootsIndex(rs), out)
 }
 
 // GET /v1/agent/connect/ca/leaf/{name}: the leaf of a service. name is a
@@ -107,7 +107,7 @@ func (s *Server) caLeaf(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	s.writeJSON(w, leaf.ModifyIndex, leafCert{
+	s.writeJSON(w, r, leaf.ModifyIndex, leafCert{
 		SerialNumber: leaf.SerialNumber, CertPEM: leaf.CertPEM, PrivateKeyPEM: leaf.PrivateKeyPEM,
 		Service: leaf.Service, ServiceURI: leaf.SpiffeID, ValidAfter: leaf.ValidAfter, ValidBefore: leaf.ValidBefore,
 		CreateIndex: leaf.ModifyIndex, ModifyIndex: leaf.ModifyIndex,
@@ -149,7 +149,7 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request) {
 		s.failFor(w, r, err)
 		return
 	}
-	s.writeJSON(w, s.d.Intentions.Index(), struct {
+	s.writeJSON(w, r, s.d.Intentions.Index(), struct {
 		Authorized bool
 		Reason     string
 	}{d.Allowed, d.Reason})

@@ -88,7 +88,7 @@ func (s *Server) intentionList(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	index := s.d.Intentions.Index()
-	s.writeJSON(w, index, s.d.Intentions.List())
+	s.writeJSON(w, r, index, s.d.Intentions.List())
 }
 
 // POST /v1/connect/intentions (legacy create): {"ID": ...}.
@@ -113,7 +113,7 @@ func (s *Server) intentionCreate(w http.ResponseWriter, r *http.Request) {
 		s.failFor(w, r, err)
 		return
 	}
-	s.writeJSON(w, in.ModifyIndex, struct{ ID string }{in.ID})
+	s.writeJSON(w, r, in.ModifyIndex, struct{ ID string }{in.ID})
 }
 
 // GET /v1/connect/intentions/exact?source=&destination=
@@ -129,7 +129,7 @@ func (s *Server) intentionGetExact(w http.ResponseWriter, r *http.Request) {
 		s.failFor(w, r, err)
 		return
 	}
-	s.writeJSON(w, index, in)
+	s.writeJSON(w, r, index, in)
 }
 
 // PUT /v1/connect/intentions/exact?source=&destination= (upsert): true.
@@ -169,7 +169,7 @@ func (s *Server) intentionPutExact(w http.ResponseWriter, r *http.Request) {
 		s.failFor(w, r, err)
 		return
 	}
-	s.writeJSON(w, saved.ModifyIndex, true)
+	s.writeJSON(w, r, saved.ModifyIndex, true)
 }
 
 // DELETE /v1/connect/intentions/exact?source=&destination=
@@ -182,7 +182,7 @@ func (s *Server) intentionDeleteExact(w http.ResponseWriter, r *http.Request) {
 		s.failFor(w, r, err)
 		return
 	}
-	s.writeJSON(w, s.d.Intentions.Index(), true)
+	s.writeJSON(w, r, s.d.Intentions.Index(), true)
 }
 
 // GET /v1/connect/intentions/check?source=&destination=: {"Allowed": bool}
@@ -214,7 +214,7 @@ func (s *Server) intentionCheck(w http.ResponseWriter, r *http.Request) {
 		out.Allowed, m = s.d.Intentions.Check(src, dst)
 	}
 	out.Reason = explainCheck(src, dst, out.Allowed, m, out.Permission, isHTTP)
-	s.writeJSON(w, index, out)
+	s.writeJSON(w, r, index, out)
 }
 
 // GET /v1/connect/intentions/match?by=source|destination&name=...: name →
@@ -244,7 +244,7 @@ func (s *Server) intentionMatch(w http.ResponseWriter, r *http.Request) {
 		}
 		out[raw] = s.d.Intentions.Match(by, name)
 	}
-	s.writeJSON(w, index, out)
+	s.writeJSON(w, r, index, out)
 }
 
 // GET /v1/connect/intentions/{id}
@@ -255,7 +255,7 @@ func (s *Server) intentionGetID(w http.ResponseWriter, r *http.Request) {
 		s.failFor(w, r, err)
 		return
 	}
-	s.writeJSON(w, index, in)
+	s.writeJSON(w, r, index, in)
 }
 
 // DELETE /v1/connect/intentions/{id}
@@ -264,5 +264,5 @@ func (s *Server) intentionDeleteID(w http.ResponseWriter, r *http.Request) {
 		s.failFor(w, r, err)
 		return
 	}
-	s.writeJSON(w, s.d.Intentions.Index(), true)
+	s.writeJSON(w, r, s.d.Intentions.Index(), true)
 }

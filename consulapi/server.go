@@ -150,7 +150,14 @@ func (s *Server) routes() {
 }
 
 // writeJSON answers 200 with v and the index headers.
-func (s *Server) writeJSON(w http.ResponseWriter, index uint64, v any) {
+// A list answer keeps what the request's ?filter= matches
+// (httpsrv.FilterAnswer); a filter that does not apply answers 400.
+func (s *Server) writeJSON(w http.ResponseWriter, r *http.Request, index uint64, v any) {
+	v, err := httpsrv.FilterAnswer(r, v)
+	if err != nil {
+		s.fail(w, r, http.StatusBadRequest, err)
+		return
+	}
 	b, err := json.Marshal(v)
 	if err != nil {
 		s.logger.Error("failed to encode response", "error", err)

@@ -2,24 +2,26 @@ package httpsrv
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"strings"
 
 	bexpr "github.com/hashicorp/go-bexpr"
 )
 
-// FilterLists applies Nomad's and Consul's ?filter= to the list endpoints
-// of next: on a GET with a filter, a 200 answer that is a JSON array keeps
-// the elements the go-bexpr expression matches, evaluated on each element
-// as its JSON has it (the API's field names: `Status == "running"`,
-// `Service.ID == "web-1"`, `"v1" in Service.Tags`). A filter that does
-// not parse answers 400 before the handler runs, and so does one whose
-// selector names a field no element has; an element that lacks a field
-// another has (an omitted empty value) just does not match. A filter on
-// an answer that is one JSON object (not a list) answers 400 rather than
-// the object unfiltered; other answers (errors) pass unchanged.
+// ErrBadFilter is returned (wrapped) by FilterAnswer for a ?filter= that
+// does not apply to the answer; callers answer 400.
+var ErrBadFilter = errors.New("bad filter expression")
+
+type filterKey struct{}
+
+// FilterLists reads Nomad's and Consul's ?filter= on GET requests: a
+// go-bexpr expression that does not parse answers 400 before the handler
+// runs; one that does is kept in the request's context for FilterAnswer.
 func FilterLists(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		expr := r.URL.Query().Get("filter")
@@ -32,89 +34,70 @@ func FilterLists(next http.Handler) http.Handler {
 			http.Error(w, fmt.Sprintf("failed to read filter expression: %s", oneLine(err.Error())), http.StatusBadRequest)
 			return
 		}
-		rec := &recorder{header: http.Header{}, code: http.StatusOK}
-		next.ServeHTTP(rec, r)
-		body := rec.body.Bytes()
-		if rec.code == http.StatusOK {
-			trimmed := bytes.TrimSpace(body)
-			switch {
-			case bytes.HasPrefix(trimmed, []byte("[")):
-				filtered, err := filterArray(ev, body)
-				if err != nil {
-					http.Error(w, err.Error(), http.StatusBadRequest)
-					return
-				}
-				body = filtered
-				rec.header.Del("Content-Length")
-			case bytes.HasPrefix(trimmed, []byte("{")):
-				// Not a list: answering it whole would look filtered.
-				http.Error(w, "filter expressions apply to list answers only; this answer is one object", http.StatusBadRequest)
-				return
-			}
-		}
-		for k, v := range rec.header {
-			w.Header()[k] = v
-		}
-		w.WriteHeader(rec.code)
-		_, _ = w.Write(body)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), filterKey{}, ev)))
 	})
 }
 
-// filterArray keeps the elements of the JSON array raw that ev matches.
-func filterArray(ev *bexpr.Evaluator, raw []byte) ([]byte, error) {
-	var items []json.RawMessage
-	if err := json.Unmarshal(raw, &items); err != nil {
-		return raw, nil // not a list after all: left as is
+// FilterAnswer applies r's filter (FilterLists) to an answer v: v as is
+// without one; for a slice, the elements the expression matches, each
+// evaluated on its typed value as Nomad and Consul do (Go field names,
+// `Status == "running"`, `Service.ID == "web-1"`, `"v1" in Service.Tags`,
+// `Meta is empty` for an empty map; fields of an embedded struct through
+// the element's JSON form). An element on which the expression
+// cannot be evaluated (a key its map lacks) does not match; a selector no
+// element has, or an answer that is not a list, is ErrBadFilter.
+func FilterAnswer(r *http.Request, v any) (any, error) {
+	ev, _ := r.Context().Value(filterKey{}).(*bexpr.Evaluator)
+	if ev == nil {
+		return v, nil
 	}
-	kept := make([]json.RawMessage, 0, len(items))
+	rv := reflect.ValueOf(v)
+	if rv.Kind() != reflect.Slice {
+		return nil, fmt.Errorf("%w: filter expressions apply to list answers only; this answer is one object", ErrBadFilter)
+	}
+	out := reflect.MakeSlice(rv.Type(), 0, rv.Len())
 	var lastErr error
 	failed := 0
-	for _, item := range items {
-		var v any
-		dec := json.NewDecoder(bytes.NewReader(item))
-		dec.UseNumber()
-		if err := dec.Decode(&v); err != nil {
-			return nil, fmt.Errorf("failed to filter the answer: %w", err)
-		}
-		ok, err := ev.Evaluate(v)
+	for i := range rv.Len() {
+		item := rv.Index(i)
+		ok, err := evaluate(ev, item.Interface())
 		if err != nil {
 			failed++
 			lastErr = err
 			continue
 		}
 		if ok {
-			kept = append(kept, item)
+			out = reflect.Append(out, item)
 		}
 	}
-	if len(items) > 0 && failed == len(items) {
-		return nil, fmt.Errorf("filter expression matches no field of the answer: %s", oneLine(lastErr.Error()))
+	if rv.Len() > 0 && failed == rv.Len() {
+		return nil, fmt.Errorf("%w: it matches no field of the answer: %s", ErrBadFilter, oneLine(lastErr.Error()))
 	}
-	out, err := json.Marshal(kept)
-	if err != nil {
-		return nil, fmt.Errorf("failed to filter the answer: %w", err)
+	return out.Interface(), nil
+}
+
+// evaluate evaluates ev on v's typed value, else on its JSON form, where
+// the fields of embedded structs are the answer's own (a catalog entry
+// embedding consul's CatalogService has ServiceTags).
+func evaluate(ev *bexpr.Evaluator, v any) (bool, error) {
+	ok, err := ev.Evaluate(v)
+	if err == nil {
+		return ok, nil
 	}
-	return append(out, '\n'), nil
+	raw, jerr := json.Marshal(v)
+	if jerr != nil {
+		return false, err
+	}
+	var m any
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if dec.Decode(&m) != nil {
+		return false, err
+	}
+	if ok, jerr = ev.Evaluate(m); jerr != nil {
+		return false, err
+	}
+	return ok, nil
 }
 
 func oneLine(s string) string { return strings.ReplaceAll(s, "\n", " ") }
-
-// recorder keeps a handler's answer for FilterLists.
-type recorder struct {
-	header http.Header
-	code   int
-	body   bytes.Buffer
-	wrote  bool
-}
-
-func (r *recorder) Header() http.Header { return r.header }
-
-func (r *recorder) WriteHeader(code int) {
-	if !r.wrote {
-		r.code, r.wrote = code, true
-	}
-}
-
-func (r *recorder) Write(p []byte) (int, error) {
-	r.wrote = true
-	return r.body.Write(p)
-}

@@ -1,7 +1,8 @@
 package httpsrv
 
 import (
-	"io"
+	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -9,54 +10,63 @@ import (
 	"testing"
 )
 
-func TestFilterLists(t *testing.T) {
-	answers := map[string]string{
-		"/list":   `[{"ID":"a","Status":"running","Service":{"Tags":["v1"]}},{"ID":"b","Status":"dead","Service":{"Tags":[]}},{"ID":"c"}]`,
-		"/object": `{"ID":"a","Status":"running"}`,
-	}
+type stub struct {
+	ID      string
+	Status  string
+	Meta    map[string]string `json:",omitempty"`
+	Service struct{ Tags []string }
+}
+
+func TestFilterAnswer(t *testing.T) {
+	list := []*stub{{ID: "a", Status: "running", Meta: map[string]string{"owner": "x"}}, {ID: "b", Status: "dead"}, {ID: "c"}}
+	list[0].Service.Tags = []string{"v1"}
+	var got any
+	var gotErr error
 	h := FilterLists(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, ok := answers[r.URL.Path]
-		if !ok {
-			http.Error(w, "no such thing", http.StatusNotFound)
-			return
+		var v any = list
+		if r.URL.Path == "/object" {
+			v = list[0]
 		}
-		w.Header().Set("X-Nomad-Index", "7")
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, body+"\n")
+		got, gotErr = FilterAnswer(r, v)
 	}))
-	get := func(path, filter string) (int, string, http.Header) {
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path+"?filter="+url.QueryEscape(filter), nil))
-		return rec.Code, strings.TrimSpace(rec.Body.String()), rec.Header()
+	ids := func(v any) string {
+		var out []string
+		for _, s := range v.([]*stub) {
+			out = append(out, s.ID)
+		}
+		return strings.Join(out, ",")
 	}
 	tests := []struct {
 		path, filter string
-		code         int
-		want         string
+		want         string // IDs kept, or the error's text
+		bad          bool
 	}{
-		{"/list", `Status == "running"`, 200, `[{"ID":"a","Status":"running","Service":{"Tags":["v1"]}}]`},
-		{"/list", `"v1" not in Service.Tags`, 200, `[{"ID":"b","Status":"dead","Service":{"Tags":[]}}]`},
-		{"/list", `ID matches "^[bc]$"`, 200, `[{"ID":"b","Status":"dead","Service":{"Tags":[]}},{"ID":"c"}]`},
-		{"/list", `Status == "pending"`, 200, `[]`},
-		{"/list", `Stauts == "running"`, 400, "filter expression matches no field of the answer"},
-		{"/list", `this is (not valid`, 400, "failed to read filter expression"},
-		{"/object", `Status == "running"`, 400, "filter expressions apply to list answers only"},
-		{"/missing", `Status == "running"`, 404, "no such thing"},
-		{"/list", ``, 200, answers["/list"]},
+		{"/list", `Status == "running"`, "a", false},
+		{"/list", `"v1" not in Service.Tags`, "b,c", false},
+		{"/list", `ID matches "^[bc]$"`, "b,c", false},
+		{"/list", `Meta is empty`, "b,c", false}, // the omitted (nil) maps are empty, as Nomad has it
+		{"/list", `Status == "pending"`, "", false},
+		{"/list", ``, "a,b,c", false},
+		{"/list", `Stauts == "running"`, "matches no field of the answer", true},
+		{"/object", `Status == "running"`, "list answers only", true},
 	}
 	for _, tc := range tests {
-		code, body, hdr := get(tc.path, tc.filter)
-		if code != tc.code || !strings.Contains(body, tc.want) {
-			t.Errorf("GET %s filter %q = %d %q, want %d containing %q", tc.path, tc.filter, code, body, tc.code, tc.want)
-		}
-		if code == 200 && hdr.Get("X-Nomad-Index") != "7" {
-			t.Errorf("GET %s filter %q lost the index header: %v", tc.path, tc.filter, hdr)
+		got, gotErr = nil, nil
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, tc.path+"?filter="+url.QueryEscape(tc.filter), nil))
+		switch {
+		case tc.bad && (!errors.Is(gotErr, ErrBadFilter) || !strings.Contains(gotErr.Error(), tc.want)):
+			t.Errorf("%s %q: error %v, want ErrBadFilter with %q", tc.path, tc.filter, gotErr, tc.want)
+		case !tc.bad && (gotErr != nil || ids(got) != tc.want):
+			t.Errorf("%s %q: kept %v (%v), want %s", tc.path, tc.filter, got, gotErr, tc.want)
 		}
 	}
-	// Writes are not filtered.
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPut, "/list?filter=x", nil))
-	if rec.Code != 200 || strings.TrimSpace(rec.Body.String()) != answers["/list"] {
-		t.Errorf("PUT with a filter = %d %q, want the answer unchanged", rec.Code, rec.Body.String())
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/list?filter="+url.QueryEscape("this is (not valid"), nil))
+	if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), "failed to read filter expression") {
+		t.Errorf("a bad expression = %d %q, want 400", rec.Code, rec.Body.String())
+	}
+	if b, _ := json.Marshal(list); !strings.Contains(string(b), `"ID":"c"`) {
+		t.Fatal("the test list lost an element") // FilterAnswer never changes its input
 	}
 }
