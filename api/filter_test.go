@@ -1,6 +1,8 @@
 package api_test
 
 import (
+	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -47,5 +49,28 @@ func TestOfficialClientFilter(t *testing.T) {
 	}
 	if _, _, err := c.Jobs().List(&nomadapi.QueryOptions{Filter: `ID ==`}); err == nil || !strings.Contains(err.Error(), "400") {
 		t.Fatalf("a bad filter = %v, want 400", err)
+	}
+}
+
+// ACL lists filter too; an endpoint whose answer is not a list refuses a
+// filter instead of answering unfiltered.
+func TestFilterACLListsAndRefusals(t *testing.T) {
+	f := newACLFixture(t)
+	mgmt := f.bootstrap(t)
+	c := f.client(t, mgmt)
+	for _, name := range []string{"ci-temp", "ops"} {
+		if _, _, err := c.ACLTokens().Create(&nomadapi.ACLToken{Name: name, Type: "management"}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	toks, _, err := c.ACLTokens().List(&nomadapi.QueryOptions{Filter: `Name == "ci-temp"`})
+	if err != nil || len(toks) != 1 || toks[0].Name != "ci-temp" {
+		t.Fatalf("tokens named ci-temp = %v, %v", toks, err)
+	}
+	for _, path := range []string{"/v1/agent/self", "/v1/acl/token/self"} {
+		resp, body := doHeader(t, "GET", f.srv.URL+path+"?filter="+url.QueryEscape(`Name == "x"`), "", hdr("X-Nomad-Token", mgmt))
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("GET %s with a filter = %d %q, want 400", path, resp.StatusCode, strings.TrimSpace(body))
+		}
 	}
 }

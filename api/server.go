@@ -215,11 +215,6 @@ func (s *Server) read(fn readFunc) http.HandlerFunc {
 			return
 		}
 		out, err := fn(r)
-		if err == nil {
-			if out, err = httpsrv.FilterAnswer(r, out); err != nil {
-				err = fmt.Errorf("%w: %w", ErrInvalid, err)
-			}
-		}
 		if err != nil {
 			s.writeError(w, r, err)
 			return
@@ -306,7 +301,14 @@ func setQueryMeta(w http.ResponseWriter, idx uint64) {
 	h.Set("X-Nomad-LastContact", "0")
 }
 
+//
+// A GET's ?filter= applies here, to every JSON answer (httpsrv.FilterAnswer).
 func (s *Server) writeJSON(w http.ResponseWriter, r *http.Request, v any) {
+	v, err := httpsrv.FilterAnswer(r, v)
+	if err != nil {
+		s.writeError(w, r, fmt.Errorf("%w: %w", ErrInvalid, err))
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	enc := json.NewEncoder(w)
 	if _, ok := r.URL.Query()["pretty"]; ok {

@@ -88,12 +88,12 @@ func (stuckHook) Destroy(ctx context.Context, _ *allocrunner.AllocHookContext) e
 	return ctx.Err()
 }
 
-// A hook's teardown that hangs is given up after destroyHooksTimeout: the
+// A hook's teardown that hangs is given up after HookDestroyTimeout: the
 // allocation is removed and the next ones can be collected.
 func TestDestroyBoundsHookTeardown(t *testing.T) {
-	old := destroyHooksTimeout
-	destroyHooksTimeout = 200 * time.Millisecond
-	t.Cleanup(func() { destroyHooksTimeout = old })
+	old := allocrunner.HookDestroyTimeout
+	allocrunner.HookDestroyTimeout = 200 * time.Millisecond
+	t.Cleanup(func() { allocrunner.HookDestroyTimeout = old })
 	srv := newServer(t)
 	drv := fakedriver.New("raw_exec")
 	drv.Script("t", fakedriver.Behavior{ExitAfter: 20 * time.Millisecond})

@@ -110,19 +110,16 @@ func (c *Client) add(a *structs.Allocation) {
 	go ar.Run()
 }
 
-// destroyHooksTimeout bounds an allocation's hooks' teardown once its
-// tasks are dead.
-var destroyHooksTimeout = 2 * time.Minute
-
 // destroy stops and removes an allocation the server forgot. It waits for
 // the allocation's stop (kill timeouts, poststop tasks) as long as it
 // takes; if the agent stops first, the allocation's runner stops as on
 // any shutdown and its state stays for the next start to finish the job,
 // rather than being deleted under a runner still at work.
 //
-// The hooks' teardown (network, sockets) that follows is bounded by
-// destroyHooksTimeout, so one stuck teardown cannot hold the garbage
-// collection, which destroys one allocation after another.
+// Each hook's teardown (network, sockets) that follows is bounded
+// (allocrunner.HookDestroyTimeout), so one stuck teardown cannot hold
+// the garbage collection, which destroys one allocation after another,
+// nor leave the other hooks no time.
 func (c *Client) destroy(ar *allocrunner.AllocRunner) {
 	defer c.wg.Done()
 	ar.Kill()
@@ -133,9 +130,7 @@ func (c *Client) destroy(ar *allocrunner.AllocRunner) {
 		c.logger.Info("agent stopping before the allocation was destroyed; its state is kept for the next start", "alloc_id", ar.ID())
 		return
 	}
-	ctx, cancel := context.WithTimeout(c.ctx, destroyHooksTimeout)
-	defer cancel()
-	if err := ar.Destroy(ctx); err != nil {
+	if err := ar.Destroy(c.ctx); err != nil {
 		if c.ctx.Err() != nil {
 			c.logger.Info("agent stopping before the allocation was destroyed; its state is kept for the next start",
 				"alloc_id", ar.ID(), "error", err)

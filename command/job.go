@@ -1,8 +1,10 @@
 package command
 
 import (
+	"errors"
 	"flag"
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -102,9 +104,15 @@ func runJobRun(e *env, c *command, args []string) int {
 	resp, _, err := client.Jobs().RegisterOpts(apiJob, ro, nil)
 	if err != nil {
 		if strings.Contains(err.Error(), nomadapi.RegisterEnforceIndexErrPrefix) {
-			current := "the job does not exist"
-			if stored, _, ierr := client.Jobs().Info(job.ID, nil); ierr == nil && stored.JobModifyIndex != nil {
+			current := "its current job modify index is unknown"
+			var ue nomadapi.UnexpectedResponseError
+			switch stored, _, ierr := client.Jobs().Info(job.ID, nil); {
+			case ierr == nil && stored.JobModifyIndex != nil:
 				current = fmt.Sprintf("its current job modify index is %d", *stored.JobModifyIndex)
+			case errors.As(ierr, &ue) && ue.StatusCode() == http.StatusNotFound:
+				current = "the job does not exist"
+			case ierr != nil:
+				current += fmt.Sprintf(" (%s)", describe(ierr, addr.Addr))
 			}
 			return e.errorf("job %q not registered: the -check-index condition failed (%s); %s", job.ID, describe(err, addr.Addr), current)
 		}

@@ -211,7 +211,7 @@ func (ar *AllocRunner) Destroy(ctx context.Context) error {
 	}
 	var firstErr error
 	for i := len(ar.cfg.Hooks) - 1; i >= 0; i-- {
-		if err := ar.cfg.Hooks[i].Destroy(ctx, ar.hc); err != nil {
+		if err := ar.destroyHook(ctx, ar.cfg.Hooks[i]); err != nil {
 			ar.logger.Warn("hook destroy failed", "hook", ar.cfg.Hooks[i].Name(), "error", err)
 			if firstErr == nil {
 				firstErr = err
@@ -222,6 +222,16 @@ func (ar *AllocRunner) Destroy(ctx context.Context) error {
 		firstErr = err
 	}
 	return firstErr
+}
+
+// HookDestroyTimeout bounds each hook's Destroy, so that one stuck
+// teardown neither holds the caller nor leaves the hooks after it no time.
+var HookDestroyTimeout = 2 * time.Minute
+
+func (ar *AllocRunner) destroyHook(ctx context.Context, h AllocHook) error {
+	ctx, cancel := context.WithTimeout(ctx, HookDestroyTimeout)
+	defer cancel()
+	return h.Destroy(ctx, ar.hc)
 }
 
 // templateHook returns the template hook of a task with templates, nil

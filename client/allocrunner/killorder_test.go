@@ -1,6 +1,7 @@
 package allocrunner
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -83,4 +84,44 @@ func indexPrefix(calls []string, prefix string) int {
 		}
 	}
 	return -1
+}
+
+// destroyProbe's Destroy hangs (stuck) or records whether its context was
+// still live when called.
+type destroyProbe struct {
+	name  string
+	stuck bool
+	live  chan bool
+}
+
+func (d *destroyProbe) Name() string                                     { return d.name }
+func (d *destroyProbe) Prerun(context.Context, *AllocHookContext) error  { return nil }
+func (d *destroyProbe) Postrun(context.Context, *AllocHookContext) error { return nil }
+func (d *destroyProbe) Destroy(ctx context.Context, _ *AllocHookContext) error {
+	if d.stuck {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	d.live <- ctx.Err() == nil
+	return nil
+}
+
+// Each hook's Destroy has its own time limit: a stuck one (run first, in
+// reverse order) leaves the hooks before it their full time.
+func TestDestroyHookTimeoutPerHook(t *testing.T) {
+	old := HookDestroyTimeout
+	HookDestroyTimeout = 100 * time.Millisecond
+	t.Cleanup(func() { HookDestroyTimeout = old })
+	h := newHarness(t, "batch", task("app", "", false))
+	h.drv.Script("app", fakedriver.Behavior{ExitAfter: 10 * time.Millisecond})
+	network := &destroyProbe{name: "network", live: make(chan bool, 1)}
+	ar := h.runner(false, network, &destroyProbe{name: "stuck", stuck: true})
+	go ar.Run()
+	waitDone(t, ar)
+	if err := ar.Destroy(context.Background()); err == nil {
+		t.Fatal("Destroy reported no error for the stuck hook")
+	}
+	if live := <-network.live; !live {
+		t.Fatal("the hook after the stuck one got an expired context")
+	}
 }

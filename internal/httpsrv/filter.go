@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"sync/atomic"
 
 	bexpr "github.com/hashicorp/go-bexpr"
 )
@@ -19,9 +20,17 @@ var ErrBadFilter = errors.New("bad filter expression")
 
 type filterKey struct{}
 
+// filterState is a request's filter and whether an answer applied it.
+type filterState struct {
+	ev      *bexpr.Evaluator
+	applied atomic.Bool
+}
+
 // FilterLists reads Nomad's and Consul's ?filter= on GET requests: a
 // go-bexpr expression that does not parse answers 400 before the handler
 // runs; one that does is kept in the request's context for FilterAnswer.
+// A 200 answer that did not go through FilterAnswer (an endpoint that does
+// not filter) is replaced by a 400, never sent unfiltered.
 func FilterLists(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		expr := r.URL.Query().Get("filter")
@@ -34,9 +43,45 @@ func FilterLists(next http.Handler) http.Handler {
 			http.Error(w, fmt.Sprintf("failed to read filter expression: %s", oneLine(err.Error())), http.StatusBadRequest)
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), filterKey{}, ev)))
+		st := &filterState{ev: ev}
+		next.ServeHTTP(&filterGuard{ResponseWriter: w, st: st}, r.WithContext(context.WithValue(r.Context(), filterKey{}, st)))
 	})
 }
+
+// filterGuard refuses a 200 answer no filter was applied to.
+type filterGuard struct {
+	http.ResponseWriter
+	st      *filterState
+	decided bool
+	refused bool
+}
+
+func (g *filterGuard) WriteHeader(code int) {
+	if g.decided {
+		return
+	}
+	g.decided = true
+	if code == http.StatusOK && !g.st.applied.Load() {
+		g.refused = true
+		http.Error(g.ResponseWriter, "this endpoint does not support filter expressions", http.StatusBadRequest)
+		return
+	}
+	g.ResponseWriter.WriteHeader(code)
+}
+
+func (g *filterGuard) Write(p []byte) (int, error) {
+	if !g.decided {
+		g.WriteHeader(http.StatusOK)
+	}
+	if g.refused {
+		return len(p), nil
+	}
+	return g.ResponseWriter.Write(p)
+}
+
+// Unwrap lets http.ResponseController reach the connection (flushes,
+// deadlines).
+func (g *filterGuard) Unwrap() http.ResponseWriter { return g.ResponseWriter }
 
 // FilterAnswer applies r's filter (FilterLists) to an answer v: v as is
 // without one; for a slice, the elements the expression matches, each
@@ -47,10 +92,12 @@ func FilterLists(next http.Handler) http.Handler {
 // cannot be evaluated (a key its map lacks) does not match; a selector no
 // element has, or an answer that is not a list, is ErrBadFilter.
 func FilterAnswer(r *http.Request, v any) (any, error) {
-	ev, _ := r.Context().Value(filterKey{}).(*bexpr.Evaluator)
-	if ev == nil {
+	st, _ := r.Context().Value(filterKey{}).(*filterState)
+	if st == nil {
 		return v, nil
 	}
+	st.applied.Store(true)
+	ev := st.ev
 	rv := reflect.ValueOf(v)
 	if rv.Kind() != reflect.Slice {
 		return nil, fmt.Errorf("%w: filter expressions apply to list answers only; this answer is one object", ErrBadFilter)

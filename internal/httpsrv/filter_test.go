@@ -36,6 +36,7 @@ func TestFilterAnswer(t *testing.T) {
 		}
 		return strings.Join(out, ",")
 	}
+	before := ids(list)
 	tests := []struct {
 		path, filter string
 		want         string // IDs kept, or the error's text
@@ -66,7 +67,30 @@ func TestFilterAnswer(t *testing.T) {
 	if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), "failed to read filter expression") {
 		t.Errorf("a bad expression = %d %q, want 400", rec.Code, rec.Body.String())
 	}
-	if b, _ := json.Marshal(list); !strings.Contains(string(b), `"ID":"c"`) {
-		t.Fatal("the test list lost an element") // FilterAnswer never changes its input
+	if got := ids(list); got != before {
+		t.Fatalf("FilterAnswer changed its input: %s, was %s", got, before)
+	}
+}
+
+// An endpoint that answers 200 without applying the filter is refused
+// rather than answering unfiltered; other answers pass.
+func TestFilterGuard(t *testing.T) {
+	h := FilterLists(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/unfiltered":
+			_ = json.NewEncoder(w).Encode([]string{"a", "b"})
+		case "/missing":
+			http.Error(w, "no such thing", http.StatusNotFound)
+		case "/filtered":
+			v, _ := FilterAnswer(r, []string{})
+			_ = json.NewEncoder(w).Encode(v)
+		}
+	}))
+	for path, want := range map[string]int{"/unfiltered": 400, "/missing": 404, "/filtered": 200} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path+"?filter="+url.QueryEscape(`ID == "a"`), nil))
+		if rec.Code != want || (want == 400 && !strings.Contains(rec.Body.String(), "does not support filter expressions")) {
+			t.Errorf("GET %s with a filter = %d %q, want %d", path, rec.Code, rec.Body.String(), want)
+		}
 	}
 }
