@@ -301,12 +301,17 @@ func setQueryMeta(w http.ResponseWriter, idx uint64) {
 	h.Set("X-Nomad-LastContact", "0")
 }
 
-//
-// A GET's ?filter= applies here, to every JSON answer (httpsrv.FilterAnswer).
+// writeJSON writes v as JSON (indented with ?pretty). A GET's ?filter=
+// (httpsrv.FilterAnswer), then its ?per_page= and ?next_token=
+// (paginate), apply here, to every JSON answer.
 func (s *Server) writeJSON(w http.ResponseWriter, r *http.Request, v any) {
 	v, err := httpsrv.FilterAnswer(r, v)
 	if err != nil {
 		s.writeError(w, r, fmt.Errorf("%w: %w", ErrInvalid, err))
+		return
+	}
+	if v, err = paginate(w, r, v); err != nil {
+		s.writeError(w, r, err)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
