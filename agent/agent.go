@@ -289,7 +289,7 @@ func (a *Agent) startClient() error {
 		Version: Version, BinaryPath: a.cfg.BinaryPath, Logger: a.logger.Named("client"),
 		GCInterval: a.cfg.Client.GCInterval, GCMaxAllocs: a.cfg.Client.GCMaxAllocs, GCAllocTTL: a.cfg.Client.GCAllocTTL,
 		GCDiskUsageThreshold: a.cfg.Client.GCDiskUsageThreshold, MaxKillTimeout: a.cfg.Client.MaxKillTimeout,
-		Attributes:           a.connectAttributes(),
+		Attributes: a.connectAttributes(),
 		Hooks: func(alloc *structs.Allocation) []allocrunner.AllocHook {
 			var out []allocrunner.AllocHook
 			for _, f := range hooks {
