@@ -305,13 +305,8 @@ func copyBuffered(dst, src net.Conn, clock *idleClock) (written int64, err error
 			rb.take()
 			armed = time.Time{}
 		case rerr == nil:
-		case rb.pooled() && errors.Is(rerr, os.ErrDeadlineExceeded):
-			rb.release()
-			if clock.expired() {
-				return written, errRelayIdle
-			}
-			_ = src.SetReadDeadline(clock.deadline())
-		case errors.Is(rerr, os.ErrDeadlineExceeded) && clock != nil:
+		case errors.Is(rerr, os.ErrDeadlineExceeded) && (rb.pooled() || clock != nil):
+			rb.release() // no-op when already small
 			if clock.expired() {
 				return written, errRelayIdle
 			}

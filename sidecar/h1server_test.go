@@ -289,3 +289,25 @@ func TestH2EarlyResponseStalledBody(t *testing.T) {
 		t.Fatalf("early answer = HTTP/%d %d %q, want HTTP/2 401 \"no\"", resp.ProtoMajor, resp.StatusCode, b)
 	}
 }
+
+// An upstream that closes without answering while the client still owes
+// part of its body: the client gets the proxy's error at once (the body's
+// read is ended), not after sending the rest.
+func TestH1UpstreamClosesDuringStalledBody(t *testing.T) {
+	m := newHTTPMesh(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		c, _, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			t.Errorf("hijack: %v", err)
+			return
+		}
+		_ = c.(*net.TCPConn).SetLinger(0)
+		c.Close() // no answer
+	}))
+	c, br := rawConn(t, m)
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprint(c, "POST / HTTP/1.1\r\nHost: api\r\nContent-Length: 100000\r\n\r\n0123456789")
+	resp, _ := readResp(t, br, http.MethodPost)
+	if resp.StatusCode < 500 {
+		t.Fatalf("status = %d, want the proxy's 5xx", resp.StatusCode)
+	}
+}

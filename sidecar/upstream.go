@@ -159,7 +159,7 @@ func (pc *upstreamConn) Write(p []byte) (int, error) {
 func (t *h1Transport) exchange(pc *upstreamConn, req *http.Request, reused bool, xs *exchScratch) (*http.Response, error) {
 	ctx := req.Context()
 	stop := watchExchange(ctx, pc.closeConn)
-	var wrote chan error // nil: written before reading
+	var wrote *bodyWrite // nil: written before reading
 	if req.Body == nil || req.Body == http.NoBody {
 		before := pc.written
 		if err := writeRequest(pc, req); err != nil {
@@ -172,8 +172,8 @@ func (t *h1Transport) exchange(pc *upstreamConn, req *http.Request, reused bool,
 			return pc.fail(ctx, stop, nil, err)
 		}
 	} else {
-		wrote = make(chan error, 1)
-		go func() { wrote <- writeRequest(pc, req) }()
+		wrote = &bodyWrite{done: make(chan error, 1), abortRead: abortBodyRead(req, xs)}
+		go func() { wrote.done <- writeRequest(pc, req) }()
 	}
 	if _, err := pc.br.Peek(1); err != nil {
 		if reused && ctx.Err() == nil {
@@ -192,7 +192,7 @@ func (t *h1Transport) exchange(pc *upstreamConn, req *http.Request, reused bool,
 		// context lasts).
 		if wrote != nil {
 			select {
-			case err := <-wrote:
+			case err := <-wrote.done:
 				if err != nil {
 					return pc.fail(ctx, stop, nil, err)
 				}
@@ -214,21 +214,16 @@ func (t *h1Transport) exchange(pc *upstreamConn, req *http.Request, reused bool,
 		rc: resp.Body, pc: pc, t: t, stop: stop, wrote: wrote,
 		reusable: !resp.Close && !req.Close && (resp.ContentLength >= 0 || len(resp.TransferEncoding) > 0),
 	}
-	if wrote != nil {
-		body.abortRead = abortBodyRead(req, xs)
-	}
 	resp.Body = body
 	return resp, nil
 }
 
 // fail ends a failed exchange: the connection is closed (which also ends a
 // body write still in progress, waited for on wrote when set).
-func (pc *upstreamConn) fail(ctx context.Context, stop exchStop, wrote chan error, err error) (*http.Response, error) {
+func (pc *upstreamConn) fail(ctx context.Context, stop exchStop, wrote *bodyWrite, err error) (*http.Response, error) {
 	stop.stop()
 	pc.conn.Close()
-	if wrote != nil {
-		<-wrote
-	}
+	wrote.end()
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("failed to proxy the request: %w", ctx.Err())
 	}
@@ -269,12 +264,35 @@ type upstreamBody struct {
 	pc       *upstreamConn
 	t        *h1Transport
 	stop     exchStop
-	wrote    chan error
+	wrote    *bodyWrite
 	reusable bool
 	done     bool
-	// abortRead ends the request body writer's read of the downstream
-	// side (set with wrote).
+}
+
+// bodyWrite is a request body being written upstream by its own goroutine
+// (done reports how it ended) while the response is read.
+type bodyWrite struct {
+	done chan error
+	// abortRead ends the writer's read of the downstream side.
 	abortRead func()
+}
+
+// end waits for the writer once the upstream connection is closed, which
+// ends a write. A writer still waiting for more of the body, from a client
+// that waits for the answer before sending it, is woken by ending its read
+// (the downstream connection then closes, as Envoy's does after a response
+// that came before the request's end). Nil: nothing to wait for.
+func (w *bodyWrite) end() {
+	if w == nil {
+		return
+	}
+	select {
+	case <-w.done:
+		return
+	default:
+	}
+	w.abortRead()
+	<-w.done
 }
 
 func (b *upstreamBody) Read(p []byte) (int, error) {
@@ -326,18 +344,13 @@ func (b *upstreamBody) settleWrite(keep bool) bool {
 		timer := time.NewTimer(upstreamWriteWait)
 		defer timer.Stop()
 		select {
-		case err := <-b.wrote:
+		case err := <-b.wrote.done:
 			return err == nil
 		case <-timer.C:
 		}
 	}
 	b.pc.conn.Close()
-	// Closing the upstream ends a write; a writer waiting for more of the
-	// body from a client that waits for this answer first is woken by
-	// ending its read (the downstream connection then closes, as Envoy's
-	// does after a response that came before the request's end).
-	b.abortRead()
-	<-b.wrote
+	b.wrote.end()
 	return false
 }
 
