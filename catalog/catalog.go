@@ -13,8 +13,10 @@ package catalog
 
 import (
 	"errors"
+	"fmt"
 	"maps"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/meshlet/meshlet/internal/pubsub"
@@ -123,6 +125,22 @@ const ReservedIDPrefix = "_nomad-"
 // scopes service IDs to their node; this catalog keys instances by ID
 // alone, so a second node's instance needs its own ID.
 var ErrIDTaken = errors.New("service ID taken")
+
+// CheckExternalID refuses, with ErrIDTaken, a service ID outside the
+// mesh may not take: one starting with ReservedIDPrefix. Only registering
+// checks it, so a registration stored before the rule can be removed.
+func CheckExternalID(id string) error {
+	if strings.HasPrefix(id, ReservedIDPrefix) {
+		return fmt.Errorf("%w: service ID %q: IDs starting with %q are the instances meshlet registers for jobs", ErrIDTaken, id, ReservedIDPrefix)
+	}
+	return nil
+}
+
+// IDTakenBy is the ErrIDTaken of a registration whose ID node's instance
+// has.
+func IDTakenBy(id, node string) error {
+	return fmt.Errorf("%w: service ID %q is registered on node %s; give this instance its own ID", ErrIDTaken, id, node)
+}
 
 // Check is one health check of an instance and its last result.
 type Check struct {

@@ -3,7 +3,6 @@ package consulapi
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"strings"
@@ -72,7 +71,7 @@ func idTaken(id string, cur catalog.ServiceInstance) error {
 	if !strings.HasPrefix(cur.NodeID, catalog.ExternalNodePrefix) {
 		node = cur.NodeName + " (a mesh instance)"
 	}
-	return fmt.Errorf("%w: service ID %q is registered on node %s; give this instance its own ID", catalog.ErrIDTaken, id, node)
+	return catalog.IDTakenBy(id, node)
 }
 
 // catalogDeregister removes one instance registered through
@@ -133,11 +132,8 @@ func (s *Server) externalInstance(b registerBody) (catalog.ServiceInstance, erro
 	if err := checkExternalIDs(b.Node, id); err != nil {
 		return catalog.ServiceInstance{}, err
 	}
-	if strings.HasPrefix(id, catalog.ReservedIDPrefix) {
-		// Only registering is refused: a registration stored before this
-		// rule can still be removed.
-		return catalog.ServiceInstance{}, fmt.Errorf("%w: service ID %q: IDs starting with %q are the instances meshlet registers for jobs",
-			catalog.ErrIDTaken, id, catalog.ReservedIDPrefix)
+	if err := catalog.CheckExternalID(id); err != nil {
+		return catalog.ServiceInstance{}, err
 	}
 	addr := b.Service.Address
 	if addr == "" {

@@ -157,17 +157,13 @@ func (s *Store) PutExternal(ctx context.Context, inst catalog.ServiceInstance) e
 	if err := checkExternal(inst); err != nil {
 		return err
 	}
-	if strings.HasPrefix(inst.ID, catalog.ReservedIDPrefix) {
-		// Only registering is refused: DeleteExternal still removes a
-		// registration stored before this rule.
-		return fmt.Errorf("%w: service ID %q: IDs starting with %q are the instances meshlet registers for jobs",
-			catalog.ErrIDTaken, inst.ID, catalog.ReservedIDPrefix)
+	if err := catalog.CheckExternalID(inst.ID); err != nil {
+		return err
 	}
 	if owner, err := s.externalIDOwner(ctx, inst.ID); err != nil {
 		return err
 	} else if owner != "" && owner != inst.NodeID {
-		return fmt.Errorf("%w: service ID %q is registered on node %q; give this instance its own ID",
-			catalog.ErrIDTaken, inst.ID, strings.TrimPrefix(owner, catalog.ExternalNodePrefix))
+		return catalog.IDTakenBy(inst.ID, strings.TrimPrefix(owner, catalog.ExternalNodePrefix))
 	}
 	return s.PutAlloc(ctx, inst.NodeID, inst.AllocID, []catalog.ServiceInstance{inst})
 }

@@ -201,7 +201,7 @@ func TestPutExternalKeepsOthersIDs(t *testing.T) {
 	if err := s.PutExternal(ctx, ext("a", "legacy")); err != nil {
 		t.Fatalf("re-registering on the same node: %v", err)
 	}
-	if err := s.PutExternal(ctx, ext("b", "legacy")); !errors.Is(err, catalog.ErrIDTaken) || !strings.Contains(err.Error(), `on node "a"`) {
+	if err := s.PutExternal(ctx, ext("b", "legacy")); !errors.Is(err, catalog.ErrIDTaken) || !strings.Contains(err.Error(), "on node a;") {
 		t.Fatalf("the same ID on another node: %v, want ErrIDTaken naming node a", err)
 	}
 	if err := s.PutExternal(ctx, ext("b", "_nomad-task-x-group-web-web-80")); !errors.Is(err, catalog.ErrIDTaken) {
