@@ -122,20 +122,13 @@ func (c *Client) add(a *structs.Allocation) {
 // nor leave the other hooks no time.
 func (c *Client) destroy(ar *allocrunner.AllocRunner) {
 	defer c.wg.Done()
-	ar.Kill()
-	select {
-	case <-ar.WaitCh():
-	case <-c.ctx.Done():
+	err := ar.Destroy(c.ctx) // waits for the tasks until the agent stops
+	if c.ctx.Err() != nil {
 		ar.Shutdown()
 		c.logger.Info("agent stopping before the allocation was destroyed; its state is kept for the next start", "alloc_id", ar.ID())
 		return
 	}
-	if err := ar.Destroy(c.ctx); err != nil {
-		if c.ctx.Err() != nil {
-			c.logger.Info("agent stopping before the allocation was destroyed; its state is kept for the next start",
-				"alloc_id", ar.ID(), "error", err)
-			return
-		}
+	if err != nil {
 		c.logger.Warn("failed to destroy allocation", "alloc_id", ar.ID(), "error", err)
 	}
 	if err := c.db.DeleteAlloc(ar.ID()); err != nil {
