@@ -122,13 +122,21 @@ func (c *Client) add(a *structs.Allocation) {
 // nor leave the other hooks no time.
 func (c *Client) destroy(ar *allocrunner.AllocRunner) {
 	defer c.wg.Done()
-	err := ar.Destroy(c.ctx) // waits for the tasks until the agent stops
-	if c.ctx.Err() != nil {
-		ar.Shutdown()
-		c.logger.Info("agent stopping before the allocation was destroyed; its state is kept for the next start", "alloc_id", ar.ID())
-		return
+	ar.Kill()
+	select {
+	case <-ar.WaitCh():
+	default:
+		select {
+		case <-ar.WaitCh():
+		case <-c.ctx.Done():
+			ar.Shutdown()
+			c.logger.Info("agent stopping before the allocation's tasks stopped; its state is kept for the next start", "alloc_id", ar.ID())
+			return
+		}
 	}
-	if err != nil {
+	// The tasks are dead: the teardown runs to its end even when the agent
+	// is stopping (each hook bounded), so nothing is left behind.
+	if err := ar.Destroy(context.WithoutCancel(c.ctx)); err != nil {
 		c.logger.Warn("failed to destroy allocation", "alloc_id", ar.ID(), "error", err)
 	}
 	if err := c.db.DeleteAlloc(ar.ID()); err != nil {
