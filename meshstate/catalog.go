@@ -32,23 +32,10 @@ func (s *Store) PutAlloc(ctx context.Context, nodeID, allocID string, insts []ca
 	if len(insts) == 0 {
 		return s.DeleteAlloc(ctx, nodeID, allocID)
 	}
-	if err := s.writable("register services"); err != nil {
+	key, b, err := s.encodeAlloc(nodeID, allocID, insts)
+	if err != nil {
 		return err
 	}
-	for i, in := range insts {
-		switch {
-		case in.ID == "":
-			return fmt.Errorf("%w: instance %d of allocation %s has no ID", ErrInvalid, i, allocID)
-		case in.NodeID != nodeID || in.AllocID != allocID:
-			return fmt.Errorf("%w: instance %s belongs to node %q allocation %q, not node %q allocation %q",
-				ErrInvalid, in.ID, in.NodeID, in.AllocID, nodeID, allocID)
-		}
-	}
-	b, err := json.Marshal(insts)
-	if err != nil {
-		return fmt.Errorf("failed to encode registrations of allocation %s: %w", allocID, err)
-	}
-	key := s.allocKey(nodeID, allocID)
 	ctx, cancel := s.callCtx(ctx)
 	defer cancel()
 	// A Value compare on an absent key fails, so the put runs then too; a
@@ -59,6 +46,28 @@ func (s *Store) PutAlloc(ctx context.Context, nodeID, allocID string, insts []ca
 		return fmt.Errorf("failed to store registrations of allocation %s on node %s: %w", allocID, nodeID, err)
 	}
 	return nil
+}
+
+// encodeAlloc checks and encodes one allocation's registrations, returning
+// the key to store them under.
+func (s *Store) encodeAlloc(nodeID, allocID string, insts []catalog.ServiceInstance) (string, []byte, error) {
+	if err := s.writable("register services"); err != nil {
+		return "", nil, err
+	}
+	for i, in := range insts {
+		switch {
+		case in.ID == "":
+			return "", nil, fmt.Errorf("%w: instance %d of allocation %s has no ID", ErrInvalid, i, allocID)
+		case in.NodeID != nodeID || in.AllocID != allocID:
+			return "", nil, fmt.Errorf("%w: instance %s belongs to node %q allocation %q, not node %q allocation %q",
+				ErrInvalid, in.ID, in.NodeID, in.AllocID, nodeID, allocID)
+		}
+	}
+	b, err := json.Marshal(insts)
+	if err != nil {
+		return "", nil, fmt.Errorf("failed to encode registrations of allocation %s: %w", allocID, err)
+	}
+	return s.allocKey(nodeID, allocID), b, nil
 }
 
 // DeleteAlloc removes allocation allocID's registrations; an allocation
@@ -160,33 +169,71 @@ func (s *Store) PutExternal(ctx context.Context, inst catalog.ServiceInstance) e
 	if err := catalog.CheckExternalID(inst.ID); err != nil {
 		return err
 	}
-	if owner, err := s.externalIDOwner(ctx, inst.ID); err != nil {
+	key, b, err := s.encodeAlloc(inst.NodeID, inst.AllocID, []catalog.ServiceInstance{inst})
+	if err != nil {
 		return err
-	} else if owner != "" && owner != inst.NodeID {
-		return catalog.IDTakenBy(inst.ID, strings.TrimPrefix(owner, catalog.ExternalNodePrefix))
 	}
-	return s.PutAlloc(ctx, inst.NodeID, inst.AllocID, []catalog.ServiceInstance{inst})
+	// The ID check and the write are one transaction: the write only
+	// lands if no external registration changed since the check read them
+	// (a registration of the same ID elsewhere in between makes it read
+	// again and refuse).
+	for attempt := 0; ; attempt++ {
+		owner, rev, err := s.externalIDOwner(ctx, inst.ID)
+		if err != nil {
+			return err
+		}
+		if owner != "" && owner != inst.NodeID {
+			return catalog.IDTakenBy(inst.ID, strings.TrimPrefix(owner, catalog.ExternalNodePrefix))
+		}
+		externalChecked()
+		ok, err := s.putIfExternalsAt(ctx, key, b, rev)
+		if err != nil || ok {
+			return err
+		}
+		if attempt+1 == maxWriteTries {
+			return fmt.Errorf("failed to register %s: %w after %d tries", inst.ID, ErrConflict, maxWriteTries)
+		}
+	}
+}
+
+// externalChecked runs between PutExternal's ID check and its write (a
+// test seam for the race between two registrations).
+var externalChecked = func() {}
+
+// putIfExternalsAt stores b at key when no external registration was
+// written after revision rev; false when one was.
+func (s *Store) putIfExternalsAt(ctx context.Context, key string, b []byte, rev int64) (bool, error) {
+	ctx, cancel := s.callCtx(ctx)
+	defer cancel()
+	dir := s.prefix + catalogDir + catalog.ExternalNodePrefix
+	resp, err := s.c.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(dir), "<", rev+1).WithPrefix()).
+		Then(clientv3.OpPut(key, string(b))).Commit()
+	if err != nil {
+		return false, fmt.Errorf("failed to store the external registration %s: %w", key, err)
+	}
+	return resp.Succeeded, nil
 }
 
 // externalIDOwner is the external node holding an instance with ID id, or
-// "" when none does.
-func (s *Store) externalIDOwner(ctx context.Context, id string) (string, error) {
+// "" when none does, and the store revision it was read at.
+func (s *Store) externalIDOwner(ctx context.Context, id string) (string, int64, error) {
 	ctx, cancel := s.callCtx(ctx)
 	defer cancel()
 	dir := s.prefix + catalogDir + catalog.ExternalNodePrefix
 	resp, err := s.c.Get(ctx, dir, clientv3.WithPrefix())
 	if err != nil {
-		return "", fmt.Errorf("failed to read the external registrations: %w", err)
+		return "", 0, fmt.Errorf("failed to read the external registrations: %w", err)
 	}
 	for _, kv := range resp.Kvs {
 		insts, _ := decodeInstances(kv.Value)
 		for _, in := range insts {
 			if in.ID == id {
-				return in.NodeID, nil
+				return in.NodeID, resp.Header.Revision, nil
 			}
 		}
 	}
-	return "", nil
+	return "", resp.Header.Revision, nil
 }
 
 // DeleteExternal removes what PutExternal stored for inst's allocation.

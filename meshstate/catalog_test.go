@@ -226,3 +226,33 @@ func TestPutExternalKeepsOthersIDs(t *testing.T) {
 		t.Fatalf("the ID once node a deregistered it: %v", err)
 	}
 }
+
+// Two registrations of one ID on two external nodes at the same time:
+// the one whose check ran before the other's write landed reads again and
+// is refused, so only one node ever holds the ID.
+func TestPutExternalRaceKeepsOneOwner(t *testing.T) {
+	s := openTest(t, newClient(t), testPrefix(t))
+	ctx := ctxT(t, 20*time.Second)
+	ext := func(node string) catalog.ServiceInstance {
+		return catalog.ServiceInstance{ID: "legacy", Name: "legacy", NodeID: catalog.ExternalNodePrefix + node, AllocID: "svc-legacy"}
+	}
+	checks := 0
+	externalChecked = func() {
+		checks++
+		if checks == 1 { // b registers between a's check and a's write
+			if err := s.PutExternal(ctx, ext("b")); err != nil {
+				t.Errorf("b's registration: %v", err)
+			}
+		}
+	}
+	t.Cleanup(func() { externalChecked = func() {} })
+	if err := s.PutExternal(ctx, ext("a")); !errors.Is(err, catalog.ErrIDTaken) || !strings.Contains(err.Error(), "on node b;") {
+		t.Fatalf("a's registration after b's landed in between: %v, want ErrIDTaken naming node b", err)
+	}
+	if regs, err := s.NodeRegs(ctx, catalog.ExternalNodePrefix+"a"); err != nil || len(regs) != 0 {
+		t.Fatalf("node a's registrations = %v, %v; want none", regs, err)
+	}
+	if checks != 2 {
+		t.Fatalf("checks = %d, want 2 (a's, b's; a refused on its second read before another check)", checks)
+	}
+}
