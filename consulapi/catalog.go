@@ -2,10 +2,12 @@ package consulapi
 
 import (
 	"net/http"
+	"slices"
 
 	consul "github.com/hashicorp/consul/api"
 
 	"github.com/meshlet/meshlet/catalog"
+	"github.com/meshlet/meshlet/internal/httpsrv"
 )
 
 func (s *Server) catalogWait(r *http.Request) error {
@@ -14,14 +16,46 @@ func (s *Server) catalogWait(r *http.Request) error {
 	})
 }
 
-// GET /v1/catalog/services: service name → tags.
+// GET /v1/catalog/services: service name → tags. A ?filter= applies to
+// each instance as on /v1/catalog/service/{name} (Consul's ServiceNode
+// fields); the answer has the services with a matching instance and those
+// instances' tags.
 func (s *Server) catalogServices(w http.ResponseWriter, r *http.Request) {
 	if err := s.catalogWait(r); err != nil {
 		s.failFor(w, r, err)
 		return
 	}
 	index := s.d.Catalog.Index()
-	s.writeJSON(w, r, index, s.d.Catalog.Services())
+	if !r.URL.Query().Has("filter") {
+		s.writeJSON(w, r, index, s.d.Catalog.Services())
+		return
+	}
+	var all []catalogService
+	for name := range s.d.Catalog.Services() {
+		for _, inst := range s.d.Catalog.Service(name) {
+			all = append(all, s.catalogEntry(inst))
+		}
+	}
+	v, err := httpsrv.FilterAnswer(r, all)
+	if err != nil {
+		s.fail(w, r, http.StatusBadRequest, err)
+		return
+	}
+	out := map[string][]string{}
+	for _, e := range v.([]catalogService) {
+		tags := out[e.ServiceName]
+		if tags == nil {
+			tags = []string{}
+		}
+		for _, t := range e.ServiceTags {
+			if !slices.Contains(tags, t) {
+				tags = append(tags, t)
+			}
+		}
+		slices.Sort(tags)
+		out[e.ServiceName] = tags
+	}
+	s.writeAnswer(w, index, out)
 }
 
 // GET /v1/catalog/service/{name}[?tag=]: the instances of a service.
@@ -33,29 +67,34 @@ func (s *Server) catalogService(w http.ResponseWriter, r *http.Request) {
 	index := s.d.Catalog.Index()
 	out := []catalogService{}
 	for _, inst := range filterTags(s.d.Catalog.Service(r.PathValue("name")), r.URL.Query()["tag"]) {
-		node, addr := s.nodeOf(inst)
-		out = append(out, catalogService{ServiceKind: inst.Kind, CatalogService: consul.CatalogService{
-			ID:                       inst.NodeID,
-			Node:                     node,
-			Address:                  addr,
-			Datacenter:               s.d.Datacenter,
-			TaggedAddresses:          map[string]string{"lan": addr},
-			NodeMeta:                 map[string]string{},
-			ServiceID:                inst.ID,
-			ServiceName:              inst.Name,
-			ServiceAddress:           inst.Address,
-			ServiceTags:              nonNil(inst.Tags),
-			ServiceMeta:              nonNilMap(inst.Meta),
-			ServicePort:              inst.Port,
-			ServiceWeights:           consul.Weights{Passing: 1, Warning: 1},
-			ServiceProxy:             proxyConfig(kindProxy(inst)),
-			ServiceTaggedAddresses:   serviceTagged(inst),
-			CreateIndex:              inst.ModifyIndex,
-			ModifyIndex:              inst.ModifyIndex,
-			ServiceEnableTagOverride: false,
-		}})
+		out = append(out, s.catalogEntry(inst))
 	}
 	s.writeJSON(w, r, index, out)
+}
+
+// catalogEntry is inst as one entry of /v1/catalog/service/{name}.
+func (s *Server) catalogEntry(inst catalog.ServiceInstance) catalogService {
+	node, addr := s.nodeOf(inst)
+	return catalogService{ServiceKind: inst.Kind, CatalogService: consul.CatalogService{
+		ID:                       inst.NodeID,
+		Node:                     node,
+		Address:                  addr,
+		Datacenter:               s.d.Datacenter,
+		TaggedAddresses:          map[string]string{"lan": addr},
+		NodeMeta:                 map[string]string{},
+		ServiceID:                inst.ID,
+		ServiceName:              inst.Name,
+		ServiceAddress:           inst.Address,
+		ServiceTags:              nonNil(inst.Tags),
+		ServiceMeta:              nonNilMap(inst.Meta),
+		ServicePort:              inst.Port,
+		ServiceWeights:           consul.Weights{Passing: 1, Warning: 1},
+		ServiceProxy:             proxyConfig(kindProxy(inst)),
+		ServiceTaggedAddresses:   serviceTagged(inst),
+		CreateIndex:              inst.ModifyIndex,
+		ModifyIndex:              inst.ModifyIndex,
+		ServiceEnableTagOverride: false,
+	}}
 }
 
 // catalogService is Consul's /v1/catalog/service answer: the api type

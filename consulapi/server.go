@@ -158,6 +158,11 @@ func (s *Server) writeJSON(w http.ResponseWriter, r *http.Request, index uint64,
 		s.fail(w, r, http.StatusBadRequest, err)
 		return
 	}
+	s.writeAnswer(w, index, v)
+}
+
+// writeAnswer answers 200 with v, already filtered, as JSON.
+func (s *Server) writeAnswer(w http.ResponseWriter, index uint64, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		s.logger.Error("failed to encode response", "error", err)
