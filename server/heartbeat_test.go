@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshlet/meshlet/internal/testutil"
 	"github.com/meshlet/meshlet/structs"
 )
 
@@ -183,5 +184,45 @@ func TestNodeDownHookAfterStatusStored(t *testing.T) {
 	case got := <-calls:
 		t.Fatalf("NodeDown called again: %q", got)
 	case <-time.After(500 * time.Millisecond):
+	}
+}
+
+// A job stopped (or purged) while its node is silent: when the node is
+// marked down, the allocations it never reported stopped are lost, the
+// stopped job is dead, and garbage collection removes them (the purged
+// job's at once), as Nomad does.
+func TestStoppedAllocsOnDownNodeAreLost(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	cfg := fastHeartbeats
+	cfg.AllocGCThreshold = time.Millisecond
+	s := startServer(t, st, cfg) // node-1 never heartbeats
+	for _, id := range []string{"web", "api"} {
+		if _, err := s.RegisterJob(ctx, testJob(id, "raw_exec", 1)); err != nil {
+			t.Fatal(err)
+		}
+		a, _ := s.JobAllocs(ctx, id)
+		setClientStatus(t, s, structs.AllocClientStatusRunning, a...)
+	}
+	if _, err := s.StopJob(ctx, "web", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.StopJob(ctx, "api", true); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 5*time.Second, "node-1 down", func() bool { return nodeStatus(t, s, "node-1") == structs.NodeStatusDown })
+	testutil.WaitFor(t, 5*time.Second, "web's allocation lost", func() bool {
+		a, _ := s.JobAllocs(ctx, "web")
+		return len(a) == 1 && a[0].ClientStatus == structs.AllocClientStatusLost
+	})
+	if job, err := s.Job(ctx, "web"); err != nil || job.Status != structs.JobStatusDead {
+		t.Fatalf("stopped job on a down node: %+v, %v; want dead", job, err)
+	}
+	time.Sleep(5 * time.Millisecond) // past AllocGCThreshold
+	if err := s.GC(); err != nil {
+		t.Fatal(err)
+	}
+	if all, _ := st.Allocs(); len(all) != 0 {
+		t.Fatalf("%d allocations of stopped and purged jobs on a down node left after GC: %+v", len(all), all[0])
 	}
 }
