@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -8,8 +9,8 @@ import (
 	"github.com/meshlet/meshlet/structs"
 )
 
-// GC removes, in one transaction, what the cluster no longer needs (job
-// versions beyond the kept ones go at each job write):
+// GC removes what the cluster no longer needs (job versions beyond the
+// kept ones go at each job write):
 //   - terminal allocations of purged jobs;
 //   - terminal allocations that were stopped or replaced, once older than
 //     AllocGCThreshold;
@@ -19,20 +20,59 @@ import (
 // Pending follow-up evaluations and allocations still meant to run are
 // never removed. What to remove is read without the plan lock (decoding
 // every allocation must not stall registrations); the removal commits
-// under it. What the reads saw stays garbage: a terminal allocation never
-// runs again and a job's newer evaluations only make older ones older.
+// under it, in batches (deleteGarbage). What the reads saw stays garbage:
+// a terminal allocation never runs again and a job's newer evaluations
+// only make older ones older.
 func (s *Server) GC() error {
 	p, err := s.garbage()
-	if err != nil || (len(p.DeleteAllocs) == 0 && len(p.DeleteEvals) == 0) {
+	if err != nil {
 		return err
 	}
+	if err := s.deleteGarbage(p.DeleteAllocs, p.DeleteEvals); err != nil {
+		return fmt.Errorf("failed to collect garbage: %w", err)
+	}
+	if len(p.DeleteAllocs)+len(p.DeleteEvals) > 0 {
+		s.logger.Debug("collected garbage", "allocs", len(p.DeleteAllocs), "evals", len(p.DeleteEvals))
+	}
+	return nil
+}
+
+// gcBatch is how many allocations and evaluations one garbage
+// transaction removes at first; a transaction over the etcd server's
+// limits (--max-txn-ops) is split in halves until it fits.
+var gcBatch = 256
+
+// deleteGarbage removes allocations and evaluations that are garbage, in
+// transactions of at most gcBatch removals, each under the plan lock (a
+// large collection neither exceeds etcd's transaction limits nor stalls
+// registrations). Removing garbage twice is harmless, so a failure part
+// way leaves the rest for the next collection.
+func (s *Server) deleteGarbage(allocs, evals []string) error {
+	batch := gcBatch
+	for len(allocs)+len(evals) > 0 {
+		na := min(batch, len(allocs))
+		ne := min(batch-na, len(evals))
+		err := s.applyLocked(&state.Plan{DeleteAllocs: allocs[:na], DeleteEvals: evals[:ne]})
+		if errors.Is(err, state.ErrPlanTooLarge) && batch > 1 {
+			batch /= 2
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		allocs, evals = allocs[na:], evals[ne:]
+	}
+	return nil
+}
+
+// applyLocked commits p under the plan lock.
+func (s *Server) applyLocked(p *state.Plan) error {
 	s.planMu.Lock()
 	defer s.planMu.Unlock()
 	if _, err := s.store.ApplyPlan(p); err != nil {
-		return fmt.Errorf("failed to collect garbage: %w", err)
+		return err
 	}
 	s.planGen.Add(1)
-	s.logger.Debug("collected garbage", "allocs", len(p.DeleteAllocs), "evals", len(p.DeleteEvals))
 	return nil
 }
 

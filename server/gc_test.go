@@ -235,3 +235,58 @@ func TestGCReadsWithoutThePlanLock(t *testing.T) {
 		t.Fatal("stopped terminal allocation kept past the threshold")
 	}
 }
+
+// Garbage that outgrew one etcd transaction (each plan fitted, their
+// leftovers together do not) is still collected, in batches; a purge of a
+// job with more terminal allocations than one batch removes them all; and
+// the purge's evaluation stays readable (Nomad's CLI monitors it).
+func TestGCAndPurgeFitEtcdTransactionLimits(t *testing.T) {
+	ctx := context.Background()
+	st := openEtcdStoreOps(t, 200)
+	clock := &fakeClock{t: time.Unix(1_000_000, 0)}
+	s := startServer(t, st, Config{Now: clock.Now, GCInterval: 100 * time.Hour})
+	for i := range 12 {
+		id := fmt.Sprintf("job-%d", i)
+		if _, err := s.RegisterJob(ctx, testJob(id, "raw_exec", 5)); err != nil {
+			t.Fatalf("register %s: %v", id, err)
+		}
+		if _, err := s.StopJob(ctx, id, false); err != nil {
+			t.Fatalf("stop %s: %v", id, err)
+		}
+		a, _ := s.JobAllocs(ctx, id)
+		setClientStatus(t, s, structs.AllocClientStatusComplete, a...)
+	}
+	clock.Advance(2 * time.Hour)
+	if err := s.GC(); err != nil {
+		t.Fatalf("GC of 60 allocations over a 200-operation limit: %v", err)
+	}
+	if all, _ := st.Allocs(); len(all) != 0 {
+		t.Fatalf("%d allocations left after GC", len(all))
+	}
+
+	old := gcBatch
+	gcBatch = 4
+	t.Cleanup(func() { gcBatch = old })
+	if _, err := s.RegisterJob(ctx, testJob("big", "raw_exec", 10)); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := s.JobAllocs(ctx, "big")
+	setClientStatus(t, s, structs.AllocClientStatusFailed, a...)
+	evalID, err := s.StopJob(ctx, "big", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if all, _ := st.Allocs(); len(all) != 0 {
+		t.Fatalf("%d allocations of the purged job left (batch of 4)", len(all))
+	}
+	if e, err := s.Eval(ctx, evalID); err != nil || e.JobID != "big" {
+		t.Fatalf("the purge's evaluation %s = %+v, %v; want it readable", evalID, e, err)
+	}
+	clock.Advance(2 * time.Hour)
+	if err := s.GC(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Eval(ctx, evalID); err == nil {
+		t.Fatal("the purged job's evaluation outlived garbage collection")
+	}
+}

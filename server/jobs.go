@@ -179,7 +179,23 @@ func (s *Server) StopJob(ctx context.Context, id string, purge bool) (string, er
 		return "", err
 	}
 	s.logger.Info("stopped job", "job_id", id, "purge", purge, "eval_id", res.eval.ID)
+	if purge {
+		s.deletePurgedAllocs(id)
+	}
 	return res.eval.ID, nil
+}
+
+// deletePurgedAllocs removes a purged job's terminal allocations that its
+// purge's own transaction left (more than one batch); a failure leaves
+// them to garbage collection.
+func (s *Server) deletePurgedAllocs(jobID string) {
+	allocs, err := s.store.AllocsByJob(jobID)
+	if err == nil {
+		err = s.deleteGarbage(terminalAllocs(allocs, jobID), nil)
+	}
+	if err != nil {
+		s.logger.Warn("failed to remove a purged job's allocations; garbage collection will", "job_id", jobID, "error", err)
+	}
 }
 
 // Job returns a job with its status derived from its allocations.

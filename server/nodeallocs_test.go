@@ -30,13 +30,20 @@ func (c *countingStore) AllocsByNode(nodeID string) ([]*structs.Allocation, erro
 
 func openEtcdStore(t *testing.T) *countingStore {
 	t.Helper()
+	return openEtcdStoreOps(t, 0)
+}
+
+// openEtcdStoreOps is openEtcdStore with the member's --max-txn-ops (0:
+// the embedded default).
+func openEtcdStoreOps(t *testing.T, maxTxnOps uint) *countingStore {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	m, err := etcdembed.Start(ctx, etcdembed.Config{
 		DataDir: filepath.Join(t.TempDir(), "etcd"), Name: "server-test",
 		ClientURL: fmt.Sprintf("http://127.0.0.1:%d", testutil.FreePort(t)),
 		PeerURL:   fmt.Sprintf("http://127.0.0.1:%d", testutil.FreePort(t)),
-		Logger:    hclog.NewNullLogger(), Dev: true,
+		Logger:    hclog.NewNullLogger(), Dev: true, MaxTxnOps: maxTxnOps,
 	})
 	if err != nil {
 		t.Fatalf("etcd member: %v", err)

@@ -138,7 +138,9 @@ func (s *Server) build(req *planRequest) (*builtPlan, error) {
 	s.planWrites(b, p, now)
 	if req.purge {
 		b.apply.PurgeJobID = job.ID
-		b.apply.DeleteAllocs = terminalAllocs(allocs, job.ID)
+		// The first batch with the purge; StopJob removes the rest.
+		dead := terminalAllocs(allocs, job.ID)
+		b.apply.DeleteAllocs = dead[:min(len(dead), gcBatch)]
 	}
 	return b, nil
 }

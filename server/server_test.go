@@ -199,9 +199,14 @@ func TestStopAndPurge(t *testing.T) {
 	if j, _ := s.Job(ctx, "web"); j.Status != structs.JobStatusDead || !j.Stop {
 		t.Fatalf("after stop: status %s stop %v", j.Status, j.Stop)
 	}
-	// Purge: the job goes at once, its terminal allocations too.
-	if _, err := s.StopJob(ctx, "web", true); err != nil {
+	// Purge: the job goes at once, its terminal allocations too; the
+	// purge's evaluation stays.
+	evalID, err = s.StopJob(ctx, "web", true)
+	if err != nil {
 		t.Fatal(err)
+	}
+	if _, err := s.Eval(ctx, evalID); err != nil {
+		t.Fatalf("the purge's evaluation: %v", err)
 	}
 	if _, err := s.Job(ctx, "web"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("purged job still there: %v", err)

@@ -294,11 +294,13 @@ func (s *BoltStore) DeleteJob(id string) (uint64, error) {
 		if tx.Bucket(bucketJobs).Get([]byte(id)) == nil {
 			return ErrNotFound
 		}
-		return deleteJob(tx, id)
+		return deleteJob(tx, id, nil)
 	})
 }
 
-func deleteJob(tx *bolt.Tx, id string) error {
+// deleteJob removes the job, its versions and its evaluations except
+// those in keep (the purging plan's own).
+func deleteJob(tx *bolt.Tx, id string, keep map[string]bool) error {
 	if err := tx.Bucket(bucketJobs).Delete([]byte(id)); err != nil {
 		return err
 	}
@@ -307,7 +309,7 @@ func deleteJob(tx *bolt.Tx, id string) error {
 	}
 	return deleteMatching(tx.Bucket(bucketEvals), func(v []byte) bool {
 		var e Evaluation
-		return json.Unmarshal(v, &e) == nil && e.JobID == id
+		return json.Unmarshal(v, &e) == nil && e.JobID == id && !keep[e.ID]
 	})
 }
 

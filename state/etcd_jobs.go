@@ -133,12 +133,13 @@ func (s *EtcdStore) DeleteJob(id string) (uint64, error) {
 		if raw == nil {
 			return ErrNotFound
 		}
-		return s.deleteJob(tx, id)
+		return s.deleteJob(tx, id, nil)
 	})
 }
 
-// deleteJob removes the job, its versions and its evaluations.
-func (s *EtcdStore) deleteJob(tx *etcdTx, id string) error {
+// deleteJob removes the job, its versions and its evaluations except
+// those in keep (the purging plan's own).
+func (s *EtcdStore) deleteJob(tx *etcdTx, id string, keep map[string]bool) error {
 	tx.del(s.jobKey(id))
 	versions, err := tx.scan(s.versionsPrefix(id), true)
 	if err != nil {
@@ -152,6 +153,9 @@ func (s *EtcdStore) deleteJob(tx *etcdTx, id string) error {
 		return err
 	}
 	for _, e := range evals {
+		if keep[e] {
+			continue
+		}
 		tx.del(s.evalKey(e))
 		tx.del(s.evalJobPrefix(id) + esc(e))
 	}

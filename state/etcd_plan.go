@@ -47,7 +47,7 @@ func (s *EtcdStore) ApplyPlan(p *Plan) (uint64, error) {
 
 func (s *EtcdStore) applyDeletes(tx *etcdTx, p *Plan) error {
 	if p.PurgeJobID != "" {
-		if err := s.deleteJob(tx, p.PurgeJobID); err != nil && !errors.Is(err, ErrNotFound) {
+		if err := s.deleteJob(tx, p.PurgeJobID, p.ownEvals()); err != nil && !errors.Is(err, ErrNotFound) {
 			return err
 		}
 	}

@@ -45,7 +45,7 @@ func (s *BoltStore) ApplyPlan(p *Plan) (uint64, error) {
 
 func applyDeletes(tx *bolt.Tx, p *Plan) error {
 	if p.PurgeJobID != "" {
-		if err := deleteJob(tx, p.PurgeJobID); err != nil && !errors.Is(err, ErrNotFound) {
+		if err := deleteJob(tx, p.PurgeJobID, p.ownEvals()); err != nil && !errors.Is(err, ErrNotFound) {
 			return err
 		}
 	}

@@ -116,12 +116,22 @@ type Plan struct {
 	// Evals are stored as UpsertEval does.
 	Evals []*Evaluation
 	// PurgeJobID, when set, removes that job, its versions and its
-	// evaluations (after Job and Evals were written).
+	// evaluations other than the plan's own Evals (the purge's evaluation
+	// stays readable, as Nomad's, until garbage collection).
 	PurgeJobID string
 	// DeleteAllocs and DeleteEvals remove allocations and evaluations;
 	// unknown IDs are ignored.
 	DeleteAllocs []string
 	DeleteEvals  []string
+}
+
+// ownEvals is the set of the plan's evaluation IDs.
+func (p *Plan) ownEvals() map[string]bool {
+	out := make(map[string]bool, len(p.Evals))
+	for _, e := range p.Evals {
+		out[e.ID] = true
+	}
+	return out
 }
 
 // Evaluation statuses.
