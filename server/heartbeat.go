@@ -51,9 +51,7 @@ func (s *Server) Heartbeat(ctx context.Context, nodeID string) (time.Duration, e
 	ttl := s.heartbeatTTL()
 	s.armHeartbeat(nodeID, ttl+s.cfg.HeartbeatGrace)
 	if node.Status == structs.NodeStatusDown {
-		cp := *node
-		cp.Status = structs.NodeStatusReady
-		if err := s.nodeChanged(&cp, "node is alive again"); err != nil {
+		if err := s.setNodeStatus(nodeID, structs.NodeStatusReady, "node is alive again", nil); err != nil {
 			return 0, err
 		}
 	}
@@ -61,7 +59,9 @@ func (s *Server) Heartbeat(ctx context.Context, nodeID string) (time.Duration, e
 }
 
 // armHeartbeat (re)starts the node's heartbeat timer: when it fires before
-// the next heartbeat, the node is marked down.
+// the next heartbeat, the node is marked down. Each arming is a new timer,
+// so a deadline that already fired can tell that a heartbeat came after
+// it (its timer is no longer the node's).
 func (s *Server) armHeartbeat(nodeID string, d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -69,40 +69,86 @@ func (s *Server) armHeartbeat(nodeID string, d time.Duration) {
 		return
 	}
 	if t, ok := s.heartbeats[nodeID]; ok {
-		t.Reset(d)
-		return
+		t.Stop()
 	}
-	s.heartbeats[nodeID] = time.AfterFunc(d, func() { s.heartbeatMissed(nodeID) })
+	var t *time.Timer
+	t = time.AfterFunc(d, func() { s.heartbeatMissed(nodeID, t) })
+	s.heartbeats[nodeID] = t
 }
 
 // heartbeatMissed marks a silent node down and evaluates its jobs, whose
-// allocations on it are lost and replaced elsewhere.
-func (s *Server) heartbeatMissed(nodeID string) {
-	s.mu.Lock()
-	delete(s.heartbeats, nodeID)
-	s.mu.Unlock()
-	if !s.IsLeader() {
+// allocations on it are lost and replaced elsewhere. A heartbeat or a
+// registration that came after the deadline (a newer timer) cancels it.
+func (s *Server) heartbeatMissed(nodeID string, fired *time.Timer) {
+	if !s.heartbeatDue(nodeID, fired, true) || !s.IsLeader() {
 		return
 	}
-	node, err := s.store.Node(nodeID)
-	if err != nil || node.Status == structs.NodeStatusDown {
-		return
-	}
-	cp := *node
-	cp.Status = structs.NodeStatusDown
-	s.logger.Warn("node missed its heartbeat; marking it down", "node_id", nodeID, "node_name", node.Name)
-	if err := s.nodeChanged(&cp, "node down"); err != nil {
+	s.logger.Warn("node missed its heartbeat; marking it down", "node_id", nodeID)
+	stillDue := func() bool { return s.heartbeatDue(nodeID, fired, false) }
+	if err := s.setNodeStatus(nodeID, structs.NodeStatusDown, "node down", stillDue); err != nil {
 		s.logger.Error("failed to mark node down", "node_id", nodeID, "error", err)
 	}
 }
 
-// nodeChanged stores a node whose status changed and evaluates every job
-// that is not stopped (placements blocked on it, allocations lost on it).
+// heartbeatDue reports whether fired is still the node's deadline (no
+// heartbeat since), forgetting it when forget is set.
+func (s *Server) heartbeatDue(nodeID string, fired *time.Timer, forget bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cur, ok := s.heartbeats[nodeID]; ok && cur != fired {
+		return false
+	}
+	if forget {
+		delete(s.heartbeats, nodeID)
+	}
+	return true
+}
+
+// setNodeStatus changes only the node's status, on a read of the node
+// under the plan lock (a registration committed meanwhile is kept), when
+// ok (nil: always) still holds there; then the node's jobs are evaluated
+// as for any status change.
+func (s *Server) setNodeStatus(nodeID, status, why string, ok func() bool) error {
+	s.planMu.Lock()
+	node, err := s.store.Node(nodeID)
+	switch {
+	case errors.Is(err, state.ErrNotFound):
+		s.planMu.Unlock()
+		return nil
+	case err != nil:
+		s.planMu.Unlock()
+		return fmt.Errorf("failed to read node %s: %w", nodeID, err)
+	case node.Status == status || (ok != nil && !ok()):
+		s.planMu.Unlock()
+		return nil
+	}
+	node.Status = status
+	_, err = s.store.UpsertNode(node)
+	if err == nil {
+		s.planGen.Add(1)
+	}
+	s.planMu.Unlock()
+	if err != nil {
+		return fmt.Errorf("failed to store node %s: %w", nodeID, err)
+	}
+	return s.afterNodeChange(node, why)
+}
+
+// nodeChanged stores a node whose registration changed and evaluates every
+// job that is not stopped (placements blocked on it).
 func (s *Server) nodeChanged(node *structs.Node, why string) error {
 	changed, err := s.storeNode(node)
 	if err != nil || !changed {
 		return err
 	}
+	return s.afterNodeChange(node, why)
+}
+
+// afterNodeChange follows a stored node change: a down node's services
+// leave the mesh and its stopped allocations are lost; every job that is
+// not stopped is evaluated (placements blocked on the node, allocations
+// lost on it).
+func (s *Server) afterNodeChange(node *structs.Node, why string) error {
 	s.logger.Info("node status changed", "node_id", node.ID, "status", node.Status, "reason", why)
 	if node.Status == structs.NodeStatusDown && s.cfg.NodeDown != nil {
 		// Only once the down status is stored (by this leader): a failed
@@ -115,46 +161,6 @@ func (s *Server) nodeChanged(node *structs.Node, why string) error {
 		}
 	}
 	return s.evaluateAll(node.ID)
-}
-
-// loseStopped marks lost the allocations on a down node that the servers
-// already stopped (a stopped or purged job's, a replaced one's) but whose
-// stop the node never reported, as Nomad's reconciler does: the
-// scheduler only looks at allocations meant to run, and without this
-// they would stay "running" (and their job too) and never be collected.
-// A purged job's are removed at once.
-func (s *Server) loseStopped(nodeID string) error {
-	s.planMu.Lock()
-	allocs, err := s.store.AllocsByNode(nodeID)
-	if err != nil {
-		s.planMu.Unlock()
-		return fmt.Errorf("failed to list allocations of node %s: %w", nodeID, err)
-	}
-	now := s.now().UnixNano()
-	var lost []*structs.Allocation
-	var ids []string
-	for _, a := range allocs {
-		if a.DesiredStatus != structs.AllocDesiredStatusStop || a.TerminalStatus() {
-			continue
-		}
-		cp := *a
-		cp.ClientStatus, cp.ModifyTime = structs.AllocClientStatusLost, now
-		lost = append(lost, &cp)
-		ids = append(ids, a.ID)
-	}
-	if len(lost) > 0 {
-		if _, err := s.store.ApplyPlan(&state.Plan{Allocs: lost}); err != nil {
-			s.planMu.Unlock()
-			return fmt.Errorf("failed to store lost allocations: %w", err)
-		}
-		s.planGen.Add(1)
-	}
-	s.planMu.Unlock()
-	if len(ids) == 0 {
-		return nil
-	}
-	_, err = s.collectPurged(ids)
-	return err
 }
 
 // evaluateAll evaluates every job that is not stopped after a node change.

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/meshlet/meshlet/internal/testutil"
+	"github.com/meshlet/meshlet/state"
 	"github.com/meshlet/meshlet/structs"
 )
 
@@ -43,6 +45,18 @@ func keepAlive(t *testing.T, s *Server, id string) {
 			}
 		}
 	}()
+}
+
+// expireHeartbeat runs the node's heartbeat deadline now, as its timer
+// firing would.
+func expireHeartbeat(s *Server, nodeID string) {
+	s.mu.Lock()
+	t := s.heartbeats[nodeID]
+	s.mu.Unlock()
+	if t != nil {
+		t.Stop()
+	}
+	s.heartbeatMissed(nodeID, t)
 }
 
 func nodeStatus(t *testing.T, s *Server, id string) string {
@@ -224,5 +238,83 @@ func TestStoppedAllocsOnDownNodeAreLost(t *testing.T) {
 	}
 	if all, _ := st.Allocs(); len(all) != 0 {
 		t.Fatalf("%d allocations of stopped and purged jobs on a down node left after GC: %+v", len(all), all[0])
+	}
+}
+
+// gateStore holds the first Node read after arm until release: a status
+// change read the node, then something else commits.
+type gateStore struct {
+	state.Store
+	mu      sync.Mutex
+	armed   bool
+	reached chan struct{}
+	release chan struct{}
+}
+
+func (g *gateStore) Node(id string) (*structs.Node, error) {
+	n, err := g.Store.Node(id)
+	g.mu.Lock()
+	hold := g.armed
+	g.armed = false
+	g.mu.Unlock()
+	if hold {
+		close(g.reached)
+		<-g.release
+	}
+	return n, err
+}
+
+// A heartbeat of a down node changes only its status: a registration
+// committed between the heartbeat's read and its write (a new driver) is
+// kept, not overwritten with the heartbeat's copy.
+func TestHeartbeatKeepsConcurrentRegistration(t *testing.T) {
+	ctx := context.Background()
+	g := &gateStore{Store: openStore(t), reached: make(chan struct{}), release: make(chan struct{})}
+	s := startServer(t, g, Config{})
+	n, _ := g.Store.Node("node-1")
+	n.Status = structs.NodeStatusDown
+	if _, err := g.Store.UpsertNode(n); err != nil {
+		t.Fatal(err)
+	}
+	g.mu.Lock()
+	g.armed = true
+	g.mu.Unlock()
+	done := make(chan error, 1)
+	go func() { _, err := s.Heartbeat(ctx, "node-1"); done <- err }()
+	<-g.reached
+	re := &structs.Node{ID: "node-1", Name: "n1", Datacenter: "dc1", Status: structs.NodeStatusReady,
+		Drivers: map[string]*structs.DriverInfo{"raw_exec": {Detected: true, Healthy: true}, "docker": {Detected: true, Healthy: true}}}
+	if err := s.RegisterNode(ctx, re); err != nil {
+		t.Fatal(err)
+	}
+	close(g.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := g.Store.Node("node-1"); got.Drivers["docker"] == nil || got.Status != structs.NodeStatusReady {
+		t.Fatalf("node after the heartbeat: drivers %v status %s; want the registration's docker, ready", got.Drivers, got.Status)
+	}
+}
+
+// A deadline that fired just before a heartbeat was taken (its timer is
+// no longer the node's) does not mark the node down.
+func TestLateDeadlineAfterHeartbeatKeepsNodeReady(t *testing.T) {
+	s := startServer(t, openStore(t), Config{})
+	s.mu.Lock()
+	fired := s.heartbeats["node-1"]
+	s.mu.Unlock()
+	fired.Stop()
+	if _, err := s.Heartbeat(context.Background(), "node-1"); err != nil {
+		t.Fatal(err)
+	}
+	s.heartbeatMissed("node-1", fired)
+	if st := nodeStatus(t, s, "node-1"); st != structs.NodeStatusReady {
+		t.Fatalf("node status %s after a stale deadline, want ready", st)
+	}
+	s.mu.Lock()
+	_, armed := s.heartbeats["node-1"]
+	s.mu.Unlock()
+	if !armed {
+		t.Fatal("the stale deadline dropped the node's current heartbeat timer")
 	}
 }

@@ -44,7 +44,7 @@ func TestSystemJobFollowsNodes(t *testing.T) {
 	if got := live(); len(got) != 2 || got["node-1"] != 1 || got["node-2"] != 1 {
 		t.Fatalf("after node-2 joined: %v, want one on each node", got)
 	}
-	s.heartbeatMissed("node-2")
+	expireHeartbeat(s, "node-2")
 	if got := live(); len(got) != 1 || got["node-1"] != 1 {
 		t.Fatalf("after node-2 went down: %v, want only node-1's", got)
 	}

@@ -1,0 +1,49 @@
+package server
+
+import (
+	"fmt"
+
+	"github.com/meshlet/meshlet/state"
+	"github.com/meshlet/meshlet/structs"
+)
+
+// loseStopped marks lost the allocations on a down node that the servers
+// already stopped (a stopped or purged job's, a replaced one's) but whose
+// stop the node never reported, as Nomad's reconciler does: the
+// scheduler only looks at allocations meant to run, and without this
+// they would stay "running" (and their job too) and never be collected.
+// A purged job's are removed at once.
+func (s *Server) loseStopped(nodeID string) error {
+	s.planMu.Lock()
+	allocs, err := s.store.AllocsByNode(nodeID)
+	if err != nil {
+		s.planMu.Unlock()
+		return fmt.Errorf("failed to list allocations of node %s: %w", nodeID, err)
+	}
+	now := s.now().UnixNano()
+	var lost []*structs.Allocation
+	var ids []string
+	for _, a := range allocs {
+		if a.DesiredStatus != structs.AllocDesiredStatusStop || a.TerminalStatus() {
+			continue
+		}
+		cp := *a
+		cp.ClientStatus, cp.ModifyTime = structs.AllocClientStatusLost, now
+		lost = append(lost, &cp)
+		ids = append(ids, a.ID)
+	}
+	if len(lost) > 0 {
+		if _, err := s.store.ApplyPlan(&state.Plan{Allocs: lost}); err != nil {
+			s.planMu.Unlock()
+			return fmt.Errorf("failed to store lost allocations: %w", err)
+		}
+		s.planGen.Add(1)
+	}
+	s.planMu.Unlock()
+	if len(ids) == 0 {
+		return nil
+	}
+	_, err = s.collectPurged(ids)
+	return err
+}
+
