@@ -46,4 +46,3 @@ func (s *Server) loseStopped(nodeID string) error {
 	_, err = s.collectPurged(ids)
 	return err
 }
-
