@@ -313,7 +313,7 @@ func csrNamesOther(csr *x509.CertificateRequest, service string) error {
 // terminating gateway that links it (in its job's block or in the
 // gateway's terminating-gateway config entry).
 func (s *Server) nodeRunsService(ctx context.Context, nodeID, service string) (bool, error) {
-	allocs, _, err := s.cfg.Backend.NodeAllocs(ctx, nodeID, 0)
+	allocs, err := s.cfg.Backend.AllocsOnNode(ctx, nodeID)
 	if err != nil {
 		return false, err
 	}

@@ -148,6 +148,14 @@ func TestConnectSignCSR(t *testing.T) {
 	if _, err := m.c.SignCSR(ctx, "web", csr); err != nil {
 		t.Fatalf("CSR naming its own service: %v", err)
 	}
+	// The checks read the node's allocations without posing as the node's
+	// own fetch (whose answers the servers remember to tell a removal).
+	m.b.mu.Lock()
+	fetches := m.b.fetches
+	m.b.mu.Unlock()
+	if fetches != 0 {
+		t.Fatalf("signing made %d NodeAllocs fetches, want 0 (AllocsOnNode)", fetches)
+	}
 	// What the CA refuses in the CSR itself is a 400, which no other
 	// server would answer otherwise: the client does not try them.
 	for _, tc := range []struct{ name, csr string }{

@@ -93,6 +93,7 @@ type fakeBackend struct {
 	leaderAddr string
 
 	registers, updates, heartbeats int
+	fetches                        int // NodeAllocs calls
 }
 
 func newFakeBackend() *fakeBackend {
@@ -117,7 +118,23 @@ func (b *fakeBackend) RegisterNode(_ context.Context, node *structs.Node) error 
 	return nil
 }
 
+func (b *fakeBackend) AllocsOnNode(_ context.Context, nodeID string) ([]*structs.Allocation, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []*structs.Allocation
+	for _, a := range b.allocs {
+		if a.NodeID == nodeID {
+			cp := *a
+			out = append(out, &cp)
+		}
+	}
+	return out, nil
+}
+
 func (b *fakeBackend) NodeAllocs(ctx context.Context, nodeID string, minIndex uint64) ([]*structs.Allocation, uint64, error) {
+	b.mu.Lock()
+	b.fetches++
+	b.mu.Unlock()
 	for {
 		b.mu.Lock()
 		ch := b.changed

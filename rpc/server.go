@@ -27,6 +27,10 @@ type Backend interface {
 	// NodeAllocs blocks until the state index passes minIndex or ctx ends,
 	// then returns the node's allocations and the index they reflect.
 	NodeAllocs(ctx context.Context, nodeID string, minIndex uint64) ([]*structs.Allocation, uint64, error)
+	// AllocsOnNode returns the node's allocations now, for the servers'
+	// own checks: unlike NodeAllocs it is not the node's fetch (the
+	// server remembers what each node's fetch answered).
+	AllocsOnNode(ctx context.Context, nodeID string) ([]*structs.Allocation, error)
 	UpdateAllocs(ctx context.Context, updates []*structs.Allocation) error
 	Heartbeat(ctx context.Context, nodeID string) (ttl time.Duration, err error)
 	// Node returns the stored node; an unknown node is (nil, nil) or an

@@ -105,6 +105,17 @@ func (s *Server) NodeAllocs(ctx context.Context, nodeID string, minIndex uint64)
 	}
 }
 
+// AllocsOnNode returns the node's allocations now (rpc.Backend): a read
+// for the servers' own checks that, unlike NodeAllocs, leaves the count
+// the node's fetches compare against alone.
+func (s *Server) AllocsOnNode(_ context.Context, nodeID string) ([]*structs.Allocation, error) {
+	allocs, err := s.store.AllocsByNode(nodeID)
+	if err != nil {
+		return nil, fmt.Errorf("failed to list allocations of node %s: %w", nodeID, err)
+	}
+	return allocs, nil
+}
+
 // nodeAllocsQuiet reports whether the store's node index shows nothing for
 // the node to act on after minIndex: clients' status updates wake every
 // blocked fetch, and decoding all of a node's allocations for each of them

@@ -112,3 +112,31 @@ func TestNodeAllocsSkipsClientUpdates(t *testing.T) {
 		t.Fatal("an allocation turning terminal did not wake the node's fetch")
 	}
 }
+
+// A removal of one of the node's allocations wakes the node's blocked
+// fetch even when the servers read the node's allocations in between (a
+// leaf request's check): that read is not the node's fetch.
+func TestNodeAllocsRemovalWakesAfterServerRead(t *testing.T) {
+	ctx := context.Background()
+	st := openEtcdStore(t)
+	s := startServer(t, st, Config{})
+	if _, err := s.RegisterJob(ctx, testJob("web", "raw_exec", 2)); err != nil {
+		t.Fatal(err)
+	}
+	allocs, idx, err := s.NodeAllocs(ctx, "node-1", 0)
+	if err != nil || len(allocs) != 2 {
+		t.Fatalf("NodeAllocs = %d, %v", len(allocs), err)
+	}
+	if _, err := st.DeleteAllocs([]string{allocs[0].ID}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.AllocsOnNode(ctx, "node-1"); err != nil || len(got) != 1 {
+		t.Fatalf("AllocsOnNode = %d, %v", len(got), err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	got, _, err := s.NodeAllocs(wctx, "node-1", idx)
+	if err != nil || wctx.Err() != nil || len(got) != 1 {
+		t.Fatalf("the node's fetch after the removal: %d allocations, %v, woken by its deadline: %v", len(got), err, wctx.Err() != nil)
+	}
+}
