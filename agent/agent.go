@@ -257,7 +257,8 @@ func (a *Agent) startServer() error {
 		Logger:      a.logger.Named("server"),
 		MaxJobCount: a.cfg.Server.JobMaxCount, MaxJobSize: a.cfg.Server.JobMaxSize,
 		EvalGCThreshold: a.cfg.Server.EvalGCThreshold, AllocGCThreshold: a.cfg.Server.AllocGCThreshold,
-		GCInterval: a.cfg.Server.GCInterval, Leadership: lead, NodeDown: a.nodeDown,
+		NodeGCThreshold: a.cfg.Server.NodeGCThreshold,
+		GCInterval:      a.cfg.Server.GCInterval, Leadership: lead, NodeDown: a.nodeDown,
 		MinHeartbeatTTL: a.cfg.Cluster.MinHeartbeatTTL, HeartbeatGrace: a.cfg.Cluster.HeartbeatGrace})
 	if err != nil {
 		return err

@@ -18,10 +18,12 @@ type ServerConfig struct {
 	// size in bytes (defaults 10,000 and 4 MiB); negative = no limit.
 	JobMaxCount int
 	JobMaxSize  int
-	// EvalGCThreshold (Nomad's eval_gc_threshold), AllocGCThreshold and
-	// GCInterval govern what the server collects (defaults 1h, 1h, 5m).
+	// EvalGCThreshold (Nomad's eval_gc_threshold), AllocGCThreshold,
+	// NodeGCThreshold and GCInterval govern what the server collects
+	// (defaults 1h, 1h, 24h, 5m).
 	EvalGCThreshold  time.Duration
 	AllocGCThreshold time.Duration
+	NodeGCThreshold  time.Duration
 	GCInterval       time.Duration
 	// Etcd is where the state lives: an embedded member by default.
 	Etcd EtcdConfig
@@ -33,6 +35,7 @@ type fileServer struct {
 	JobMaxSize         *int            `hcl:"job_max_size"`
 	EvalGCThreshold    *string         `hcl:"eval_gc_threshold"`
 	AllocGCThreshold   *string         `hcl:"alloc_gc_threshold"`
+	NodeGCThreshold    *string         `hcl:"node_gc_threshold"`
 	GCInterval         *string         `hcl:"gc_interval"`
 	Etcd               *fileEtcd       `hcl:"etcd,block"`
 	Enabled            *bool           `hcl:"enabled"`
@@ -54,6 +57,7 @@ func (fs *fileServer) apply(filename string, c *ServerConfig) error {
 	return setDurations(filename, "server",
 		durationField{"eval_gc_threshold", fs.EvalGCThreshold, &c.EvalGCThreshold},
 		durationField{"alloc_gc_threshold", fs.AllocGCThreshold, &c.AllocGCThreshold},
+		durationField{"node_gc_threshold", fs.NodeGCThreshold, &c.NodeGCThreshold},
 		durationField{"gc_interval", fs.GCInterval, &c.GCInterval})
 }
 
@@ -117,8 +121,8 @@ func (c *ServerConfig) problems() []string {
 	if c.JobTrackedVersions < 0 {
 		out = append(out, "server.job_tracked_versions must not be negative")
 	}
-	if c.EvalGCThreshold < 0 || c.AllocGCThreshold < 0 || c.GCInterval < 0 {
-		out = append(out, "server.eval_gc_threshold, alloc_gc_threshold and gc_interval must not be negative")
+	if c.EvalGCThreshold < 0 || c.AllocGCThreshold < 0 || c.NodeGCThreshold < 0 || c.GCInterval < 0 {
+		out = append(out, "server.eval_gc_threshold, alloc_gc_threshold, node_gc_threshold and gc_interval must not be negative")
 	}
 	return append(out, c.Etcd.problems()...)
 }

@@ -49,6 +49,10 @@ func (s *Server) storeNode(node *structs.Node) (bool, error) {
 		// Operators' decisions (eligibility, drain) are the server's:
 		// clients and heartbeats never change them.
 		node.SchedulingEligibility, node.Drain, node.DrainStrategy = old.SchedulingEligibility, old.Drain, old.DrainStrategy
+		node.StatusUpdatedAt = old.StatusUpdatedAt
+	}
+	if old == nil || old.Status != node.Status {
+		node.StatusUpdatedAt = s.now().Unix()
 	}
 	if old != nil && nodeEqual(old, node) {
 		return false, nil

@@ -11,6 +11,8 @@ import (
 
 // GC removes what the cluster no longer needs (job versions beyond the
 // kept ones go at each job write):
+//   - nodes down for NodeGCThreshold with no allocation left to run (a
+//     client that comes back registers again);
 //   - terminal allocations of purged jobs;
 //   - terminal allocations that were stopped or replaced, once older than
 //     AllocGCThreshold;
@@ -30,6 +32,9 @@ func (s *Server) GC() error {
 	}
 	if err := s.deleteGarbage(p.DeleteAllocs, p.DeleteEvals); err != nil {
 		return fmt.Errorf("failed to collect garbage: %w", err)
+	}
+	if err := s.collectNodes(); err != nil {
+		return fmt.Errorf("failed to collect nodes: %w", err)
 	}
 	if len(p.DeleteAllocs)+len(p.DeleteEvals) > 0 {
 		s.logger.Debug("collected garbage", "allocs", len(p.DeleteAllocs), "evals", len(p.DeleteEvals))
@@ -153,4 +158,60 @@ func (s *Server) maybeGC() {
 	if err := s.GC(); err != nil {
 		s.logger.Error("failed to collect garbage", "error", err)
 	}
+}
+
+// collectNodes removes the nodes down for NodeGCThreshold (by their
+// StatusUpdatedAt; one without is kept) whose allocations are all
+// terminal, as Nomad's node GC does.
+func (s *Server) collectNodes() error {
+	nodes, err := s.store.Nodes()
+	if err != nil {
+		return fmt.Errorf("failed to list nodes: %w", err)
+	}
+	now := s.now()
+	for _, n := range nodes {
+		if n.Status != structs.NodeStatusDown || n.StatusUpdatedAt == 0 ||
+			now.Sub(time.Unix(n.StatusUpdatedAt, 0)) < s.cfg.NodeGCThreshold {
+			continue
+		}
+		if err := s.collectNode(n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// collectNode removes node n, still as read, when none of its
+// allocations may run.
+func (s *Server) collectNode(n *structs.Node) error {
+	s.planMu.Lock()
+	defer s.planMu.Unlock()
+	cur, err := s.store.Node(n.ID)
+	if errors.Is(err, state.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("failed to read node %s: %w", n.ID, err)
+	}
+	if cur.ModifyIndex != n.ModifyIndex {
+		return nil // it came back (or changed) meanwhile
+	}
+	allocs, err := s.store.AllocsByNode(n.ID)
+	if err != nil {
+		return fmt.Errorf("failed to list allocations of node %s: %w", n.ID, err)
+	}
+	for _, a := range allocs {
+		if !a.TerminalStatus() {
+			return nil
+		}
+	}
+	if _, err := s.store.DeleteNode(n.ID); err != nil && !errors.Is(err, state.ErrNotFound) {
+		return fmt.Errorf("failed to remove node %s: %w", n.ID, err)
+	}
+	s.planGen.Add(1)
+	s.mu.Lock()
+	delete(s.nodeAllocCount, n.ID)
+	s.mu.Unlock()
+	s.logger.Info("removed a node down past node_gc_threshold", "node_id", n.ID, "node_name", n.Name)
+	return nil
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -288,5 +289,42 @@ func TestGCAndPurgeFitEtcdTransactionLimits(t *testing.T) {
 	}
 	if _, err := s.Eval(ctx, evalID); err == nil {
 		t.Fatal("the purged job's evaluation outlived garbage collection")
+	}
+}
+
+// A node down for node_gc_threshold with nothing left to run is removed,
+// as Nomad's node GC does; one down for less is kept, and a removed node
+// that comes back is told to register again.
+func TestGCRemovesLongDownNodes(t *testing.T) {
+	ctx := context.Background()
+	clock := &fakeClock{t: time.Unix(1_000_000, 0)}
+	st := openStore(t)
+	s := startServer(t, st, Config{Now: clock.Now, GCInterval: 100 * time.Hour})
+	if _, err := s.RegisterJob(ctx, testJob("web", "raw_exec", 1)); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := s.JobAllocs(ctx, "web")
+	setClientStatus(t, s, structs.AllocClientStatusRunning, a...)
+	expireHeartbeat(s, "node-1")
+	n, err := st.Node("node-1")
+	if err != nil || n.Status != structs.NodeStatusDown || n.StatusUpdatedAt != clock.Now().Unix() {
+		t.Fatalf("node-1 after its deadline: %+v, %v; want down since now", n, err)
+	}
+	clock.Advance(23 * time.Hour)
+	if err := s.GC(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Node("node-1"); err != nil {
+		t.Fatalf("node down for 23h removed: %v", err)
+	}
+	clock.Advance(2 * time.Hour)
+	if err := s.GC(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Node("node-1"); !errors.Is(err, state.ErrNotFound) {
+		t.Fatalf("node down for 25h with only a lost allocation: %v, want removed", err)
+	}
+	if _, err := s.Heartbeat(ctx, "node-1"); !errors.Is(err, ErrUnknownNode) {
+		t.Fatalf("heartbeat of the removed node: %v, want ErrUnknownNode", err)
 	}
 }

@@ -122,7 +122,7 @@ func (s *Server) setNodeStatus(nodeID, status, why string, ok func() bool) error
 		s.planMu.Unlock()
 		return nil
 	}
-	node.Status = status
+	node.Status, node.StatusUpdatedAt = status, s.now().Unix()
 	_, err = s.store.UpsertNode(node)
 	if err == nil {
 		s.planGen.Add(1)

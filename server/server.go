@@ -114,6 +114,7 @@ const (
 	// eval_gc_threshold; DefaultGCInterval how often collection runs at most.
 	DefaultEvalGCThreshold  = time.Hour
 	DefaultAllocGCThreshold = time.Hour
+	DefaultNodeGCThreshold  = 24 * time.Hour // Nomad's node_gc_threshold
 	DefaultGCInterval       = 5 * time.Minute
 )
 
@@ -135,11 +136,13 @@ type Config struct {
 	MaxPlanSize int
 	// EvalGCThreshold is the age after which finished evaluations (except
 	// each job's latest) are removed; AllocGCThreshold the age after which
-	// terminal allocations that were stopped or replaced are removed.
-	// GCInterval is the least time between two collections. Zero = the
-	// defaults.
+	// terminal allocations that were stopped or replaced are removed;
+	// NodeGCThreshold how long a node stays down, with no allocation left
+	// to run, before it is removed. GCInterval is the least time between
+	// two collections. Zero = the defaults.
 	EvalGCThreshold  time.Duration
 	AllocGCThreshold time.Duration
+	NodeGCThreshold  time.Duration
 	GCInterval       time.Duration
 	// MinHeartbeatTTL, HeartbeatGrace and MaxHeartbeatsPerSecond set the
 	// clients' heartbeat interval and how long the server waits past it
@@ -219,6 +222,7 @@ func New(cfg Config) (*Server, error) {
 		v *time.Duration
 		d time.Duration
 	}{{&cfg.EvalGCThreshold, DefaultEvalGCThreshold}, {&cfg.AllocGCThreshold, DefaultAllocGCThreshold},
+		{&cfg.NodeGCThreshold, DefaultNodeGCThreshold},
 		{&cfg.GCInterval, DefaultGCInterval}, {&cfg.MinHeartbeatTTL, DefaultMinHeartbeatTTL},
 		{&cfg.HeartbeatGrace, DefaultHeartbeatGrace}, {&cfg.FailoverHeartbeatTTL, DefaultFailoverHeartbeatTTL}}
 	for _, x := range durations {

@@ -184,6 +184,16 @@ func (s *BoltStore) UpsertNode(node *structs.Node) (uint64, error) {
 	})
 }
 
+// DeleteNode implements Store.
+func (s *BoltStore) DeleteNode(id string) (uint64, error) {
+	return s.write(func(tx *bolt.Tx, _ uint64) error {
+		if tx.Bucket(bucketNodes).Get([]byte(id)) == nil {
+			return ErrNotFound
+		}
+		return tx.Bucket(bucketNodes).Delete([]byte(id))
+	})
+}
+
 // Node implements Store.
 func (s *BoltStore) Node(id string) (*structs.Node, error) {
 	var out *structs.Node

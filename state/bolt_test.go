@@ -323,3 +323,28 @@ func testUseAfterCloseIsErrClosed(t *testing.T, s Store) {
 		t.Fatalf("write after close: %v", err)
 	}
 }
+
+func TestDeleteNode(t *testing.T) { forEachBackend(t, testDeleteNode) }
+
+func testDeleteNode(t *testing.T, st *storage) {
+	s := st.open(t)
+	for _, id := range []string{"n1", "n2"} {
+		if _, err := s.UpsertNode(&structs.Node{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := s.Index()
+	idx, err := s.DeleteNode("n1")
+	if err != nil || idx <= before {
+		t.Fatalf("DeleteNode = %d, %v; want an index above %d", idx, err, before)
+	}
+	if _, err := s.Node("n1"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("deleted node: %v", err)
+	}
+	if nodes, err := s.Nodes(); err != nil || len(nodes) != 1 || nodes[0].ID != "n2" {
+		t.Fatalf("nodes after the delete = %v, %v; want n2", nodes, err)
+	}
+	if _, err := s.DeleteNode("n1"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("deleting it again: %v, want ErrNotFound", err)
+	}
+}

@@ -186,6 +186,22 @@ func (s *EtcdStore) Node(id string) (*structs.Node, error) {
 	return readOne[structs.Node](s, s.key("nodes", esc(id)))
 }
 
+// DeleteNode implements Store.
+func (s *EtcdStore) DeleteNode(id string) (uint64, error) {
+	return s.write("delete node", func(tx *etcdTx) error {
+		key := s.key("nodes", esc(id))
+		raw, err := tx.getRaw(key)
+		if err != nil {
+			return err
+		}
+		if raw == nil {
+			return ErrNotFound
+		}
+		tx.del(key)
+		return nil
+	})
+}
+
 // Nodes implements Store.
 func (s *EtcdStore) Nodes() ([]*structs.Node, error) {
 	return readAll(s, s.key("nodes", ""), func(n *structs.Node) string { return n.ID })

@@ -83,6 +83,8 @@ type Store interface {
 	UpsertNode(node *structs.Node) (uint64, error)
 	Node(id string) (*structs.Node, error)
 	Nodes() ([]*structs.Node, error)
+	// DeleteNode removes a node; an unknown one is ErrNotFound.
+	DeleteNode(id string) (uint64, error)
 
 	UpsertEval(eval *Evaluation) (uint64, error)
 	Eval(id string) (*Evaluation, error)
