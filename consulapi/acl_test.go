@@ -41,6 +41,13 @@ func withAuthorizer(f func(*acl.ACL, *acl.Token) authorizer) Option {
 
 func newACLFixture(t *testing.T) *aclFixture {
 	t.Helper()
+	return newACLFixtureWith(t, func(a *acl.ACL) authorizer { return webTeam{a} })
+}
+
+// newACLFixtureWith is newACLFixture with team as the web team's
+// authorizer.
+func newACLFixtureWith(t *testing.T, team func(*acl.ACL) authorizer) *aclFixture {
+	t.Helper()
 	store := apitest.NewACLStore()
 	f := &aclFixture{mgmt: acl.NewSecret(), team: acl.NewSecret()}
 	for _, tok := range []*acl.Token{
@@ -53,7 +60,7 @@ func newACLFixture(t *testing.T) *aclFixture {
 	}
 	f.fixture = newFixture(t, WithACL(apitest.ACLResolver{Reader: store}), withAuthorizer(func(a *acl.ACL, tok *acl.Token) authorizer {
 		if tok != nil && slices.Contains(tok.Policies, "web-team") {
-			return webTeam{a}
+			return team(a)
 		}
 		return a
 	}))

@@ -188,9 +188,10 @@ func (s *Server) writeExternal(ctx context.Context, inst catalog.ServiceInstance
 	return nil
 }
 
-// allowCatalogRegister is Consul's rule: node write, and service write on
-// the service registered.
-func allowCatalogRegister(_ *Server, a authorizer, r *http.Request) (bool, error) {
+// allowCatalogRegister is Consul's rule (vetRegisterWithACL): node write,
+// service write on the service registered and, when the registration
+// replaces an instance of another service, service write on that one too.
+func allowCatalogRegister(s *Server, a authorizer, r *http.Request) (bool, error) {
 	var body registerBody
 	if err := peekBody(r, &body); err != nil {
 		return false, err
@@ -198,7 +199,17 @@ func allowCatalogRegister(_ *Server, a authorizer, r *http.Request) (bool, error
 	if body.Service == nil {
 		return a.AllowNodeWrite(), nil
 	}
-	return a.AllowNodeWrite() && a.AllowServiceWrite(body.Service.Service), nil
+	if !a.AllowNodeWrite() || !a.AllowServiceWrite(body.Service.Service) {
+		return false, nil
+	}
+	id := body.Service.ID
+	if id == "" {
+		id = body.Service.Service
+	}
+	if cur, ok := s.d.Catalog.Get(id); ok && cur.Name != body.Service.Service {
+		return a.AllowServiceWrite(cur.Name), nil
+	}
+	return true, nil
 }
 
 // allowCatalogDeregister: node write, and service write on the service

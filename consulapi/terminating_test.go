@@ -1,12 +1,14 @@
 package consulapi
 
 import (
-	"github.com/meshlet/meshlet/catalog"
 	"reflect"
 	"strings"
 	"testing"
 
 	consul "github.com/hashicorp/consul/api"
+
+	"github.com/meshlet/meshlet/acl"
+	"github.com/meshlet/meshlet/catalog"
 )
 
 // A terminating-gateway entry round-trips through the official client,
@@ -100,6 +102,32 @@ func TestCatalogRegisterACL(t *testing.T) {
 	wantStatus(t, "deregister without node write", err, 403, "Permission denied")
 	if _, err := f.as(t, f.mgmt).Catalog().Deregister(&consul.CatalogDeregistration{Node: "legacy", ServiceID: "web-ext"}, nil); err != nil {
 		t.Fatalf("management deregister: %v", err)
+	}
+}
+
+// webNodeTeam is the web team with node write.
+type webNodeTeam struct{ webTeam }
+
+func (webNodeTeam) AllowNodeWrite() bool { return true }
+
+// Replacing an instance of another service needs service write on it too
+// (Consul's vetRegisterWithACL): node write and write on "web" cannot
+// turn db's instance into web's.
+func TestCatalogRegisterACLReplacingAnotherService(t *testing.T) {
+	f := newACLFixtureWith(t, func(a *acl.ACL) authorizer { return webNodeTeam{webTeam{a}} })
+	db := &consul.CatalogRegistration{Node: "legacy", Address: "192.0.2.10", Service: &consul.AgentService{ID: "db-ext", Service: "db", Port: 5432}}
+	if _, err := f.as(t, f.mgmt).Catalog().Register(db, nil); err != nil {
+		t.Fatal(err)
+	}
+	hijack := &consul.CatalogRegistration{Node: "legacy", Address: "192.0.2.66", Service: &consul.AgentService{ID: "db-ext", Service: "web", Port: 80}}
+	_, err := f.as(t, f.team).Catalog().Register(hijack, nil)
+	wantStatus(t, "replacing db's instance with write on web only", err, 403, "Permission denied")
+	if got, _ := f.cat.Get("db-ext"); got.Name != "db" || got.Address != "192.0.2.10" {
+		t.Fatalf("db's instance after the refusal = %+v", got)
+	}
+	own := &consul.CatalogRegistration{Node: "legacy", Address: "192.0.2.11", Service: &consul.AgentService{ID: "web-ext", Service: "web", Port: 80}}
+	if _, err := f.as(t, f.team).Catalog().Register(own, nil); err != nil {
+		t.Fatalf("registering web with node write and write on web: %v", err)
 	}
 }
 
