@@ -2,6 +2,7 @@ package consulapi
 
 import (
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/meshlet/meshlet/ca"
@@ -81,9 +82,11 @@ func (s *Server) caRoots(w http.ResponseWriter, r *http.Request) {
 }
 
 // GET /v1/agent/connect/ca/leaf/{name}: the leaf of a service. name is a
-// service name; a registered instance ID is accepted too and resolves to
-// its service (a sidecar proxy's ID to the service it fronts). With
-// ?index= it blocks until the leaf is renewed.
+// service name; the ID of an instance meshlet registered (not an external
+// registration's, whose ID anyone with node write picks) is accepted too
+// when no service has that name, and resolves to its service (a sidecar
+// proxy's ID to the service it fronts). With ?index= it blocks until the
+// leaf is renewed.
 func (s *Server) caLeaf(w http.ResponseWriter, r *http.Request) {
 	service := s.leafService(r.PathValue("name"))
 	leaf, err := s.d.CA.Leaf(r.Context(), service)
@@ -118,8 +121,11 @@ func (s *Server) leafService(name string) string {
 	if s.d.Catalog == nil {
 		return name
 	}
+	if len(s.d.Catalog.Service(name)) > 0 {
+		return name
+	}
 	inst, ok := s.d.Catalog.Get(name)
-	if !ok {
+	if !ok || strings.HasPrefix(inst.NodeID, catalog.ExternalNodePrefix) {
 		return name
 	}
 	if inst.Kind == catalog.KindConnectProxy && inst.Proxy != nil && inst.Proxy.DestinationServiceName != "" {

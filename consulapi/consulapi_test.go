@@ -350,6 +350,24 @@ func TestCARootsAndLeaf(t *testing.T) {
 		t.Fatalf("leaf by proxy ID = %+v, %v", byProxy, err)
 	}
 
+	// An external registration cannot shadow a service name with its ID:
+	// the name is the service's, and an external instance's ID is never
+	// resolved (whoever has node write picks it).
+	shadow := &consul.CatalogRegistration{Node: "ext", Address: "192.0.2.9", Service: &consul.AgentService{ID: "web", Service: "evil", Port: 80}}
+	if _, err := f.client.Catalog().Register(shadow, nil); err != nil {
+		t.Fatal(err)
+	}
+	if l, _, err := f.client.Agent().ConnectCALeaf("web", nil); err != nil || l.Service != "web" {
+		t.Fatalf("leaf of web after an external ID \"web\" was registered = %+v, %v; want web's", l, err)
+	}
+	byExt := &consul.CatalogRegistration{Node: "ext", Address: "192.0.2.9", Service: &consul.AgentService{ID: "legacy-1", Service: "evil", Port: 80}}
+	if _, err := f.client.Catalog().Register(byExt, nil); err != nil {
+		t.Fatal(err)
+	}
+	if l, _, err := f.client.Agent().ConnectCALeaf("legacy-1", nil); err != nil || l.Service != "legacy-1" {
+		t.Fatalf("leaf for an external instance's ID = %+v, %v; want the name taken as a service name", l, err)
+	}
+
 	// A blocking leaf query returns once the leaf is re-issued (rotation).
 	done := make(chan *consul.LeafCert, 1)
 	go func() {
