@@ -110,8 +110,10 @@ func (m *Minter) Derive(ctx context.Context, nodeID, allocID, task string) (*acl
 	return tok, nil
 }
 
-// proxyService is the destination service of task, which must be a
-// connect proxy task of alloc, placed on nodeID and not stopping.
+// proxyService is the destination service of task, which must be the
+// connect proxy task of one of the group's mesh services (a task whose
+// kind merely names a service is not: kind is the submitter's input), of
+// alloc, placed on nodeID and not stopping.
 func proxyService(alloc *structs.Allocation, nodeID, task string) (string, error) {
 	switch {
 	case alloc.NodeID != nodeID:
@@ -123,8 +125,12 @@ func proxyService(alloc *structs.Allocation, nodeID, task string) (string, error
 	}
 	tg := alloc.Job.LookupTaskGroup(alloc.TaskGroup)
 	if tg != nil {
-		for _, t := range tg.Tasks {
-			if svc, ok := connect.ProxyKindService(t.Kind); ok && t.Name == task {
+		for _, s := range connect.MeshServices(tg) {
+			t := connect.ProxyTaskFor(tg, s)
+			if t == nil || t.Name != task {
+				continue
+			}
+			if svc, ok := connect.ProxyKindService(t.Kind); ok {
 				return svc, nil
 			}
 		}

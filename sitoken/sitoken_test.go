@@ -42,12 +42,16 @@ func (a *allocTable) set(al *structs.Allocation) {
 }
 
 // connectAlloc is allocation id of a job whose group "g" has the app task
-// "web" and the injected sidecar of service "web".
+// "web", the injected sidecar of its connect service "web", and a task
+// "sneaky" whose kind names service "db", which the group does not declare.
 func connectAlloc(id, node string) *structs.Allocation {
-	job := &structs.Job{ID: "j", Name: "j", TaskGroups: []*structs.TaskGroup{{Name: "g", Tasks: []*structs.Task{
-		{Name: "connect-proxy-web", Kind: "connect-proxy:web"},
-		{Name: "web"},
-	}}}}
+	job := &structs.Job{ID: "j", Name: "j", TaskGroups: []*structs.TaskGroup{{Name: "g",
+		Services: []*structs.Service{{Name: "web", Connect: &structs.ConsulConnect{SidecarService: &structs.ConsulSidecarService{}}}},
+		Tasks: []*structs.Task{
+			{Name: "connect-proxy-web", Kind: "connect-proxy:web"},
+			{Name: "web"},
+			{Name: "sneaky", Kind: "connect-proxy:db"},
+		}}}}
 	return &structs.Allocation{ID: id, NodeID: node, TaskGroup: "g", Job: job, Namespace: "default",
 		ClientStatus: structs.AllocClientStatusRunning, DesiredStatus: structs.AllocDesiredStatusRun}
 }
@@ -116,6 +120,7 @@ func TestDeriveRefusals(t *testing.T) {
 		{"another node's allocation", "n2", "a1", "connect-proxy-web", ErrRefused},
 		{"the app task", "n1", "a1", "web", ErrRefused},
 		{"a task the group lacks", "n1", "a1", "connect-proxy-db", ErrRefused},
+		{"a task whose kind names an undeclared service", "n1", "a1", "sneaky", ErrRefused},
 		{"a stopping allocation", "n1", "a2", "connect-proxy-web", ErrRefused},
 		{"an ended allocation", "n1", "a3", "connect-proxy-web", ErrRefused},
 		{"an unknown allocation", "n1", "zz", "connect-proxy-web", ErrUnknownAlloc},
