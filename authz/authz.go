@@ -221,8 +221,10 @@ func (s *Service) checkDecision(attrs *authv3.AttributeContext) Decision {
 	return d
 }
 
-// destination extracts the destination service (see the package doc).
-func (s *Service) destination(attrs *authv3.AttributeContext) (string, error) {
+// destinationValue is where a request names its destination: the
+// destination principal, else the context extension or metadata
+// DestinationKey.
+func destinationValue(attrs *authv3.AttributeContext) string {
 	v := attrs.GetDestination().GetPrincipal()
 	if v == "" {
 		v = attrs.GetContextExtensions()[DestinationKey]
@@ -230,6 +232,28 @@ func (s *Service) destination(attrs *authv3.AttributeContext) (string, error) {
 	if v == "" {
 		v = metadataString(attrs.GetMetadataContext(), MetadataNamespace, DestinationKey)
 	}
+	return v
+}
+
+// DestinationService is the service a check request asks about, by name
+// only (a SPIFFE ID's service, whatever its trust domain; "" when none can
+// be read): what a caller may ask about is scoped by it, while Check
+// itself validates the identity.
+func DestinationService(attrs *authv3.AttributeContext) string {
+	v := destinationValue(attrs)
+	if !strings.HasPrefix(strings.ToLower(v), "spiffe:") {
+		return v
+	}
+	id, err := ca.ParseSpiffeID(v)
+	if err != nil {
+		return ""
+	}
+	return id.Service
+}
+
+// destination extracts the destination service (see the package doc).
+func (s *Service) destination(attrs *authv3.AttributeContext) (string, error) {
+	v := destinationValue(attrs)
 	if v == "" {
 		return "", fmt.Errorf("no destination principal, context extension or metadata %q", DestinationKey)
 	}

@@ -25,7 +25,8 @@ import (
 // Consul-shaped API decides an ext_authz check made over the socket.
 func TestComposedControlPlane(t *testing.T) {
 	dir := t.TempDir()
-	cp, err := New(Config{DataDir: dir, DefaultAllow: true, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"}, catalog.New())
+	cat := catalog.New()
+	cp, err := New(Config{DataDir: dir, DefaultAllow: true, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"}, cat)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,6 +34,10 @@ func TestComposedControlPlane(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cp.Stop() })
+	// Allocation a1 runs db's sidecar: its socket decides checks for db.
+	cat.Register(catalog.ServiceInstance{ID: "db-1-sidecar-proxy", Name: "db-sidecar-proxy", Kind: catalog.KindConnectProxy,
+		AllocID: "a1", Address: "127.0.0.1", Port: 21000, Healthy: true,
+		Proxy: &catalog.Proxy{DestinationServiceName: "db", DestinationServiceID: "db-1", LocalServicePort: 8080}})
 
 	consul, err := consulapi.NewClient(&consulapi.Config{Address: cp.HTTPAddr()})
 	if err != nil {
@@ -68,6 +73,17 @@ func TestComposedControlPlane(t *testing.T) {
 	}
 	if got := check("api"); got != codes.OK {
 		t.Errorf("api -> db = %v, want OK (default allow)", got)
+	}
+	// A check about a service no proxy of a1 fronts is refused before it is
+	// decided: a task cannot read the mesh's intentions through its socket.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err = authv3.NewAuthorizationClient(conn).Check(ctx, &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
+		Source:      &authv3.AttributeContext_Peer{Principal: cp.CA.SpiffeID("db")},
+		Destination: &authv3.AttributeContext_Peer{Principal: cp.CA.SpiffeID("web")},
+	}})
+	if status.Code(err) != codes.PermissionDenied {
+		t.Errorf("db -> web checked over a1's socket (a1 fronts db only): %v, want PermissionDenied", err)
 	}
 	cp.RemoveAllocSocket("a1")
 }

@@ -162,7 +162,7 @@ func NewServer(cfg Config) (*Server, error) {
 	s.tracker = newTracker(s)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	xs := serverv3.NewServer(s.ctx, s.cache, s.tracker, sotw.WithOrderedADS(), sotw.WithLogger(cpLogger{s.log.Named("server")}))
-	s.grpc = grpc.NewServer(grpc.Creds(listenerCreds{}), grpc.ChainStreamInterceptor(streamInterceptor), grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
+	s.grpc = grpc.NewServer(grpc.Creds(listenerCreds{}), grpc.ChainStreamInterceptor(streamInterceptor), grpc.ChainUnaryInterceptor(s.unaryInterceptor), grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
 		MinTime: 5 * time.Second, PermitWithoutStream: true,
 	}))
 	discoverygrpc.RegisterAggregatedDiscoveryServiceServer(s.grpc, xs)
