@@ -98,6 +98,7 @@ type httpConfig struct {
 	rdsName    string
 	routes     *routeConfig
 	authz      *httpAuthzConfig // nil: no HTTP ext_authz filter
+	norm       pathNorm         // request path normalization
 }
 
 // secretNames returns the SDS secrets the listener needs.
@@ -344,6 +345,10 @@ func decodeHCM(typed *anypb.Any) (*httpConfig, error) {
 	if out.statPrefix == "" {
 		return nil, errors.New("http_connection_manager: stat_prefix is required")
 	}
+	var err error
+	if out.norm, err = decodePathNorm(&m); err != nil {
+		return nil, err
+	}
 	hf := m.GetHttpFilters()
 	if len(hf) == 0 {
 		return nil, errors.New("http_connection_manager: http_filters must end with the router")
@@ -357,7 +362,6 @@ func decodeHCM(typed *anypb.Any) (*httpConfig, error) {
 			if out.authz != nil {
 				return nil, errors.New("http_connection_manager: ext_authz appears twice")
 			}
-			var err error
 			if out.authz, err = decodeHTTPExtAuthz(f.GetTypedConfig()); err != nil {
 				return nil, fmt.Errorf("http_connection_manager: %w", err)
 			}

@@ -116,6 +116,16 @@ func (h *h1conn) serveStream(w http.ResponseWriter, req *http.Request) {
 	l, st := h.l, h.c.state.httpStats
 	st.rqTotal.Add(1)
 	hc := h.c.state.cfg.chain.http
+	if hc.norm.active() {
+		switch hc.norm.apply(req) {
+		case pathReject:
+			h.h2Reply(w, http.StatusBadRequest, nil, "")
+			return
+		case pathRedirect:
+			h.h2Reply(w, http.StatusTemporaryRedirect, http.Header{"Location": {req.URL.RequestURI()}}, "")
+			return
+		}
+	}
 	if hc.authz != nil {
 		if v := h.checkHTTP(req, hc.authz); !v.allow {
 			h.h2Reply(w, v.code, v.hdr, v.body)

@@ -66,6 +66,7 @@ type l7Options struct {
 	httpAuthz bool     // api's public listener runs the HTTP ext_authz filter
 	withhold  []string // clusters web does not get until withheld is cleared
 	h2        bool     // every cluster speaks HTTP/2 (h2c to the apps, h2 over mTLS between sidecars)
+	normalize bool     // api's public listener normalizes paths and merges slashes (as meshlet's xDS)
 }
 
 // subsetCluster is the name of a subset's cluster ("" = the service's).
@@ -125,12 +126,17 @@ func httpAuthzFilter(t testing.TB) *hcmv3.HttpFilter {
 
 func (m *l7Mesh) backendResources(b *l7Backend, opts l7Options) map[string][]types.Resource {
 	hcm := hcmFilter(m.t, "public_listener", routeToCluster("local_app", "local_app"), "")
-	if opts.httpAuthz {
+	if opts.httpAuthz || opts.normalize {
 		var h hcmv3.HttpConnectionManager
 		if err := hcm.GetTypedConfig().UnmarshalTo(&h); err != nil {
 			m.t.Fatalf("unpack hcm: %v", err)
 		}
-		h.HttpFilters = append([]*hcmv3.HttpFilter{httpAuthzFilter(m.t)}, h.HttpFilters...)
+		if opts.httpAuthz {
+			h.HttpFilters = append([]*hcmv3.HttpFilter{httpAuthzFilter(m.t)}, h.HttpFilters...)
+		}
+		if opts.normalize {
+			h.NormalizePath, h.MergeSlashes = wrapperspb.Bool(true), true
+		}
 		hcm = &listenerv3.Filter{Name: hcm.Name, ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: mustPack(m.t, &h)}}
 	}
 	app := localAppCluster(b.appAddr)

@@ -30,6 +30,14 @@ const (
 func (h *h1conn) route(req *http.Request, keep bool) bool {
 	l, st := h.l, h.c.state.httpStats
 	hc := h.c.state.cfg.chain.http
+	if hc.norm.active() {
+		switch hc.norm.apply(req) {
+		case pathReject:
+			return h.localReply(req, http.StatusBadRequest, "", false)
+		case pathRedirect:
+			return h.reply(req, http.StatusTemporaryRedirect, http.Header{"Location": {req.URL.RequestURI()}}, "", keep)
+		}
+	}
 	if hc.authz != nil {
 		if ok, kept := h.extAuthz(req, hc.authz, keep); !ok {
 			return kept

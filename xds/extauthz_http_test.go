@@ -24,6 +24,10 @@ func checkHTTPAuthz(t *testing.T, l *listener.Listener) {
 	if len(hf) != 2 || hf[0].GetName() != "envoy.filters.http.ext_authz" || hf[1].GetName() != routerFilter {
 		t.Fatalf("http filters = %v, want ext_authz then router", hf)
 	}
+	if m := hcmOf(t, l); !m.GetNormalizePath().GetValue() || !m.GetMergeSlashes() {
+		t.Errorf("public HCM normalize_path=%v merge_slashes=%v; want both (L7 intentions judge the path the app sees)",
+			m.GetNormalizePath().GetValue(), m.GetMergeSlashes())
+	}
 	az := unpack(t, hf[0].GetTypedConfig(), &httpauthz.ExtAuthz{})
 	if az.GetGrpcService().GetEnvoyGrpc().GetClusterName() != LocalAgentCluster || az.GetTransportApiVersion() != core.ApiVersion_V3 ||
 		!az.GetIncludePeerCertificate() || az.GetFailureModeAllow() {
@@ -33,12 +37,9 @@ func checkHTTPAuthz(t *testing.T, l *listener.Listener) {
 
 // The service's protocol from its service-defaults makes its public
 // listener HTTP (with per-request authorization) even when the proxy
-// config says nothing. Needs the real configentry (Set.Protocol).
+// config says nothing.
 func TestPublicListenerProtocolFromEntries(t *testing.T) {
 	set := configentry.NewSet(&consul.ServiceConfigEntry{Kind: consul.ServiceDefaults, Name: "web", Protocol: "http"})
-	if set.Protocol("web") != "http" {
-		t.Skip("configentry.Set.Protocol is still the placeholder (always tcp); un-skip once the real configentry is merged")
-	}
 	b := builder{dc: "dc1", trustDomain: testTD, set: set}
 	res, err := b.proxy(testProxy("p1", "web", 21000, nil))
 	if err != nil {

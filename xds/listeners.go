@@ -124,6 +124,12 @@ func publicChain(service string, prot protocol, rqTimeout *durationpb.Duration, 
 		if rqTimeout != nil {
 			m.GetRouteConfig().GetVirtualHosts()[0].GetRoutes()[0].GetRoute().Timeout = rqTimeout
 		}
+		// L7 intentions match the path the app will see: RFC 3986
+		// normalization (Consul's default on inbound listeners) and
+		// merged slashes, so /./admin, /x/../admin, /%61dmin and //admin
+		// are /admin to ext_authz and to the app.
+		m.NormalizePath = wrapperspb.Bool(true)
+		m.MergeSlashes = true
 		last, err = networkFilter(hcmFilter, m)
 		if err != nil {
 			return nil, err
