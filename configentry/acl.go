@@ -47,3 +47,54 @@ func Allowed(a Authorizer, kind, name string, write bool) bool {
 	}
 	return a.IsManagement()
 }
+
+// WriteAllowed is Allowed for writing entry e, plus Consul's rule for the
+// discovery chain (canWriteDiscoveryChain): a service-router, -splitter
+// or -resolver also needs service read on every other service it sends
+// traffic to, so write on one's own service cannot route it to services
+// the writer may not even read.
+func WriteAllowed(a Authorizer, e consul.ConfigEntry) bool {
+	if !Allowed(a, e.GetKind(), e.GetName(), true) {
+		return false
+	}
+	for _, svc := range relatedServices(e) {
+		if svc != e.GetName() && !a.AllowServiceRead(svc) {
+			return false
+		}
+	}
+	return true
+}
+
+// relatedServices are the services a discovery-chain entry names as
+// destinations (Consul's ListRelatedServices).
+func relatedServices(e consul.ConfigEntry) []string {
+	var out []string
+	add := func(s string) {
+		if s != "" {
+			out = append(out, s)
+		}
+	}
+	switch e := e.(type) {
+	case *consul.ServiceRouterConfigEntry:
+		for _, r := range e.Routes {
+			if r.Destination != nil {
+				add(r.Destination.Service)
+			}
+		}
+	case *consul.ServiceSplitterConfigEntry:
+		for _, s := range e.Splits {
+			add(s.Service)
+		}
+	case *consul.ServiceResolverConfigEntry:
+		if e.Redirect != nil {
+			add(e.Redirect.Service)
+		}
+		for _, f := range e.Failover {
+			add(f.Service)
+			for _, t := range f.Targets {
+				add(t.Service)
+			}
+		}
+	}
+	return out
+}

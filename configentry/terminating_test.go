@@ -91,3 +91,34 @@ func TestTerminatingGatewayACL(t *testing.T) {
 		t.Error("mesh write may write, service read may read")
 	}
 }
+
+// readOnly may write service entries on any name and read only "web".
+type readOnly struct{ ingressACL }
+
+func (readOnly) AllowServiceRead(name string) bool { return name == "web" }
+
+// A discovery-chain entry also needs service read on every other service
+// it sends traffic to (Consul's canWriteDiscoveryChain).
+func TestWriteAllowedDiscoveryChain(t *testing.T) {
+	a := readOnly{}
+	for _, c := range []struct {
+		e    consul.ConfigEntry
+		want bool
+	}{
+		{&consul.ServiceRouterConfigEntry{Kind: consul.ServiceRouter, Name: "web", Routes: []consul.ServiceRoute{
+			{Destination: &consul.ServiceRouteDestination{Service: "web"}}}}, true},
+		{&consul.ServiceRouterConfigEntry{Kind: consul.ServiceRouter, Name: "web", Routes: []consul.ServiceRoute{
+			{Destination: &consul.ServiceRouteDestination{Service: "db"}}}}, false},
+		{&consul.ServiceSplitterConfigEntry{Kind: consul.ServiceSplitter, Name: "web", Splits: []consul.ServiceSplit{
+			{Weight: 50}, {Weight: 50, Service: "db"}}}, false},
+		{&consul.ServiceResolverConfigEntry{Kind: consul.ServiceResolver, Name: "web", Redirect: &consul.ServiceResolverRedirect{Service: "db"}}, false},
+		{&consul.ServiceResolverConfigEntry{Kind: consul.ServiceResolver, Name: "web", Failover: map[string]consul.ServiceResolverFailover{
+			"*": {Targets: []consul.ServiceResolverFailoverTarget{{Service: "db"}}}}}, false},
+		{&consul.ServiceResolverConfigEntry{Kind: consul.ServiceResolver, Name: "web", Failover: map[string]consul.ServiceResolverFailover{
+			"*": {Datacenters: []string{"dc2"}}}}, true},
+	} {
+		if got := WriteAllowed(a, c.e); got != c.want {
+			t.Errorf("WriteAllowed(%s %s → %v) = %v, want %v", c.e.GetKind(), c.e.GetName(), relatedServices(c.e), got, c.want)
+		}
+	}
+}

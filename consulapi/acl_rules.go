@@ -145,7 +145,7 @@ func allowConfigPut(_ *Server, a authorizer, r *http.Request) (bool, error) {
 	if err != nil {
 		return false, badRequest("%v", err)
 	}
-	return configentry.Allowed(a, e.GetKind(), e.GetName(), true), nil
+	return configentry.WriteAllowed(a, e), nil
 }
 
 // configPath judges a config entry read (or delete) by the path's kind

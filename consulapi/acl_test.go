@@ -195,6 +195,12 @@ func TestACLFiltersAndWrites(t *testing.T) {
 	wantStatus(t, "team service-defaults for db", err, 403, "Permission denied")
 	_, _, err = team.ConfigEntries().Set(&consul.ProxyConfigEntry{Kind: consul.ProxyDefaults, Name: consul.ProxyConfigGlobal}, nil)
 	wantStatus(t, "team proxy-defaults", err, 403, "Permission denied")
+	// Routing web's traffic to db needs service read on db (Consul's
+	// discovery-chain rule), which the team does not have.
+	_, _, err = team.ConfigEntries().Set(&consul.ServiceRouterConfigEntry{Kind: consul.ServiceRouter, Name: "web",
+		Routes: []consul.ServiceRoute{{Match: &consul.ServiceRouteMatch{HTTP: &consul.ServiceRouteHTTPMatch{PathPrefix: "/x"}},
+			Destination: &consul.ServiceRouteDestination{Service: "db"}}}}, nil)
+	wantStatus(t, "team service-router from web to db", err, 403, "Permission denied")
 	if ok, _, err := f.as(t, f.mgmt).ConfigEntries().Set(&consul.ServiceConfigEntry{Kind: consul.ServiceDefaults, Name: "db", Protocol: "tcp"}, nil); err != nil || !ok {
 		t.Fatalf("management service-defaults for db: %v, %v", ok, err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	consul "github.com/hashicorp/consul/api"
 
+	"github.com/meshlet/meshlet/acl"
 	"github.com/meshlet/meshlet/configentry"
 	"github.com/meshlet/meshlet/meshstate"
 )
@@ -97,7 +98,7 @@ func (s *Server) handleConnectConfig(w http.ResponseWriter, r *http.Request) {
 	case req.Op == configOpPut && len(req.Entry) > 0:
 		var e configentry.Entry
 		if e, err = decodeEntryJSON(req.Entry); err == nil {
-			if !s.callerAllowed(w, r, nodeID, "write a config entry", configWriteAllowed(e.GetKind(), e.GetName())) {
+			if !s.callerAllowed(w, r, nodeID, "write a config entry", func(a *acl.ACL) bool { return configentry.WriteAllowed(a, e) }) {
 				return
 			}
 			out.OK, out.Index, err = cw.PutConfigEntry(r.Context(), e, req.CAS)
