@@ -23,10 +23,11 @@ const (
 	DefaultLocalServiceAddress = "127.0.0.1"
 )
 
-// defaultRestart returns Nomad's restart policy for a job type.
+// defaultRestart returns Nomad's restart policy for a job type: batch and
+// sysbatch jobs (which run to completion) get the batch defaults.
 func defaultRestart(jobType string) structs.RestartPolicy {
 	attempts, interval := 2, 30*time.Minute
-	if jobType == structs.JobTypeBatch {
+	if jobType == structs.JobTypeBatch || jobType == structs.JobTypeSysBatch {
 		attempts, interval = 3, 24*time.Hour
 	}
 	return structs.RestartPolicy{Attempts: &attempts, Interval: &interval, Delay: ptr(15 * time.Second), Mode: ptr(structs.RestartPolicyModeFail)}

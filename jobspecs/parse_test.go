@@ -139,6 +139,26 @@ func TestParseBatchDefaults(t *testing.T) {
 	}
 }
 
+// Sysbatch jobs run to completion, like batch jobs: Nomad gives them the
+// batch restart defaults (3 attempts in 24h), not the service ones.
+func TestParseSysbatchRestartDefaults(t *testing.T) {
+	job, diags := Parse("s.hcl", []byte(`job "s" {
+  type = "sysbatch"
+  group "g" {
+    task "t" {
+      driver = "exec"
+      config { command = "x" }
+    }
+  }
+}`), nil)
+	if diags.HasErrors() {
+		t.Fatal(diags.Error())
+	}
+	want := &structs.RestartPolicy{Attempts: ptr(3), Interval: ptr(24 * time.Hour), Delay: ptr(15 * time.Second), Mode: ptr("fail")}
+	assertJSONEqual(t, job.TaskGroups[0].RestartPolicy, want)
+	assertJSONEqual(t, job.TaskGroups[0].Tasks[0].RestartPolicy, want)
+}
+
 func TestCanonicalizeIdempotent(t *testing.T) {
 	for _, file := range hclFiles(t) {
 		job, diags := ParseFile(file, nil)
