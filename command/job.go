@@ -44,8 +44,8 @@ shows the job, its per-group summary, placement failures and allocations.`,
 		},
 		&command{
 			name: "job stop", args: "[options] JOB", synopsis: "Stop a job's allocations",
-			help: `Stops the job and, unless -detach, waits until its allocations have stopped.
-With -purge the job is also removed from the agent.`,
+			help: `Stops the job (JOB is an ID or a unique prefix) and, unless -detach, waits until
+its allocations have stopped. With -purge the job is also removed from the agent.`,
 			example: "$ meshlet job stop countdash\n$ meshlet job stop -purge -detach countdash",
 			run:     runJobStop,
 		},
@@ -224,7 +224,11 @@ func runJobStop(e *env, c *command, args []string) int {
 	if err != nil {
 		return e.errorf("%v", err)
 	}
-	jobID := fs.Arg(0)
+	job, err := resolveJob(client, fs.Arg(0))
+	if err != nil {
+		return e.errorf("failed to stop job %q: %s", fs.Arg(0), describe(err, addr.Addr))
+	}
+	jobID := deref(job.ID)
 	evalID, _, err := client.Jobs().Deregister(jobID, *purge, nil)
 	if err != nil {
 		return e.errorf("failed to stop job %q: %s", jobID, describe(err, addr.Addr))

@@ -178,6 +178,7 @@ func TestJobStop(t *testing.T) {
 	}{
 		{"stop and wait", []string{"job", "stop", "web"}, 1, `Job "web" stopped`},
 		{"purge detached", []string{"job", "stop", "-purge", "-detach", "web"}, 0, "Evaluation ID:"},
+		{"unique prefix", []string{"job", "stop", "-detach", "we"}, 1, `Job "web" stopped`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -200,7 +201,7 @@ func TestJobStop(t *testing.T) {
 		})
 	}
 	newAgent(t)
-	if r := runCLI(t, "", "job", "stop", "ghost"); r.code != 1 || !strings.Contains(r.stderr, `Error: failed to stop job "ghost"`) || !strings.Contains(r.stderr, "(HTTP 404)") {
+	if r := runCLI(t, "", "job", "stop", "ghost"); r.code != 1 || !strings.Contains(r.stderr, `Error: failed to stop job "ghost": no job with ID or prefix "ghost"`) {
 		t.Fatalf("stop of unknown job: %d %q", r.code, r.stderr)
 	}
 }
