@@ -29,7 +29,8 @@ type allocView struct {
 // monitor is the pure state machine behind `job run`: it folds snapshots
 // (the evaluation, the job's allocations) into progress lines and decides
 // when the registration succeeded (every wanted allocation running; for
-// batch jobs running or complete) or failed (placement failure, failed
+// batch and sysbatch jobs running or complete; for system and sysbatch
+// jobs, whatever the complete evaluation placed, perhaps nothing) or failed (placement failure, failed
 // evaluation, a failed or lost allocation). It does no I/O.
 type monitor struct {
 	evalID     string
@@ -105,25 +106,44 @@ func (m *monitor) allocOutcome(eval *nomadapi.Evaluation, allocs []*nomadapi.All
 	if eval != nil && eval.Status != "complete" {
 		return nil, inProgress
 	}
-	for g, n := range m.counts {
-		if live[g] < n {
+	if !m.perNode() {
+		for g, n := range m.counts {
+			if live[g] < n {
+				return nil, inProgress
+			}
+		}
+	} else if len(live) == 0 {
+		// A system job has no count: once its evaluation is complete, what
+		// it placed is all there is, possibly nothing (no eligible node).
+		// Without the evaluation there is no telling, so wait for one.
+		if eval == nil {
 			return nil, inProgress
 		}
+		return []string{"No allocation placed: no node is eligible to run the job"}, succeeded
 	}
 	if !settled {
 		return nil, inProgress
 	}
-	if m.jobType == "batch" {
+	if m.runsToCompletion() {
 		return []string{"All allocations are running or complete"}, succeeded
 	}
 	return []string{"All allocations are running"}, succeeded
 }
 
+// perNode reports a system or sysbatch job: one allocation per eligible
+// node, however many that is, rather than count per group.
+func (m *monitor) perNode() bool { return m.jobType == "system" || m.jobType == "sysbatch" }
+
+// runsToCompletion reports a batch or sysbatch job, whose allocations are
+// done once complete.
+func (m *monitor) runsToCompletion() bool { return m.jobType == "batch" || m.jobType == "sysbatch" }
+
 // allocSettled: running with every task running (or finished without
-// failing, like a completed prestart task); batch also accepts complete.
+// failing, like a completed prestart task); batch and sysbatch also accept
+// complete.
 func (m *monitor) allocSettled(a *nomadapi.AllocationListStub) bool {
 	switch {
-	case a.ClientStatus == "complete" && m.jobType == "batch":
+	case a.ClientStatus == "complete" && m.runsToCompletion():
 		return true
 	case a.ClientStatus != "running":
 		return false

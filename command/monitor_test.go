@@ -84,6 +84,26 @@ func TestMonitor(t *testing.T) {
 				&nomadapi.TaskEvent{Type: "Terminated", ExitCode: 0})}, succeeded,
 				[]string{`task "app": Terminated: Exit Code: 0`, `All allocations are running or complete`}, false},
 		}},
+		{"sysbatch completes", "sysbatch", map[string]int{"web": 1}, []step{
+			{ev("complete", nil), []*nomadapi.AllocationListStub{stub("aaaaaaaa-1", "run", "complete", map[string]string{"app": "dead"}),
+				stub("bbbbbbbb-2", "run", "pending", pending)}, inProgress, nil, false},
+			{ev("complete", nil), []*nomadapi.AllocationListStub{stub("aaaaaaaa-1", "run", "complete", map[string]string{"app": "dead"}),
+				stub("bbbbbbbb-2", "run", "complete", map[string]string{"app": "dead"})}, succeeded,
+				[]string{`All allocations are running or complete`}, false},
+		}},
+		{"system on every node", "system", map[string]int{"web": 1}, []step{
+			{ev("complete", nil), []*nomadapi.AllocationListStub{stub("aaaaaaaa-1", "run", "running", app), stub("bbbbbbbb-2", "run", "pending", pending)}, inProgress, nil, false},
+			{ev("complete", nil), []*nomadapi.AllocationListStub{stub("aaaaaaaa-1", "run", "running", app), stub("bbbbbbbb-2", "run", "running", app)}, succeeded,
+				[]string{`All allocations are running`}, false},
+		}},
+		{"system without an eligible node", "system", map[string]int{"web": 1}, []step{
+			{nil, nil, inProgress, nil, false},
+			{ev("pending", nil), nil, inProgress, nil, false},
+			{ev("complete", nil), nil, succeeded, []string{`No allocation placed: no node is eligible to run the job`}, false},
+		}},
+		{"sysbatch without an eligible node", "sysbatch", map[string]int{"web": 1}, []step{
+			{ev("complete", nil), nil, succeeded, []string{`No allocation placed`}, false},
+		}},
 		{"zero count", "service", map[string]int{"web": 0}, []step{
 			{ev("complete", nil), nil, succeeded, nil, false},
 		}},
