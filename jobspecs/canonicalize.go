@@ -21,6 +21,9 @@ const (
 	DefaultMemoryMB            = 300
 	DefaultAddressMode         = "auto"
 	DefaultLocalServiceAddress = "127.0.0.1"
+	// DefaultCheckRestartGrace is a check_restart's grace when it sets
+	// none, as Nomad's.
+	DefaultCheckRestartGrace = time.Second
 )
 
 // defaultRestart returns Nomad's restart policy for a job type: batch and
@@ -159,6 +162,11 @@ func canonicalizeService(s *structs.Service, defaultName string) {
 	}
 	setDefault(&s.Name, defaultName)
 	setDefault(&s.AddressMode, DefaultAddressMode)
+	for i := range s.Checks {
+		if cr := s.Checks[i].CheckRestart; cr != nil {
+			fillPtr(&cr.Grace, DefaultCheckRestartGrace)
+		}
+	}
 	canonicalizeIngress(s.Connect)
 	if s.Connect == nil || s.Connect.SidecarService == nil {
 		return

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -167,6 +168,97 @@ func TestCheckJSONMatchesNomadAPI(t *testing.T) {
 	if c := ag.Services[0].Checks[0]; c.Header["X-Probe"][1] != "checks" || c.GRPCService != "" ||
 		c.SuccessBeforePassing != 2 || c.CheckRestart == nil || *c.CheckRestart.Grace != 30*time.Second {
 		t.Errorf("nomad/api http check = %+v", c)
+	}
+}
+
+// TestCheckRestartMerge: a service's check_restart merges into each
+// check's own field by field, as Nomad's CheckRestart.Merge (the check's
+// limit if above 0, its grace if set, its ignore_warnings if true), and an
+// unset grace is Nomad's 1s. A finding on an inherited field points at the
+// service's block.
+func TestCheckRestartMerge(t *testing.T) {
+	src := `job "j" {
+  group "g" {
+    network {
+      port "http" {}
+    }
+    service {
+      name = "web"
+      port = "http"
+      check_restart {
+        limit = 3
+        grace = "90s"
+      }
+      check {
+        type     = "tcp"
+        interval = "10s"
+        timeout  = "2s"
+        check_restart {
+          ignore_warnings = true
+        }
+      }
+      check {
+        type     = "tcp"
+        interval = "10s"
+        timeout  = "2s"
+        check_restart {
+          limit = 7
+        }
+      }
+      check {
+        type     = "tcp"
+        interval = "10s"
+        timeout  = "2s"
+      }
+    }
+    task "t" {
+      driver = "exec"
+      config { command = "x" }
+      service {
+        name = "admin"
+        port = "http"
+        check {
+          type     = "tcp"
+          interval = "10s"
+          timeout  = "2s"
+          check_restart { limit = 2 }
+        }
+      }
+    }
+  }
+}`
+	job, diags := Parse("cr.hcl", []byte(src), nil)
+	if diags.HasErrors() {
+		t.Fatal(diags.Error())
+	}
+	tg := job.TaskGroups[0]
+	web := tg.Services[0].Checks
+	for i, want := range []*structs.CheckRestart{
+		{Limit: 3, Grace: durPtr(90 * time.Second), IgnoreWarnings: true},
+		{Limit: 7, Grace: durPtr(90 * time.Second)},
+		{Limit: 3, Grace: durPtr(90 * time.Second)},
+	} {
+		if got := web[i].CheckRestart; !reflect.DeepEqual(got, want) {
+			t.Errorf("check %d: check_restart = %s, want %s", i, show(got), show(want))
+		}
+	}
+	if web[0].CheckRestart == web[2].CheckRestart {
+		t.Error("checks share one CheckRestart")
+	}
+	want := &structs.CheckRestart{Limit: 2, Grace: durPtr(time.Second)}
+	if got := tg.Tasks[0].Services[0].Checks[0].CheckRestart; !reflect.DeepEqual(got, want) {
+		t.Errorf("task check: check_restart = %s, want %s (Nomad's grace default)", show(got), show(want))
+	}
+
+	bad := strings.Replace(src, "limit = 3", "limit = -1", 1)
+	_, diags = Parse("cr.hcl", []byte(bad), nil)
+	var lines []string
+	for _, d := range diags {
+		lines = append(lines, d.String())
+	}
+	wantErr := "cr.hcl:10:17: error: Invalid check_restart limit; check_restart limit -1 must not be negative (0 never restarts)."
+	if !slices.Contains(lines, wantErr) {
+		t.Errorf("diagnostics:\n%s\nwant %s", strings.Join(lines, "\n"), wantErr)
 	}
 }
 

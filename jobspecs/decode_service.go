@@ -60,14 +60,10 @@ func (d *decoder) decodeService(b *hclsyntax.Block, p path) *structs.Service {
 			s.Checks = append(s.Checks, d.decodeCheck(cb, p.item("check", len(s.Checks), "")))
 		}
 	}
-	// A service-level check_restart applies to checks that have none.
 	if cr := d.checkRestart(c, p); cr != nil {
 		for i := range s.Checks {
-			if s.Checks[i].CheckRestart == nil {
-				cp := *cr
-				s.Checks[i].CheckRestart = &cp
-				d.copyRanges(p.sub("check_restart"), p.item("check", i, "").sub("check_restart"))
-			}
+			s.Checks[i].CheckRestart = d.mergeCheckRestart(cr, s.Checks[i].CheckRestart,
+				p.sub("check_restart"), p.item("check", i, "").sub("check_restart"))
 		}
 	}
 	if cb := d.one(c, "connect"); cb != nil && d.labels(cb) {
@@ -180,6 +176,41 @@ func (d *decoder) copyRanges(from, to path) {
 		}
 	}
 	maps.Copy(d.ranges, copied)
+}
+
+// mergeCheckRestart merges a service-level check_restart (svc, at from)
+// into a check's own (own, at to; nil when the check has none), field by
+// field as Nomad's CheckRestart.Merge: the check's limit wins when above
+// 0, its grace when set, its ignore_warnings when true. The result is a
+// new value; the ranges of the fields taken from svc are recorded under
+// to, so findings on them point at the service's block.
+func (d *decoder) mergeCheckRestart(svc, own *structs.CheckRestart, from, to path) *structs.CheckRestart {
+	merged := *svc
+	if own == nil {
+		d.copyRanges(from, to)
+		return &merged
+	}
+	inherit := func(name string) {
+		if r, ok := d.ranges[from.attr(name).key]; ok {
+			d.ranges[to.attr(name).key] = r
+		}
+	}
+	if own.Limit > 0 {
+		merged.Limit = own.Limit
+	} else {
+		inherit("limit")
+	}
+	if own.Grace != nil {
+		merged.Grace = own.Grace
+	} else {
+		inherit("grace")
+	}
+	if own.IgnoreWarnings {
+		merged.IgnoreWarnings = true
+	} else {
+		inherit("ignore_warnings")
+	}
+	return &merged
 }
 
 func (d *decoder) checkRestart(c content, p path) *structs.CheckRestart {
