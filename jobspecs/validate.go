@@ -146,6 +146,7 @@ func checkJob(job *structs.Job, opts ValidateOptions, report reporter) {
 		}
 		seen[tg.Name] = true
 		checkGroup(tg, gp, opts, report)
+		checkRestartPolicies(job.Type, tg, gp, report)
 		checkReschedule(job.Type, gp.sub("reschedule"), report, tg.ReschedulePolicy, job.Reschedule)
 	}
 }
@@ -257,25 +258,6 @@ func checkSize(job *structs.Job, opts ValidateOptions, p path, report reporter) 
 	if len(b) > opts.MaxJobBytes {
 		report(SeverityError, p, "Job too large",
 			fmt.Sprintf("The job is %d bytes as JSON; the limit is %d bytes.", len(b), opts.MaxJobBytes))
-	}
-}
-
-func checkRestart(rp *structs.RestartPolicy, p path, report reporter) {
-	if rp == nil {
-		return
-	}
-	if rp.Mode != nil && *rp.Mode != structs.RestartPolicyModeFail && *rp.Mode != structs.RestartPolicyModeDelay {
-		report(SeverityError, p.attr("mode"), "Invalid restart mode",
-			fmt.Sprintf("Restart mode %q is not valid; use \"fail\" or \"delay\".", *rp.Mode))
-	}
-	if rp.Attempts != nil && *rp.Attempts < 0 {
-		report(SeverityError, p.attr("attempts"), "Invalid restart attempts", fmt.Sprintf("Attempts %d must not be negative.", *rp.Attempts))
-	}
-	if rp.Delay != nil && *rp.Delay < 0 {
-		report(SeverityError, p.attr("delay"), "Invalid restart delay", fmt.Sprintf("Delay %s must not be negative.", *rp.Delay))
-	}
-	if rp.Interval != nil && *rp.Interval < 0 {
-		report(SeverityError, p.attr("interval"), "Invalid restart interval", fmt.Sprintf("Interval %s must not be negative.", *rp.Interval))
 	}
 }
 

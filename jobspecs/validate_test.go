@@ -82,6 +82,24 @@ func TestValidationRules(t *testing.T) {
 			`t.hcl:4:10: error: Invalid restart mode; Restart mode "never" is not valid; use "fail" or "delay".`,
 			`t.hcl:5:14: error: Invalid restart attempts; Attempts -1 must not be negative.`,
 		}},
+		{"restart attempts do not fit", "restart {\n  attempts = 10\n  delay = \"1m\"\n  interval = \"5m\"\n}\n" + okTask, []string{
+			`t.hcl:6:14: error: Restart attempts do not fit in interval; 10 attempts with delay 1m0s cannot fit in interval 5m0s; raise interval, or lower attempts or delay.`,
+		}},
+		{"restart interval too short", "restart { interval = \"1s\" }\n" + okTask, []string{
+			`t.hcl:3:22: error: Invalid restart interval; Interval 1s must be at least 5s.`,
+		}},
+		{"restart delay mode without attempts", "restart {\n  attempts = 0\n  mode = \"delay\"\n}\n" + okTask, []string{
+			`t.hcl:4:14: error: Ambiguous restart policy; mode = "delay" with attempts = 0 is ambiguous; set attempts above 0, or mode = "fail" to fail at the first exit.`,
+		}},
+		{"restart without attempts fails at once", "restart {\n  attempts = 0\n  mode = \"fail\"\n  interval = \"5s\"\n}\n" + okTask, nil},
+		{"task restart merged with the group's", "restart { attempts = 5 }\n" +
+			"task \"t\" {\n  driver = \"exec\"\n  config { command = \"x\" }\n  restart { delay = \"10m\" }\n}", []string{
+			`t.hcl:7:3: error: Restart attempts do not fit in interval; 5 attempts with delay 10m0s cannot fit in interval 30m0s; raise interval, or lower attempts or delay.`,
+		}},
+		{"inherited restart reported once", "restart { interval = \"1s\" }\n" +
+			"task \"t\" {\n  driver = \"exec\"\n  config { command = \"x\" }\n  restart { delay = \"1s\" }\n}", []string{
+			`t.hcl:3:22: error: Invalid restart interval; Interval 1s must be at least 5s.`,
+		}},
 		{"two networks", bridge + "network {}\n" + okTask,
 			[]string{`t.hcl:6:1: error: Too many network blocks; Group "g" has 2 network blocks; a group may have at most one.`}},
 		{"network mode", "network { mode = \"cni/\" }\n" + okTask,
@@ -269,6 +287,12 @@ func TestValidateJSON(t *testing.T) {
 			[]string{
 				`group "g": task "t": Driver "podman" is not built into meshlet; meshlet ships the exec, raw_exec and docker drivers; placement fails with "driver podman not available on node" unless a podman driver plugin is installed.`,
 			}},
+		{"restart policies", `{"ID":"x","Type":"service","TaskGroups":[
+			{"Name":"g","RestartPolicy":{"Attempts":200},"Tasks":[{"Name":"t","Driver":"raw_exec","Config":{"command":"/bin/true"}}]},
+			{"Name":"h","Tasks":[{"Name":"t","Driver":"raw_exec","Config":{"command":"/bin/true"},"RestartPolicy":{"Interval":3000000000}}]}]}`, []string{
+			`group "g": restart: Restart attempts do not fit in interval; 200 attempts with delay 15s cannot fit in interval 30m0s; raise interval, or lower attempts or delay.`,
+			`group "h": task "t": restart: Invalid restart interval; Interval 3s must be at least 5s.`,
+		}, nil},
 		{"nulls", `{"ID":"x","TaskGroups":[null,{"Name":"g","Tasks":[null],"Services":[null]}]}`, []string{
 			`group[0]: Missing group; The group is null.`,
 			`group "g": task[0]: Missing task; The task is null.`,

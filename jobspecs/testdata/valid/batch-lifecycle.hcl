@@ -73,6 +73,7 @@ job "nightly-report" {
 
       restart {
         attempts = 0
+        mode     = "fail"
       }
 
       logs {
