@@ -49,7 +49,9 @@ func TestParseEndpoint(t *testing.T) {
 		// The server checks count against its own job_max_count at
 		// submission; the parse endpoint does not know it.
 		{"count over the default bound", body(varJobHCL, "count = 15000\n"), 200, []string{`"Count":15000`}},
-		{"undeclared variable", body(varJobHCL, "nope = 1\n"), 400, []string{"Undefined variable nope"}},
+		// Variables is a variables file, as Nomad reads it: a value for an
+		// undeclared variable is a warning (dropped), not an error.
+		{"undeclared variable", body(varJobHCL, "count = 2\nnope = 1\n"), 200, []string{`"Count":2`}},
 		{"bad variables", body(varJobHCL, "count = \n"), 400, []string{"invalid Variables"}},
 		{"non-constant variable", body(varJobHCL, "count = var.x\n"), 400, []string{`variable "count" must be a constant`}},
 		// Evaluating a variables file is bounded like a jobspec: nested
@@ -76,5 +78,28 @@ func TestParseEndpoint(t *testing.T) {
 				t.Fatalf("error is not one line: %q", got)
 			}
 		})
+	}
+}
+
+// TestParseEndpointCanonicalize: Canonicalize false returns the job as
+// written, without the defaults Canonicalize fills.
+func TestParseEndpointCanonicalize(t *testing.T) {
+	srv := newTestServer(t, apitest.NewBackend())
+	for _, canonicalize := range []bool{true, false} {
+		raw, _ := json.Marshal(api.JobsParseRequest{JobHCL: varJobHCL, Canonicalize: canonicalize})
+		resp, got := do(t, "PUT", srv.URL+"/v1/jobs/parse", string(raw))
+		if resp.StatusCode != 200 {
+			t.Fatalf("canonicalize %v: status %d: %s", canonicalize, resp.StatusCode, got)
+		}
+		var job map[string]any
+		if err := json.Unmarshal([]byte(got), &job); err != nil {
+			t.Fatal(err)
+		}
+		if _, has := job["Region"]; has != canonicalize {
+			t.Errorf("canonicalize %v: Region present = %v: %s", canonicalize, has, got)
+		}
+		if !strings.Contains(got, `"command":"/bin/true"`) {
+			t.Errorf("canonicalize %v: %s", canonicalize, got)
+		}
 	}
 }

@@ -36,6 +36,9 @@ type ParseOptions struct {
 	Limits *Limits
 	// Validate tunes the job's validation (count and size limits).
 	Validate *ValidateOptions
+	// SkipCanonicalize returns the job as written, without the defaults
+	// Canonicalize fills (PUT /v1/jobs/parse with Canonicalize false).
+	SkipCanonicalize bool
 }
 
 // Parse parses one jobspec. filename is used in diagnostics. The job is
@@ -94,7 +97,9 @@ func Parse(filename string, src []byte, opts *ParseOptions) (*structs.Job, Diagn
 	// otherwise be reported twice.
 	interpolateConnectNames(job) // Nomad checks connect names after this
 	checkJob(job, opts.Validate.withDefaults(), d.report)
-	Canonicalize(job)
+	if !opts.SkipCanonicalize {
+		Canonicalize(job)
+	}
 	sortDiagnostics(d.diags)
 	return job, uniqueDiagnostics(d.diags)
 }
