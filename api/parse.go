@@ -3,6 +3,8 @@ package api
 import (
 	"fmt"
 
+	"github.com/zclconf/go-cty/cty"
+
 	"github.com/meshlet/meshlet/jobspecs"
 	"github.com/meshlet/meshlet/structs"
 )
@@ -34,7 +36,7 @@ func parseHCL(src, vars string, canonicalize bool) (*structs.Job, error) {
 
 // parseVariables reads a variables file's values, with the same bounds on
 // what evaluating it may cost as a jobspec has.
-func parseVariables(src string) (map[string]string, error) {
+func parseVariables(src string) (map[string]cty.Value, error) {
 	out, err := jobspecs.ParseVariables("variables.hcl", []byte(src), nil)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s", ErrInvalid, oneLine(err.Error()))

@@ -3,6 +3,7 @@ package command
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -259,6 +260,14 @@ func TestJobVarFilesAndEnv(t *testing.T) {
 	}
 	if r := runCLI(t, "", "job", "validate", "-var-file", bad, job); r.code != 1 || !strings.Contains(r.stderr, "want a JSON object") {
 		t.Errorf("validate with a bad JSON var file: exit %d, stderr %q", r.code, r.stderr)
+	}
+	// A file's values keep their types for an untyped variable, as Nomad's.
+	listJob := writeFile(t, "list.hcl", strings.Replace(webJobHCL, "count = 2", "count = length(var.ports)", 1)+"\nvariable \"ports\" {}\n")
+	for _, file := range []string{writeFile(t, "ports.json", `{"ports": [1, 2, 3]}`), writeFile(t, "ports.hcl", "ports = [1, 2, 3]\n")} {
+		fb := newAgent(t)
+		if r := runCLI(t, "", "job", "run", "-detach", "-var-file", file, listJob); r.code != 0 || len(fb.Allocations()) != 3 {
+			t.Errorf("job run -var-file %s with a list: exit %d, %d allocations, stderr %q", filepath.Base(file), r.code, len(fb.Allocations()), r.stderr)
+		}
 	}
 }
 

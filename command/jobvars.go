@@ -9,6 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/zclconf/go-cty/cty"
+	ctyjson "github.com/zclconf/go-cty/cty/json"
+
 	"github.com/meshlet/meshlet/jobspecs"
 )
 
@@ -61,9 +64,9 @@ func envJobVars(environ []string) map[string]string {
 }
 
 // readVarFile reads one -var-file: a JSON object when the name ends in
-// .json (strings as they are, other values as JSON, which the jobspec
-// reads as HCL), else HCL name = value lines.
-func readVarFile(stdin io.Reader, path string) (map[string]string, error) {
+// .json, else HCL name = value lines. Values keep their types (a JSON
+// number is a number, an array a tuple), as Nomad reads them.
+func readVarFile(stdin io.Reader, path string) (map[string]cty.Value, error) {
 	src, err := readInputFile(stdin, path, "variable file")
 	if err != nil {
 		return nil, err
@@ -79,14 +82,15 @@ func readVarFile(stdin io.Reader, path string) (map[string]string, error) {
 	if err := json.Unmarshal(src, &raw); err != nil {
 		return nil, fmt.Errorf("variable file %s: want a JSON object of variable values: %w", path, err)
 	}
-	out := make(map[string]string, len(raw))
-	for name, v := range raw {
-		var s string
-		if err := json.Unmarshal(v, &s); err == nil {
-			out[name] = s
-			continue
+	out := make(map[string]cty.Value, len(raw))
+	for name, msg := range raw {
+		typ, err := ctyjson.ImpliedType(msg)
+		if err == nil {
+			out[name], err = ctyjson.Unmarshal(msg, typ)
 		}
-		out[name] = string(v)
+		if err != nil {
+			return nil, fmt.Errorf("variable file %s: variable %q: %w", path, name, err)
+		}
 	}
 	return out, nil
 }

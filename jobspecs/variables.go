@@ -13,13 +13,13 @@ import (
 // ErrInvalidVariables is wrapped by ParseVariables' errors.
 var ErrInvalidVariables = errors.New("invalid Variables")
 
-// ParseVariables reads a variables file ("name = value" lines, the
-// Variables of PUT /v1/jobs/parse) into -var style overrides for
-// ParseOptions.Vars: string values unquoted, other values as written.
-// Values must be constants, and are evaluated within lim (nil means
-// DefaultLimits): `x = [for a in [...] : [for b in [...] : b]]` costs the
-// product of its loops, as in a jobspec.
-func ParseVariables(filename string, src []byte, lim *Limits) (map[string]string, error) {
+// ParseVariables reads a variables file ("name = value" lines: a
+// -var-file, or the Variables of PUT /v1/jobs/parse) into the values of
+// ParseOptions.FileVars, each of the type its expression has (a number, a
+// list...), as Nomad reads them. Values must be constants, and are
+// evaluated within lim (nil means DefaultLimits): `x = [for a in [...] :
+// [for b in [...] : b]]` costs the product of its loops, as in a jobspec.
+func ParseVariables(filename string, src []byte, lim *Limits) (map[string]cty.Value, error) {
 	if strings.TrimSpace(string(src)) == "" {
 		return nil, nil
 	}
@@ -40,7 +40,7 @@ func ParseVariables(filename string, src []byte, lim *Limits) (map[string]string
 	}
 	b := &budget{lim: l}
 	funcs := b.internal()
-	out := make(map[string]string, len(attrs))
+	out := make(map[string]cty.Value, len(attrs))
 	for name, a := range attrs {
 		expr := a.Expr.(hclsyntax.Expression)
 		if hds := boundExpr(expr); hds.HasErrors() {
@@ -53,11 +53,7 @@ func ParseVariables(filename string, src []byte, lim *Limits) (map[string]string
 		if err := b.charge(v); err != nil {
 			return nil, fmt.Errorf("%w: variable %q: %w", ErrInvalidVariables, name, err)
 		}
-		if v.Type() == cty.String && v.IsKnown() && !v.IsNull() {
-			out[name] = v.AsString()
-			continue
-		}
-		out[name] = string(a.Expr.Range().SliceBytes(src))
+		out[name] = v
 	}
 	return out, nil
 }

@@ -16,9 +16,33 @@ import (
 
 // declaredVar is one `variable "x" {}` block.
 type declaredVar struct {
-	typ   cty.Type
-	value cty.Value // cty.NilVal when unset
-	block *hclsyntax.Block
+	typ cty.Type // the declared type; cty.DynamicPseudoType when none
+	// defType is the default's type when no type is declared (Nomad then
+	// types the variable by its default), else cty.NilType.
+	defType cty.Type
+	value   cty.Value // cty.NilVal when unset
+	block   *hclsyntax.Block
+}
+
+// hint is the type a variable's values are read as: the declared type,
+// else the default's, else cty.DynamicPseudoType.
+func (v *declaredVar) hint() cty.Type {
+	if v.typ == cty.DynamicPseudoType && v.defType != cty.NilType {
+		return v.defType
+	}
+	return v.typ
+}
+
+// target is the type a variable's values are converted to: the declared
+// type, else the default's when it is a string, number or bool. An untyped
+// variable with a structured default (or none) takes a value of the type
+// it is written as: its default's exact tuple or object type would refuse
+// a list of another length.
+func (v *declaredVar) target() cty.Type {
+	if h := v.hint(); h.IsPrimitiveType() {
+		return h
+	}
+	return v.typ
 }
 
 // buildContext evaluates variable, variables and locals blocks into the
@@ -36,7 +60,11 @@ func (d *decoder) buildContext(c content, filename string, opts *ParseOptions) {
 			continue
 		}
 		for _, a := range sortedAttrs(b.Body) {
-			d.declare(declared, a.Name, a.NameRange, &declaredVar{typ: cty.DynamicPseudoType, value: d.constant(a.Expr)})
+			v := &declaredVar{typ: cty.DynamicPseudoType, value: d.constant(a.Expr)}
+			if v.value != cty.NilVal {
+				v.defType = v.value.Type()
+			}
+			d.declare(declared, a.Name, a.NameRange, v)
 		}
 		for _, nb := range b.Body.Blocks {
 			d.add(SeverityError, nb.TypeRange, "Unexpected block in variables", "variables takes name = default arguments only.")
@@ -45,7 +73,7 @@ func (d *decoder) buildContext(c content, filename string, opts *ParseOptions) {
 	for _, o := range layeredOverrides(opts.withDeclaredEnv(declared)) {
 		v := declared[o.name]
 		switch {
-		case v == nil && o.file == "":
+		case v == nil && !o.fromFile():
 			d.diags = append(d.diags, Diagnostic{Severity: SeverityError, Filename: filename,
 				Summary: "Undefined variable " + o.name,
 				Detail:  fmt.Sprintf("A value was given for variable %q with -var, but the jobspec declares no such variable.", o.name)})
@@ -54,7 +82,7 @@ func (d *decoder) buildContext(c content, filename string, opts *ParseOptions) {
 				Summary: "Value for undeclared variable " + o.name,
 				Detail:  fmt.Sprintf("The variable file sets %q, but the jobspec declares no such variable; the value is ignored.", o.name)})
 		default:
-			v.value = d.override(o.name, o.raw, v, filename)
+			v.value = d.override(o, v, filename)
 		}
 	}
 	vals := map[string]cty.Value{}
@@ -116,6 +144,9 @@ func (d *decoder) declareVariable(b *hclsyntax.Block, declared map[string]*decla
 			default:
 				v.value = cv
 			}
+			if c.attrs["type"] == nil {
+				v.defType = def.Type()
+			}
 		}
 	}
 	d.declare(declared, b.Labels[0], b.LabelRanges[0], v)
@@ -132,38 +163,43 @@ func (d *decoder) constant(expr hclsyntax.Expression) cty.Value {
 	return v
 }
 
-// override turns a -var string into a value of the variable's type; values
-// of non-string types are read as HCL expressions (-var 'ports=[1,2]').
-func (d *decoder) override(name, raw string, v *declaredVar, filename string) cty.Value {
-	val := cty.StringVal(raw)
-	if v.typ != cty.String && v.typ != cty.DynamicPseudoType {
-		pv, err := d.overrideValue(name, raw)
-		if err == nil && pv != cty.NilVal {
+// override turns a value given for variable v into a value of its type
+// (see declaredVar.target). A var file's value keeps the type it is
+// written as; a -var or environment string is read as the variable's
+// hint type: as a string for a string or untyped variable, else as an HCL
+// expression (-var 'ports=[1,2]', -var n=5), falling back to the string.
+func (d *decoder) override(o varOverride, v *declaredVar, filename string) cty.Value {
+	val, source := o.val, fmt.Sprintf("The value in %s", o.file)
+	if !o.fromFile() {
+		source = fmt.Sprintf("-var %s=%q", o.name, o.raw)
+		val = cty.StringVal(o.raw)
+	} else if o.file != "" {
+		filename = o.file
+	}
+	var err error
+	if h := v.hint(); !o.fromFile() && h != cty.String && h != cty.DynamicPseudoType {
+		var pv cty.Value
+		if pv, err = d.overrideValue(o.name, o.raw); err == nil && pv != cty.NilVal {
 			val = pv
 		}
-		if err == nil {
-			err = d.budget.charge(val)
-		}
-		if err != nil {
-			d.diags = append(d.diags, Diagnostic{Severity: SeverityError, Filename: filename,
-				Summary: "Invalid value for variable " + name, Detail: limitDetail(err)})
-			return cty.DynamicVal
-		}
-	} else if err := d.budget.charge(val); err != nil {
-		d.diags = append(d.diags, Diagnostic{Severity: SeverityError, Filename: filename,
-			Summary: "Invalid value for variable " + name, Detail: limitDetail(err)})
-		return cty.DynamicVal
 	}
-	if err := checkConvertible(val, v.typ); err != nil {
-		d.diags = append(d.diags, Diagnostic{Severity: SeverityError, Filename: filename,
-			Summary: "Invalid value for variable " + name, Detail: limitDetail(err)})
-		return cty.DynamicVal
+	if err == nil {
+		err = d.budget.charge(val)
 	}
-	cv, err := convert.Convert(val, v.typ)
+	typ := v.target()
+	if err == nil {
+		err = checkConvertible(val, typ)
+	}
 	if err != nil {
 		d.diags = append(d.diags, Diagnostic{Severity: SeverityError, Filename: filename,
-			Summary: "Invalid value for variable " + name,
-			Detail:  fmt.Sprintf("-var %s=%q does not match the variable's type: %v.", name, raw, err)})
+			Summary: "Invalid value for variable " + o.name, Detail: limitDetail(err)})
+		return cty.DynamicVal
+	}
+	cv, err := convert.Convert(val, typ)
+	if err != nil {
+		d.diags = append(d.diags, Diagnostic{Severity: SeverityError, Filename: filename,
+			Summary: "Invalid value for variable " + o.name,
+			Detail:  fmt.Sprintf("%s does not match the variable's type: %v.", source, err)})
 		return cty.DynamicVal
 	}
 	return cv
@@ -273,15 +309,21 @@ func localsReady(expr hclsyntax.Expression, done map[string]cty.Value, defined m
 	return true
 }
 
-// VarFile is one -var-file's values, named for diagnostics.
+// VarFile is one -var-file's values (see ParseVariables), named for
+// diagnostics.
 type VarFile struct {
 	Name string
-	Vars map[string]string
+	Vars map[string]cty.Value
 }
 
-// varOverride is one value given for a variable; file is the -var-file
-// that gave it ("" for -var and the environment).
-type varOverride struct{ name, raw, file string }
+// varOverride is one value given for a variable: a -var or environment
+// string (raw), or a var file's value (val, from file).
+type varOverride struct {
+	name, raw, file string
+	val             cty.Value
+}
+
+func (o varOverride) fromFile() bool { return o.val != cty.NilVal }
 
 // layeredOverrides are the values given for variables, weakest first
 // (environment, then each var file, then -var), so that applying them in
@@ -289,16 +331,18 @@ type varOverride struct{ name, raw, file string }
 // Names are sorted within a layer for stable diagnostics.
 func layeredOverrides(opts *ParseOptions) []varOverride {
 	var out []varOverride
-	add := func(vars map[string]string, file string) {
+	add := func(vars map[string]string) {
 		for _, name := range slices.Sorted(maps.Keys(vars)) {
-			out = append(out, varOverride{name: name, raw: vars[name], file: file})
+			out = append(out, varOverride{name: name, raw: vars[name]})
 		}
 	}
-	add(opts.EnvVars, "")
+	add(opts.EnvVars)
 	for _, f := range opts.FileVars {
-		add(f.Vars, f.Name)
+		for _, name := range slices.Sorted(maps.Keys(f.Vars)) {
+			out = append(out, varOverride{name: name, val: f.Vars[name], file: f.Name})
+		}
 	}
-	add(opts.Vars, "")
+	add(opts.Vars)
 	return out
 }
 
