@@ -1,10 +1,14 @@
 package api
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 
+	"github.com/meshlet/meshlet/jobspecs"
 	"github.com/meshlet/meshlet/structs"
 )
 
@@ -48,7 +52,8 @@ func (s *Server) listJobs(r *http.Request) (any, error) {
 // (ErrInvalid) and stores nothing on error.
 func (s *Server) registerJob(r *http.Request) (any, uint64, error) {
 	var req JobRegisterRequest
-	if err := decodeBody(r, &req); err != nil {
+	unsupported, err := decodeRegister(r, &req)
+	if err != nil {
 		return nil, 0, err
 	}
 	if req.Job == nil {
@@ -84,10 +89,40 @@ func (s *Server) registerJob(r *http.Request) (any, uint64, error) {
 		EvalID:          res.EvalID,
 		EvalCreateIndex: res.EvalCreateIndex,
 		JobModifyIndex:  res.JobModifyIndex,
-		Warnings:        res.Warnings,
+		Warnings:        strings.Join(append(unsupported, nonEmpty(res.Warnings)...), "\n"),
 		Index:           idx,
 		KnownLeader:     true,
 	}, idx, nil
+}
+
+// decodeRegister decodes a registration body into req and returns the
+// warnings about the blocks of its job that meshlet does not run, which
+// structs.Job has no field for and decoding drops (see
+// jobspecs.CheckUnsupportedJSON); a job that is periodic or parameterized
+// is refused (ErrInvalid).
+func decodeRegister(r *http.Request, req *JobRegisterRequest) ([]string, error) {
+	var body bytes.Buffer
+	r.Body = io.NopCloser(io.TeeReader(r.Body, &body))
+	if err := decodeBody(r, req); err != nil {
+		return nil, err
+	}
+	var raw struct{ Job json.RawMessage }
+	if err := json.Unmarshal(body.Bytes(), &raw); err != nil {
+		return nil, fmt.Errorf("%w: %w", errBadRequest, err)
+	}
+	warnings, err := jobspecs.CheckUnsupportedJSON(raw.Job)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return warnings, nil
+}
+
+// nonEmpty is []string{s}, or nothing for "".
+func nonEmpty(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return []string{s}
 }
 
 func (s *Server) getJob(r *http.Request) (any, error) {
