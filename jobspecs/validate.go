@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/meshlet/meshlet/connect"
 	"github.com/meshlet/meshlet/structs"
 )
 
@@ -202,6 +203,24 @@ func checkGroup(tg *structs.TaskGroup, p path, opts ValidateOptions, report repo
 	checkExpose(tg, p, labels, report)
 	checkConnectGroup(tg, p, report)
 	checkDockerGroup(tg, p, report)
+	checkProxyKinds(tg, p, report)
+}
+
+// checkProxyKinds refuses a task whose kind marks it as the proxy of a
+// mesh service the group does not declare (or as a second proxy of one):
+// a proxy task's kind is what the servers mint its service identity for.
+func checkProxyKinds(tg *structs.TaskGroup, p path, report reporter) {
+	for i, t := range tg.Tasks {
+		if t == nil {
+			continue
+		}
+		svc, ok := connect.ProxyKindService(t.Kind)
+		if !ok || slices.ContainsFunc(connect.MeshServices(tg), func(s *structs.Service) bool { return connect.ProxyTaskFor(tg, s) == t }) {
+			continue
+		}
+		report(SeverityError, p.item("task", i, t.Name).attr("kind"), "Invalid task kind",
+			fmt.Sprintf("Task %q has kind %q, but group %q has no connect service %q for it to be the proxy of (or another task already is); meshlet sets this kind on the proxy tasks it injects.", t.Name, t.Kind, tg.Name, svc))
+	}
 }
 
 func serviceName(s *structs.Service) string {
