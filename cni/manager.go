@@ -387,14 +387,21 @@ func (m *Manager) detachLocked(ctx context.Context, allocID string, fallback *at
 }
 
 // teardownLocked removes everything of allocID: what detachLocked
-// removes, then the namespace and, last, its record.
+// removes, then the namespace and, last, its record. The record is GC's
+// only marker of a namespace, so it goes only once everything before it
+// is gone: if anything failed it stays, and GC (or the next Teardown,
+// which does not return early while it exists) tries again.
 func (m *Manager) teardownLocked(ctx context.Context, allocID string, fallback *attachment) error {
 	delErr, err := m.detachLocked(ctx, allocID, fallback)
 	err = errors.Join(err,
 		deleteLinks(m.NetNSPath(allocID)),
 		removeNetNS(m.NetNSPath(allocID)),
-		m.removeRecord(allocID),
 	)
+	if err == nil {
+		err = m.removeRecord(allocID)
+	} else {
+		err = fmt.Errorf("%w (the namespace record is kept so the garbage collection finishes it)", err)
+	}
 	switch {
 	case err != nil && delErr != nil:
 		return fmt.Errorf("%w (after CNI DEL failed: %w)", err, delErr)
