@@ -369,12 +369,30 @@ func (m *Manager) hasState(allocID string) bool {
 }
 
 // detachLocked undoes allocID's ADDs but keeps its namespace: CNI DEL,
-// iptables leftovers (swept only when DEL failed or had no cached config:
-// a clean DEL has removed the plugins' rules itself), leases and cache. It
+// then what afterDel removes. A DEL cut short because ctx ended leaves
+// everything else as it is (the cached config included, for the next
+// DEL): the namespace stays in use, and a sweep or a released lease would
+// take the network from under tasks the DEL may not have detached. It
 // returns the DEL error apart from the errors of the cleanup after it.
 func (m *Manager) detachLocked(ctx context.Context, allocID string, fallback *attachment) (delErr, err error) {
 	ips := m.leaseIPs(allocID)
 	d := m.delNetworks(ctx, allocID, fallback)
+	if cutShort(ctx, d) {
+		return d.err, nil
+	}
+	return d.err, m.afterDel(allocID, d, ips)
+}
+
+// cutShort reports whether DEL failed because ctx ended.
+func cutShort(ctx context.Context, d delResult) bool {
+	return d.err != nil && ctx.Err() != nil
+}
+
+// afterDel removes what a DEL of allocID (with the leased addresses ips
+// before it) may have left: iptables leftovers (swept only when DEL failed
+// or had no cached config: a clean DEL has removed the plugins' rules
+// itself), leases and cache.
+func (m *Manager) afterDel(allocID string, d delResult, ips []string) error {
 	var errs []error
 	if !d.clean {
 		errs = append(errs, m.sweep(allocID, d, ips))
@@ -383,16 +401,18 @@ func (m *Manager) detachLocked(ctx context.Context, allocID string, fallback *at
 		m.releaseLeases(func(id string) bool { return id == allocID }),
 		m.removeCache(allocID),
 	)
-	return d.err, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
-// teardownLocked removes everything of allocID: what detachLocked
+// teardownLocked removes everything of allocID: DEL and what afterDel
 // removes, then the namespace and, last, its record. The record is GC's
 // only marker of a namespace, so it goes only once everything before it
 // is gone: if anything failed it stays, and GC (or the next Teardown,
 // which does not return early while it exists) tries again.
 func (m *Manager) teardownLocked(ctx context.Context, allocID string, fallback *attachment) error {
-	delErr, err := m.detachLocked(ctx, allocID, fallback)
+	ips := m.leaseIPs(allocID)
+	d := m.delNetworks(ctx, allocID, fallback)
+	delErr, err := d.err, m.afterDel(allocID, d, ips)
 	err = errors.Join(err,
 		deleteLinks(m.NetNSPath(allocID)),
 		removeNetNS(m.NetNSPath(allocID)),

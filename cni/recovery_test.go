@@ -1,9 +1,14 @@
 package cni
 
 import (
+	"context"
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/meshlet/meshlet/structs"
 	"golang.org/x/sys/unix"
@@ -52,5 +57,130 @@ func TestTeardownKeepsRecordUntilDone(t *testing.T) {
 			}
 			tn.requireClean(a.ID)
 		})
+	}
+}
+
+// crashingPlugin returns a copy of the real plugins in which plugin name
+// dies on the CNI command cmd without reporting a CNI error, as a crash
+// (or a plugin killed by the OOM killer) does.
+func crashingPlugin(t *testing.T, name, cmd string) string {
+	t.Helper()
+	dir := copyPlugins(t, name)
+	script := fmt.Sprintf("#!/bin/sh\nif [ \"$CNI_COMMAND\" = %q ]; then\n  echo 'panic: simulated crash' >&2\n  exit 2\nfi\nexec %q \"$@\"\n",
+		cmd, filepath.Join(realPluginDir(t), name))
+	if err := os.WriteFile(filepath.Join(dir, name), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestInconclusiveCheckKeepsNetwork: a Restore whose CHECK does not run to
+// its end (the agent stops meanwhile, or a plugin crashes) learns nothing
+// about the network and must leave it exactly as it was: same address on
+// eth0, lease, cached ADD, traffic. So must a rebuild whose DEL is cut
+// short. Restore reports the error.
+func TestInconclusiveCheckKeepsNetwork(t *testing.T) {
+	for name, restore := range map[string]func(t *testing.T, cfg Config, a *structs.Allocation) error{
+		"context ends during CHECK": func(t *testing.T, cfg Config, a *structs.Allocation) error {
+			return restoreCancelledIn(t, cfg, a, "CHECK")
+		},
+		"plugin crashes on CHECK": func(t *testing.T, cfg Config, a *structs.Allocation) error {
+			cfg.PluginDir = crashingPlugin(t, "portmap", "CHECK")
+			m, err := New(cfg, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = m.Restore(t.Context(), a)
+			return err
+		},
+		// CHECK finds a problem, and the agent stops during the rebuild's
+		// DEL: the DEL did not finish, so nothing else may go.
+		"context ends during the rebuild's DEL": func(t *testing.T, cfg Config, a *structs.Allocation) error {
+			rule := []string{"-s", addrOf(t, cfg, a) + "/32", "-j", "ACCEPT"}
+			ipt := mustIPT(t)
+			if err := ipt.h.Delete("filter", "CNI-FORWARD", rule...); err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if err := ipt.h.Append("filter", "CNI-FORWARD", rule...); err != nil {
+					t.Fatal(err)
+				}
+			}()
+			return restoreCancelledIn(t, cfg, a, "DEL")
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			tn := newTestNet(t)
+			a := tn.alloc(structs.PortMapping{Label: "http", Value: freePort(t), To: 80})
+			st := tn.setup(a)
+			path := tn.m.NetNSPath(a.ID)
+			inode := nsInode(t, path)
+			l := listenIn(t, path, net.JoinHostPort(st.Address, "0"), "alive")
+			if err := restore(t, tn.cfg, a); err == nil {
+				t.Fatal("Restore whose check or rebuild did not finish returned no error")
+			}
+			if got, err := eth0Addr(path); err != nil || got != st.Address || nsInode(t, path) != inode {
+				t.Fatalf("eth0 = %q, %v; want %s in the same namespace", got, err, st.Address)
+			}
+			if ips := tn.m.leaseIPs(a.ID); len(ips) != 1 || ips[0] != st.Address {
+				t.Fatalf("leases of the allocation = %v, want [%s]", ips, st.Address)
+			}
+			if atts, _ := tn.m.cni.GetCachedAttachments(a.ID); len(atts) == 0 {
+				t.Fatal("the cached ADD was removed")
+			}
+			if got, err := dialFrom("", l.Addr().String(), dialTimeout); err != nil || got != "alive" {
+				t.Fatalf("host -> allocation: %q, %v", got, err)
+			}
+			if got, err := tn.newManager().Restore(t.Context(), a); err != nil || got.Address != st.Address {
+				t.Fatalf("Restore once the plugins work = %+v, %v; want %s", got, err, st.Address)
+			}
+		})
+	}
+}
+
+func mustIPT(t *testing.T) *ipt {
+	t.Helper()
+	path, err := exec.LookPath("iptables")
+	if err != nil {
+		t.Fatal(err)
+	}
+	i, err := newIPT(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return i
+}
+
+// addrOf returns the address of eth0 in the namespace of a.
+func addrOf(t *testing.T, cfg Config, a *structs.Allocation) string {
+	t.Helper()
+	return addrOfEth0(t, filepath.Join(cfg.withDefaults().NetNSDir, a.ID))
+}
+
+// restoreCancelledIn runs Restore of a with cfg's plugins but portmap
+// hanging on the CNI command cmd, cancels it once portmap hangs (the agent
+// stops) and returns its error. A Restore still running 30 s later fails
+// the test (after releasing the plugin, so its cleanup can run).
+func restoreCancelledIn(t *testing.T, cfg Config, a *structs.Allocation, cmd string) error {
+	t.Helper()
+	var started string
+	var release func()
+	cfg.PluginDir, started, release = hangingPlugin(t, "portmap", cmd)
+	m, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { _, err := m.Restore(ctx, a); done <- err }()
+	waitFile(t, started, 30*time.Second)
+	cancel()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(30 * time.Second):
+		release()
+		t.Fatalf("Restore still running 30s after its context was cancelled (then: %v)", <-done)
+		return nil
 	}
 }

@@ -4,16 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
+	"github.com/containernetworking/cni/pkg/types"
 	"github.com/meshlet/meshlet/structs"
 )
 
 // Restore re-adopts an allocation's network after an agent restart. If
 // its namespace still exists it is reused (tasks may be running in it) and
-// checked with CNI CHECK against the cached ADD; if the check fails the
-// network inside the same namespace is rebuilt once (DEL, then ADD). A
-// namespace record that cannot be written (a full disk) is logged, never
-// fatal: the running network is kept.
+// checked with CNI CHECK against the cached ADD; if the check finds a
+// problem the network inside the same namespace is rebuilt once (DEL,
+// then ADD). A check that does not run to its end (ctx ends, a plugin
+// cannot be run or crashes) keeps the network as it is and returns the
+// error, as does a rebuild whose DEL ctx cuts short. A namespace record
+// that cannot be written (a full disk) is logged, never fatal: the
+// running network is kept.
 //
 // If the namespace is gone (e.g. after a reboot) leftovers are removed
 // and the network is set up afresh in a new namespace at the same path;
@@ -64,9 +69,43 @@ func (m *Manager) restoreLocked(ctx context.Context, alloc *structs.Allocation, 
 		m.logger.Debug("allocation network restored", "alloc_id", alloc.ID, "address", status.Address)
 		return status, nil
 	}
-	m.logger.Warn("allocation network failed its check; rebuilding it once", "alloc_id", alloc.ID, "error", err)
+	if inconclusive(ctx, err) {
+		// Tasks may be using the network: only a check that found a
+		// problem justifies taking it down to rebuild it.
+		if cerr := ctx.Err(); cerr != nil {
+			err = fmt.Errorf("%w (%w)", err, cerr)
+		}
+		return nil, wrapRestore(alloc, fmt.Errorf("could not check the allocation's network, kept as it is: %w", err))
+	}
+	return m.rebuildLocked(ctx, alloc, p, err)
+}
+
+// inconclusive reports whether a failed CHECK says nothing about the
+// network: ctx ended (the plugin was killed), or a plugin could not be run
+// or died without the CNI error a plugin reports a problem with (a
+// missing binary, a crash).
+func inconclusive(ctx context.Context, err error) bool {
+	if ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var cniErr *types.Error
+	if errors.As(err, &cniErr) {
+		return cniErr.Code == 0 // libcni's wrapping of an exec failure: no code from the plugin
+	}
+	return strings.Contains(err.Error(), "failed to find plugin")
+}
+
+// rebuildLocked runs DEL then ADD in the allocation's namespace, after
+// its network failed a check with checkErr. If ctx ends during the DEL,
+// nothing more is done.
+func (m *Manager) rebuildLocked(ctx context.Context, alloc *structs.Allocation, p *plan, checkErr error) (*structs.AllocNetworkStatus, error) {
+	m.logger.Warn("allocation network failed its check; rebuilding it once", "alloc_id", alloc.ID, "error", checkErr)
 	m.undoAdd(ctx, alloc.ID, p)
+	if ctx.Err() != nil {
+		return nil, wrapRestore(alloc, fmt.Errorf("rebuilding the network after a failed check (%w) stopped: %w", checkErr, ctx.Err()))
+	}
 	res, err := m.add(ctx, p)
+	var status *structs.AllocNetworkStatus
 	if err == nil {
 		status, err = m.afterAdd(res, alloc, p)
 	}
