@@ -93,7 +93,9 @@ func (m *Manager) delNetworks(ctx context.Context, allocID string, fallback *att
 		ips = append(ips, m.cachedIPs(a)...)
 		if derr := m.cni.DelNetworkList(ctx, a.list, a.rt); derr != nil {
 			errs = append(errs, classify(derr, a.list.Name, m.cfg.Subnet))
-			m.delEachPlugin(ctx, a)
+			if ctx.Err() == nil {
+				m.delEachPlugin(ctx, a)
+			}
 		}
 	}
 	err := errors.Join(errs...)

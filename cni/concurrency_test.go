@@ -16,15 +16,15 @@ import (
 )
 
 // hangingPlugin returns a copy of the real plugins in which plugin name,
-// on the CNI command cmd, creates the file started and then waits until
-// the returned release func is called (or the test ends); it then runs
-// the real plugin.
+// on the CNI command cmd (a shell case pattern: "DEL", "ADD|DEL"), creates
+// the file started and then waits until the returned release func is
+// called (or the test ends); it then runs the real plugin.
 func hangingPlugin(t *testing.T, name, cmd string) (dir, started string, release func()) {
 	t.Helper()
 	dir = copyPlugins(t, name)
 	ctl := t.TempDir()
 	started, gate := filepath.Join(ctl, "started"), filepath.Join(ctl, "release")
-	script := fmt.Sprintf("#!/bin/sh\nif [ \"$CNI_COMMAND\" = %q ]; then\n  : > %q\n  while [ ! -e %q ]; do sleep 0.05; done\nfi\nexec %q \"$@\"\n",
+	script := fmt.Sprintf("#!/bin/sh\ncase \"$CNI_COMMAND\" in %s)\n  : > %q\n  while [ ! -e %q ]; do sleep 0.05; done\nesac\nexec %q \"$@\"\n",
 		cmd, started, gate, filepath.Join(realPluginDir(t), name))
 	if err := os.WriteFile(filepath.Join(dir, name), []byte(script), 0o755); err != nil {
 		t.Fatal(err)
@@ -263,4 +263,95 @@ func TestKeyedMutex(t *testing.T) {
 	if len(k.entries) != 0 {
 		t.Fatalf("%d entries left after every lock was released", len(k.entries))
 	}
+}
+
+// shortCleanups sets cleanupTimeout to d for the test.
+func shortCleanups(t *testing.T, d time.Duration) {
+	old := cleanupTimeout
+	cleanupTimeout = d
+	t.Cleanup(func() { cleanupTimeout = old })
+}
+
+// within waits up to 30 s for done; then it releases the hung plugin and
+// fails the test.
+func within(t *testing.T, done <-chan error, release func(), what string) error {
+	t.Helper()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(30 * time.Second):
+		release()
+		t.Fatalf("%s still running after 30s, with cleanups bounded at %s (then: %v)", what, cleanupTimeout, <-done)
+		return nil
+	}
+}
+
+// TestHungRollbackIsBounded: a Setup whose plugin hangs on ADD, and then
+// on the DEL of the rollback, returns an error once its context and the
+// cleanup's bound have run out, instead of holding the allocation's lock
+// and the caller forever. What the unfinished DEL may still need stays
+// (the record, the lease, the cached config) and GC removes it all once
+// the plugin works.
+func TestHungRollbackIsBounded(t *testing.T) {
+	shortCleanups(t, time.Second)
+	tn := newTestNet(t)
+	a := tn.alloc(structs.PortMapping{Label: "http", Value: freePort(t), To: 80})
+	cfg := tn.cfg
+	var release func()
+	cfg.PluginDir, _, release = hangingPlugin(t, "portmap", "ADD|DEL")
+	hung, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { _, err := hung.Setup(ctx, a); done <- err }()
+	if err := within(t, done, release, "Setup"); err == nil {
+		t.Fatal("Setup whose ADD hung returned no error")
+	}
+	if _, err := os.Stat(tn.m.recordPath(a.ID)); err != nil {
+		t.Fatalf("namespace record gone after an unfinished rollback (GC could not finish it): %v", err)
+	}
+	release()
+	if err := tn.newManager().GC(t.Context(), map[string]bool{}); err != nil {
+		t.Fatalf("GC once the plugin works: %v", err)
+	}
+	tn.requireClean(a.ID)
+}
+
+// TestHungGCIsBounded: GC gives each dead allocation's DEL at most
+// cleanupTimeout, so one hanging plugin neither blocks GC nor keeps it from
+// the other dead allocations; the hung one is reported and collected by a
+// later GC.
+func TestHungGCIsBounded(t *testing.T) {
+	shortCleanups(t, time.Second)
+	tn := newTestNet(t)
+	hungAlloc := tn.alloc(structs.PortMapping{Label: "http", Value: freePort(t), To: 80})
+	other := tn.alloc() // no port: its network has no portmap
+	tn.setup(hungAlloc)
+	tn.setup(other)
+	cfg := tn.cfg
+	var release func()
+	cfg.PluginDir, _, release = hangingPlugin(t, "portmap", "DEL")
+	hung, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- hung.GC(t.Context(), map[string]bool{}) }()
+	if err := within(t, done, release, "GC"); err == nil || !strings.Contains(err.Error(), hungAlloc.ID) {
+		t.Fatalf("GC with a hung DEL = %v, want an error naming %s", err, hungAlloc.ID)
+	}
+	if r := tn.residueOf([]string{other.ID}, nil); len(r) > 0 {
+		t.Fatalf("GC did not collect the other dead allocation:\n  %s", strings.Join(r, "\n  "))
+	}
+	if _, err := os.Stat(tn.m.recordPath(hungAlloc.ID)); err != nil {
+		t.Fatalf("record of the allocation whose DEL hung is gone: %v", err)
+	}
+	release()
+	if err := tn.newManager().GC(t.Context(), map[string]bool{}); err != nil {
+		t.Fatalf("GC once the plugin works: %v", err)
+	}
+	tn.requireClean(hungAlloc.ID, other.ID)
 }

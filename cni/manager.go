@@ -18,6 +18,20 @@ import (
 // addAttempts is how many times Setup tries CNI ADD.
 const addAttempts = 3
 
+// cleanupTimeout bounds the undoing of what a failed operation created
+// (the DEL of a rollback, of a partial ADD, of one dead allocation in
+// GC): it runs on after the operation's context ended, so it needs a limit
+// of its own, or a plugin hanging on DEL would hold the allocation's lock,
+// an operation slot and the caller forever. A variable for tests.
+var cleanupTimeout = time.Minute
+
+// cleanupContext returns the context of a cleanup after an operation on
+// ctx: it keeps ctx's values, not its cancellation, and ends after
+// cleanupTimeout.
+func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+}
+
 // ModeOf returns the network mode of the allocation's group: the mode of
 // its first network, "host" if it has none.
 func ModeOf(alloc *structs.Allocation) string {
@@ -148,7 +162,9 @@ func wrapSetup(alloc *structs.Allocation, err error) error {
 }
 
 // setupLocked creates the record and the namespace and runs ADD; on
-// failure it undoes everything, a half-written record included.
+// failure it undoes everything, a half-written record included. An undo
+// that does not finish within cleanupTimeout is reported with the error;
+// it keeps the record, so GC finishes it.
 func (m *Manager) setupLocked(ctx context.Context, alloc *structs.Allocation, p *plan) (*structs.AllocNetworkStatus, error) {
 	if err := m.writeRecord(alloc.ID, p.list.Name); err != nil {
 		if rerr := m.removeRecord(alloc.ID); rerr != nil {
@@ -166,7 +182,9 @@ func (m *Manager) setupLocked(ctx context.Context, alloc *structs.Allocation, p 
 		status, err = m.afterAdd(res, alloc, p)
 	}
 	if err != nil {
-		if uerr := m.teardownLocked(context.WithoutCancel(ctx), alloc.ID, &attachment{list: p.list, rt: p.rt}); uerr != nil {
+		cctx, cancel := cleanupContext(ctx)
+		defer cancel()
+		if uerr := m.teardownLocked(cctx, alloc.ID, &attachment{list: p.list, rt: p.rt}); uerr != nil {
 			return nil, fmt.Errorf("%w (and cleaning up failed: %w)", err, uerr)
 		}
 		return nil, err
@@ -176,12 +194,15 @@ func (m *Manager) setupLocked(ctx context.Context, alloc *structs.Allocation, p 
 }
 
 // addWithRetry runs ADD up to addAttempts times, cleaning partial state
-// between attempts, and returns the first error.
+// between attempts, and returns the first error. It stops retrying when
+// that cleaning does not finish.
 func (m *Manager) addWithRetry(ctx context.Context, allocID string, p *plan) (types.Result, error) {
 	var first error
 	for attempt := 1; attempt <= addAttempts; attempt++ {
 		if attempt > 1 {
-			m.undoAdd(context.WithoutCancel(ctx), allocID, p)
+			if !m.undoAddBounded(ctx, allocID, p) {
+				return nil, first
+			}
 			select {
 			case <-ctx.Done():
 				return nil, first
@@ -245,11 +266,23 @@ func (m *Manager) afterAdd(res types.Result, alloc *structs.Allocation, p *plan)
 	return statusOf(res, groupNetwork(alloc))
 }
 
-// undoAdd removes a partial ADD but keeps the namespace for the next try.
-func (m *Manager) undoAdd(ctx context.Context, allocID string, p *plan) {
-	if delErr, err := m.detachLocked(ctx, allocID, &attachment{list: p.list, rt: p.rt}); delErr != nil || err != nil {
+// undoAdd removes a partial ADD but keeps the namespace for the next
+// try. It returns false if DEL did not finish (ctx ended): then nothing
+// else was removed.
+func (m *Manager) undoAdd(ctx context.Context, allocID string, p *plan) bool {
+	delErr, err := m.detachLocked(ctx, allocID, &attachment{list: p.list, rt: p.rt})
+	if delErr != nil || err != nil {
 		m.logger.Debug("undoing a partial CNI ADD failed", "alloc_id", allocID, "error", errors.Join(delErr, err))
 	}
+	return delErr == nil || ctx.Err() == nil
+}
+
+// undoAddBounded is undoAdd after an ADD on ctx failed, on a cleanup
+// context.
+func (m *Manager) undoAddBounded(ctx context.Context, allocID string, p *plan) bool {
+	cctx, cancel := cleanupContext(ctx)
+	defer cancel()
+	return m.undoAdd(cctx, allocID, p)
 }
 
 // sweep removes what the plugins may have left of allocID in iptables
@@ -409,10 +442,22 @@ func (m *Manager) afterDel(allocID string, d delResult, ips []string) error {
 // only marker of a namespace, so it goes only once everything before it
 // is gone: if anything failed it stays, and GC (or the next Teardown,
 // which does not return early while it exists) tries again.
+//
+// A DEL that ctx cuts short is an error: the allocation's iptables rules
+// are swept and its namespace removed, but its lease and cached config
+// stay (with the record) for a DEL that finishes. Released now, the
+// address could go to another allocation whose firewall rules that DEL
+// would then delete.
 func (m *Manager) teardownLocked(ctx context.Context, allocID string, fallback *attachment) error {
 	ips := m.leaseIPs(allocID)
 	d := m.delNetworks(ctx, allocID, fallback)
-	delErr, err := d.err, m.afterDel(allocID, d, ips)
+	delErr, err := d.err, error(nil)
+	if cutShort(ctx, d) {
+		err = errors.Join(m.sweep(allocID, d, ips),
+			fmt.Errorf("CNI DEL did not finish (%w); its lease and cached config are kept for the next DEL", ctx.Err()))
+	} else {
+		err = m.afterDel(allocID, d, ips)
+	}
 	err = errors.Join(err,
 		deleteLinks(m.NetNSPath(allocID)),
 		removeNetNS(m.NetNSPath(allocID)),

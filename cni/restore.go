@@ -111,7 +111,7 @@ func (m *Manager) rebuildLocked(ctx context.Context, alloc *structs.Allocation, 
 	}
 	if err != nil {
 		// Keep the namespace (tasks may live in it); Teardown removes it.
-		m.undoAdd(context.WithoutCancel(ctx), alloc.ID, p)
+		m.undoAddBounded(ctx, alloc.ID, p)
 		return nil, wrapRestore(alloc, classify(err, p.list.Name, m.cfg.Subnet))
 	}
 	return status, nil
