@@ -220,3 +220,27 @@ func deleteLinks(path string) error {
 func netNSExists(path string) bool {
 	return ns.IsNSorErr(path) == nil
 }
+
+// hasAddress checks that interface name inside the namespace at path
+// exists, is up and has the IPv4 address addr.
+func hasAddress(path, name, addr string) error {
+	return ns.WithNetNSPath(path, func(ns.NetNS) error {
+		l, err := netlinksafe.LinkByName(name)
+		if err != nil {
+			return fmt.Errorf("no interface %s: %w", name, err)
+		}
+		if l.Attrs().Flags&net.FlagUp == 0 {
+			return fmt.Errorf("interface %s is down", name)
+		}
+		addrs, err := netlinksafe.AddrList(l, netlink.FAMILY_V4)
+		if err != nil {
+			return fmt.Errorf("failed to list the addresses of %s: %w", name, err)
+		}
+		for _, a := range addrs {
+			if a.IP.String() == addr {
+				return nil
+			}
+		}
+		return fmt.Errorf("interface %s does not have address %s", name, addr)
+	})
+}

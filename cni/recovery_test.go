@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/meshlet/meshlet/structs"
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -182,5 +184,57 @@ func restoreCancelledIn(t *testing.T, cfg Config, a *structs.Allocation, cmd str
 		release()
 		t.Fatalf("Restore still running 30s after its context was cancelled (then: %v)", <-done)
 		return nil
+	}
+}
+
+// TestRestoreConflistWithoutCheck: a cni/<name> conflist older than CNI
+// CHECK (cniVersion 0.3.1, common for third-party conflists) is checked by
+// its interface instead: a healthy network survives an agent restart as it
+// is (before, every restart rebuilt it on a new address), and a broken one
+// is still rebuilt.
+func TestRestoreConflistWithoutCheck(t *testing.T) {
+	tn := newTestNet(t)
+	conf := fmt.Sprintf(`{"cniVersion": "0.3.1", "name": "old", "plugins": [{"type": "loopback"},
+	  {"type": "bridge", "bridge": %q, "isGateway": true,
+	   "ipam": {"type": "host-local", "ranges": [[{"subnet": %q}]], "dataDir": %q}}]}`,
+		tn.cfg.BridgeName, tn.cfg.Subnet, filepath.Join(tn.cfg.StateDir, "ipam"))
+	if err := os.WriteFile(filepath.Join(tn.cfg.ConfigDir, "old.conflist"), []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a := testAlloc("cni/old")
+	tn.mu.Lock()
+	tn.allocs = append(tn.allocs, a)
+	tn.mu.Unlock()
+	st, err := tn.m.Setup(t.Context(), a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := tn.m.NetNSPath(a.ID)
+	veth := hostVethOf(t, path)
+	got, err := tn.newManager().Restore(t.Context(), a)
+	if err != nil || got.Address != st.Address {
+		t.Fatalf("Restore of a healthy 0.3.1 network = %+v, %v; want %s kept", got, err, st.Address)
+	}
+	if now := hostVethOf(t, path); now.Attrs().Index != veth.Attrs().Index {
+		t.Fatal("Restore of a healthy 0.3.1 network replaced its veth")
+	}
+	// Broken: eth0 gone. The interface check sees it and the network is
+	// rebuilt in the same namespace.
+	err = ns.WithNetNSPath(path, func(ns.NetNS) error {
+		l, err := netlink.LinkByName("eth0")
+		if err != nil {
+			return err
+		}
+		return netlink.LinkDel(l)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err = tn.newManager().Restore(t.Context(), a)
+	if err != nil || got == nil {
+		t.Fatalf("Restore of a broken 0.3.1 network: %+v, %v", got, err)
+	}
+	if eth0 := addrOfEth0(t, path); eth0 != got.Address {
+		t.Fatalf("rebuilt eth0 has %s, status says %s", eth0, got.Address)
 	}
 }

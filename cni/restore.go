@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/meshlet/meshlet/structs"
 )
@@ -138,7 +139,9 @@ func (m *Manager) recreate(ctx context.Context, alloc *structs.Allocation, p *pl
 var errNotCached = errors.New("no cached CNI result for the allocation")
 
 // checkCached runs CNI CHECK with the config and result cached at ADD and
-// returns the status recorded then.
+// returns the status recorded then. A conflist older than CHECK (cniVersion
+// before 0.4.0) gets a check of its own instead: eth0 is in the namespace
+// with the cached address.
 func (m *Manager) checkCached(ctx context.Context, alloc *structs.Allocation) (*structs.AllocNetworkStatus, error) {
 	for _, a := range m.cachedAttachments(alloc.ID) {
 		if a.rt.IfName != ifName {
@@ -148,10 +151,18 @@ func (m *Manager) checkCached(ctx context.Context, alloc *structs.Allocation) (*
 		if err != nil || res == nil {
 			return nil, errNotCached
 		}
-		if err := m.cni.CheckNetworkList(ctx, a.list, a.rt); err != nil {
-			return nil, fmt.Errorf("failed to check CNI network %q: %w", a.list.Name, err)
+		checkErr := m.cni.CheckNetworkList(ctx, a.list, a.rt)
+		if checkErr != nil && !errors.Is(checkErr, libcni.ErrorCheckNotSupp) {
+			return nil, fmt.Errorf("failed to check CNI network %q: %w", a.list.Name, checkErr)
 		}
-		return statusOf(res, groupNetwork(alloc))
+		status, err := statusOf(res, groupNetwork(alloc))
+		if err != nil || checkErr == nil {
+			return status, err
+		}
+		if err := hasAddress(m.NetNSPath(alloc.ID), ifName, status.Address); err != nil {
+			return nil, fmt.Errorf("CNI network %q (cniVersion %s, which has no CHECK) is not in place: %w", a.list.Name, a.list.CNIVersion, err)
+		}
+		return status, nil
 	}
 	return nil, errNotCached
 }
