@@ -30,8 +30,9 @@ type AllocHookContext struct {
 	NetNSPath     string
 	NetworkStatus *structs.AllocNetworkStatus
 	// NetworkRecreated is set by the network hook of a restored
-	// allocation whose namespace had to be made again: tasks recovered in
-	// the old namespace must be restarted into the new one.
+	// allocation whose namespace had to be made again, or whose network
+	// was rebuilt on another address: tasks recovered in the old network
+	// must be restarted into the new one.
 	NetworkRecreated bool
 	// Env adds variables to every task's environment (e.g. the sidecar hook's
 	// NOMAD_UPSTREAM_ADDR_<name>).
@@ -127,32 +128,42 @@ func (h *NetworkHook) attach(hc *AllocHookContext, st *structs.AllocNetworkStatu
 	return nil
 }
 
-// restore re-attaches a restored allocation's namespace. When the
-// namespace it finds afterwards is not the one the tasks were left in (it
-// was gone, or failed its check and was rebuilt), hc.NetworkRecreated tells
-// the runner to restart the tasks into the new one. When restoring fails,
-// hc keeps the namespace path and the last persisted status, so the tasks
-// that still run are described as they are.
+// restore re-attaches a restored allocation's namespace. When the network
+// it finds afterwards is not the one the tasks were left in (the namespace
+// was gone and made anew, or the network was rebuilt on another address
+// after a failed check), hc.NetworkRecreated tells the runner to restart
+// the tasks into it: they hold the old address in their environment and
+// sockets. When restoring fails, hc keeps the namespace path and the last
+// persisted status, so the tasks that still run are described as they are.
 //
 // A Networker reports a namespace it had to make anew with an error
 // wrapping cni.ErrNamespaceLost and the new status; the inode comparison
-// catches the same for Networkers that do not say so.
+// catches the same for Networkers that do not say so, and the comparison
+// with the persisted address catches a network rebuilt in place.
 func (h *NetworkHook) restore(ctx context.Context, hc *AllocHookContext, mode string) error {
 	path := h.net.NetNSPath(hc.Alloc.ID)
+	var prev *structs.AllocNetworkStatus
+	if h.state != nil {
+		prev, _ = h.state.NetworkStatus(hc.Alloc.ID)
+	}
 	before, errBefore := NetNSInode(path)
 	st, err := h.net.Restore(ctx, hc.Alloc)
 	lost := errors.Is(err, cni.ErrNamespaceLost) && st != nil
 	if err != nil && !lost {
 		hc.NetNSPath = path
-		if h.state != nil {
-			hc.NetworkStatus, _ = h.state.NetworkStatus(hc.Alloc.ID)
-		}
+		hc.NetworkStatus = prev
 		return fmt.Errorf("network mode %q: %w", mode, err)
 	}
-	if after, err := NetNSInode(path); lost || (err == nil && (errBefore != nil || before != after)) {
+	after, errAfter := NetNSInode(path)
+	switch {
+	case lost || (errAfter == nil && (errBefore != nil || before != after)):
 		hc.NetworkRecreated = true
 		hc.Logger.Warn("allocation network namespace was recreated; its tasks will be restarted into it",
 			"alloc_id", hc.Alloc.ID, "netns", path)
+	case prev != nil && prev.Address != "" && st != nil && st.Address != prev.Address:
+		hc.NetworkRecreated = true
+		hc.Logger.Warn("allocation network was rebuilt on another address; its tasks will be restarted into it",
+			"alloc_id", hc.Alloc.ID, "old_address", prev.Address, "address", st.Address)
 	}
 	return h.attach(hc, st)
 }

@@ -285,3 +285,40 @@ func TestRestoredViewKeepsNetworkStatus(t *testing.T) {
 		t.Fatalf("restored view before prerun has network status %+v, want the stored 10.9.0.5", v.NetworkStatus)
 	}
 }
+
+// movedNet restores the allocation's network in the same namespace but on
+// another address, as a rebuild after a failed check may.
+type movedNet struct{ staticNet }
+
+func (movedNet) Restore(context.Context, *structs.Allocation) (*structs.AllocNetworkStatus, error) {
+	return &structs.AllocNetworkStatus{InterfaceName: "eth0", Address: "10.9.0.9"}, nil
+}
+
+// A network restored on another address than the persisted one is a
+// recreated network: the tasks hold the old address (NOMAD_ALLOC_IP_*,
+// bound sockets) and must be restarted into it. The same address is not.
+func TestNetworkHookRestartsTasksOnNewAddress(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		net  Networker
+		want bool
+	}{
+		{"address changed", movedNet{}, true},
+		{"address kept", staticNet{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, "service", task("app", "", false))
+			h.alloc.Job.TaskGroups[0].Networks = []*structs.NetworkResource{{Mode: "bridge"}}
+			if err := h.db.PutNetworkStatus(h.alloc.ID, &structs.AllocNetworkStatus{InterfaceName: "eth0", Address: "10.9.0.2"}); err != nil {
+				t.Fatal(err)
+			}
+			hc := &AllocHookContext{Alloc: h.alloc, Restored: true, Logger: hclog.NewNullLogger()}
+			if err := NewNetworkHook(tc.net, "", h.db).Prerun(context.Background(), hc); err != nil {
+				t.Fatalf("Prerun: %v", err)
+			}
+			if hc.NetworkRecreated != tc.want {
+				t.Errorf("NetworkRecreated = %v, want %v (address 10.9.0.2 -> %s)", hc.NetworkRecreated, tc.want, hc.NetworkStatus.Address)
+			}
+		})
+	}
+}
