@@ -238,3 +238,31 @@ func TestRestoreConflistWithoutCheck(t *testing.T) {
 		t.Fatalf("rebuilt eth0 has %s, status says %s", eth0, got.Address)
 	}
 }
+
+// TestRebuildKeepsAddress: a network rebuilt in place after a failed check
+// (here: the firewall plugin's rule of the allocation was flushed) keeps
+// its address, which the running tasks hold in their environment and
+// sockets.
+func TestRebuildKeepsAddress(t *testing.T) {
+	tn := newTestNet(t)
+	a := tn.alloc(structs.PortMapping{Label: "http", Value: freePort(t), To: 80})
+	st := tn.setup(a)
+	path := tn.m.NetNSPath(a.ID)
+	inode := nsInode(t, path)
+	if err := mustIPT(t).h.Delete("filter", "CNI-FORWARD", "-s", st.Address+"/32", "-j", "ACCEPT"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := tn.newManager().Restore(t.Context(), a)
+	if err != nil || got == nil {
+		t.Fatalf("Restore of a network that fails its check: %+v, %v", got, err)
+	}
+	if got.Address != st.Address || addrOfEth0(t, path) != st.Address || nsInode(t, path) != inode {
+		t.Fatalf("rebuilt network has address %s (eth0 %s), want %s kept in the same namespace", got.Address, addrOfEth0(t, path), st.Address)
+	}
+	if ips := tn.m.leaseIPs(a.ID); len(ips) != 1 || ips[0] != st.Address {
+		t.Fatalf("leases = %v, want [%s]", ips, st.Address)
+	}
+	if again, err := tn.newManager().Restore(t.Context(), a); err != nil || again.Address != st.Address {
+		t.Fatalf("Restore after the rebuild = %+v, %v; want it healthy on %s", again, err, st.Address)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/containernetworking/cni/libcni"
@@ -98,14 +99,20 @@ func inconclusive(ctx context.Context, err error) bool {
 
 // rebuildLocked runs DEL then ADD in the allocation's namespace, after
 // its network failed a check with checkErr. If ctx ends during the DEL,
-// nothing more is done.
+// nothing more is done. The built-in network keeps the address the tasks
+// use (unless another allocation took it meanwhile).
 func (m *Manager) rebuildLocked(ctx context.Context, alloc *structs.Allocation, p *plan, checkErr error) (*structs.AllocNetworkStatus, error) {
 	m.logger.Warn("allocation network failed its check; rebuilding it once", "alloc_id", alloc.ID, "error", checkErr)
+	keep := m.keepingAddress(alloc.ID, p)
 	m.undoAdd(ctx, alloc.ID, p)
 	if ctx.Err() != nil {
 		return nil, wrapRestore(alloc, fmt.Errorf("rebuilding the network after a failed check (%w) stopped: %w", checkErr, ctx.Err()))
 	}
-	res, err := m.add(ctx, p)
+	res, err := m.add(ctx, keep)
+	if err != nil && keep != p && ctx.Err() == nil && m.undoAddBounded(ctx, alloc.ID, p) {
+		m.logger.Warn("cannot keep the allocation's address; rebuilding its network on another", "alloc_id", alloc.ID, "error", err)
+		res, err = m.add(ctx, p)
+	}
 	var status *structs.AllocNetworkStatus
 	if err == nil {
 		status, err = m.afterAdd(res, alloc, p)
@@ -116,6 +123,20 @@ func (m *Manager) rebuildLocked(ctx context.Context, alloc *structs.Allocation, 
 		return nil, wrapRestore(alloc, classify(err, p.list.Name, m.cfg.Subnet))
 	}
 	return status, nil
+}
+
+// keepingAddress returns p asking for the address allocID holds now, if
+// p is the built-in network's: its IPAM, host-local, takes the address
+// to give from CNI_ARGS "IP". Other networks' IPAM may not, so they get
+// p and the address their IPAM gives.
+func (m *Manager) keepingAddress(allocID string, p *plan) *plan {
+	ips := m.leaseIPs(allocID)
+	if !m.isBuiltin(p.list) || len(ips) != 1 {
+		return p
+	}
+	rt := *p.rt
+	rt.Args = append(slices.Clone(p.rt.Args), [2]string{"IP", ips[0]})
+	return &plan{list: p.list, rt: &rt}
 }
 
 // recreate sets up the network of an allocation whose namespace is gone,
