@@ -248,8 +248,14 @@ func (c *Client) Node() *structs.Node {
 	return &cp
 }
 
-// Start restores allocations from the client state, garbage-collects dead
-// allocations' networks, registers the node and starts watching the server.
+// networkGCTimeout bounds the garbage collection of allocation networks
+// at start (each allocation's teardown is bounded by the Networker too); a
+// variable for tests.
+var networkGCTimeout = 2 * time.Minute
+
+// Start restores allocations from the client state, starts the garbage
+// collection of dead allocations' networks, registers the node and starts
+// watching the server.
 func (c *Client) Start() error {
 	live, complete, err := c.restore()
 	if err != nil {
@@ -258,14 +264,13 @@ func (c *Client) Start() error {
 	// The GC removes the networks of allocations not in live: with an
 	// allocation that could not be restored, live is incomplete and the GC
 	// would tear down a running allocation's network.
+	gcDone := make(chan struct{})
 	if !complete {
 		c.logger.Error("skipping the garbage collection of allocation networks: some allocations could not be restored")
+		close(gcDone)
 	} else {
-		if c.cfg.Networker != nil {
-			if err := c.cfg.Networker.GC(c.ctx, live); err != nil {
-				c.logger.Warn("failed to garbage-collect allocation networks", "error", err)
-			}
-		}
+		c.wg.Add(1)
+		go c.gcNetworks(live, gcDone)
 		c.sweepDrivers()
 	}
 	if err := c.register(registerWait); err != nil {
@@ -285,10 +290,40 @@ func (c *Client) Start() error {
 	}
 	c.wg.Add(4)
 	go c.heartbeat()
-	go c.watch()
+	go c.watchAfter(gcDone)
 	go c.sendUpdates()
 	go c.gcLoop()
 	return nil
+}
+
+// gcNetworks garbage-collects the networks of allocations not in live,
+// for at most networkGCTimeout, then closes done. It runs beside the
+// node's registration and heartbeats, which a plugin hanging on DEL must
+// not hold up (the servers would take the node for down), and beside the
+// restored allocations' runners: the Networker takes each dead
+// allocation's lock and never touches the live ones.
+func (c *Client) gcNetworks(live map[string]bool, done chan<- struct{}) {
+	defer c.wg.Done()
+	defer close(done)
+	if c.cfg.Networker == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, networkGCTimeout)
+	defer cancel()
+	if err := c.cfg.Networker.GC(ctx, live); err != nil {
+		c.logger.Warn("failed to garbage-collect allocation networks (left for the next start)", "error", err)
+	}
+}
+
+// watchAfter starts watching the server's allocations once done is
+// closed: an allocation placed meanwhile is not in the GC's live set, so
+// its new network would be collected as a leak.
+func (c *Client) watchAfter(done <-chan struct{}) {
+	select {
+	case <-done:
+	case <-c.ctx.Done():
+	}
+	c.watch()
 }
 
 // sweepDrivers lets drivers whose tasks outlive the agent (docker's

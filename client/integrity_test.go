@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/meshlet/meshlet/client/internal/fakedriver"
 	clientstate "github.com/meshlet/meshlet/client/state"
@@ -205,5 +206,61 @@ func TestStartSweepsDrivers(t *testing.T) {
 	defer sw.mu.Unlock()
 	if sw.calls != 1 || !sw.seen[alloc.ID] || sw.seen["gone-alloc"] {
 		t.Fatalf("sweep calls %d, known %v", sw.calls, sw.seen)
+	}
+}
+
+// hungGC is a Networker whose GC hangs, like a CNI DEL stuck on a plugin,
+// until its context ends or the test releases it.
+type hungGC struct {
+	gcRecorder
+	release chan struct{}
+}
+
+func (h *hungGC) GC(ctx context.Context, live map[string]bool) error {
+	select {
+	case <-h.release:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return h.gcRecorder.GC(ctx, live)
+}
+
+// TestHungNetworkGCHoldsNoStart: a network GC that hangs does not keep
+// the node from registering (the servers would take it for down), is
+// given up after networkGCTimeout, and allocations placed meanwhile start
+// only after it (they are not in its live set).
+func TestHungNetworkGCHoldsNoStart(t *testing.T) {
+	old := networkGCTimeout
+	networkGCTimeout = 3 * time.Second
+	t.Cleanup(func() { networkGCTimeout = old })
+	srv := newServer(t)
+	gc := &hungGC{release: make(chan struct{})}
+	c, err := New(Config{DataDir: t.TempDir(), NodeName: "n1", Drivers: []driver.Driver{fakedriver.New("raw_exec")}, Server: srv, Networker: gc})
+	must(t, err)
+	started := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- c.Start() }()
+	select {
+	case err := <-done:
+		must(t, err)
+	case <-time.After(hang):
+		close(gc.release)
+		<-done
+		t.Fatal("Start waited for the hung network GC: the node was not registered meanwhile")
+	}
+	defer c.Shutdown()
+	if nodes, err := srv.Nodes(context.Background()); err != nil || len(nodes) != 1 {
+		t.Fatalf("nodes = %v, %v; want the node registered while the GC hangs", nodes, err)
+	}
+	if _, err := srv.RegisterJob(context.Background(), job("a", "")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	if st := allocOf(t, srv, "a").ClientStatus; st == structs.AllocClientStatusRunning {
+		t.Fatal("an allocation started while the network GC (whose live set does not have it) was running")
+	}
+	waitStatus(t, srv, "a", structs.AllocClientStatusRunning)
+	if waited := time.Since(started); waited < networkGCTimeout {
+		t.Fatalf("allocation started %s after Start, before the GC gave up", waited)
 	}
 }
