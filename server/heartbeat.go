@@ -72,7 +72,12 @@ func (s *Server) armHeartbeat(nodeID string, d time.Duration) {
 		t.Stop()
 	}
 	var t *time.Timer
-	t = time.AfterFunc(d, func() { s.heartbeatMissed(nodeID, t) })
+	t = time.AfterFunc(d, func() {
+		s.mu.Lock() // held by the arming until t is set
+		fired := t
+		s.mu.Unlock()
+		s.heartbeatMissed(nodeID, fired)
+	})
 	s.heartbeats[nodeID] = t
 }
 
