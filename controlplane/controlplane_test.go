@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/meshlet/meshlet/catalog"
+	"github.com/meshlet/meshlet/internal/testutil"
 	"github.com/meshlet/meshlet/xds"
 )
 
@@ -174,4 +175,53 @@ func fetchSecret(t *testing.T, conn *grpc.ClientConn, node, name string) (discov
 			return nil, err
 		}
 	}
+}
+
+// A sidecar draining in its group's shutdown_delay (its registration
+// already left the catalog, its xDS stream still open) keeps checking the
+// connections it finishes; once its stream ends, its socket decides no more.
+func TestAllocSocketChecksDuringDrain(t *testing.T) {
+	dir := t.TempDir()
+	cat := catalog.New()
+	cp, err := New(Config{DataDir: dir, DefaultAllow: true, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"}, cat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cp.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cp.Stop() })
+	cat.Register(catalog.ServiceInstance{ID: "db-1-sidecar-proxy", Name: "db-sidecar-proxy", Kind: catalog.KindConnectProxy,
+		AllocID: "a1", Address: "127.0.0.1", Port: 21000, Healthy: true,
+		Proxy: &catalog.Proxy{DestinationServiceName: "db", DestinationServiceID: "db-1", LocalServicePort: 8080}})
+	sock := filepath.Join(dir, "alloc", "run", "meshlet_grpc.sock")
+	if err := cp.ServeAllocSocket("a1", sock, ""); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	check := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err := authv3.NewAuthorizationClient(conn).Check(ctx, &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
+			Source:      &authv3.AttributeContext_Peer{Principal: cp.CA.SpiffeID("api")},
+			Destination: &authv3.AttributeContext_Peer{Principal: cp.CA.SpiffeID("db")},
+		}})
+		return err
+	}
+	st, err := fetchSecret(t, conn, "db-1-sidecar-proxy", xds.LeafSecretName("db"))
+	if err != nil {
+		t.Fatalf("the sidecar's stream: %v", err)
+	}
+	cat.DeregisterAlloc("a1") // the services hook's PreKill, before shutdown_delay
+	if err := check(); err != nil {
+		t.Fatalf("api -> db checked by a1's draining sidecar: %v", err)
+	}
+	if err := st.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 10*time.Second, "the drained sidecar's checks refused", func() bool { return status.Code(check()) == codes.PermissionDenied })
 }

@@ -51,8 +51,15 @@ func (s *Server) scopeCheck(ctx context.Context, req any) error {
 }
 
 // allocDecides reports whether one of allocation allocID's proxies
-// accepts connections for service.
+// accepts connections for service: registered in the catalog, or holding
+// an xDS stream granted that service's leaf (a draining sidecar, whose
+// registration already left during the group's shutdown_delay, still
+// checks the connections it finishes).
 func (s *Server) allocDecides(allocID, service string) bool {
+	return s.allocRegisteredFor(allocID, service) || s.tracker.allocGranted(allocID, service)
+}
+
+func (s *Server) allocRegisteredFor(allocID, service string) bool {
 	for _, p := range s.cfg.Catalog.Proxies() {
 		if p.AllocID != allocID || p.Proxy == nil || !s.isLocal(p) {
 			continue

@@ -67,6 +67,33 @@ func (t *tracker) setChangeTime(v uint64, at time.Time) {
 	}
 }
 
+// allocGranted reports whether an open stream through allocation
+// allocID's socket was granted service's leaf: as its proxy's destination,
+// or as a service its terminating gateway links now.
+func (t *tracker) allocGranted(allocID, service string) bool {
+	var gateways []grant
+	t.mu.Lock()
+	for _, st := range t.streams {
+		if st.peer.kind != peerAlloc || st.peer.allocID != allocID || st.grant == nil {
+			continue
+		}
+		if st.grant.service == service {
+			t.mu.Unlock()
+			return true
+		}
+		if st.grant.gateway != "" {
+			gateways = append(gateways, *st.grant)
+		}
+	}
+	t.mu.Unlock()
+	for i := range gateways {
+		if t.s.linkedLeaf(&gateways[i], LeafSecretName(service)) {
+			return true
+		}
+	}
+	return false
+}
+
 // connected reports whether node has an open stream.
 func (t *tracker) connected(node string) bool {
 	t.mu.Lock()
