@@ -49,8 +49,8 @@ func (s *Server) Heartbeat(ctx context.Context, nodeID string) (time.Duration, e
 		return 0, fmt.Errorf("failed to read node %s: %w", nodeID, err)
 	}
 	ttl := s.heartbeatTTL()
-	s.armHeartbeat(nodeID, ttl+s.cfg.HeartbeatGrace)
-	if node.Status == structs.NodeStatusDown {
+	downed := s.armHeartbeat(nodeID, ttl+s.cfg.HeartbeatGrace)
+	if node.Status == structs.NodeStatusDown || downed {
 		if err := s.setNodeStatus(nodeID, structs.NodeStatusReady, "node is alive again", nil); err != nil {
 			return 0, err
 		}
@@ -61,12 +61,15 @@ func (s *Server) Heartbeat(ctx context.Context, nodeID string) (time.Duration, e
 // armHeartbeat (re)starts the node's heartbeat timer: when it fires before
 // the next heartbeat, the node is marked down. Each arming is a new timer,
 // so a deadline that already fired can tell that a heartbeat came after
-// it (its timer is no longer the node's).
-func (s *Server) armHeartbeat(nodeID string, d time.Duration) {
+// it (its timer is no longer the node's). It reports whether the node was
+// marked down since the last arming (see setNodeStatus).
+func (s *Server) armHeartbeat(nodeID string, d time.Duration) (downed bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	downed = s.markedDown[nodeID]
+	delete(s.markedDown, nodeID)
 	if s.shutdown {
-		return
+		return downed
 	}
 	if t, ok := s.heartbeats[nodeID]; ok {
 		t.Stop()
@@ -79,6 +82,7 @@ func (s *Server) armHeartbeat(nodeID string, d time.Duration) {
 		s.heartbeatMissed(nodeID, fired)
 	})
 	s.heartbeats[nodeID] = t
+	return downed
 }
 
 // heartbeatMissed marks a silent node down and evaluates its jobs, whose
@@ -89,17 +93,21 @@ func (s *Server) heartbeatMissed(nodeID string, fired *time.Timer) {
 		return
 	}
 	s.logger.Warn("node missed its heartbeat; marking it down", "node_id", nodeID)
-	stillDue := func() bool { return s.heartbeatDue(nodeID, fired, false) }
-	if err := s.setNodeStatus(nodeID, structs.NodeStatusDown, "node down", stillDue); err != nil {
+	if err := s.setNodeStatus(nodeID, structs.NodeStatusDown, "node down", fired); err != nil {
 		s.logger.Error("failed to mark node down", "node_id", nodeID, "error", err)
 	}
 }
 
 // heartbeatDue reports whether fired is still the node's deadline (no
-// heartbeat since), forgetting it when forget is set.
+// heartbeat since), forgetting it when forget is set;
+// heartbeatDueLocked is the same with s.mu held.
 func (s *Server) heartbeatDue(nodeID string, fired *time.Timer, forget bool) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.heartbeatDueLocked(nodeID, fired, forget)
+}
+
+func (s *Server) heartbeatDueLocked(nodeID string, fired *time.Timer, forget bool) bool {
 	if cur, ok := s.heartbeats[nodeID]; ok && cur != fired {
 		return false
 	}
@@ -110,10 +118,13 @@ func (s *Server) heartbeatDue(nodeID string, fired *time.Timer, forget bool) boo
 }
 
 // setNodeStatus changes only the node's status, on a read of the node
-// under the plan lock (a registration committed meanwhile is kept), when
-// ok (nil: always) still holds there; then the node's jobs are evaluated
-// as for any status change.
-func (s *Server) setNodeStatus(nodeID, status, why string, ok func() bool) error {
+// under the plan lock (a registration committed meanwhile is kept); then
+// the node's jobs are evaluated as for any status change. With deadline
+// (a missed heartbeat's timer) the change is made only while that
+// deadline is still the node's, checked and written under s.mu: a
+// heartbeat arming meanwhile waits for the write and then finds the node
+// marked down (armHeartbeat), so it sets it ready again.
+func (s *Server) setNodeStatus(nodeID, status, why string, deadline *time.Timer) error {
 	s.planMu.Lock()
 	node, err := s.store.Node(nodeID)
 	switch {
@@ -123,14 +134,28 @@ func (s *Server) setNodeStatus(nodeID, status, why string, ok func() bool) error
 	case err != nil:
 		s.planMu.Unlock()
 		return fmt.Errorf("failed to read node %s: %w", nodeID, err)
-	case node.Status == status || (ok != nil && !ok()):
+	case node.Status == status:
 		s.planMu.Unlock()
 		return nil
+	}
+	if deadline != nil {
+		s.mu.Lock()
+		if !s.heartbeatDueLocked(nodeID, deadline, false) {
+			s.mu.Unlock()
+			s.planMu.Unlock()
+			return nil
+		}
 	}
 	node.Status, node.StatusUpdatedAt = status, s.now().Unix()
 	_, err = s.store.UpsertNode(node)
 	if err == nil {
 		s.planGen.Add(1)
+	}
+	if deadline != nil {
+		if err == nil {
+			s.markedDown[nodeID] = true
+		}
+		s.mu.Unlock()
 	}
 	s.planMu.Unlock()
 	if err != nil {

@@ -318,3 +318,46 @@ func TestLateDeadlineAfterHeartbeatKeepsNodeReady(t *testing.T) {
 		t.Fatal("the stale deadline dropped the node's current heartbeat timer")
 	}
 }
+
+// downGate holds the first write of a node marked down until release.
+type downGate struct {
+	state.Store
+	mu      sync.Mutex
+	armed   bool
+	reached chan struct{}
+	release chan struct{}
+}
+
+func (g *downGate) UpsertNode(n *structs.Node) (uint64, error) {
+	g.mu.Lock()
+	hold := g.armed && n.Status == structs.NodeStatusDown
+	g.armed = g.armed && !hold
+	g.mu.Unlock()
+	if hold {
+		close(g.reached)
+		<-g.release
+	}
+	return g.Store.UpsertNode(n)
+}
+
+// A heartbeat taken while a missed deadline's down write is in flight
+// leaves the node ready: it waits for the write, then sets the node
+// ready again, instead of being overwritten by it.
+func TestHeartbeatDuringDownWriteLeavesNodeReady(t *testing.T) {
+	g := &downGate{Store: openStore(t), armed: true, reached: make(chan struct{}), release: make(chan struct{})}
+	s := startServer(t, g, Config{})
+	missed := make(chan struct{})
+	go func() { expireHeartbeat(s, "node-1"); close(missed) }()
+	<-g.reached // the deadline's checks passed; its write is in flight
+	beat := make(chan error, 1)
+	go func() { _, err := s.Heartbeat(context.Background(), "node-1"); beat <- err }()
+	time.Sleep(50 * time.Millisecond) // let the heartbeat reach its arming
+	close(g.release)
+	<-missed
+	if err := <-beat; err != nil {
+		t.Fatal(err)
+	}
+	if st := nodeStatus(t, s, "node-1"); st != structs.NodeStatusReady {
+		t.Fatalf("node status %s after a heartbeat accepted during the down write, want ready", st)
+	}
+}
