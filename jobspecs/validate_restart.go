@@ -42,37 +42,19 @@ func restartFieldsValid(rp *structs.RestartPolicy) bool {
 }
 
 // checkRestartPolicies applies Nomad's RestartPolicy.Validate rules to the
-// policies in effect in tg, as Canonicalize will make them: the group's
-// block over the job type's defaults, each task's block over the group's.
-// Only written blocks are checked (the defaults are valid), a task's only
-// when it changes what it inherits from a valid group policy, and none
-// whose fields checkRestart refuses already: each problem is reported once.
+// group's policy in effect (its block over the job type's defaults), as
+// Nomad's TaskGroup.Validate does; like Nomad, a task's own restart block
+// is not held to them. Only a written block is checked (the defaults are
+// valid), and not one whose fields checkRestart refuses already: each
+// problem is reported once.
 func checkRestartPolicies(jobType string, tg *structs.TaskGroup, p path, report reporter) {
-	group := defaultRestart(jobType)
-	if tg.RestartPolicy != nil {
-		group = effectiveRestart(tg.RestartPolicy, group)
-	}
-	if !restartFieldsValid(tg.RestartPolicy) {
+	if tg.RestartPolicy == nil || !restartFieldsValid(tg.RestartPolicy) {
 		return
 	}
-	if tg.RestartPolicy != nil && !checkRestartRules(group, p.sub("restart"), report) {
-		return
-	}
-	for i, t := range tg.Tasks {
-		if t == nil || t.RestartPolicy == nil || !restartFieldsValid(t.RestartPolicy) {
-			continue
-		}
-		if eff := effectiveRestart(t.RestartPolicy, group); !sameRestartPolicy(eff, group) {
-			checkRestartRules(eff, p.item("task", i, t.Name).sub("restart"), report)
-		}
-	}
-}
-
-// effectiveRestart is rp's fields over base's.
-func effectiveRestart(rp *structs.RestartPolicy, base structs.RestartPolicy) structs.RestartPolicy {
-	eff := *rp
+	eff := *tg.RestartPolicy
+	base := defaultRestart(jobType)
 	mergeRestart(&eff, &base)
-	return eff
+	checkRestartRules(eff, p.sub("restart"), report)
 }
 
 // checkRestartRules applies Nomad's RestartPolicy.Validate rules to a
@@ -100,13 +82,4 @@ func checkRestartRules(rp structs.RestartPolicy, p path, report reporter) bool {
 		ok = false
 	}
 	return ok
-}
-
-// sameRestartPolicy reports whether a and b set the same values.
-func sameRestartPolicy(a, b structs.RestartPolicy) bool {
-	return eqPtr(a.Attempts, b.Attempts) && eqPtr(a.Interval, b.Interval) && eqPtr(a.Delay, b.Delay) && eqPtr(a.Mode, b.Mode)
-}
-
-func eqPtr[T comparable](a, b *T) bool {
-	return (a == nil) == (b == nil) && (a == nil || *a == *b)
 }

@@ -92,10 +92,8 @@ func TestValidationRules(t *testing.T) {
 			`t.hcl:4:14: error: Ambiguous restart policy; mode = "delay" with attempts = 0 is ambiguous; set attempts above 0, or mode = "fail" to fail at the first exit.`,
 		}},
 		{"restart without attempts fails at once", "restart {\n  attempts = 0\n  mode = \"fail\"\n  interval = \"5s\"\n}\n" + okTask, nil},
-		{"task restart merged with the group's", "restart { attempts = 5 }\n" +
-			"task \"t\" {\n  driver = \"exec\"\n  config { command = \"x\" }\n  restart { delay = \"10m\" }\n}", []string{
-			`t.hcl:7:3: error: Restart attempts do not fit in interval; 5 attempts with delay 10m0s cannot fit in interval 30m0s; raise interval, or lower attempts or delay.`,
-		}},
+		{"a task's restart block is not held to the group rules (as Nomad)", "restart { mode = \"delay\" }\n" +
+			"task \"t\" {\n  driver = \"exec\"\n  config { command = \"x\" }\n  restart { attempts = 0 }\n}", nil},
 		{"inherited restart reported once", "restart { interval = \"1s\" }\n" +
 			"task \"t\" {\n  driver = \"exec\"\n  config { command = \"x\" }\n  restart { delay = \"1s\" }\n}", []string{
 			`t.hcl:3:22: error: Invalid restart interval; Interval 1s must be at least 5s.`,
@@ -291,7 +289,6 @@ func TestValidateJSON(t *testing.T) {
 			{"Name":"g","RestartPolicy":{"Attempts":200},"Tasks":[{"Name":"t","Driver":"raw_exec","Config":{"command":"/bin/true"}}]},
 			{"Name":"h","Tasks":[{"Name":"t","Driver":"raw_exec","Config":{"command":"/bin/true"},"RestartPolicy":{"Interval":3000000000}}]}]}`, []string{
 			`group "g": restart: Restart attempts do not fit in interval; 200 attempts with delay 15s cannot fit in interval 30m0s; raise interval, or lower attempts or delay.`,
-			`group "h": task "t": restart: Invalid restart interval; Interval 3s must be at least 5s.`,
 		}, nil},
 		{"nulls", `{"ID":"x","TaskGroups":[null,{"Name":"g","Tasks":[null],"Services":[null]}]}`, []string{
 			`group[0]: Missing group; The group is null.`,

@@ -73,7 +73,6 @@ job "nightly-report" {
 
       restart {
         attempts = 0
-        mode     = "fail"
       }
 
       logs {
