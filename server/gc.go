@@ -53,11 +53,26 @@ var gcBatch = 256
 // registrations). Removing garbage twice is harmless, so a failure part
 // way leaves the rest for the next collection.
 func (s *Server) deleteGarbage(allocs, evals []string) error {
+	return s.applyInBatches(len(allocs)+len(evals), func(lo, hi int) *state.Plan {
+		p := &state.Plan{}
+		if lo < len(allocs) {
+			p.DeleteAllocs = allocs[lo:min(hi, len(allocs))]
+		}
+		if hi > len(allocs) {
+			p.DeleteEvals = evals[max(lo-len(allocs), 0) : hi-len(allocs)]
+		}
+		return p
+	})
+}
+
+// applyInBatches commits the plans of items [lo, hi) of n, each under the
+// plan lock, gcBatch items at first and half as many after a write over
+// the etcd server's limits.
+func (s *Server) applyInBatches(n int, plan func(lo, hi int) *state.Plan) error {
 	batch := gcBatch
-	for len(allocs)+len(evals) > 0 {
-		na := min(batch, len(allocs))
-		ne := min(batch-na, len(evals))
-		err := s.applyLocked(&state.Plan{DeleteAllocs: allocs[:na], DeleteEvals: evals[:ne]})
+	for lo := 0; lo < n; {
+		hi := min(lo+batch, n)
+		err := s.applyLocked(plan(lo, hi))
 		if errors.Is(err, state.ErrPlanTooLarge) && batch > 1 {
 			batch /= 2
 			continue
@@ -65,7 +80,7 @@ func (s *Server) deleteGarbage(allocs, evals []string) error {
 		if err != nil {
 			return err
 		}
-		allocs, evals = allocs[na:], evals[ne:]
+		lo = hi
 	}
 	return nil
 }
@@ -132,11 +147,16 @@ func (s *Server) collectEvals(evals []*state.Evaluation, live map[string]bool, n
 	}
 	var out []string
 	for _, e := range evals {
+		old := now.Sub(time.Unix(0, e.ModifyTime)) >= s.cfg.EvalGCThreshold
 		switch {
 		case !live[e.JobID]:
-			out = append(out, e.ID)
+			// A purged job's evaluations go once old, as Nomad's: the
+			// purge's own stays readable for whoever monitors it.
+			if old {
+				out = append(out, e.ID)
+			}
 		case e.Status == state.EvalStatusPending, latest[e.JobID] == e:
-		case now.Sub(time.Unix(0, e.ModifyTime)) >= s.cfg.EvalGCThreshold:
+		case old:
 			out = append(out, e.ID)
 		}
 	}

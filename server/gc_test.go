@@ -328,3 +328,26 @@ func TestGCRemovesLongDownNodes(t *testing.T) {
 		t.Fatalf("heartbeat of the removed node: %v, want ErrUnknownNode", err)
 	}
 }
+
+// A purged job's evaluations stay until they are as old as
+// eval_gc_threshold, as Nomad's: a collection right after the purge keeps
+// the purge's own (the CLI monitors it).
+func TestGCKeepsARecentPurgeEvaluation(t *testing.T) {
+	ctx := context.Background()
+	clock := &fakeClock{t: time.Unix(1_000_000, 0)}
+	s := startServer(t, openStore(t), Config{Now: clock.Now, GCInterval: 100 * time.Hour})
+	if _, err := s.RegisterJob(ctx, testJob("web", "raw_exec", 1)); err != nil {
+		t.Fatal(err)
+	}
+	evalID, err := s.StopJob(ctx, "web", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Second)
+	if err := s.GC(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Eval(ctx, evalID); err != nil {
+		t.Fatalf("the purge's evaluation gone 1s after the purge: %v", err)
+	}
+}

@@ -14,10 +14,8 @@ import (
 // they would stay "running" (and their job too) and never be collected.
 // A purged job's are removed at once.
 func (s *Server) loseStopped(nodeID string) error {
-	s.planMu.Lock()
 	allocs, err := s.store.AllocsByNode(nodeID)
 	if err != nil {
-		s.planMu.Unlock()
 		return fmt.Errorf("failed to list allocations of node %s: %w", nodeID, err)
 	}
 	now := s.now().UnixNano()
@@ -32,14 +30,11 @@ func (s *Server) loseStopped(nodeID string) error {
 		lost = append(lost, &cp)
 		ids = append(ids, a.ID)
 	}
-	if len(lost) > 0 {
-		if _, err := s.store.ApplyPlan(&state.Plan{Allocs: lost}); err != nil {
-			s.planMu.Unlock()
-			return fmt.Errorf("failed to store lost allocations: %w", err)
-		}
-		s.planGen.Add(1)
+	// Stopped allocations stay stopped: what was read is still to mark.
+	err = s.applyInBatches(len(lost), func(lo, hi int) *state.Plan { return &state.Plan{Allocs: lost[lo:hi]} })
+	if err != nil {
+		return fmt.Errorf("failed to store lost allocations: %w", err)
 	}
-	s.planMu.Unlock()
 	if len(ids) == 0 {
 		return nil
 	}

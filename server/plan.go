@@ -137,10 +137,9 @@ func (s *Server) build(req *planRequest) (*builtPlan, error) {
 	}
 	s.planWrites(b, p, now)
 	if req.purge {
+		// Its terminal allocations go after the plan, in batches
+		// (StopJob), so a large purge fits etcd's transaction limits.
 		b.apply.PurgeJobID = job.ID
-		// The first batch with the purge; StopJob removes the rest.
-		dead := terminalAllocs(allocs, job.ID)
-		b.apply.DeleteAllocs = dead[:min(len(dead), gcBatch)]
 	}
 	return b, nil
 }
