@@ -51,7 +51,12 @@ const (
 // apply normalizes req's path in place (URL and RequestURI) and says
 // whether the request goes on, is refused or is redirected.
 func (n pathNorm) apply(req *http.Request) pathVerdict {
-	raw := req.URL.EscapedPath()
+	// The path as the client sent it (URL.EscapedPath would turn a literal
+	// backslash into %5C, which normalization must read as a slash).
+	raw, _, _ := strings.Cut(req.RequestURI, "?")
+	if raw == "" {
+		raw = req.URL.EscapedPath()
+	}
 	if !strings.HasPrefix(raw, "/") {
 		return pathKeep // "*" or an absolute form: nothing to normalize
 	}
@@ -111,8 +116,7 @@ func unescapeSlashes(p string) string {
 }
 
 // decodeUnreserved decodes the %XX escapes of RFC 3986's unreserved
-// characters (letters, digits, - . _ ~); other escapes stay, with their
-// hex digits upper-cased.
+// characters (letters, digits, - . _ ~); other escapes stay as sent.
 func decodeUnreserved(p string) string {
 	if !strings.Contains(p, "%") {
 		return p
@@ -127,7 +131,7 @@ func decodeUnreserved(p string) string {
 		if isUnreserved(c) {
 			b.WriteByte(c)
 		} else {
-			b.WriteString(strings.ToUpper(p[i : i+3]))
+			b.WriteString(p[i : i+3])
 		}
 		i += 2
 	}

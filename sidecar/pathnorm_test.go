@@ -1,8 +1,10 @@
 package sidecar
 
 import (
+	"bufio"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
@@ -30,8 +32,8 @@ func TestPathNorm(t *testing.T) {
 		{std, `/a\..\admin`, "/admin", pathKeep},
 		{std, "/a/b/.", "/a/b/", pathKeep},
 		{std, "/a/b/..", "/a/", pathKeep},
-		{std, "/a%20b/%3f", "/a%20b/%3F", pathKeep},
-		{std, "/a%2fb", "/a%2Fb", pathKeep}, // escaped slashes kept by default
+		{std, "/a%20b/%3f", "/a%20b/%3f", pathKeep},
+		{std, "/a%2fb", "/a%2fb", pathKeep}, // escaped slashes kept by default
 		{pathNorm{}, "/x/../admin", "/x/../admin", pathKeep},
 		{pathNorm{merge: true}, "/x//../admin", "/x/../admin", pathKeep},
 		{pathNorm{normalize: true, escaped: hcmv3.HttpConnectionManager_REJECT_REQUEST}, "/a%2Fb", "/a%2Fb", pathReject},
@@ -41,6 +43,25 @@ func TestPathNorm(t *testing.T) {
 		got, v := c.n.path(c.in)
 		if got != c.want || v != c.v {
 			t.Errorf("%+v.path(%q) = %q, %d; want %q, %d", c.n, c.in, got, v, c.want, c.v)
+		}
+	}
+}
+
+// apply reads the path as the client sent it: a literal backslash (which
+// URL.EscapedPath turns into %5C) is a slash to normalization, and the
+// request's URL and RequestURI carry the result.
+func TestPathNormApplyOnRawRequest(t *testing.T) {
+	for _, c := range []struct{ line, wantURI, wantPath string }{
+		{"GET /a\\..\\admin?q=1 HTTP/1.1", "/admin?q=1", "/admin"},
+		{"GET /x/%2e%2e/%61dmin%3f HTTP/1.1", "/admin%3f", "/admin?"},
+		{"GET /plain HTTP/1.1", "/plain", "/plain"},
+	} {
+		req, err := http.ReadRequest(bufio.NewReader(strings.NewReader(c.line + "\r\nHost: api\r\n\r\n")))
+		if err != nil {
+			t.Fatalf("%s: %v", c.line, err)
+		}
+		if v := (pathNorm{normalize: true, merge: true}).apply(req); v != pathKeep || req.RequestURI != c.wantURI || req.URL.Path != c.wantPath || req.URL.RequestURI() != c.wantURI {
+			t.Errorf("%s: verdict %d, RequestURI %q, URL.Path %q, URL.RequestURI %q; want %q, %q", c.line, v, req.RequestURI, req.URL.Path, req.URL.RequestURI(), c.wantURI, c.wantPath)
 		}
 	}
 }
