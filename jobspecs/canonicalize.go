@@ -163,10 +163,14 @@ func canonicalizeService(s *structs.Service, defaultName string) {
 	setDefault(&s.Name, defaultName)
 	setDefault(&s.AddressMode, DefaultAddressMode)
 	for i := range s.Checks {
+		if s.CheckRestart != nil { // a JSON job's service-level block
+			s.Checks[i].CheckRestart = s.CheckRestart.Merge(s.Checks[i].CheckRestart)
+		}
 		if cr := s.Checks[i].CheckRestart; cr != nil {
 			fillPtr(&cr.Grace, DefaultCheckRestartGrace)
 		}
 	}
+	s.CheckRestart = nil
 	canonicalizeIngress(s.Connect)
 	if s.Connect == nil || s.Connect.SidecarService == nil {
 		return

@@ -317,3 +317,38 @@ func TestGroupScriptCheckTask(t *testing.T) {
 		t.Errorf("the check's task rejected: %v", err)
 	}
 }
+
+// A JSON job (the official client's api.Service) carries a service-level
+// CheckRestart: Canonicalize merges it into each check's as the HCL path
+// does, instead of dropping it.
+func TestCheckRestartMergeJSON(t *testing.T) {
+	grace := 90 * time.Second
+	api := &nomadapi.Job{ID: ptrTo("j"), Name: ptrTo("j"), TaskGroups: []*nomadapi.TaskGroup{{Name: ptrTo("g"),
+		Services: []*nomadapi.Service{{Name: "web", CheckRestart: &nomadapi.CheckRestart{Limit: 3, Grace: &grace},
+			Checks: []nomadapi.ServiceCheck{
+				{Type: "tcp", Interval: 10 * time.Second, Timeout: 2 * time.Second, CheckRestart: &nomadapi.CheckRestart{IgnoreWarnings: true}},
+				{Type: "tcp", Interval: 10 * time.Second, Timeout: 2 * time.Second},
+			}}},
+		Tasks: []*nomadapi.Task{{Name: "t", Driver: "raw_exec", Config: map[string]any{"command": "/bin/true"}}}}}}
+	b, err := json.Marshal(api)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var job structs.Job
+	if err := json.Unmarshal(b, &job); err != nil {
+		t.Fatal(err)
+	}
+	Canonicalize(&job)
+	s := job.TaskGroups[0].Services[0]
+	want := []structs.CheckRestart{{Limit: 3, Grace: &grace, IgnoreWarnings: true}, {Limit: 3, Grace: &grace}}
+	for i, c := range s.Checks {
+		if cr := c.CheckRestart; cr == nil || cr.Limit != want[i].Limit || cr.Grace == nil || *cr.Grace != grace || cr.IgnoreWarnings != want[i].IgnoreWarnings {
+			t.Errorf("check %d check_restart = %+v, want %+v", i, cr, want[i])
+		}
+	}
+	if s.CheckRestart != nil {
+		t.Errorf("the service-level block stays after merging: %+v", s.CheckRestart)
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }

@@ -185,32 +185,19 @@ func (d *decoder) copyRanges(from, to path) {
 // new value; the ranges of the fields taken from svc are recorded under
 // to, so findings on them point at the service's block.
 func (d *decoder) mergeCheckRestart(svc, own *structs.CheckRestart, from, to path) *structs.CheckRestart {
-	merged := *svc
 	if own == nil {
 		d.copyRanges(from, to)
-		return &merged
+		return svc.Merge(nil)
 	}
-	inherit := func(name string) {
-		if r, ok := d.ranges[from.attr(name).key]; ok {
+	inherit := func(name string, kept bool) {
+		if r, ok := d.ranges[from.attr(name).key]; ok && !kept {
 			d.ranges[to.attr(name).key] = r
 		}
 	}
-	if own.Limit > 0 {
-		merged.Limit = own.Limit
-	} else {
-		inherit("limit")
-	}
-	if own.Grace != nil {
-		merged.Grace = own.Grace
-	} else {
-		inherit("grace")
-	}
-	if own.IgnoreWarnings {
-		merged.IgnoreWarnings = true
-	} else {
-		inherit("ignore_warnings")
-	}
-	return &merged
+	inherit("limit", own.Limit > 0)
+	inherit("grace", own.Grace != nil)
+	inherit("ignore_warnings", own.IgnoreWarnings)
+	return svc.Merge(own)
 }
 
 func (d *decoder) checkRestart(c content, p path) *structs.CheckRestart {

@@ -17,6 +17,10 @@ type Service struct {
 	TaggedAddresses map[string]string `json:"TaggedAddresses,omitempty"`
 	TaskName        string            `json:"TaskName,omitempty"`
 	Provider        string            `json:"Provider,omitempty"`
+	// CheckRestart is a service-level check_restart as a JSON job carries
+	// it (Nomad's api.Service): Canonicalize merges it into each check's
+	// and clears it (the HCL parser merges it while decoding).
+	CheckRestart *CheckRestart `json:"CheckRestart,omitempty"`
 }
 
 // ServiceCheck is a service health check, with the fields and JSON names of
@@ -66,6 +70,25 @@ type CheckRestart struct {
 	Limit          int            `json:"Limit"`
 	Grace          *time.Duration `json:"Grace,omitempty"`
 	IgnoreWarnings bool           `json:"IgnoreWarnings"`
+}
+
+// Merge returns svc (a service-level check_restart) merged into own (a
+// check's; nil when it has none), field by field as Nomad's
+// CheckRestart.Merge: own's limit wins when above 0, its grace when set,
+// its ignore_warnings when true.
+func (svc *CheckRestart) Merge(own *CheckRestart) *CheckRestart {
+	merged := *svc
+	if own == nil {
+		return &merged
+	}
+	if own.Limit > 0 {
+		merged.Limit = own.Limit
+	}
+	if own.Grace != nil {
+		merged.Grace = own.Grace
+	}
+	merged.IgnoreWarnings = merged.IgnoreWarnings || own.IgnoreWarnings
+	return &merged
 }
 
 // ConsulConnect is a service's connect block.
