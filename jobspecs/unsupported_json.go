@@ -104,14 +104,55 @@ func unsupportedIn(obj map[string]any, p path, names []string, fields map[string
 }
 
 // setField reports whether obj sets any of the fields (matched as
-// encoding/json does, ignoring case) to a value that is not empty.
+// encoding/json does, ignoring case) to a value that is neither empty nor
+// the default Nomad's Canonicalize fills in (a job its CLI sends).
 func setField(obj map[string]any, fields []string) bool {
 	for _, f := range fields {
-		if !emptyJSON(field(obj, f)) {
+		if v := field(obj, f); !emptyJSON(v) && !nomadDefault(f, v) {
 			return true
 		}
 	}
 	return false
+}
+
+// nomadDefaults are the values api.Job.Canonicalize gives unsupported
+// fields a job did not set: its group's ephemeral disk, a service job's
+// migrate strategy, the default node pool.
+var nomadDefaults = map[string]map[string]any{
+	"EphemeralDisk": {"Sticky": false, "Migrate": false, "SizeMB": 300.0},
+	"Migrate":       {"MaxParallel": 1.0, "HealthCheck": "checks", "MinHealthyTime": 10e9, "HealthyDeadline": 300e9},
+}
+
+func nomadDefault(name string, v any) bool {
+	if s, ok := v.(string); ok && strings.EqualFold(name, "NodePool") {
+		return s == "default"
+	}
+	obj, ok := v.(map[string]any)
+	def, known := nomadDefaults[name]
+	if !ok || !known {
+		return false
+	}
+	for k, e := range obj {
+		d, listed := def[k]
+		if !listed && emptyJSON(e) {
+			continue
+		}
+		if !listed || !sameJSONValue(e, d) {
+			return false
+		}
+	}
+	return true
+}
+
+// sameJSONValue compares a decoded JSON value (numbers as json.Number)
+// with a default.
+func sameJSONValue(v, def any) bool {
+	if n, ok := v.(json.Number); ok {
+		f, err := n.Float64()
+		d, isNum := def.(float64)
+		return err == nil && isNum && f == d
+	}
+	return v == def
 }
 
 // field is obj's value for name, matched ignoring case; nil when absent.

@@ -24,7 +24,7 @@ func TestCheckUnsupportedJSON(t *testing.T) {
 		{"empty values", `{"ID":"j","Affinities":[],"AllAtOnce":false,"NodePool":"","Periodic":null,"ParameterizedJob":{},
 			"TaskGroups":[{"Name":"g","EphemeralDisk":{"Sticky":false,"SizeMB":0},"Volumes":{},"Tasks":[{"Name":"t","Vault":null,"VolumeMounts":[]}]}]}`, nil, ""},
 		{"warned", `{"ID":"j","Affinities":[{"LTarget":"${node.class}","RTarget":"a","Weight":50}],"NodePool":"prod",
-			"TaskGroups":[{"Name":"g","EphemeralDisk":{"SizeMB":300},"Volumes":{"data":{"Type":"host","Source":"data"}},
+			"TaskGroups":[{"Name":"g","EphemeralDisk":{"SizeMB":500},"Volumes":{"data":{"Type":"host","Source":"data"}},
 			  "Tasks":[{"Name":"t","Vault":{"Policies":["p"]},"VolumeMounts":[{"Volume":"data","Destination":"/d"}],"identities":[{"Name":"x"}]}]},
 			 "not a group",
 			 {"Name":"","Tasks":[null,{"Name":"u","Schedule":{"Cron":{"Start":"0 9 * * *"}}}]}]}`, []string{
@@ -58,6 +58,22 @@ func TestCheckUnsupportedJSON(t *testing.T) {
 				t.Errorf("error = %v, want %q wrapping ErrUnsupported", err, tc.err)
 			}
 		})
+	}
+}
+
+// A plain job canonicalized by Nomad's client (as its CLI sends it) gets
+// no warning for the defaults Canonicalize fills in (ephemeral disk,
+// migrate, node pool).
+func TestCheckUnsupportedJSONNomadDefaults(t *testing.T) {
+	job := &nomadapi.Job{ID: ptrTo("web"), Name: ptrTo("web"), Type: ptrTo("service"), TaskGroups: []*nomadapi.TaskGroup{{
+		Name: ptrTo("g"), Tasks: []*nomadapi.Task{{Name: "t", Driver: "raw_exec", Config: map[string]any{"command": "/bin/true"}}}}}}
+	job.Canonicalize()
+	b, err := json.Marshal(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if warnings, err := CheckUnsupportedJSON(b); len(warnings) != 0 || err != nil {
+		t.Fatalf("a canonicalized plain job: warnings %q, %v; want none", warnings, err)
 	}
 }
 
