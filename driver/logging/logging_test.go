@@ -272,3 +272,24 @@ func BenchmarkRotatorWrite(b *testing.B) {
 		}
 	}
 }
+
+func TestRotatorSkipsFullNextFile(t *testing.T) {
+	base := filepath.Join(t.TempDir(), "web.stdout")
+	r, err := NewRotator(base, 5, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	// A file larger than max_file_size already sits at the next index.
+	if err := os.WriteFile(fileName(base, 1), []byte("0123456789"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := r.Write([]byte("abcdefghXY")); err != nil || n != 10 {
+		t.Fatalf("Write = %d, %v", n, err)
+	}
+	for idx, want := range map[int]string{0: "abcdefgh", 1: "0123456789", 2: "XY"} {
+		if got := readFile(t, fileName(base, idx)); got != want {
+			t.Errorf("file %d = %q, want %q", idx, got, want)
+		}
+	}
+}

@@ -86,6 +86,9 @@ func (r *Rotator) Write(p []byte) (int, error) {
 			if err := r.rotate(); err != nil {
 				return written, err
 			}
+			// The next file may already be full (left by an earlier
+			// configuration, or planted by the task): look again.
+			continue
 		}
 		chunk := p
 		if room := r.maxSize - r.size; int64(len(chunk)) > room {
