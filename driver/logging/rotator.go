@@ -116,32 +116,45 @@ func (r *Rotator) Close() error {
 	return r.f.Close()
 }
 
-// open opens (appending) the file for r.idx. Caller holds mu or owns r.
+// open opens (appending) the file for r.idx. Caller owns r.
 func (r *Rotator) open() error {
-	name := fileName(r.base, r.idx)
+	f, size, err := r.openIndex(r.idx)
+	if err != nil {
+		return err
+	}
+	r.f, r.size = f, size
+	return nil
+}
+
+// openIndex opens (appending) the file for idx and returns it with its size.
+func (r *Rotator) openIndex(idx int) (*os.File, int64, error) {
+	name := fileName(r.base, idx)
 	f, err := os.OpenFile(name, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return fmt.Errorf("failed to open log %s: %w", name, err)
+		return nil, 0, fmt.Errorf("failed to open log %s: %w", name, err)
 	}
 	st, err := f.Stat()
 	if err != nil {
 		f.Close()
-		return fmt.Errorf("failed to stat log %s: %w", name, err)
+		return nil, 0, fmt.Errorf("failed to stat log %s: %w", name, err)
 	}
-	r.f, r.size = f, st.Size()
-	return nil
+	return f, st.Size(), nil
 }
 
-// rotate moves on to the next index and removes files beyond maxFiles.
+// rotate moves on to the next index and removes files beyond maxFiles. The
+// next file is opened before the current one is closed: if it cannot be
+// opened the rotator stays on the current file and the next Write retries.
 func (r *Rotator) rotate() error {
-	if err := r.f.Close(); err != nil {
-		return fmt.Errorf("failed to close log %s: %w", r.f.Name(), err)
-	}
-	r.idx++
-	if err := r.open(); err != nil {
+	f, size, err := r.openIndex(r.idx + 1)
+	if err != nil {
 		return err
 	}
+	old := r.f
+	r.f, r.idx, r.size = f, r.idx+1, size
 	r.purge()
+	if err := old.Close(); err != nil {
+		return fmt.Errorf("failed to close log %s: %w", old.Name(), err)
+	}
 	return nil
 }
 
