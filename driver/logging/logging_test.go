@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func readFile(t *testing.T, path string) string {
@@ -323,5 +325,139 @@ func TestRotatorRecoversFromFailedRotation(t *testing.T) {
 	}
 	if got := readFile(t, next); got != "efgh" {
 		t.Fatalf("file 1 = %q, want %q", got, "efgh")
+	}
+}
+
+// plant puts something other than a regular file at path, as a task that
+// can write alloc/logs may, and returns the host file a symlink points at.
+func plant(t *testing.T, kind, path string) (host string) {
+	t.Helper()
+	host = filepath.Join(t.TempDir(), "host-file")
+	if err := os.WriteFile(host, []byte("host\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	switch kind {
+	case "symlink":
+		err = os.Symlink(host, path)
+	case "dangling symlink":
+		err = os.Symlink(filepath.Join(filepath.Dir(host), "new-host-file"), path)
+	case "dir symlink":
+		err = os.Symlink(filepath.Dir(host), path)
+	case "fifo":
+		err = unix.Mkfifo(path, 0o644)
+	case "dir":
+		err = os.Mkdir(path, 0o755)
+	default:
+		t.Fatalf("unknown kind %q", kind)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return host
+}
+
+var plantedKinds = []string{"symlink", "dangling symlink", "dir symlink", "fifo", "dir"}
+
+// within runs f and fails the test if it has not returned within 5s (an open
+// blocked on a planted FIFO).
+func within(t *testing.T, what string, f func() error) error {
+	t.Helper()
+	errc := make(chan error, 1)
+	go func() { errc <- f() }()
+	select {
+	case err := <-errc:
+		return err
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s blocked", what)
+		return nil
+	}
+}
+
+// checkHostUntouched fails the test if a planted link led a write outside
+// the log directory.
+func checkHostUntouched(t *testing.T, host string) {
+	t.Helper()
+	if got := readFile(t, host); got != "host\n" {
+		t.Errorf("host file = %q: written through a planted link", got)
+	}
+	if _, err := os.Lstat(filepath.Join(filepath.Dir(host), "new-host-file")); err == nil {
+		t.Errorf("a planted dangling link created a host file")
+	}
+}
+
+func TestRotatorReplacesPlantedNextFile(t *testing.T) {
+	for _, kind := range plantedKinds {
+		t.Run(kind, func(t *testing.T) {
+			base := filepath.Join(t.TempDir(), "web.stdout")
+			r, err := NewRotator(base, 3, 8)
+			if err != nil {
+				t.Fatal(err)
+			}
+			host := plant(t, kind, fileName(base, 1))
+			err = within(t, "Write", func() error {
+				_, err := r.Write([]byte("12345678INJECTED"))
+				return err
+			})
+			if err != nil {
+				t.Fatalf("Write: %v", err)
+			}
+			r.Close()
+			checkHostUntouched(t, host)
+			st, err := os.Lstat(fileName(base, 1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !st.Mode().IsRegular() {
+				t.Fatalf("file 1 has mode %v, want a regular file", st.Mode())
+			}
+			if got := readFile(t, fileName(base, 1)); got != "INJECTED" {
+				t.Errorf("file 1 = %q, want %q", got, "INJECTED")
+			}
+		})
+	}
+}
+
+func TestRotatorIgnoresPlantedHighestFile(t *testing.T) {
+	for _, kind := range plantedKinds {
+		t.Run(kind, func(t *testing.T) {
+			dir := t.TempDir()
+			base := filepath.Join(dir, "web.stdout")
+			if err := os.WriteFile(fileName(base, 0), []byte("old\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			host := plant(t, kind, fileName(base, 7))
+			var r *Rotator
+			err := within(t, "NewRotator", func() (err error) {
+				r, err = NewRotator(base, 3, 64)
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := r.Write([]byte("new\n")); err != nil {
+				t.Fatalf("Write: %v", err)
+			}
+			r.Close()
+			checkHostUntouched(t, host)
+			if got := readFile(t, fileName(base, 0)); got != "old\nnew\n" {
+				t.Errorf("file 0 = %q, want the resumed %q", got, "old\nnew\n")
+			}
+		})
+	}
+}
+
+func TestRotatorRefusesLinkedDirectory(t *testing.T) {
+	dir := t.TempDir()
+	host := t.TempDir()
+	if err := os.Symlink(host, filepath.Join(dir, "logs")); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := NewRotator(filepath.Join(dir, "logs", "web.stdout"), 3, 8); err == nil {
+		r.Close()
+		t.Fatal("NewRotator through a linked log directory succeeded")
+	}
+	if entries, _ := os.ReadDir(host); len(entries) != 0 {
+		t.Fatalf("files created through the link: %v", entries)
 	}
 }

@@ -19,6 +19,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"golang.org/x/sys/unix"
 )
 
 // ErrClosed is returned by writes to a closed Rotator.
@@ -29,6 +31,8 @@ var ErrClosed = errors.New("log file closed")
 // so that at most maxFiles remain.
 type Rotator struct {
 	base     string
+	dir      *os.File // the log directory, opened without following a symlink
+	name     string   // base's last element
 	maxFiles int
 	maxSize  int64
 
@@ -41,7 +45,10 @@ type Rotator struct {
 
 // NewRotator opens a rotating writer on base (e.g. "<dir>/web.stdout"). It
 // continues the highest-numbered existing file, so a restarted writer appends
-// rather than overwriting. The directory is created if needed.
+// rather than overwriting. The directory is created if needed; a symlink in
+// its place is refused. Anything but a regular file at a log file's name (a
+// symlink, FIFO or directory the task planted) is removed and replaced by a
+// fresh file.
 func NewRotator(base string, maxFiles int, maxSize int64) (*Rotator, error) {
 	if maxFiles < 1 {
 		return nil, fmt.Errorf("failed to open log %s: max files must be at least 1, got %d", base, maxFiles)
@@ -52,20 +59,27 @@ func NewRotator(base string, maxFiles int, maxSize int64) (*Rotator, error) {
 	if err := os.MkdirAll(filepath.Dir(base), 0o755); err != nil {
 		return nil, fmt.Errorf("failed to create log directory: %w", err)
 	}
-	r := &Rotator{base: base, maxFiles: maxFiles, maxSize: maxSize}
-	idxs, err := listIndexes(base)
+	dir, err := openDir(filepath.Dir(base))
 	if err != nil {
+		return nil, fmt.Errorf("failed to open log directory: %w", err)
+	}
+	r := &Rotator{base: base, dir: dir, name: filepath.Base(base), maxFiles: maxFiles, maxSize: maxSize}
+	idxs, err := listIndexesAt(dir, r.name+".")
+	if err != nil {
+		dir.Close()
 		return nil, err
 	}
 	if len(idxs) > 0 {
 		r.idx = idxs[len(idxs)-1]
 	}
 	if err := r.open(); err != nil {
+		dir.Close()
 		return nil, err
 	}
 	if r.size >= r.maxSize {
 		if err := r.rotate(); err != nil {
 			r.f.Close()
+			dir.Close()
 			return nil, err
 		}
 	}
@@ -113,7 +127,11 @@ func (r *Rotator) Close() error {
 		return nil
 	}
 	r.closed = true
-	return r.f.Close()
+	err := r.f.Close()
+	if derr := r.dir.Close(); err == nil {
+		err = derr
+	}
+	return err
 }
 
 // open opens (appending) the file for r.idx. Caller owns r.
@@ -128,15 +146,22 @@ func (r *Rotator) open() error {
 
 // openIndex opens (appending) the file for idx and returns it with its size.
 func (r *Rotator) openIndex(idx int) (*os.File, int64, error) {
-	name := fileName(r.base, idx)
-	f, err := os.OpenFile(name, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	name := fileName(r.name, idx)
+	f, err := openRegular(r.dir, name, unix.O_WRONLY|unix.O_APPEND|unix.O_CREAT)
+	if errors.Is(err, ErrNotRegular) {
+		// Planted by the task: replace it with a fresh file.
+		if err := removeAt(r.dir, name); err != nil {
+			return nil, 0, fmt.Errorf("failed to replace log %s: %w", name, err)
+		}
+		f, err = openRegular(r.dir, name, unix.O_WRONLY|unix.O_APPEND|unix.O_CREAT|unix.O_EXCL)
+	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("failed to open log %s: %w", name, err)
+		return nil, 0, err
 	}
 	st, err := f.Stat()
 	if err != nil {
 		f.Close()
-		return nil, 0, fmt.Errorf("failed to stat log %s: %w", name, err)
+		return nil, 0, fmt.Errorf("failed to stat log %s: %w", f.Name(), err)
 	}
 	return f, st.Size(), nil
 }
@@ -161,13 +186,13 @@ func (r *Rotator) rotate() error {
 // purge removes every file older than the newest maxFiles. Removal errors
 // are ignored: a file that cannot be removed is retried on the next rotation.
 func (r *Rotator) purge() {
-	idxs, err := listIndexes(r.base)
+	idxs, err := listIndexesAt(r.dir, r.name+".")
 	if err != nil {
 		return
 	}
 	for _, i := range idxs {
 		if i <= r.idx-r.maxFiles {
-			_ = os.Remove(fileName(r.base, i))
+			_ = removeAt(r.dir, fileName(r.name, i))
 		}
 	}
 }
