@@ -24,7 +24,12 @@ func readFile(t *testing.T, path string) string {
 
 func existing(t *testing.T, base string) []int {
 	t.Helper()
-	idxs, err := listIndexes(base)
+	dir, err := openDir(filepath.Dir(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dir.Close()
+	idxs, err := listIndexesAt(dir, filepath.Base(base)+".")
 	if err != nil {
 		t.Fatal(err)
 	}

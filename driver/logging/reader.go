@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Reader origins.
@@ -25,15 +27,20 @@ var ErrNoLogs = errors.New("no log files")
 // pollInterval is how often a following reader looks for new data.
 const pollInterval = 100 * time.Millisecond
 
-// reader streams "<dir>/<task>.<stream>.<n>" files in index order.
+// reader streams "<dir>/<task>.<stream>.<n>" files in index order. The
+// directory is writable by the task: files are opened relative to it
+// without following symlinks or blocking, and only regular files are read
+// (anything else at a log file's name is skipped as if absent).
 type reader struct {
 	ctx    context.Context
-	base   string
+	logDir string
+	name   string // "<task>.<stream>"
 	follow bool
 	done   chan struct{}
 	once   sync.Once
 
-	mu  sync.Mutex // guards f and idx
+	mu  sync.Mutex // guards dir, f and idx
+	dir *os.File   // nil until the directory exists
 	f   *os.File
 	idx int
 }
@@ -55,12 +62,14 @@ func NewReaderContext(ctx context.Context, logDir, task, stream, origin string, 
 	}
 	r := &reader{
 		ctx:    ctx,
-		base:   filepath.Join(logDir, task+"."+stream),
+		logDir: logDir,
+		name:   task + "." + stream,
 		follow: follow,
 		done:   make(chan struct{}),
 		idx:    -1,
 	}
 	if err := r.position(origin, offset); err != nil {
+		r.Close()
 		return nil, err
 	}
 	return r, nil
@@ -82,24 +91,26 @@ func validateReaderArgs(task, stream, origin string, offset int64) error {
 
 // position opens the file holding the requested offset and seeks to it.
 func (r *reader) position(origin string, offset int64) error {
-	idxs, err := listIndexes(r.base)
+	idxs, err := r.indexes()
 	if err != nil {
 		return err
 	}
 	if len(idxs) == 0 {
 		if !r.follow {
-			return fmt.Errorf("failed to open logs %s: %w", r.base, ErrNoLogs)
+			return fmt.Errorf("failed to open logs %s: %w", filepath.Join(r.logDir, r.name), ErrNoLogs)
 		}
 		return nil // Read waits for the first file.
 	}
 	sizes := make([]int64, len(idxs))
 	for i, idx := range idxs {
-		if st, err := os.Stat(fileName(r.base, idx)); err == nil {
-			sizes[i] = st.Size()
+		var st unix.Stat_t
+		err := unix.Fstatat(int(r.dir.Fd()), fileName(r.name, idx), &st, unix.AT_SYMLINK_NOFOLLOW)
+		if err == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
+			sizes[i] = st.Size
 		}
 	}
 	pos, at := locate(sizes, origin, offset)
-	f, err := os.Open(fileName(r.base, idxs[pos]))
+	f, err := openRegular(r.dir, fileName(r.name, idxs[pos]), unix.O_RDONLY)
 	if err != nil {
 		return fmt.Errorf("failed to open log: %w", err)
 	}
@@ -164,6 +175,9 @@ func (r *reader) Read(p []byte) (int, error) {
 func (r *reader) readOnce(p []byte) (n int, moved bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.stopped() {
+		return 0, false, nil // Read returns io.EOF
+	}
 	if r.f != nil {
 		n, err = r.f.Read(p)
 		if n > 0 {
@@ -185,10 +199,11 @@ func (r *reader) readOnce(p []byte) (n int, moved bool, err error) {
 		}
 		r.f.Close()
 	}
-	f, err := os.Open(fileName(r.base, next))
+	f, err := openRegular(r.dir, fileName(r.name, next), unix.O_RDONLY)
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			r.f, r.idx = nil, next // rotated away already; look further
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, ErrNotRegular) {
+			// Rotated away already, or not a log file: look further.
+			r.f, r.idx = nil, next
 			return 0, true, nil
 		}
 		return 0, false, fmt.Errorf("failed to open log: %w", err)
@@ -199,7 +214,7 @@ func (r *reader) readOnce(p []byte) (n int, moved bool, err error) {
 
 // nextIndex returns the lowest existing index above the current one.
 func (r *reader) nextIndex() (int, bool, error) {
-	idxs, err := listIndexes(r.base)
+	idxs, err := r.indexes()
 	if err != nil {
 		return 0, false, err
 	}
@@ -209,6 +224,22 @@ func (r *reader) nextIndex() (int, bool, error) {
 		}
 	}
 	return 0, false, nil
+}
+
+// indexes lists the indexes of the existing log files, opening the directory
+// (refusing a symlink in its place) once it exists. Caller holds mu or owns r.
+func (r *reader) indexes() ([]int, error) {
+	if r.dir == nil {
+		dir, err := openDir(r.logDir)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("failed to open log directory: %w", err)
+		}
+		r.dir = dir
+	}
+	return listIndexesAt(r.dir, r.name+".")
 }
 
 func (r *reader) stopped() bool {
@@ -225,6 +256,10 @@ func (r *reader) Close() error {
 	r.once.Do(func() { close(r.done) })
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.dir != nil {
+		r.dir.Close()
+		r.dir = nil
+	}
 	if r.f == nil {
 		return nil
 	}

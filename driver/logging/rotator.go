@@ -15,9 +15,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
-	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -199,31 +197,4 @@ func (r *Rotator) purge() {
 
 func fileName(base string, idx int) string {
 	return base + "." + strconv.Itoa(idx)
-}
-
-// listIndexes returns the indexes of the existing "<base>.<n>" files, sorted
-// ascending.
-func listIndexes(base string) ([]int, error) {
-	entries, err := os.ReadDir(filepath.Dir(base))
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("failed to list log directory: %w", err)
-	}
-	prefix := filepath.Base(base) + "."
-	var idxs []int
-	for _, e := range entries {
-		name := e.Name()
-		if !strings.HasPrefix(name, prefix) || e.IsDir() {
-			continue
-		}
-		n, err := strconv.Atoi(name[len(prefix):])
-		if err != nil || n < 0 {
-			continue
-		}
-		idxs = append(idxs, n)
-	}
-	sort.Ints(idxs)
-	return idxs, nil
 }
