@@ -114,6 +114,11 @@ func (d *Driver) containerSpec(cfg *driver.TaskConfig, tc *taskConfig, caps []st
 	if tc.Privileged {
 		hc.CapDrop, hc.CapAdd = nil, nil
 	}
+	if !d.cfg.VolumesEnabled {
+		if err := checkSourcesBeneath(cfg.TaskDir, tc); err != nil {
+			return nil, nil, err
+		}
+	}
 	for _, v := range tc.Volumes {
 		b, err := volumeBind(cfg.TaskDir, v)
 		if err != nil {

@@ -212,3 +212,50 @@ func TestVolumes(t *testing.T) {
 		t.Errorf("relative volume without volumes enabled: %+v", res)
 	}
 }
+
+// Without volumes { enabled } a relative source must stay in the task
+// directory: a symlink the task planted there on an earlier run (it can
+// write local/) must not bind a host path.
+func TestVolumesRefuseLinkInTaskDir(t *testing.T) {
+	host := t.TempDir()
+	if err := os.WriteFile(filepath.Join(host, "f"), []byte("host-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := newDriver(t, docker.Config{})
+	for _, tc := range []struct {
+		name string
+		link string // below the task dir, pointing at host
+		edit func(map[string]any)
+	}{
+		{"volume", "local/data", func(m map[string]any) { m["volumes"] = []any{"local/data:/data"} }},
+		{"volume below a link", "local/data", func(m map[string]any) { m["volumes"] = []any{"local/data/f:/f"} }},
+		{"dangling link", "local/data", func(m map[string]any) { m["volumes"] = []any{"local/data/new:/new"} }},
+		{"bind mount", "local/data", func(m map[string]any) {
+			m["mount"] = []any{map[string]any{"type": "bind", "source": "local/data", "target": "/data"}}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := taskConfig(t, "planted", "cat", "/data/f", "/f")
+			target := host
+			if tc.name == "dangling link" {
+				target = filepath.Join(host, "missing")
+			}
+			if err := os.Symlink(target, filepath.Join(cfg.TaskDir, tc.link)); err != nil {
+				t.Fatal(err)
+			}
+			tc.edit(cfg.Config)
+			_, err := d.StartTask(cfg)
+			if err == nil {
+				t.Cleanup(func() { _ = d.DestroyTask(cfg.ID, true) })
+				drivertest.Wait(t, d, cfg.ID)
+				t.Fatalf("StartTask succeeded, stdout %q", drivertest.Log(t, cfg, "stdout"))
+			}
+			if !errors.Is(err, docker.ErrNotAllowed) || !strings.Contains(err.Error(), "symlink") {
+				t.Errorf("StartTask = %v, want %v naming the symlink", err, docker.ErrNotAllowed)
+			}
+			if _, err := os.Lstat(filepath.Join(host, "missing")); err == nil {
+				t.Errorf("a host path was created through the link")
+			}
+		})
+	}
+}
