@@ -66,6 +66,15 @@ type ExecRequest struct {
 	Stdin   io.Reader
 	Stdout  io.Writer
 	Stderr  io.Writer
+	// Resize delivers the client's terminal sizes (tty_size frames), the
+	// latest first when the backend falls behind; it is closed when the
+	// client's input ends.
+	Resize <-chan TerminalSize
+}
+
+// TerminalSize is an exec client's terminal size in characters.
+type TerminalSize struct {
+	Height, Width int
 }
 
 // Backend is what the HTTP API needs from the agent. Methods return copies

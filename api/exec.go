@@ -171,13 +171,14 @@ func (s *Server) runExecSession(parent context.Context, conn *websocket.Conn, re
 	fw := &wsFrameWriter{conn: conn}
 	stdinR, stdinW := io.Pipe()
 	readDone := make(chan struct{})
+	resize := make(chan TerminalSize, 1)
 	go func() {
 		defer close(readDone)
-		execReadLoop(conn, stdinW)
+		execReadLoop(conn, stdinW, resize)
 		cancel() // the client went away (or closed the socket)
 	}()
 
-	req.Stdin = stdinR
+	req.Stdin, req.Resize = stdinR, resize
 	req.Stdout = streamWriter{f: fw}
 	req.Stderr = streamWriter{f: fw, stderr: true}
 	code, err := s.b.ExecTask(ctx, req)
@@ -197,16 +198,20 @@ func (s *Server) runExecSession(parent context.Context, conn *websocket.Conn, re
 	<-readDone
 }
 
-// execReadLoop feeds stdin frames into w until the socket fails or closes.
-// Terminal resizes are accepted and ignored (ExecRequest has no resize
-// channel); empty frames are heartbeats.
-func execReadLoop(conn *websocket.Conn, w *io.PipeWriter) {
+// execReadLoop feeds stdin frames into w and terminal sizes into resize
+// (never blocking on it: an unread size gives way to a newer one) until
+// the socket fails or closes; empty frames are heartbeats.
+func execReadLoop(conn *websocket.Conn, w *io.PipeWriter, resize chan TerminalSize) {
 	defer w.Close()
+	defer close(resize)
 	for {
 		var in execInput
 		if err := conn.ReadJSON(&in); err != nil {
 			_ = w.CloseWithError(io.ErrUnexpectedEOF)
 			return
+		}
+		if sz := in.TTYSize; sz != nil {
+			offerLatest(resize, TerminalSize{Height: sz.Height, Width: sz.Width})
 		}
 		if in.Stdin == nil {
 			continue
@@ -220,6 +225,22 @@ func execReadLoop(conn *websocket.Conn, w *io.PipeWriter) {
 		}
 		if in.Stdin.Close {
 			_ = w.Close()
+		}
+	}
+}
+
+// offerLatest puts sz into ch (the only sender), dropping an unread older
+// value rather than blocking.
+func offerLatest(ch chan TerminalSize, sz TerminalSize) {
+	for {
+		select {
+		case ch <- sz:
+			return
+		default:
+		}
+		select {
+		case <-ch:
+		default:
 		}
 	}
 }

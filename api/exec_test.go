@@ -3,6 +3,8 @@ package api_test
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -49,5 +51,55 @@ func TestExecErrors(t *testing.T) {
 				t.Fatalf("Exec error = %v, want it to contain %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// resizeBackend echoes the terminal sizes an exec session receives.
+type resizeBackend struct {
+	*apitest.Backend
+}
+
+func (b resizeBackend) ExecTask(ctx context.Context, req api.ExecRequest) (int, error) {
+	if !req.TTY || req.Resize == nil {
+		return 1, nil
+	}
+	for i := 0; i < 2; i++ {
+		select {
+		case sz := <-req.Resize:
+			fmt.Fprintf(req.Stdout, "%dx%d\n", sz.Height, sz.Width)
+		case <-ctx.Done():
+			return 2, nil
+		}
+	}
+	return 0, nil
+}
+
+// TestExecTerminalSize: the official client's tty_size frames reach the
+// backend as terminal sizes, in order.
+func TestExecTerminalSize(t *testing.T) {
+	fb := resizeBackend{apitest.NewBackend()}
+	srv := newTestServer(t, fb)
+	if _, err := fb.RegisterJob(context.Background(), testJob("web"), api.RegisterOptions{}); err != nil {
+		t.Fatalf("register: %v", err)
+	}
+	client, err := nomadapi.NewClient(&nomadapi.Config{Address: srv.URL})
+	if err != nil {
+		t.Fatalf("client: %v", err)
+	}
+	alloc, _, err := client.Allocations().Info(fb.Allocations()[0].ID, nil)
+	if err != nil {
+		t.Fatalf("info: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sizes := make(chan nomadapi.TerminalSize, 2)
+	sizes <- nomadapi.TerminalSize{Height: 33, Width: 111}
+	sizes <- nomadapi.TerminalSize{Height: 40, Width: 120}
+	stdinR, stdinW := io.Pipe()
+	defer stdinW.Close()
+	var out bytes.Buffer
+	code, err := client.Allocations().Exec(ctx, alloc, "app", true, []string{"sh"}, stdinR, &out, &out, sizes, nil)
+	if err != nil || code != 0 || out.String() != "33x111\n40x120\n" {
+		t.Fatalf("Exec = %d, %v, output %q", code, err, out.String())
 	}
 }

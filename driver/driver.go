@@ -122,13 +122,23 @@ type Sweeper interface {
 }
 
 // ExecOptions describes a streamed exec session. Stdin may be nil (no
-// input); Stdout and Stderr may be nil (output discarded). Of the
-// built-in drivers only docker honours TTY.
+// input); Stdout and Stderr may be nil (output discarded). TTY runs the
+// command on a terminal (docker, exec, raw_exec); its output then all
+// goes to Stdout. Resize (may be nil) delivers the terminal's size with
+// TTY: the sizes already queued when the command starts size the
+// terminal before it runs, later ones resize it; drivers that do not
+// resize ignore it.
 type ExecOptions struct {
 	Command        []string
 	Stdin          io.Reader
 	Stdout, Stderr io.Writer
 	TTY            bool
+	Resize         <-chan TerminalSize
+}
+
+// TerminalSize is an exec session terminal's size in characters.
+type TerminalSize struct {
+	Height, Width int
 }
 
 // Resources limits a task (cgroups where the driver supports them).

@@ -226,7 +226,7 @@ func TestIsolatedSignals(t *testing.T) {
 }
 
 // TestIsolatedExec: alloc exec lands in the task's root, PID namespace,
-// user and privileges.
+// user and privileges, and can run on a terminal.
 func TestIsolatedExec(t *testing.T) {
 	requireCgroups(t)
 	d := newDriver(t)
@@ -234,6 +234,7 @@ func TestIsolatedExec(t *testing.T) {
 	dt.Start(t, d, cfg)
 	dt.WaitLog(t, cfg, "ready")
 	checkExecView(t, d, cfg.ID)
+	dt.CheckTTYExec(t, d, cfg.ID)
 }
 
 // checkExecView runs an exec session in task id and checks what it sees.

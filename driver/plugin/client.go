@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -170,15 +171,17 @@ func (c *Client) ExecTaskStreaming(ctx context.Context, taskID string, opts *dri
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	start := &execStart{TaskID: taskID, Command: opts.Command, TTY: opts.TTY, HasStdin: opts.Stdin != nil}
+	start := &execStart{TaskID: taskID, Command: opts.Command, TTY: opts.TTY, HasStdin: opts.Stdin != nil, HasResize: opts.Resize != nil}
 	stream, err := c.openStream(ctx, "ExecTaskStreaming", true, &execStreamIn{Start: start})
 	if err != nil {
 		return -1, err
 	}
-	if opts.Stdin != nil {
-		go sendStdin(stream, opts.Stdin)
-	} else if err := stream.CloseSend(); err != nil {
-		return -1, fromStatus(err)
+	if opts.Stdin == nil && opts.Resize == nil {
+		if err := stream.CloseSend(); err != nil {
+			return -1, fromStatus(err)
+		}
+	} else {
+		startSenders(ctx, stream, opts)
 	}
 	for {
 		var m execStreamOut
@@ -200,19 +203,72 @@ func (c *Client) ExecTaskStreaming(ctx context.Context, taskID string, opts *dri
 	}
 }
 
-// sendStdin streams r to the plugin, then closes the sending side.
-func sendStdin(stream grpc.ClientStream, r io.Reader) {
+// execSender serializes an exec stream's sends (SendMsg is not safe for
+// concurrent use) and closes the sending side once every sender is done.
+type execSender struct {
+	mu     sync.Mutex
+	stream grpc.ClientStream
+	active sync.WaitGroup
+}
+
+func (s *execSender) send(m *execStreamIn) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stream.SendMsg(m)
+}
+
+// startSenders streams opts.Stdin and opts.Resize to the plugin, until
+// they end or ctx does, then closes the sending side.
+func startSenders(ctx context.Context, stream grpc.ClientStream, opts *driver.ExecOptions) {
+	s := &execSender{stream: stream}
+	if opts.Stdin != nil {
+		s.active.Add(1)
+		go func() {
+			defer s.active.Done()
+			sendStdin(s, opts.Stdin)
+		}()
+	}
+	if opts.Resize != nil {
+		s.active.Add(1)
+		go func() {
+			defer s.active.Done()
+			sendResizes(ctx, s, opts.Resize)
+		}()
+	}
+	go func() {
+		s.active.Wait()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		_ = stream.CloseSend()
+	}()
+}
+
+// sendResizes streams terminal sizes until ch closes or ctx ends.
+func sendResizes(ctx context.Context, s *execSender, ch <-chan driver.TerminalSize) {
+	for {
+		select {
+		case sz, ok := <-ch:
+			if !ok || s.send(&execStreamIn{Resize: &sz}) != nil {
+				return
+			}
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// sendStdin streams r to the plugin, then StdinClose.
+func sendStdin(s *execSender, r io.Reader) {
 	buf := make([]byte, 32*1024)
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {
-			if stream.SendMsg(&execStreamIn{Stdin: append([]byte(nil), buf[:n]...)}) != nil {
+			if s.send(&execStreamIn{Stdin: append([]byte(nil), buf[:n]...)}) != nil {
 				return
 			}
 		}
 		if err != nil {
-			_ = stream.SendMsg(&execStreamIn{StdinClose: true})
-			_ = stream.CloseSend()
+			_ = s.send(&execStreamIn{StdinClose: true})
 			return
 		}
 	}

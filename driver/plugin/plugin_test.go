@@ -133,6 +133,7 @@ func TestPluginEndToEnd(t *testing.T) {
 	if err != nil || code != 0 || out.String() != "streamed\n" {
 		t.Fatalf("ExecTaskStreaming: %d, %v, %q", code, err, out.String())
 	}
+	dt.CheckTTYExec(t, se, cfg.ID)
 
 	// Release the task and wait for its real exit code.
 	if err := os.WriteFile(filepath.Join(cfg.TaskDir, "go"), []byte("x\n"), 0o644); err != nil {

@@ -148,33 +148,54 @@ func execStreamHandler(srv any, stream grpc.ServerStream) error {
 		Stdout:  writerFunc(func(p []byte) error { return send(&execStreamOut{Stdout: p}) }),
 		Stderr:  writerFunc(func(p []byte) error { return send(&execStreamOut{Stderr: p}) }),
 	}
+	var pw *io.PipeWriter
 	if first.Start.HasStdin {
-		pr, pw := io.Pipe()
+		var pr *io.PipeReader
+		pr, pw = io.Pipe()
 		defer pr.Close()
 		opts.Stdin = pr
-		go pumpStdin(stream, pw)
+	}
+	var resize chan driver.TerminalSize
+	if first.Start.HasResize {
+		resize = make(chan driver.TerminalSize, 1)
+		opts.Resize = resize
+	}
+	if pw != nil || resize != nil {
+		go pumpInput(stream, pw, resize)
 	}
 	code, err := se.ExecTaskStreaming(stream.Context(), first.Start.TaskID, opts)
 	return send(&execStreamOut{Exited: true, ExitCode: code, Err: toWireError(err)})
 }
 
-// pumpStdin feeds the client's stdin messages into w until StdinClose,
-// the end of the client's stream, or an error.
-func pumpStdin(stream grpc.ServerStream, w *io.PipeWriter) {
+// pumpInput feeds the client's stdin messages into w (if set) until
+// StdinClose, and its terminal sizes into resize (if set; an unread size
+// gives way to a newer one), until the end of the client's stream or an
+// error.
+func pumpInput(stream grpc.ServerStream, w *io.PipeWriter, resize chan driver.TerminalSize) {
+	if w != nil {
+		defer w.Close()
+	}
+	if resize != nil {
+		defer close(resize)
+	}
 	for {
 		var m execStreamIn
 		if err := stream.RecvMsg(&m); err != nil {
-			w.Close()
 			return
 		}
-		if len(m.Stdin) > 0 {
-			if _, err := w.Write(m.Stdin); err != nil {
-				return
+		if len(m.Stdin) > 0 && w != nil {
+			// A failed write means nobody reads stdin any more.
+			_, _ = w.Write(m.Stdin)
+		}
+		if m.StdinClose && w != nil {
+			w.Close()
+		}
+		if m.Resize != nil && resize != nil {
+			select {
+			case <-resize:
+			default:
 			}
-		}
-		if m.StdinClose {
-			w.Close()
-			return
+			resize <- *m.Resize
 		}
 	}
 }

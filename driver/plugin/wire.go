@@ -120,17 +120,20 @@ type (
 		PID         int         `json:"pid"`
 	}
 	// execStreamIn is a client→server message of ExecTaskStreaming: the
-	// first carries Start; then Stdin chunks; then StdinClose.
+	// first carries Start; then Stdin chunks, then StdinClose, and
+	// terminal sizes (Resize) in between or after.
 	execStreamIn struct {
-		Start      *execStart `json:"start,omitempty"`
-		Stdin      []byte     `json:"stdin,omitempty"`
-		StdinClose bool       `json:"stdin_close,omitempty"`
+		Start      *execStart           `json:"start,omitempty"`
+		Stdin      []byte               `json:"stdin,omitempty"`
+		StdinClose bool                 `json:"stdin_close,omitempty"`
+		Resize     *driver.TerminalSize `json:"resize,omitempty"`
 	}
 	execStart struct {
-		TaskID   string   `json:"task_id"`
-		Command  []string `json:"command"`
-		TTY      bool     `json:"tty"`
-		HasStdin bool     `json:"has_stdin"`
+		TaskID    string   `json:"task_id"`
+		Command   []string `json:"command"`
+		TTY       bool     `json:"tty"`
+		HasStdin  bool     `json:"has_stdin"`
+		HasResize bool     `json:"has_resize,omitempty"`
 	}
 	// execStreamOut is a server→client message: output chunks, and last
 	// one with Exited set.

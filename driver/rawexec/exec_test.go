@@ -80,9 +80,14 @@ func TestExecTaskStreaming(t *testing.T) {
 	if err != nil || code != 0 || out.String() != "line one\nline two\n" || errOut.String() != "done\n" {
 		t.Fatalf("code %d err %v stdout %q stderr %q", code, err, out.String(), errOut.String())
 	}
-	if _, err := d.ExecTaskStreaming(context.Background(), cfg.ID, &driver.ExecOptions{Command: []string{"true"}, TTY: true}); !errors.Is(err, driver.ErrNotSupported) {
-		t.Fatalf("TTY: %v, want ErrNotSupported", err)
-	}
+}
+
+// TestExecTaskTTY: with TTY the command runs on a terminal sized and
+// resized as asked (alloc exec's default from a terminal).
+func TestExecTaskTTY(t *testing.T) {
+	d := newDriver(t, "")
+	cfg := startSleeper(t, d)
+	dt.CheckTTYExec(t, d, cfg.ID)
 }
 
 // TestExecTaskStreamingCancel: cancelling ctx kills a command that would

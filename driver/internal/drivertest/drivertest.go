@@ -121,3 +121,53 @@ func WaitLog(t testing.TB, cfg *driver.TaskConfig, want string) {
 		return strings.Contains(string(b), want)
 	})
 }
+
+// CheckTTYExec runs a shell on a terminal in task id: its stdio must be
+// a terminal of the size queued before it started, then of the size sent
+// while it runs, and its input and exit code must come through.
+func CheckTTYExec(t testing.TB, d driver.StreamingExecer, id string) {
+	t.Helper()
+	resize := make(chan driver.TerminalSize, 1)
+	resize <- driver.TerminalSize{Height: 33, Width: 111}
+	stdinR, stdinW := io.Pipe()
+	defer stdinW.Close()
+	var out testutil.SyncBuffer
+	type result struct {
+		code int
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		code, err := d.ExecTaskStreaming(context.Background(), id, &driver.ExecOptions{
+			Command: []string{"sh", "-c", `test -t 0 && test -t 1 && test -t 2 && echo on-a-tty; stty size; while read l; do [ "$l" = q ] && exit 3; stty size; done`},
+			Stdin:   stdinR, Stdout: &out, TTY: true, Resize: resize,
+		})
+		done <- result{code, err}
+	}()
+	ended := func() {
+		select {
+		case r := <-done:
+			t.Fatalf("tty exec ended early: code %d, err %v, output %q", r.code, r.err, out.String())
+		default:
+		}
+	}
+	testutil.WaitFor(t, Timeout, "a tty of the queued size", func() bool {
+		ended()
+		return strings.Contains(out.String(), "on-a-tty\r\n33 111\r\n")
+	})
+	resize <- driver.TerminalSize{Height: 40, Width: 120}
+	testutil.WaitFor(t, Timeout, "the terminal resized", func() bool {
+		ended()
+		_, _ = stdinW.Write([]byte("\n"))
+		return strings.Contains(out.String(), "40 120")
+	})
+	_, _ = stdinW.Write([]byte("q\n"))
+	select {
+	case r := <-done:
+		if r.err != nil || r.code != 3 {
+			t.Fatalf("tty exec: code %d, err %v, output %q", r.code, r.err, out.String())
+		}
+	case <-time.After(Timeout):
+		t.Fatalf("tty exec did not end; output %q", out.String())
+	}
+}

@@ -46,7 +46,9 @@ func (d *Driver) ExecTask(taskID string, cmd []string, timeout time.Duration) (*
 // directory (not in its cgroups); for an isolated task also in its PID,
 // IPC and UTS namespaces, chrooted into its root, with its privileges. Stdout and Stderr are written from
 // separate goroutines. A caller-supplied Stdin that never returns from Read
-// keeps one goroutine alive until it does.
+// keeps one goroutine alive until it does. With TTY the command gets a
+// pseudo-terminal as its stdio and controlling terminal, sized from
+// opts.Resize; its output (stdout and stderr) all goes to Stdout.
 func (d *Driver) ExecTaskStreaming(ctx context.Context, taskID string, opts *driver.ExecOptions) (int, error) {
 	code, _, err := d.execStreaming(ctx, taskID, opts)
 	return code, err
@@ -61,9 +63,6 @@ func (d *Driver) execStreaming(ctx context.Context, taskID string, opts *driver.
 	if opts == nil || len(opts.Command) == 0 {
 		return -1, false, fmt.Errorf("failed to exec in task %s: no command given", taskID)
 	}
-	if opts.TTY {
-		return -1, false, fmt.Errorf("failed to exec in task %s: tty: %w", taskID, driver.ErrNotSupported)
-	}
 	if !h.running() {
 		return -1, false, fmt.Errorf("failed to exec in task %s: task is not running", taskID)
 	}
@@ -77,7 +76,11 @@ func (d *Driver) execStreaming(ctx context.Context, taskID string, opts *driver.
 	if err != nil {
 		return -1, false, fmt.Errorf("failed to exec in task %s: %w", taskID, err)
 	}
-	s, err := newSession(cmd, opts)
+	newS := newSession
+	if opts.TTY {
+		newS = newTTYSession
+	}
+	s, err := newS(cmd, opts)
 	if err != nil {
 		return -1, false, fmt.Errorf("failed to exec in task %s: %w", taskID, err)
 	}
@@ -109,19 +112,21 @@ func execCommand(cfg *driver.TaskConfig, argv []string) (*exec.Cmd, error) {
 	}, nil
 }
 
-// session wires an exec'd command's stdio through os pipes, so that
-// cmd.Start (inside the namespace) starts no goroutine.
+// session wires an exec'd command's stdio through os pipes (or a pty), so
+// that cmd.Start (inside the namespace) starts no goroutine.
 type session struct {
 	cmd    *exec.Cmd
 	opts   *driver.ExecOptions
 	child  []*os.File // the command's ends, closed once it started
 	stdinW *os.File
 	outR   []*os.File
+	tty    *os.File // the pty's master (also in outR) when opts.TTY
 	copies sync.WaitGroup
+	ended  chan struct{} // closed once the command exited
 }
 
 func newSession(cmd *exec.Cmd, opts *driver.ExecOptions) (*session, error) {
-	s := &session{cmd: cmd, opts: opts}
+	s := &session{cmd: cmd, opts: opts, ended: make(chan struct{})}
 	pipe := func() (*os.File, *os.File, error) {
 		r, w, err := os.Pipe()
 		if err != nil {
@@ -170,6 +175,9 @@ func (s *session) started() {
 			_, _ = io.Copy(dst, r)
 		}()
 	}
+	if s.tty != nil {
+		s.relayTTY(s.ended)
+	}
 	if s.stdinW != nil {
 		go func() {
 			_, _ = io.Copy(s.stdinW, s.opts.Stdin)
@@ -190,6 +198,7 @@ func (s *session) wait(ctx context.Context, taskID string) (int, error) {
 		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
 		waitErr = <-waited
 	}
+	close(s.ended)
 	drained := make(chan struct{})
 	go func() { s.copies.Wait(); close(drained) }()
 	select {
