@@ -10,7 +10,9 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -245,4 +247,36 @@ func TestBadNetNS(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "failed to enter network namespace") {
 		t.Fatalf("StartTask: %v", err)
 	}
+}
+
+// An exec session runs in the task's cgroups, and what it leaves running
+// ends with the task even when the task shares the host's PID namespace
+// (as Nomad's, charged to the task and killed with it).
+func TestExecInTaskCgroup(t *testing.T) {
+	h := requireCgroups(t)
+	d := newDriver(t)
+	cfg, _ := startWith(t, d, "", map[string]any{"pid_mode": "host"}, "sleep 60")
+	st, err := d.InspectTask(cfg.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := d.ExecTask(cfg.ID, []string{"sh", "-c", "sleep 300 </dev/null >/dev/null 2>&1 & echo $!"}, dt.Timeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(res.Stdout)))
+	if err != nil {
+		t.Fatalf("exec stdout %q", res.Stdout)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	for _, c := range []string{"cpu", "memory"} {
+		if got, want := ownCgroup(t, h, pid, c), ownCgroup(t, h, st.PID, c); got != want {
+			t.Errorf("exec'd process in %s cgroup %s, the task in %s", c, got, want)
+		}
+	}
+	if err := d.StopTask(cfg.ID, 10*time.Second, "SIGTERM"); err != nil {
+		t.Fatal(err)
+	}
+	dt.Wait(t, d, cfg.ID)
+	testutil.WaitFor(t, dt.Timeout, "the exec'd process to end with the task", func() bool { return !testutil.Running(pid) })
 }

@@ -1,11 +1,15 @@
 package rawexec
 
 import (
+	"context"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/meshlet/meshlet/driver"
 	dt "github.com/meshlet/meshlet/driver/internal/drivertest"
 	"github.com/meshlet/meshlet/internal/testutil"
 )
@@ -49,4 +53,61 @@ func TestBackgroundChildrenEndWithTask(t *testing.T) {
 	}
 	dt.Wait(t, d, cfg.ID)
 	waitGone(t, pid, "after the task was stopped with SIGTERM")
+}
+
+// What an exec session leaves running in the background, and a session
+// still running, end with the task, whether it is stopped or exits by
+// itself (Nomad's end with the task's cgroup).
+func TestExecChildrenEndWithTask(t *testing.T) {
+	d := newDriver(t, "")
+	cfg := startSleeper(t, d)
+	pid := execBackground(t, d, cfg.ID)
+	var out testutil.SyncBuffer
+	running := make(chan int, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() {
+		code, _ := d.ExecTaskStreaming(ctx, cfg.ID, &driver.ExecOptions{
+			Command: []string{"sh", "-c", "echo started; exec sleep 300"}, Stdout: &out,
+		})
+		running <- code
+	}()
+	testutil.WaitFor(t, dt.Timeout, "the session to run", func() bool { return out.String() == "started\n" })
+	if err := d.StopTask(cfg.ID, 10*time.Second, "SIGTERM"); err != nil {
+		t.Fatal(err)
+	}
+	dt.Wait(t, d, cfg.ID)
+	waitGone(t, pid, "after the task was stopped")
+	select {
+	case code := <-running:
+		if code != 137 {
+			t.Errorf("running session: exit code %d, want 137", code)
+		}
+	case <-time.After(dt.Timeout):
+		t.Fatal("a running session outlived its stopped task")
+	}
+
+	release := filepath.Join(t.TempDir(), "release")
+	cfg = dt.TaskConfig(t, "exits", "/bin/sh", "-c", "while [ ! -e "+release+" ]; do sleep 0.05; done")
+	dt.Start(t, d, cfg)
+	pid = execBackground(t, d, cfg.ID)
+	touch(t, release)
+	dt.Wait(t, d, cfg.ID)
+	waitGone(t, pid, "after the task exited")
+}
+
+// execBackground starts a background sleep from an exec session in task
+// id and returns its PID.
+func execBackground(t *testing.T, d *Driver, id string) int {
+	t.Helper()
+	res, err := d.ExecTask(id, []string{"sh", "-c", "sleep 300 </dev/null >/dev/null 2>&1 & echo $!"}, dt.Timeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(res.Stdout)))
+	if err != nil {
+		t.Fatalf("exec stdout %q", res.Stdout)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	return pid
 }

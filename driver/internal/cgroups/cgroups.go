@@ -13,11 +13,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Mode is the cgroup flavour in use.
@@ -262,6 +265,70 @@ func (g *Group) Enter() (restore func() error, err error) {
 		}
 	}
 	return restore, nil
+}
+
+// PrepareStart readies cmd to start inside the group, never running
+// outside it: on v2 it is forked straight into it (CLONE_INTO_CGROUP); v1
+// cannot, so cmd stops at its exec (ptrace) for Started, called on the
+// OS thread that started it, to move it in before it runs. release
+// closes what it opened; call it once cmd started or failed to.
+func (g *Group) PrepareStart(cmd *exec.Cmd) (release func(), err error) {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	if g.Mode != ModeV2 {
+		cmd.SysProcAttr.Ptrace = true
+		return func() {}, nil
+	}
+	fd, err := unix.Open(g.CPU, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("failed to open cgroup %s: %w", g.CPU, err)
+	}
+	cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
+	return func() { unix.Close(fd) }, nil
+}
+
+// si_code values of a stopped child (<asm-generic/siginfo.h>).
+const cldTrapped, cldStopped = 4, 5
+
+// Started completes PrepareStart once cmd (pid) started: on v1 it waits
+// for the process to stop at its exec, moves it into the group and lets
+// it run (detaching, so it must run on the OS thread that started it). A
+// process that died meanwhile is left for its Wait. On error the process
+// is killed, and still has to be reaped.
+func (g *Group) Started(pid int) error {
+	if g.Mode == ModeV2 {
+		return nil
+	}
+	var info unix.Siginfo
+	for {
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WSTOPPED|unix.WEXITED|unix.WNOWAIT, nil)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, unix.EINTR) {
+			_ = unix.Kill(pid, unix.SIGKILL)
+			return fmt.Errorf("failed to wait for process %d to start: %w", pid, err)
+		}
+	}
+	if info.Code != cldTrapped && info.Code != cldStopped {
+		return nil // it died: its exit is its Wait's
+	}
+	_ = unix.Waitid(unix.P_PID, pid, &info, unix.WSTOPPED, nil) // consume the stop
+	var errs []error
+	for _, dir := range g.dirs() {
+		errs = append(errs, writeFile(filepath.Join(dir, "cgroup.procs"), strconv.Itoa(pid)))
+	}
+	if err := errors.Join(errs...); err != nil {
+		_ = unix.Kill(pid, unix.SIGKILL)
+		_ = unix.PtraceDetach(pid)
+		return err
+	}
+	if err := unix.PtraceDetach(pid); err != nil {
+		_ = unix.Kill(pid, unix.SIGKILL)
+		return fmt.Errorf("failed to resume process %d: %w", pid, err)
+	}
+	return nil
 }
 
 // currentDirs returns the directories of the calling process's own cpu and

@@ -32,6 +32,9 @@ type Target struct {
 	// its cap_add capabilities, ambient for a non-root command.
 	Caps  []string
 	Added []string
+	// Started, if set, runs right after the command started, on the OS
+	// thread that started it; its error is StartInTask's.
+	Started func(pid int) error
 }
 
 // entered are the namespaces a command joins, by /proc/<pid>/ns name. The
@@ -77,12 +80,31 @@ func StartInNetNS(cmd *exec.Cmd, nsPath string) error {
 	if nsPath == "" {
 		return cmd.Start()
 	}
+	return StartInNetNSThen(cmd, nsPath, nil)
+}
+
+// StartInNetNSThen is StartInNetNS that runs started (if set) right after
+// cmd started, on the OS thread that started it.
+func StartInNetNSThen(cmd *exec.Cmd, nsPath string, started func(pid int) error) error {
 	return onDiscardedThread(func() error {
-		if err := setnsPath(nsPath, unix.CLONE_NEWNET); err != nil {
-			return fmt.Errorf("failed to enter network namespace %s: %w", nsPath, err)
+		if nsPath != "" {
+			if err := setnsPath(nsPath, unix.CLONE_NEWNET); err != nil {
+				return fmt.Errorf("failed to enter network namespace %s: %w", nsPath, err)
+			}
 		}
-		return cmd.Start()
+		return startThen(cmd, started)
 	})
+}
+
+// startThen starts cmd, then runs started (if set) on the same thread.
+func startThen(cmd *exec.Cmd, started func(pid int) error) error {
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	if started == nil {
+		return nil
+	}
+	return started(cmd.Process.Pid)
 }
 
 // onDiscardedThread runs fn on a goroutine locked to its OS thread and
@@ -154,7 +176,7 @@ func enterAndStart(cmd *exec.Cmd, t Target, keep CapSet) error {
 	// task's root, pinned by the descriptor it inherits until it execs.
 	cmd.SysProcAttr.Chroot = "/proc/self/fd/" + strconv.Itoa(rootFD)
 	unix.CloseOnExec(rootFD)
-	return cmd.Start()
+	return startThen(cmd, t.Started)
 }
 
 // LookPathIn resolves command as the task sees it, in the task's root

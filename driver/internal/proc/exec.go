@@ -42,9 +42,10 @@ func (d *Driver) ExecTask(taskID string, cmd []string, timeout time.Duration) (*
 }
 
 // ExecTaskStreaming implements driver.StreamingExecer: the command runs in
-// the task's network namespace, with the task's env, user and working
-// directory (not in its cgroups); for an isolated task also in its PID,
-// IPC and UTS namespaces, chrooted into its root, with its privileges. Stdout and Stderr are written from
+// the task's network namespace and cgroup, with the task's env, user and
+// working directory; for an isolated task also in its PID, IPC and UTS
+// namespaces, chrooted into its root, with its privileges. What it leaves
+// running is killed when the task ends. Stdout and Stderr are written from
 // separate goroutines. A caller-supplied Stdin that never returns from Read
 // keeps one goroutine alive until it does. With TTY the command gets a
 // pseudo-terminal as its stdio and controlling terminal, sized from
@@ -88,8 +89,10 @@ func (d *Driver) execStreaming(ctx context.Context, taskID string, opts *driver.
 		s.closeAll()
 		return -1, false, fmt.Errorf("failed to exec in task %s: %w", taskID, err)
 	}
+	h.execs.add(cmd.Process.Pid)
 	s.started()
 	code, err = s.wait(ctx, taskID)
+	h.execs.done(cmd.Process.Pid)
 	return code, true, err
 }
 

@@ -66,6 +66,8 @@ type taskHandle struct {
 	once   sync.Once     // guards close(exited)
 	stopMu sync.Once     // guards close(stop)
 
+	execs execGroups // exec sessions' process groups, killed at the exit
+
 	mu          sync.RWMutex
 	completedAt time.Time
 	exit        *driver.ExitResult
@@ -75,9 +77,11 @@ func newHandle(cfg *driver.TaskConfig, st *driverState) *taskHandle {
 	return &taskHandle{cfg: cfg, st: st, exited: make(chan struct{}), stop: make(chan struct{})}
 }
 
-// setExited records the exit once and wakes the waiters.
+// setExited records the exit once, kills what is left of the task's exec
+// sessions, and wakes the waiters.
 func (h *taskHandle) setExited(res *driver.ExitResult, at time.Time) {
 	h.once.Do(func() {
+		h.execs.killAll()
 		h.mu.Lock()
 		h.exit, h.completedAt = res, at
 		h.mu.Unlock()

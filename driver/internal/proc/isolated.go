@@ -122,10 +122,30 @@ func isolatedExecCommand(h *taskHandle, argv []string) (*exec.Cmd, error) {
 	}, nil
 }
 
-// startExec starts an exec session's command in the task's context.
+// startExec starts an exec session's command in the task's context and
+// cgroup (if it has one), whose processes the executor kills when the task
+// ends.
 func (d *Driver) startExec(h *taskHandle, cmd *exec.Cmd) error {
+	var started func(pid int) error
+	if g := h.st.Cgroup; g != nil {
+		release, err := g.PrepareStart(cmd)
+		if err != nil {
+			return err
+		}
+		defer release()
+		started = func(pid int) error {
+			if err := g.Started(pid); err != nil {
+				_ = cmd.Wait()
+				return fmt.Errorf("failed to put the command in the task's cgroup: %w", err)
+			}
+			return nil
+		}
+	}
 	if !h.st.Isolated {
-		return launch.StartInNetNS(cmd, h.cfg.NetNSPath)
+		if started == nil {
+			return launch.StartInNetNS(cmd, h.cfg.NetNSPath)
+		}
+		return isolate.StartInNetNSThen(cmd, h.cfg.NetNSPath, started)
 	}
 	caps := h.st.Caps
 	if caps == nil { // recorded before tasks had their own set
@@ -135,6 +155,6 @@ func (d *Driver) startExec(h *taskHandle, cmd *exec.Cmd) error {
 	}
 	return isolate.StartInTask(cmd, isolate.Target{
 		PID: h.st.TaskPID, StartTime: h.st.TaskStartTime, NetNSPath: h.cfg.NetNSPath,
-		Caps: caps, Added: h.st.AddedCaps,
+		Caps: caps, Added: h.st.AddedCaps, Started: started,
 	})
 }
