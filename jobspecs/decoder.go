@@ -144,6 +144,10 @@ func (d *decoder) unsupportedBlock(b *hclsyntax.Block) {
 	if sch := unrunSchemas[b.Type]; sch != nil {
 		d.checkUnrun(b.Body, sch)
 	}
+	if why, refused := refusedBlocks[b.Type]; refused {
+		d.add(SeverityError, b.TypeRange, b.Type+" is not supported by meshlet", "Refused: "+why+".")
+		return
+	}
 	d.add(SeverityWarning, b.TypeRange, unsupportedMsg(b.Type), "")
 }
 

@@ -63,6 +63,7 @@ func TestUnrunBlocksAreSchemaChecked(t *testing.T) {
 `
 	_, diags := Parse("j.hcl", []byte(src), nil)
 	want := []string{
+		`j.hcl:2:3: error: periodic is not supported by meshlet; Refused: a periodic job would run at once instead of on its schedule.`,
 		`j.hcl:3:5: error: Unsupported argument; An argument named "crn" is not expected here. Did you mean "cron"?`,
 		`j.hcl:8:7: error: Unsupported argument; An argument named "sizee" is not expected here. Did you mean "size"?`,
 		`j.hcl:13:9: error: Unsupported argument; An argument named "fs_typ" is not expected here. Did you mean "fs_type"?`,
@@ -134,5 +135,30 @@ func TestGatewayAndTransparentProxySchemas(t *testing.T) {
 		if !strings.Contains(diags.Error(), want) {
 			t.Errorf("diagnostics lack %q:\n%s", want, diags.Error())
 		}
+	}
+}
+
+// A parameterized job is refused in HCL as in JSON: meshlet would run it
+// at once instead of waiting to be dispatched.
+func TestParameterizedJobRefused(t *testing.T) {
+	src := `job "j" {
+  type = "batch"
+  parameterized {
+    payload = "required"
+  }
+  group "g" {
+    task "t" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/true"
+      }
+    }
+  }
+}
+`
+	_, diags := Parse("j.hcl", []byte(src), nil)
+	errs := diags.Errs()
+	if len(errs) != 1 || errs[0].String() != `j.hcl:3:3: error: parameterized is not supported by meshlet; Refused: a parameterized job would run at once instead of waiting to be dispatched.` {
+		t.Fatalf("errors = %v, want the parameterized block refused at its position", errs)
 	}
 }

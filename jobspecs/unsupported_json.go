@@ -39,9 +39,10 @@ var (
 	}
 )
 
-// refusedJSON are the unsupported job blocks a job may not have at all:
-// ignoring them would run the job at once, the opposite of what it asks.
-var refusedJSON = map[string]string{
+// refusedBlocks are the unsupported job blocks a job may not have at all,
+// in HCL or JSON: ignoring them would run the job at once, the opposite of
+// what it asks.
+var refusedBlocks = map[string]string{
 	"periodic":      "a periodic job would run at once instead of on its schedule",
 	"parameterized": "a parameterized job would run at once instead of waiting to be dispatched",
 }
@@ -66,7 +67,7 @@ func CheckUnsupportedJSON(job json.RawMessage) (warnings []string, err error) {
 		if !setField(j, unsupportedJobFields[name]) {
 			continue
 		}
-		if why, ok := refusedJSON[name]; ok {
+		if why, ok := refusedBlocks[name]; ok {
 			refused = append(refused, name+": "+why)
 			continue
 		}

@@ -103,7 +103,7 @@ func TestUnsupportedJSONFields(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"periodic", "parameterized"} {
-		if _, ok := refusedJSON[name]; !ok || len(unsupportedJobFields[name]) == 0 {
+		if _, ok := refusedBlocks[name]; !ok || len(unsupportedJobFields[name]) == 0 {
 			t.Errorf("%s is not refused", name)
 		}
 	}
