@@ -85,6 +85,11 @@ func removeAt(dir *os.File, name string) error {
 
 // listIndexesAt returns the indexes of the regular files "<prefix><n>" in
 // dir, sorted ascending. Anything else at such a name is ignored.
+// maxLogIndex bounds the index of a log file taken for one: a rotation a
+// millisecond for a century stays below it, and continuing from a planted
+// larger one would overflow.
+const maxLogIndex = 1 << 42
+
 func listIndexesAt(dir *os.File, prefix string) ([]int, error) {
 	// A fresh descriptor, so each listing starts at the directory's start.
 	fd, err := unix.Openat(int(dir.Fd()), ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
@@ -104,8 +109,8 @@ func listIndexesAt(dir *os.File, prefix string) ([]int, error) {
 			continue
 		}
 		n, err := strconv.Atoi(name[len(prefix):])
-		if err != nil || n < 0 || name != prefix+strconv.Itoa(n) {
-			continue
+		if err != nil || n < 0 || n > maxLogIndex || name != prefix+strconv.Itoa(n) {
+			continue // not a log file, or an index no rotation reaches (planted)
 		}
 		idxs = append(idxs, n)
 	}

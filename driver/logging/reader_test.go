@@ -82,3 +82,27 @@ func TestReaderRefusesLinkedDirectory(t *testing.T) {
 		t.Fatalf("NewReader through a linked log directory succeeded, read %q", b)
 	}
 }
+
+// A regular file planted at an index no rotation reaches is not continued
+// (the next index would overflow and the task's own files be purged).
+func TestRotatorIgnoresHugePlantedIndex(t *testing.T) {
+	dir := t.TempDir()
+	base := filepath.Join(dir, "web.stdout")
+	if err := os.WriteFile(fileName(base, 0), []byte("old\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(base+".9223372036854775807", []byte("planted\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewRotator(base, 3, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Write([]byte("new\n")); err != nil {
+		t.Fatalf("Write: %v", err)
+	}
+	r.Close()
+	if got := readFile(t, fileName(base, 0)); got != "old\nnew\n" {
+		t.Errorf("file 0 = %q, want the resumed %q", got, "old\nnew\n")
+	}
+}
