@@ -34,38 +34,46 @@ func openDir(path string) (*os.File, error) {
 
 // openRegular opens name in dir with flags (O_RDONLY, or O_WRONLY|O_APPEND
 // with or without O_CREAT) and returns it only if it is a regular file. A
-// symlink, FIFO, socket, device or directory at name yields ErrNotRegular; a
-// FIFO never blocks the open.
+// symlink, FIFO, socket, device or directory at name yields ErrNotRegular,
+// and is never opened for real: name is first opened as a path only
+// (O_PATH, which runs no driver's open and never blocks), checked, and
+// that very inode reopened; a missing file is created with O_EXCL, so it
+// is the new regular file or nothing.
 func openRegular(dir *os.File, name string, flags int) (*os.File, error) {
 	path := dir.Name() + "/" + name
+	for try := 0; ; try++ {
+		pfd, err := unix.Openat(int(dir.Fd()), name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if errors.Is(err, unix.ENOENT) && flags&unix.O_CREAT != 0 {
+			fd, cerr := unix.Openat(int(dir.Fd()), name, flags|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_NOCTTY|unix.O_CLOEXEC, 0o644)
+			if errors.Is(cerr, unix.EEXIST) && try < 3 {
+				continue // planted meanwhile: look again
+			}
+			if cerr != nil {
+				return nil, &os.PathError{Op: "create", Path: path, Err: cerr}
+			}
+			return os.NewFile(uintptr(fd), path), nil
+		}
+		if err != nil {
+			return nil, &os.PathError{Op: "open", Path: path, Err: err}
+		}
+		return reopenRegular(pfd, path, flags&^unix.O_CREAT)
+	}
+}
+
+// reopenRegular opens, with flags, the inode that the O_PATH descriptor
+// pfd (closed here) refers to, if it is a regular file.
+func reopenRegular(pfd int, path string, flags int) (*os.File, error) {
+	defer unix.Close(pfd)
 	var st unix.Stat_t
-	err := unix.Fstatat(int(dir.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW)
-	switch {
-	case err == nil && st.Mode&unix.S_IFMT != unix.S_IFREG:
-		return nil, fmt.Errorf("failed to open log %s: %w", path, ErrNotRegular)
-	case err != nil && !errors.Is(err, unix.ENOENT):
-		return nil, fmt.Errorf("failed to open log %s: %w", path, err)
-	}
-	fd, err := unix.Openat(int(dir.Fd()), name, flags|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0o644)
-	switch {
-	case errors.Is(err, unix.ELOOP), errors.Is(err, unix.ENXIO), errors.Is(err, unix.EISDIR):
-		// A symlink, a FIFO without a reader or a socket, a directory: all
-		// planted after the Fstatat above.
-		return nil, fmt.Errorf("failed to open log %s: %w", path, ErrNotRegular)
-	case err != nil:
-		return nil, &os.PathError{Op: "open", Path: path, Err: err}
-	}
-	if err := unix.Fstat(fd, &st); err != nil {
-		unix.Close(fd)
+	if err := unix.Fstat(pfd, &st); err != nil {
 		return nil, fmt.Errorf("failed to stat log %s: %w", path, err)
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		unix.Close(fd)
 		return nil, fmt.Errorf("failed to open log %s: %w", path, ErrNotRegular)
 	}
-	if err := unix.SetNonblock(fd, false); err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("failed to open log %s: %w", path, err)
+	fd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(pfd), flags|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
 	return os.NewFile(uintptr(fd), path), nil
 }
