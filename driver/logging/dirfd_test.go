@@ -47,10 +47,13 @@ func TestOpenRegularNeverOpensASwappedInFile(t *testing.T) {
 	}
 	defer dir.Close()
 	var stop atomic.Bool
-	defer stop.Store(true)
+	swapped := make(chan struct{})
+	defer func() { stop.Store(true); <-swapped }() // before dir.Close
+	dfd := int(dir.Fd())
 	go func() {
+		defer close(swapped)
 		for !stop.Load() {
-			_ = unix.Renameat2(int(dir.Fd()), "web.stdout.0", int(dir.Fd()), "swap", unix.RENAME_EXCHANGE)
+			_ = unix.Renameat2(dfd, "web.stdout.0", dfd, "swap", unix.RENAME_EXCHANGE)
 		}
 	}()
 	deadline := time.Now().Add(2 * time.Second)
