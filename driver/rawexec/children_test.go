@@ -111,3 +111,37 @@ func execBackground(t *testing.T, d *Driver, id string) int {
 	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
 	return pid
 }
+
+// A background job started from an `alloc exec -t` shell with job control
+// (its own process group, in the terminal's session) ends with the task.
+func TestExecTTYJobsEndWithTask(t *testing.T) {
+	d := newDriver(t, "")
+	cfg := startSleeper(t, d)
+	var out testutil.SyncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() {
+		_, _ = d.ExecTaskStreaming(ctx, cfg.ID, &driver.ExecOptions{
+			Command: []string{"sh", "-c", "set -m; sleep 300 </dev/null >/dev/null 2>&1 & echo bg=$!; sleep 0.3"},
+			Stdout:  &out, TTY: true,
+		})
+	}()
+	var pid int
+	testutil.WaitFor(t, dt.Timeout, "the background job's pid", func() bool {
+		_, rest, ok := strings.Cut(out.String(), "bg=")
+		if ok {
+			pid, _ = strconv.Atoi(strings.TrimSpace(strings.SplitN(rest, "\n", 2)[0]))
+		}
+		return pid > 0
+	})
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	if pg, _ := syscall.Getpgid(pid); pg != pid {
+		t.Fatalf("the background job %d is in group %d, want its own (job control)", pid, pg)
+	}
+	time.Sleep(500 * time.Millisecond) // the session's command ends first
+	if err := d.StopTask(cfg.ID, 10*time.Second, "SIGTERM"); err != nil {
+		t.Fatal(err)
+	}
+	dt.Wait(t, d, cfg.ID)
+	waitGone(t, pid, "after the task was stopped, the tty session's background job")
+}

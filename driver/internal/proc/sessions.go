@@ -1,69 +1,106 @@
 package proc
 
 import (
-	"errors"
 	"sync"
 	"syscall"
 
 	"github.com/meshlet/meshlet/driver/internal/procfs"
 )
 
-// execGroups are the process groups of a task's exec sessions, killed when
+// execGroups are a task's exec sessions, whose processes are killed when
 // the task ends, as Nomad's are with the task's cgroup: a task without one
 // (raw_exec) would otherwise leave what a session started in the
-// background running after it. A group is kept after its session's
-// command exited for as long as it has members; its ID (the command's
-// PID) cannot be reused meanwhile, as Linux keeps a PID that is still a
-// process group's ID.
+// background running after it. A session's processes are those in its
+// process group and, for a terminal session (its own session leader),
+// those in its session, job-control groups included.
+//
+// A group or session ID stays a session's only while one of its
+// processes is alive: Linux keeps a PID in use as a group or session ID
+// from being reused. So a session is killed only while its command, or
+// one of the processes recorded when the command was reaped, is alive and
+// still in it; otherwise the ID may be another's by now.
 type execGroups struct {
 	mu     sync.Mutex
 	ended  bool
-	groups map[int]uint64 // group ID (the session's PID) -> its start time
+	groups map[int]*execSession // by the session command's PID
 }
 
-// add records a started session's group. If the task already ended, the
-// group is killed at once.
+type execSession struct {
+	start   uint64         // the command's start time
+	members map[int]uint64 // pid -> start time, recorded when the command was reaped
+}
+
+// add records a started session. If the task already ended, it is
+// killed at once.
 func (g *execGroups) add(pid int) {
 	start, _ := procfs.StartTime(pid) // before the command is reaped
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	s := &execSession{start: start}
 	if g.ended {
-		killGroup(pid, start)
+		killSession(pid, s)
 		return
 	}
 	if g.groups == nil {
-		g.groups = map[int]uint64{}
+		g.groups = map[int]*execSession{}
 	}
-	g.groups[pid] = start
+	g.groups[pid] = s
 }
 
-// done forgets a session, once its command was reaped, unless its group
-// still has members.
+// done records, once a session's command was reaped, the processes left
+// in its group or session, or forgets the session when there are none.
 func (g *execGroups) done(pid int) {
+	members := map[int]uint64{}
+	for _, st := range procfs.All() {
+		if inSession(st, pid) {
+			members[st.PID] = st.StartTime
+		}
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if err := syscall.Kill(-pid, 0); errors.Is(err, syscall.ESRCH) {
+	s := g.groups[pid]
+	switch {
+	case s == nil:
+	case len(members) == 0:
 		delete(g.groups, pid)
+	default:
+		s.members = members
 	}
 }
 
-// killAll marks the task ended and kills every recorded group.
+// killAll marks the task ended and kills every recorded session.
 func (g *execGroups) killAll() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.ended = true
-	for pid, start := range g.groups {
-		killGroup(pid, start)
+	for pid, s := range g.groups {
+		killSession(pid, s)
 	}
 	g.groups = nil
 }
 
-// killGroup kills the process group pid of a session whose command
-// started at start, unless another process now has that PID: then the
-// session's group had emptied and the ID may be another's.
-func killGroup(pid int, start uint64) {
-	if st, err := procfs.ReadStat(pid); err == nil && st.StartTime != start {
+func inSession(st *procfs.Stat, id int) bool {
+	return st.State != 'Z' && (st.PGRP == id || st.Session == id)
+}
+
+// killSession kills the processes of session id while the ID is provably
+// still s's (see execGroups).
+func killSession(id int, s *execSession) {
+	pinned := procfs.Alive(id, s.start)
+	for pid, start := range s.members {
+		if pinned {
+			break
+		}
+		st, err := procfs.ReadStat(pid)
+		pinned = err == nil && st.StartTime == start && inSession(st, id)
+	}
+	if !pinned {
 		return
 	}
-	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	_ = syscall.Kill(-id, syscall.SIGKILL)
+	for _, st := range procfs.All() {
+		if inSession(st, id) {
+			_ = syscall.Kill(st.PID, syscall.SIGKILL)
+		}
+	}
 }

@@ -25,6 +25,7 @@ type Stat struct {
 	State     byte // 'R', 'S', 'Z', ...
 	PPID      int
 	PGRP      int
+	Session   int
 	UTime     uint64 // clock ticks
 	STime     uint64 // clock ticks
 	StartTime uint64 // clock ticks since boot
@@ -69,6 +70,7 @@ func parseStat(pid int, s string) (*Stat, error) {
 	}
 	st.PPID = atoi(4 - 3)
 	st.PGRP = atoi(5 - 3)
+	st.Session = atoi(6 - 3)
 	st.UTime = atou(14 - 3)
 	st.STime = atou(15 - 3)
 	st.StartTime = atou(22 - 3)
@@ -119,6 +121,25 @@ func Tree(pid int) []int {
 	out := []int{pid}
 	for i := 0; i < len(out); i++ {
 		out = append(out, children[out[i]]...)
+	}
+	return out
+}
+
+// All returns the stat of every process that could be read.
+func All() []*Stat {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []*Stat
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if st, err := ReadStat(p); err == nil {
+			out = append(out, st)
+		}
 	}
 	return out
 }

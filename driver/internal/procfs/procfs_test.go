@@ -15,8 +15,8 @@ func TestParseStat(t *testing.T) {
 		want    Stat
 		wantErr bool
 	}{
-		{"plain", "42 (sleep) S 7 42" + tail, Stat{PID: 42, State: 'S', PPID: 7, PGRP: 42, UTime: 9, STime: 10, StartTime: 17, RSSPages: 19}, false},
-		{"parens in name", "42 (a) b (c) R 7 40" + tail, Stat{PID: 42, State: 'R', PPID: 7, PGRP: 40, UTime: 9, STime: 10, StartTime: 17, RSSPages: 19}, false},
+		{"plain", "42 (sleep) S 7 42" + tail, Stat{PID: 42, State: 'S', PPID: 7, PGRP: 42, Session: 1, UTime: 9, STime: 10, StartTime: 17, RSSPages: 19}, false},
+		{"parens in name", "42 (a) b (c) R 7 40" + tail, Stat{PID: 42, State: 'R', PPID: 7, PGRP: 40, Session: 1, UTime: 9, STime: 10, StartTime: 17, RSSPages: 19}, false},
 		{"truncated", "42 (x) S 1 2 3", Stat{}, true},
 		{"no command", "42 x S", Stat{}, true},
 		{"not a number", "42 (x) S y 42" + tail, Stat{}, true},
