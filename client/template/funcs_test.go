@@ -176,7 +176,8 @@ func TestSandbox(t *testing.T) {
 			t.Errorf("%s: got %s %s %v, want %s %s", tc.dest, root, rel, err, tc.root, tc.rel)
 		}
 	}
-	for _, bad := range []string{"../../etc/passwd", "../other/local/x", "", "."} {
+	for _, bad := range []string{"../../etc/passwd", "../other/local/x", "", ".",
+		"/alloc/run/meshlet_grpc.sock", "/alloc/run", "../alloc/run/x", "/d/alloc1/alloc/run/y"} { // alloc/run is the agent's
 		if _, _, err := sandbox(dirs, bad); !errors.Is(err, ErrEscapes) {
 			t.Errorf("%q: err %v, want ErrEscapes", bad, err)
 		}

@@ -11,6 +11,7 @@ import (
 	"text/template"
 	"time"
 
+	"github.com/meshlet/meshlet/client/allocdir"
 	"github.com/meshlet/meshlet/structs"
 )
 
@@ -126,9 +127,15 @@ func sandbox(dirs Dirs, dest string) (root, rel string, err error) {
 		p = taskPath(dirs, dest)
 	}
 	for _, root := range []string{dirs.TaskDir, dirs.SharedDir} {
-		if rel, ok := relInside(root, p); ok && rel != "." {
-			return root, rel, nil
+		rel, ok := relInside(root, p)
+		if !ok || rel == "." {
+			continue
 		}
+		if root == dirs.SharedDir && (rel == allocdir.RunDirName || strings.HasPrefix(rel, allocdir.RunDirName+"/")) {
+			// alloc/run holds meshlet's sockets: the agent's, not the job's.
+			return "", "", ErrEscapes
+		}
+		return root, rel, nil
 	}
 	return "", "", ErrEscapes
 }
