@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -260,15 +259,7 @@ func TestExecInTaskCgroup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := d.ExecTask(cfg.ID, []string{"sh", "-c", "sleep 300 </dev/null >/dev/null 2>&1 & echo $!"}, dt.Timeout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(res.Stdout)))
-	if err != nil {
-		t.Fatalf("exec stdout %q", res.Stdout)
-	}
-	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	pid := dt.ExecBackground(t, d, cfg.ID)
 	for _, c := range []string{"cpu", "memory"} {
 		if got, want := ownCgroup(t, h, pid, c), ownCgroup(t, h, st.PID, c); got != want {
 			t.Errorf("exec'd process in %s cgroup %s, the task in %s", c, got, want)

@@ -61,7 +61,7 @@ func TestBackgroundChildrenEndWithTask(t *testing.T) {
 func TestExecChildrenEndWithTask(t *testing.T) {
 	d := newDriver(t, "")
 	cfg := startSleeper(t, d)
-	pid := execBackground(t, d, cfg.ID)
+	pid := dt.ExecBackground(t, d, cfg.ID)
 	var out testutil.SyncBuffer
 	running := make(chan int, 1)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -90,26 +90,10 @@ func TestExecChildrenEndWithTask(t *testing.T) {
 	release := filepath.Join(t.TempDir(), "release")
 	cfg = dt.TaskConfig(t, "exits", "/bin/sh", "-c", "while [ ! -e "+release+" ]; do sleep 0.05; done")
 	dt.Start(t, d, cfg)
-	pid = execBackground(t, d, cfg.ID)
+	pid = dt.ExecBackground(t, d, cfg.ID)
 	touch(t, release)
 	dt.Wait(t, d, cfg.ID)
 	waitGone(t, pid, "after the task exited")
-}
-
-// execBackground starts a background sleep from an exec session in task
-// id and returns its PID.
-func execBackground(t *testing.T, d *Driver, id string) int {
-	t.Helper()
-	res, err := d.ExecTask(id, []string{"sh", "-c", "sleep 300 </dev/null >/dev/null 2>&1 & echo $!"}, dt.Timeout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(res.Stdout)))
-	if err != nil {
-		t.Fatalf("exec stdout %q", res.Stdout)
-	}
-	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
-	return pid
 }
 
 // A background job started from an `alloc exec -t` shell with job control

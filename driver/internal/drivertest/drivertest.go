@@ -9,8 +9,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -120,6 +122,22 @@ func WaitLog(t testing.TB, cfg *driver.TaskConfig, want string) {
 		b, _ := io.ReadAll(r)
 		return strings.Contains(string(b), want)
 	})
+}
+
+// ExecBackground starts a background sleep from an exec session in task
+// id and returns its PID (killed at the test's end).
+func ExecBackground(t testing.TB, d driver.Driver, id string) int {
+	t.Helper()
+	res, err := d.ExecTask(id, []string{"sh", "-c", "sleep 300 </dev/null >/dev/null 2>&1 & echo $!"}, Timeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(res.Stdout)))
+	if err != nil {
+		t.Fatalf("exec stdout %q", res.Stdout)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	return pid
 }
 
 // CheckTTYExec runs a shell on a terminal in task id: its stdio must be
