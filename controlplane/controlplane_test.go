@@ -21,10 +21,10 @@ import (
 	"github.com/meshlet/meshlet/xds"
 )
 
-// TestComposedControlPlane starts the real control plane on loopback and an
-// allocation socket, and checks that an intention written through the
-// Consul-shaped API decides an ext_authz check made over the socket.
-func TestComposedControlPlane(t *testing.T) {
+// startComposed starts the real control plane on loopback over a fresh
+// catalog, in a temporary data dir.
+func startComposed(t *testing.T) (*ControlPlane, *catalog.Catalog, string) {
+	t.Helper()
 	dir := t.TempDir()
 	cat := catalog.New()
 	cp, err := New(Config{DataDir: dir, DefaultAllow: true, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"}, cat)
@@ -35,10 +35,47 @@ func TestComposedControlPlane(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cp.Stop() })
-	// Allocation a1 runs db's sidecar: its socket decides checks for db.
-	cat.Register(catalog.ServiceInstance{ID: "db-1-sidecar-proxy", Name: "db-sidecar-proxy", Kind: catalog.KindConnectProxy,
-		AllocID: "a1", Address: "127.0.0.1", Port: 21000, Healthy: true,
-		Proxy: &catalog.Proxy{DestinationServiceName: "db", DestinationServiceID: "db-1", LocalServicePort: 8080}})
+	return cp, cat, dir
+}
+
+// registerSidecar registers service's sidecar proxy as allocation alloc's.
+func registerSidecar(cat *catalog.Catalog, alloc, service string) {
+	cat.Register(catalog.ServiceInstance{ID: service + "-1-sidecar-proxy", Name: service + "-sidecar-proxy", Kind: catalog.KindConnectProxy,
+		AllocID: alloc, Address: "127.0.0.1", Port: 21000, Healthy: true,
+		Proxy: &catalog.Proxy{DestinationServiceName: service, DestinationServiceID: service + "-1", LocalServicePort: 8080}})
+}
+
+// dialAllocSocket serves allocation alloc's socket at sock and dials it.
+func dialAllocSocket(t *testing.T, cp *ControlPlane, alloc, sock string) *grpc.ClientConn {
+	t.Helper()
+	if err := cp.ServeAllocSocket(alloc, sock, ""); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// checkOver asks the authorization service over conn whether src may
+// reach dst.
+func checkOver(conn *grpc.ClientConn, cp *ControlPlane, src, dst string) (*authv3.CheckResponse, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return authv3.NewAuthorizationClient(conn).Check(ctx, &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
+		Source:      &authv3.AttributeContext_Peer{Principal: cp.CA.SpiffeID(src)},
+		Destination: &authv3.AttributeContext_Peer{Principal: cp.CA.SpiffeID(dst)},
+	}})
+}
+
+// TestComposedControlPlane starts the real control plane on loopback and an
+// allocation socket, and checks that an intention written through the
+// Consul-shaped API decides an ext_authz check made over the socket.
+func TestComposedControlPlane(t *testing.T) {
+	cp, cat, dir := startComposed(t)
+	registerSidecar(cat, "a1", "db") // a1's socket decides checks for db
 
 	consul, err := consulapi.NewClient(&consulapi.Config{Address: cp.HTTPAddr()})
 	if err != nil {
@@ -47,23 +84,9 @@ func TestComposedControlPlane(t *testing.T) {
 	if _, err := consul.Connect().IntentionUpsert(&consulapi.Intention{SourceName: "web", DestinationName: "db", Action: consulapi.IntentionActionDeny}, nil); err != nil {
 		t.Fatalf("IntentionUpsert: %v", err)
 	}
-
-	sock := filepath.Join(dir, "alloc", "tmp", "meshlet_grpc.sock")
-	if err := cp.ServeAllocSocket("a1", sock, ""); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dialAllocSocket(t, cp, "a1", filepath.Join(dir, "alloc", "tmp", "meshlet_grpc.sock"))
 	check := func(src string) codes.Code {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		resp, err := authv3.NewAuthorizationClient(conn).Check(ctx, &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
-			Source:      &authv3.AttributeContext_Peer{Principal: cp.CA.SpiffeID(src)},
-			Destination: &authv3.AttributeContext_Peer{Principal: cp.CA.SpiffeID("db")},
-		}})
+		resp, err := checkOver(conn, cp, src, "db")
 		if err != nil {
 			t.Fatalf("Check over the allocation socket: %v", err)
 		}
@@ -77,13 +100,7 @@ func TestComposedControlPlane(t *testing.T) {
 	}
 	// A check about a service no proxy of a1 fronts is refused before it is
 	// decided: a task cannot read the mesh's intentions through its socket.
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_, err = authv3.NewAuthorizationClient(conn).Check(ctx, &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
-		Source:      &authv3.AttributeContext_Peer{Principal: cp.CA.SpiffeID("db")},
-		Destination: &authv3.AttributeContext_Peer{Principal: cp.CA.SpiffeID("web")},
-	}})
-	if status.Code(err) != codes.PermissionDenied {
+	if _, err := checkOver(conn, cp, "db", "web"); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("db -> web checked over a1's socket (a1 fronts db only): %v, want PermissionDenied", err)
 	}
 	cp.RemoveAllocSocket("a1")
@@ -94,33 +111,12 @@ func TestComposedControlPlane(t *testing.T) {
 // allocation's proxy and another service's leaf, and that removing the
 // socket ends the streams made through it.
 func TestAllocSocketBindsStreams(t *testing.T) {
-	dir := t.TempDir()
-	cat := catalog.New()
-	cp, err := New(Config{DataDir: dir, DefaultAllow: true, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"}, cat)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cp.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cp.Stop() })
+	cp, cat, dir := startComposed(t)
 	for _, p := range []struct{ alloc, svc string }{{"a1", "web"}, {"a2", "db"}} {
 		cat.Register(catalog.ServiceInstance{ID: p.svc + "-1", Name: p.svc, AllocID: p.alloc, Address: "127.0.0.1", Port: 8080, Healthy: true, Connect: true})
-		cat.Register(catalog.ServiceInstance{
-			ID: p.svc + "-1-sidecar-proxy", Name: p.svc + "-sidecar-proxy", Kind: catalog.KindConnectProxy, AllocID: p.alloc,
-			Address: "127.0.0.1", Port: 21000, Healthy: true,
-			Proxy: &catalog.Proxy{DestinationServiceName: p.svc, DestinationServiceID: p.svc + "-1", LocalServicePort: 8080},
-		})
+		registerSidecar(cat, p.alloc, p.svc)
 	}
-	sock := filepath.Join(dir, "a1", "alloc", "tmp", "meshlet_grpc.sock")
-	if err := cp.ServeAllocSocket("a1", sock, ""); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dialAllocSocket(t, cp, "a1", filepath.Join(dir, "a1", "alloc", "tmp", "meshlet_grpc.sock"))
 
 	cases := []struct {
 		name, node, secret string
@@ -181,37 +177,10 @@ func fetchSecret(t *testing.T, conn *grpc.ClientConn, node, name string) (discov
 // already left the catalog, its xDS stream still open) keeps checking the
 // connections it finishes; once its stream ends, its socket decides no more.
 func TestAllocSocketChecksDuringDrain(t *testing.T) {
-	dir := t.TempDir()
-	cat := catalog.New()
-	cp, err := New(Config{DataDir: dir, DefaultAllow: true, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"}, cat)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cp.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cp.Stop() })
-	cat.Register(catalog.ServiceInstance{ID: "db-1-sidecar-proxy", Name: "db-sidecar-proxy", Kind: catalog.KindConnectProxy,
-		AllocID: "a1", Address: "127.0.0.1", Port: 21000, Healthy: true,
-		Proxy: &catalog.Proxy{DestinationServiceName: "db", DestinationServiceID: "db-1", LocalServicePort: 8080}})
-	sock := filepath.Join(dir, "alloc", "run", "meshlet_grpc.sock")
-	if err := cp.ServeAllocSocket("a1", sock, ""); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	check := func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_, err := authv3.NewAuthorizationClient(conn).Check(ctx, &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
-			Source:      &authv3.AttributeContext_Peer{Principal: cp.CA.SpiffeID("api")},
-			Destination: &authv3.AttributeContext_Peer{Principal: cp.CA.SpiffeID("db")},
-		}})
-		return err
-	}
+	cp, cat, dir := startComposed(t)
+	registerSidecar(cat, "a1", "db")
+	conn := dialAllocSocket(t, cp, "a1", filepath.Join(dir, "alloc", "run", "meshlet_grpc.sock"))
+	check := func() error { _, err := checkOver(conn, cp, "api", "db"); return err }
 	st, err := fetchSecret(t, conn, "db-1-sidecar-proxy", xds.LeafSecretName("db"))
 	if err != nil {
 		t.Fatalf("the sidecar's stream: %v", err)
