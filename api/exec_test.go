@@ -14,12 +14,11 @@ import (
 	"github.com/meshlet/meshlet/api/apitest"
 )
 
-// TestExecErrors: failures before the upgrade are HTTP errors, failures
-// after it close the socket with the reason; both reach the official
-// client's caller as one readable error.
-func TestExecErrors(t *testing.T) {
-	fb := apitest.NewBackend()
-	srv := newTestServer(t, fb)
+// execTarget serves b, registers a job in fb (b's fake) and returns an
+// official client and the job's allocation.
+func execTarget(t *testing.T, b api.Backend, fb *apitest.Backend) (*nomadapi.Client, *nomadapi.Allocation) {
+	t.Helper()
+	srv := newTestServer(t, b)
 	if _, err := fb.RegisterJob(context.Background(), testJob("web"), api.RegisterOptions{}); err != nil {
 		t.Fatalf("register: %v", err)
 	}
@@ -31,6 +30,15 @@ func TestExecErrors(t *testing.T) {
 	if err != nil {
 		t.Fatalf("info: %v", err)
 	}
+	return client, alloc
+}
+
+// TestExecErrors: failures before the upgrade are HTTP errors, failures
+// after it close the socket with the reason; both reach the official
+// client's caller as one readable error.
+func TestExecErrors(t *testing.T) {
+	fb := apitest.NewBackend()
+	client, alloc := execTarget(t, fb, fb)
 	tests := []struct {
 		name string
 		task string
@@ -78,18 +86,7 @@ func (b resizeBackend) ExecTask(ctx context.Context, req api.ExecRequest) (int, 
 // backend as terminal sizes, in order.
 func TestExecTerminalSize(t *testing.T) {
 	fb := resizeBackend{apitest.NewBackend()}
-	srv := newTestServer(t, fb)
-	if _, err := fb.RegisterJob(context.Background(), testJob("web"), api.RegisterOptions{}); err != nil {
-		t.Fatalf("register: %v", err)
-	}
-	client, err := nomadapi.NewClient(&nomadapi.Config{Address: srv.URL})
-	if err != nil {
-		t.Fatalf("client: %v", err)
-	}
-	alloc, _, err := client.Allocations().Info(fb.Allocations()[0].ID, nil)
-	if err != nil {
-		t.Fatalf("info: %v", err)
-	}
+	client, alloc := execTarget(t, fb, fb.Backend)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	sizes := make(chan nomadapi.TerminalSize, 2)
