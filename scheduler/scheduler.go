@@ -171,17 +171,25 @@ func (g *Generic) Process(job *structs.Job, allocs []*structs.Allocation, nodes 
 			mine = append(mine, a)
 		}
 	}
+	pl := newPlacer(g, job, allocs, nodes)
+	// An allocation stopped on a lost node is lost: its node will never
+	// report the stop (Nomad's reconciler marks it so).
+	stop := func(a *structs.Allocation, desc string) *structs.Allocation {
+		if pl.nodeLost(a.NodeID) {
+			return lostCopy(a)
+		}
+		return stopCopy(a, desc)
+	}
 	if job.Stop {
 		for _, a := range mine {
-			plan.Stop = append(plan.Stop, stopCopy(a, DescJobStopped))
+			plan.Stop = append(plan.Stop, stop(a, DescJobStopped))
 		}
 		return plan, nil
 	}
-	pl := newPlacer(g, job, allocs, nodes)
 	byGroup := map[string][]*structs.Allocation{}
 	for _, a := range mine {
 		if job.LookupTaskGroup(a.TaskGroup) == nil {
-			plan.Stop = append(plan.Stop, stopCopy(a, DescGroupRemoved))
+			plan.Stop = append(plan.Stop, stop(a, DescGroupRemoved))
 			pl.release(a)
 			continue
 		}

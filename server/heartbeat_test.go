@@ -361,3 +361,29 @@ func TestHeartbeatDuringDownWriteLeavesNodeReady(t *testing.T) {
 		t.Fatalf("node status %s after a heartbeat accepted during the down write, want ready", st)
 	}
 }
+
+// A job stopped after its node is already down: its allocations there are
+// lost at once (the node will never report the stop), so the job is dead.
+func TestJobStoppedOnDownNodeIsDead(t *testing.T) {
+	ctx := context.Background()
+	s := startServer(t, openStore(t), Config{})
+	if _, err := s.RegisterJob(ctx, testJob("web", "raw_exec", 1)); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := s.JobAllocs(ctx, "web")
+	setClientStatus(t, s, structs.AllocClientStatusRunning, a...)
+	n, _ := s.store.Node("node-1")
+	n.Status = structs.NodeStatusDown // down without its allocations noticed (as before the job's evaluation)
+	if _, err := s.store.UpsertNode(n); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.StopJob(ctx, "web", false); err != nil {
+		t.Fatal(err)
+	}
+	if job, err := s.Job(ctx, "web"); err != nil || job.Status != structs.JobStatusDead {
+		t.Fatalf("job stopped on a down node: %+v, %v; want dead", job, err)
+	}
+	if a, _ := s.JobAllocs(ctx, "web"); len(a) != 1 || a[0].ClientStatus != structs.AllocClientStatusLost {
+		t.Fatalf("allocation = %+v, want lost", a[0])
+	}
+}

@@ -12,7 +12,8 @@ import (
 // stop the node never reported, as Nomad's reconciler does: the
 // scheduler only looks at allocations meant to run, and without this
 // they would stay "running" (and their job too) and never be collected.
-// A purged job's are removed at once.
+// (Allocations stopped after the node is down are lost at once: the
+// scheduler's stop.)
 func (s *Server) loseStopped(nodeID string) error {
 	allocs, err := s.store.AllocsByNode(nodeID)
 	if err != nil {
@@ -20,7 +21,6 @@ func (s *Server) loseStopped(nodeID string) error {
 	}
 	now := s.now().UnixNano()
 	var lost []*structs.Allocation
-	var ids []string
 	for _, a := range allocs {
 		if a.DesiredStatus != structs.AllocDesiredStatusStop || a.TerminalStatus() {
 			continue
@@ -28,16 +28,12 @@ func (s *Server) loseStopped(nodeID string) error {
 		cp := *a
 		cp.ClientStatus, cp.ModifyTime = structs.AllocClientStatusLost, now
 		lost = append(lost, &cp)
-		ids = append(ids, a.ID)
 	}
 	// Stopped allocations stay stopped: what was read is still to mark.
+	// A purged job's go at the next collection (terminal, job gone).
 	err = s.applyInBatches(len(lost), func(lo, hi int) *state.Plan { return &state.Plan{Allocs: lost[lo:hi]} })
 	if err != nil {
 		return fmt.Errorf("failed to store lost allocations: %w", err)
 	}
-	if len(ids) == 0 {
-		return nil
-	}
-	_, err = s.collectPurged(ids)
-	return err
+	return nil
 }
