@@ -30,11 +30,15 @@ func (s *Server) GC() error {
 	if err != nil {
 		return err
 	}
+	var errs []error
 	if err := s.deleteGarbage(p.DeleteAllocs, p.DeleteEvals); err != nil {
-		return fmt.Errorf("failed to collect garbage: %w", err)
+		errs = append(errs, fmt.Errorf("failed to collect garbage: %w", err))
 	}
-	if err := s.collectNodes(); err != nil {
-		return fmt.Errorf("failed to collect nodes: %w", err)
+	if err := s.collectNodes(); err != nil { // not held up by a failed deletion
+		errs = append(errs, fmt.Errorf("failed to collect nodes: %w", err))
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
 	}
 	if len(p.DeleteAllocs)+len(p.DeleteEvals) > 0 {
 		s.logger.Debug("collected garbage", "allocs", len(p.DeleteAllocs), "evals", len(p.DeleteEvals))

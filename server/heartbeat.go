@@ -41,16 +41,19 @@ func (s *Server) Heartbeat(ctx context.Context, nodeID string) (time.Duration, e
 	if err := s.requireLeader(); err != nil {
 		return 0, err
 	}
+	// Armed before the read: a missed deadline's down write either sees
+	// this arming and gives up, or lands before this read (setNodeStatus).
+	ttl := s.heartbeatTTL()
+	s.armHeartbeat(nodeID, ttl+s.cfg.HeartbeatGrace)
 	node, err := s.store.Node(nodeID)
 	if errors.Is(err, state.ErrNotFound) {
+		s.disarmHeartbeat(nodeID)
 		return 0, fmt.Errorf("%w: %s", ErrUnknownNode, nodeID)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("failed to read node %s: %w", nodeID, err)
 	}
-	ttl := s.heartbeatTTL()
-	downed := s.armHeartbeat(nodeID, ttl+s.cfg.HeartbeatGrace)
-	if node.Status == structs.NodeStatusDown || downed {
+	if node.Status == structs.NodeStatusDown {
 		if err := s.setNodeStatus(nodeID, structs.NodeStatusReady, "node is alive again", nil); err != nil {
 			return 0, err
 		}
@@ -61,15 +64,12 @@ func (s *Server) Heartbeat(ctx context.Context, nodeID string) (time.Duration, e
 // armHeartbeat (re)starts the node's heartbeat timer: when it fires before
 // the next heartbeat, the node is marked down. Each arming is a new timer,
 // so a deadline that already fired can tell that a heartbeat came after
-// it (its timer is no longer the node's). It reports whether the node was
-// marked down since the last arming (see setNodeStatus).
-func (s *Server) armHeartbeat(nodeID string, d time.Duration) (downed bool) {
+// it (its timer is no longer the node's).
+func (s *Server) armHeartbeat(nodeID string, d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	downed = s.markedDown[nodeID]
-	delete(s.markedDown, nodeID)
 	if s.shutdown {
-		return downed
+		return
 	}
 	if t, ok := s.heartbeats[nodeID]; ok {
 		t.Stop()
@@ -82,7 +82,17 @@ func (s *Server) armHeartbeat(nodeID string, d time.Duration) (downed bool) {
 		s.heartbeatMissed(nodeID, fired)
 	})
 	s.heartbeats[nodeID] = t
-	return downed
+}
+
+// disarmHeartbeat stops the node's deadline (a heartbeat of a node that is
+// not registered).
+func (s *Server) disarmHeartbeat(nodeID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t, ok := s.heartbeats[nodeID]; ok {
+		t.Stop()
+		delete(s.heartbeats, nodeID)
+	}
 }
 
 // heartbeatMissed marks a silent node down and evaluates its jobs, whose
@@ -99,15 +109,10 @@ func (s *Server) heartbeatMissed(nodeID string, fired *time.Timer) {
 }
 
 // heartbeatDue reports whether fired is still the node's deadline (no
-// heartbeat since), forgetting it when forget is set;
-// heartbeatDueLocked is the same with s.mu held.
+// heartbeat since), forgetting it when forget is set.
 func (s *Server) heartbeatDue(nodeID string, fired *time.Timer, forget bool) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.heartbeatDueLocked(nodeID, fired, forget)
-}
-
-func (s *Server) heartbeatDueLocked(nodeID string, fired *time.Timer, forget bool) bool {
 	if cur, ok := s.heartbeats[nodeID]; ok && cur != fired {
 		return false
 	}
@@ -121,9 +126,10 @@ func (s *Server) heartbeatDueLocked(nodeID string, fired *time.Timer, forget boo
 // under the plan lock (a registration committed meanwhile is kept); then
 // the node's jobs are evaluated as for any status change. With deadline
 // (a missed heartbeat's timer) the change is made only while that
-// deadline is still the node's, checked and written under s.mu: a
-// heartbeat arming meanwhile waits for the write and then finds the node
-// marked down (armHeartbeat), so it sets it ready again.
+// deadline is still the node's, checked before and after the write: a
+// heartbeat armed before the check stops it; one armed during the write
+// is seen after it (the node is set ready again, the down change dropped);
+// one armed after reads the down and sets the node ready itself.
 func (s *Server) setNodeStatus(nodeID, status, why string, deadline *time.Timer) error {
 	s.planMu.Lock()
 	node, err := s.store.Node(nodeID)
@@ -138,28 +144,21 @@ func (s *Server) setNodeStatus(nodeID, status, why string, deadline *time.Timer)
 		s.planMu.Unlock()
 		return nil
 	}
-	if deadline != nil {
-		s.mu.Lock()
-		if !s.heartbeatDueLocked(nodeID, deadline, false) {
-			s.mu.Unlock()
-			s.planMu.Unlock()
-			return nil
-		}
+	if deadline != nil && !s.heartbeatDue(nodeID, deadline, false) {
+		s.planMu.Unlock()
+		return nil
 	}
 	node.Status, node.StatusUpdatedAt = status, s.now().Unix()
 	_, err = s.store.UpsertNode(node)
 	if err == nil {
 		s.planGen.Add(1)
 	}
-	if deadline != nil {
-		if err == nil {
-			s.markedDown[nodeID] = true
-		}
-		s.mu.Unlock()
-	}
 	s.planMu.Unlock()
 	if err != nil {
 		return fmt.Errorf("failed to store node %s: %w", nodeID, err)
+	}
+	if deadline != nil && !s.heartbeatDue(nodeID, deadline, false) {
+		return s.setNodeStatus(nodeID, structs.NodeStatusReady, "heartbeat during the down write", nil)
 	}
 	return s.afterNodeChange(node, why)
 }

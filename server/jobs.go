@@ -185,9 +185,9 @@ func (s *Server) StopJob(ctx context.Context, id string, purge bool) (string, er
 	return res.eval.ID, nil
 }
 
-// deletePurgedAllocs removes a purged job's terminal allocations that its
-// purge's own transaction left (more than one batch); a failure leaves
-// them to garbage collection.
+// deletePurgedAllocs removes a purged job's terminal allocations, after
+// its purge's plan, in batches; a failure leaves them to garbage
+// collection.
 func (s *Server) deletePurgedAllocs(jobID string) {
 	allocs, err := s.store.AllocsByJob(jobID)
 	if err == nil {

@@ -181,9 +181,6 @@ type Server struct {
 	timers map[string]*time.Timer
 	// heartbeats are the nodes' heartbeat deadlines (leader only).
 	heartbeats map[string]*time.Timer
-	// markedDown are the nodes this server marked down since their last
-	// heartbeat timer was armed (guarded by mu).
-	markedDown map[string]bool
 	// nodeAllocCount is how many allocations each node had when its last
 	// NodeAllocs returned (a removal wakes it).
 	nodeAllocCount map[string]int
@@ -236,7 +233,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxHeartbeatsPerSecond <= 0 {
 		cfg.MaxHeartbeatsPerSecond = DefaultMaxHeartbeatsPerSecond
 	}
-	s := &Server{store: cfg.Store, heartbeats: map[string]*time.Timer{}, markedDown: map[string]bool{}, nodeAllocCount: map[string]int{}, sched: cfg.Scheduler, admission: cfg.Admission, mutators: cfg.Mutators,
+	s := &Server{store: cfg.Store, heartbeats: map[string]*time.Timer{}, nodeAllocCount: map[string]int{}, sched: cfg.Scheduler, admission: cfg.Admission, mutators: cfg.Mutators,
 		logger: cfg.Logger, now: cfg.Now, cfg: cfg, timers: map[string]*time.Timer{}, lastGC: cfg.Now()}
 	if cfg.Leadership != nil {
 		s.startLeadership(cfg.Leadership)
