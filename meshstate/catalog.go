@@ -1,6 +1,7 @@
 package meshstate
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -178,12 +179,15 @@ func (s *Store) PutExternal(ctx context.Context, inst catalog.ServiceInstance) e
 	// (a registration of the same ID elsewhere in between makes it read
 	// again and refuse).
 	for attempt := 0; ; attempt++ {
-		owner, rev, err := s.externalIDOwner(ctx, inst.ID)
+		owner, rev, cur, err := s.externalIDOwner(ctx, inst.ID, key)
 		if err != nil {
 			return err
 		}
 		if owner != "" && owner != inst.NodeID {
 			return catalog.IDTakenBy(inst.ID, strings.TrimPrefix(owner, catalog.ExternalNodePrefix))
+		}
+		if bytes.Equal(cur, b) {
+			return nil // as stored: no revision, no feed batch (as PutAlloc)
 		}
 		externalChecked()
 		ok, err := s.putIfExternalsAt(ctx, key, b, rev)
@@ -216,24 +220,27 @@ func (s *Store) putIfExternalsAt(ctx context.Context, key string, b []byte, rev 
 }
 
 // externalIDOwner is the external node holding an instance with ID id, or
-// "" when none does, and the store revision it was read at.
-func (s *Store) externalIDOwner(ctx context.Context, id string) (string, int64, error) {
+// "" when none does, the store revision it was read at, and key's value.
+func (s *Store) externalIDOwner(ctx context.Context, id, key string) (owner string, rev int64, cur []byte, err error) {
 	ctx, cancel := s.callCtx(ctx)
 	defer cancel()
 	dir := s.prefix + catalogDir + catalog.ExternalNodePrefix
 	resp, err := s.c.Get(ctx, dir, clientv3.WithPrefix())
 	if err != nil {
-		return "", 0, fmt.Errorf("failed to read the external registrations: %w", err)
+		return "", 0, nil, fmt.Errorf("failed to read the external registrations: %w", err)
 	}
 	for _, kv := range resp.Kvs {
+		if string(kv.Key) == key {
+			cur = kv.Value
+		}
 		insts, _ := decodeInstances(kv.Value)
 		for _, in := range insts {
-			if in.ID == id {
-				return in.NodeID, resp.Header.Revision, nil
+			if in.ID == id && owner == "" {
+				owner = in.NodeID
 			}
 		}
 	}
-	return "", resp.Header.Revision, nil
+	return owner, resp.Header.Revision, cur, nil
 }
 
 // DeleteExternal removes what PutExternal stored for inst's allocation.

@@ -190,7 +190,8 @@ func TestCatalogCorruptValue(t *testing.T) {
 // instance has, nor one of the IDs meshlet gives jobs' instances: the
 // servers refuse it even when the calling agent's catalog view lagged.
 func TestPutExternalKeepsOthersIDs(t *testing.T) {
-	s := openTest(t, newClient(t), testPrefix(t))
+	c := newClient(t)
+	s := openTest(t, c, testPrefix(t))
 	ctx := ctxT(t, 20*time.Second)
 	ext := func(node, id string) catalog.ServiceInstance {
 		return catalog.ServiceInstance{ID: id, Name: "legacy", NodeID: catalog.ExternalNodePrefix + node, AllocID: "svc-" + id}
@@ -198,8 +199,19 @@ func TestPutExternalKeepsOthersIDs(t *testing.T) {
 	if err := s.PutExternal(ctx, ext("a", "legacy")); err != nil {
 		t.Fatal(err)
 	}
+	revision := func() int64 {
+		resp, err := c.Get(ctx, "no-such-key")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Header.Revision
+	}
+	before := revision()
 	if err := s.PutExternal(ctx, ext("a", "legacy")); err != nil {
 		t.Fatalf("re-registering on the same node: %v", err)
+	}
+	if after := revision(); after != before {
+		t.Fatalf("re-registering the same instance wrote (revision %d -> %d); anti-entropy must cost nothing", before, after)
 	}
 	if err := s.PutExternal(ctx, ext("b", "legacy")); !errors.Is(err, catalog.ErrIDTaken) || !strings.Contains(err.Error(), "on node a;") {
 		t.Fatalf("the same ID on another node: %v, want ErrIDTaken naming node a", err)
