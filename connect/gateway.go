@@ -63,7 +63,7 @@ func GatewayServices(tg *structs.TaskGroup) []*structs.Service {
 func MeshServices(tg *structs.TaskGroup) []*structs.Service {
 	var out []*structs.Service
 	for _, s := range tg.Services {
-		if s.Connect.HasSidecar() || s.Connect.IsGateway() {
+		if s != nil && (s.Connect.HasSidecar() || s.Connect.IsGateway()) {
 			out = append(out, s)
 		}
 	}
@@ -90,7 +90,7 @@ func ProxyTaskFor(tg *structs.TaskGroup, s *structs.Service) *structs.Task {
 		_, kind = gatewayTask(s)
 	}
 	for _, t := range tg.Tasks {
-		if t.Kind == kind {
+		if t != nil && t.Kind == kind {
 			return t
 		}
 	}

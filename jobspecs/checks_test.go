@@ -323,7 +323,7 @@ func TestGroupScriptCheckTask(t *testing.T) {
 // does, instead of dropping it.
 func TestCheckRestartMergeJSON(t *testing.T) {
 	grace := 90 * time.Second
-	api := &nomadapi.Job{ID: ptrTo("j"), Name: ptrTo("j"), TaskGroups: []*nomadapi.TaskGroup{{Name: ptrTo("g"),
+	api := &nomadapi.Job{ID: ptr("j"), Name: ptr("j"), TaskGroups: []*nomadapi.TaskGroup{{Name: ptr("g"),
 		Services: []*nomadapi.Service{{Name: "web", CheckRestart: &nomadapi.CheckRestart{Limit: 3, Grace: &grace},
 			Checks: []nomadapi.ServiceCheck{
 				{Type: "tcp", Interval: 10 * time.Second, Timeout: 2 * time.Second, CheckRestart: &nomadapi.CheckRestart{IgnoreWarnings: true}},

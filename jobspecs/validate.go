@@ -210,12 +210,16 @@ func checkGroup(tg *structs.TaskGroup, p path, opts ValidateOptions, report repo
 // mesh service the group does not declare (or as a second proxy of one):
 // a proxy task's kind is what the servers mint its service identity for.
 func checkProxyKinds(tg *structs.TaskGroup, p path, report reporter) {
+	proxies := map[*structs.Task]bool{}
+	for _, s := range connect.MeshServices(tg) {
+		proxies[connect.ProxyTaskFor(tg, s)] = true
+	}
 	for i, t := range tg.Tasks {
-		if t == nil {
+		if t == nil || proxies[t] {
 			continue
 		}
 		svc, ok := connect.ProxyKindService(t.Kind)
-		if !ok || slices.ContainsFunc(connect.MeshServices(tg), func(s *structs.Service) bool { return connect.ProxyTaskFor(tg, s) == t }) {
+		if !ok {
 			continue
 		}
 		report(SeverityError, p.item("task", i, t.Name).attr("kind"), "Invalid task kind",

@@ -295,6 +295,12 @@ func TestValidateJSON(t *testing.T) {
 			`group "g": task[0]: Missing task; The task is null.`,
 			`group "g": service[0]: Missing service; The service is null.`,
 		}, nil},
+		{"nulls next to a proxy kind", `{"ID":"x","TaskGroups":[{"Name":"g","Services":[null],
+			"Tasks":[null,{"Name":"p","Driver":"raw_exec","Config":{"command":"/bin/true"},"Kind":"connect-proxy:x"}]}]}`, []string{
+			`group "g": task[0]: Missing task; The task is null.`,
+			`group "g": service[0]: Missing service; The service is null.`,
+			`group "g": task "p": Invalid task kind; Task "p" has kind "connect-proxy:x", but group "g" has no connect service "x" for it to be the proxy of (or another task already is); meshlet sets this kind on the proxy tasks it injects.`,
+		}, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
