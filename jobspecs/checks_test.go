@@ -351,4 +351,3 @@ func TestCheckRestartMergeJSON(t *testing.T) {
 	}
 }
 
-func ptrTo[T any](v T) *T { return &v }

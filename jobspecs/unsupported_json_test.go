@@ -65,8 +65,8 @@ func TestCheckUnsupportedJSON(t *testing.T) {
 // no warning for the defaults Canonicalize fills in (ephemeral disk,
 // migrate, node pool).
 func TestCheckUnsupportedJSONNomadDefaults(t *testing.T) {
-	job := &nomadapi.Job{ID: ptrTo("web"), Name: ptrTo("web"), Type: ptrTo("service"), TaskGroups: []*nomadapi.TaskGroup{{
-		Name: ptrTo("g"), Tasks: []*nomadapi.Task{{Name: "t", Driver: "raw_exec", Config: map[string]any{"command": "/bin/true"}}}}}}
+	job := &nomadapi.Job{ID: ptr("web"), Name: ptr("web"), Type: ptr("service"), TaskGroups: []*nomadapi.TaskGroup{{
+		Name: ptr("g"), Tasks: []*nomadapi.Task{{Name: "t", Driver: "raw_exec", Config: map[string]any{"command": "/bin/true"}}}}}}
 	job.Canonicalize()
 	b, err := json.Marshal(job)
 	if err != nil {
