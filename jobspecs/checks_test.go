@@ -350,4 +350,3 @@ func TestCheckRestartMergeJSON(t *testing.T) {
 		t.Errorf("the service-level block stays after merging: %+v", s.CheckRestart)
 	}
 }
-
