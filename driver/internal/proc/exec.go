@@ -89,10 +89,17 @@ func (d *Driver) execStreaming(ctx context.Context, taskID string, opts *driver.
 		s.closeAll()
 		return -1, false, fmt.Errorf("failed to exec in task %s: %w", taskID, err)
 	}
-	h.execs.add(cmd.Process.Pid)
+	// A task with a cgroup kills what its sessions leave with the rest of
+	// its cgroup; one without tracks them.
+	track := h.st.Cgroup == nil
+	if track {
+		h.execs.add(cmd.Process.Pid, opts.TTY)
+	}
 	s.started()
 	code, err = s.wait(ctx, taskID)
-	h.execs.done(cmd.Process.Pid)
+	if track {
+		h.execs.done(cmd.Process.Pid)
+	}
 	return code, true, err
 }
 

@@ -27,16 +27,17 @@ type execGroups struct {
 
 type execSession struct {
 	start   uint64         // the command's start time
+	tty     bool           // its own session leader (a terminal session)
 	members map[int]uint64 // pid -> start time, recorded when the command was reaped
 }
 
 // add records a started session. If the task already ended, it is
 // killed at once.
-func (g *execGroups) add(pid int) {
+func (g *execGroups) add(pid int, tty bool) {
 	start, _ := procfs.StartTime(pid) // before the command is reaped
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	s := &execSession{start: start}
+	s := &execSession{start: start, tty: tty}
 	if g.ended {
 		killSession(pid, s)
 		return
@@ -50,33 +51,46 @@ func (g *execGroups) add(pid int) {
 // done records, once a session's command was reaped, the processes left
 // in its group or session, or forgets the session when there are none.
 func (g *execGroups) done(pid int) {
+	g.mu.Lock()
+	s := g.groups[pid]
+	g.mu.Unlock()
+	if s == nil {
+		return
+	}
 	members := map[int]uint64{}
-	for _, st := range procfs.All() {
-		if inSession(st, pid) {
-			members[st.PID] = st.StartTime
+	// A session without a terminal has only its group: an empty group
+	// needs no look at every process.
+	if s.tty || syscall.Kill(-pid, 0) == nil {
+		for _, st := range procfs.All() {
+			if inSession(st, pid) {
+				members[st.PID] = st.StartTime
+			}
 		}
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	s := g.groups[pid]
-	switch {
-	case s == nil:
-	case len(members) == 0:
+	if len(members) == 0 {
 		delete(g.groups, pid)
-	default:
+	} else {
 		s.members = members
 	}
 }
 
-// killAll marks the task ended and kills every recorded session.
+// killAll marks the task ended and kills every recorded session, looking
+// at the host's processes once, outside the lock.
 func (g *execGroups) killAll() {
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	g.ended = true
-	for pid, s := range g.groups {
-		killSession(pid, s)
-	}
+	groups := g.groups
 	g.groups = nil
+	g.mu.Unlock()
+	if len(groups) == 0 {
+		return
+	}
+	all := procfs.All()
+	for pid, s := range groups {
+		killSessionOf(pid, s, all)
+	}
 }
 
 func inSession(st *procfs.Stat, id int) bool {
@@ -85,7 +99,11 @@ func inSession(st *procfs.Stat, id int) bool {
 
 // killSession kills the processes of session id while the ID is provably
 // still s's (see execGroups).
-func killSession(id int, s *execSession) {
+func killSession(id int, s *execSession) { killSessionOf(id, s, nil) }
+
+// killSessionOf is killSession over the host's processes all (nil: read
+// them when needed).
+func killSessionOf(id int, s *execSession, all []*procfs.Stat) {
 	pinned := procfs.Alive(id, s.start)
 	for pid, start := range s.members {
 		if pinned {
@@ -98,7 +116,10 @@ func killSession(id int, s *execSession) {
 		return
 	}
 	_ = syscall.Kill(-id, syscall.SIGKILL)
-	for _, st := range procfs.All() {
+	if all == nil {
+		all = procfs.All()
+	}
+	for _, st := range all {
 		if inSession(st, id) {
 			_ = syscall.Kill(st.PID, syscall.SIGKILL)
 		}

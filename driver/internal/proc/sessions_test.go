@@ -51,7 +51,7 @@ func TestKillAllSparesAReusedGroupID(t *testing.T) {
 	var g execGroups
 	l, m := startGroup(t)
 	L := l.Process.Pid
-	g.add(L)
+	g.add(L, false)
 	_ = l.Wait()
 	g.done(L) // member m still in group L: kept
 	_ = syscall.Kill(m, syscall.SIGKILL)

@@ -104,19 +104,9 @@ func Alive(pid int, startTime uint64) bool {
 
 // Tree returns pid and all its live descendants, pid first.
 func Tree(pid int) []int {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return []int{pid}
-	}
 	children := map[int][]int{}
-	for _, e := range entries {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if st, err := ReadStat(p); err == nil {
-			children[st.PPID] = append(children[st.PPID], p)
-		}
+	for _, st := range All() {
+		children[st.PPID] = append(children[st.PPID], st.PID)
 	}
 	out := []int{pid}
 	for i := 0; i < len(out); i++ {
