@@ -236,6 +236,7 @@ func TestRawExecJobLifecycle(t *testing.T) {
 	if _, err := b.ExecTask(ctx, api.ExecRequest{AllocID: alloc.ID, Task: "nope", Cmd: []string{"true"}}); !errors.Is(err, api.ErrNotFound) {
 		t.Fatalf("exec in unknown task: %v", err)
 	}
+	checkTTYSize(t, b, alloc.ID)
 
 	stopJob(t, b, "web", false)
 	stopped := waitAllocStatus(t, b, "web", structs.AllocClientStatusComplete)
@@ -418,5 +419,21 @@ func TestInvalidJobStoresNothing(t *testing.T) {
 	}
 	if _, err := b.GetJob(context.Background(), "bad"); !errors.Is(err, api.ErrNotFound) {
 		t.Fatalf("get: %v", err)
+	}
+}
+
+// checkTTYSize runs `stty size` on a terminal in allocID's task: the size
+// the API client sent must reach the driver's terminal through the agent.
+func checkTTYSize(t *testing.T, b api.Backend, allocID string) {
+	t.Helper()
+	resize := make(chan api.TerminalSize, 1)
+	resize <- api.TerminalSize{Height: 33, Width: 111}
+	close(resize)
+	var out strings.Builder
+	code, err := b.ExecTask(context.Background(), api.ExecRequest{AllocID: allocID, Task: "t",
+		Cmd: []string{"/bin/sh", "-c", "stty size"}, TTY: true, Stdin: strings.NewReader(""),
+		Stdout: &out, Resize: resize})
+	if err != nil || code != 0 || !strings.Contains(out.String(), "33 111") {
+		t.Fatalf("exec on a terminal: code %d, err %v, output %q (want the size 33 111)", code, err, out.String())
 	}
 }

@@ -220,38 +220,9 @@ func (b *Backend) ExecTask(ctx context.Context, req api.ExecRequest) (int, error
 		return 0, err
 	}
 	opts := &driver.ExecOptions{Command: req.Cmd, Stdin: req.Stdin,
-		Stdout: req.Stdout, Stderr: req.Stderr, TTY: req.TTY}
-	if req.Resize != nil {
-		resize := make(chan driver.TerminalSize, 1)
-		go forwardResizes(ctx, req.Resize, resize)
-		opts.Resize = resize
-	}
+		Stdout: req.Stdout, Stderr: req.Stderr, TTY: req.TTY, Resize: req.Resize}
 	code, err := b.client.ExecTask(ctx, a.ID, task, opts)
 	return code, mapErr(err)
-}
-
-// forwardResizes relays an exec client's terminal sizes to the driver
-// until in closes or ctx ends; a size the driver has not taken yet gives
-// way to a newer one.
-func forwardResizes(ctx context.Context, in <-chan api.TerminalSize, out chan driver.TerminalSize) {
-	defer close(out)
-	for {
-		var sz api.TerminalSize
-		var ok bool
-		select {
-		case sz, ok = <-in:
-			if !ok {
-				return
-			}
-		case <-ctx.Done():
-			return
-		}
-		select {
-		case <-out:
-		default:
-		}
-		out <- driver.TerminalSize{Height: sz.Height, Width: sz.Width}
-	}
 }
 
 // GetEvaluation implements api.EvaluationBackend.

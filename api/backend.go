@@ -16,6 +16,7 @@ import (
 	"errors"
 	"io"
 
+	"github.com/meshlet/meshlet/driver"
 	"github.com/meshlet/meshlet/structs"
 )
 
@@ -72,10 +73,9 @@ type ExecRequest struct {
 	Resize <-chan TerminalSize
 }
 
-// TerminalSize is an exec client's terminal size in characters.
-type TerminalSize struct {
-	Height, Width int
-}
+// TerminalSize is an exec client's terminal size in characters: the
+// drivers' own type, handed to them as it comes.
+type TerminalSize = driver.TerminalSize
 
 // Backend is what the HTTP API needs from the agent. Methods return copies
 // the caller may keep. Lists are sorted by ID (allocations: by job, group,

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/gorilla/websocket"
+	"github.com/meshlet/meshlet/driver"
 )
 
 // Exec protocol frames, as nomad/api's Allocations().Exec speaks them.
@@ -211,7 +212,7 @@ func execReadLoop(conn *websocket.Conn, w *io.PipeWriter, resize chan TerminalSi
 			return
 		}
 		if sz := in.TTYSize; sz != nil {
-			offerLatest(resize, TerminalSize{Height: sz.Height, Width: sz.Width})
+			driver.OfferSize(resize, TerminalSize{Height: sz.Height, Width: sz.Width})
 		}
 		if in.Stdin == nil {
 			continue
@@ -225,22 +226,6 @@ func execReadLoop(conn *websocket.Conn, w *io.PipeWriter, resize chan TerminalSi
 		}
 		if in.Stdin.Close {
 			_ = w.Close()
-		}
-	}
-}
-
-// offerLatest puts sz into ch (the only sender), dropping an unread older
-// value rather than blocking.
-func offerLatest(ch chan TerminalSize, sz TerminalSize) {
-	for {
-		select {
-		case ch <- sz:
-			return
-		default:
-		}
-		select {
-		case <-ch:
-		default:
 		}
 	}
 }

@@ -98,7 +98,7 @@ func TestExecTerminalSize(t *testing.T) {
 	defer stdinW.Close()
 	var out bytes.Buffer
 	code, err := client.Allocations().Exec(ctx, alloc, "app", true, []string{"sh"}, stdinR, &out, &out, sizes, nil)
-	// The newest size wins over one not yet read (offerLatest): the first
+	// The newest size wins over one not yet read (driver.OfferSize): the first
 	// may be skipped, never reordered.
 	if got := out.String(); err != nil || code != 0 || (got != "33x111\n40x120\n" && got != "40x120\n") {
 		t.Fatalf("Exec = %d, %v, output %q", code, err, out.String())

@@ -141,6 +141,23 @@ type TerminalSize struct {
 	Height, Width int
 }
 
+// OfferSize puts sz into ch, whose only sender the caller is, dropping an
+// older size nobody has read yet rather than blocking: a terminal only
+// needs its latest size.
+func OfferSize(ch chan TerminalSize, sz TerminalSize) {
+	for {
+		select {
+		case ch <- sz:
+			return
+		default:
+		}
+		select {
+		case <-ch:
+		default:
+		}
+	}
+}
+
 // Resources limits a task (cgroups where the driver supports them).
 type Resources struct {
 	CPUShares   int64 // MHz, as Nomad

@@ -191,11 +191,7 @@ func pumpInput(stream grpc.ServerStream, w *io.PipeWriter, resize chan driver.Te
 			w.Close()
 		}
 		if m.Resize != nil && resize != nil {
-			select {
-			case <-resize:
-			default:
-			}
-			resize <- *m.Resize
+			driver.OfferSize(resize, *m.Resize)
 		}
 	}
 }
