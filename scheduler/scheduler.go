@@ -293,10 +293,15 @@ func (g *Generic) placeWants(plan *Plan, pl *placer, tg *structs.TaskGroup, want
 	for _, w := range wants {
 		alloc, reasons := pl.place(tg, w.index, avoidNodes(w))
 		if alloc == nil {
-			if w.lost {
+			switch {
+			case w.lost:
 				plan.Stop = append(plan.Stop, lostCopy(w.prev))
-			} else if w.forced {
+			case w.forced:
 				plan.Stop = append(plan.Stop, stopCopy(w.prev, w.desc))
+			case w.prev != nil && !w.prev.TerminalStatus():
+				// prev keeps running: what it holds is not free for
+				// the rest of the plan (Nomad backs its stop out).
+				pl.claim(w.prev)
 			}
 			if failure == nil {
 				failure = &Failure{Group: tg.Name, NodesEvaluated: len(pl.nodes), Filtered: map[string]int{}, Exhausted: map[string]int{}}

@@ -335,3 +335,52 @@ func TestPortMappingsCarryTheNodeAddress(t *testing.T) {
 		t.Fatalf("without the attribute: %v, %+v", err, p.Place)
 	}
 }
+
+// An allocation whose replacement could not be placed keeps running, so it
+// keeps its ports and its cpu and memory for the rest of the plan (Nomad
+// backs the stop out of the plan): another group must not be placed onto
+// them.
+func TestFailedReplacementKeepsItsResources(t *testing.T) {
+	n1 := cnode("n1", "dc1", 1000, 1000)
+	s := newTest(t, 20000, 20010)
+	prev := existing(t, s, job("a", 1, withPorts([]int{9002}), withRes(600, 600)), n1)
+	cur := job("a", 1, withPorts([]int{9002}), withRes(600, 600), func(j *structs.Job) {
+		j.Version = 1
+		j.TaskGroups[0].Tasks[0].Driver = "docker" // on no node: web cannot be replaced
+		api := *j.TaskGroups[0]
+		api.Name = "api"
+		api.Tasks = []*structs.Task{{Name: "app", Driver: "raw_exec", Resources: j.TaskGroups[0].Tasks[0].Resources}}
+		j.TaskGroups = append(j.TaskGroups, &api)
+	})
+	for _, tc := range []struct {
+		name string
+		job  *structs.Job
+		dim  string
+	}{
+		{"static port", cur, "port 9002 already in use"},
+		{"cpu and memory", func() *structs.Job {
+			j := *cur
+			api := *cur.TaskGroups[1]
+			api.Networks = nil
+			j.TaskGroups = []*structs.TaskGroup{cur.TaskGroups[0], &api}
+			return &j
+		}(), DimensionCPU},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := s.Process(tc.job, prev, []*structs.Node{n1}, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(p.Stop) != 0 || len(p.Place) != 0 {
+				t.Fatalf("stopped %v, placed %v; want web kept and api not placed", names(p.Stop), names(p.Place))
+			}
+			var reasons []string
+			for _, f := range p.Failures {
+				reasons = append(reasons, f.Group+": "+strings.Join(f.Reasons(), "; "))
+			}
+			if len(p.Failures) != 2 || !strings.Contains(strings.Join(reasons, "|"), tc.dim) {
+				t.Fatalf("failures %q, want web's and api's (%s)", reasons, tc.dim)
+			}
+		})
+	}
+}
