@@ -188,6 +188,9 @@ func (s *Server) UpdateAllocs(ctx context.Context, updates []*structs.Allocation
 	if len(terminal) == 0 {
 		return nil
 	}
+	// Room freed: a plan computed before this write that found none must
+	// be computed again, or unblock below could miss its job.
+	s.planGen.Add(1)
 	failedJobs, err := s.collectPurged(terminal)
 	if err != nil {
 		return err
@@ -199,6 +202,7 @@ func (s *Server) UpdateAllocs(ctx context.Context, updates []*structs.Allocation
 			s.logger.Error("failed to evaluate failed allocations", "job_id", id, "error", err)
 		}
 	}
+	s.unblock() // what finished freed room
 	s.maybeGC()
 	return nil
 }

@@ -98,6 +98,7 @@ func (s *Server) stopTimers() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.shutdown = true
+	clear(s.blocked) // a new leader finds them in the evaluations
 	for _, m := range []map[string]*time.Timer{s.timers, s.heartbeats} {
 		for id, t := range m {
 			t.Stop()

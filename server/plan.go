@@ -225,6 +225,7 @@ func (s *Server) commit(b *builtPlan) (*planResult, error) {
 	if b.eval.FailedTGAllocs != nil {
 		s.logger.Warn("placement failed", "job_id", job.ID, "eval_id", b.eval.ID, "reason", b.eval.StatusDescription)
 	}
+	s.trackBlocked(job.ID, b.eval.FailedTGAllocs != nil && !job.Stop)
 	for _, f := range b.followUps {
 		s.armFollowUp(f)
 	}

@@ -63,8 +63,10 @@ func (s *Server) runFollowUp(id string) {
 
 // recoverState is the start-up pass (belt and braces over the single-
 // transaction plans): it evaluates every job whose latest version no
-// evaluation planned and every live job with failed allocations nobody
-// decided about, then re-arms the pending follow-up evaluations. Only a
+// evaluation planned, every live job with failed allocations nobody
+// decided about and every live job whose latest evaluation failed to
+// place (room may have freed up meanwhile), then re-arms the pending
+// follow-up evaluations. Only a
 // state that cannot be read fails it; a plan that cannot be written is
 // logged and retried at the next start.
 func (s *Server) recoverState() error {
@@ -88,6 +90,7 @@ func (s *Server) recoverState() error {
 			pending = append(pending, e)
 		}
 	}
+	blocked := blockedJobs(evals)
 	failed := map[string]bool{}
 	for _, a := range allocs {
 		if a.NeedsReschedule() && a.FollowupEvalID == "" {
@@ -103,6 +106,8 @@ func (s *Server) recoverState() error {
 		case planned[j.ID] < j.JobModifyIndex:
 		case failed[j.ID] && !j.Stop:
 			trigger = TriggerAllocFailure
+		case blocked[j.ID] && !j.Stop:
+			trigger = TriggerQueuedAllocs
 		default:
 			continue
 		}

@@ -184,8 +184,11 @@ type Server struct {
 	// nodeAllocCount is how many allocations each node had when its last
 	// NodeAllocs returned (a removal wakes it).
 	nodeAllocCount map[string]int
-	lastGC         time.Time
-	shutdown       bool
+	// blocked are the jobs whose latest plan left placements undone
+	// (leader only; see blocked.go).
+	blocked  map[string]bool
+	lastGC   time.Time
+	shutdown bool
 
 	// leader is set while this server schedules; stopElection and
 	// electionDone stop and await the election (nil without Leadership).
@@ -233,7 +236,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxHeartbeatsPerSecond <= 0 {
 		cfg.MaxHeartbeatsPerSecond = DefaultMaxHeartbeatsPerSecond
 	}
-	s := &Server{store: cfg.Store, heartbeats: map[string]*time.Timer{}, nodeAllocCount: map[string]int{}, sched: cfg.Scheduler, admission: cfg.Admission, mutators: cfg.Mutators,
+	s := &Server{store: cfg.Store, heartbeats: map[string]*time.Timer{}, nodeAllocCount: map[string]int{}, blocked: map[string]bool{}, sched: cfg.Scheduler, admission: cfg.Admission, mutators: cfg.Mutators,
 		logger: cfg.Logger, now: cfg.Now, cfg: cfg, timers: map[string]*time.Timer{}, lastGC: cfg.Now()}
 	if cfg.Leadership != nil {
 		s.startLeadership(cfg.Leadership)
