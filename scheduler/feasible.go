@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"path"
@@ -130,6 +131,10 @@ func checkConstraint(c *structs.Constraint, n *structs.Node) string {
 		ok = lok && re.MatchString(l)
 	case "set_contains", "set_contains_all":
 		ok = lok && setContains(l, r)
+	case "set_contains_any":
+		ok = lok && setContainsAny(l, r)
+	case "<", "<=", ">", ">=":
+		ok = lok && checkOrder(c.Operand, l, r)
 	case ConstraintDistinctHosts, ConstraintDistinctProperty:
 		ok = true // depend on other allocations: the placer checks them
 	default:
@@ -159,6 +164,35 @@ func setContains(have, want string) bool {
 		}
 	}
 	return true
+}
+
+func setContainsAny(have, want string) bool {
+	for _, s := range strings.Split(want, ",") {
+		if setContains(have, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// checkOrder compares l to r as Nomad's ordering operators: as numbers
+// when both are, else lexically.
+func checkOrder(op, l, r string) bool {
+	c := strings.Compare(l, r)
+	lf, err1 := strconv.ParseFloat(l, 64)
+	rf, err2 := strconv.ParseFloat(r, 64)
+	if err1 == nil && err2 == nil {
+		c = cmp.Compare(lf, rf)
+	}
+	switch op {
+	case "<":
+		return c < 0
+	case "<=":
+		return c <= 0
+	case ">":
+		return c > 0
+	}
+	return c >= 0
 }
 
 // ReservedPortsAttribute is the node attribute listing the host ports no

@@ -49,3 +49,32 @@ func TestFeasibleReservedPorts(t *testing.T) {
 		}
 	}
 }
+
+// The ordering operators and set_contains_any, which the jobspec accepts,
+// are enforced as Nomad's: numbers compare as numbers, other values
+// lexically; a node without the attribute does not satisfy them.
+func TestConstraintOrderAndSetContainsAny(t *testing.T) {
+	n := &structs.Node{ID: "n1", Name: "n1", Attributes: map[string]string{"cpu.numcores": "10",
+		"cpu.frequency": "2.5", "os.version": "22.04", "driver.versions": "a,b, c"}}
+	for _, tc := range []struct {
+		attr, op, value string
+		ok              bool
+	}{
+		{"${attr.cpu.numcores}", ">=", "2", true}, // 10 >= 2 as numbers ("10" < "2" as text)
+		{"${attr.cpu.numcores}", ">", "10", false},
+		{"${attr.cpu.numcores}", "<=", "10", true},
+		{"${attr.cpu.numcores}", "<", "9", false},
+		{"${attr.cpu.frequency}", ">", "2.25", true},
+		{"${attr.os.version}", "<", "22.10", true},
+		{"${attr.os.version}", ">", "abc", false}, // not both numbers: lexical
+		{"${attr.missing}", "<", "5", false},
+		{"${attr.driver.versions}", "set_contains_any", "x,c", true},
+		{"${attr.driver.versions}", "set_contains_any", "x,y", false},
+		{"${attr.missing}", "set_contains_any", "a", false},
+	} {
+		got := checkConstraint(&structs.Constraint{LTarget: tc.attr, Operand: tc.op, RTarget: tc.value}, n)
+		if (got == "") != tc.ok {
+			t.Errorf("%s %s %s: %q, want satisfied=%v", tc.attr, tc.op, tc.value, got, tc.ok)
+		}
+	}
+}
