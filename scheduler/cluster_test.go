@@ -407,3 +407,49 @@ func TestLostAllocsAreReplaced(t *testing.T) {
 		})
 	}
 }
+
+// A new job version whose groups did not change is applied in place only
+// where the allocation's node still satisfies the job's datacenters and
+// constraints, as Nomad re-checks the node before an in-place update:
+// elsewhere the allocation is replaced (service) or stopped (system).
+func TestJobLevelPlacementChangeMovesAllocs(t *testing.T) {
+	s := newTest(t, 20000, 20010)
+	n1, n2 := cnode("n1", "dc1", 4000, 4000), cnode("n2", "dc2", 4000, 4000)
+	nodes := []*structs.Node{n1, n2}
+	for _, tc := range []struct {
+		name   string
+		change func(*structs.Job)
+	}{
+		{"datacenters", func(j *structs.Job) { j.Datacenters = []string{"dc2"} }},
+		{"job constraint", withCons(false, &structs.Constraint{LTarget: "${node.datacenter}", Operand: "=", RTarget: "dc2"})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bothDCs := func(j *structs.Job) { j.Datacenters = []string{"dc1", "dc2"} }
+			v0 := job("a", 1, bothDCs)
+			p, err := s.Process(v0, nil, []*structs.Node{n1}, Options{})
+			if err != nil || len(p.Place) != 1 {
+				t.Fatalf("setup: %v %+v", err, p)
+			}
+			allocs := settle(p, 1)
+			v1 := job("a", 1, bothDCs, tc.change, func(j *structs.Job) { j.Version = 1 })
+			p, err = s.Process(v1, allocs, nodes, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(p.Update) != 0 || perNode(p.Place) != "n2=1" || len(p.Stop) != 1 || p.Stop[0].DesiredDescription != DescJobUpdated {
+				t.Fatalf("updated %v, placed %s, stopped %v; want the n1 allocation replaced on n2",
+					names(p.Update), perNode(p.Place), names(p.Stop))
+			}
+
+			sys := systemJob(structs.JobTypeSystem, bothDCs)
+			p, _ = s.Process(sys, nil, nodes, Options{})
+			allocs = settle(p, 1)
+			sys1 := systemJob(structs.JobTypeSystem, bothDCs, tc.change, func(j *structs.Job) { j.Version = 1 })
+			p, _ = s.Process(sys1, allocs, nodes, Options{})
+			if len(p.Place) != 0 || len(p.Update) != 1 || p.Update[0].NodeName != "n2" || len(p.Stop) != 1 || p.Stop[0].NodeName != "n1" {
+				t.Fatalf("system: placed %s, updated %s, stopped %s; want n2's updated in place and n1's stopped",
+					perNode(p.Place), perNode(p.Update), perNode(p.Stop))
+			}
+		})
+	}
+}

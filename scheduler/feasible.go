@@ -69,6 +69,20 @@ func feasible(job *structs.Job, tg *structs.TaskGroup, n *structs.Node) string {
 	return ""
 }
 
+// jobRulesHold reports whether node n satisfies the job-level placement
+// rules: its datacenters and constraints (distinct ones aside).
+func jobRulesHold(job *structs.Job, n *structs.Node) bool {
+	if !datacenterMatch(job.Datacenters, n.Datacenter) {
+		return false
+	}
+	for _, c := range job.Constraints {
+		if c != nil && checkConstraint(c, n) != "" {
+			return false
+		}
+	}
+	return true
+}
+
 func datacenterMatch(want []string, dc string) bool {
 	if len(want) == 0 {
 		return true

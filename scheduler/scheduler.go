@@ -253,14 +253,14 @@ func (g *Generic) reconcileGroup(plan *Plan, pl *placer, job *structs.Job, tg *s
 			forced := drainForced(pl.byID[a.NodeID].DrainStrategy, opts.Now)
 			wants = append(wants, want{index: idx, prev: a, desc: DescAllocMigrating, forced: forced})
 			pl.release(a)
-		case a.Job == nil || groupChanged(a.Job, job, tg.Name):
+		case outdated(a, job, tg.Name, pl.byID[a.NodeID]):
 			wants = append(wants, want{index: idx, prev: a, desc: DescJobUpdated})
 			pl.release(a)
 		case a.NeedsReschedule():
 			if w := reschedule(plan, job, tg, a, opts); w != nil {
 				wants = append(wants, *w)
 			}
-		case a.Job.Version != job.Version || a.Job.JobModifyIndex != job.JobModifyIndex:
+		case newVersion(a, job):
 			cp := *a
 			cp.Job = job
 			plan.Update = append(plan.Update, &cp)
@@ -412,6 +412,22 @@ func lostCopy(a *structs.Allocation) *structs.Allocation {
 	cp := stopCopy(a, DescAllocLost)
 	cp.ClientStatus = structs.AllocClientStatusLost
 	return cp
+}
+
+// outdated reports whether allocation a, on node n, cannot be updated in
+// place to job: its group changed, or, for a new version, the allocation
+// runs and n no longer satisfies the job's datacenters or constraints
+// (Nomad checks the node again before an in-place update).
+func outdated(a *structs.Allocation, job *structs.Job, group string, n *structs.Node) bool {
+	if a.Job == nil || groupChanged(a.Job, job, group) {
+		return true
+	}
+	return newVersion(a, job) && !a.TerminalStatus() && n != nil && !jobRulesHold(job, n)
+}
+
+// newVersion reports whether a runs another version of job than job.
+func newVersion(a *structs.Allocation, job *structs.Job) bool {
+	return a.Job.Version != job.Version || a.Job.JobModifyIndex != job.JobModifyIndex
 }
 
 // groupChanged reports whether the group's spec (ignoring its count and

@@ -87,7 +87,7 @@ func (sg *systemGroup) node(n *structs.Node, cur *structs.Allocation) {
 		sg.place(n, nil, "")
 		return
 	}
-	changed := cur.Job == nil || groupChanged(cur.Job, job, sg.tg.Name)
+	changed := outdated(cur, job, sg.tg.Name, n)
 	if cur.TerminalStatus() {
 		switch {
 		case changed, sg.opts.ForceReschedule && cur.ClientStatus != structs.AllocClientStatusComplete:
@@ -112,7 +112,7 @@ func (sg *systemGroup) node(n *structs.Node, cur *structs.Allocation) {
 		if !sg.place(n, cur, DescJobUpdated) {
 			sg.plan.Stop = append(sg.plan.Stop, stopCopy(cur, DescNodeTainted))
 		}
-	case cur.Job.Version != job.Version || cur.Job.JobModifyIndex != job.JobModifyIndex:
+	case newVersion(cur, job):
 		cp := *cur
 		cp.Job = job
 		sg.plan.Update = append(sg.plan.Update, &cp)
