@@ -64,7 +64,7 @@ func (d *Driver) copyLogs(ctx context.Context, h *taskHandle) {
 	logger := d.logger.With("alloc_id", h.cfg.AllocID, "task", h.cfg.Name)
 	lc := &logCopier{d: d, h: h, pos: readCursor(h.st.CursorFile)}
 	lc.saved = lc.pos
-	if err := lc.open(); err != nil {
+	if err := lc.open(logger); err != nil {
 		logger.Error("failed to open task logs", "error", err)
 		return
 	}
@@ -101,7 +101,7 @@ func (d *Driver) copyLogs(ctx context.Context, h *taskHandle) {
 	}
 }
 
-func (lc *logCopier) open() error {
+func (lc *logCopier) open(logger hclog.Logger) error {
 	cfg := lc.h.cfg
 	files, size := cfg.LogMaxFiles, cfg.LogMaxFileSizeMB
 	if files <= 0 {
@@ -110,11 +110,11 @@ func (lc *logCopier) open() error {
 	if size <= 0 {
 		size = driver.DefaultLogMaxFileSizeMB
 	}
-	out, err := logging.NewRotator(cfg.StdoutPath, files, int64(size)<<20)
+	out, err := logging.NewRotator(cfg.StdoutPath, files, int64(size)<<20, logging.WithLogger(logger))
 	if err != nil {
 		return err
 	}
-	errw, err := logging.NewRotator(cfg.StderrPath, files, int64(size)<<20)
+	errw, err := logging.NewRotator(cfg.StderrPath, files, int64(size)<<20, logging.WithLogger(logger))
 	if err != nil {
 		out.Close()
 		return err

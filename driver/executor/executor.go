@@ -329,7 +329,7 @@ type copiers struct {
 
 // add opens a rotating log and a pipe whose write end the task gets.
 func (c *copiers) add(base string, maxFiles int, maxSize int64) (*os.File, error) {
-	rot, err := logging.NewRotator(base, maxFiles, maxSize)
+	rot, err := logging.NewRotator(base, maxFiles, maxSize, logging.WithLogger(c.logger))
 	if err != nil {
 		return nil, err
 	}

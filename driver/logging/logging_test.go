@@ -301,38 +301,6 @@ func TestRotatorSkipsFullNextFile(t *testing.T) {
 	}
 }
 
-func TestRotatorRecoversFromFailedRotation(t *testing.T) {
-	base := filepath.Join(t.TempDir(), "web.stdout")
-	r, err := NewRotator(base, 3, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	if _, err := r.Write([]byte("abcd")); err != nil {
-		t.Fatal(err)
-	}
-	// Something at the next name that cannot be opened nor cleared away
-	// (standing for ENOSPC, EMFILE...) makes the rotation fail.
-	next := fileName(base, 1)
-	if err := os.MkdirAll(filepath.Join(next, "sub"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.Write([]byte("x")); err == nil {
-		t.Fatal("write with a blocked rotation succeeded")
-	}
-	if err := os.RemoveAll(next); err != nil {
-		t.Fatal(err)
-	}
-	for _, w := range []string{"ef", "gh"} {
-		if _, err := r.Write([]byte(w)); err != nil {
-			t.Fatalf("Write(%q) after the cause went away: %v", w, err)
-		}
-	}
-	if got := readFile(t, next); got != "efgh" {
-		t.Fatalf("file 1 = %q, want %q", got, "efgh")
-	}
-}
-
 // plant puts something other than a regular file at path, as a task that
 // can write alloc/logs may, and returns the host file a symlink points at.
 func plant(t *testing.T, kind, path string) (host string) {
