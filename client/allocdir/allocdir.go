@@ -32,6 +32,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/meshlet/meshlet/internal/nofollow"
 )
 
 // RunDirName is the shared directory holding meshlet's sockets.
@@ -173,7 +175,7 @@ func (d *AllocDir) WriteSecret(task, name, userName string, data []byte) error {
 	// opened without following a link and the file is made relative to
 	// it, so a task that swaps it for a link cannot redirect the write.
 	secrets := d.TaskDir(task).SecretsDir
-	dir, err := openDirNoFollow(secrets)
+	dir, err := nofollow.OpenDir(secrets)
 	if err != nil {
 		return fmt.Errorf("failed to open secrets dir: %w", err)
 	}
@@ -210,18 +212,18 @@ func (d *AllocDir) WriteSecret(task, name, userName string, data []byte) error {
 // p (a symbolic link or a file a task left there) is removed, never
 // followed: owner and mode are set on the opened directory itself.
 func ensureDir(p string, mode os.FileMode, own *owner) error {
-	f, err := openDirNoFollow(p)
+	f, err := nofollow.OpenDir(p)
 	if errors.Is(err, syscall.ELOOP) || errors.Is(err, syscall.ENOTDIR) {
 		if err := os.Remove(p); err != nil {
 			return fmt.Errorf("failed to remove %s (not a directory): %w", p, err)
 		}
-		f, err = openDirNoFollow(p)
+		f, err = nofollow.OpenDir(p)
 	}
 	if errors.Is(err, os.ErrNotExist) {
 		if err := os.Mkdir(p, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 			return fmt.Errorf("failed to create %s: %w", p, err)
 		}
-		f, err = openDirNoFollow(p)
+		f, err = nofollow.OpenDir(p)
 	}
 	if err != nil {
 		return fmt.Errorf("failed to open %s: %w", p, err)
@@ -240,14 +242,6 @@ func ensureDir(p string, mode os.FileMode, own *owner) error {
 		return fmt.Errorf("failed to set mode of %s: %w", p, err)
 	}
 	return nil
-}
-
-func openDirNoFollow(p string) (*os.File, error) {
-	fd, err := syscall.Open(p, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: p, Err: err}
-	}
-	return os.NewFile(uintptr(fd), p), nil
 }
 
 // Destroy removes the allocation's tree; a missing tree is not an error.
@@ -276,7 +270,7 @@ func (d *AllocDir) ReadSecret(task, name string) ([]byte, error) {
 		return nil, fmt.Errorf("failed to read secret: %w", err)
 	}
 	secrets := d.TaskDir(task).SecretsDir
-	dir, err := openDirNoFollow(secrets)
+	dir, err := nofollow.OpenDir(secrets)
 	if err != nil {
 		return nil, fmt.Errorf("failed to open secrets dir: %w", err)
 	}

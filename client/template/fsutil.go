@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/meshlet/meshlet/internal/nofollow"
 )
 
 // ErrEscapes is returned for a path that leads out of its sandbox.
@@ -26,34 +28,6 @@ func relInside(root, p string) (string, bool) {
 	return rel, true
 }
 
-// openDirs opens root, then each directory of rel's parent below it
-// without following links, creating missing ones (mode 0755) when create
-// is set. It returns the innermost directory and rel's last element.
-func openDirs(root, rel string, create bool) (*os.File, string, error) {
-	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, "", fmt.Errorf("failed to open %s: %w", root, err)
-	}
-	parts := strings.Split(filepath.Clean(rel), string(filepath.Separator))
-	for _, part := range parts[:len(parts)-1] {
-		if part == "." || part == "" {
-			continue
-		}
-		next, err := unix.Openat(fd, part, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if errors.Is(err, unix.ENOENT) && create {
-			if err = unix.Mkdirat(fd, part, 0o755); err == nil || errors.Is(err, unix.EEXIST) {
-				next, err = unix.Openat(fd, part, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-			}
-		}
-		_ = unix.Close(fd)
-		if err != nil {
-			return nil, "", fmt.Errorf("failed to open directory %q under %s (links are not followed): %w", part, root, err)
-		}
-		fd = next
-	}
-	return os.NewFile(uintptr(fd), root), parts[len(parts)-1], nil
-}
-
 // readInDir reads p (relative to dir, or absolute inside it) without
 // following links.
 func readInDir(dir, p string) ([]byte, error) {
@@ -64,7 +38,7 @@ func readInDir(dir, p string) ([]byte, error) {
 	if !ok || rel == "." {
 		return nil, fmt.Errorf("failed to read %s: %w", p, ErrEscapes)
 	}
-	d, base, err := openDirs(dir, rel, false)
+	d, base, err := nofollow.OpenParent(dir, rel, false)
 	if err != nil {
 		return nil, err
 	}
@@ -102,7 +76,7 @@ func (s fileSpec) path() string { return filepath.Join(s.root, s.rel) }
 // The file is replaced by a rename, so a link at its place is replaced,
 // never followed.
 func writeIfChanged(s fileSpec, data []byte) (bool, error) {
-	d, base, err := openDirs(s.root, s.rel, true)
+	d, base, err := nofollow.OpenParent(s.root, s.rel, true)
 	if err != nil {
 		return false, err
 	}

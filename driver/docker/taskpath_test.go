@@ -1,13 +1,16 @@
 package docker
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
 )
 
-// checkBeneath (openat2) and walkBeneath (its Lstat fallback) agree.
-func TestCheckBeneath(t *testing.T) {
+// A relative volume or bind mount source that leaves the task directory
+// through a symlink is not allowed (the walk itself is tested in
+// internal/nofollow).
+func TestCheckSourcesBeneath(t *testing.T) {
 	dir := t.TempDir()
 	host := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(dir, "local/data/sub"), 0o755); err != nil {
@@ -33,11 +36,19 @@ func TestCheckBeneath(t *testing.T) {
 		{"local/dangling/new", false},
 		{"local/inside", false}, // even a link that stays inside
 	} {
-		for name, check := range map[string]func(string, string) error{"openat2": checkBeneath, "lstat walk": walkBeneath} {
-			if err := check(dir, tc.rel); (err == nil) != tc.ok {
-				t.Errorf("%s(%q) = %v, want ok %v", name, tc.rel, err, tc.ok)
+		for name, tcfg := range map[string]*taskConfig{
+			"volume":     {Volumes: []string{tc.rel + ":/data"}},
+			"bind mount": {Mounts: []mountConfig{{Type: "bind", Source: tc.rel, Target: "/data"}}},
+		} {
+			err := checkSourcesBeneath(dir, tcfg)
+			if tc.ok && err != nil || !tc.ok && !errors.Is(err, ErrNotAllowed) {
+				t.Errorf("%s of %q: %v, want ok %v", name, tc.rel, err, tc.ok)
 			}
 		}
+	}
+	abs := &taskConfig{Volumes: []string{filepath.Join(dir, "local/root") + ":/data"}}
+	if err := checkSourcesBeneath(dir, abs); err != nil {
+		t.Errorf("an absolute source (left to checkAllowed) was checked: %v", err)
 	}
 	if _, err := os.Lstat(filepath.Join(host, "missing")); err == nil {
 		t.Errorf("a check created a host path")

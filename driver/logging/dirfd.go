@@ -22,16 +22,6 @@ import (
 // symlink, a FIFO, a directory...) sits at a log file's name.
 var ErrNotRegular = errors.New("not a regular file")
 
-// openDir opens path for use with the *at calls, refusing a symlink in its
-// place.
-func openDir(path string) (*os.File, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: path, Err: err}
-	}
-	return os.NewFile(uintptr(fd), path), nil
-}
-
 // openRegular opens name in dir with flags (O_RDONLY, or O_WRONLY|O_APPEND
 // with or without O_CREAT) and returns it only if it is a regular file. A
 // symlink, FIFO, socket, device or directory at name yields ErrNotRegular,

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/meshlet/meshlet/internal/nofollow"
 )
 
 // A task may swap something else in at a log file's name at any moment,
@@ -41,7 +43,7 @@ func TestOpenRegularNeverOpensASwappedInFile(t *testing.T) {
 			f.Close()
 		}
 	})
-	dir, err := openDir(d)
+	dir, err := nofollow.OpenDir(d)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/meshlet/meshlet/internal/nofollow"
 )
 
 func readFile(t *testing.T, path string) string {
@@ -24,7 +26,7 @@ func readFile(t *testing.T, path string) string {
 
 func existing(t *testing.T, base string) []int {
 	t.Helper()
-	dir, err := openDir(filepath.Dir(base))
+	dir, err := nofollow.OpenDir(filepath.Dir(base))
 	if err != nil {
 		t.Fatal(err)
 	}

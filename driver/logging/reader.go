@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/meshlet/meshlet/internal/nofollow"
 )
 
 // Reader origins.
@@ -230,7 +232,7 @@ func (r *reader) nextIndex() (int, bool, error) {
 // (refusing a symlink in its place) once it exists. Caller holds mu or owns r.
 func (r *reader) indexes() ([]int, error) {
 	if r.dir == nil {
-		dir, err := openDir(r.logDir)
+		dir, err := nofollow.OpenDir(r.logDir)
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, nil
 		}

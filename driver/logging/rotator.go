@@ -27,6 +27,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
+
+	"github.com/meshlet/meshlet/internal/nofollow"
 )
 
 // Rotation retry timing and reach.
@@ -94,7 +96,7 @@ func NewRotator(base string, maxFiles int, maxSize int64, opts ...Option) (*Rota
 	if err := os.MkdirAll(filepath.Dir(base), 0o755); err != nil {
 		return nil, fmt.Errorf("failed to create log directory: %w", err)
 	}
-	dir, err := openDir(filepath.Dir(base))
+	dir, err := nofollow.OpenDir(filepath.Dir(base))
 	if err != nil {
 		return nil, fmt.Errorf("failed to open log directory: %w", err)
 	}
