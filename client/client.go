@@ -136,6 +136,10 @@ type Client struct {
 	// they must not be run again.
 	collected map[string]bool
 
+	// networkGCTimeout bounds gcNetworks; a field so tests can shorten it
+	// (before Start).
+	networkGCTimeout time.Duration
+
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -195,7 +199,7 @@ func New(cfg Config) (*Client, error) {
 	c := &Client{cfg: cfg, logger: cfg.Logger, db: db, drivers: map[string]driver.Driver{},
 		runners: map[string]*allocrunner.AllocRunner{}, seen: map[string]uint64{}, pending: map[string]*structs.Allocation{},
 		updateCh: make(chan struct{}, 1), serverTerminal: map[string]bool{}, collected: map[string]bool{},
-		ctx: ctx, cancel: cancel, secretID: secret}
+		ctx: ctx, cancel: cancel, secretID: secret, networkGCTimeout: defaultNetworkGCTimeout}
 	for _, d := range cfg.Drivers {
 		c.drivers[d.Name()] = d
 	}
@@ -248,10 +252,10 @@ func (c *Client) Node() *structs.Node {
 	return &cp
 }
 
-// networkGCTimeout bounds the garbage collection of allocation networks
-// at start (each allocation's teardown is bounded by the Networker too); a
-// variable for tests.
-var networkGCTimeout = 2 * time.Minute
+// defaultNetworkGCTimeout bounds the garbage collection of allocation
+// networks at start (each allocation's teardown is bounded by the
+// Networker too).
+const defaultNetworkGCTimeout = 2 * time.Minute
 
 // Start restores allocations from the client state, starts the garbage
 // collection of dead allocations' networks, registers the node and starts
@@ -297,7 +301,7 @@ func (c *Client) Start() error {
 }
 
 // gcNetworks garbage-collects the networks of allocations not in live,
-// for at most networkGCTimeout, then closes done. It runs beside the
+// for at most c.networkGCTimeout, then closes done. It runs beside the
 // node's registration and heartbeats, which a plugin hanging on DEL must
 // not hold up (the servers would take the node for down), and beside the
 // restored allocations' runners: the Networker takes each dead
@@ -308,7 +312,7 @@ func (c *Client) gcNetworks(live map[string]bool, done chan<- struct{}) {
 	if c.cfg.Networker == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(c.ctx, networkGCTimeout)
+	ctx, cancel := context.WithTimeout(c.ctx, c.networkGCTimeout)
 	defer cancel()
 	if err := c.cfg.Networker.GC(ctx, live); err != nil {
 		c.logger.Warn("failed to garbage-collect allocation networks (left for the next start)", "error", err)

@@ -230,13 +230,11 @@ func (h *hungGC) GC(ctx context.Context, live map[string]bool) error {
 // given up after networkGCTimeout, and allocations placed meanwhile start
 // only after it (they are not in its live set).
 func TestHungNetworkGCHoldsNoStart(t *testing.T) {
-	old := networkGCTimeout
-	networkGCTimeout = 3 * time.Second
-	t.Cleanup(func() { networkGCTimeout = old })
 	srv := newServer(t)
 	gc := &hungGC{release: make(chan struct{})}
 	c, err := New(Config{DataDir: t.TempDir(), NodeName: "n1", Drivers: []driver.Driver{fakedriver.New("raw_exec")}, Server: srv, Networker: gc})
 	must(t, err)
+	c.networkGCTimeout = 3 * time.Second
 	started := time.Now()
 	done := make(chan error, 1)
 	go func() { done <- c.Start() }()
@@ -260,7 +258,7 @@ func TestHungNetworkGCHoldsNoStart(t *testing.T) {
 		t.Fatal("an allocation started while the network GC (whose live set does not have it) was running")
 	}
 	waitStatus(t, srv, "a", structs.AllocClientStatusRunning)
-	if waited := time.Since(started); waited < networkGCTimeout {
+	if waited := time.Since(started); waited < c.networkGCTimeout {
 		t.Fatalf("allocation started %s after Start, before the GC gave up", waited)
 	}
 }

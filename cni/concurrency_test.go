@@ -265,12 +265,8 @@ func TestKeyedMutex(t *testing.T) {
 	}
 }
 
-// shortCleanups sets cleanupTimeout to d for the test.
-func shortCleanups(t *testing.T, d time.Duration) {
-	old := cleanupTimeout
-	cleanupTimeout = d
-	t.Cleanup(func() { cleanupTimeout = old })
-}
+// shortCleanup is the cleanup timeout of the managers whose plugin hangs.
+const shortCleanup = time.Second
 
 // within waits up to 30 s for done; then it releases the hung plugin and
 // fails the test.
@@ -281,7 +277,7 @@ func within(t *testing.T, done <-chan error, release func(), what string) error 
 		return err
 	case <-time.After(30 * time.Second):
 		release()
-		t.Fatalf("%s still running after 30s, with cleanups bounded at %s (then: %v)", what, cleanupTimeout, <-done)
+		t.Fatalf("%s still running after 30s, with cleanups bounded at %s (then: %v)", what, shortCleanup, <-done)
 		return nil
 	}
 }
@@ -293,7 +289,6 @@ func within(t *testing.T, done <-chan error, release func(), what string) error 
 // (the record, the lease, the cached config) and GC removes it all once
 // the plugin works.
 func TestHungRollbackIsBounded(t *testing.T) {
-	shortCleanups(t, time.Second)
 	tn := newTestNet(t)
 	a := tn.alloc(structs.PortMapping{Label: "http", Value: freePort(t), To: 80})
 	cfg := tn.cfg
@@ -303,6 +298,7 @@ func TestHungRollbackIsBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	hung.cleanupTimeout = shortCleanup
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 	defer cancel()
 	done := make(chan error, 1)
@@ -321,11 +317,10 @@ func TestHungRollbackIsBounded(t *testing.T) {
 }
 
 // TestHungGCIsBounded: GC gives each dead allocation's DEL at most
-// cleanupTimeout, so one hanging plugin neither blocks GC nor keeps it from
+// the cleanup timeout, so one hanging plugin neither blocks GC nor keeps it from
 // the other dead allocations; the hung one is reported and collected by a
 // later GC.
 func TestHungGCIsBounded(t *testing.T) {
-	shortCleanups(t, time.Second)
 	tn := newTestNet(t)
 	hungAlloc := tn.alloc(structs.PortMapping{Label: "http", Value: freePort(t), To: 80})
 	other := tn.alloc() // no port: its network has no portmap
@@ -338,6 +333,7 @@ func TestHungGCIsBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	hung.cleanupTimeout = shortCleanup
 	done := make(chan error, 1)
 	go func() { done <- hung.GC(t.Context(), map[string]bool{}) }()
 	if err := within(t, done, release, "GC"); err == nil || !strings.Contains(err.Error(), hungAlloc.ID) {

@@ -122,6 +122,9 @@ type Manager struct {
 	lookPath func(string) (string, error)
 	// retryDelay is the pause before ADD attempt n (n >= 2).
 	retryDelay func(attempt int) time.Duration
+	// cleanupTimeout bounds each cleanup (see defaultCleanupTimeout); a
+	// field so tests can shorten it (before first use).
+	cleanupTimeout time.Duration
 
 	// mountShared records that NetNSDir was made a shared mount
 	// (guarded by hostMu).
@@ -159,15 +162,16 @@ func New(cfg Config, logger hclog.Logger) (*Manager, error) {
 		}
 	}
 	return &Manager{
-		cfg:        cfg,
-		subnet:     subnet,
-		logger:     logger.Named("cni"),
-		cni:        libcni.NewCNIConfigWithCacheDir([]string{cfg.PluginDir}, cacheDir(cfg), nil),
-		builtin:    lists[0],
-		noPorts:    lists[1],
-		lookPath:   exec.LookPath,
-		retryDelay: defaultRetryDelay,
-		added:      map[string]bool{},
+		cfg:            cfg,
+		subnet:         subnet,
+		logger:         logger.Named("cni"),
+		cni:            libcni.NewCNIConfigWithCacheDir([]string{cfg.PluginDir}, cacheDir(cfg), nil),
+		builtin:        lists[0],
+		noPorts:        lists[1],
+		lookPath:       exec.LookPath,
+		retryDelay:     defaultRetryDelay,
+		cleanupTimeout: defaultCleanupTimeout,
+		added:          map[string]bool{},
 	}, nil
 }
 

@@ -65,7 +65,7 @@ func (m *Manager) GC(ctx context.Context, live map[string]bool) error {
 }
 
 // collect removes everything of one dead allocation, holding its lock.
-// Its teardown gets at most cleanupTimeout, so a plugin hanging on one
+// Its teardown gets at most m.cleanupTimeout, so a plugin hanging on one
 // allocation's DEL does not keep GC from the others.
 func (m *Manager) collect(ctx context.Context, allocID string) error {
 	unlock, err := m.lockAlloc(ctx, allocID)
@@ -74,7 +74,7 @@ func (m *Manager) collect(ctx context.Context, allocID string) error {
 	}
 	defer unlock()
 	m.logger.Info("removing leaked allocation network", "alloc_id", allocID)
-	ctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
+	ctx, cancel := context.WithTimeout(ctx, m.cleanupTimeout)
 	defer cancel()
 	if err := m.teardownLocked(ctx, allocID, nil); err != nil {
 		return fmt.Errorf("allocation %s: %w", allocID, err)

@@ -18,18 +18,18 @@ import (
 // addAttempts is how many times Setup tries CNI ADD.
 const addAttempts = 3
 
-// cleanupTimeout bounds the undoing of what a failed operation created
-// (the DEL of a rollback, of a partial ADD, of one dead allocation in
-// GC): it runs on after the operation's context ended, so it needs a limit
-// of its own, or a plugin hanging on DEL would hold the allocation's lock,
-// an operation slot and the caller forever. A variable for tests.
-var cleanupTimeout = time.Minute
+// defaultCleanupTimeout bounds the undoing of what a failed operation
+// created (the DEL of a rollback, of a partial ADD, of one dead allocation
+// in GC): it runs on after the operation's context ended, so it needs a
+// limit of its own, or a plugin hanging on DEL would hold the allocation's
+// lock, an operation slot and the caller forever.
+const defaultCleanupTimeout = time.Minute
 
 // cleanupContext returns the context of a cleanup after an operation on
 // ctx: it keeps ctx's values, not its cancellation, and ends after
-// cleanupTimeout.
-func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+// m.cleanupTimeout.
+func (m *Manager) cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), m.cleanupTimeout)
 }
 
 // ModeOf returns the network mode of the allocation's group: the mode of
@@ -163,7 +163,7 @@ func wrapSetup(alloc *structs.Allocation, err error) error {
 
 // setupLocked creates the record and the namespace and runs ADD; on
 // failure it undoes everything, a half-written record included. An undo
-// that does not finish within cleanupTimeout is reported with the error;
+// that does not finish within the cleanup timeout is reported with the error;
 // it keeps the record, so GC finishes it.
 func (m *Manager) setupLocked(ctx context.Context, alloc *structs.Allocation, p *plan) (*structs.AllocNetworkStatus, error) {
 	if err := m.writeRecord(alloc.ID, p.list.Name); err != nil {
@@ -182,7 +182,7 @@ func (m *Manager) setupLocked(ctx context.Context, alloc *structs.Allocation, p 
 		status, err = m.afterAdd(res, alloc, p)
 	}
 	if err != nil {
-		cctx, cancel := cleanupContext(ctx)
+		cctx, cancel := m.cleanupContext(ctx)
 		defer cancel()
 		if uerr := m.teardownLocked(cctx, alloc.ID, &attachment{list: p.list, rt: p.rt}); uerr != nil {
 			return nil, fmt.Errorf("%w (and cleaning up failed: %w)", err, uerr)
@@ -280,7 +280,7 @@ func (m *Manager) undoAdd(ctx context.Context, allocID string, p *plan) bool {
 // undoAddBounded is undoAdd after an ADD on ctx failed, on a cleanup
 // context.
 func (m *Manager) undoAddBounded(ctx context.Context, allocID string, p *plan) bool {
-	cctx, cancel := cleanupContext(ctx)
+	cctx, cancel := m.cleanupContext(ctx)
 	defer cancel()
 	return m.undoAdd(cctx, allocID, p)
 }

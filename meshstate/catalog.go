@@ -189,7 +189,9 @@ func (s *Store) PutExternal(ctx context.Context, inst catalog.ServiceInstance) e
 		if bytes.Equal(cur, b) {
 			return nil // as stored: no revision, no feed batch (as PutAlloc)
 		}
-		externalChecked()
+		if s.externalChecked != nil {
+			s.externalChecked()
+		}
 		ok, err := s.putIfExternalsAt(ctx, key, b, rev)
 		if err != nil || ok {
 			return err
@@ -199,10 +201,6 @@ func (s *Store) PutExternal(ctx context.Context, inst catalog.ServiceInstance) e
 		}
 	}
 }
-
-// externalChecked runs between PutExternal's ID check and its write (a
-// test seam for the race between two registrations).
-var externalChecked = func() {}
 
 // putIfExternalsAt stores b at key when no external registration was
 // written after revision rev; false when one was.

@@ -249,7 +249,7 @@ func TestPutExternalRaceKeepsOneOwner(t *testing.T) {
 		return catalog.ServiceInstance{ID: "legacy", Name: "legacy", NodeID: catalog.ExternalNodePrefix + node, AllocID: "svc-legacy"}
 	}
 	checks := 0
-	externalChecked = func() {
+	s.externalChecked = func() {
 		checks++
 		if checks == 1 { // b registers between a's check and a's write
 			if err := s.PutExternal(ctx, ext("b")); err != nil {
@@ -257,7 +257,6 @@ func TestPutExternalRaceKeepsOneOwner(t *testing.T) {
 			}
 		}
 	}
-	t.Cleanup(func() { externalChecked = func() {} })
 	if err := s.PutExternal(ctx, ext("a")); !errors.Is(err, catalog.ErrIDTaken) || !strings.Contains(err.Error(), "on node b;") {
 		t.Fatalf("a's registration after b's landed in between: %v, want ErrIDTaken naming node b", err)
 	}

@@ -54,6 +54,9 @@ type Store struct {
 	logger  hclog.Logger
 	now     func() time.Time
 	disk    func() error
+	// externalChecked, when set, runs between PutExternal's ID check and
+	// its write (a test seam for the race between two registrations).
+	externalChecked func()
 }
 
 // Open returns the store kept under opts.Prefix of the cluster c talks to.

@@ -46,13 +46,13 @@ func (s *Server) GC() error {
 	return nil
 }
 
-// gcBatch is how many allocations and evaluations one garbage
+// defaultGCBatch is how many allocations and evaluations one garbage
 // transaction removes at first; a transaction over the etcd server's
 // limits (--max-txn-ops) is split in halves until it fits.
-var gcBatch = 256
+const defaultGCBatch = 256
 
 // deleteGarbage removes allocations and evaluations that are garbage, in
-// transactions of at most gcBatch removals, each under the plan lock (a
+// transactions of at most s.gcBatch removals, each under the plan lock (a
 // large collection neither exceeds etcd's transaction limits nor stalls
 // registrations). Removing garbage twice is harmless, so a failure part
 // way leaves the rest for the next collection.
@@ -70,10 +70,10 @@ func (s *Server) deleteGarbage(allocs, evals []string) error {
 }
 
 // applyInBatches commits the plans of items [lo, hi) of n, each under the
-// plan lock, gcBatch items at first and half as many after a write over
+// plan lock, s.gcBatch items at first and half as many after a write over
 // the etcd server's limits.
 func (s *Server) applyInBatches(n int, plan func(lo, hi int) *state.Plan) error {
-	batch := gcBatch
+	batch := int(s.gcBatch.Load())
 	for lo := 0; lo < n; {
 		hi := min(lo+batch, n)
 		err := s.applyLocked(plan(lo, hi))

@@ -265,9 +265,7 @@ func TestGCAndPurgeFitEtcdTransactionLimits(t *testing.T) {
 		t.Fatalf("%d allocations left after GC", len(all))
 	}
 
-	old := gcBatch
-	gcBatch = 4
-	t.Cleanup(func() { gcBatch = old })
+	s.gcBatch.Store(4)
 	if _, err := s.RegisterJob(ctx, testJob("big", "raw_exec", 10)); err != nil {
 		t.Fatal(err)
 	}

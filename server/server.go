@@ -175,6 +175,9 @@ type Server struct {
 	// commits that may invalidate a plan computed without the lock.
 	planMu  sync.Mutex
 	planGen atomic.Uint64
+	// gcBatch is the first batch size of applyInBatches (defaultGCBatch);
+	// atomic so tests can lower it on a running server.
+	gcBatch atomic.Int64
 
 	// mu guards the follow-up timers and the last collection time.
 	mu     sync.Mutex
@@ -238,6 +241,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{store: cfg.Store, heartbeats: map[string]*time.Timer{}, nodeAllocCount: map[string]int{}, blocked: map[string]bool{}, sched: cfg.Scheduler, admission: cfg.Admission, mutators: cfg.Mutators,
 		logger: cfg.Logger, now: cfg.Now, cfg: cfg, timers: map[string]*time.Timer{}, lastGC: cfg.Now()}
+	s.gcBatch.Store(defaultGCBatch)
 	if cfg.Leadership != nil {
 		s.startLeadership(cfg.Leadership)
 		return s, nil
