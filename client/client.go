@@ -57,7 +57,10 @@ type ServerConn interface {
 // *cni.Manager implements it.
 type Networker interface {
 	allocrunner.Networker
-	GC(ctx context.Context, live map[string]bool) error
+	// GC removes the networks left by allocations for which live returns
+	// false; it asks again, under the allocation's lock, before removing
+	// one.
+	GC(ctx context.Context, live func(allocID string) bool) error
 }
 
 // HookFactory returns the hooks that run after the network hook for an
@@ -135,6 +138,9 @@ type Client struct {
 	// collected: garbage-collected allocations the server still lists;
 	// they must not be run again.
 	collected map[string]bool
+	// destroying: runners the server forgot, taken out of runners, whose
+	// destroy (the stop of their tasks first) has not finished.
+	destroying map[string]*allocrunner.AllocRunner
 
 	// networkGCTimeout bounds gcNetworks; a field so tests can shorten it
 	// (before Start).
@@ -199,7 +205,7 @@ func New(cfg Config) (*Client, error) {
 	c := &Client{cfg: cfg, logger: cfg.Logger, db: db, drivers: map[string]driver.Driver{},
 		runners: map[string]*allocrunner.AllocRunner{}, seen: map[string]uint64{}, pending: map[string]*structs.Allocation{},
 		updateCh: make(chan struct{}, 1), serverTerminal: map[string]bool{}, collected: map[string]bool{},
-		ctx: ctx, cancel: cancel, secretID: secret, networkGCTimeout: defaultNetworkGCTimeout}
+		destroying: map[string]*allocrunner.AllocRunner{}, ctx: ctx, cancel: cancel, secretID: secret, networkGCTimeout: defaultNetworkGCTimeout}
 	for _, d := range cfg.Drivers {
 		c.drivers[d.Name()] = d
 	}
@@ -261,20 +267,18 @@ const defaultNetworkGCTimeout = 2 * time.Minute
 // collection of dead allocations' networks, registers the node and starts
 // watching the server.
 func (c *Client) Start() error {
-	live, complete, err := c.restore()
+	complete, err := c.restore()
 	if err != nil {
 		return err
 	}
-	// The GC removes the networks of allocations not in live: with an
-	// allocation that could not be restored, live is incomplete and the GC
-	// would tear down a running allocation's network.
-	gcDone := make(chan struct{})
+	// The GC removes the networks of allocations the client does not run:
+	// with an allocation that could not be restored, it would tear down a
+	// running allocation's network.
 	if !complete {
 		c.logger.Error("skipping the garbage collection of allocation networks: some allocations could not be restored")
-		close(gcDone)
 	} else {
 		c.wg.Add(1)
-		go c.gcNetworks(live, gcDone)
+		go c.gcNetworks()
 		c.sweepDrivers()
 	}
 	if err := c.register(registerWait); err != nil {
@@ -294,40 +298,42 @@ func (c *Client) Start() error {
 	}
 	c.wg.Add(4)
 	go c.heartbeat()
-	go c.watchAfter(gcDone)
+	go c.watch()
 	go c.sendUpdates()
 	go c.gcLoop()
 	return nil
 }
 
-// gcNetworks garbage-collects the networks of allocations not in live,
-// for at most c.networkGCTimeout, then closes done. It runs beside the
+// gcNetworks garbage-collects the networks of allocations that are not
+// live (see allocLive), for at most c.networkGCTimeout. It runs beside the
 // node's registration and heartbeats, which a plugin hanging on DEL must
 // not hold up (the servers would take the node for down), and beside the
-// restored allocations' runners: the Networker takes each dead
-// allocation's lock and never touches the live ones.
-func (c *Client) gcNetworks(live map[string]bool, done chan<- struct{}) {
+// allocations' runners, restored ones and those the servers place or stop
+// meanwhile: the Networker takes each dead allocation's lock, asks again
+// whether it is live, and never touches the live ones.
+func (c *Client) gcNetworks() {
 	defer c.wg.Done()
-	defer close(done)
 	if c.cfg.Networker == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, c.networkGCTimeout)
 	defer cancel()
-	if err := c.cfg.Networker.GC(ctx, live); err != nil {
+	if err := c.cfg.Networker.GC(ctx, c.allocLive); err != nil {
 		c.logger.Warn("failed to garbage-collect allocation networks (left for the next start)", "error", err)
 	}
 }
 
-// watchAfter starts watching the server's allocations once done is
-// closed: an allocation placed meanwhile is not in the GC's live set, so
-// its new network would be collected as a leak.
-func (c *Client) watchAfter(done <-chan struct{}) {
-	select {
-	case <-done:
-	case <-c.ctx.Done():
+// allocLive reports whether allocation id may still use its network: the
+// client runs it, or is stopping it to destroy it, and it may have tasks
+// running (see mayRun). A runner is known before its network is set up.
+func (c *Client) allocLive(id string) bool {
+	c.mu.Lock()
+	ar := c.runners[id]
+	if ar == nil {
+		ar = c.destroying[id]
 	}
-	c.watch()
+	c.mu.Unlock()
+	return ar != nil && mayRun(ar.ClientView())
 }
 
 // sweepDrivers lets drivers whose tasks outlive the agent (docker's
@@ -381,14 +387,12 @@ func (c *Client) Shutdown() error {
 }
 
 // restore starts a runner for every allocation in the client state and
-// returns the IDs of those that are still live, and whether every
-// allocation could be restored.
-func (c *Client) restore() (map[string]bool, bool, error) {
+// returns whether every allocation could be restored.
+func (c *Client) restore() (bool, error) {
 	allocs, orphans, err := c.db.AllocsAndOrphans()
 	if err != nil {
-		return nil, false, fmt.Errorf("failed to read client state: %w", err)
+		return false, fmt.Errorf("failed to read client state: %w", err)
 	}
-	live := map[string]bool{}
 	complete := len(orphans) == 0
 	for _, id := range orphans {
 		c.logger.Error("allocation has task state but no allocation record; its tasks are re-attached once the server sends it", "alloc_id", id)
@@ -396,7 +400,7 @@ func (c *Client) restore() (map[string]bool, bool, error) {
 	for _, a := range allocs {
 		tasks, err := c.db.TaskStates(a.ID)
 		if err != nil {
-			return nil, false, fmt.Errorf("failed to read task states of %s: %w", a.ID, err)
+			return false, fmt.Errorf("failed to read task states of %s: %w", a.ID, err)
 		}
 		ar, err := c.newRunner(a, true, tasks)
 		if err != nil {
@@ -404,21 +408,18 @@ func (c *Client) restore() (map[string]bool, bool, error) {
 			complete = false
 			continue
 		}
-		if mayRun(ar.ClientView()) {
-			live[a.ID] = true
-		}
 		c.mu.Lock()
 		c.runners[a.ID] = ar
 		c.seen[a.ID] = a.AllocModifyIndex
 		c.mu.Unlock()
-		c.logger.Info("restoring allocation", "alloc_id", a.ID, "live", live[a.ID])
+		c.logger.Info("restoring allocation", "alloc_id", a.ID, "live", mayRun(ar.ClientView()))
 		go ar.Run()
 	}
-	return live, complete, nil
+	return complete, nil
 }
 
-// mayRun reports whether a restored allocation may still have running
-// tasks, so its network must not be collected: its status is not
+// mayRun reports whether an allocation may still have running (or not yet
+// started) tasks, so its network must not be collected: its status is not
 // terminal, or one of its tasks is not dead (an allocation is failed as
 // soon as one task failed for good, while its siblings are still being
 // stopped through shutdown_delay and their kill timeouts).

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -14,13 +15,15 @@ import (
 	clientstate "github.com/meshlet/meshlet/client/state"
 	"github.com/meshlet/meshlet/driver"
 	"github.com/meshlet/meshlet/internal/testutil"
+	"github.com/meshlet/meshlet/server"
 	"github.com/meshlet/meshlet/structs"
 )
 
-// gcRecorder is a Networker that records garbage collections.
+// gcRecorder is a Networker that records garbage collections (their
+// liveness functions).
 type gcRecorder struct {
 	mu  sync.Mutex
-	gcs []map[string]bool
+	gcs []func(string) bool
 }
 
 func (g *gcRecorder) Setup(context.Context, *structs.Allocation) (*structs.AllocNetworkStatus, error) {
@@ -31,7 +34,7 @@ func (g *gcRecorder) Restore(context.Context, *structs.Allocation) (*structs.All
 }
 func (g *gcRecorder) Teardown(context.Context, *structs.Allocation) error { return nil }
 func (g *gcRecorder) NetNSPath(string) string                             { return "" }
-func (g *gcRecorder) GC(_ context.Context, live map[string]bool) error {
+func (g *gcRecorder) GC(_ context.Context, live func(string) bool) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.gcs = append(g.gcs, live)
@@ -117,8 +120,8 @@ func TestUnrestorableAllocationSkipsNetworkGC(t *testing.T) {
 			must(t, err)
 			must(t, c.Start())
 			defer c.Shutdown()
-			if gc.count() != 0 {
-				t.Fatalf("network GC ran with live set %v", gc.gcs)
+			if n := gc.count(); n != 0 {
+				t.Fatalf("network GC ran %d times", n)
 			}
 		})
 	}
@@ -216,7 +219,7 @@ type hungGC struct {
 	release chan struct{}
 }
 
-func (h *hungGC) GC(ctx context.Context, live map[string]bool) error {
+func (h *hungGC) GC(ctx context.Context, live func(string) bool) error {
 	select {
 	case <-h.release:
 	case <-ctx.Done():
@@ -225,17 +228,19 @@ func (h *hungGC) GC(ctx context.Context, live map[string]bool) error {
 	return h.gcRecorder.GC(ctx, live)
 }
 
-// TestHungNetworkGCHoldsNoStart: a network GC that hangs does not keep
-// the node from registering (the servers would take it for down), is
-// given up after networkGCTimeout, and allocations placed meanwhile start
-// only after it (they are not in its live set).
+// TestHungNetworkGCHoldsNoStart: a network GC that hangs holds up
+// neither the node's registration (the servers would take it for down)
+// nor the allocations placed meanwhile, which start at once: the GC asks
+// the client whether each allocation is live when it gets to it, and an
+// allocation placed meanwhile is, as is one the servers forgot while its
+// tasks are still stopping.
 func TestHungNetworkGCHoldsNoStart(t *testing.T) {
 	srv := newServer(t)
 	gc := &hungGC{release: make(chan struct{})}
-	c, err := New(Config{DataDir: t.TempDir(), NodeName: "n1", Drivers: []driver.Driver{fakedriver.New("raw_exec")}, Server: srv, Networker: gc})
+	conn := &hidingConn{Server: srv, hidden: map[string]bool{}}
+	c, err := New(Config{DataDir: t.TempDir(), NodeName: "n1", Drivers: []driver.Driver{fakedriver.New("raw_exec")}, Server: conn, Networker: gc})
 	must(t, err)
-	c.networkGCTimeout = 3 * time.Second
-	started := time.Now()
+	c.networkGCTimeout = time.Minute
 	done := make(chan error, 1)
 	go func() { done <- c.Start() }()
 	select {
@@ -250,15 +255,48 @@ func TestHungNetworkGCHoldsNoStart(t *testing.T) {
 	if nodes, err := srv.Nodes(context.Background()); err != nil || len(nodes) != 1 {
 		t.Fatalf("nodes = %v, %v; want the node registered while the GC hangs", nodes, err)
 	}
-	if _, err := srv.RegisterJob(context.Background(), job("a", "")); err != nil {
+	j := job("a", "")
+	j.TaskGroups[0].Tasks[0].ShutdownDelay = 3 * time.Second
+	if _, err := srv.RegisterJob(context.Background(), j); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Second)
-	if st := allocOf(t, srv, "a").ClientStatus; st == structs.AllocClientStatusRunning {
-		t.Fatal("an allocation started while the network GC (whose live set does not have it) was running")
+	alloc := waitStatus(t, srv, "a", structs.AllocClientStatusRunning)
+	close(gc.release)
+	testutil.WaitFor(t, hang, "network GC", func() bool { return gc.count() == 1 })
+	live := gc.gcs[0]
+	if !live(alloc.ID) || live("gone-alloc") {
+		t.Fatalf("GC liveness: placed allocation %v, unknown one %v", live(alloc.ID), live("gone-alloc"))
 	}
-	waitStatus(t, srv, "a", structs.AllocClientStatusRunning)
-	if waited := time.Since(started); waited < c.networkGCTimeout {
-		t.Fatalf("allocation started %s after Start, before the GC gave up", waited)
+	// The servers forget it (the next change they send lacks it): its
+	// runner is destroyed, the task first stopped through its delay.
+	conn.hide(alloc.ID)
+	if _, err := srv.RegisterJob(context.Background(), job("b", "")); err != nil {
+		t.Fatal(err)
 	}
+	testutil.WaitFor(t, hang, "runner removed", func() bool { return c.runner(alloc.ID) == nil })
+	if !live(alloc.ID) {
+		t.Fatal("an allocation being destroyed, its task in its shutdown_delay, is not live for the GC")
+	}
+	testutil.WaitFor(t, hang, "destroyed", func() bool { return !live(alloc.ID) })
+}
+
+// hidingConn is a server connection that leaves the hidden allocations
+// out of the node's allocations, as servers that forgot them.
+type hidingConn struct {
+	*server.Server
+	mu     sync.Mutex
+	hidden map[string]bool
+}
+
+func (h *hidingConn) hide(id string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.hidden[id] = true
+}
+
+func (h *hidingConn) NodeAllocs(ctx context.Context, nodeID string, minIndex uint64) ([]*structs.Allocation, uint64, error) {
+	allocs, idx, err := h.Server.NodeAllocs(ctx, nodeID, minIndex)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.DeleteFunc(allocs, func(a *structs.Allocation) bool { return h.hidden[a.ID] }), idx, err
 }

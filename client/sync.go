@@ -66,6 +66,7 @@ func (c *Client) reconcile(allocs []*structs.Allocation) {
 			gone = append(gone, ar)
 			delete(c.runners, id)
 			delete(c.seen, id)
+			c.destroying[id] = ar
 		}
 	}
 	for _, m := range []map[string]bool{c.serverTerminal, c.collected} {
@@ -122,6 +123,13 @@ func (c *Client) add(a *structs.Allocation) {
 // nor leave the other hooks no time.
 func (c *Client) destroy(ar *allocrunner.AllocRunner) {
 	defer c.wg.Done()
+	defer func() {
+		c.mu.Lock()
+		if c.destroying[ar.ID()] == ar {
+			delete(c.destroying, ar.ID())
+		}
+		c.mu.Unlock()
+	}()
 	ar.Kill()
 	select {
 	case <-ar.WaitCh():

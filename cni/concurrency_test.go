@@ -310,7 +310,7 @@ func TestHungRollbackIsBounded(t *testing.T) {
 		t.Fatalf("namespace record gone after an unfinished rollback (GC could not finish it): %v", err)
 	}
 	release()
-	if err := tn.newManager().GC(t.Context(), map[string]bool{}); err != nil {
+	if err := tn.newManager().GC(t.Context(), liveIDs()); err != nil {
 		t.Fatalf("GC once the plugin works: %v", err)
 	}
 	tn.requireClean(a.ID)
@@ -335,7 +335,7 @@ func TestHungGCIsBounded(t *testing.T) {
 	}
 	hung.cleanupTimeout = shortCleanup
 	done := make(chan error, 1)
-	go func() { done <- hung.GC(t.Context(), map[string]bool{}) }()
+	go func() { done <- hung.GC(t.Context(), liveIDs()) }()
 	if err := within(t, done, release, "GC"); err == nil || !strings.Contains(err.Error(), hungAlloc.ID) {
 		t.Fatalf("GC with a hung DEL = %v, want an error naming %s", err, hungAlloc.ID)
 	}
@@ -346,7 +346,7 @@ func TestHungGCIsBounded(t *testing.T) {
 		t.Fatalf("record of the allocation whose DEL hung is gone: %v", err)
 	}
 	release()
-	if err := tn.newManager().GC(t.Context(), map[string]bool{}); err != nil {
+	if err := tn.newManager().GC(t.Context(), liveIDs()); err != nil {
 		t.Fatalf("GC once the plugin works: %v", err)
 	}
 	tn.requireClean(hungAlloc.ID, other.ID)

@@ -9,15 +9,16 @@ import (
 	cniutils "github.com/containernetworking/cni/pkg/utils"
 )
 
-// GC removes what this Manager's allocations left behind that are not in
-// live (keyed by allocation ID): namespaces it has a record of, libcni
+// GC removes what this Manager's allocations left behind for which live
+// (called with an allocation ID) returns false: namespaces it has a record of, libcni
 // cache entries, leases of the built-in network, iptables rules and
 // chains tagged with the built-in network's name and a dead ID, and
 // CNI-FORWARD rules for addresses of the subnet that nobody holds a lease
 // of. It keeps going after errors and returns them all. It takes each dead
-// allocation's lock while removing it, so it may run while live
-// allocations are set up, restored or torn down.
-func (m *Manager) GC(ctx context.Context, live map[string]bool) error {
+// allocation's lock while removing it, and asks live again once it holds
+// it, so it may run while allocations are placed, set up, restored or torn
+// down.
+func (m *Manager) GC(ctx context.Context, live func(allocID string) bool) error {
 	found := map[string]bool{} // IDs something is left of
 	var errs []error
 	if atts, err := m.cni.GetCachedAttachments(""); err == nil {
@@ -48,8 +49,8 @@ func (m *Manager) GC(ctx context.Context, live map[string]bool) error {
 	for id := range found {
 		// An ID that cannot name a namespace (an empty lease file left by
 		// a crash) must never reach teardown: NetNSPath("") is NetNSDir.
-		if !live[id] && cniutils.ValidateContainerID(id) == nil {
-			errs = append(errs, m.collect(ctx, id))
+		if !live(id) && cniutils.ValidateContainerID(id) == nil {
+			errs = append(errs, m.collect(ctx, id, live))
 		}
 	}
 	// Such leases are junk: host-local writes a lease under its lock, which
@@ -64,15 +65,19 @@ func (m *Manager) GC(ctx context.Context, live map[string]bool) error {
 	return nil
 }
 
-// collect removes everything of one dead allocation, holding its lock.
-// Its teardown gets at most m.cleanupTimeout, so a plugin hanging on one
-// allocation's DEL does not keep GC from the others.
-func (m *Manager) collect(ctx context.Context, allocID string) error {
+// collect removes everything of one dead allocation, holding its lock,
+// unless live says it came alive while the lock was awaited. Its teardown
+// gets at most m.cleanupTimeout, so a plugin hanging on one allocation's DEL
+// does not keep GC from the others.
+func (m *Manager) collect(ctx context.Context, allocID string, live func(string) bool) error {
 	unlock, err := m.lockAlloc(ctx, allocID)
 	if err != nil {
 		return fmt.Errorf("allocation %s: %w", allocID, err)
 	}
 	defer unlock()
+	if live(allocID) {
+		return nil
+	}
 	m.logger.Info("removing leaked allocation network", "alloc_id", allocID)
 	ctx, cancel := context.WithTimeout(ctx, m.cleanupTimeout)
 	defer cancel()

@@ -430,3 +430,8 @@ func isRefusedOrTimeout(err error) bool {
 	var ne net.Error
 	return err != nil && (errors.As(err, &ne) || strings.Contains(err.Error(), "refused"))
 }
+
+// liveIDs is a GC liveness function: the given allocations are live.
+func liveIDs(ids ...string) func(string) bool {
+	return func(id string) bool { return contains(ids, id) }
+}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -217,7 +218,11 @@ func TestGCRemovesLeakedKeepsLive(t *testing.T) {
 	stBystander := other.setup(bystander)
 
 	m2 := tn.newManager() // a restarted agent that only knows the live one
-	if err := m2.GC(t.Context(), map[string]bool{live.ID: true}); err != nil {
+	// The live one is first reported dead, then live once GC holds its
+	// lock (placed meanwhile): GC asks again under the lock and keeps it.
+	var asked atomic.Int32
+	isLive := func(id string) bool { return id == live.ID && asked.Add(1) > 1 }
+	if err := m2.GC(t.Context(), isLive); err != nil {
 		t.Fatalf("GC: %v", err)
 	}
 	if r := tn.residueOf([]string{leaked.ID, lost.ID}, []string{stLeaked.Address, stLost.Address}); len(r) > 0 {
@@ -235,7 +240,7 @@ func TestGCRemovesLeakedKeepsLive(t *testing.T) {
 	if st, err := other.m.Restore(t.Context(), bystander); err != nil || st.Address != stBystander.Address {
 		t.Fatalf("GC of another network broke this one: %+v, %v", st, err)
 	}
-	if err := m2.GC(t.Context(), map[string]bool{}); err != nil {
+	if err := m2.GC(t.Context(), liveIDs()); err != nil {
 		t.Fatalf("GC of everything: %v", err)
 	}
 	tn.requireClean(live.ID, leaked.ID, lost.ID)
@@ -404,7 +409,7 @@ func TestGCRemovesJunkKeepsLive(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := tn.newManager().GC(t.Context(), map[string]bool{live.ID: true}); err != nil {
+	if err := tn.newManager().GC(t.Context(), liveIDs(live.ID)); err != nil {
 		t.Fatalf("GC: %v", err)
 	}
 	if !netNSExists(tn.m.NetNSPath(live.ID)) {

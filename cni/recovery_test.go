@@ -54,7 +54,7 @@ func TestTeardownKeepsRecordUntilDone(t *testing.T) {
 			if _, err := os.Stat(tn.m.recordPath(a.ID)); err != nil {
 				t.Fatalf("namespace record removed although the teardown failed (GC can never collect the rest): %v", err)
 			}
-			if err := tn.newManager().GC(t.Context(), map[string]bool{}); err != nil {
+			if err := tn.newManager().GC(t.Context(), liveIDs()); err != nil {
 				t.Fatalf("GC after the cause is gone: %v", err)
 			}
 			tn.requireClean(a.ID)
