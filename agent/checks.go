@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"sync"
+	"time"
 
 	"github.com/meshlet/meshlet/client/checks"
 	"github.com/meshlet/meshlet/driver"
@@ -61,4 +62,8 @@ type taskRestarter struct {
 
 func (r taskRestarter) Restart(ctx context.Context, task, reason string) error {
 	return r.a.client.RestartTask(ctx, r.alloc, task, reason)
+}
+
+func (r taskRestarter) Started(task string) (time.Time, bool) {
+	return r.a.client.TaskStarted(r.alloc, task)
 }

@@ -266,3 +266,26 @@ func TestRestartAllMainTasks(t *testing.T) {
 		t.Fatalf("the sidecar started %d times, want once (not restarted)", n)
 	}
 }
+
+// TestTaskStarted: what check_restart's grace runs from: a running task's
+// latest start; an unknown task or allocation is not running.
+func TestTaskStarted(t *testing.T) {
+	srv := newServer(t)
+	c := newClient(t, srv, t.TempDir(), fakedriver.New("raw_exec"))
+	defer c.Shutdown()
+	before := time.Now()
+	if _, err := srv.RegisterJob(context.Background(), job("a", "")); err != nil {
+		t.Fatal(err)
+	}
+	alloc := waitStatus(t, srv, "a", structs.AllocClientStatusRunning)
+	for _, task := range []string{"t", ""} {
+		if at, running := c.TaskStarted(alloc.ID, task); !running || at.Before(before) || at.After(time.Now()) {
+			t.Fatalf("task %q: started %v (test began %v), running %v", task, at, before, running)
+		}
+	}
+	for _, tc := range []struct{ alloc, task string }{{alloc.ID, "nope"}, {"nope", "t"}} {
+		if _, running := c.TaskStarted(tc.alloc, tc.task); running {
+			t.Fatalf("%s/%s reported running", tc.alloc, tc.task)
+		}
+	}
+}

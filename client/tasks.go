@@ -130,6 +130,33 @@ func (c *Client) RestartTask(ctx context.Context, allocID, task, reason string) 
 	return restartTask(ctx, tr, reason)
 }
 
+// TaskStarted reports when a task of the allocation last started and
+// whether it is running now (check_restart's grace runs from that start).
+// Task "" means the main tasks, as for RestartTask: the latest start among
+// those running.
+func (c *Client) TaskStarted(allocID, task string) (time.Time, bool) {
+	ar := c.runner(allocID)
+	if ar == nil {
+		return time.Time{}, false
+	}
+	var latest time.Time
+	running := false
+	for _, name := range ar.TaskNames() {
+		tr := ar.TaskRunner(name)
+		lc := tr.Task().Lifecycle
+		if (task != "" && name != task) || (task == "" && lc != nil && lc.Sidecar) {
+			continue
+		}
+		if s := tr.State(); s.State == structs.TaskStateRunning {
+			running = true
+			if s.StartedAt.After(latest) {
+				latest = s.StartedAt
+			}
+		}
+	}
+	return latest, running
+}
+
 func restartTask(ctx context.Context, tr *taskrunner.TaskRunner, reason string) error {
 	if err := tr.Restart(ctx, reason); err != nil {
 		if errors.Is(err, taskrunner.ErrNotRunning) {

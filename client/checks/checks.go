@@ -217,6 +217,11 @@ type Execer interface {
 // task of the allocation (all but its connect sidecar proxies).
 type Restarter interface {
 	Restart(ctx context.Context, task, reason string) error
+	// Started reports when task last started (for task "", the latest
+	// start of the main tasks running) and whether it is running:
+	// check_restart's grace runs from that start, and a check's results
+	// do not count while its task is not running.
+	Started(task string) (at time.Time, running bool)
 }
 
 // Config configures a Runner.

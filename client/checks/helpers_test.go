@@ -130,6 +130,23 @@ type fakeRestarter struct {
 	exec  *fakeExec
 	// fail is how many of the first calls fail.
 	fail int
+	// startedAt and stopped are what Started reports for every task
+	// (zero: started long ago, running).
+	startedAt time.Time
+	stopped   bool
+}
+
+func (f *fakeRestarter) Started(string) (time.Time, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.startedAt, !f.stopped
+}
+
+// setTask sets what Started reports.
+func (f *fakeRestarter) setTask(startedAt time.Time, running bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.startedAt, f.stopped = startedAt, !running
 }
 
 func (f *fakeRestarter) Restart(_ context.Context, task, reason string) error {

@@ -66,7 +66,9 @@ func unhealthy(st Status, ignoreWarnings bool) bool {
 
 // watchRestart applies check_restart to the check's status after a run
 // (Nomad's semantics): results within the grace period after the runner
-// started or the task last restarted do not count; Limit consecutive
+// started or the task last started or restarted (by a check, its restart
+// policy or anyone) do not count, nor do those while the task is not
+// running (its restart would fail; Nomad stops watching); Limit consecutive
 // unhealthy ones restart the task once and reset the count (a restart that
 // fails resets nothing: the next unhealthy result tries again). st is the
 // check's reported status (after the thresholds), as Nomad sees Consul's.
@@ -81,7 +83,11 @@ func (r *Runner) watchRestart(c *check, st Status, now time.Time) {
 	if epoch != c.restart.epoch {
 		c.restart = restartCounter{epoch: epoch}
 	}
-	if now.Before(since.Add(cr.Grace)) || !unhealthy(st, cr.IgnoreWarnings) {
+	startedAt, running := r.cfg.Restarter.Started(task)
+	if startedAt.After(since) {
+		since = startedAt
+	}
+	if !running || now.Before(since.Add(cr.Grace)) || !unhealthy(st, cr.IgnoreWarnings) {
 		c.restart.unhealthy = 0
 		return
 	}

@@ -311,6 +311,45 @@ func TestCheckRestartSharedTask(t *testing.T) {
 	}
 }
 
+// check_restart's grace runs from the task's latest start, as Nomad's
+// ("after a task starts or restarts"), whoever started it: a task that
+// starts long after its checks (slow prestart tasks, an image pull) or that
+// its restart policy brought back after a crash gets its grace, and results
+// do not count while the task is not running.
+func TestCheckRestartGraceFromTaskStart(t *testing.T) {
+	rs := &fakeRestarter{}
+	r := New(Config{Restarter: rs})
+	defer r.Stop()
+	t0 := r.started
+	d := scriptDef("s")
+	d.CheckRestart = &CheckRestart{Limit: 1, Grace: time.Minute}
+	c := &check{def: d}
+	steps := []struct {
+		name      string
+		startedAt time.Duration // since t0; <0: not running
+		now       time.Duration
+		total     int // restarts so far
+	}{
+		{"not started yet, past the grace since the checks started", -1, 2 * time.Minute, 0},
+		{"started, within its grace", 2 * time.Minute, 2*time.Minute + 30*time.Second, 0},
+		{"past its grace", 2 * time.Minute, 3*time.Minute + time.Second, 1},
+		{"crashed, waiting for its policy's restart", -1, 4 * time.Minute, 1},
+		{"restarted by its policy, within its grace", 5 * time.Minute, 5*time.Minute + 10*time.Second, 1},
+		{"past that grace", 5 * time.Minute, 6*time.Minute + time.Second, 2},
+	}
+	for _, s := range steps {
+		if s.startedAt < 0 {
+			rs.setTask(time.Time{}, false)
+		} else {
+			rs.setTask(t0.Add(s.startedAt), true)
+		}
+		r.watchRestart(c, StatusCritical, t0.Add(s.now))
+		if n := len(rs.get()); n != s.total {
+			t.Fatalf("%s: %d restarts, want %d", s.name, n, s.total)
+		}
+	}
+}
+
 // A restart that fails starts no grace period and keeps the count: the
 // next unhealthy run tries again.
 func TestCheckRestartFailedRestart(t *testing.T) {
