@@ -2,6 +2,7 @@ package allocrunner
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -112,5 +113,47 @@ func TestPublishOrder(t *testing.T) {
 		if got != structs.AllocClientStatusComplete {
 			t.Fatalf("round %d: the last view handed over is %q, want complete", i, got)
 		}
+	}
+}
+
+// blockingHook's Prerun waits for release (a slow network setup).
+type blockingHook struct {
+	recorder
+	entered, release chan struct{}
+}
+
+func (b *blockingHook) Prerun(ctx context.Context, hc *AllocHookContext) error {
+	close(b.entered)
+	<-b.release
+	return b.recorder.Prerun(ctx, hc)
+}
+
+// A stop that arrives while the allocation's hooks set it up starts
+// nothing, as one that arrives before: no task of any lifecycle is
+// started only to be killed (after the group's shutdown_delay), and the
+// hooks are rolled back.
+func TestStoppedDuringSetupRunsNothing(t *testing.T) {
+	for name, tasks := range map[string][]*structs.Task{
+		"main only":     {task("app", "", false)},
+		"with prestart": {task("app", "", false), task("proxy", "prestart", true), task("init", "prestart", false)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t, "service", tasks...)
+			delay := 2 * time.Second
+			h.alloc.Job.TaskGroups[0].ShutdownDelay = &delay
+			hook := &blockingHook{recorder: recorder{name: "network", log: h.log}, entered: make(chan struct{}), release: make(chan struct{})}
+			ar := h.runner(false, hook)
+			go ar.Run()
+			<-hook.entered
+			ar.Update(&structs.Allocation{ID: h.alloc.ID, Job: h.alloc.Job, TaskGroup: "g", DesiredStatus: structs.AllocDesiredStatusStop})
+			close(hook.release)
+			waitDone(t, ar)
+			if calls := h.drv.Calls(); len(calls) != 0 {
+				t.Fatalf("driver calls %v after a stop during setup", calls)
+			}
+			if st := ar.ClientView().ClientStatus; st != structs.AllocClientStatusComplete || !strings.HasSuffix(h.log.String(), "postrun network") {
+				t.Fatalf("status %s, hooks %s", st, h.log)
+			}
+		})
 	}
 }

@@ -61,6 +61,13 @@ func (ar *AllocRunner) Run() {
 		ar.postrun(ran)
 		return
 	}
+	if ar.killed() && !ar.cfg.Restored {
+		// Stopped while the hooks set it up: nothing starts, as when
+		// stopped before; the hooks are rolled back.
+		ar.markAllDead(nil, false)
+		ar.postrun(len(ar.cfg.Hooks))
+		return
+	}
 	ar.setTaskEnv()
 	if ar.hc.NetworkRecreated {
 		for _, name := range ar.TaskNames() {
@@ -84,6 +91,16 @@ func (ar *AllocRunner) ctxUntilKilled() context.Context {
 		cancel()
 	}()
 	return ctx
+}
+
+// killed reports whether Kill was called.
+func (ar *AllocRunner) killed() bool {
+	select {
+	case <-ar.killCh:
+		return true
+	default:
+		return false
+	}
 }
 
 func (ar *AllocRunner) stopped() bool {
