@@ -72,6 +72,10 @@ func newH1Transport(dial func(ctx context.Context, addr string) (net.Conn, error
 // request got any answer.
 var errStaleConn = errors.New("pooled upstream connection was closed")
 
+// errUnrequestedUpgrade marks a 101 answering a request that asked for no
+// protocol upgrade.
+var errUnrequestedUpgrade = errors.New("upstream switched protocols without an upgrade request")
+
 // errNothingWritten marks a failed exchange that wrote no byte of the
 // request to the connection.
 var errNothingWritten = errors.New("nothing was written to the upstream")
@@ -186,6 +190,11 @@ func (t *h1Transport) exchange(pc *upstreamConn, req *http.Request, reused bool,
 		return pc.fail(ctx, stop, wrote, err)
 	}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
+		if upgradeType(req.Header) == "" {
+			// Relaying it would make the client's connection a raw
+			// tunnel past per-request routing and authorization.
+			return pc.fail(ctx, stop, wrote, errUnrequestedUpgrade)
+		}
 		// The relay reads the downstream connection from here on: the
 		// request body, which precedes the new protocol's bytes, must have
 		// been read and written upstream first (while the request's

@@ -395,3 +395,38 @@ func TestHTTPMeshUpgradeWithBody(t *testing.T) {
 		t.Fatalf("upgraded echo = %q, %v; want the body, then what followed the switch", line, err)
 	}
 }
+
+// An upstream answering 101 to a request that asked for no upgrade does
+// not turn the client's connection into a raw tunnel to it (past the
+// per-request routing and authorization): the client gets an error
+// response, and its next request is proxied as a request.
+func TestHTTPMeshUnrequestedUpgradeRefused(t *testing.T) {
+	m := newHTTPMesh(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/switch" {
+			// A bare 101: no Upgrade header, as none was asked for.
+			conn, brw, err := w.(http.Hijacker).Hijack()
+			if err != nil {
+				return
+			}
+			defer conn.Close()
+			brw.WriteString("HTTP/1.1 101 Switching Protocols\r\n\r\n")
+			brw.Flush()
+			io.Copy(conn, brw)
+			return
+		}
+		io.WriteString(w, "plain")
+	}))
+	c, br := rawConn(t, m)
+	fmt.Fprintf(c, "GET /switch HTTP/1.1\r\nHost: api\r\n\r\n")
+	resp, _ := readResp(t, br, http.MethodGet)
+	if resp.StatusCode < 500 {
+		t.Fatalf("101 to a request without Upgrade relayed as %d, want a 5xx", resp.StatusCode)
+	}
+	if resp.Close {
+		c, br = rawConn(t, m)
+	}
+	fmt.Fprintf(c, "GET /next HTTP/1.1\r\nHost: api\r\n\r\n")
+	if resp, body := readResp(t, br, http.MethodGet); resp.StatusCode != http.StatusOK || body != "plain" {
+		t.Fatalf("next request = %d %q, want 200 %q", resp.StatusCode, body, "plain")
+	}
+}
