@@ -21,6 +21,10 @@ const (
 	upstreamMaxIdlePerHost = 64
 	upstreamIdleTimeout    = 90 * time.Second
 	upstreamBufferSize     = 4 << 10
+	// upstreamMaxHeaderBytes bounds what the response heads of one
+	// exchange (1xx ones included) may take, as h1MaxHeaderBytes bounds a
+	// request's.
+	upstreamMaxHeaderBytes = h1MaxHeaderBytes
 	// upstreamWriteWait is how long a finished response waits for its
 	// request body's writer before the connection is given up as still
 	// busy: the writer may not have reported yet although the upstream
@@ -48,7 +52,10 @@ type h1Transport struct {
 
 // upstreamConn is one upstream connection with its buffers.
 type upstreamConn struct {
-	conn   net.Conn
+	conn net.Conn
+	// lim caps what reading a response head takes from conn (through
+	// br): an upstream cannot make the proxy hold an endless head.
+	lim    headLimitReader
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	addr   string
@@ -144,7 +151,8 @@ func (t *h1Transport) getConn(ctx context.Context, addr string, replay bool) (*u
 			return nil, false, err
 		}
 	}
-	pc := &upstreamConn{conn: c, addr: addr, br: bufio.NewReaderSize(c, upstreamBufferSize)}
+	pc := &upstreamConn{conn: c, addr: addr, lim: headLimitReader{r: c, n: -1}}
+	pc.br = bufio.NewReaderSize(&pc.lim, upstreamBufferSize)
 	pc.closeConn = func() { c.Close() }
 	pc.bw = bufio.NewWriterSize(pc, upstreamBufferSize)
 	return pc, false, nil
@@ -179,6 +187,7 @@ func (t *h1Transport) exchange(pc *upstreamConn, req *http.Request, reused bool,
 		wrote = &bodyWrite{done: make(chan error, 1), abortRead: abortBodyRead(req, xs)}
 		go func() { wrote.done <- writeRequest(pc, req) }()
 	}
+	pc.lim.n = upstreamMaxHeaderBytes
 	if _, err := pc.br.Peek(1); err != nil {
 		if reused && ctx.Err() == nil {
 			err = fmt.Errorf("%w: %w", errStaleConn, err)
@@ -186,6 +195,7 @@ func (t *h1Transport) exchange(pc *upstreamConn, req *http.Request, reused bool,
 		return pc.fail(ctx, stop, wrote, err)
 	}
 	resp, err := readFinalResponse(pc, req, xs)
+	pc.lim.n = -1
 	if err != nil {
 		return pc.fail(ctx, stop, wrote, err)
 	}

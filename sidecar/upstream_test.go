@@ -430,3 +430,73 @@ func TestHTTPMeshUnrequestedUpgradeRefused(t *testing.T) {
 		t.Fatalf("next request = %d %q, want 200 %q", resp.StatusCode, body, "plain")
 	}
 }
+
+// rawUpstream accepts connections on a loopback port and runs serve on
+// each (after reading nothing: serve decides).
+func rawUpstream(t *testing.T, serve func(net.Conn)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("failed to listen: %v", err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				serve(c)
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// An upstream sending an endless response head (one huge header, or 1xx
+// heads one after another) fails the exchange once the head passes the
+// limit, instead of the proxy reading (and holding) all of it.
+func TestH1TransportResponseHeadLimit(t *testing.T) {
+	const sent = 64 << 20
+	for name, head := range map[string]func(int) string{
+		"header": func(i int) string {
+			if i == 0 {
+				return "HTTP/1.1 200 OK\r\nX-Big: "
+			}
+			return strings.Repeat("a", 64<<10)
+		},
+		"informational": func(int) string {
+			return strings.Repeat("HTTP/1.1 100 Continue\r\nX-Pad: "+strings.Repeat("p", 1000)+"\r\n\r\n", 60)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			wrote := make(chan int, 1)
+			addr := rawUpstream(t, func(c net.Conn) {
+				_, _ = http.ReadRequest(bufio.NewReader(c))
+				n := 0
+				for i := 0; n < sent; i++ {
+					m, err := io.WriteString(c, head(i))
+					n += m
+					if err != nil {
+						break
+					}
+				}
+				wrote <- n
+			})
+			tr := newH1Transport(plainDial)
+			t.Cleanup(tr.CloseIdleConnections)
+			ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+addr+"/", nil)
+			if resp, err := tr.RoundTrip(req); err == nil {
+				resp.Body.Close()
+				t.Fatalf("an endless response head was answered %d, want an error", resp.StatusCode)
+			}
+			if n := <-wrote; n >= sent {
+				t.Fatalf("the upstream wrote %d bytes of response head, all read: want the exchange ended near the limit", n)
+			}
+		})
+	}
+}
