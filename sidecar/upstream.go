@@ -410,6 +410,12 @@ func (t *h1Transport) popIdle(addr string) *upstreamConn {
 }
 
 func (t *h1Transport) putIdle(pc *upstreamConn) {
+	if pc.br.Buffered() > 0 {
+		// Bytes past the end of the response answer no request: they
+		// would be read as the answer to the next one.
+		pc.conn.Close()
+		return
+	}
 	pc.idleAt = time.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()

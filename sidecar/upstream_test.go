@@ -500,3 +500,41 @@ func TestH1TransportResponseHeadLimit(t *testing.T) {
 		})
 	}
 }
+
+// Bytes an upstream sends past the end of its response (a second answer
+// to one request, a body after a HEAD response's head) are not taken as
+// the answer to the next request sent on that connection: the connection
+// is not pooled.
+func TestH1TransportUnsolicitedBytesNotPooled(t *testing.T) {
+	for _, c := range []struct{ method, first string }{
+		{"GET", "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nevil"},
+		{"HEAD", "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nevil"},
+	} {
+		t.Run(c.method, func(t *testing.T) {
+			var served atomic.Int64
+			addr := rawUpstream(t, func(conn net.Conn) {
+				br := bufio.NewReader(conn)
+				for {
+					if _, err := http.ReadRequest(br); err != nil {
+						return
+					}
+					answer := "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\ngood"
+					if served.Add(1) == 1 {
+						answer = c.first
+					}
+					if _, err := io.WriteString(conn, answer); err != nil {
+						return
+					}
+				}
+			})
+			tr := newH1Transport(plainDial)
+			t.Cleanup(tr.CloseIdleConnections)
+			if code, _ := do(t, tr, c.method, "http://"+addr+"/", ""); code != http.StatusOK {
+				t.Fatalf("first %s = %d, want 200", c.method, code)
+			}
+			if code, body := do(t, tr, "GET", "http://"+addr+"/", ""); code != http.StatusOK || body != "good" {
+				t.Fatalf("GET after an answer with extra bytes = %d %q, want 200 %q", code, body, "good")
+			}
+		})
+	}
+}
