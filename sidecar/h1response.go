@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // writeResponse relays an upstream response to the downstream client and
@@ -167,6 +168,7 @@ func (h *h1conn) relayUpgrade(req *http.Request, resp *http.Response, asked stri
 	if h.bw.Flush() != nil {
 		return
 	}
+	_ = h.c.Conn.SetWriteDeadline(time.Time{}) // the relay writes on its own terms
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {

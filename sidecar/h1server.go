@@ -24,6 +24,11 @@ const (
 	h1DeadlineRearmed = h1IdleTimeout / 5
 )
 
+// h1WriteStall is how long a write to a downstream HTTP/1.1 client may
+// make no progress before the connection is closed (Envoy's default
+// stream_idle_timeout). A variable so tests can shorten it.
+var h1WriteStall = h1IdleTimeout
+
 var (
 	h1Readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, h1BufferSize) }}
 	h1Writers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, h1BufferSize) }}
@@ -43,6 +48,7 @@ type h1conn struct {
 	lim    headLimitReader
 	br     *bufio.Reader
 	bw     *bufio.Writer
+	sw     stallWriter                 // under bw
 	idle   atomic.Bool                 // waiting for the next request
 	armed  time.Time                   // when the idle read deadline was last pushed out
 	client string                      // downstream IP, for X-Forwarded-For
@@ -102,7 +108,8 @@ func (l *listener) serveHTTP(c *httpConn) bool {
 	h.br = h1Readers.Get().(*bufio.Reader)
 	h.br.Reset(&h.lim)
 	h.bw = h1Writers.Get().(*bufio.Writer)
-	h.bw.Reset(c.Conn)
+	h.sw.c = c.Conn
+	h.bw.Reset(&h.sw)
 	h.exch.abortRead = func() { _ = c.SetReadDeadline(time.Unix(1, 0)) }
 	st.httpConns.Store(h, struct{}{})
 	defer func() {
@@ -266,6 +273,23 @@ func appendForwardedFor(prior []string, client string) string {
 	}
 	b.WriteString(client)
 	return b.String()
+}
+
+// stallWriter writes to a downstream connection with a write deadline
+// h1WriteStall ahead, pushed out (at most every fifth of it) as writes
+// go on: a client that stops reading cannot hold its connection, the
+// upstream exchange and their buffers forever.
+type stallWriter struct {
+	c     net.Conn
+	armed time.Time
+}
+
+func (w *stallWriter) Write(p []byte) (int, error) {
+	if now := time.Now(); now.Sub(w.armed) > h1WriteStall/5 {
+		_ = w.c.SetWriteDeadline(now.Add(h1WriteStall))
+		w.armed = now
+	}
+	return w.c.Write(p)
 }
 
 // keepOpenBody hides Close from the transport: the connection manager

@@ -12,7 +12,11 @@ import (
 	"testing"
 	"time"
 
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/meshlet/meshlet/internal/testutil"
 )
 
 // echoHead answers with what the upstream app saw of the request.
@@ -310,4 +314,38 @@ func TestH1UpstreamClosesDuringStalledBody(t *testing.T) {
 	if resp.StatusCode < 500 {
 		t.Fatalf("status = %d, want the proxy's 5xx", resp.StatusCode)
 	}
+}
+
+// A client that stops reading a response cannot hold its connection (and
+// the upstream exchange and buffers behind it) forever: once writing to
+// it makes no progress for the stall timeout, the connection is closed.
+func TestH1StalledReaderClosed(t *testing.T) {
+	old := h1WriteStall
+	h1WriteStall = 300 * time.Millisecond
+	t.Cleanup(func() { h1WriteStall = old })
+	started := make(chan struct{}, 1)
+	m := newHTTPMeshRoutes(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		started <- struct{}{}
+		chunk := make([]byte, 64<<10)
+		for i := 0; i < 1024; i++ { // 64 MiB, far more than socket buffers hold
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+		}
+	}), func(rc *routev3.RouteConfiguration) {
+		rc.VirtualHosts[0].Routes[0].GetRoute().Timeout = durationpb.New(0) // a stream: no route timeout
+	})
+	c, _ := rawConn(t, m)
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetReadBuffer(4 << 10)
+	}
+	fmt.Fprint(c, "GET /big HTTP/1.1\r\nHost: api\r\n\r\n") // and never read
+	<-started
+	active := "listener." + statName(fmt.Sprintf("127.0.0.1:%d", m.webPort)) + ".downstream_cx_active"
+	if n := statValue(t, m.web, active); n != 1 {
+		t.Fatalf("%s = %d while the response is being sent, want 1", active, n)
+	}
+	testutil.WaitFor(t, 10*time.Second, "the non-reading client's connection closed", func() bool {
+		return statValue(t, m.web, active) == 0
+	})
 }
