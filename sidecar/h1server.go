@@ -231,6 +231,12 @@ func (h *h1conn) outbound(req *http.Request, rt *route, own *[ownedHeaders]strin
 		req.URL.RawPath = ""
 	}
 	upgrade := upgradeType(req.Header)
+	if strings.EqualFold(upgrade, "h2c") {
+		// Stripped, as Envoy does: the switch would hand the client a
+		// raw HTTP/2 connection to the upstream, past per-request
+		// routing and authorization.
+		upgrade = ""
+	}
 	te := req.Header.Get("Te")
 	removeHopHeaders(req.Header)
 	if upgrade != "" {

@@ -538,3 +538,30 @@ func TestH1TransportUnsolicitedBytesNotPooled(t *testing.T) {
 		})
 	}
 }
+
+// "Upgrade: h2c" is not passed on (as Envoy strips it): an upstream that
+// would switch to HTTP/2 on it must not get a raw connection from the
+// client past per-request routing and authorization. The request goes
+// upstream as a plain one.
+func TestHTTPMeshH2CUpgradeStripped(t *testing.T) {
+	m := newHTTPMesh(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.EqualFold(r.Header.Get("Upgrade"), "h2c") {
+			conn, brw, err := w.(http.Hijacker).Hijack()
+			if err != nil {
+				return
+			}
+			defer conn.Close()
+			brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n")
+			brw.Flush()
+			io.Copy(conn, brw)
+			return
+		}
+		fmt.Fprintf(w, "plain settings=%q", r.Header.Get("Http2-Settings"))
+	}))
+	c, br := rawConn(t, m)
+	fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: api\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n")
+	resp, body := readResp(t, br, http.MethodGet)
+	if resp.StatusCode != http.StatusOK || body != `plain settings=""` {
+		t.Fatalf("h2c upgrade request answered %d %q, want 200 %q", resp.StatusCode, body, `plain settings=""`)
+	}
+}
