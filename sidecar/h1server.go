@@ -24,10 +24,11 @@ const (
 	h1DeadlineRearmed = h1IdleTimeout / 5
 )
 
-// h1WriteStall is how long a write to a downstream HTTP/1.1 client may
-// make no progress before the connection is closed (Envoy's default
-// stream_idle_timeout). A variable so tests can shorten it.
-var h1WriteStall = h1IdleTimeout
+// h1StreamIdle is how long a downstream HTTP/1.1 client may hold a
+// request without progress, a write to it or the read of a request body
+// nobody else waits for, before the connection is closed (Envoy's
+// default stream_idle_timeout). A variable so tests can shorten it.
+var h1StreamIdle = h1IdleTimeout
 
 var (
 	h1Readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, h1BufferSize) }}
@@ -43,19 +44,22 @@ var (
 // write together with its head. Only drain touches it from elsewhere
 // (closing it while idle).
 type h1conn struct {
-	l      *listener
-	c      *httpConn
-	lim    headLimitReader
-	br     *bufio.Reader
-	bw     *bufio.Writer
-	sw     stallWriter                 // under bw
-	idle   atomic.Bool                 // waiting for the next request
-	armed  time.Time                   // when the idle read deadline was last pushed out
-	client string                      // downstream IP, for X-Forwarded-For
-	proto  string                      // X-Forwarded-Proto
-	peer   *authzPeer                  // HTTP ext_authz identity, computed on first use
-	h2srv  atomic.Pointer[http.Server] // set while serving HTTP/2
-	rctx   reqContext                  // the HTTP/1.1 requests' context
+	l    *listener
+	c    *httpConn
+	lim  headLimitReader
+	br   *bufio.Reader
+	bw   *bufio.Writer
+	sw   stallWriter // under bw
+	idle atomic.Bool // waiting for the next request
+	// bodyAborted is set when an exchange ended the read of the
+	// request's body (see bodyWrite.end): the rest is not waited for.
+	bodyAborted atomic.Bool
+	armed       time.Time                   // when the idle read deadline was last pushed out
+	client      string                      // downstream IP, for X-Forwarded-For
+	proto       string                      // X-Forwarded-Proto
+	peer        *authzPeer                  // HTTP ext_authz identity, computed on first use
+	h2srv       atomic.Pointer[http.Server] // set while serving HTTP/2
+	rctx        reqContext                  // the HTTP/1.1 requests' context
 	// scratch is reused by the requests readRequest parses itself, exch
 	// by the upstream exchanges of every request.
 	scratch reqScratch
@@ -110,7 +114,10 @@ func (l *listener) serveHTTP(c *httpConn) bool {
 	h.bw = h1Writers.Get().(*bufio.Writer)
 	h.sw.c = c.Conn
 	h.bw.Reset(&h.sw)
-	h.exch.abortRead = func() { _ = c.SetReadDeadline(time.Unix(1, 0)) }
+	h.exch.abortRead = func() {
+		h.bodyAborted.Store(true)
+		_ = c.SetReadDeadline(time.Unix(1, 0))
+	}
 	st.httpConns.Store(h, struct{}{})
 	defer func() {
 		h.rctx.close()
@@ -201,6 +208,7 @@ func (h *h1conn) serveOne() bool {
 	body := req.Body
 	if body != http.NoBody {
 		req.Body = keepOpenBody{body}
+		h.bodyAborted.Store(false)
 	}
 	if keep = h.route(req, keep); !keep {
 		return false
@@ -213,6 +221,12 @@ func (h *h1conn) serveOne() bool {
 func (h *h1conn) finishBody(body io.ReadCloser) bool {
 	if body == http.NoBody {
 		return true
+	}
+	if !h.bodyAborted.Load() {
+		// Nothing else bounds this read (an answer made here, or an
+		// upstream that left part of the body): a client that stopped
+		// sending it must not hold the connection.
+		_ = h.c.SetReadDeadline(time.Now().Add(h1StreamIdle))
 	}
 	_, err := io.CopyN(io.Discard, body, h1MaxDrainBody)
 	return err == io.EOF
@@ -282,7 +296,7 @@ func appendForwardedFor(prior []string, client string) string {
 }
 
 // stallWriter writes to a downstream connection with a write deadline
-// h1WriteStall ahead, pushed out (at most every fifth of it) as writes
+// h1StreamIdle ahead, pushed out (at most every fifth of it) as writes
 // go on: a client that stops reading cannot hold its connection, the
 // upstream exchange and their buffers forever.
 type stallWriter struct {
@@ -291,8 +305,8 @@ type stallWriter struct {
 }
 
 func (w *stallWriter) Write(p []byte) (int, error) {
-	if now := time.Now(); now.Sub(w.armed) > h1WriteStall/5 {
-		_ = w.c.SetWriteDeadline(now.Add(h1WriteStall))
+	if now := time.Now(); now.Sub(w.armed) > h1StreamIdle/5 {
+		_ = w.c.SetWriteDeadline(now.Add(h1StreamIdle))
 		w.armed = now
 	}
 	return w.c.Write(p)

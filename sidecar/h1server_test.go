@@ -320,9 +320,9 @@ func TestH1UpstreamClosesDuringStalledBody(t *testing.T) {
 // the upstream exchange and buffers behind it) forever: once writing to
 // it makes no progress for the stall timeout, the connection is closed.
 func TestH1StalledReaderClosed(t *testing.T) {
-	old := h1WriteStall
-	h1WriteStall = 300 * time.Millisecond
-	t.Cleanup(func() { h1WriteStall = old })
+	old := h1StreamIdle
+	h1StreamIdle = 300 * time.Millisecond
+	t.Cleanup(func() { h1StreamIdle = old })
 	started := make(chan struct{}, 1)
 	m := newHTTPMeshRoutes(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		started <- struct{}{}
@@ -348,4 +348,26 @@ func TestH1StalledReaderClosed(t *testing.T) {
 	testutil.WaitFor(t, 10*time.Second, "the non-reading client's connection closed", func() bool {
 		return statValue(t, m.web, active) == 0
 	})
+}
+
+// A client whose request was answered here (no route) while it still owes
+// most of the body, and that sends no more of it, cannot hold the
+// connection forever: reading the rest of the body to keep the
+// connection gives up after the stream idle timeout.
+func TestH1LocalReplyStalledBodyClosed(t *testing.T) {
+	old := h1StreamIdle
+	h1StreamIdle = 300 * time.Millisecond
+	t.Cleanup(func() { h1StreamIdle = old })
+	m := newHTTPMeshRoutes(t, http.HandlerFunc(echoHead), func(rc *routev3.RouteConfiguration) {
+		rc.VirtualHosts[0].Routes[0].Match.PathSpecifier = &routev3.RouteMatch_Prefix{Prefix: "/routed"}
+	})
+	c, br := rawConn(t, m)
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprint(c, "POST /elsewhere HTTP/1.1\r\nHost: api\r\nContent-Length: 100000\r\n\r\n0123456789") // and no more
+	if resp, _ := readResp(t, br, http.MethodPost); resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("status = %d, want 404", resp.StatusCode)
+	}
+	if _, err := br.ReadByte(); err != io.EOF && !isConnReset(err) {
+		t.Fatalf("connection with a stalled request body still open: %v", err)
+	}
 }
