@@ -50,6 +50,10 @@ func (h *h1conn) writeResponse(req *http.Request, resp *http.Response, keep bool
 	}
 	_, _ = h.bw.WriteString("\r\n")
 	if !bodyAllowed {
+		// The upstream sent no body either (the same method, the same
+		// status): reading its end gives the connection back to the pool
+		// rather than closing it.
+		_, _ = resp.Body.Read(nil)
 		return h.bw.Flush() == nil && keep
 	}
 	if !h.copyBody(resp, length, chunked) {

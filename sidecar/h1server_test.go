@@ -371,3 +371,30 @@ func TestH1LocalReplyStalledBodyClosed(t *testing.T) {
 		t.Fatalf("connection with a stalled request body still open: %v", err)
 	}
 }
+
+// Answers without a body (204, and any answer to HEAD) leave their
+// upstream connections pooled for the next request, as other answers do.
+func TestH1BodilessAnswersReuseUpstream(t *testing.T) {
+	m := newHTTPMesh(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/none" {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		io.WriteString(w, "body")
+	}))
+	c, br := rawConn(t, m)
+	for _, rq := range []struct{ method, path string }{{"GET", "/none"}, {"HEAD", "/"}, {"GET", "/none"}, {"HEAD", "/"}} {
+		fmt.Fprintf(c, "%s %s HTTP/1.1\r\nHost: api\r\n\r\n", rq.method, rq.path)
+		if resp, _ := readResp(t, br, rq.method); resp.StatusCode >= 300 {
+			t.Fatalf("%s %s = %d", rq.method, rq.path, resp.StatusCode)
+		}
+	}
+	for _, p := range []struct {
+		proxy   *Proxy
+		cluster string
+	}{{m.web, sniFor("api")}, {m.api, "local_app"}} {
+		if n := statValue(t, p.proxy, "cluster."+p.cluster+".upstream_cx_total"); n != 1 {
+			t.Errorf("%s opened %d connections to %s for 4 sequential requests, want 1", p.proxy.cfg.ProxyID, n, p.cluster)
+		}
+	}
+}
