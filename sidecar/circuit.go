@@ -293,6 +293,7 @@ const overflowBody = "upstream connect error or disconnect/reset before headers.
 // overloadedReply answers 503 with x-envoy-overloaded: true, as Envoy does
 // when a circuit breaker refuses a request.
 func (h *h1conn) overloadedReply(req *http.Request, keep bool) bool {
+	keep = h.keepOpen(keep)
 	h.c.state.httpStats.rqClass[5].Add(1)
 	statusLine(h.bw, http.StatusServiceUnavailable, "")
 	_, _ = h.bw.WriteString(overloadedHeader + ": true\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: " + strconv.Itoa(len(overflowBody)) + "\r\n")

@@ -16,6 +16,7 @@ import (
 // that is still arriving is flushed after every piece read (streaming
 // responses and trickling known-length ones reach the client as they come).
 func (h *h1conn) writeResponse(req *http.Request, resp *http.Response, keep bool) bool {
+	keep = h.keepOpen(keep)
 	h.c.state.httpStats.rqClass[statusClass(resp.StatusCode)].Add(1)
 	bodyAllowed := req.Method != http.MethodHead && resp.StatusCode >= 200 &&
 		resp.StatusCode != http.StatusNoContent && resp.StatusCode != http.StatusNotModified

@@ -412,10 +412,18 @@ func parseStatus(s string) int {
 	return n
 }
 
+// keepOpen is whether a response may leave the connection open: keep,
+// unless the listener started draining while the request ran (the
+// response then says "Connection: close", as Envoy's drain does).
+func (h *h1conn) keepOpen(keep bool) bool {
+	return keep && !h.c.state.draining.Load()
+}
+
 // localReply answers with a short plain-text response made here (no route,
 // no upstream, timeout, bad request) and reports whether the connection
 // stays open.
 func (h *h1conn) localReply(req *http.Request, code int, msg string, keep bool) bool {
+	keep = h.keepOpen(keep)
 	h.c.state.httpStats.rqClass[statusClass(code)].Add(1)
 	if msg != "" {
 		msg += "\n"

@@ -398,3 +398,27 @@ func TestH1BodilessAnswersReuseUpstream(t *testing.T) {
 		}
 	}
 }
+
+// A response finished while its listener drains says "Connection: close"
+// (as Envoy's drain does), so the client does not send its next request
+// on a connection about to close.
+func TestH1DrainAnnouncesClose(t *testing.T) {
+	release := make(chan struct{})
+	arrived := make(chan struct{}, 1)
+	m := newHTTPMesh(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-release
+		io.WriteString(w, "done")
+	}))
+	c, br := rawConn(t, m)
+	fmt.Fprint(c, "GET /slow HTTP/1.1\r\nHost: api\r\n\r\n")
+	<-arrived
+	res := maps.Clone(m.webRes)
+	res[typeListener] = []types.Resource{upstreamListener("api", m.webPort, hcmFilter(t, "upstream.api.v2", nil, "api"))}
+	waitAccepted(t, m.web, typeListener, m.cp.set(m.web.cfg.ProxyID, res))
+	close(release)
+	resp, body := readResp(t, br, http.MethodGet)
+	if resp.StatusCode != http.StatusOK || body != "done" || !resp.Close {
+		t.Fatalf("response during a drain = %d %q close=%v, want 200 %q with Connection: close", resp.StatusCode, body, resp.Close, "done")
+	}
+}

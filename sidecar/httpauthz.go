@@ -141,6 +141,7 @@ func (h *h1conn) checkHTTP(req *http.Request, cfg *httpAuthzConfig) authzVerdict
 
 // reply answers with a response made here: status, headers and body.
 func (h *h1conn) reply(req *http.Request, code int, hdr http.Header, body string, keep bool) bool {
+	keep = h.keepOpen(keep)
 	h.c.state.httpStats.rqClass[statusClass(code)].Add(1)
 	removeHopHeaders(hdr)
 	hdr.Del("Content-Length")
