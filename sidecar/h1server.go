@@ -27,8 +27,16 @@ const (
 // h1StreamIdle is how long a downstream HTTP/1.1 client may hold a
 // request without progress, a write to it or the read of a request body
 // nobody else waits for, before the connection is closed (Envoy's
-// default stream_idle_timeout). A variable so tests can shorten it.
-var h1StreamIdle = h1IdleTimeout
+// default stream_idle_timeout); in nanoseconds, 0 for h1IdleTimeout.
+// Atomic so a test can shorten it while other tests' proxies run.
+var h1StreamIdle atomic.Int64
+
+func streamIdle() time.Duration {
+	if d := h1StreamIdle.Load(); d > 0 {
+		return time.Duration(d)
+	}
+	return h1IdleTimeout
+}
 
 var (
 	h1Readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, h1BufferSize) }}
@@ -226,7 +234,7 @@ func (h *h1conn) finishBody(body io.ReadCloser) bool {
 		// Nothing else bounds this read (an answer made here, or an
 		// upstream that left part of the body): a client that stopped
 		// sending it must not hold the connection.
-		_ = h.c.SetReadDeadline(time.Now().Add(h1StreamIdle))
+		_ = h.c.SetReadDeadline(time.Now().Add(streamIdle()))
 	}
 	_, err := io.CopyN(io.Discard, body, h1MaxDrainBody)
 	return err == io.EOF
@@ -305,8 +313,8 @@ type stallWriter struct {
 }
 
 func (w *stallWriter) Write(p []byte) (int, error) {
-	if now := time.Now(); now.Sub(w.armed) > h1StreamIdle/5 {
-		_ = w.c.SetWriteDeadline(now.Add(h1StreamIdle))
+	if now, idle := time.Now(), streamIdle(); now.Sub(w.armed) > idle/5 {
+		_ = w.c.SetWriteDeadline(now.Add(idle))
 		w.armed = now
 	}
 	return w.c.Write(p)

@@ -320,9 +320,7 @@ func TestH1UpstreamClosesDuringStalledBody(t *testing.T) {
 // the upstream exchange and buffers behind it) forever: once writing to
 // it makes no progress for the stall timeout, the connection is closed.
 func TestH1StalledReaderClosed(t *testing.T) {
-	old := h1StreamIdle
-	h1StreamIdle = 300 * time.Millisecond
-	t.Cleanup(func() { h1StreamIdle = old })
+	shortenStreamIdle(t, 300*time.Millisecond)
 	started := make(chan struct{}, 1)
 	m := newHTTPMeshRoutes(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		started <- struct{}{}
@@ -355,9 +353,7 @@ func TestH1StalledReaderClosed(t *testing.T) {
 // connection forever: reading the rest of the body to keep the
 // connection gives up after the stream idle timeout.
 func TestH1LocalReplyStalledBodyClosed(t *testing.T) {
-	old := h1StreamIdle
-	h1StreamIdle = 300 * time.Millisecond
-	t.Cleanup(func() { h1StreamIdle = old })
+	shortenStreamIdle(t, 300*time.Millisecond)
 	m := newHTTPMeshRoutes(t, http.HandlerFunc(echoHead), func(rc *routev3.RouteConfiguration) {
 		rc.VirtualHosts[0].Routes[0].Match.PathSpecifier = &routev3.RouteMatch_Prefix{Prefix: "/routed"}
 	})
@@ -421,4 +417,11 @@ func TestH1DrainAnnouncesClose(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || body != "done" || !resp.Close {
 		t.Fatalf("response during a drain = %d %q close=%v, want 200 %q with Connection: close", resp.StatusCode, body, resp.Close, "done")
 	}
+}
+
+// shortenStreamIdle sets the downstream stream idle timeout to d for the
+// rest of the test.
+func shortenStreamIdle(t *testing.T, d time.Duration) {
+	old := h1StreamIdle.Swap(int64(d))
+	t.Cleanup(func() { h1StreamIdle.Store(old) })
 }
