@@ -45,7 +45,7 @@ func TestDockerTaskSharesBridgeNamespace(t *testing.T) {
 	cni := cniPath(t)
 	d, err := dockertest.Start()
 	if err != nil {
-		t.Skip("no private dockerd: " + err.Error())
+		dockertest.SkipOrFail(t, err)
 	}
 	t.Cleanup(d.Stop)
 	bridge := "mt" + uuid.NewString()[:8]
@@ -135,7 +135,7 @@ func TestDockerTaskSurvivesAgentRestart(t *testing.T) {
 	testutil.RequireRoot(t)
 	d, err := dockertest.Start()
 	if err != nil {
-		t.Skip("no private dockerd: " + err.Error())
+		dockertest.SkipOrFail(t, err)
 	}
 	t.Cleanup(d.Stop)
 	dir := t.TempDir()

@@ -26,7 +26,7 @@ func TestPodmanCompatibleAPI(t *testing.T) {
 	testutil.RequireRoot(t)
 	p, err := dockertest.StartPodman()
 	if err != nil {
-		t.Skip("no podman service: ", err)
+		dockertest.SkipOrFail(t, err)
 	}
 	t.Cleanup(p.Stop)
 	d := docker.New(docker.Config{Endpoint: p.Host, StateDir: t.TempDir()},

@@ -10,7 +10,8 @@
 //	func TestMain(m *testing.M) { os.Exit(dockertest.Main(m, &daemon)) }
 //
 // and call daemon.Require(t) (nil-safe) at the top of each test that needs
-// it: the test is skipped, saying why, when not root or dockerd is missing.
+// it: the test is skipped, saying why, when not root or dockerd or busybox
+// is missing, and fails when they are there but the daemon did not start.
 package dockertest
 
 import (
@@ -58,16 +59,22 @@ type Daemon struct {
 	podman []string
 }
 
-// skipReason is why no daemon runs (set by Main).
-var skipReason = "dockertest.Main was not called from TestMain"
+// ErrUnavailable marks a daemon that cannot run here (not root, privileged
+// tests turned off, dockerd, podman or busybox not installed): a test
+// skips on it. Any other error of Start is a daemon that should have run
+// and did not: a test fails on it.
+var ErrUnavailable = errors.New("unavailable")
+
+// errStart is why no daemon runs (set by Main).
+var errStart = fmt.Errorf("%w: dockertest.Main was not called from TestMain", ErrUnavailable)
 
 // Main starts a daemon into *d (left nil, with the reason recorded, when it
 // cannot run here), runs the tests and stops the daemon.
 func Main(m *testing.M, d **Daemon) int {
 	daemon, err := Start()
 	if err != nil {
-		skipReason = err.Error()
-		fmt.Fprintln(os.Stderr, "dockertest: docker tests will be skipped:", skipReason)
+		errStart = err
+		fmt.Fprintln(os.Stderr, "dockertest: no private dockerd, docker tests will skip or fail:", err)
 	}
 	*d = daemon
 	code := m.Run()
@@ -77,12 +84,24 @@ func Main(m *testing.M, d **Daemon) int {
 	return code
 }
 
-// Require skips t unless d is running.
+// Require skips t when no daemon can run here (ErrUnavailable) and fails
+// it when one could but did not start.
 func (d *Daemon) Require(t testing.TB) {
 	t.Helper()
 	if d == nil {
-		t.Skip("no private dockerd: " + skipReason)
+		SkipOrFail(t, errStart)
 	}
+}
+
+// SkipOrFail ends t on err, an error of Start or StartWith: a skip when
+// the daemon cannot run here (ErrUnavailable), a failure otherwise, so a
+// host that has everything the tests need never skips them silently.
+func SkipOrFail(t testing.TB, err error) {
+	t.Helper()
+	if errors.Is(err, ErrUnavailable) {
+		t.Skip("no private daemon: ", err)
+	}
+	t.Fatal("the private daemon did not start: ", err)
 }
 
 // Client is a client for d with API version negotiation.
@@ -111,17 +130,17 @@ func Start() (*Daemon, error) { return StartWith(Options{}) }
 // StartWith starts a private dockerd tuned by o and imports Image into it.
 func StartWith(o Options) (*Daemon, error) {
 	if os.Getenv("MESHLET_SKIP_PRIVILEGED") == "1" {
-		return nil, errors.New("privileged tests skipped: MESHLET_SKIP_PRIVILEGED=1")
+		return nil, fmt.Errorf("%w: privileged tests skipped: MESHLET_SKIP_PRIVILEGED=1", ErrUnavailable)
 	}
 	if os.Geteuid() != 0 {
-		return nil, errors.New("docker tests need root; run `sudo make test`")
+		return nil, fmt.Errorf("%w: docker tests need root; run `sudo make test`", ErrUnavailable)
 	}
 	bin, err := exec.LookPath("dockerd")
 	if err != nil {
-		return nil, fmt.Errorf("dockerd is not installed (apt-get install docker.io): %w", err)
+		return nil, fmt.Errorf("%w: dockerd is not installed (apt-get install docker.io): %w", ErrUnavailable, err)
 	}
 	if _, err := os.Stat(busyboxPath); err != nil {
-		return nil, fmt.Errorf("the test image needs a static busybox (apt-get install busybox-static): %w", err)
+		return nil, fmt.Errorf("%w: the test image needs a static busybox (apt-get install busybox-static): %w", ErrUnavailable, err)
 	}
 	dir, err := os.MkdirTemp("", "mldock")
 	if err != nil {

@@ -2,7 +2,6 @@ package dockertest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,17 +13,17 @@ import (
 // service`) on a socket under a temporary directory, with its own storage
 // root, and imports Image into it. Stop removes its containers, ends the
 // service and its directories. It fails (the caller skips, saying why)
-// when not root or podman is not installed.
+// when not root or podman is not installed (ErrUnavailable).
 func StartPodman() (*Daemon, error) {
 	if os.Getenv("MESHLET_SKIP_PRIVILEGED") == "1" {
-		return nil, errors.New("privileged tests skipped: MESHLET_SKIP_PRIVILEGED=1")
+		return nil, fmt.Errorf("%w: privileged tests skipped: MESHLET_SKIP_PRIVILEGED=1", ErrUnavailable)
 	}
 	if os.Geteuid() != 0 {
-		return nil, errors.New("podman tests need root; run `sudo make test`")
+		return nil, fmt.Errorf("%w: podman tests need root; run `sudo make test`", ErrUnavailable)
 	}
 	bin, err := exec.LookPath("podman")
 	if err != nil {
-		return nil, fmt.Errorf("podman is not installed (apt-get install podman): %w", err)
+		return nil, fmt.Errorf("%w: podman is not installed (apt-get install podman): %w", ErrUnavailable, err)
 	}
 	dir, err := os.MkdirTemp("", "mlpod")
 	if err != nil {
