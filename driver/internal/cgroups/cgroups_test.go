@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/meshlet/meshlet/driver/internal/cgroups/cgroupstest"
 	"github.com/meshlet/meshlet/internal/testutil"
 )
 
@@ -64,6 +65,9 @@ func readTrim(t *testing.T, path string) string {
 func TestGroupLifecycle(t *testing.T) {
 	testutil.RequireRoot(t)
 	h, err := Detect()
+	if err != nil && cgroupstest.Mounted() {
+		t.Fatalf("cpu and memory cgroups are mounted at %s, yet Detect = %v", cgroupstest.Root, err)
+	}
 	if err != nil {
 		t.Skipf("no usable cgroups on this host: %v", err)
 	}
