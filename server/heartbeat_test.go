@@ -341,22 +341,30 @@ func (g *downGate) UpsertNode(n *structs.Node) (uint64, error) {
 }
 
 // A heartbeat taken while a missed deadline's down write is in flight
-// leaves the node ready: it waits for the write, then sets the node
-// ready again, instead of being overwritten by it.
+// leaves the node ready: the write, seeing the heartbeat's arming after
+// it, sets the node ready again instead of leaving it down.
 func TestHeartbeatDuringDownWriteLeavesNodeReady(t *testing.T) {
 	g := &downGate{Store: openStore(t), armed: true, reached: make(chan struct{}), release: make(chan struct{})}
 	s := startServer(t, g, Config{})
 	missed := make(chan struct{})
 	go func() { expireHeartbeat(s, "node-1"); close(missed) }()
 	<-g.reached // the deadline's checks passed; its write is in flight
+	// The whole heartbeat runs during the write (it reads the node still
+	// ready and writes nothing): only the write's own re-check can undo
+	// the down status. A heartbeat that came after the write would set
+	// the node ready itself, and pass with or without that re-check.
 	beat := make(chan error, 1)
 	go func() { _, err := s.Heartbeat(context.Background(), "node-1"); beat <- err }()
-	time.Sleep(50 * time.Millisecond) // let the heartbeat reach its arming
+	select {
+	case err := <-beat:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the heartbeat waited for the down write")
+	}
 	close(g.release)
 	<-missed
-	if err := <-beat; err != nil {
-		t.Fatal(err)
-	}
 	if st := nodeStatus(t, s, "node-1"); st != structs.NodeStatusReady {
 		t.Fatalf("node status %s after a heartbeat accepted during the down write, want ready", st)
 	}
