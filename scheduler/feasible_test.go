@@ -64,6 +64,7 @@ func TestConstraintOrderAndSetContainsAny(t *testing.T) {
 		{"${attr.cpu.numcores}", ">", "10", false},
 		{"${attr.cpu.numcores}", "<=", "10", true},
 		{"${attr.cpu.numcores}", "<", "9", false},
+		{"${attr.cpu.numcores}", "<", "10", false}, // strict: equal is not less
 		{"${attr.cpu.frequency}", ">", "2.25", true},
 		{"${attr.os.version}", "<", "22.10", true},
 		{"${attr.os.version}", ">", "abc", false}, // not both numbers: lexical
