@@ -211,3 +211,33 @@ func ServicePort(a *structs.Allocation, label string, bridge bool) (int, error) 
 func BridgeMode(tg *structs.TaskGroup) bool {
 	return len(tg.Networks) == 1 && tg.Networks[0].Mode != structs.NetworkModeHost && tg.Networks[0].Mode != ""
 }
+
+// ProxyIdentities returns who the proxies of an allocation's group are:
+// each sidecar and gateway as Registrations registers it (ID, Name, Kind,
+// AllocID, Proxy.DestinationServiceName), without its placement. The
+// allocation's control plane socket accepts them while they are not in
+// the catalog (after an agent restart, during shutdown_delay).
+func ProxyIdentities(a *structs.Allocation) []catalog.ServiceInstance {
+	if a == nil || a.Job == nil {
+		return nil
+	}
+	tg := a.Job.LookupTaskGroup(a.TaskGroup)
+	if tg == nil {
+		return nil
+	}
+	var out []catalog.ServiceInstance
+	for _, s := range MeshServices(tg) {
+		inst := catalog.ServiceInstance{ID: EnvoyNodeID(a.ID, tg.Name, s), Name: ProxyServiceName(s.Name),
+			Kind: catalog.KindConnectProxy, AllocID: a.ID, Proxy: &catalog.Proxy{DestinationServiceName: s.Name}}
+		switch {
+		case s.Connect.IsIngress():
+			inst.Name, inst.Kind = s.Name, catalog.KindIngressGateway
+		case s.Connect.IsTerminating():
+			inst.Name, inst.Kind = s.Name, catalog.KindTerminatingGateway
+		case s.Connect.IsMesh():
+			inst.Name, inst.Kind = s.Name, catalog.KindMeshGateway
+		}
+		out = append(out, inst)
+	}
+	return out
+}

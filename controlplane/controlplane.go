@@ -274,9 +274,13 @@ func addrString(a net.Addr) string {
 // that proxy's leaf (xds.Server.ListenAlloc); anything else is refused with
 // PermissionDenied. With netnsPath set, only processes inside that network
 // namespace (the allocation's) may connect at all, so a task cannot use
-// another allocation's socket. ext_authz stays open to every caller (it
-// reveals no secret).
-func (c *ControlPlane) ServeAllocSocket(allocID, path, netnsPath string) error {
+// another allocation's socket. proxies are the proxies the allocation's
+// job runs (connect.ProxyIdentities): the socket accepts them, and checks
+// for their services, while the catalog does not hold them (after an
+// agent restart, before they are registered again; during the group's
+// shutdown_delay, after they were deregistered). ext_authz checks through
+// the socket are limited to the services its proxies front.
+func (c *ControlPlane) ServeAllocSocket(allocID, path, netnsPath string, proxies []catalog.ServiceInstance) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.sockets[allocID]; ok {
@@ -285,7 +289,7 @@ func (c *ControlPlane) ServeAllocSocket(allocID, path, netnsPath string) error {
 	if len(path) > maxSocketPath {
 		return fmt.Errorf("%w: %s is %d bytes, over the kernel's %d; use a shorter data_dir", ErrSocketPathTooLong, path, len(path), maxSocketPath)
 	}
-	l, err := c.XDS.ListenAlloc(allocID, path, xds.WithPeerNetNS(netnsPath))
+	l, err := c.XDS.ListenAlloc(allocID, path, xds.WithPeerNetNS(netnsPath), xds.WithAllocProxies(proxies))
 	if err != nil {
 		return fmt.Errorf("failed to serve control plane socket %s: %w", path, err)
 	}

@@ -48,7 +48,7 @@ func registerSidecar(cat *catalog.Catalog, alloc, service string) {
 // dialAllocSocket serves allocation alloc's socket at sock and dials it.
 func dialAllocSocket(t *testing.T, cp *ControlPlane, alloc, sock string) *grpc.ClientConn {
 	t.Helper()
-	if err := cp.ServeAllocSocket(alloc, sock, ""); err != nil {
+	if err := cp.ServeAllocSocket(alloc, sock, "", nil); err != nil {
 		t.Fatal(err)
 	}
 	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -175,7 +175,8 @@ func fetchSecret(t *testing.T, conn *grpc.ClientConn, node, name string) (discov
 
 // A sidecar draining in its group's shutdown_delay (its registration
 // already left the catalog, its xDS stream still open) keeps checking the
-// connections it finishes; once its stream ends, its socket decides no more.
+// connections it finishes; once its stream ends, a socket that declares no
+// proxies decides no more (see allocproxies_test.go for one that does).
 func TestAllocSocketChecksDuringDrain(t *testing.T) {
 	cp, cat, dir := startComposed(t)
 	registerSidecar(cat, "a1", "db")

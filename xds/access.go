@@ -119,11 +119,14 @@ func (s *Server) linkedLeaf(g *grant, secret string) bool {
 // the stream's token must also have service:write on that service (the
 // sidecar's service identity token), so another task of the allocation
 // that reaches the socket cannot take the sidecar's identity.
-func (s *Server) allocGrant(allocID, token, node string) (grant, error) {
+// A proxy the socket declares (WithAllocProxies) may connect while it is
+// not registered (see allocproxies.go).
+func (s *Server) allocGrant(who peerInfo, token, node string) (grant, error) {
 	if node == "" {
 		return grant{}, errors.New("the stream's first request must name its node (the proxy ID)")
 	}
-	inst, ok := s.localProxy(node)
+	allocID := who.allocID
+	inst, ok := s.allocProxy(who, node)
 	if !ok || inst.Proxy == nil {
 		return grant{}, fmt.Errorf("node %q is not a connect proxy registered in the catalog on this node", node)
 	}
@@ -206,7 +209,7 @@ func (t *tracker) grantFor(who peerInfo, token, node string) (grant, error) {
 	case peerHost:
 		return t.s.hostGrant(token, node)
 	case peerAlloc:
-		return t.s.allocGrant(who.allocID, token, node)
+		return t.s.allocGrant(who, token, node)
 	default:
 		return grant{}, errors.New("connection did not come through a meshlet listener")
 	}
@@ -238,6 +241,7 @@ type peerInfo struct {
 	credentials.CommonAuthInfo
 	kind    peerKind
 	allocID string
+	sock    *allocListener // the allocation's socket (peerAlloc)
 }
 
 // AuthType implements credentials.AuthInfo.
@@ -279,7 +283,7 @@ func (listenerCreds) ClientHandshake(context.Context, string, net.Conn) (net.Con
 func (listenerCreds) ServerHandshake(c net.Conn) (net.Conn, credentials.AuthInfo, error) {
 	info := peerInfo{CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.NoSecurity}, kind: peerHost}
 	if ac, ok := c.(*allocConn); ok {
-		info.kind, info.allocID = peerAlloc, ac.allocID
+		info.kind, info.allocID, info.sock = peerAlloc, ac.allocID, ac.l
 	}
 	return c, info, nil
 }
@@ -302,6 +306,10 @@ type allocListener struct {
 	// come from (WithPeerNetNS).
 	netns  *nsIdentity
 	onDeny func(error)
+	// proxies are the proxies the allocation runs (WithAllocProxies);
+	// fixed once the listener is made.
+	proxies []catalog.ServiceInstance
+	onClose func()
 
 	mu     sync.Mutex
 	conns  map[*allocConn]struct{}
@@ -349,10 +357,14 @@ func (l *allocListener) track(c net.Conn) (net.Conn, error) {
 func (l *allocListener) Close() error {
 	err := l.Listener.Close()
 	l.mu.Lock()
+	wasClosed := l.closed
 	l.closed = true
 	conns := l.conns
 	l.conns = map[*allocConn]struct{}{}
 	l.mu.Unlock()
+	if !wasClosed && l.onClose != nil {
+		l.onClose()
+	}
 	for c := range conns {
 		_ = c.Close()
 	}
@@ -408,6 +420,8 @@ func (s *Server) ListenAlloc(allocID, path string, opts ...AllocOption) (net.Lis
 			return nil, err
 		}
 	}
+	s.declared.add(al)
+	al.onClose = func() { s.declared.remove(al) }
 	return al, nil
 }
 

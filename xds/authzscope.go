@@ -41,7 +41,7 @@ func (s *Server) scopeCheck(ctx context.Context, req any) error {
 		return status.Error(codes.InvalidArgument, "not a CheckRequest")
 	}
 	dest := authz.DestinationService(r.GetAttributes())
-	if dest != "" && s.allocDecides(who.allocID, dest) {
+	if dest != "" && s.allocDecides(who, dest) {
 		return nil
 	}
 	// Debug only: a task could otherwise flood the log with refused checks.
@@ -50,21 +50,38 @@ func (s *Server) scopeCheck(ctx context.Context, req any) error {
 	return status.Error(codes.PermissionDenied, err.Error())
 }
 
-// allocDecides reports whether one of allocation allocID's proxies
-// accepts connections for service: registered in the catalog, or holding
-// an xDS stream granted that service's leaf (a draining sidecar, whose
-// registration already left during the group's shutdown_delay, still
-// checks the connections it finishes).
-func (s *Server) allocDecides(allocID, service string) bool {
+// allocDecides reports whether one of the proxies of who's allocation
+// accepts connections for service: declared by its socket (from the job:
+// a sidecar draining in the group's shutdown_delay, whose registration
+// already left, or one whose registration an agent restart has not
+// restored yet, still checks connections, whether or not its xDS stream
+// reconnected), registered in the catalog, or holding an xDS stream
+// granted that service's leaf.
+func (s *Server) allocDecides(who peerInfo, service string) bool {
 	// A live proxy holds a granted stream: the tracker answers first,
 	// the allocation's registrations (a proxy between its registration
 	// and its first request) after.
-	return s.tracker.allocGranted(allocID, service) || s.allocRegisteredFor(allocID, service)
+	return s.tracker.allocGranted(who.allocID, service) || s.allocProxyFor(who, service)
 }
 
-func (s *Server) allocRegisteredFor(allocID, service string) bool {
-	for _, p := range s.cfg.Catalog.ByAlloc(allocID) {
-		if !catalog.IsProxyKind(p.Kind) || p.Proxy == nil || !s.isLocal(p) {
+func (s *Server) allocProxyFor(who peerInfo, service string) bool {
+	if who.sock != nil && s.frontsAny(who.sock.proxies, service) {
+		return true
+	}
+	var registered []catalog.ServiceInstance
+	for _, p := range s.cfg.Catalog.ByAlloc(who.allocID) {
+		if s.isLocal(p) {
+			registered = append(registered, p)
+		}
+	}
+	return s.frontsAny(registered, service)
+}
+
+// frontsAny reports whether one of proxies accepts connections for
+// service: its destination, or a service its terminating gateway links.
+func (s *Server) frontsAny(proxies []catalog.ServiceInstance, service string) bool {
+	for _, p := range proxies {
+		if !catalog.IsProxyKind(p.Kind) || p.Proxy == nil {
 			continue
 		}
 		if p.Proxy.DestinationServiceName == service {

@@ -18,8 +18,10 @@
 //   - An allocation's socket (ListenAlloc, served by the control plane in
 //     the allocation's directory) binds its streams to that allocation. The
 //     first request must name a node that is a connect-proxy registered in
-//     the catalog with that allocation's ID; the stream may not switch node
-//     afterwards. Its secrets are limited to "roots" and the leaf of the
+//     the catalog with that allocation's ID, or one the socket declares
+//     from the allocation's job while it is not registered (after an agent
+//     restart, during shutdown_delay; allocproxies.go); the stream may not
+//     switch node afterwards. Its secrets are limited to "roots" and the leaf of the
 //     proxy's destination service, checked on every SotW request (full
 //     subscription) and every delta request (names subscribed and initial
 //     versions). A wildcard secrets subscription yields only per-node
@@ -37,9 +39,9 @@
 //     an ACL-token check to tighten later.
 //
 // A node whose ID is not a registered connect-proxy gets no per-proxy
-// resources. A registered one whose resources are not built yet (it
-// reconnected to a restarted agent, or beat the reconciler) is not answered
-// until they are, so the resources it claims from an earlier stream are
+// resources. A registered or declared one whose resources are not built yet
+// (it reconnected to a restarted agent, beat the reconciler, or drains
+// after its deregistration) is not answered until they are, so the resources it claims from an earlier stream are
 // never reported removed in between (warmup.go).
 //
 // # Leaf references

@@ -59,7 +59,7 @@ func TestOnlyLocalProxiesAreServed(t *testing.T) {
 	if s.expectProxy("db-1") || !s.expectProxy("web-1") {
 		t.Error("expectProxy must accept only this node's proxies")
 	}
-	if _, err := s.allocGrant(db.AllocID, "", "db-1"); err == nil {
+	if _, err := s.allocGrant(peerInfo{kind: peerAlloc, allocID: db.AllocID}, "", "db-1"); err == nil {
 		t.Error("an allocation socket may act as another node's proxy")
 	}
 

@@ -112,6 +112,8 @@ type Server struct {
 
 	statusMu sync.Mutex
 	status   map[string]*proxyStatus
+
+	declared declaredNodes // the proxies the allocation sockets declare
 }
 
 // NewServer builds the server, subscribes to the catalog and the CA and

@@ -84,10 +84,12 @@ func (c *xdsCache) unwait(w *watch) {
 }
 
 // expectProxy tells whether node is a connect proxy registered in the
-// catalog: the nodes whose watches wait for their resources to be built.
+// catalog, or one an allocation socket declares (registered again soon, or
+// draining: what it holds is not taken from it): the nodes whose watches
+// wait for their resources to be built.
 func (s *Server) expectProxy(node string) bool {
 	_, ok := s.localProxy(node)
-	return ok
+	return ok || s.declared.has(node)
 }
 
 // localProxy returns the connect proxy id when it is registered in the

@@ -30,8 +30,9 @@ import (
 // *controlplane.ControlPlane implements it.
 type SocketServer interface {
 	// ServeAllocSocket serves the allocation's socket; only processes in
-	// netnsPath (the allocation's namespace) may connect.
-	ServeAllocSocket(allocID, path, netnsPath string) error
+	// netnsPath (the allocation's namespace) may connect, as the proxies
+	// the allocation runs (registered or not).
+	ServeAllocSocket(allocID, path, netnsPath string, proxies []catalog.ServiceInstance) error
 	RemoveAllocSocket(allocID string)
 }
 
@@ -109,7 +110,7 @@ func (h *SidecarHook) Prerun(ctx context.Context, hc *allocrunner.AllocHookConte
 	if err := prepareSocket(sock, hc.Logger); err != nil {
 		return fmt.Errorf("failed to place the control plane socket in the allocation: %w", err)
 	}
-	if err := h.d.Sockets.ServeAllocSocket(hc.Alloc.ID, sock, hc.NetNSPath); err != nil {
+	if err := h.d.Sockets.ServeAllocSocket(hc.Alloc.ID, sock, hc.NetNSPath, connect.ProxyIdentities(hc.Alloc)); err != nil {
 		return fmt.Errorf("failed to place the control plane socket in the allocation: %w", err)
 	}
 	if usesLegacySocket(hc, tg) {

@@ -23,10 +23,20 @@ import (
 
 // sockets records what the hook asks of the control plane (a fake of a
 // two-method interface; the real one is exercised by the e2e tests).
-type sockets struct{ served, removed map[string]string }
+type sockets struct {
+	served, removed map[string]string
+	proxies         map[string][]catalog.ServiceInstance
+}
 
-func (s *sockets) ServeAllocSocket(id, path, _ string) error { s.served[id] = path; return nil }
-func (s *sockets) RemoveAllocSocket(id string)               { s.removed[id] = "" }
+func (s *sockets) ServeAllocSocket(id, path, _ string, proxies []catalog.ServiceInstance) error {
+	s.served[id] = path
+	if s.proxies == nil {
+		s.proxies = map[string][]catalog.ServiceInstance{}
+	}
+	s.proxies[id] = proxies
+	return nil
+}
+func (s *sockets) RemoveAllocSocket(id string) { s.removed[id] = "" }
 
 func webAlloc(t *testing.T, proxyConfig map[string]any) *structs.Allocation {
 	t.Helper()
@@ -92,6 +102,11 @@ func TestHooksJoinAllocationToMesh(t *testing.T) {
 	}
 	if want := filepath.Join(hc.AllocDir.SharedDir, "run", "meshlet_grpc.sock"); socks.served["a1"] != want {
 		t.Errorf("socket served at %q, want %q", socks.served["a1"], want)
+	}
+	// The socket knows its sidecar from the job, registered or not.
+	if px := socks.proxies["a1"]; len(px) != 1 || px[0].ID != "_nomad-task-a1-group-web-web-8080-sidecar-proxy" ||
+		px[0].Proxy.DestinationServiceName != "web" {
+		t.Errorf("socket served for proxies %+v, want web's sidecar", px)
 	}
 	if hc.Env["NOMAD_UPSTREAM_ADDR_db"] != "127.0.0.1:9191" {
 		t.Errorf("upstream env = %v", hc.Env)

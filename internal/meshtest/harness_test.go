@@ -182,7 +182,7 @@ func (m *mesh) register(in *instance) {
 		m.cat.Register(si)
 	}
 	if in.sock != "" {
-		if err := m.cp.ServeAllocSocket(in.allocID, in.sock, ""); err != nil {
+		if err := m.cp.ServeAllocSocket(in.allocID, in.sock, "", in.registrations()[1:]); err != nil {
 			m.t.Fatalf("failed to serve %s's socket: %v", in.name, err)
 		}
 	}
