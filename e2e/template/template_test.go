@@ -65,12 +65,14 @@ func TestTemplatesFollowServiceScaling(t *testing.T) {
 	if ports := strings.Fields(readFile(filepath.Join(shared, "ports.txt"))); len(ports) != 3 {
 		t.Errorf("ports.txt lists %q, want three ports", ports)
 	}
+	// The task writes restart.starts as it starts, a moment before its
+	// runner reports it running.
+	a.Eventually(30*time.Second, "the restarted restart task running", func() bool {
+		return allocInfo(t, a, alloc.ID).TaskStates["restart"].State == "running"
+	})
 	info := allocInfo(t, a, alloc.ID)
 	assertEvent(t, info, "restart", "Restart Signaled", "Template with change_mode restart re-rendered")
 	assertEvent(t, info, "signal", "Signaling", "Template re-rendered")
-	if info.TaskStates["restart"].State != "running" {
-		t.Errorf("restart task is %s", info.TaskStates["restart"].State)
-	}
 
 	// An agent restart with nothing changed restarts no task.
 	restarts := len(lines(readFile(filepath.Join(shared, "restart.starts"))))
