@@ -91,6 +91,28 @@ func expectParked(t *testing.T, st discoverygrpc.AggregatedDiscoveryService_Stre
 	return ch
 }
 
+// expectKept checks for a second that whatever a stream is sent still
+// holds the leaf secret (nothing withdraws it), acknowledging each answer.
+func expectKept(t *testing.T, st discoverygrpc.AggregatedDiscoveryService_StreamAggregatedResourcesClient, leaf string) {
+	t.Helper()
+	deadline := time.After(time.Second)
+	for {
+		ch := recvAsync(st)
+		select {
+		case r := <-ch:
+			if r.err != nil || len(r.resp.GetResources()) != 1 {
+				t.Fatalf("the deregistered sidecar's open stream: answer %v, error %v; want its leaf kept", r.resp, r.err)
+			}
+			if err := st.Send(&discoverygrpc.DiscoveryRequest{TypeUrl: resource.SecretType, ResourceNames: []string{leaf},
+				VersionInfo: r.resp.GetVersionInfo(), ResponseNonce: r.resp.GetNonce()}); err != nil {
+				t.Fatal(err)
+			}
+		case <-deadline:
+			return
+		}
+	}
+}
+
 // expectLeaf waits for the pending receive to bring the leaf.
 func expectLeaf(t *testing.T, ch <-chan recvResult) {
 	t.Helper()
@@ -105,10 +127,12 @@ func expectLeaf(t *testing.T, ch <-chan recvResult) {
 }
 
 // A sidecar draining in its group's shutdown_delay (deregistered first)
-// whose xDS stream reconnects keeps its grant: the stream is accepted
-// (and waits, so nothing is taken from the proxy), and checks for its
-// service go on being decided, while checks for any other service are
-// still refused.
+// keeps its configuration while its xDS stream lives (Consul ends the
+// stream and Envoy keeps its last config; withdrawing it would cut the
+// requests the delay is for), and when its stream reconnects it keeps its
+// grant: the stream is accepted (and waits, so nothing is taken from the
+// proxy), and checks for its service go on being decided, while checks
+// for any other service are still refused.
 func TestAllocSocketSidecarReconnectsDuringDrain(t *testing.T) {
 	cp, cat, dir := startComposed(t)
 	registerSidecar(cat, "a1", "db")
@@ -130,17 +154,21 @@ func TestAllocSocketSidecarReconnectsDuringDrain(t *testing.T) {
 		}
 	}
 	cat.DeregisterAlloc("a1") // the services hook's PreKill, before shutdown_delay
+	expectKept(t, first, leaf)
 	host, err := grpc.NewClient(cp.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer host.Close()
-	testutil.WaitFor(t, 10*time.Second, "the deregistration withdrew db's leaf", func() bool {
+	if resp, err := askSecret(t, host, "probe", leaf).Recv(); err != nil || len(resp.GetResources()) != 1 {
+		t.Fatalf("db's leaf while its deregistered sidecar is connected: %v, %v; want it kept", resp, err)
+	}
+	endFirst()
+	testutil.WaitFor(t, 10*time.Second, "the sidecar's first stream ended", func() bool { return !cp.XDS.ProxyStatus(node).Connected })
+	testutil.WaitFor(t, 10*time.Second, "db's leaf withdrawn once its sidecar's stream ended", func() bool {
 		resp, err := askSecret(t, host, "probe", leaf).Recv()
 		return err == nil && len(resp.GetResources()) == 0
 	})
-	endFirst()
-	testutil.WaitFor(t, 10*time.Second, "the sidecar's first stream ended", func() bool { return !cp.XDS.ProxyStatus(node).Connected })
 	if _, err := checkOver(conn, cp, "api", "db"); err != nil {
 		t.Fatalf("api -> db between the sidecar's streams: %v", err)
 	}

@@ -114,19 +114,33 @@ func TestADSStateOfTheWorld(t *testing.T) {
 	c.ack(eds3)
 	testutil.WaitFor(t, hangGuard, "rejection cleared", func() bool { return e.srv.ProxyError(webProxy) == nil })
 
-	// Deregistered: its listeners and clusters go away.
+	// Deregistered while its stream is open (a sidecar in its
+	// shutdown_delay): nothing is withdrawn; once the stream ends, its
+	// listeners and clusters go away.
+	deregisterDraining(t, e, func(d time.Duration) int {
+		return c.count(listenerType, d) + c.count(clusterType, 10*time.Millisecond)
+	}, c.close)
+}
+
+// deregisterDraining deregisters webProxy while its stream is open: no
+// response may withdraw its config (pushed counts responses within a
+// wait); after end closes the stream, its listeners and clusters leave
+// the cache.
+func deregisterDraining(t *testing.T, e *testEnv, pushed func(time.Duration) int, end func()) {
+	t.Helper()
 	if err := e.cat.Deregister(webProxy); err != nil {
 		t.Fatal(err)
 	}
-	if got := decode(t, c.next(listenerType)); len(got) != 0 {
-		t.Fatalf("listeners after deregister = %v, want none", keys(got))
+	if n := pushed(quiet); n != 0 {
+		t.Fatalf("deregistering a connected proxy pushed %d responses; its config must stay while its stream lives", n)
 	}
-	if got := decode(t, c.next(clusterType)); len(got) != 0 {
-		t.Fatalf("clusters after deregister = %v, want none", keys(got))
+	if n := len(e.srv.cache.names(listenerType, webProxy)); n == 0 {
+		t.Fatal("a draining proxy's listeners left the cache")
 	}
-	if n := len(e.srv.cache.names(listenerType, webProxy)); n != 0 {
-		t.Errorf("%d listeners left in the cache", n)
-	}
+	end()
+	testutil.WaitFor(t, hangGuard, "listeners and clusters removed after the stream ended", func() bool {
+		return len(e.srv.cache.names(listenerType, webProxy)) == 0 && len(e.srv.cache.names(clusterType, webProxy)) == 0
+	})
 }
 
 func TestADSStateOfTheWorldFirstResponseNack(t *testing.T) {
@@ -204,14 +218,11 @@ func TestADSDelta(t *testing.T) {
 	}
 	c.ack(eds3)
 
-	// Deregistered: every listener is removed.
-	if err := e.cat.Deregister(webProxy); err != nil {
-		t.Fatal(err)
-	}
-	lds3 := c.dnext(listenerType)
-	if len(lds3.GetResources()) != 0 || strings.Join(lds3.GetRemovedResources(), ",") != "api:127.0.0.1:9292,public_listener:0.0.0.0:21000" {
-		t.Fatalf("after deregister: resources %d removed %v", len(lds3.GetResources()), lds3.GetRemovedResources())
-	}
+	// Deregistered while connected: nothing is withdrawn until the
+	// stream ends.
+	deregisterDraining(t, e, func(d time.Duration) int {
+		return c.count(listenerType, d) + c.count(clusterType, 10*time.Millisecond)
+	}, c.close)
 }
 
 // A change to one proxy pushes nothing to another.

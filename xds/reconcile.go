@@ -55,6 +55,7 @@ type reconciler struct {
 	leaves     map[string]bool                // published leaf secrets
 	proxyless  map[string]bool                // services with proxyless resources
 	holds      holdState                      // CA leaf references (holds.go)
+	draining   map[string]bool                // deregistered proxies kept while their stream lives (draining.go)
 	rootsOK    bool
 }
 
@@ -63,7 +64,7 @@ func newReconciler() reconciler {
 		proxies: map[string]*proxyState{}, claRefs: map[claKey]map[string]struct{}{}, clas: map[claKey]bool{}, claSpecs: map[claKey]endpointSpec{},
 		filterErrs: map[claKey]string{},
 		leafRefs:   map[string]map[string]struct{}{}, leaves: map[string]bool{}, proxyless: map[string]bool{},
-		holds: newHoldState(),
+		holds: newHoldState(), draining: map[string]bool{},
 	}
 }
 
@@ -245,18 +246,21 @@ func (s *Server) stageProxies(ch changes, p *plan) map[string]*proxyResources {
 		ids[id] = true
 	}
 	for id := range ch.closed {
-		if _, known := s.rec.proxies[id]; !known {
+		if _, known := s.rec.proxies[id]; !known || s.rec.draining[id] {
 			ids[id] = true
 		}
 	}
 	for id := range ids {
 		inst, ok := s.localProxy(id)
 		if !ok {
-			s.removeProxy(id, p)
-			s.unholdProxy(id)
-			s.forget(id)
+			if !s.keepDraining(id) { // a sidecar in its shutdown_delay keeps its config
+				s.removeProxy(id, p)
+				s.unholdProxy(id)
+				s.forget(id)
+			}
 			continue
 		}
+		delete(s.rec.draining, id)
 		if inst.Proxy != nil && inst.Proxy.DestinationServiceName != "" {
 			s.holdProxy(id, inst.Proxy.DestinationServiceName)
 		} else {
