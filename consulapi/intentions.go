@@ -1,6 +1,7 @@
 package consulapi
 
 import (
+	"errors"
 	"net/http"
 	"strings"
 
@@ -116,16 +117,28 @@ func (s *Server) intentionCreate(w http.ResponseWriter, r *http.Request) {
 	s.writeJSON(w, r, in.ModifyIndex, struct{ ID string }{in.ID})
 }
 
-// GET /v1/connect/intentions/exact?source=&destination=
+// GET /v1/connect/intentions/exact?source=&destination= (blocking).
 func (s *Server) intentionGetExact(w http.ResponseWriter, r *http.Request) {
 	_, src, _, dst, err := exactPair(r)
+	if err == nil {
+		err = s.intentionsWait(r)
+	}
 	if err != nil {
 		s.failFor(w, r, err)
 		return
 	}
 	index := s.d.Intentions.Index()
 	in, err := s.d.Intentions.Get(src, dst)
+	s.writeIntention(w, r, index, in, err)
+}
+
+// writeIntention answers one intention read at index; a missing one is a
+// 404 that carries the index too, so that a watcher can block on it.
+func (s *Server) writeIntention(w http.ResponseWriter, r *http.Request, index uint64, in intention.Intention, err error) {
 	if err != nil {
+		if errors.Is(err, intention.ErrNotFound) {
+			setIndex(w, index)
+		}
 		s.failFor(w, r, err)
 		return
 	}
@@ -247,15 +260,15 @@ func (s *Server) intentionMatch(w http.ResponseWriter, r *http.Request) {
 	s.writeJSON(w, r, index, out)
 }
 
-// GET /v1/connect/intentions/{id}
+// GET /v1/connect/intentions/{id} (blocking).
 func (s *Server) intentionGetID(w http.ResponseWriter, r *http.Request) {
-	index := s.d.Intentions.Index()
-	in, err := s.d.Intentions.GetByID(r.PathValue("id"))
-	if err != nil {
+	if err := s.intentionsWait(r); err != nil {
 		s.failFor(w, r, err)
 		return
 	}
-	s.writeJSON(w, r, index, in)
+	index := s.d.Intentions.Index()
+	in, err := s.d.Intentions.GetByID(r.PathValue("id"))
+	s.writeIntention(w, r, index, in, err)
 }
 
 // DELETE /v1/connect/intentions/{id}
