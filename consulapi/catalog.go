@@ -105,7 +105,7 @@ type catalogService struct {
 }
 
 // GET /v1/health/service/{name}[?passing&tag=]: the instances of a service
-// with their checks.
+// with their checks; ?passing keeps those whose every check passes.
 func (s *Server) healthService(w http.ResponseWriter, r *http.Request) {
 	s.health(w, r, s.d.Catalog.Service)
 }
@@ -127,10 +127,12 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request, list func(string
 	_, passingOnly := r.URL.Query()[consul.HealthPassing]
 	out := []consul.ServiceEntry{}
 	for _, inst := range filterTags(list(r.PathValue("name")), r.URL.Query()["tag"]) {
-		if passingOnly && !inst.Healthy {
+		e := s.serviceEntry(inst)
+		// Consul's ?passing: every check passing (a warning is not).
+		if passingOnly && e.Checks.AggregatedStatus() != consul.HealthPassing {
 			continue
 		}
-		out = append(out, s.serviceEntry(inst))
+		out = append(out, e)
 	}
 	s.writeJSON(w, r, index, out)
 }
