@@ -3,6 +3,7 @@ package consulapi
 import (
 	"net/http"
 	"slices"
+	"strconv"
 
 	consul "github.com/hashicorp/consul/api"
 
@@ -119,12 +120,15 @@ func (s *Server) healthConnect(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request, list func(string) []catalog.ServiceInstance) {
-	if err := s.catalogWait(r); err != nil {
+	passingOnly, err := passingParam(r)
+	if err == nil {
+		err = s.catalogWait(r)
+	}
+	if err != nil {
 		s.failFor(w, r, err)
 		return
 	}
 	index := s.d.Catalog.Index()
-	_, passingOnly := r.URL.Query()[consul.HealthPassing]
 	out := []consul.ServiceEntry{}
 	for _, inst := range filterTags(list(r.PathValue("name")), r.URL.Query()["tag"]) {
 		e := s.serviceEntry(inst)
@@ -135,6 +139,20 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request, list func(string
 		out = append(out, e)
 	}
 	s.writeJSON(w, r, index, out)
+}
+
+// passingParam reads ?passing as Consul does: present and empty, or a
+// true boolean, filters; false does not; anything else is a bad request.
+func passingParam(r *http.Request) (bool, error) {
+	v, ok := r.URL.Query()[consul.HealthPassing]
+	if !ok || v[0] == "" {
+		return ok, nil
+	}
+	b, err := strconv.ParseBool(v[0])
+	if err != nil {
+		return false, badRequest("invalid value for ?passing: %q", v[0])
+	}
+	return b, nil
 }
 
 func (s *Server) serviceEntry(inst catalog.ServiceInstance) consul.ServiceEntry {

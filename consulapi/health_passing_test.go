@@ -1,6 +1,8 @@
 package consulapi
 
 import (
+	"encoding/json"
+	"net/http"
 	"testing"
 
 	consul "github.com/hashicorp/consul/api"
@@ -49,5 +51,35 @@ func TestHealthPassingExcludesWarning(t *testing.T) {
 	}
 	if got := ids(proxies); len(got) != 1 || got["web-1-sidecar-proxy"] != consul.HealthPassing {
 		t.Errorf("Health().Connect(web, passing) = %v; want web-1-sidecar-proxy only", got)
+	}
+}
+
+// ?passing takes a boolean as Consul reads it: present and empty or true
+// filters, false does not, anything else is a 400.
+func TestHealthPassingValue(t *testing.T) {
+	f := newFixture(t)
+	f.registerWeb()
+	f.cat.Register(catalog.ServiceInstance{ID: "web-3", Name: "web", Address: "10.0.0.4", Port: 8080, NodeID: "n1", Healthy: false})
+	cases := []struct {
+		query string
+		code  int
+		n     int
+	}{
+		{"", http.StatusOK, 3}, {"?passing", http.StatusOK, 2}, {"?passing=1", http.StatusOK, 2}, {"?passing=true", http.StatusOK, 2},
+		{"?passing=false", http.StatusOK, 3}, {"?passing=0", http.StatusOK, 3}, {"?passing=maybe", http.StatusBadRequest, 0},
+	}
+	for _, tc := range cases {
+		resp, err := http.Get(f.url + "/v1/health/service/web" + tc.query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var entries []consul.ServiceEntry
+		if tc.code == http.StatusOK {
+			err = json.NewDecoder(resp.Body).Decode(&entries)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.code || err != nil || len(entries) != tc.n {
+			t.Errorf("GET /v1/health/service/web%s = %d with %d entries (%v); want %d with %d", tc.query, resp.StatusCode, len(entries), err, tc.code, tc.n)
+		}
 	}
 }
