@@ -232,10 +232,10 @@ func decodeBody(r *http.Request, v any) error {
 	return nil
 }
 
-// block implements Consul's blocking queries: with ?index=N it waits until
-// current() > N, the ?wait= duration (default 5m, at most 10m) passes, the
-// client goes away or the server closes. subscribe registers a change
-// callback.
+// block implements Consul's blocking queries: with ?index=N (N > 0) it
+// waits until current() > N, the ?wait= duration (default 5m, at most
+// 10m) passes, the client goes away or the server closes. subscribe
+// registers a change callback.
 func (s *Server) block(r *http.Request, current func() uint64, subscribe func(func()) (cancel func())) error {
 	q := r.URL.Query()
 	raw := q.Get("index")
@@ -253,7 +253,9 @@ func (s *Server) block(r *http.Request, current func() uint64, subscribe func(fu
 		}
 		wait = min(wait, maxWait)
 	}
-	if current() > minIndex {
+	if minIndex == 0 || current() > minIndex {
+		// index=0 is no blocking query in Consul: the client has seen
+		// no index yet (an empty store's own index may be 0).
 		return nil
 	}
 	changed := make(chan struct{}, 1)
