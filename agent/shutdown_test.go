@@ -30,7 +30,17 @@ func TestShutdownEndsBlockingQueries(t *testing.T) {
 		returned <- "nomad"
 	}()
 	go func() {
-		_, _, _ = cc.Catalog().Services(&consul.QueryOptions{WaitIndex: 1 << 40, WaitTime: 10 * time.Minute})
+		// Blocks at the catalog's own index (one ahead of it would be
+		// answered at once as an index that went backwards); again after
+		// a change, until the agent is gone.
+		q := &consul.QueryOptions{WaitTime: 10 * time.Minute}
+		for {
+			_, meta, err := cc.Catalog().Services(q)
+			if err != nil {
+				break
+			}
+			q.WaitIndex = meta.LastIndex
+		}
 		returned <- "consul"
 	}()
 	waitStack(t, []string{"meshlet/api.(*Server).block(", "/consulapi/server.go:"})

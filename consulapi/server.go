@@ -233,9 +233,10 @@ func decodeBody(r *http.Request, v any) error {
 }
 
 // block implements Consul's blocking queries: with ?index=N (N > 0) it
-// waits until current() > N, the ?wait= duration (default 5m, at most
-// 10m) passes, the client goes away or the server closes. subscribe
-// registers a change callback.
+// waits until the index answered (current(), at least 1) moves off N (up,
+// or back: see below), the ?wait= duration (default 5m, at most 10m)
+// passes, the client goes away or the server closes. subscribe registers
+// a change callback.
 func (s *Server) block(r *http.Request, current func() uint64, subscribe func(func()) (cancel func())) error {
 	q := r.URL.Query()
 	raw := q.Get("index")
@@ -253,9 +254,14 @@ func (s *Server) block(r *http.Request, current func() uint64, subscribe func(fu
 		}
 		wait = min(wait, maxWait)
 	}
-	if minIndex == 0 || current() > minIndex {
-		// index=0 is no blocking query in Consul: the client has seen
-		// no index yet (an empty store's own index may be 0).
+	// index=0 is no blocking query in Consul: the client has seen no
+	// index yet (an empty store's own index may be 0). An index ahead of
+	// the store's went backwards (this agent restarted: its catalog
+	// counts from 0 again; a mirror was replaced by an older state):
+	// answering at once lets the client see it and start over, as
+	// Consul's clients do, instead of missing changes for the whole wait.
+	reported := func() uint64 { return max(current(), 1) } // as setIndex
+	if minIndex == 0 || reported() != minIndex {
 		return nil
 	}
 	changed := make(chan struct{}, 1)
@@ -268,7 +274,7 @@ func (s *Server) block(r *http.Request, current func() uint64, subscribe func(fu
 	defer cancel()
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
-	for current() <= minIndex {
+	for reported() == minIndex {
 		select {
 		case <-changed:
 		case <-timer.C:

@@ -35,23 +35,38 @@ func TestStopEndsBlockingQueries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, meta, err := client.Catalog().Services(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kinds := map[string]func(q *consulapi.QueryOptions) error{
-		"catalog": func(q *consulapi.QueryOptions) error { _, _, err := client.Catalog().Services(q); return err },
-		"health": func(q *consulapi.QueryOptions) error {
-			_, _, err := client.Health().Connect("web", "", false, q)
-			return err
+	kinds := map[string]func(q *consulapi.QueryOptions) (*consulapi.QueryMeta, error){
+		"catalog": func(q *consulapi.QueryOptions) (*consulapi.QueryMeta, error) {
+			_, m, err := client.Catalog().Services(q)
+			return m, err
 		},
-		"intentions": func(q *consulapi.QueryOptions) error { _, _, err := client.Connect().Intentions(q); return err },
-		"ca roots":   func(q *consulapi.QueryOptions) error { _, _, err := client.Agent().ConnectCARoots(q); return err },
+		"health": func(q *consulapi.QueryOptions) (*consulapi.QueryMeta, error) {
+			_, m, err := client.Health().Connect("web", "", false, q)
+			return m, err
+		},
+		"intentions": func(q *consulapi.QueryOptions) (*consulapi.QueryMeta, error) {
+			_, m, err := client.Connect().Intentions(q)
+			return m, err
+		},
+		"ca roots": func(q *consulapi.QueryOptions) (*consulapi.QueryMeta, error) {
+			_, m, err := client.Agent().ConnectCARoots(q)
+			return m, err
+		},
 	}
 	returned := make(chan string, len(kinds))
 	for name, query := range kinds {
 		go func() {
-			_ = query(&consulapi.QueryOptions{WaitIndex: meta.LastIndex + 1000, WaitTime: 10 * time.Minute})
+			// Blocks at the store's own index (one ahead of it would be
+			// answered at once as an index that went backwards); again
+			// after a change, until the control plane is gone.
+			q := &consulapi.QueryOptions{WaitTime: 10 * time.Minute}
+			for {
+				meta, err := query(q)
+				if err != nil {
+					break
+				}
+				q.WaitIndex = meta.LastIndex
+			}
 			returned <- name
 		}()
 	}
