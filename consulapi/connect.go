@@ -1,6 +1,7 @@
 package consulapi
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -135,7 +136,7 @@ func (s *Server) leafService(name string) string {
 }
 
 // POST /v1/agent/connect/authorize: {"Target","ClientCertURI"} →
-// {"Authorized","Reason"}.
+// {"Authorized","Reason"}. An L7 intention never authorizes (see below).
 func (s *Server) authorize(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Target           string
@@ -154,6 +155,13 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.failFor(w, r, err)
 		return
+	}
+	if d.Allowed && d.Matched != nil && d.Matched.IsL7() {
+		// The caller (a native connect app) asks once per connection
+		// and then serves every request on it: permissions that decide
+		// request by request cannot admit it (Consul denies too).
+		d.Allowed = false
+		d.Reason = fmt.Sprintf("denied: L7 intention %s decides each HTTP request, which a connection authorization cannot check", d.Matched)
 	}
 	s.writeJSON(w, r, s.d.Intentions.Index(), struct {
 		Authorized bool
