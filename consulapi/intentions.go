@@ -185,13 +185,14 @@ func (s *Server) intentionPutExact(w http.ResponseWriter, r *http.Request) {
 	s.writeJSON(w, r, saved.ModifyIndex, true)
 }
 
-// DELETE /v1/connect/intentions/exact?source=&destination=
+// DELETE /v1/connect/intentions/exact?source=&destination=: idempotent,
+// as in Consul (a pair without an intention is deleted already).
 func (s *Server) intentionDeleteExact(w http.ResponseWriter, r *http.Request) {
 	_, src, _, dst, err := exactPair(r)
 	if err == nil {
 		err = s.d.Intentions.DeleteCtx(r.Context(), src, dst)
 	}
-	if err != nil {
+	if err != nil && !errors.Is(err, intention.ErrNotFound) {
 		s.failFor(w, r, err)
 		return
 	}

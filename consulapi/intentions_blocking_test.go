@@ -68,3 +68,28 @@ func TestIntentionReadsBlock(t *testing.T) {
 		t.Fatalf("blocked read returned after %s with index %d (waited on %d) and action %q", took, m.LastIndex, idx, got.Action)
 	}
 }
+
+// Deleting by name is idempotent in Consul (1.9+): deleting a pair that
+// has no intention succeeds and changes nothing.
+func TestIntentionDeleteExactIdempotent(t *testing.T) {
+	f := newFixture(t)
+	conn := f.client.Connect()
+	if _, err := conn.IntentionUpsert(&consul.Intention{SourceName: "web", DestinationName: "db", Action: consul.IntentionActionAllow}, nil); err != nil {
+		t.Fatal(err)
+	}
+	index := f.ix.Index()
+	if _, err := conn.IntentionDeleteExact("api", "db", nil); err != nil {
+		t.Fatalf("IntentionDeleteExact of a missing intention: %v; want success", err)
+	}
+	if f.ix.Index() != index || len(f.ix.List()) != 1 {
+		t.Fatalf("deleting a missing intention changed the store")
+	}
+	for range 2 {
+		if _, err := conn.IntentionDeleteExact("web", "db", nil); err != nil {
+			t.Fatalf("IntentionDeleteExact(web, db): %v", err)
+		}
+	}
+	if n := len(f.ix.List()); n != 0 {
+		t.Fatalf("store has %d intentions, want 0", n)
+	}
+}
