@@ -467,10 +467,15 @@ func (c *Client) allocDir(id string) *allocdir.AllocDir {
 	return allocdir.New(filepath.Join(c.cfg.DataDir, "alloc"), id)
 }
 
-// waitPrev blocks until the previous allocation's runner finished.
+// waitPrev blocks until the previous allocation's runner finished: one the
+// client runs, or one the servers forgot that is being destroyed (its
+// tasks may still be stopping).
 func (c *Client) waitPrev(ctx context.Context, id string) {
 	c.mu.Lock()
 	ar := c.runners[id]
+	if ar == nil {
+		ar = c.destroying[id]
+	}
 	c.mu.Unlock()
 	if ar == nil {
 		return

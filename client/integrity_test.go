@@ -300,3 +300,43 @@ func (h *hidingConn) NodeAllocs(ctx context.Context, nodeID string, minIndex uin
 	defer h.mu.Unlock()
 	return slices.DeleteFunc(allocs, func(a *structs.Allocation) bool { return h.hidden[a.ID] }), idx, err
 }
+
+// TestReplacementWaitsForForgottenPrevious: a replacement waits for the
+// allocation it replaces even when the servers forgot that one in the same
+// change, so its runner is being destroyed (its task still in its
+// shutdown_delay) rather than listed among the client's runners.
+func TestReplacementWaitsForForgottenPrevious(t *testing.T) {
+	ctx := context.Background()
+	srv := newServer(t)
+	drv := fakedriver.New("raw_exec")
+	conn := &hidingConn{Server: srv, hidden: map[string]bool{}}
+	c, err := New(Config{DataDir: t.TempDir(), NodeName: "n1", Drivers: []driver.Driver{drv}, Server: conn})
+	must(t, err)
+	must(t, c.Start())
+	defer c.Shutdown()
+	j := job("r", "")
+	j.TaskGroups[0].Tasks[0].ShutdownDelay = 2 * time.Second
+	if _, err := srv.RegisterJob(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	prev := waitStatus(t, srv, "r", structs.AllocClientStatusRunning)
+	conn.hide(prev.ID)
+	j2 := job("r", "")
+	j2.TaskGroups[0].Tasks[0].ShutdownDelay = 2 * time.Second
+	j2.TaskGroups[0].Tasks[0].Env = map[string]string{"V": "2"}
+	if _, err := srv.RegisterJob(ctx, j2); err != nil {
+		t.Fatal(err)
+	}
+	var next *structs.Allocation
+	testutil.WaitFor(t, hang, "replacement placed", func() bool {
+		next = allocOf(t, srv, "r")
+		return next.ID != prev.ID
+	})
+	if next.PreviousAllocation != prev.ID {
+		t.Fatalf("replacement's previous allocation = %q, want %q", next.PreviousAllocation, prev.ID)
+	}
+	testutil.WaitFor(t, hang, "replacement started", func() bool { return strings.Count(strings.Join(drv.Calls(), ","), "Start t") == 2 })
+	if calls := strings.Join(drv.Calls(), ","); !strings.HasPrefix(calls, "Start t,Stop t") || !strings.HasSuffix(calls, ",Start t") {
+		t.Fatalf("calls = %s; want the forgotten allocation's task stopped before the replacement's started", calls)
+	}
+}
