@@ -21,7 +21,29 @@ var (
 	ErrHandleVersion = errors.New("unsupported task handle version")
 	// ErrNotSupported is returned for an operation a driver does not offer.
 	ErrNotSupported = errors.New("operation not supported by driver")
+	// ErrUnrecoverable marks a StartTask error that starting again cannot
+	// fix (an invalid task config, a config the node's driver settings
+	// forbid, a driver the node does not have): the task runner fails the
+	// task at once instead of applying its restart policy. Transient
+	// errors (an image pull, a busy port, a daemon away) must not carry
+	// it. Wrap errors with Unrecoverable.
+	ErrUnrecoverable = errors.New("unrecoverable task error")
 )
+
+// Unrecoverable returns err marked with ErrUnrecoverable, its text
+// unchanged (errors.Is finds both err's own sentinels and
+// ErrUnrecoverable); nil stays nil.
+func Unrecoverable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &unrecoverableError{err: err}
+}
+
+type unrecoverableError struct{ err error }
+
+func (e *unrecoverableError) Error() string   { return e.err.Error() }
+func (e *unrecoverableError) Unwrap() []error { return []error{e.err, ErrUnrecoverable} }
 
 // Driver is the interface every task driver implements, in process or as a
 // plugin. All methods must be safe for concurrent use.
@@ -32,7 +54,8 @@ type Driver interface {
 	Fingerprint(ctx context.Context) (*Fingerprint, error)
 	// StartTask starts a task and returns its handle. The handle's State is
 	// written last, once the task is fully started, so that RecoverTask can
-	// rebuild the task from it after an agent restart.
+	// rebuild the task from it after an agent restart. An error that
+	// starting again cannot fix (an invalid config) wraps ErrUnrecoverable.
 	StartTask(cfg *TaskConfig) (*TaskHandle, error)
 	// RecoverTask re-attaches to a task started by an earlier agent process.
 	// A task already known is not an error.

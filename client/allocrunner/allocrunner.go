@@ -250,14 +250,16 @@ func templateHook(cfg Config, t *structs.Task) taskrunner.TaskHook {
 }
 
 // missingDriver stands in for a driver the node does not have, so the task
-// fails with a driver failure that names it.
+// fails at once (no restarts) with a driver failure that names it.
 type missingDriver struct {
 	driver.Driver
 	name string
 	err  error
 }
 
-func (m missingDriver) StartTask(*driver.TaskConfig) (*driver.TaskHandle, error) { return nil, m.err }
-func (m missingDriver) RecoverTask(*driver.TaskHandle) error                     { return m.err }
-func (m missingDriver) Name() string                                             { return m.name }
-func (m missingDriver) DestroyTask(string, bool) error                           { return nil }
+func (m missingDriver) StartTask(*driver.TaskConfig) (*driver.TaskHandle, error) {
+	return nil, driver.Unrecoverable(m.err) // the node's drivers are fixed while the agent runs
+}
+func (m missingDriver) RecoverTask(*driver.TaskHandle) error { return m.err }
+func (m missingDriver) Name() string                         { return m.name }
+func (m missingDriver) DestroyTask(string, bool) error       { return nil }

@@ -440,3 +440,32 @@ func TestClientStatus(t *testing.T) {
 		}
 	}
 }
+
+// TestMissingDriverFailsAtOnce: a task whose driver the node does not have
+// fails on its first start, with the reason, rather than going through its
+// restart policy's attempts and delays: the node's drivers do not change
+// while the agent runs.
+func TestMissingDriverFailsAtOnce(t *testing.T) {
+	app := task("app", "", false)
+	app.Driver = "nope"
+	app.RestartPolicy = &structs.RestartPolicy{Attempts: ip(3), Delay: durp(time.Hour), Mode: sp("fail")}
+	h := newHarness(t, "service", app)
+	ar := h.runner(false)
+	go ar.Run()
+	waitDone(t, ar)
+	st := ar.ClientView().TaskStates["app"]
+	if ar.ClientView().ClientStatus != structs.AllocClientStatusFailed || st == nil || !st.Failed || st.Restarts != 0 {
+		t.Fatalf("allocation %s, task %+v; want failed with no restart", ar.ClientView().ClientStatus, st)
+	}
+	var types []string
+	for _, ev := range st.Events {
+		types = append(types, ev.Type)
+	}
+	last := st.Events[len(st.Events)-1]
+	if got := strings.Join(types, ","); got != "Received,Task Setup,Driver Failure,Not Restarting" ||
+		!last.FailsTask || !strings.Contains(last.DisplayMessage, "Error was unrecoverable: driver nope not available") {
+		t.Fatalf("events %s, last %q", got, last.DisplayMessage)
+	}
+}
+
+func durp(d time.Duration) *time.Duration { return &d }

@@ -1,6 +1,7 @@
 package taskrunner
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -13,6 +14,10 @@ import (
 // through the mesh fails while the sidecar is down, so waiting the group's
 // delay (15 s by default) before bringing it back is an outage.
 const SidecarImmediateRestarts = 2
+
+// ReasonUnrecoverable starts the reason of the event that fails a task at
+// once on an unrecoverable error (Nomad's wording).
+const ReasonUnrecoverable = "Error was unrecoverable"
 
 // restartJitter is the fraction of the delay added at random (Nomad: 25 %).
 const restartJitter = 0.25
@@ -114,8 +119,13 @@ func NewSidecarTracker(policy RestartPolicy, rand func(n int64) int64) *Tracker 
 	return &Tracker{policy: policy, rand: rand, immediate: SidecarImmediateRestarts}
 }
 
-// Next decides after an exit (res) or a start failure (res.Err set).
+// Next decides after an exit (res) or a start failure (res.Err set). An
+// unrecoverable error (driver.ErrUnrecoverable: a missing driver, an
+// invalid config) fails the task at once, whatever the policy.
 func (t *Tracker) Next(now time.Time, res *driver.ExitResult) Decision {
+	if res != nil && errors.Is(res.Err, driver.ErrUnrecoverable) {
+		return Decision{Failed: true, Reason: ReasonUnrecoverable + ": " + res.Err.Error()}
+	}
 	if t.batch && res != nil && res.Successful() {
 		return Decision{}
 	}

@@ -2,6 +2,7 @@ package taskrunner
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -66,6 +67,10 @@ func TestTracker(t *testing.T) {
 			{0, startErr, Decision{Restart: true, Delay: 15 * time.Second}},
 			{0, startErr, Decision{Restart: true, Delay: 15 * time.Second}},
 			{0, startErr, Decision{Failed: true, Reason: `Exceeded allowed attempts 2 in interval 30m0s and mode is "fail"`}},
+		}},
+		{"unrecoverable start errors fail at once", RestartPolicy{Attempts: 3, Interval: time.Hour, Delay: time.Second, Mode: "delay"}, false, []step{
+			{0, &driver.ExitResult{Err: fmt.Errorf("failed to start task: %w", driver.Unrecoverable(errors.New("config: command is required")))},
+				Decision{Failed: true, Reason: "Error was unrecoverable: failed to start task: config: command is required"}},
 		}},
 		{"service exit 0 restarts", pol, false, []step{{0, ok, Decision{Restart: true, Delay: 15 * time.Second}}}},
 		{"batch exit 0 completes", pol, true, []step{{0, ok, Decision{}}}},

@@ -94,6 +94,10 @@ func TestRunOutcomes(t *testing.T) {
 			script:     []fakedriver.Behavior{{StartErr: errors.New(`failed to start task: exec: "/nope": no such file`)}},
 			wantEvents: "Received,Task Setup,Driver Failure,Restarting,Driver Failure,Restarting,Driver Failure",
 			wantFailed: true, wantStarts: 3, wantLast: `Exceeded allowed attempts 2 in interval 30m0s and mode is "fail"`},
+		{name: "unrecoverable start failure fails at once", jobType: "service",
+			script:     []fakedriver.Behavior{{StartErr: driver.Unrecoverable(errors.New("config: command is required"))}},
+			wantEvents: "Received,Task Setup,Driver Failure", wantFailed: true, wantStarts: 1,
+			wantLast: "Error was unrecoverable: config: command is required"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

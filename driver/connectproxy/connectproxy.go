@@ -139,13 +139,13 @@ func (d *Driver) fingerprint(ctx context.Context) (*driver.Fingerprint, error) {
 func (d *Driver) launch(cfg *driver.TaskConfig) (*proc.Launch, error) {
 	tc, err := ParseConfig(cfg.Config)
 	if err != nil {
-		return nil, err
+		return nil, driver.Unrecoverable(err)
 	}
 	if cfg.NetNSPath == "" && tc.NetworkMode != "host" {
-		return nil, fmt.Errorf("%w; its group needs network mode \"bridge\" or \"cni/<name>\"", ErrNoNetworkNamespace)
+		return nil, driver.Unrecoverable(fmt.Errorf("%w; its group needs network mode \"bridge\" or \"cni/<name>\"", ErrNoNetworkNamespace))
 	}
 	if err := d.confine(cfg, tc); err != nil {
-		return nil, err
+		return nil, driver.Unrecoverable(err)
 	}
 	return &proc.Launch{Command: d.cfg.Binary, Args: tc.Args(), Env: d.safeEnv(cfg)}, nil
 }

@@ -226,6 +226,9 @@ func TestStartRejectsConfig(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
 				t.Fatalf("StartTask: %v, want one line with %q", err, tc.want)
 			}
+			if !errors.Is(err, driver.ErrUnrecoverable) {
+				t.Fatalf("StartTask: %v, want it unrecoverable", err)
+			}
 			if _, err := d.InspectTask(cfg.ID); !errors.Is(err, driver.ErrTaskNotFound) {
 				t.Fatalf("failed task is known: %v", err)
 			}

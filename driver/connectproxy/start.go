@@ -27,7 +27,7 @@ const (
 func (d *Driver) StartTask(cfg *driver.TaskConfig) (*driver.TaskHandle, error) {
 	tc, err := d.check(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("failed to start task %s: %w", cfg.ID, err)
+		return nil, fmt.Errorf("failed to start task %s: %w", cfg.ID, driver.Unrecoverable(err))
 	}
 	order := taskOrder(tc.Mode, d.cfg.Runtimes)
 	r, h, skipped, err := firstRuntime(order, func(r string) error { return d.probe(cfg, r) },

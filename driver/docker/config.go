@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meshlet/meshlet/driver"
 	"github.com/meshlet/meshlet/driver/internal/isolate"
 )
 
@@ -150,6 +151,18 @@ func parseTaskConfig(m map[string]any) (*taskConfig, error) {
 		return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
 	}
 	return tc, nil
+}
+
+// configError marks a task config error unrecoverable (see
+// driver.ErrUnrecoverable): an invalid config, one the plugin config
+// forbids, or a namespace this node's docker tasks cannot join stay so
+// however often the task starts. Other errors (a pull, the daemon) are
+// returned as they are.
+func configError(err error) error {
+	if errors.Is(err, ErrBadConfig) || errors.Is(err, ErrNotAllowed) || errors.Is(err, ErrNetNSUnsupported) {
+		return driver.Unrecoverable(err)
+	}
+	return err
 }
 
 // checkAllowed checks tc against the plugin config and returns the

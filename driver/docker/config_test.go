@@ -87,6 +87,9 @@ func TestTaskConfigRefused(t *testing.T) {
 			if !errors.Is(err, c.is) || !strings.Contains(err.Error(), c.substr) {
 				t.Errorf("StartTask = %v, want %v containing %q", err, c.is, c.substr)
 			}
+			if !errors.Is(err, driver.ErrUnrecoverable) {
+				t.Errorf("StartTask = %v, want it unrecoverable: restarts cannot fix a config", err)
+			}
 		})
 	}
 }

@@ -32,7 +32,7 @@ const (
 func (d *Driver) StartTask(cfg *driver.TaskConfig) (th *driver.TaskHandle, err error) {
 	tc, caps, err := d.prepare(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("failed to start task %s: %w", cfg.ID, err)
+		return nil, fmt.Errorf("failed to start task %s: %w", cfg.ID, configError(err))
 	}
 	c, err := d.docker()
 	if err != nil {
@@ -78,7 +78,7 @@ func (d *Driver) StartTask(cfg *driver.TaskConfig) (th *driver.TaskHandle, err e
 	}
 	cc, hc, err := d.containerSpec(cfg, tc, caps, netMode, an)
 	if err != nil {
-		return nil, fmt.Errorf("failed to start task %s: %w", cfg.ID, err)
+		return nil, fmt.Errorf("failed to start task %s: %w", cfg.ID, configError(err))
 	}
 	if err := os.MkdirAll(d.cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("failed to create driver state dir: %w", err)

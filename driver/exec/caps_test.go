@@ -179,8 +179,8 @@ func TestAllowCapsRefusal(t *testing.T) {
 		cfg := dt.TaskConfig(t, "refused", "sh", "-c", "echo started")
 		cfg.Config["cap_add"] = tc.add
 		_, err := d.StartTask(cfg)
-		if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, tc.wantErr) {
-			t.Errorf("cap_add %v: %v, want %q", tc.add, err, tc.want)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, tc.wantErr) || !errors.Is(err, driver.ErrUnrecoverable) {
+			t.Errorf("cap_add %v: %v, want %q, unrecoverable", tc.add, err, tc.want)
 		}
 		if _, err := d.InspectTask(cfg.ID); !errors.Is(err, driver.ErrTaskNotFound) {
 			t.Errorf("a refused task is known: %v", err)
@@ -203,7 +203,7 @@ func TestInvalidConfig(t *testing.T) {
 		}
 	}
 	cfg := dt.TaskConfig(t, "never", "true")
-	if _, err := d.StartTask(cfg); err == nil || !strings.Contains(err.Error(), "teleport") {
-		t.Fatalf("StartTask: %v", err)
+	if _, err := d.StartTask(cfg); !errors.Is(err, driver.ErrUnrecoverable) || !strings.Contains(err.Error(), "teleport") {
+		t.Fatalf("StartTask: %v, want an unrecoverable error naming teleport", err)
 	}
 }

@@ -66,7 +66,7 @@ func New(cfg Config, logger hclog.Logger) *Driver {
 // with an invalid Config refuses it.
 func (d *Driver) StartTask(cfg *driver.TaskConfig) (*driver.TaskHandle, error) {
 	if d.cfgErr != nil {
-		return nil, fmt.Errorf("failed to start task: %w", d.cfgErr)
+		return nil, fmt.Errorf("failed to start task: %w", driver.Unrecoverable(d.cfgErr))
 	}
 	return d.Driver.StartTask(cfg)
 }

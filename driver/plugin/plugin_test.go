@@ -174,8 +174,15 @@ func TestPluginErrors(t *testing.T) {
 		}
 	}
 	cfg := dt.TaskConfig(t, "bad", "/nope")
-	if _, err := d.StartTask(cfg); err == nil || !strings.Contains(err.Error(), `exec: "/nope"`) {
-		t.Fatalf("bad command: %v", err)
+	if _, err := d.StartTask(cfg); err == nil || !strings.Contains(err.Error(), `exec: "/nope"`) || errors.Is(err, driver.ErrUnrecoverable) {
+		t.Fatalf("bad command: %v, want a recoverable error", err)
+	}
+	// An invalid config stays unrecoverable across the plugin boundary,
+	// so the task runner fails the task at once.
+	invalid := dt.TaskConfig(t, "invalid", "true")
+	delete(invalid.Config, "command")
+	if _, err := d.StartTask(invalid); !errors.Is(err, driver.ErrUnrecoverable) || !strings.Contains(err.Error(), "command is required") {
+		t.Fatalf("missing command: %v, want ErrUnrecoverable", err)
 	}
 	if err := d.RecoverTask(&driver.TaskHandle{Version: 7, Config: cfg}); !errors.Is(err, driver.ErrHandleVersion) {
 		t.Fatalf("RecoverTask: %v, want ErrHandleVersion", err)
@@ -263,6 +270,7 @@ func TestErrorMapping(t *testing.T) {
 		{driver.ErrNotSupported, codes.Unimplemented},
 		{fmt.Errorf("exec: %w", context.DeadlineExceeded), codes.DeadlineExceeded},
 		{context.Canceled, codes.Canceled},
+		{fmt.Errorf("start: %w", driver.ErrUnrecoverable), codes.InvalidArgument},
 		{errors.New("boom"), codes.Unknown},
 	}
 	for _, tc := range tests {

@@ -178,6 +178,8 @@ var kinds = []struct {
 	{"not_supported", driver.ErrNotSupported, codes.Unimplemented},
 	{"canceled", context.Canceled, codes.Canceled},
 	{"deadline_exceeded", context.DeadlineExceeded, codes.DeadlineExceeded},
+	// Last: an error with a more specific sentinel keeps that one.
+	{"unrecoverable", driver.ErrUnrecoverable, codes.InvalidArgument},
 }
 
 func toWireError(err error) *wireError {

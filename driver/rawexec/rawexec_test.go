@@ -203,17 +203,20 @@ func TestUnknownTask(t *testing.T) {
 }
 
 func TestBadCommand(t *testing.T) {
+	// A config error is unrecoverable; a missing executable may appear
+	// (installed, written by a template) and is not.
 	tests := []struct {
-		name   string
-		config map[string]any
-		want   string
+		name          string
+		config        map[string]any
+		want          string
+		unrecoverable bool
 	}{
-		{"missing command", map[string]any{}, "command is required"},
-		{"command not a string", map[string]any{"command": 3}, "non-empty string"},
-		{"no such file", map[string]any{"command": "/nope"}, `exec: "/nope": stat /nope: no such file or directory`},
-		{"not in PATH", map[string]any{"command": "no-such-binary-meshlet"}, "executable file not found"},
-		{"bad args", map[string]any{"command": "true", "args": "a b"}, "args must be a list"},
-		{"bad arg element", map[string]any{"command": "true", "args": []any{map[string]any{}}}, "args[0]"},
+		{"missing command", map[string]any{}, "command is required", true},
+		{"command not a string", map[string]any{"command": 3}, "non-empty string", true},
+		{"no such file", map[string]any{"command": "/nope"}, `exec: "/nope": stat /nope: no such file or directory`, false},
+		{"not in PATH", map[string]any{"command": "no-such-binary-meshlet"}, "executable file not found", false},
+		{"bad args", map[string]any{"command": "true", "args": "a b"}, "args must be a list", true},
+		{"bad arg element", map[string]any{"command": "true", "args": []any{map[string]any{}}}, "args[0]", true},
 	}
 	stateDir := t.TempDir()
 	d := newDriver(t, stateDir)
@@ -224,6 +227,9 @@ func TestBadCommand(t *testing.T) {
 			_, err := d.StartTask(cfg)
 			if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
 				t.Fatalf("StartTask: %v, want one line mentioning %q", err, tc.want)
+			}
+			if got := errors.Is(err, driver.ErrUnrecoverable); got != tc.unrecoverable {
+				t.Fatalf("StartTask: %v unrecoverable = %v, want %v", err, got, tc.unrecoverable)
 			}
 			if _, err := d.InspectTask(cfg.ID); !errors.Is(err, driver.ErrTaskNotFound) {
 				t.Fatalf("failed task is known: %v", err)

@@ -34,7 +34,7 @@ type isolation struct {
 func (d *Driver) planIsolation(tc *taskConfig) (*isolation, error) {
 	caps, added, err := isolate.TaskCaps(d.opts.AllowCaps, tc.CapAdd, tc.CapDrop)
 	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
+		return nil, driver.Unrecoverable(fmt.Errorf("config: %w", err))
 	}
 	return &isolation{
 		caps:    caps,

@@ -27,7 +27,8 @@ const startTimeout = 30 * time.Second
 // command and args (and, isolated, the isolation keys).
 func (d *Driver) taskLaunch(cfg *driver.TaskConfig) (*taskConfig, error) {
 	if d.opts.Launch == nil {
-		return parseTaskConfig(cfg.Config, d.opts.Isolate)
+		tc, err := parseTaskConfig(cfg.Config, d.opts.Isolate)
+		return tc, driver.Unrecoverable(err) // a bad config stays bad
 	}
 	l, err := d.opts.Launch(cfg)
 	if err != nil {
