@@ -3,6 +3,7 @@ package meshstate
 import (
 	"context"
 	"errors"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -159,11 +160,51 @@ func (r *Registrar) lastWrittenLocked(allocID string) (written, bool) {
 	return written{}, false
 }
 
+// Deregister removes one instance of this node (a task's service while its
+// task is not running); the allocation's other instances stay.
+// catalog.ErrNotFound if it has no such instance.
+func (r *Registrar) Deregister(id string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	err := r.cfg.Catalog.Deregister(id)
+	for allocID, list := range r.desired {
+		i := slices.IndexFunc(list, func(inst catalog.ServiceInstance) bool { return inst.ID == id })
+		if i < 0 {
+			continue
+		}
+		if len(list) == 1 {
+			r.forgetLocked(allocID)
+			return nil
+		}
+		list = slices.Delete(slices.Clone(list), i, i+1)
+		r.desired[allocID] = list
+		fp := Fingerprint(list)
+		if ref, ok := r.refused[allocID]; ok {
+			if ref.holds(fp) {
+				return nil
+			}
+			delete(r.refused, allocID)
+		}
+		if r.needsWriteLocked(allocID, fp) {
+			r.dirty[allocID] = true
+			r.Kick()
+		}
+		return nil
+	}
+	return err
+}
+
 // DeregisterAlloc removes every instance of an allocation.
 func (r *Registrar) DeregisterAlloc(allocID string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.cfg.Catalog.DeregisterAlloc(allocID)
+	r.forgetLocked(allocID)
+}
+
+// forgetLocked drops an allocation's registrations and, when the servers
+// may hold some, marks it for their removal there.
+func (r *Registrar) forgetLocked(allocID string) {
 	_, had := r.desired[allocID]
 	_, wrote := r.written[allocID]
 	delete(r.desired, allocID)

@@ -128,3 +128,44 @@ func TestRegistrarInSyncWritesNothing(t *testing.T) {
 		t.Fatalf("%d writes while in sync", after-before)
 	}
 }
+
+// Deregister removes one instance (a task's service while its task is
+// down): locally at once, and on the servers, where the allocation's other
+// instances stay; removing its last instance removes the allocation there.
+func TestRegistrarDeregisterOneInstance(t *testing.T) {
+	cat := catalog.New()
+	w := &recWriter{stored: map[string][]catalog.ServiceInstance{}}
+	r := NewRegistrar(RegistrarConfig{Catalog: cat, Writer: w, SyncInterval: time.Hour})
+	defer r.Stop()
+	r.Register(inst("n1", "a1", "group"))
+	r.Register(inst("n1", "a1", "task"))
+	r.Start()
+	waitFor(t, "both written", func() bool { return w.has("a1", 2) })
+	if err := r.Deregister("task"); err != nil {
+		t.Fatal(err)
+	}
+	if ids := catalogIDs(cat); len(ids) != 1 || ids[0] != "group" {
+		t.Fatalf("local catalog = %v, want only group", ids)
+	}
+	waitFor(t, "the task service removed on the servers", func() bool { return w.has("a1", 1) })
+	w.mu.Lock()
+	left := w.stored["a1"][0].ID
+	w.mu.Unlock()
+	if left != "group" {
+		t.Fatalf("servers hold %q, want group", left)
+	}
+	if err := r.Deregister("task"); !errors.Is(err, catalog.ErrNotFound) {
+		t.Fatalf("second Deregister: %v, want catalog.ErrNotFound", err)
+	}
+	if err := r.Deregister("group"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the allocation removed on the servers", func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		_, ok := w.stored["a1"]
+		return !ok
+	})
+	r.Register(inst("n1", "a1", "task"))
+	waitFor(t, "the task service written again", func() bool { return w.has("a1", 1) })
+}

@@ -67,6 +67,10 @@ type AllocRunner struct {
 
 	// publishMu orders publish calls (status.go).
 	publishMu sync.Mutex
+	// taskHookMu serializes the TaskStateHook calls; taskHooksOn: they
+	// have started (status.go).
+	taskHookMu  sync.Mutex
+	taskHooksOn bool
 
 	mu         sync.Mutex
 	alloc      *structs.Allocation

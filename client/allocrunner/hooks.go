@@ -62,6 +62,19 @@ type PreKillHook interface {
 	PreKill(ctx context.Context, hc *AllocHookContext)
 }
 
+// TaskStateHook is implemented by hooks that follow the allocation's
+// tasks (the services hook registers a task's own services only while the
+// task runs, as Nomad does). Once every Prerun returned (and the
+// allocation was not stopped meanwhile), TaskStateChanged is called for
+// every task with its state, then after each change of a task's state
+// with a copy of the task's state as it is then. The calls are
+// serialized among themselves, so the last call for a task carries its
+// latest state; they come from the task runners' goroutines, concurrently
+// with the hook's other methods (PreKill, Postrun...), and must not block.
+type TaskStateHook interface {
+	TaskStateChanged(hc *AllocHookContext, task string, state *structs.TaskState)
+}
+
 // Networker sets up per-allocation network namespaces; *cni.Manager
 // implements it.
 type Networker interface {

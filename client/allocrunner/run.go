@@ -68,6 +68,7 @@ func (ar *AllocRunner) Run() {
 		ar.postrun(len(ar.cfg.Hooks))
 		return
 	}
+	ar.startTaskHooks()
 	ar.setTaskEnv()
 	if ar.hc.NetworkRecreated {
 		for _, name := range ar.TaskNames() {

@@ -7,12 +7,42 @@ import (
 )
 
 // taskStateChanged is the task runners' OnStateChange callback.
-func (ar *AllocRunner) taskStateChanged(string) {
+func (ar *AllocRunner) taskStateChanged(task string) {
+	ar.notifyTaskHooks(task)
 	select {
 	case ar.updateCh <- struct{}{}:
 	default:
 	}
 	ar.publish()
+}
+
+// startTaskHooks turns on the hooks' task state notifications (see
+// TaskStateHook), after every Prerun returned, and tells them the state of
+// every task (a restored task may be running already).
+func (ar *AllocRunner) startTaskHooks() {
+	ar.taskHookMu.Lock()
+	ar.taskHooksOn = true
+	ar.taskHookMu.Unlock()
+	for _, name := range ar.TaskNames() {
+		ar.notifyTaskHooks(name)
+	}
+}
+
+// notifyTaskHooks gives the TaskStateHooks the task's current state. The
+// state is read under taskHookMu, so calls reach the hooks in the order
+// of the states they carry.
+func (ar *AllocRunner) notifyTaskHooks(task string) {
+	ar.taskHookMu.Lock()
+	defer ar.taskHookMu.Unlock()
+	tr := ar.TaskRunner(task)
+	if !ar.taskHooksOn || tr == nil {
+		return
+	}
+	for _, h := range ar.cfg.Hooks {
+		if th, ok := h.(TaskStateHook); ok {
+			th.TaskStateChanged(ar.hc, task, tr.State())
+		}
+	}
 }
 
 // ClientView returns a copy of the allocation with the client's view:

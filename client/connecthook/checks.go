@@ -22,13 +22,16 @@ type serviceChecks struct {
 	reg    Registrar
 	runner *checks.Runner
 
-	// mu guards insts and own, and is held while registering what changed:
-	// an update, its recomputed health and its registration are one step,
-	// so concurrent results of one instance's checks are neither lost nor
-	// registered out of order.
+	// mu guards insts, own and hidden, and is held while registering what
+	// changed: an update, its recomputed health and its registration are
+	// one step, so concurrent results of one instance's checks are neither
+	// lost nor registered out of order.
 	mu    sync.Mutex
 	insts map[string]catalog.ServiceInstance // by ID
 	own   map[string][]catalog.Check         // each instance's own checks, by ID
+	// hidden are the instances not registered (task services whose task
+	// does not run): their checks' results are kept, not registered.
+	hidden map[string]bool
 }
 
 // checkDefinitions maps the allocation's service checks to the runner's
@@ -222,14 +225,36 @@ func (sc *serviceChecks) onResult(r checks.Result) {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	for _, inst := range sc.updateLocked(r) {
-		sc.reg.Register(inst)
+		if !sc.hidden[inst.ID] {
+			sc.reg.Register(inst)
+		}
 	}
 }
 
-// startChecks registers insts with their checks' initial statuses and
+// show registers instance id, with its checks' latest results.
+func (sc *serviceChecks) show(id string) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if _, ok := sc.insts[id]; !ok {
+		return
+	}
+	delete(sc.hidden, id)
+	sc.reg.Register(sc.recomputeLocked(id))
+}
+
+// hide deregisters instance id; its checks' results are kept for show.
+func (sc *serviceChecks) hide(id string) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	sc.hidden[id] = true
+	_ = sc.reg.Deregister(id) // not registered: nothing to do
+}
+
+// startChecks registers insts with their checks' initial statuses (but
+// for the task services, by ID in taskOf, which wait for their task) and
 // starts running the checks; it returns nil when the allocation has none
 // (insts are then registered by the caller as they are).
-func (h *ServicesHook) startChecks(hc *allocrunner.AllocHookContext, insts []catalog.ServiceInstance) (*serviceChecks, error) {
+func (h *ServicesHook) startChecks(hc *allocrunner.AllocHookContext, insts []catalog.ServiceInstance, taskOf map[string]string) (*serviceChecks, error) {
 	defs, err := checkDefinitions(hc.Alloc)
 	if err != nil || len(defs) == 0 {
 		return nil, err
@@ -237,9 +262,12 @@ func (h *ServicesHook) startChecks(hc *allocrunner.AllocHookContext, insts []cat
 	if hc.Restored {
 		restoredDefinitions(defs)
 	}
-	sc := &serviceChecks{reg: h.d.Catalog, insts: map[string]catalog.ServiceInstance{}}
+	sc := &serviceChecks{reg: h.d.Catalog, insts: map[string]catalog.ServiceInstance{}, hidden: map[string]bool{}}
 	for _, inst := range insts {
 		sc.insts[inst.ID] = inst
+		if taskOf[inst.ID] != "" {
+			sc.hidden[inst.ID] = true
+		}
 	}
 	cfg := checks.Config{Logger: hc.Logger, NetNS: hc.NetNSPath, OnChange: sc.onResult}
 	if h.d.CheckExec != nil {
@@ -252,7 +280,9 @@ func (h *ServicesHook) startChecks(hc *allocrunner.AllocHookContext, insts []cat
 	sc.mu.Lock()
 	sc.own = initialChecks(defs)
 	for _, inst := range insts {
-		h.d.Catalog.Register(sc.recomputeLocked(inst.ID))
+		if inst := sc.recomputeLocked(inst.ID); !sc.hidden[inst.ID] {
+			h.d.Catalog.Register(inst)
+		}
 	}
 	sc.mu.Unlock()
 	sc.runner.Start(defs)

@@ -35,6 +35,13 @@ func (l *lastRegistered) Register(inst catalog.ServiceInstance) {
 
 func (l *lastRegistered) DeregisterAlloc(string) {}
 
+func (l *lastRegistered) Deregister(id string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.last, id)
+	return nil
+}
+
 func (l *lastRegistered) get(id string) catalog.ServiceInstance {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -7,7 +7,9 @@
 //     runs Envoy, writes each sidecar's bootstrap to its secrets directory;
 //   - the services hook registers the allocation's services and sidecar
 //     proxies in the catalog at the allocation's address, and deregisters
-//     them before tasks are killed and when the allocation stops.
+//     them before tasks are killed and when the allocation stops; a task's
+//     own services (a service block inside the task) are registered only
+//     while that task runs.
 //
 // Hooks run one at a time per allocation (see allocrunner.AllocHook).
 package connecthook
@@ -15,7 +17,6 @@ package connecthook
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	"github.com/meshlet/meshlet/catalog"
 	"github.com/meshlet/meshlet/client"
@@ -41,6 +42,9 @@ type SocketServer interface {
 // meshstate.Registrar (the catalog plus the servers' copy).
 type Registrar interface {
 	Register(inst catalog.ServiceInstance)
+	// Deregister removes one instance (a task's service while its task is
+	// not running); catalog.ErrNotFound if there is none.
+	Deregister(id string) error
 	// DeregisterAlloc removes every instance of the allocation.
 	DeregisterAlloc(allocID string)
 }
@@ -217,83 +221,5 @@ func (h *SidecarHook) Postrun(ctx context.Context, hc *allocrunner.AllocHookCont
 
 // Destroy implements allocrunner.AllocHook.
 func (h *SidecarHook) Destroy(ctx context.Context, hc *allocrunner.AllocHookContext) error {
-	return h.Postrun(ctx, hc)
-}
-
-// ServicesHook keeps the allocation's catalog registrations and runs their
-// health checks.
-type ServicesHook struct {
-	d Deps
-
-	mu     sync.Mutex
-	checks *serviceChecks
-}
-
-// Name implements allocrunner.AllocHook.
-func (h *ServicesHook) Name() string { return "services" }
-
-// Prerun implements allocrunner.AllocHook.
-func (h *ServicesHook) Prerun(ctx context.Context, hc *allocrunner.AllocHookContext) error {
-	if group(hc.Alloc) == nil {
-		return nil
-	}
-	addr := "127.0.0.1"
-	if hc.NetworkStatus != nil && hc.NetworkStatus.Address != "" {
-		addr = hc.NetworkStatus.Address
-	}
-	insts, err := connect.Registrations(connect.Placement{Alloc: hc.Alloc, Address: addr, NodeAddress: h.d.NodeAddress,
-		NodeID: h.d.NodeID, NodeName: h.d.NodeName, Datacenter: h.d.Datacenter})
-	if err != nil {
-		return fmt.Errorf("failed to register services: %w", err)
-	}
-	for _, inst := range insts {
-		if inst.Kind == catalog.KindConnectProxy && h.d.ValidateProxy != nil {
-			if err := h.d.ValidateProxy(inst); err != nil {
-				return fmt.Errorf("service %q sidecar: %w", inst.Proxy.DestinationServiceName, err)
-			}
-		}
-	}
-	h.stopChecks() // a Prerun again (restore) starts them anew
-	sc, err := h.startChecks(hc, insts)
-	if err != nil {
-		return fmt.Errorf("failed to start service checks: %w", err)
-	}
-	h.mu.Lock()
-	h.checks = sc
-	h.mu.Unlock()
-	for _, inst := range insts {
-		if sc == nil {
-			h.d.Catalog.Register(inst)
-		}
-		hc.Logger.Debug("service registered", "service", inst.Name, "service_id", inst.ID,
-			"address", inst.Address, "port", inst.Port)
-	}
-	return nil
-}
-
-func (h *ServicesHook) stopChecks() {
-	h.mu.Lock()
-	sc := h.checks
-	h.checks = nil
-	h.mu.Unlock()
-	sc.stop()
-}
-
-// PreKill implements allocrunner.PreKillHook: deregister first, so peers
-// stop sending traffic while tasks drain.
-func (h *ServicesHook) PreKill(ctx context.Context, hc *allocrunner.AllocHookContext) {
-	h.stopChecks()
-	h.d.Catalog.DeregisterAlloc(hc.Alloc.ID)
-}
-
-// Postrun implements allocrunner.AllocHook.
-func (h *ServicesHook) Postrun(ctx context.Context, hc *allocrunner.AllocHookContext) error {
-	h.stopChecks()
-	h.d.Catalog.DeregisterAlloc(hc.Alloc.ID)
-	return nil
-}
-
-// Destroy implements allocrunner.AllocHook.
-func (h *ServicesHook) Destroy(ctx context.Context, hc *allocrunner.AllocHookContext) error {
 	return h.Postrun(ctx, hc)
 }

@@ -185,6 +185,10 @@ func (r *registrar) Register(inst catalog.ServiceInstance) {
 	r.registered = append(r.registered, inst.ID)
 }
 func (r *registrar) DeregisterAlloc(id string) { r.deregistered = append(r.deregistered, id) }
+func (r *registrar) Deregister(id string) error {
+	r.deregistered = append(r.deregistered, id)
+	return nil
+}
 
 var _ Registrar = (*catalog.Catalog)(nil)
 
