@@ -140,6 +140,15 @@ func (s *Server) connectNode(w http.ResponseWriter, r *http.Request) (ConnectBac
 	return s.cfg.Connect, id, true
 }
 
+// allocInstancePrefix starts the ID of every instance of allocation
+// allocID (connect.ServiceID, connect.TaskServiceID and their proxies'
+// IDs): instance IDs key every agent's catalog across nodes, so a node
+// registering an ID outside its allocation's would replace another node's
+// instance in every mirror, that node's own catalog included.
+func allocInstancePrefix(allocID string) string {
+	return catalog.ReservedIDPrefix + "task-" + allocID + "-"
+}
+
 // allocIDParam is the path's allocation ID, answering 400 for one that
 // cannot be a key segment.
 func allocIDParam(w http.ResponseWriter, r *http.Request) (string, bool) {
@@ -152,7 +161,8 @@ func allocIDParam(w http.ResponseWriter, r *http.Request) (string, bool) {
 }
 
 // handleConnectPutAlloc registers the services of an allocation placed on
-// the calling node; every instance must name the node and the allocation.
+// the calling node; every instance must name the node and the allocation,
+// and carry an ID of the allocation (allocInstancePrefix).
 func (s *Server) handleConnectPutAlloc(w http.ResponseWriter, r *http.Request) {
 	cb, nodeID, ok := s.connectNode(w, r)
 	if !ok {
@@ -172,6 +182,15 @@ func (s *Server) handleConnectPutAlloc(w http.ResponseWriter, r *http.Request) {
 				"instance_node_id", in.NodeID, "instance_alloc_id", in.AllocID, "service", in.Name)
 			writeError(w, http.StatusForbidden, "", "%v: instance %q must name node %s and allocation %s (it names node %q, allocation %q)",
 				ErrForbidden, in.ID, nodeID, allocID, in.NodeID, in.AllocID)
+			return
+		}
+	}
+	for _, in := range req.Instances {
+		if !strings.HasPrefix(in.ID, allocInstancePrefix(allocID)) {
+			s.logger.Warn("refused registration under an ID outside the allocation", "node_id", nodeID, "alloc_id", allocID,
+				"service_id", in.ID, "service", in.Name)
+			writeError(w, http.StatusForbidden, "", "%v: instance ID %q of allocation %s must start with %q",
+				ErrForbidden, in.ID, allocID, allocInstancePrefix(allocID))
 			return
 		}
 	}

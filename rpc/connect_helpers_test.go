@@ -331,15 +331,16 @@ func (fl *follower) next(t *testing.T, within time.Duration) meshstate.Batch {
 }
 
 func inst(node, alloc, name string) catalog.ServiceInstance {
-	return catalog.ServiceInstance{ID: alloc + "-" + name, Name: name, NodeID: node, AllocID: alloc, Address: "10.0.0.1", Port: 8080}
+	return catalog.ServiceInstance{ID: connect.ServiceID(alloc, "g", name, "http"), Name: name, NodeID: node, AllocID: alloc, Address: "10.0.0.1", Port: 8080}
 }
 
 // proxyInst is the sidecar proxy instance of service dest, as
 // connect.Registrations makes it.
 func proxyInst(node, alloc, dest string) catalog.ServiceInstance {
 	in := inst(node, alloc, connect.ProxyServiceName(dest))
+	in.ID = connect.ProxyID(connect.ServiceID(alloc, "g", dest, "http"))
 	in.Kind = catalog.KindConnectProxy
-	in.Proxy = &catalog.Proxy{DestinationServiceName: dest, DestinationServiceID: alloc + "-" + dest, LocalServicePort: 8080}
+	in.Proxy = &catalog.Proxy{DestinationServiceName: dest, DestinationServiceID: connect.ServiceID(alloc, "g", dest, "http"), LocalServicePort: 8080}
 	return in
 }
 
