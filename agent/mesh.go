@@ -319,6 +319,14 @@ var _ rpc.ConfigEntriesReader = connectBackend{}
 // where a write lands: the servers read it.
 var _ rpc.NodeRegsReader = connectBackend{}
 
+// Follow relays the feed to a client agent with FollowFeed: when this
+// server's etcd fails (its member lost the cluster) the stream ends and
+// the client follows another server, rather than keeping stale state
+// behind the stream's keepalives while this one waits for etcd.
+func (b connectBackend) Follow(ctx context.Context, fn func(meshstate.Batch) error) error {
+	return b.Store.FollowFeed(ctx, fn)
+}
+
 func (b connectBackend) Roots(context.Context) (ca.Roots, error) { return b.ca.Roots(), nil }
 
 func (b connectBackend) SignCSR(ctx context.Context, service, csrPEM string) (ca.SignedCert, error) {

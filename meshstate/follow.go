@@ -212,3 +212,27 @@ func (s *Store) watchBatch(events []*clientv3.Event) (b Batch, ok bool) {
 	}
 	return b, len(b.Allocs) > 0 || b.Intentions != nil || b.Roots != nil || b.Config != nil
 }
+
+// FollowFeed is Follow for a feed relayed to other agents (a server's
+// stream to its client agents): it does not wait out a failure of this
+// server's etcd (a member that lost its leader, a snapshot that fails, a
+// broken connection) but returns it, so that the stream ends and its
+// followers move to another server rather than keep stale state behind
+// the stream's keepalives. A watch that fell behind the compacted history
+// is read again at once (a new Reset batch), as Follow does.
+func (s *Store) FollowFeed(ctx context.Context, fn func(Batch) error) error {
+	for {
+		_, err := s.followOnce(ctx, fn)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		var fe errFn
+		if errors.As(err, &fe) {
+			return fe.err
+		}
+		if !errors.Is(err, rpctypes.ErrCompacted) || s.c.Ctx().Err() != nil {
+			return fmt.Errorf("failed to follow the mesh state: %w", err)
+		}
+		s.logger.Info("mesh state watch fell behind the compacted history; reading it again", "error", err)
+	}
+}

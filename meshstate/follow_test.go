@@ -92,11 +92,17 @@ type follower struct {
 
 func follow(t *testing.T, s *Store, hook func(Batch)) *follower {
 	t.Helper()
+	return followWith(t, s.Follow, hook)
+}
+
+// followWith is follow with Follow or FollowFeed.
+func followWith(t *testing.T, feed func(context.Context, func(Batch) error) error, hook func(Batch)) *follower {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &follower{batches: make(chan Batch, 100), done: make(chan struct{})}
 	go func() {
 		defer close(f.done)
-		f.err = s.Follow(ctx, func(b Batch) error {
+		f.err = feed(ctx, func(b Batch) error {
 			if hook != nil {
 				hook(b)
 			}
@@ -223,15 +229,25 @@ func TestFollowReturnsFnError(t *testing.T) {
 // starts again with a new reset holding the current state, then follows
 // changes as before.
 func TestFollowRecoversAfterCompaction(t *testing.T) {
+	for _, feed := range []string{"Follow", "FollowFeed"} {
+		t.Run(feed, func(t *testing.T) { testFollowRecoversAfterCompaction(t, feed == "FollowFeed") })
+	}
+}
+
+func testFollowRecoversAfterCompaction(t *testing.T, relayed bool) {
 	c, prefix := newClient(t), testPrefix(t)
 	s := openTest(t, c, prefix)
+	feed := s.Follow
+	if relayed {
+		feed = s.FollowFeed
+	}
 	ctx := ctxT(t, 20*time.Second)
 	if err := s.PutAlloc(ctx, "n1", "a1", regs("n1", "a1", "web")); err != nil {
 		t.Fatal(err)
 	}
 	inReset, release := make(chan struct{}), make(chan struct{})
 	first := true
-	f := follow(t, s, func(b Batch) {
+	f := followWith(t, feed, func(b Batch) {
 		if first {
 			first = false
 			close(inReset)

@@ -22,7 +22,9 @@ import (
 // from any server: none needs the leader.
 type ConnectBackend interface {
 	// Follow streams the mesh feed (a Reset batch, then changes) until ctx
-	// ends or fn returns an error.
+	// ends, fn returns an error or the feed fails (the stream then ends
+	// and the client follows another server: a server whose state store
+	// lost the cluster must not keep its followers on stale state).
 	Follow(ctx context.Context, fn func(meshstate.Batch) error) error
 	// PutAlloc replaces the service registrations of one allocation.
 	PutAlloc(ctx context.Context, nodeID, allocID string, insts []catalog.ServiceInstance) error
