@@ -232,7 +232,11 @@ func (c *compiler) target(service, subset, dc string) (*Target, error) {
 		if nextSubset == "" && next == service {
 			nextSubset = subset
 		}
-		return c.target(next, nextSubset, orDefault(rd.Datacenter, dc))
+		// As in Consul, a redirect that leads back to this very target
+		// (db redirected to dc2, resolved in dc2) is already applied.
+		if nextDC := orDefault(rd.Datacenter, dc); TargetID(next, nextSubset, nextDC) != key {
+			return c.target(next, nextSubset, nextDC)
+		}
 	}
 	if subset == "" {
 		subset = r.DefaultSubset

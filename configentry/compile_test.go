@@ -347,3 +347,19 @@ func TestCompileFailoverSelf(t *testing.T) {
 		t.Errorf("failover %v", got)
 	}
 }
+
+// A resolver that redirects its own service to another datacenter (Consul's
+// documented "send db to dc2") applies once: the redirected target is
+// resolved with the same resolver, whose redirect then changes nothing.
+func TestCompileRedirectToOtherDatacenter(t *testing.T) {
+	db := &consul.ServiceResolverConfigEntry{Kind: ServiceResolver, Name: "db",
+		Redirect: &consul.ServiceResolverRedirect{Datacenter: "dc2"}}
+	s := NewSet(db)
+	if err := s.Check(db); err != nil {
+		t.Fatalf("check: %v", err)
+	}
+	c := mustCompile(t, s, "db")
+	if got := splitsOf(c.Routes[0]); got != "100:db.default.default.dc2" {
+		t.Errorf("redirect to dc2: %s", got)
+	}
+}
