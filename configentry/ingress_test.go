@@ -148,3 +148,24 @@ func TestResolveIngressTLS(t *testing.T) {
 		t.Fatalf("valid TLS entry: %v", err)
 	}
 }
+
+// As in Consul, a listener's SDS block is merged field by field over the
+// gateway's: the SDS cluster named once on the gateway, the certificate
+// per listener.
+func TestResolveIngressTLSMergesSDSFields(t *testing.T) {
+	e := &consul.IngressGatewayConfigEntry{Kind: IngressGateway, Name: "g",
+		TLS: consul.GatewayTLSConfig{SDS: &consul.GatewayTLSSDSConfig{ClusterName: "sds-cluster"}},
+		Listeners: []consul.IngressListener{{Port: 8443, Protocol: "http",
+			TLS:      &consul.GatewayTLSConfig{SDS: &consul.GatewayTLSSDSConfig{CertResource: "listener-cert"}},
+			Services: []consul.IngressService{{Name: "web"}}}}}
+	if err := Validate(e); err != nil {
+		t.Fatalf("gateway cluster + listener certificate: %v", err)
+	}
+	got := ResolveIngressTLS(e.TLS, e.Listeners[0].TLS)
+	if got == nil || got.SDS == nil || got.SDS.ClusterName != "sds-cluster" || got.SDS.CertResource != "listener-cert" {
+		t.Fatalf("merged SDS = %+v", got)
+	}
+	if e.TLS.SDS.CertResource != "" {
+		t.Errorf("the gateway's SDS block was modified: %+v", e.TLS.SDS)
+	}
+}

@@ -43,14 +43,20 @@ func EnvoyCipherSuite(name string) (string, bool) {
 }
 
 // ResolveIngressTLS merges a listener's tls block over the gateway's, as
-// Consul does: enabled if either enables it; the listener's SDS, versions
-// and cipher suites win where set. nil: no TLS on the listener.
+// Consul does: enabled if either enables it; the listener's SDS fields
+// (each on its own), versions and cipher suites win where set. nil: no TLS
+// on the listener.
 func ResolveIngressTLS(gw consul.GatewayTLSConfig, l *consul.GatewayTLSConfig) *consul.GatewayTLSConfig {
 	out := gw
 	if l != nil {
 		out.Enabled = out.Enabled || l.Enabled
 		if l.SDS != nil {
-			out.SDS = l.SDS
+			sds := consul.GatewayTLSSDSConfig{ClusterName: l.SDS.ClusterName, CertResource: l.SDS.CertResource}
+			if gw.SDS != nil {
+				sds.ClusterName = orDefault(sds.ClusterName, gw.SDS.ClusterName)
+				sds.CertResource = orDefault(sds.CertResource, gw.SDS.CertResource)
+			}
+			out.SDS = &sds
 		}
 		if l.TLSMinVersion != "" {
 			out.TLSMinVersion = l.TLSMinVersion
