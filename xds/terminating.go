@@ -12,6 +12,7 @@ import (
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	tlsinspector "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/tls_inspector/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	consul "github.com/hashicorp/consul/api"
 
 	"github.com/meshlet/meshlet/catalog"
@@ -191,14 +192,21 @@ func (b builder) externalCluster(name string, ls consul.LinkedService, timeoutMS
 
 // originationTLS is the upstream TLS a terminating gateway originates to a
 // linked service: its CA to verify the server, an optional client
-// certificate, and the SNI to send.
+// certificate, and the SNI to send, which the server's certificate must
+// also carry as a DNS SAN (as Consul checks it), so that any other
+// certificate of the same CA is refused.
 func originationTLS(ls consul.LinkedService) *tlsv3.UpstreamTlsContext {
+	vc := &tlsv3.CertificateValidationContext{TrustedCa: fileSource(ls.CAFile)}
+	if ls.SNI != "" {
+		vc.MatchTypedSubjectAltNames = []*tlsv3.SubjectAltNameMatcher{{
+			SanType: tlsv3.SubjectAltNameMatcher_DNS,
+			Matcher: &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: ls.SNI}},
+		}}
+	}
 	ctx := &tlsv3.UpstreamTlsContext{
 		Sni: ls.SNI,
 		CommonTlsContext: &tlsv3.CommonTlsContext{
-			ValidationContextType: &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
-				TrustedCa: fileSource(ls.CAFile),
-			}},
+			ValidationContextType: &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: vc},
 		},
 	}
 	if ls.CertFile != "" && ls.KeyFile != "" {

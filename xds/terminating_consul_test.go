@@ -1,0 +1,56 @@
+package xds
+
+import (
+	"testing"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+
+	"github.com/meshlet/meshlet/catalog"
+	"github.com/meshlet/meshlet/configentry"
+	"github.com/meshlet/meshlet/internal/envoyvalidate"
+)
+
+// terminatingClusters builds the gateway of testTerminating with set and
+// returns its clusters by name.
+func terminatingClusters(t *testing.T, set *configentry.Set, insts map[string][]catalog.ServiceInstance) map[string]*cluster.Cluster {
+	t.Helper()
+	b := builder{dc: "dc1", trustDomain: testTD, set: set,
+		instances: func(svc string) []catalog.ServiceInstance { return insts[svc] }}
+	res, err := b.proxy(testTerminating(23000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]*cluster.Cluster{}
+	for _, c := range res.clusters {
+		if err := envoyvalidate.All(c); err != nil {
+			t.Errorf("cluster %s: %v", c.GetName(), err)
+		}
+		out[c.GetName()] = c
+	}
+	return out
+}
+
+// With an SNI, the originated TLS also checks that the server's
+// certificate is for that name (Consul adds a SAN matcher): a certificate
+// for any other host under the same CA is refused.
+func TestTerminatingGatewayVerifiesSNI(t *testing.T) {
+	cs := terminatingClusters(t, configentry.NewSet(terminatingEntry()), nil)
+	api := cs[ClusterName("api", "dc1", testTD)]
+	if api == nil {
+		t.Fatalf("no api cluster in %v", cs)
+	}
+	up := unpack(t, api.GetTransportSocket().GetTypedConfig(), &tlsv3.UpstreamTlsContext{})
+	sans := up.GetCommonTlsContext().GetValidationContext().GetMatchTypedSubjectAltNames()
+	if len(sans) != 1 || sans[0].GetSanType() != tlsv3.SubjectAltNameMatcher_DNS || sans[0].GetMatcher().GetExact() != "api.example.com" {
+		t.Errorf("SAN matchers = %v, want DNS api.example.com", sans)
+	}
+	// Without an SNI there is no name to check (the CA alone decides).
+	e := terminatingEntry()
+	e.Services[1].SNI = ""
+	api = terminatingClusters(t, configentry.NewSet(e), nil)[ClusterName("api", "dc1", testTD)]
+	up = unpack(t, api.GetTransportSocket().GetTypedConfig(), &tlsv3.UpstreamTlsContext{})
+	if sans := up.GetCommonTlsContext().GetValidationContext().GetMatchTypedSubjectAltNames(); len(sans) != 0 {
+		t.Errorf("SAN matchers without SNI = %v", sans)
+	}
+}
