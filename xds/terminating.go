@@ -125,6 +125,11 @@ func (b builder) linkedService(ls consul.LinkedService, timeoutMS int, dnsType c
 		if err != nil {
 			return nil, nil, err
 		}
+		if prot.isHTTP2() { // gRPC needs HTTP/2 to the service too
+			if c.TypedExtensionProtocolOptions, err = http2Options(); err != nil {
+				return nil, nil, err
+			}
+		}
 		chains, clusters = append(chains, fc), append(clusters, c)
 	}
 	return chains, clusters, nil

@@ -5,6 +5,7 @@ import (
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	consul "github.com/hashicorp/consul/api"
 
 	"github.com/meshlet/meshlet/catalog"
 	"github.com/meshlet/meshlet/configentry"
@@ -52,5 +53,26 @@ func TestTerminatingGatewayVerifiesSNI(t *testing.T) {
 	up = unpack(t, api.GetTransportSocket().GetTypedConfig(), &tlsv3.UpstreamTlsContext{})
 	if sans := up.GetCommonTlsContext().GetValidationContext().GetMatchTypedSubjectAltNames(); len(sans) != 0 {
 		t.Errorf("SAN matchers without SNI = %v", sans)
+	}
+}
+
+// A grpc (or http2) linked service is spoken to in HTTP/2, as Consul
+// configures the gateway's cluster: HTTP/1.1 would break every gRPC call.
+func TestTerminatingGatewayHTTP2Service(t *testing.T) {
+	set := configentry.NewSet(
+		&consul.ServiceConfigEntry{Kind: consul.ServiceDefaults, Name: "db", Protocol: "grpc"},
+		&consul.ServiceResolverConfigEntry{Kind: consul.ServiceResolver, Name: "db",
+			Subsets: map[string]consul.ServiceResolverSubset{"v1": {Filter: "Service.Meta.version == v1"}}},
+		&consul.TerminatingGatewayConfigEntry{Kind: consul.TerminatingGateway, Name: "tgw", Services: []consul.LinkedService{{Name: "db"}}},
+	)
+	cs := terminatingClusters(t, set, nil)
+	for _, name := range []string{ClusterName("db", "dc1", testTD), "v1." + ClusterName("db", "dc1", testTD)} {
+		c := cs[name]
+		if c == nil {
+			t.Fatalf("no cluster %s in %v", name, cs)
+		}
+		if _, ok := c.GetTypedExtensionProtocolOptions()[httpProtocolOptionsID]; !ok {
+			t.Errorf("cluster %s speaks HTTP/1.1 to a grpc service", name)
+		}
 	}
 }
