@@ -2,6 +2,7 @@ package xds
 
 import (
 	"testing"
+	"time"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
@@ -74,5 +75,34 @@ func TestTerminatingGatewayHTTP2Service(t *testing.T) {
 		if _, ok := c.GetTypedExtensionProtocolOptions()[httpProtocolOptionsID]; !ok {
 			t.Errorf("cluster %s speaks HTTP/1.1 to a grpc service", name)
 		}
+	}
+}
+
+// The linked service's resolver sets its clusters' connect timeout and
+// load balancing, over the gateway's connect_timeout_ms, as in Consul.
+func TestTerminatingGatewayResolverSettings(t *testing.T) {
+	set := configentry.NewSet(
+		&consul.ServiceResolverConfigEntry{Kind: consul.ServiceResolver, Name: "db", ConnectTimeout: 7 * time.Second,
+			LoadBalancer: &consul.LoadBalancer{Policy: "least_request"},
+			Subsets:      map[string]consul.ServiceResolverSubset{"v1": {Filter: "Service.Meta.version == v1"}}},
+		&consul.TerminatingGatewayConfigEntry{Kind: consul.TerminatingGateway, Name: "tgw", Services: []consul.LinkedService{{Name: "db"}}},
+	)
+	cs := terminatingClusters(t, set, nil)
+	for _, name := range []string{ClusterName("db", "dc1", testTD), "v1." + ClusterName("db", "dc1", testTD)} {
+		c := cs[name]
+		if c == nil {
+			t.Fatalf("no cluster %s in %v", name, cs)
+		}
+		if got := c.GetConnectTimeout().AsDuration(); got != 7*time.Second {
+			t.Errorf("cluster %s: connect timeout %s, want the resolver's 7s", name, got)
+		}
+		if c.GetLbPolicy() != cluster.Cluster_LEAST_REQUEST {
+			t.Errorf("cluster %s: lb policy %s, want the resolver's least_request", name, c.GetLbPolicy())
+		}
+	}
+	// Without a resolver timeout, the gateway's connect_timeout_ms (2 s).
+	set = configentry.NewSet(&consul.TerminatingGatewayConfigEntry{Kind: consul.TerminatingGateway, Name: "tgw", Services: []consul.LinkedService{{Name: "db"}}})
+	if got := terminatingClusters(t, set, nil)[ClusterName("db", "dc1", testTD)].GetConnectTimeout().AsDuration(); got != 2*time.Second {
+		t.Errorf("connect timeout without a resolver %s, want 2s", got)
 	}
 }
