@@ -43,7 +43,9 @@ func chainRoute(chain *configentry.Chain, r *configentry.Route, clusterOf func(s
 		return nil, fmt.Errorf("%w: route has no destination", ErrInvalidChain)
 	}
 	action := &route.RouteAction{PrefixRewrite: r.PrefixRewrite}
-	if len(r.Splits) == 1 {
+	// A lone split changing headers stays a weighted cluster (of one), as
+	// Consul makes every splitter's: its header changes live there.
+	if s := r.Splits[0]; len(r.Splits) == 1 && s.RequestHeaders == nil && s.ResponseHeaders == nil {
 		c, err := clusterOf(r.Splits[0].TargetID)
 		if err != nil {
 			return nil, err

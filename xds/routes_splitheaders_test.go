@@ -1,0 +1,54 @@
+package xds
+
+import (
+	"testing"
+
+	consul "github.com/hashicorp/consul/api"
+
+	"github.com/meshlet/meshlet/configentry"
+)
+
+// A split's header changes apply even when it is the route's only split
+// (a splitter of one split, or whose other splits weigh 0): Consul makes
+// weighted clusters of every splitter.
+func TestSingleSplitKeepsHeaders(t *testing.T) {
+	set := configentry.NewSet(
+		&consul.ServiceConfigEntry{Kind: consul.ServiceDefaults, Name: "web", Protocol: "http"},
+		&consul.ServiceResolverConfigEntry{Kind: consul.ServiceResolver, Name: "web",
+			Subsets: map[string]consul.ServiceResolverSubset{"v1": {Filter: "Service.Meta.version == v1"}, "v2": {Filter: "Service.Meta.version == v2"}}},
+		&consul.ServiceSplitterConfigEntry{Kind: consul.ServiceSplitter, Name: "web", Splits: []consul.ServiceSplit{
+			{Weight: 100, ServiceSubset: "v1",
+				RequestHeaders:  &consul.HTTPHeaderModifiers{Set: map[string]string{"x-split": "v1"}},
+				ResponseHeaders: &consul.HTTPHeaderModifiers{Remove: []string{"x-internal"}}},
+			{Weight: 0, ServiceSubset: "v2"},
+		}},
+	)
+	ch, err := set.Compile("web", "dc1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := routeConfig("web", ch, clusterNamer(ch))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.ValidateAll(); err != nil {
+		t.Fatal(err)
+	}
+	r := rc.GetVirtualHosts()[0].GetRoutes()[0]
+	var reqSet []string
+	for _, h := range r.GetRequestHeadersToAdd() {
+		reqSet = append(reqSet, h.GetHeader().GetKey()+"="+h.GetHeader().GetValue())
+	}
+	for _, cw := range r.GetRoute().GetWeightedClusters().GetClusters() {
+		for _, h := range cw.GetRequestHeadersToAdd() {
+			reqSet = append(reqSet, h.GetHeader().GetKey()+"="+h.GetHeader().GetValue())
+		}
+		if len(cw.GetResponseHeadersToRemove()) == 1 {
+			reqSet = append(reqSet, "-"+cw.GetResponseHeadersToRemove()[0])
+		}
+	}
+	reqSet = append(reqSet, r.GetResponseHeadersToRemove()...)
+	if len(reqSet) != 2 || reqSet[0] != "x-split=v1" {
+		t.Errorf("the only split's header changes = %v, want x-split=v1 set and x-internal removed; route %v", reqSet, r)
+	}
+}
