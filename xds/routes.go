@@ -79,18 +79,19 @@ func chainRoute(chain *configentry.Chain, r *configentry.Route, clusterOf func(s
 
 // weightedClusters turns percentages into integer weights out of 10000.
 // Rounding leftovers (a few units at most) go to the splits that rounding
-// shortchanged most, so the sum is exact.
+// shortchanged most, so the sum is exact. A split below 0.005 % (nested
+// splits multiply) rounds to nothing and is left out.
 func weightedClusters(splits []configentry.Split, clusterOf func(string) (string, error)) (*route.WeightedCluster, error) {
 	wc := &route.WeightedCluster{}
 	exact := make([]float64, len(splits))
 	weights := make([]int, len(splits))
 	sum := 0
 	for i, s := range splits {
-		exact[i] = float64(s.Weight) * 100
-		weights[i] = int(math.Round(exact[i]))
-		if weights[i] <= 0 {
+		if !(s.Weight > 0) {
 			return nil, fmt.Errorf("%w: split to %q has weight %v", ErrInvalidChain, s.TargetID, s.Weight)
 		}
+		exact[i] = float64(s.Weight) * 100
+		weights[i] = int(math.Round(exact[i]))
 		sum += weights[i]
 	}
 	d := totalWeight - sum
@@ -108,6 +109,9 @@ func weightedClusters(splits []configentry.Split, clusterOf func(string) (string
 		weights[best] += sign(d)
 	}
 	for i, s := range splits {
+		if weights[i] == 0 {
+			continue
+		}
 		c, err := clusterOf(s.TargetID)
 		if err != nil {
 			return nil, err

@@ -52,3 +52,47 @@ func TestSingleSplitKeepsHeaders(t *testing.T) {
 		t.Errorf("the only split's header changes = %v, want x-split=v1 set and x-internal removed; route %v", reqSet, r)
 	}
 }
+
+// A split too small for Envoy's 1/10000 steps (a 0.01 % canary to a
+// service that splits it 30/70 again) is left out of the route instead of
+// failing the whole upstream: Consul accepts such splitters.
+func TestTinyNestedSplitIsDropped(t *testing.T) {
+	set := configentry.NewSet(
+		&consul.ServiceConfigEntry{Kind: consul.ServiceDefaults, Name: "web", Protocol: "http"},
+		&consul.ServiceConfigEntry{Kind: consul.ServiceDefaults, Name: "api", Protocol: "http"},
+		&consul.ServiceResolverConfigEntry{Kind: consul.ServiceResolver, Name: "api",
+			Subsets: map[string]consul.ServiceResolverSubset{"a": {Filter: "Service.Meta.v == a"}, "b": {Filter: "Service.Meta.v == b"}}},
+		&consul.ServiceSplitterConfigEntry{Kind: consul.ServiceSplitter, Name: "web", Splits: []consul.ServiceSplit{
+			{Weight: 99.99}, {Weight: 0.01, Service: "api"},
+		}},
+		&consul.ServiceSplitterConfigEntry{Kind: consul.ServiceSplitter, Name: "api", Splits: []consul.ServiceSplit{
+			{Weight: 30, ServiceSubset: "a"}, {Weight: 70, ServiceSubset: "b"},
+		}},
+	)
+	for _, e := range set.List("") {
+		if err := set.Check(e); err != nil {
+			t.Fatalf("check %s: %v", configentry.KeyOf(e), err)
+		}
+	}
+	ch, err := set.Compile("web", "dc1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := routeConfig("web", ch, clusterNamer(ch))
+	if err != nil {
+		t.Fatalf("routes: %v", err)
+	}
+	if err := rc.ValidateAll(); err != nil {
+		t.Fatal(err)
+	}
+	var sum uint32
+	for _, cw := range rc.GetVirtualHosts()[0].GetRoutes()[0].GetRoute().GetWeightedClusters().GetClusters() {
+		if cw.GetWeight().GetValue() == 0 {
+			t.Errorf("cluster %s has weight 0", cw.GetName())
+		}
+		sum += cw.GetWeight().GetValue()
+	}
+	if sum != totalWeight {
+		t.Errorf("weights sum to %d", sum)
+	}
+}
