@@ -12,6 +12,7 @@ import (
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	tlsinspector "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/tls_inspector/v3"
 	consul "github.com/hashicorp/consul/api"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/meshlet/meshlet/catalog"
 	"github.com/meshlet/meshlet/configentry"
@@ -67,7 +68,12 @@ func (b builder) meshGateway(inst catalog.ServiceInstance) (*proxyResources, err
 			return nil, err
 		}
 		chains = append(chains, fc)
-		out.clusters = append(out.clusters, staticTCPCluster(sni, timeout, local[svc]))
+		c := staticTCPCluster(sni, timeout, local[svc])
+		r, _ := b.entries().Get(configentry.ServiceResolver, svc).(*consul.ServiceResolverConfigEntry)
+		if err := gatewayResolverSettings(c, r, false); err != nil {
+			return nil, err
+		}
+		out.clusters = append(out.clusters, c)
 		subChains, err := b.meshGatewaySubsets(svc, timeout, out)
 		if err != nil {
 			return nil, err
@@ -128,12 +134,34 @@ func (b builder) meshGatewaySubsets(svc string, timeoutMS int, out *proxyResourc
 			return nil, err
 		}
 		chains = append(chains, fc)
-		out.clusters = append(out.clusters, edsCluster(sni, timeoutMS))
+		c := edsCluster(sni, timeoutMS)
+		if err := gatewayResolverSettings(c, r, false); err != nil {
+			return nil, err
+		}
+		out.clusters = append(out.clusters, c)
 		k := claKey{service: svc, dc: b.dc, subset: name}
 		out.specs[k] = endpointSpec{sources: []endpointSource{{service: svc, dc: b.dc, filter: sub.Filter, onlyPassing: sub.OnlyPassing}}}
 		out.upstreams = append(out.upstreams, k)
 	}
 	return chains, nil
+}
+
+// gatewayResolverSettings applies a linked or local service's resolver
+// (nil: none) to a gateway's cluster for it, as Consul does: its
+// ConnectTimeout over the gateway's connect_timeout_ms, and its load
+// balancer, except a hash-based one where hashes cannot be computed
+// (!hashOK: a mesh gateway never sees the HTTP requests).
+func gatewayResolverSettings(c *cluster.Cluster, r *consul.ServiceResolverConfigEntry, hashOK bool) error {
+	if r == nil {
+		return nil
+	}
+	if r.ConnectTimeout > 0 {
+		c.ConnectTimeout = durationpb.New(r.ConnectTimeout)
+	}
+	if lb := r.LoadBalancer; lb != nil && (hashOK || (lb.Policy != configentry.LBRingHash && lb.Policy != configentry.LBMaglev)) {
+		return applyLB(c, lb)
+	}
+	return nil
 }
 
 // sniChain is a filter chain matched by one server name (exact, or a

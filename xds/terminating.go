@@ -14,7 +14,6 @@ import (
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	consul "github.com/hashicorp/consul/api"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/meshlet/meshlet/catalog"
 	"github.com/meshlet/meshlet/configentry"
@@ -127,15 +126,8 @@ func (b builder) linkedService(ls consul.LinkedService, timeoutMS int, dnsType c
 		if err != nil {
 			return nil, nil, err
 		}
-		if r != nil {
-			// As in Consul: the resolver's connect timeout and load
-			// balancing over the gateway's connect_timeout_ms and round robin.
-			if r.ConnectTimeout > 0 {
-				c.ConnectTimeout = durationpb.New(r.ConnectTimeout)
-			}
-			if err := applyLB(c, r.LoadBalancer); err != nil {
-				return nil, nil, err
-			}
+		if err := gatewayResolverSettings(c, r, true); err != nil {
+			return nil, nil, err
 		}
 		if prot.isHTTP2() { // gRPC needs HTTP/2 to the service too
 			if c.TypedExtensionProtocolOptions, err = http2Options(); err != nil {
