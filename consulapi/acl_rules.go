@@ -74,11 +74,22 @@ var consulRules = map[string]rule{
 	"GET /v1/acl/token/self": {},
 }
 
+// leafServiceValue is the request value (r.PathValue, no path wildcard)
+// in which allowLeaf hands caLeaf the service it approved.
+const leafServiceValue = "meshlet.leaf_service"
+
 // allowLeaf requires service write on the service whose leaf is asked
 // for: the path names a service, or an instance ID resolving to its
-// service (a sidecar's to the service it fronts), as caLeaf resolves it.
+// service (a sidecar's to the service it fronts). caLeaf issues the leaf
+// of the service approved here, not one it resolves again: the catalog
+// may have changed in between.
 func allowLeaf(s *Server, a authorizer, r *http.Request) (bool, error) {
-	return a.AllowServiceWrite(s.leafService(r.PathValue("name"))), nil
+	service := s.leafService(r.PathValue("name"))
+	if !a.AllowServiceWrite(service) {
+		return false, nil
+	}
+	r.SetPathValue(leafServiceValue, service)
+	return true, nil
 }
 
 // allowAuthorize requires service write on the request's Target.

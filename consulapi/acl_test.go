@@ -242,3 +242,38 @@ func TestACLDisabledConsul(t *testing.T) {
 	_, _, err := f.client.ACL().TokenReadSelf(nil)
 	wantStatus(t, "self without ACLs", err, 401, "ACL support disabled")
 }
+
+// racingTeam is webTeam whose service write check runs a hook first: a
+// catalog change that lands while the ACL check is made.
+type racingTeam struct {
+	webTeam
+	hook func()
+}
+
+func (r racingTeam) AllowServiceWrite(name string) bool {
+	if r.hook != nil {
+		r.hook()
+	}
+	return r.webTeam.AllowServiceWrite(name)
+}
+
+// TestACLLeafIssuedForApprovedService: the leaf handler issues the leaf of
+// the service the ACL check approved, even if the instance ID in the path
+// resolves to another service by the time the handler runs.
+func TestACLLeafIssuedForApprovedService(t *testing.T) {
+	var hook func()
+	f := newACLFixtureWith(t, func(a *acl.ACL) authorizer {
+		return racingTeam{webTeam: webTeam{a}, hook: hook}
+	})
+	f.registerWeb()
+	f.registerProxy("p1", "web", 21000, true)
+	// While the check approves "p1" as web's proxy, p1 becomes db's.
+	hook = func() { f.registerProxy("p1", "db", 21000, true) }
+	leaf, _, err := f.as(t, f.team).Agent().ConnectCALeaf("p1", nil)
+	if err == nil && leaf.Service != "web" {
+		t.Fatalf("leaf of p1 approved as web's was issued for %q", leaf.Service)
+	}
+	if err != nil {
+		t.Fatalf("leaf of p1: %v", err)
+	}
+}

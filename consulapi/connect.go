@@ -87,9 +87,12 @@ func (s *Server) caRoots(w http.ResponseWriter, r *http.Request) {
 // registration's, whose ID anyone with node write picks) is accepted too
 // when no service has that name, and resolves to its service (a sidecar
 // proxy's ID to the service it fronts). With ?index= it blocks until the
-// leaf is renewed.
+// leaf is renewed. With ACLs the service is the one allowLeaf approved.
 func (s *Server) caLeaf(w http.ResponseWriter, r *http.Request) {
-	service := s.leafService(r.PathValue("name"))
+	service := r.PathValue(leafServiceValue)
+	if service == "" {
+		service = s.leafService(r.PathValue("name"))
+	}
 	leaf, err := s.d.CA.Leaf(r.Context(), service)
 	if err != nil {
 		s.failFor(w, r, err)
