@@ -180,11 +180,16 @@ func (s *Server) authorizeExec(r *http.Request, alloc *structs.Allocation, task 
 	if !ok {
 		return acl.ErrPermissionDenied // enforcement did not run: fail closed
 	}
+	return execAllowed(id.authz, alloc, task)
+}
+
+// execAllowed is authorizeExec's check of the caller's authorizer a.
+func execAllowed(a authorizer, alloc *structs.Allocation, task string) error {
 	ns := alloc.Namespace
 	if ns == "" {
 		ns = defaultNamespace
 	}
-	if !id.authz.AllowNamespaceOperation(ns, acl.NamespaceCapabilityAllocExec) {
+	if !a.AllowNamespaceOperation(ns, acl.NamespaceCapabilityAllocExec) {
 		return acl.ErrPermissionDenied
 	}
 	var driver string
@@ -193,7 +198,7 @@ func (s *Server) authorizeExec(r *http.Request, alloc *structs.Allocation, task 
 			driver = t.Driver
 		}
 	}
-	if !isolatedDrivers[driver] && !id.authz.AllowNamespaceOperation(ns, acl.NamespaceCapabilityAllocNodeExec) {
+	if !isolatedDrivers[driver] && !a.AllowNamespaceOperation(ns, acl.NamespaceCapabilityAllocNodeExec) {
 		return fmt.Errorf("%w: exec into a %q task needs alloc-node-exec", acl.ErrPermissionDenied, driver)
 	}
 	return nil

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/gorilla/websocket"
 	"github.com/meshlet/meshlet/driver"
+	"github.com/meshlet/meshlet/structs"
 )
 
 // Exec protocol frames, as nomad/api's Allocations().Exec speaks them.
@@ -60,7 +62,7 @@ var execUpgrader = websocket.Upgrader{
 // command closes the socket with the error text, which the official client
 // returns as its error.
 func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
-	req, err := s.parseExecRequest(r)
+	req, alloc, err := s.parseExecRequest(r)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -73,42 +75,47 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 	conn.SetReadLimit(execReadLimit)
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
+	// A session lasts as long as its token allows it, not longer.
+	ctx, stop := s.whileAuthorized(ctx, r, func(a authorizer) error { return execAllowed(a, alloc, req.Task) })
+	defer stop()
 	s.runExecSession(ctx, conn, req)
 }
 
-func (s *Server) parseExecRequest(r *http.Request) (ExecRequest, error) {
+// parseExecRequest reads and authorizes an exec request; it also returns
+// the allocation, whose task's driver the authorization depends on.
+func (s *Server) parseExecRequest(r *http.Request) (ExecRequest, *structs.Allocation, error) {
 	q := r.URL.Query()
 	req := ExecRequest{Task: q.Get("task")}
 	if req.Task == "" {
-		return req, fmt.Errorf("%w: missing task name", errBadRequest)
+		return req, nil, fmt.Errorf("%w: missing task name", errBadRequest)
 	}
 	raw := q.Get("command")
 	if raw == "" {
-		return req, fmt.Errorf("%w: missing command", errBadRequest)
+		return req, nil, fmt.Errorf("%w: missing command", errBadRequest)
 	}
 	if err := json.Unmarshal([]byte(raw), &req.Cmd); err != nil {
-		return req, fmt.Errorf("%w: command must be a JSON array of strings: %s", errBadRequest, err.Error())
+		return req, nil, fmt.Errorf("%w: command must be a JSON array of strings: %s", errBadRequest, err.Error())
 	}
 	if len(req.Cmd) == 0 || req.Cmd[0] == "" {
-		return req, fmt.Errorf("%w: command is empty", errBadRequest)
+		return req, nil, fmt.Errorf("%w: command is empty", errBadRequest)
 	}
 	tty, err := queryBool(r, "tty", false)
 	if err != nil {
-		return req, err
+		return req, nil, err
 	}
 	req.TTY = tty
 	alloc, err := s.b.GetAllocation(r.Context(), r.PathValue("alloc"))
 	if err != nil {
-		return req, fmt.Errorf("failed to get allocation: %w", err)
+		return req, nil, fmt.Errorf("failed to get allocation: %w", err)
 	}
 	if err := checkTask(alloc, req.Task); err != nil {
-		return req, err
+		return req, nil, err
 	}
 	if err := s.authorizeExec(r, alloc, req.Task); err != nil {
-		return req, err
+		return req, nil, err
 	}
 	req.AllocID = alloc.ID
-	return req, nil
+	return req, alloc, nil
 }
 
 // wsFrameWriter serializes every write to one websocket connection.
@@ -179,6 +186,10 @@ func (s *Server) runExecSession(parent context.Context, conn *websocket.Conn, re
 		cancel() // the client went away (or closed the socket)
 	}()
 
+	// An ended session (revoked, or the server closing) stops feeding
+	// stdin, so that a backend blocked reading it returns.
+	stopStdin := context.AfterFunc(ctx, func() { _ = stdinR.Close() })
+	defer stopStdin()
 	req.Stdin, req.Resize = stdinR, resize
 	req.Stdout = streamWriter{f: fw}
 	req.Stderr = streamWriter{f: fw, stderr: true}
@@ -192,6 +203,8 @@ func (s *Server) runExecSession(parent context.Context, conn *websocket.Conn, re
 		if serr := fw.send(&execOutput{Exited: true, Result: &execExitResult{ExitCode: code}}); serr == nil {
 			fw.close(websocket.CloseNormalClosure, "")
 		}
+	case errors.Is(context.Cause(ctx), errNoLongerAuthorized):
+		fw.close(websocket.ClosePolicyViolation, "exec session ended: "+errNoLongerAuthorized.Error())
 	default: // the client left, or the server is closing
 		fw.close(websocket.CloseGoingAway, "exec session ended: the agent is shutting down or the client left")
 	}

@@ -38,6 +38,9 @@ func (s *Server) handleLogs(w http.ResponseWriter, r *http.Request) {
 
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
+	// A followed log lasts as long as its token allows it, not longer.
+	ctx, stop := s.whileAuthorized(ctx, r, nil)
+	defer stop()
 	rc, err := s.b.TaskLogs(ctx, req)
 	if err != nil {
 		s.writeError(w, r, fmt.Errorf("failed to open task logs: %w", err))

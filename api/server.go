@@ -59,6 +59,9 @@ type Server struct {
 	aclRes   ACLResolver
 	aclStore acl.Store
 	authzOf  func(*acl.ACL, *acl.Token) authorizer
+	// aclRecheck is how often a long-lived request's token is resolved
+	// again (WithACLRecheck).
+	aclRecheck time.Duration
 	// done ends long-lived requests when the server closes.
 	done  context.Context
 	close context.CancelFunc
