@@ -13,7 +13,6 @@ import (
 	consulapi "github.com/hashicorp/consul/api"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/meshlet/meshlet/catalog"
@@ -45,18 +44,11 @@ func registerSidecar(cat *catalog.Catalog, alloc, service string) {
 		Proxy: &catalog.Proxy{DestinationServiceName: service, DestinationServiceID: service + "-1", LocalServicePort: 8080}})
 }
 
-// dialAllocSocket serves allocation alloc's socket at sock and dials it.
+// dialAllocSocket serves allocation alloc's socket at sock, declaring no
+// proxies, and dials it.
 func dialAllocSocket(t *testing.T, cp *ControlPlane, alloc, sock string) *grpc.ClientConn {
 	t.Helper()
-	if err := cp.ServeAllocSocket(alloc, sock, "", nil); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return conn
+	return serveDeclared(t, cp, alloc, sock)
 }
 
 // checkOver asks the authorization service over conn whether src may
