@@ -99,6 +99,7 @@ type httpConfig struct {
 	routes     *routeConfig
 	authz      *httpAuthzConfig // nil: no HTTP ext_authz filter
 	norm       pathNorm         // request path normalization
+	upgrades   upgradeRules     // upgrade_configs: the upgrades relayed
 }
 
 // secretNames returns the SDS secrets the listener needs.
@@ -348,6 +349,9 @@ func decodeHCM(typed *anypb.Any) (*httpConfig, error) {
 	var err error
 	if out.norm, err = decodePathNorm(&m); err != nil {
 		return nil, err
+	}
+	if out.upgrades, err = decodeHCMUpgrades(m.GetUpgradeConfigs()); err != nil {
+		return nil, fmt.Errorf("http_connection_manager: %w", err)
 	}
 	hf := m.GetHttpFilters()
 	if len(hf) == 0 {

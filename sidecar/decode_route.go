@@ -50,6 +50,7 @@ type route struct {
 	timeout       time.Duration // 0: none
 	retry         *retryPolicy  // nil: no retries
 	hash          []hashPolicy
+	upgrades      upgradeRules // route-level upgrade_configs
 	// Header mutations of the route, then its virtual host, then the
 	// route configuration (Envoy's default order).
 	reqHeaders, respHeaders headerMutation
@@ -186,6 +187,9 @@ func decodeRoute(r *routev3.Route) (*route, error) {
 		return nil, err
 	}
 	if out.clusters, err = decodeClusterSpecifier(action); err != nil {
+		return nil, err
+	}
+	if out.upgrades, err = decodeRouteUpgrades(action.GetUpgradeConfigs()); err != nil {
 		return nil, err
 	}
 	out.prefixRewrite = action.GetPrefixRewrite()

@@ -252,13 +252,7 @@ func (h *h1conn) outbound(req *http.Request, rt *route, own *[ownedHeaders]strin
 		req.URL.Path = rt.prefixRewrite + req.URL.Path[len(rt.path):]
 		req.URL.RawPath = ""
 	}
-	upgrade := upgradeType(req.Header)
-	if strings.EqualFold(upgrade, "h2c") {
-		// Stripped, as Envoy does: the switch would hand the client a
-		// raw HTTP/2 connection to the upstream, past per-request
-		// routing and authorization.
-		upgrade = ""
-	}
+	upgrade := requestedUpgrade(req.Header)
 	te := req.Header.Get("Te")
 	removeHopHeaders(req.Header)
 	if upgrade != "" {
@@ -366,6 +360,18 @@ func removeHopHeaders(hd http.Header) {
 	for _, name := range hopHeaders {
 		delete(hd, name)
 	}
+}
+
+// requestedUpgrade is the protocol a request asks to switch to, if it is
+// to be relayed: h2c is stripped, as Envoy does (the switch would hand the
+// client a raw HTTP/2 connection to the upstream, past per-request routing
+// and authorization), and the request then goes on as a plain one.
+func requestedUpgrade(hd http.Header) string {
+	upgrade := upgradeType(hd)
+	if strings.EqualFold(upgrade, "h2c") {
+		return ""
+	}
+	return upgrade
 }
 
 // upgradeType is the protocol a request or response asks to switch to.

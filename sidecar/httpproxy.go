@@ -14,6 +14,7 @@ import (
 type httpStats struct {
 	rqTotal, noRoute, noCluster, upstreamFail *atomic.Uint64
 	rqClass                                   [6]*atomic.Uint64
+	upgradeRefused                            *atomic.Uint64 // an upgrade type not configured
 	// HTTP ext_authz filter: http.<stat_prefix>.ext_authz.*.
 	authzOK, authzDenied, authzError, authzFailureModeAllowed *atomic.Uint64
 	authzCacheHit                                             *atomic.Uint64 // answered from authzCache
@@ -26,6 +27,8 @@ func newHTTPStats(r *statsRegistry, prefix string) *httpStats {
 		noRoute:      r.counter(p + "no_route"),
 		noCluster:    r.counter(p + "no_cluster"),
 		upstreamFail: r.counter(p + "upstream_rq_fail"),
+		// Envoy's name, though it counts every refused upgrade type.
+		upgradeRefused: r.counter(p + "downstream_rq_ws_on_non_ws_route"),
 
 		authzOK:                 r.counter(p + "ext_authz.ok"),
 		authzDenied:             r.counter(p + "ext_authz.denied"),

@@ -79,9 +79,14 @@ func routerHTTPFilter(t testing.TB) *hcmv3.HttpFilter {
 }
 
 // hcmFilter builds an HTTP connection manager with either an inline route
-// config (rc) or RDS (rdsName).
+// config (rc) or RDS (rdsName), relaying websocket upgrades (as meshlet's
+// HCMs do).
 func hcmFilter(t testing.TB, statPrefix string, rc *routev3.RouteConfiguration, rdsName string) *listenerv3.Filter {
-	h := &hcmv3.HttpConnectionManager{StatPrefix: statPrefix, HttpFilters: []*hcmv3.HttpFilter{routerHTTPFilter(t)}}
+	h := &hcmv3.HttpConnectionManager{
+		StatPrefix:     statPrefix,
+		HttpFilters:    []*hcmv3.HttpFilter{routerHTTPFilter(t)},
+		UpgradeConfigs: []*hcmv3.HttpConnectionManager_UpgradeConfig{{UpgradeType: "websocket"}},
+	}
 	if rc != nil {
 		h.RouteSpecifier = &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: rc}
 	} else {

@@ -52,6 +52,13 @@ func (h *h1conn) route(req *http.Request, keep bool) bool {
 		st.noRoute.Add(1)
 		return h.localReply(req, http.StatusNotFound, "", keep)
 	}
+	if up := requestedUpgrade(req.Header); up != "" && !upgradeAllowed(hc.upgrades, rt.upgrades, up) {
+		// Refused as Envoy does (403, details upgrade_failed); the
+		// connection closes, as bytes of the upgraded protocol may
+		// follow the head.
+		st.upgradeRefused.Add(1)
+		return h.localReply(req, http.StatusForbidden, "", false)
+	}
 	wc := &rt.clusters[pickIndex(rt.clusters)]
 	cl := l.p.clusters.get(wc.name)
 	if cl == nil {
@@ -131,6 +138,12 @@ func (h *h1conn) proxy(req *http.Request, rt *route, ch *clusterHeaders, cl *clu
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		h.relayUpgrade(req, resp, upgrade)
 		return false
+	}
+	if upgrade != "" {
+		// Refused upstream: bytes of the protocol asked for may follow
+		// the head, so the connection closes after the answer (as
+		// Envoy's does, the request never having completed).
+		keep = false
 	}
 	if ch != nil {
 		ch.resp.apply(resp.Header)

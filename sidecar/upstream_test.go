@@ -293,7 +293,7 @@ func TestHTTPMeshStreamingAndUpgrade(t *testing.T) {
 			<-finish[r.URL.Path]
 			io.WriteString(w, "second\n")
 		case "/upgrade":
-			hijackEcho(w)
+			hijackEcho(w, r)
 		}
 	}))
 	client := &http.Client{Timeout: waitTimeout}
@@ -319,7 +319,7 @@ func TestHTTPMeshStreamingAndUpgrade(t *testing.T) {
 	}
 
 	c, ubr := rawConn(t, m)
-	fmt.Fprintf(c, "GET /upgrade HTTP/1.1\r\nHost: api\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+	fmt.Fprintf(c, "GET /upgrade HTTP/1.1\r\nHost: api\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
 	uresp, err := http.ReadResponse(ubr, nil)
 	if err != nil || uresp.StatusCode != http.StatusSwitchingProtocols {
 		t.Fatalf("upgrade response = %v, %v", uresp, err)
@@ -330,14 +330,15 @@ func TestHTTPMeshStreamingAndUpgrade(t *testing.T) {
 	}
 }
 
-// hijackEcho answers 101 and echoes lines on the raw connection.
-func hijackEcho(w http.ResponseWriter) {
+// hijackEcho answers 101, switching to the protocol r asked for, and
+// echoes lines on the raw connection.
+func hijackEcho(w http.ResponseWriter, r *http.Request) {
 	conn, brw, err := w.(http.Hijacker).Hijack()
 	if err != nil {
 		return
 	}
 	defer conn.Close()
-	brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+	brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
 	brw.Flush()
 	for {
 		line, err := brw.ReadString('\n')
@@ -379,11 +380,11 @@ func TestHTTPMeshRouteTimeout(t *testing.T) {
 // the switch reach the upstream in order (and the body's writer and the
 // relay never read the downstream buffer at once: run with -race).
 func TestHTTPMeshUpgradeWithBody(t *testing.T) {
-	m := newHTTPMesh(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hijackEcho(w) }))
+	m := newHTTPMesh(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hijackEcho(w, r) }))
 	c, ubr := rawConn(t, m)
 	// The body is still arriving when the upstream's 101 comes back (a
 	// large body behaves so): its rest follows a moment later.
-	fmt.Fprintf(c, "POST /upgrade HTTP/1.1\r\nHost: api\r\nConnection: Upgrade\r\nUpgrade: echo\r\nContent-Length: 6\r\n\r\nhel")
+	fmt.Fprintf(c, "POST /upgrade HTTP/1.1\r\nHost: api\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nContent-Length: 6\r\n\r\nhel")
 	time.Sleep(100 * time.Millisecond)
 	fmt.Fprintf(c, "lo ")
 	uresp, err := http.ReadResponse(ubr, nil)

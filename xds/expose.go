@@ -155,8 +155,9 @@ func exposeListener(port int, paths []catalog.ExposePath) (*listener.Listener, e
 		return nil, err
 	}
 	m := &hcm.HttpConnectionManager{
-		StatPrefix: "exposed_path_" + strconv.Itoa(port),
-		CodecType:  hcm.HttpConnectionManager_AUTO,
+		StatPrefix:     "exposed_path_" + strconv.Itoa(port),
+		CodecType:      hcm.HttpConnectionManager_AUTO,
+		UpgradeConfigs: websocketUpgrades(),
 		RouteSpecifier: &hcm.HttpConnectionManager_RouteConfig{RouteConfig: &route.RouteConfiguration{
 			Name:         name,
 			VirtualHosts: []*route.VirtualHost{{Name: name, Domains: []string{"*"}, Routes: routes}},

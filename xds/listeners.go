@@ -53,17 +53,26 @@ func tcpProxy(statPrefix, clusterName string) (*listener.Filter, error) {
 	})
 }
 
+// websocketUpgrades are the upgrade_configs of every HTTP connection
+// manager, as Consul's: Envoy relays an upgrade only if its type is
+// listed, so websocket is, and any other type is refused (403).
+func websocketUpgrades() []*hcm.HttpConnectionManager_UpgradeConfig {
+	return []*hcm.HttpConnectionManager_UpgradeConfig{{UpgradeType: "websocket"}}
+}
+
 // httpManager is an HTTP connection manager with an inline route config
 // sending every request to clusterName; the router is the last HTTP filter
-// (after pre), which Envoy and gRPC-Go both require.
+// (after pre), which Envoy and gRPC-Go both require. It relays websocket
+// upgrades (websocketUpgrades).
 func httpManager(statPrefix, routeName, clusterName string, domains []string, pre ...*hcm.HttpFilter) (*hcm.HttpConnectionManager, error) {
 	r, err := anyOf(&routerv3.Router{})
 	if err != nil {
 		return nil, err
 	}
 	return &hcm.HttpConnectionManager{
-		StatPrefix: statPrefix,
-		CodecType:  hcm.HttpConnectionManager_AUTO,
+		StatPrefix:     statPrefix,
+		CodecType:      hcm.HttpConnectionManager_AUTO,
+		UpgradeConfigs: websocketUpgrades(),
 		RouteSpecifier: &hcm.HttpConnectionManager_RouteConfig{RouteConfig: &route.RouteConfiguration{
 			Name: routeName,
 			VirtualHosts: []*route.VirtualHost{{
