@@ -48,13 +48,19 @@ var slowResponseHeaders = func() map[string]bool {
 }()
 
 // readRequest reads the next request: readRequestHead when it can, else
-// http.ReadRequest (which then reads the same bytes, none consumed). sc,
-// when set, is reused for a fast-path request (see reqScratch).
+// http.ReadRequest (which then reads the same bytes, none consumed), a
+// head with both Content-Length and Transfer-Encoding refused
+// (errFramingConflict; the fast path takes neither). sc, when set, is
+// reused for a fast-path request (see reqScratch), and its scan serves
+// the slow path.
 func readRequest(br *bufio.Reader, sc *reqScratch) (*http.Request, error) {
 	if req := readRequestHead(br, sc); req != nil {
 		return req, nil
 	}
-	return http.ReadRequest(br)
+	if sc == nil {
+		return readRequestSlow(br, &framingScan{})
+	}
+	return readRequestSlow(br, &sc.scan)
 }
 
 // bufferedHead returns the head at the start of br's buffer, up to and
@@ -181,6 +187,9 @@ type reqScratch struct {
 	// base is a zero Request with the context baseCtx.
 	base    *http.Request
 	baseCtx context.Context
+	// scan checks the heads left to http.ReadRequest (headLimitReader
+	// feeds it what it reads from the connection meanwhile).
+	scan framingScan
 }
 
 // headerScratch is a header map and its value slice, reused.

@@ -116,7 +116,7 @@ func (l *listener) serveHTTP(c *httpConn) bool {
 	if host, _, err := net.SplitHostPort(c.RemoteAddr().String()); err == nil {
 		h.client = host
 	}
-	h.lim = headLimitReader{r: c.Conn, n: -1}
+	h.lim = headLimitReader{r: c.Conn, n: -1, scan: &h.scratch.scan}
 	h.br = h1Readers.Get().(*bufio.Reader)
 	h.br.Reset(&h.lim)
 	h.bw = h1Writers.Get().(*bufio.Writer)
@@ -323,8 +323,9 @@ func (keepOpenBody) Close() error { return nil }
 // headLimitReader caps what a request head may read from the connection;
 // n < 0 means no cap.
 type headLimitReader struct {
-	r io.Reader
-	n int64
+	r    io.Reader
+	n    int64
+	scan *framingScan // fed what is read while it is active
 }
 
 func (l *headLimitReader) Read(p []byte) (int, error) {
@@ -337,6 +338,9 @@ func (l *headLimitReader) Read(p []byte) (int, error) {
 	n, err := l.r.Read(p)
 	if l.n > 0 {
 		l.n -= int64(n)
+	}
+	if l.scan != nil && l.scan.active {
+		l.scan.feed(p[:n])
 	}
 	return n, err
 }
