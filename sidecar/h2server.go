@@ -116,6 +116,10 @@ func (h *h1conn) serveStream(w http.ResponseWriter, req *http.Request) {
 	l, st := h.l, h.c.state.httpStats
 	st.rqTotal.Add(1)
 	hc := h.c.state.cfg.chain.http
+	if hasFragment(req) {
+		h.h2Reply(w, http.StatusBadRequest, nil, "")
+		return
+	}
 	if hc.norm.active() {
 		switch hc.norm.apply(req) {
 		case pathReject:

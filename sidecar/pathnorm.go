@@ -186,3 +186,12 @@ func removeDotSegments(p string) string {
 	}
 	return "/" + strings.Join(out, "/")
 }
+
+// hasFragment reports whether the request target carries a #fragment,
+// which RFC 9112 3.2 and RFC 9113 8.3.1 leave out of it. net/http keeps it
+// in the path or query, where it would reach ext_authz, route matching
+// and the upstream; Envoy refuses such requests with 400 by default
+// (http_reject_path_with_fragment), and so does the proxy.
+func hasFragment(req *http.Request) bool {
+	return strings.IndexByte(req.RequestURI, '#') >= 0
+}

@@ -30,6 +30,9 @@ const (
 func (h *h1conn) route(req *http.Request, keep bool) bool {
 	l, st := h.l, h.c.state.httpStats
 	hc := h.c.state.cfg.chain.http
+	if hasFragment(req) {
+		return h.localReply(req, http.StatusBadRequest, "", false)
+	}
 	if hc.norm.active() {
 		switch hc.norm.apply(req) {
 		case pathReject:
