@@ -10,12 +10,16 @@ package boltsafe
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/meshlet/meshlet/internal/atomicfile"
 )
 
 // Files opens the bbolt files of one store. Corrupt wraps the cause of
@@ -27,15 +31,51 @@ type Files struct {
 }
 
 // Open checks an existing, non-empty file with bbolt's own page check and
-// opens it (or creates it) for writing, waiting at most timeout for the
-// file lock.
+// opens it (or creates it, see create) for writing, waiting at most
+// timeout for the file lock.
 func (f Files) Open(path string, timeout time.Duration) (*bolt.DB, error) {
-	if fi, err := os.Stat(path); err == nil && fi.Size() > 0 {
+	fi, err := os.Stat(path)
+	switch {
+	case err == nil && fi.Size() > 0:
 		if err := f.check(path, timeout); err != nil {
+			return nil, err
+		}
+	case errors.Is(err, fs.ErrNotExist):
+		if err := f.create(path, timeout); err != nil {
 			return nil, err
 		}
 	}
 	return f.open(path, &bolt.Options{Timeout: timeout})
+}
+
+// create makes a new, initialised file at path. bbolt writes a new file's
+// first pages after creating it, so a full disk or a crash in between
+// would leave an empty or torn file that the next start takes for lost or
+// corrupt state: the pages go to a temp file that is linked into place
+// only once complete (and removed in any case). A path another process
+// created meanwhile is left as it is.
+func (f Files) create(path string, timeout time.Duration) error {
+	dir := filepath.Dir(path)
+	tf, err := os.CreateTemp(dir, ".tmp-"+filepath.Base(path)+"-*")
+	if err != nil {
+		return fmt.Errorf("failed to create %s: %w", path, err)
+	}
+	tmp := tf.Name()
+	defer func() { _ = os.Remove(tmp) }()
+	if err := tf.Close(); err != nil {
+		return fmt.Errorf("failed to create %s: %w", path, err)
+	}
+	db, err := bolt.Open(tmp, 0o600, &bolt.Options{Timeout: timeout})
+	if err != nil {
+		return fmt.Errorf("failed to create %s: %w", path, err)
+	}
+	if err := db.Close(); err != nil {
+		return fmt.Errorf("failed to create %s: %w", path, err)
+	}
+	if err := os.Link(tmp, path); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("failed to create %s: %w", path, err)
+	}
+	return atomicfile.SyncDir(dir)
 }
 
 // Walk reads every key and value of an existing, non-empty file
