@@ -170,3 +170,16 @@ func TestConcurrentNodeIDOfStateWithoutMarker(t *testing.T) {
 		t.Fatalf("no marker written: %v", err)
 	}
 }
+
+// TestTruncatedClientStateIsRefused: a state file cut short within its
+// first two pages (a torn copy, a damaged disk) is ErrCorrupt with the
+// recovery hint, as any other damage.
+func TestTruncatedClientStateIsRefused(t *testing.T) {
+	path := populated(t, 1)
+	for _, size := range []int64{4096, 4096 + 100, 8191} {
+		if err := os.Truncate(path, size); err != nil {
+			t.Fatal(err)
+		}
+		wantRefused(t, path, ErrCorrupt)
+	}
+}

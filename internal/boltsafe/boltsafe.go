@@ -146,12 +146,19 @@ func (f Files) open(path string, opts *bolt.Options) (db *bolt.DB, err error) {
 	switch {
 	case errors.Is(err, berrors.ErrTimeout):
 		return nil, f.Locked(path)
-	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum), errors.Is(err, berrors.ErrVersionMismatch):
+	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum), errors.Is(err, berrors.ErrVersionMismatch),
+		tooSmall(err):
 		return nil, f.Corrupt(path, err)
 	case err != nil:
 		return nil, fmt.Errorf("failed to open %s: %w", path, err)
 	}
 	return db, nil
+}
+
+// tooSmall reports bbolt's refusal of a file shorter than its two meta
+// pages (a file cut short), an error bbolt gives no sentinel for.
+func tooSmall(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "file size too small")
 }
 
 func oneLine(s string) string { return strings.ReplaceAll(s, "\n", " ") }
