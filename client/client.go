@@ -141,6 +141,9 @@ type Client struct {
 	// destroying: runners the server forgot, taken out of runners, whose
 	// destroy (the stop of their tasks first) has not finished.
 	destroying map[string]*allocrunner.AllocRunner
+	// unrestored: allocations in the client state that restore could not
+	// run (see settleUnrestored); watch goroutine only once it started.
+	unrestored map[string]bool
 
 	// networkGCTimeout bounds gcNetworks; a field so tests can shorten it
 	// (before Start).
@@ -267,19 +270,18 @@ const defaultNetworkGCTimeout = 2 * time.Minute
 // collection of dead allocations' networks, registers the node and starts
 // watching the server.
 func (c *Client) Start() error {
-	complete, err := c.restore()
+	unrestored, err := c.restore()
 	if err != nil {
 		return err
 	}
 	// The GC removes the networks of allocations the client does not run:
 	// with an allocation that could not be restored, it would tear down a
-	// running allocation's network.
-	if !complete {
-		c.logger.Error("skipping the garbage collection of allocation networks: some allocations could not be restored")
+	// running allocation's network. It waits for the servers then.
+	if len(unrestored) > 0 {
+		c.unrestored = unrestored
+		c.logger.Warn("deferring the garbage collection of allocation networks until the servers list this node's allocations: some could not be restored", "count", len(unrestored))
 	} else {
-		c.wg.Add(1)
-		go c.gcNetworks()
-		c.sweepDrivers()
+		c.collectLeftovers()
 	}
 	if err := c.register(registerWait); err != nil {
 		// The servers are away (starting, electing, unreachable): keep
@@ -302,6 +304,37 @@ func (c *Client) Start() error {
 	go c.sendUpdates()
 	go c.gcLoop()
 	return nil
+}
+
+// collectLeftovers removes what allocations the client does not run left
+// behind: their networks (in the background) and their drivers' tasks.
+func (c *Client) collectLeftovers() {
+	c.wg.Add(1)
+	go c.gcNetworks()
+	c.sweepDrivers()
+}
+
+// settleUnrestored is the watch's, after its first reconcile: of the
+// allocations restore could not run, those the servers sent again now
+// have runners; the others the servers no longer have (or have finished),
+// so their entries are forgotten, which nothing else would do, and the
+// networks and tasks left behind are collected at last. Until an entry can
+// be forgotten, the collection stays off.
+func (c *Client) settleUnrestored() {
+	for id := range c.unrestored {
+		if c.runner(id) != nil {
+			delete(c.unrestored, id)
+			continue
+		}
+		if err := c.db.DeleteAlloc(id); err != nil {
+			c.logger.Error("failed to forget an allocation the client could not restore; allocation networks are not garbage-collected", "alloc_id", id, "error", err)
+			return
+		}
+		c.logger.Info("forgot an allocation the client could not restore and does not run", "alloc_id", id)
+		delete(c.unrestored, id)
+	}
+	c.unrestored = nil
+	c.collectLeftovers()
 }
 
 // gcNetworks garbage-collects the networks of allocations that are not
@@ -387,25 +420,26 @@ func (c *Client) Shutdown() error {
 }
 
 // restore starts a runner for every allocation in the client state and
-// returns whether every allocation could be restored.
-func (c *Client) restore() (bool, error) {
+// returns those it could not restore.
+func (c *Client) restore() (map[string]bool, error) {
 	allocs, orphans, err := c.db.AllocsAndOrphans()
 	if err != nil {
-		return false, fmt.Errorf("failed to read client state: %w", err)
+		return nil, fmt.Errorf("failed to read client state: %w", err)
 	}
-	complete := len(orphans) == 0
+	unrestored := map[string]bool{}
 	for _, id := range orphans {
 		c.logger.Error("allocation has task state but no allocation record; its tasks are re-attached once the server sends it", "alloc_id", id)
+		unrestored[id] = true
 	}
 	for _, a := range allocs {
 		tasks, err := c.db.TaskStates(a.ID)
 		if err != nil {
-			return false, fmt.Errorf("failed to read task states of %s: %w", a.ID, err)
+			return nil, fmt.Errorf("failed to read task states of %s: %w", a.ID, err)
 		}
 		ar, err := c.newRunner(a, true, tasks)
 		if err != nil {
 			c.logger.Error("failed to restore allocation; its tasks are re-attached once the server sends it", "alloc_id", a.ID, "error", err)
-			complete = false
+			unrestored[a.ID] = true
 			continue
 		}
 		c.mu.Lock()
@@ -415,7 +449,7 @@ func (c *Client) restore() (bool, error) {
 		c.logger.Info("restoring allocation", "alloc_id", a.ID, "live", mayRun(ar.ClientView()))
 		go ar.Run()
 	}
-	return complete, nil
+	return unrestored, nil
 }
 
 // mayRun reports whether an allocation may still have running (or not yet

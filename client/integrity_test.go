@@ -93,17 +93,20 @@ func TestLostClientStateRefusesToStart(t *testing.T) {
 	}
 }
 
-// TestUnrestorableAllocationSkipsNetworkGC: an allocation that cannot be
+// TestUnrestorableAllocationDefersNetworkGC: an allocation that cannot be
 // restored is missing from the live set, so the network GC (which would
-// tear its network down as leaked) does not run. That covers a record that
-// cannot be turned into a runner, and an entry with task state but no
-// record (its write failed after the tasks started).
-func TestUnrestorableAllocationSkipsNetworkGC(t *testing.T) {
+// tear its network down as leaked) and the driver sweep do not run at
+// start. That covers a record that cannot be turned into a runner, and an
+// entry with task state but no record (its write failed after the tasks
+// started). Once the servers list the node's allocations without it, its
+// entry is forgotten and both run: before, they stayed off at every start
+// for as long as the entry lasted, which was for ever.
+func TestUnrestorableAllocationDefersNetworkGC(t *testing.T) {
 	for name, damage := range map[string]func(db *clientstate.DB) error{
-		"record without job": func(db *clientstate.DB) error {
-			return db.PutAlloc(&structs.Allocation{ID: "broken", JobID: "gone"})
+		"broken": func(db *clientstate.DB) error {
+			return db.PutAlloc(&structs.Allocation{ID: "broken", JobID: "gone"}) // a record without its job
 		},
-		"task state without record": func(db *clientstate.DB) error {
+		"recordless": func(db *clientstate.DB) error {
 			return db.PutTaskState("recordless", "web", &clientstate.LocalTaskState{})
 		},
 	} {
@@ -115,13 +118,28 @@ func TestUnrestorableAllocationSkipsNetworkGC(t *testing.T) {
 			must(t, db.PutNodeID("n-test"))
 			must(t, damage(db))
 			must(t, db.Close())
-			gc := &gcRecorder{}
-			c, err := New(Config{DataDir: dir, NodeName: "n1", Drivers: []driver.Driver{fakedriver.New("raw_exec")}, Server: srv, Networker: gc})
+			gc := &hungGC{release: make(chan struct{})}
+			sw := &sweeper{Driver: fakedriver.New("raw_exec"), ask: []string{name}}
+			c, err := New(Config{DataDir: dir, NodeName: "n1", Drivers: []driver.Driver{sw}, Server: srv, Networker: gc})
 			must(t, err)
 			must(t, c.Start())
 			defer c.Shutdown()
-			if n := gc.count(); n != 0 {
-				t.Fatalf("network GC ran %d times", n)
+			sw.mu.Lock()
+			swept := sw.calls
+			sw.mu.Unlock()
+			if swept != 0 {
+				t.Fatalf("drivers swept %d times at start with an allocation not restored", swept)
+			}
+			close(gc.release)
+			testutil.WaitFor(t, hang, "network GC once the servers listed the node's allocations", func() bool { return gc.count() == 1 })
+			sw.mu.Lock()
+			defer sw.mu.Unlock()
+			if live := gc.gcs[0]; live(name) || sw.calls != 1 || sw.seen[name] {
+				t.Fatalf("after the servers' list: %s live for the GC %v, sweeps %d, known to the sweep %v", name, live(name), sw.calls, sw.seen[name])
+			}
+			allocs, orphans, err := c.db.AllocsAndOrphans()
+			if err != nil || len(allocs)+len(orphans) != 0 {
+				t.Fatalf("client state still holds %d allocations and %v (err %v); the entry should be forgotten", len(allocs), orphans, err)
 			}
 		})
 	}

@@ -32,6 +32,9 @@ func (c *Client) watch() {
 		}
 		index = idx
 		c.reconcile(allocs)
+		if c.unrestored != nil {
+			c.settleUnrestored()
+		}
 	}
 }
 
