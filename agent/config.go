@@ -342,19 +342,46 @@ type fileClient struct {
 	ChrootEnv           *hcl.Attribute    `hcl:"chroot_env"`
 }
 
-// LoadConfigFile reads an HCL agent configuration over the defaults.
-// Unknown keys and bad values are errors with file:line:col.
+// LoadConfigFile reads an HCL agent configuration over the defaults and
+// validates it. Unknown keys and bad values are errors with file:line:col.
 func LoadConfigFile(path string) (*Config, error) {
+	c, err := ReadConfigFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// ReadConfigFile is LoadConfigFile without the final Validate, for callers
+// that complete the file first (the agent command's flags override it, so
+// a file may leave data_dir to -data-dir); they must call Validate.
+// Syntax, unknown keys and malformed values are still errors.
+func ReadConfigFile(path string) (*Config, error) {
 	src, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("failed to read agent config: %w", err)
 	}
-	return ParseConfig(path, src)
+	return parseConfig(path, src)
 }
 
 // ParseConfig parses HCL agent configuration src (filename names it in
-// diagnostics) over the defaults.
+// diagnostics) over the defaults and validates it.
 func ParseConfig(filename string, src []byte) (*Config, error) {
+	c, err := parseConfig(filename, src)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", filename, err)
+	}
+	return c, nil
+}
+
+// parseConfig decodes src over the defaults without validating the result.
+func parseConfig(filename string, src []byte) (*Config, error) {
 	f, diags := hclparse.NewParser().ParseHCL(src, filename)
 	if diags.HasErrors() {
 		return nil, diagError(diags)
@@ -417,9 +444,6 @@ func ParseConfig(filename string, src []byte) (*Config, error) {
 			return nil, fmt.Errorf("failed to resolve data_dir: %w", err)
 		}
 		c.DataDir = abs
-	}
-	if err := c.Validate(); err != nil {
-		return nil, fmt.Errorf("%s: %w", filename, err)
 	}
 	return c, nil
 }

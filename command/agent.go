@@ -102,7 +102,7 @@ func agentConfig(fs *flag.FlagSet, f agentFlags) (*agent.Config, error) {
 	var cfg *agent.Config
 	switch {
 	case f.config != "":
-		c, err := agent.LoadConfigFile(f.config)
+		c, err := agent.ReadConfigFile(f.config) // validated once the flags are applied
 		if err != nil {
 			return nil, fmt.Errorf("failed to load agent config: %w", err)
 		}
@@ -137,7 +137,13 @@ func agentConfig(fs *flag.FlagSet, f agentFlags) (*agent.Config, error) {
 	if f.server || f.client {
 		cfg.Cluster.Server, cfg.Cluster.Client = f.server, f.client
 	}
-	return cfg, cfg.Validate()
+	if err := cfg.Validate(); err != nil {
+		if f.config != "" {
+			return nil, fmt.Errorf("%s: %w", f.config, err)
+		}
+		return nil, err
+	}
+	return cfg, nil
 }
 
 func splitList(s string) []string {
