@@ -37,25 +37,27 @@ type apiTarget struct {
 	tokenHeader string
 }
 
-// addressFlag adds -address (default MESHLET_ADDR, else 127.0.0.1:4646),
+// addressFlag adds -address (default MESHLET_ADDR, else Nomad's NOMAD_ADDR,
+// else 127.0.0.1:4646),
 // the TLS flags (MESHLET_CACERT... or Nomad's NOMAD_CACERT...) and -token
 // (MESHLET_TOKEN, else NOMAD_TOKEN).
 func addressFlag(fs *flag.FlagSet) *apiTarget {
 	t := &apiTarget{tokenEnv: []string{"MESHLET_TOKEN", "NOMAD_TOKEN"}, tokenHeader: nomadTokenHeader}
-	fs.StringVar(&t.Addr, "address", envOr(defaultAddr, "MESHLET_ADDR"),
-		"`URL` of the meshlet agent's HTTP API, https:// with tls.http (env MESHLET_ADDR)")
+	fs.StringVar(&t.Addr, "address", envOr(defaultAddr, "MESHLET_ADDR", "NOMAD_ADDR"),
+		"`URL` of the meshlet agent's HTTP API, https:// with tls.http (env MESHLET_ADDR, else NOMAD_ADDR)")
 	t.tlsFlags(fs, "NOMAD_")
 	t.tokenFlag(fs)
 	return t
 }
 
-// connectAddressFlag adds -connect-address (default MESHLET_CONNECT_ADDR),
+// connectAddressFlag adds -connect-address (default MESHLET_CONNECT_ADDR,
+// else Consul's CONSUL_HTTP_ADDR),
 // the TLS flags (MESHLET_CACERT... or Consul's CONSUL_CACERT...) and
 // -token (MESHLET_TOKEN, else CONSUL_HTTP_TOKEN).
 func connectAddressFlag(fs *flag.FlagSet) *apiTarget {
 	t := &apiTarget{tokenEnv: []string{"MESHLET_TOKEN", "CONSUL_HTTP_TOKEN"}, tokenHeader: consulTokenHeader}
-	fs.StringVar(&t.Addr, "connect-address", envOr(defaultConnectAddr, "MESHLET_CONNECT_ADDR"),
-		"`URL` of the agent's Consul-compatible connect API, https:// with tls.http (env MESHLET_CONNECT_ADDR)")
+	fs.StringVar(&t.Addr, "connect-address", envOr(defaultConnectAddr, "MESHLET_CONNECT_ADDR", "CONSUL_HTTP_ADDR"),
+		"`URL` of the agent's Consul-compatible connect API, https:// with tls.http (env MESHLET_CONNECT_ADDR, else CONSUL_HTTP_ADDR)")
 	t.tlsFlags(fs, "CONSUL_")
 	t.tokenFlag(fs)
 	return t

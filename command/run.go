@@ -3,9 +3,9 @@
 // `meshlet intention ...`, `meshlet acl ...` and `meshlet version`, plus
 // the hidden `executor` and `demo-app` entry points that tasks run. It
 // talks to the agent with the official github.com/hashicorp/nomad/api
-// client (MESHLET_ADDR, -address) and to the Consul-shaped connect API
-// with github.com/hashicorp/consul/api (MESHLET_CONNECT_ADDR,
-// -connect-address). Both send the ACL token of -token, else
+// client (-address, MESHLET_ADDR, NOMAD_ADDR) and to the Consul-shaped
+// connect API with github.com/hashicorp/consul/api (-connect-address,
+// MESHLET_CONNECT_ADDR, CONSUL_HTTP_ADDR). Both send the ACL token of -token, else
 // MESHLET_TOKEN, else NOMAD_TOKEN or CONSUL_HTTP_TOKEN respectively.
 //
 // Conventions: one flag.FlagSet per command; `-h` prints the usage line, a
