@@ -104,7 +104,12 @@ func (e *env) showJob(client *nomadapi.Client, addr string, job *nomadapi.Job) i
 		evals = nil // both sections are best effort
 	}
 	if lines := latestPlacementFailures(evals); len(lines) > 0 {
-		fmt.Fprintf(e.stdout, "\nPlacement Failure\n%s\n", strings.Join(lines, "\n"))
+		// The reasons quote the job (drivers, constraint values): escaped
+		// as the monitor's progress lines are.
+		fmt.Fprintf(e.stdout, "\nPlacement Failure\n")
+		for _, l := range lines {
+			fmt.Fprintln(e.stdout, escapeUnprintable(l))
+		}
 	}
 
 	allocs, _, err := client.Jobs().Allocations(id, true, nil)

@@ -353,3 +353,26 @@ func TestJobRunCheckIndexAndPreserveCounts(t *testing.T) {
 		t.Fatalf("preserve-counts: count %d, want 2", got.TaskGroups[0].Count)
 	}
 }
+
+// TestJobStatusEscapesPlacementFailures: the placement failure reasons
+// quote what the job's author wrote (a driver, a constraint's value); job
+// status shows them escaped, as the job run monitor does, so that a job
+// cannot send control sequences to the terminal of whoever inspects it.
+func TestJobStatusEscapesPlacementFailures(t *testing.T) {
+	fb := newAgent(t)
+	job := &structs.Job{ID: "evil", Name: "evil", Type: structs.JobTypeService, Datacenters: []string{"dc1"},
+		TaskGroups: []*structs.TaskGroup{{Name: "g", Count: 1, Tasks: []*structs.Task{{Name: "t", Driver: "d\x1b]0;pwned\x07\x1b[2J"}}}}}
+	if _, err := fb.RegisterJob(context.Background(), job, api.RegisterOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r := runCLI(t, "", "job", "status", "evil")
+	if r.code != 0 || !strings.Contains(r.stdout, "Placement Failure") {
+		t.Fatalf("exit %d:\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if strings.ContainsAny(r.stdout, "\x1b\x07") {
+		t.Errorf("raw control characters in output:\n%q", r.stdout)
+	}
+	if !strings.Contains(r.stdout, "\nPlacement Failure\nTask Group \"g\" (failed to place 1 allocation):\n  * driver d\\x1b]0;pwned\\a\\x1b[2J not available on node dev-1\n") {
+		t.Errorf("escaped reason missing:\n%s", r.stdout)
+	}
+}
