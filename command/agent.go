@@ -42,7 +42,15 @@ type agentFlags struct {
 func (f *agentFlags) define(fs *flag.FlagSet) {
 	fs.BoolVar(&f.dev, "dev", false, "dev mode: temporary data dir, debug logs, everything on 127.0.0.1")
 	fs.StringVar(&f.dataDir, "data-dir", "", "`DIR` for state, allocations and CNI leases")
-	fs.StringVar(&f.config, "config", "", "HCL agent configuration `FILE`")
+	fs.Func("config", "HCL agent configuration `FILE` (one)", func(v string) error {
+		if f.config != "" {
+			// Nomad merges repeated -config; taking only the last would
+			// silently drop the others' settings (acl, tls...).
+			return fmt.Errorf("-config is already %q: meshlet reads one config file", f.config)
+		}
+		f.config = v
+		return nil
+	})
 	fs.StringVar(&f.bind, "bind", "", "`ADDR` every listener binds (default 127.0.0.1)")
 	fs.StringVar(&f.logLevel, "log-level", "", "`LEVEL`: trace, debug, info, warn or error")
 	fs.BoolVar(&f.server, "server", false, "run the server role (with -client: both; default without either: both)")

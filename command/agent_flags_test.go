@@ -47,3 +47,18 @@ func TestAgentFlagsCompleteConfigFile(t *testing.T) {
 		t.Errorf("error is not one line: %q", r.stderr)
 	}
 }
+
+// TestAgentConfigGivenTwice: Nomad merges every -config; meshlet reads one
+// file, so a second -config is refused instead of silently replacing the
+// first (whose acl or tls block would be dropped).
+func TestAgentConfigGivenTwice(t *testing.T) {
+	first := writeFile(t, "acl.hcl", "data_dir = \"/var/lib/meshlet\"\nacl {\n  enabled = true\n}\n")
+	second := writeFile(t, "more.hcl", "datacenter = \"east\"\n")
+	r := runCLI(t, "", "agent", "-config", first, "-config", second)
+	if r.code != 1 || !strings.HasPrefix(r.stderr, "Error: invalid value \""+second+"\" for flag -config: ") {
+		t.Fatalf("exit %d stderr %q", r.code, r.stderr)
+	}
+	if !strings.Contains(strings.SplitN(r.stderr, "\n", 2)[0], "one config file") {
+		t.Errorf("the error does not say why: %q", r.stderr)
+	}
+}
