@@ -16,8 +16,14 @@ import (
 	"github.com/meshlet/meshlet/internal/nofollow"
 )
 
-// ErrEscapes is returned for a path that leads out of its sandbox.
-var ErrEscapes = errors.New("path escapes the task's sandbox")
+// Sentinel errors of the sandboxed file access.
+var (
+	// ErrEscapes is returned for a path that leads out of its sandbox.
+	ErrEscapes = errors.New("path escapes the task's sandbox")
+	// ErrNotRegular is returned for a file read that is not a regular
+	// file (a FIFO or a device the task made would block or never end).
+	ErrNotRegular = errors.New("not a regular file")
+)
 
 // relInside returns p relative to root when p is root or below it.
 func relInside(root, p string) (string, bool) {
@@ -43,11 +49,10 @@ func readInDir(dir, p string) ([]byte, error) {
 		return nil, err
 	}
 	defer d.Close()
-	fd, err := unix.Openat(int(d.Fd()), base, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	f, err := openRegular(int(d.Fd()), base)
 	if err != nil {
 		return nil, fmt.Errorf("failed to open %s: %w", p, err)
 	}
-	f := os.NewFile(uintptr(fd), p)
 	defer f.Close()
 	b, err := io.ReadAll(io.LimitReader(f, maxTemplateBytes+1))
 	if err != nil {
@@ -117,11 +122,31 @@ func writeIfChanged(s fileSpec, data []byte) (bool, error) {
 }
 
 func readAt(dfd int, base string) ([]byte, error) {
-	fd, err := unix.Openat(dfd, base, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	f, err := openRegular(dfd, base)
 	if err != nil {
 		return nil, err
 	}
-	f := os.NewFile(uintptr(fd), base)
 	defer f.Close()
 	return io.ReadAll(io.LimitReader(f, maxTemplateBytes+1))
+}
+
+// openRegular opens base in the directory dfd for reading, without
+// following a link and without blocking: the task may have put a FIFO
+// there, whose open (or read) would hang the caller. Anything but a
+// regular file is refused with ErrNotRegular.
+func openRegular(dfd int, base string) (*os.File, error) {
+	fd, err := unix.Openat(dfd, base, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		_ = unix.Close(fd)
+		return nil, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		_ = unix.Close(fd)
+		return nil, fmt.Errorf("%s: %w", base, ErrNotRegular)
+	}
+	return os.NewFile(uintptr(fd), base), nil
 }
