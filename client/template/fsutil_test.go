@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/meshlet/meshlet/structs"
 )
 
 // releaseFIFO unblocks a reader stuck opening p (a regression would
@@ -65,5 +67,34 @@ func TestFileFuncRefusesFIFO(t *testing.T) {
 	within(t, "file", 2*time.Second, func() { _, err = (&renderCtx{taskDir: dir}).file("pipe") })
 	if !errors.Is(err, ErrNotRegular) {
 		t.Errorf("err %v, want ErrNotRegular", err)
+	}
+}
+
+// On restore, an env template's file is read back without following a
+// link the task put in its place: a link to another allocation's env
+// file would hand that file's variables to this task.
+func TestRestoreEnvDoesNotFollowLink(t *testing.T) {
+	tm := fastTmpl("restart")
+	tm.EmbeddedTmpl, tm.DestPath, tm.Envvars = sp(`A={{ len (service "api") }}`), sp("secrets/app.env"), sp(true)
+	f := newFixture(t, tm)
+	f.register(1)
+	f.prestart(t, f.hook, false)
+	f.hook.Stop()
+
+	other := filepath.Join(t.TempDir(), "other.env")
+	if err := os.WriteFile(other, []byte("STOLEN=secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := f.hook.tmpls[0].out.path()
+	if err := os.Remove(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(other, p); err != nil {
+		t.Fatal(err)
+	}
+	h2 := f.newHook([]*structs.Template{tm})
+	f.prestart(t, h2, true)
+	if env := h2.Env(); env["STOLEN"] != "" {
+		t.Errorf("restored env read through a link: %v", env)
 	}
 }

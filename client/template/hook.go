@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	mrand "math/rand/v2"
-	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -236,13 +235,16 @@ func (h *Hook) renderOne(t *tmpl) (bool, error) {
 
 // loadEnvFiles reads the env templates' files a previous agent wrote, so
 // a restored task restarted before the first re-render keeps its vars.
+// The task may have replaced them: they are read as `file` reads, bounded
+// and without following links.
 func (h *Hook) loadEnvFiles() {
 	for _, t := range h.tmpls {
 		if !t.envvars {
 			continue
 		}
-		b, err := os.ReadFile(t.out.path())
+		b, err := readInDir(t.out.root, t.out.rel)
 		if err != nil {
+			h.logger.Warn("failed to read back env template", "template", t.name(), "error", err)
 			continue
 		}
 		if vars, err := parseEnv(b); err == nil {
