@@ -23,6 +23,8 @@ var (
 	// ErrNotRegular is returned for a file read that is not a regular
 	// file (a FIFO or a device the task made would block or never end).
 	ErrNotRegular = errors.New("not a regular file")
+	// ErrTooLarge is returned for a render over maxRenderBytes.
+	ErrTooLarge = errors.New("template output is over the size limit")
 )
 
 // relInside returns p relative to root when p is root or below it.
@@ -66,6 +68,10 @@ func readInDir(dir, p string) ([]byte, error) {
 
 // maxTemplateBytes bounds a template source and a file read by `file`.
 const maxTemplateBytes = 4 << 20
+
+// maxRenderBytes bounds a template's output (which may repeat what it
+// reads), and so what writeIfChanged compares with the file.
+const maxRenderBytes = 16 << 20
 
 // fileSpec is where and how a rendered template is written.
 type fileSpec struct {
@@ -127,7 +133,7 @@ func readAt(dfd int, base string) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
-	return io.ReadAll(io.LimitReader(f, maxTemplateBytes+1))
+	return io.ReadAll(io.LimitReader(f, maxRenderBytes+1))
 }
 
 // openRegular opens base in the directory dfd for reading, without

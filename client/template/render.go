@@ -155,12 +155,26 @@ func (t *tmpl) render(rc *renderCtx) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("failed to parse %s: %w", t.name(), err)
 	}
-	var buf bytes.Buffer
+	var buf cappedBuffer
 	if err := tp.Execute(&buf, nil); err != nil {
 		return nil, fmt.Errorf("failed to render %s: %w", t.name(), err)
 	}
 	return buf.Bytes(), nil
 }
+
+// cappedBuffer fails a write that would take it over maxRenderBytes,
+// which stops the template's execution. It has no other write method
+// (WriteString, ReadFrom) that could bypass the cap.
+type cappedBuffer struct{ buf bytes.Buffer }
+
+func (b *cappedBuffer) Write(p []byte) (int, error) {
+	if b.buf.Len()+len(p) > maxRenderBytes {
+		return 0, fmt.Errorf("%w (%d bytes)", ErrTooLarge, maxRenderBytes)
+	}
+	return b.buf.Write(p)
+}
+
+func (b *cappedBuffer) Bytes() []byte { return b.buf.Bytes() }
 
 // parseEnv reads KEY=VALUE lines as Nomad reads env templates: blank lines
 // and # comments are skipped, an "export " prefix and matching quotes
