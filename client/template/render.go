@@ -1,7 +1,6 @@
 package template
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"os"
@@ -175,32 +174,6 @@ func (b *cappedBuffer) Write(p []byte) (int, error) {
 }
 
 func (b *cappedBuffer) Bytes() []byte { return b.buf.Bytes() }
-
-// parseEnv reads KEY=VALUE lines as Nomad reads env templates: blank lines
-// and # comments are skipped, an "export " prefix and matching quotes
-// around the value are dropped.
-func parseEnv(b []byte) (map[string]string, error) {
-	out := map[string]string{}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		line = strings.TrimPrefix(line, "export ")
-		k, v, ok := strings.Cut(line, "=")
-		k = strings.TrimSpace(k)
-		if !ok || k == "" || strings.ContainsAny(k, " \t") {
-			return nil, fmt.Errorf("line %d: %q is not KEY=VALUE", n, line)
-		}
-		v = strings.TrimSpace(v)
-		if len(v) >= 2 && (v[0] == '"' || v[0] == '\'') && v[len(v)-1] == v[0] {
-			v = v[1 : len(v)-1]
-		}
-		out[k] = v
-	}
-	return out, sc.Err()
-}
 
 func strOr(p *string, def string) string {
 	if p == nil || *p == "" {
