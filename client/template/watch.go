@@ -57,7 +57,13 @@ func (h *Hook) watch(restored bool) {
 		case <-h.changes:
 			h.markAll(pending, func(*tmpl) bool { return true })
 		case <-poll.C:
-			h.markAll(pending, func(t *tmpl) bool { return t.usesFile || !t.rendered })
+			// A poll is a check, not a change: it schedules the templates
+			// that read files (or still wait for data) unless they are
+			// pending already, whose quiet period it must not extend.
+			h.markAll(pending, func(t *tmpl) bool {
+				_, ok := pending[t]
+				return !ok && (t.usesFile || !t.rendered)
+			})
 		case <-timer.C:
 			if changed := h.renderDue(pending); len(changed) > 0 {
 				h.apply(changed)
