@@ -122,8 +122,8 @@ func resolveTarget(target string, n *structs.Node) (string, bool) {
 	return "", false
 }
 
-// checkConstraint supports Nomad's common operators; others fail placement
-// with a reason naming the operator.
+// checkConstraint evaluates Nomad's constraint operators; an unknown one
+// fails placement with a reason naming it.
 func checkConstraint(c *structs.Constraint, n *structs.Node) string {
 	l, lok := resolveTarget(c.LTarget, n)
 	r, _ := resolveTarget(c.RTarget, n)
@@ -149,6 +149,16 @@ func checkConstraint(c *structs.Constraint, n *structs.Node) string {
 		ok = lok && setContainsAny(l, r)
 	case "<", "<=", ">", ">=":
 		ok = lok && checkOrder(c.Operand, l, r)
+	case "version", "semver":
+		check := checkVersion
+		if c.Operand == "semver" {
+			check = checkSemver
+		}
+		var err error
+		if ok, err = check(l, r); err != nil {
+			return fmt.Sprintf("constraint %s %s %q is invalid: %v", c.LTarget, c.Operand, r, err)
+		}
+		ok = ok && lok
 	case ConstraintDistinctHosts, ConstraintDistinctProperty:
 		ok = true // depend on other allocations: the placer checks them
 	default:

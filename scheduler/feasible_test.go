@@ -3,7 +3,10 @@ package scheduler
 import (
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/meshlet/meshlet/structs"
 )
@@ -77,5 +80,97 @@ func TestConstraintOrderAndSetContainsAny(t *testing.T) {
 		if (got == "") != tc.ok {
 			t.Errorf("%s %s %s: %q, want satisfied=%v", tc.attr, tc.op, tc.value, got, tc.ok)
 		}
+	}
+}
+
+// The version and semver operators are Nomad's, evaluated against node
+// attributes as a fingerprinted node carries them: version uses go-version
+// constraints, where a pre-release such as a distribution kernel's
+// "5.15.0-91-generic" satisfies no ordering constraint without a
+// pre-release; semver orders it by Semantic Versioning, so it does satisfy
+// ">= 5.4". Build metadata is ignored by both.
+func TestConstraintVersionAndSemver(t *testing.T) {
+	n := &structs.Node{ID: "n1", Name: "n1", Attributes: map[string]string{
+		"kernel.version": "5.15.0-91-generic", "nomad.version": "1.9.0", "meshlet.version": "0.1.0",
+		"rpi.kernel": "6.6.31+rpt-rpi-v8", "driver.docker.version": "28.5.2", "unique.hostname": "web-1"}}
+	for _, tc := range []struct {
+		attr, op, value string
+		ok              bool
+	}{
+		{"${attr.nomad.version}", "version", ">= 1.6", true},
+		{"${attr.nomad.version}", "version", ">= 1.6, < 1.9", false},
+		{"${attr.nomad.version}", "version", "~> 1.9.0", true},
+		{"${attr.nomad.version}", "version", "~> 1.8.0", false},
+		{"${attr.meshlet.version}", "version", "< 1.0", true},
+		{"${attr.driver.docker.version}", "version", "> 20.10", true}, // as versions: "28.5.2" > "20.10"
+		{"${attr.kernel.version}", "version", ">= 5.4", false},        // a pre-release: Nomad's go-version rule
+		{"${attr.kernel.version}", "version", ">= 5.15.0-1", true},    // same base, pre-release constraint
+		{"${attr.kernel.version}", "version", "= 5.15.0-91-generic", true},
+		{"${attr.rpi.kernel}", "version", ">= 5.4", true}, // "+..." is metadata, not a pre-release
+		{"${attr.rpi.kernel}", "version", "= 6.6.31", true},
+		{"${attr.unique.hostname}", "version", ">= 1.0", false}, // not a version
+		{"${attr.missing}", "version", ">= 1.0", false},
+		{"${attr.kernel.version}", "semver", ">= 5.4", true},
+		{"${attr.kernel.version}", "semver", ">= 5.4, < 6", true},
+		{"${attr.kernel.version}", "semver", ">= 5.15.0", false}, // a pre-release orders below its release
+		{"${attr.kernel.version}", "semver", "> 5.15.0-9-generic", true},
+		{"${attr.kernel.version}", "semver", "5.15.0-91-generic", true}, // no operator is "="
+		{"${attr.kernel.version}", "semver", "!= 5.15.0", true},
+		{"${attr.nomad.version}", "semver", "< 1.10", true},  // numerically, not lexically
+		{"${attr.nomad.version}", "semver", "~> 1.9", false}, // no pessimistic operator
+		{"${attr.rpi.kernel}", "semver", "= 6.6.31", true},
+		{"${attr.missing}", "semver", ">= 1.0", false},
+	} {
+		c := &structs.Constraint{LTarget: tc.attr, Operand: tc.op, RTarget: tc.value}
+		if got := checkConstraint(c, n); (got == "") != tc.ok {
+			t.Errorf("%s %s %q: %q, want satisfied=%v", tc.attr, tc.op, tc.value, got, tc.ok)
+		}
+	}
+}
+
+// A version or semver constraint that does not parse fails placement with
+// a reason naming it, as an invalid regexp does.
+func TestConstraintVersionInvalid(t *testing.T) {
+	n := &structs.Node{ID: "n1", Name: "n1", Attributes: map[string]string{"nomad.version": "1.9.0"}}
+	for _, tc := range []struct{ op, value, want string }{
+		{"version", ">== 1.0", `constraint ${attr.nomad.version} version ">== 1.0" is invalid: invalid version constraint: `},
+		{"semver", "~> 1.9", `constraint ${attr.nomad.version} semver "~> 1.9" is invalid: invalid version constraint: "~> 1.9": `},
+		{"semver", ">= 1.0.", `constraint ${attr.nomad.version} semver ">= 1.0." is invalid: invalid version constraint: ">= 1.0.": `},
+		{"semver", "", `constraint ${attr.nomad.version} semver "" is invalid: invalid version constraint: "": `},
+	} {
+		got := checkConstraint(&structs.Constraint{LTarget: "${attr.nomad.version}", Operand: tc.op, RTarget: tc.value}, n)
+		if !strings.HasPrefix(got, tc.want) {
+			t.Errorf("%s %q: %q, want prefix %q", tc.op, tc.value, got, tc.want)
+		}
+	}
+}
+
+// A group constrained on the kernel version is placed only on the nodes
+// whose fingerprinted kernel.version satisfies it, including this host's
+// own uname release, and the others are reported as filtered.
+func TestPlacementByKernelVersion(t *testing.T) {
+	var uts unix.Utsname
+	if err := unix.Uname(&uts); err != nil {
+		t.Fatal(err)
+	}
+	kernel := func(v string) func(*structs.Node) {
+		return func(n *structs.Node) { n.Attributes["kernel.version"] = v }
+	}
+	nodes := []*structs.Node{cnode("old", "dc1", 4000, 8192, kernel("4.19.0-26-amd64")),
+		cnode("new", "dc1", 4000, 8192, kernel("5.15.0-91-generic")),
+		cnode("host", "dc1", 4000, 8192, kernel(unix.ByteSliceToString(uts.Release[:])))}
+	s := newTest(t, 20000, 20100)
+	j := job("a", 3, withCons(true, &structs.Constraint{LTarget: "${attr.kernel.version}", Operand: "semver", RTarget: ">= 4.20"}),
+		withCons(false, distinctHosts))
+	p, err := s.Process(j, nil, nodes, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := perNode(p.Place); got != "host=1,new=1" {
+		t.Errorf("placed %s, want host=1,new=1 (this host's kernel %q)", got, nodes[2].Attributes["kernel.version"])
+	}
+	want := `1 failed: filtered "constraint ${attr.kernel.version} semver >= 4.20 not satisfied on node old"=1, filtered "distinct_hosts"=2`
+	if got := failureOf(p); got != want {
+		t.Errorf("failure %s, want %s", got, want)
 	}
 }
