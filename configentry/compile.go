@@ -131,7 +131,8 @@ func (c *compiler) route(service string, rt *consul.ServiceRoute) (*Route, error
 }
 
 // split expands service's splitter (or, without one, its resolver) into
-// weighted targets; splits of splits multiply their weights.
+// weighted targets; splits of splits multiply their weights and merge
+// their header changes (nestSplitHeaders).
 func (c *compiler) split(service string) ([]Split, error) {
 	sp, ok := c.s.Get(ServiceSplitter, service).(*consul.ServiceSplitterConfigEntry)
 	if !ok {
@@ -164,15 +165,8 @@ func (c *compiler) split(service string) ([]Split, error) {
 			return nil, err
 		}
 		for _, in := range inner {
-			w := s.Weight * in.Weight / 100
-			req, resp := in.RequestHeaders, in.ResponseHeaders
-			if s.RequestHeaders != nil {
-				req = s.RequestHeaders
-			}
-			if s.ResponseHeaders != nil {
-				resp = s.ResponseHeaders
-			}
-			out = addSplit(out, Split{Weight: w, TargetID: in.TargetID, RequestHeaders: req, ResponseHeaders: resp})
+			req, resp := nestSplitHeaders(s, in)
+			out = addSplit(out, Split{Weight: s.Weight * in.Weight / 100, TargetID: in.TargetID, RequestHeaders: req, ResponseHeaders: resp})
 		}
 	}
 	if len(out) == 0 {
@@ -181,10 +175,13 @@ func (c *compiler) split(service string) ([]Split, error) {
 	return out, nil
 }
 
-// addSplit merges a split into splits, summing weights per target.
+// addSplit merges a split into splits, summing the weights of splits to
+// the same target that change headers alike. Splits to one target with
+// different header changes stay apart (Consul's weighted clusters of the
+// same cluster), each with its own share of the traffic.
 func addSplit(splits []Split, s Split) []Split {
 	for i := range splits {
-		if splits[i].TargetID == s.TargetID {
+		if splits[i].TargetID == s.TargetID && sameHeaders(splits[i], s) {
 			splits[i].Weight += s.Weight
 			return splits
 		}

@@ -1,6 +1,8 @@
 package xds
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 
 	consul "github.com/hashicorp/consul/api"
@@ -94,5 +96,58 @@ func TestTinyNestedSplitIsDropped(t *testing.T) {
 	}
 	if sum != totalWeight {
 		t.Errorf("weights sum to %d", sum)
+	}
+}
+
+// The route of nested splitters carries the header changes of both layers
+// on each weighted cluster, and two splits to the same target with
+// different header changes are two weighted clusters of that cluster, as
+// Consul generates them.
+func TestNestedSplitHeadersInRoute(t *testing.T) {
+	set := func(kv ...string) *consul.HTTPHeaderModifiers {
+		m := &consul.HTTPHeaderModifiers{Set: map[string]string{}}
+		for i := 0; i < len(kv); i += 2 {
+			m.Set[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	cs := configentry.NewSet(
+		&consul.ServiceConfigEntry{Kind: consul.ServiceDefaults, Name: "web", Protocol: "http"},
+		&consul.ServiceConfigEntry{Kind: consul.ServiceDefaults, Name: "api", Protocol: "http"},
+		&consul.ServiceSplitterConfigEntry{Kind: consul.ServiceSplitter, Name: "web", Splits: []consul.ServiceSplit{
+			{Weight: 25, Service: "api", RequestHeaders: set("x-via", "web-a")},
+			{Weight: 75, Service: "alias", RequestHeaders: set("x-via", "web-b", "x-outer", "1"), ResponseHeaders: set("x-from", "web")},
+		}},
+		&consul.ServiceConfigEntry{Kind: consul.ServiceDefaults, Name: "alias", Protocol: "http"},
+		&consul.ServiceSplitterConfigEntry{Kind: consul.ServiceSplitter, Name: "alias", Splits: []consul.ServiceSplit{
+			{Weight: 100, Service: "api", RequestHeaders: set("x-via", "alias"), ResponseHeaders: set("x-from", "alias", "x-alias", "1")},
+		}},
+	)
+	ch, err := cs.Compile("web", "dc1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := routeConfig("web", ch, clusterNamer(ch))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.ValidateAll(); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, cw := range rc.GetVirtualHosts()[0].GetRoutes()[0].GetRoute().GetWeightedClusters().GetClusters() {
+		s := fmt.Sprintf("%s %d", cw.GetName(), cw.GetWeight().GetValue())
+		for _, h := range cw.GetRequestHeadersToAdd() {
+			s += " " + h.GetHeader().GetKey() + "=" + h.GetHeader().GetValue()
+		}
+		for _, h := range cw.GetResponseHeadersToAdd() {
+			s += " resp:" + h.GetHeader().GetKey() + "=" + h.GetHeader().GetValue()
+		}
+		got = append(got, s)
+	}
+	api, _ := clusterNamer(ch)("api.default.default.dc1")
+	want := []string{api + " 2500 x-via=web-a", api + " 7500 x-outer=1 x-via=alias resp:x-alias=1 resp:x-from=web"}
+	if !slices.Equal(got, want) {
+		t.Errorf("weighted clusters\n got %q\nwant %q", got, want)
 	}
 }
