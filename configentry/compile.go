@@ -276,28 +276,28 @@ func (c *compiler) failover(t *Target) error {
 			return nil
 		}
 	}
+	// As Consul rewrites a target for failover, a hop keeps t's subset
+	// unless it names one or another service (whose default subset
+	// applies); a hop that comes back to t itself is dropped.
 	type hop struct{ svc, subset, dc string }
-	var hops []hop
-	for _, ft := range f.Targets {
-		svc := orDefault(ft.Service, t.Service)
-		subset := ft.ServiceSubset
-		if subset == "" && svc == t.Service && ft.Datacenter != "" {
-			subset = t.Subset
-		}
-		hops = append(hops, hop{svc, subset, orDefault(ft.Datacenter, t.Datacenter)})
-	}
-	if len(f.Targets) == 0 {
-		svc := orDefault(f.Service, t.Service)
-		subset := f.ServiceSubset
+	newHop := func(svc, subset, dc string) hop {
+		svc = orDefault(svc, t.Service)
 		if subset == "" && svc == t.Service {
 			subset = t.Subset
 		}
+		return hop{svc, subset, orDefault(dc, t.Datacenter)}
+	}
+	var hops []hop
+	for _, ft := range f.Targets {
+		hops = append(hops, newHop(ft.Service, ft.ServiceSubset, ft.Datacenter))
+	}
+	if len(f.Targets) == 0 {
 		dcs := f.Datacenters
 		if len(dcs) == 0 {
 			dcs = []string{t.Datacenter}
 		}
 		for _, dc := range dcs {
-			hops = append(hops, hop{svc, subset, dc})
+			hops = append(hops, newHop(f.Service, f.ServiceSubset, dc))
 		}
 	}
 	for _, h := range hops {

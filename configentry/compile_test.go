@@ -363,3 +363,34 @@ func TestCompileRedirectToOtherDatacenter(t *testing.T) {
 		t.Errorf("redirect to dc2: %s", got)
 	}
 }
+
+// A failover target naming only this service keeps the subset being
+// resolved, as Consul's rewrite of the target does, instead of taking the
+// default subset: for v2 it is v2 itself, so it is dropped, and in another
+// datacenter it is v2 there.
+func TestCompileFailoverTargetSameServiceKeepsSubset(t *testing.T) {
+	web := with(resolver("web", "v1", "v2"), func(r *consul.ServiceResolverConfigEntry) {
+		r.DefaultSubset = "v1"
+		r.Failover = map[string]consul.ServiceResolverFailover{"*": {Targets: []consul.ServiceResolverFailoverTarget{
+			{Service: "web"}, {Service: "web", Datacenter: "dc2"}, {Service: "backup"},
+		}}}
+	})
+	s := NewSet(defaults("web", "http"), defaults("backup", "http"), web,
+		splitter("web", consul.ServiceSplit{Weight: 100, ServiceSubset: "v2"}),
+		router("web", httpRoute(consul.ServiceRouteHTTPMatch{PathPrefix: "/v1"}, &consul.ServiceRouteDestination{ServiceSubset: "v1"})))
+	for _, e := range s.List("") {
+		if err := s.Check(e); err != nil {
+			t.Fatalf("check %s: %v", KeyOf(e), err)
+		}
+	}
+	c := mustCompile(t, s, "web")
+	for subset, want := range map[string][]string{
+		"v2": {"v2.web.default.default.dc2", "backup.default.default.dc1"},
+		"v1": {"v1.web.default.default.dc2", "backup.default.default.dc1"},
+	} {
+		tg := c.Targets[TargetID("web", subset, "dc1")]
+		if tg == nil || !reflect.DeepEqual(tg.Failover, want) {
+			t.Errorf("%s failover %+v, want %v", subset, tg, want)
+		}
+	}
+}
