@@ -130,8 +130,10 @@ func intentionQuery(write bool) func(*Server, authorizer, *http.Request) (bool, 
 }
 
 // intentionByID requires intention read (or write) on the destination of
-// the intention the path names; an unknown ID is left to the handler
-// (404).
+// the intention the path names; an ID this agent's copy does not hold is
+// left to the handler: it answers 404, or for a write has the store judge
+// the token on the intention it changes (intentionWritePre), since the
+// copy may lag the cluster.
 func intentionByID(write bool) func(*Server, authorizer, *http.Request) (bool, error) {
 	return func(s *Server, a authorizer, r *http.Request) (bool, error) {
 		in, err := s.d.Intentions.GetByID(r.PathValue("id"))

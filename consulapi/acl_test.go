@@ -45,8 +45,8 @@ func newACLFixture(t *testing.T) *aclFixture {
 }
 
 // newACLFixtureWith is newACLFixture with team as the web team's
-// authorizer.
-func newACLFixtureWith(t *testing.T, team func(*acl.ACL) authorizer) *aclFixture {
+// authorizer and the server's extra options.
+func newACLFixtureWith(t *testing.T, team func(*acl.ACL) authorizer, extra ...Option) *aclFixture {
 	t.Helper()
 	store := apitest.NewACLStore()
 	f := &aclFixture{mgmt: acl.NewSecret(), team: acl.NewSecret()}
@@ -58,12 +58,13 @@ func newACLFixtureWith(t *testing.T, team func(*acl.ACL) authorizer) *aclFixture
 			t.Fatal(err)
 		}
 	}
-	f.fixture = newFixture(t, WithACL(apitest.ACLResolver{Reader: store}), withAuthorizer(func(a *acl.ACL, tok *acl.Token) authorizer {
+	opts := append([]Option{WithACL(apitest.ACLResolver{Reader: store}), withAuthorizer(func(a *acl.ACL, tok *acl.Token) authorizer {
 		if tok != nil && slices.Contains(tok.Policies, "web-team") {
 			return team(a)
 		}
 		return a
-	}))
+	})}, extra...)
+	f.fixture = newFixture(t, opts...)
 	return f
 }
 

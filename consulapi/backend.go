@@ -44,7 +44,7 @@ type CA interface {
 type Intentions interface {
 	UpsertCtx(ctx context.Context, in intention.Intention, replace bool) (intention.Intention, error)
 	DeleteCtx(ctx context.Context, src, dst string) error
-	DeleteByIDCtx(ctx context.Context, id string) error
+	DeleteByIDCtx(ctx context.Context, id string, pre intention.Precondition) error
 	Get(src, dst string) (intention.Intention, error)
 	GetByID(id string) (intention.Intention, error)
 	List() []intention.Intention

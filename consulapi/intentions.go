@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/meshlet/meshlet/acl"
 	"github.com/meshlet/meshlet/intention"
 )
 
@@ -272,11 +273,31 @@ func (s *Server) intentionGetID(w http.ResponseWriter, r *http.Request) {
 	s.writeIntention(w, r, index, in, err)
 }
 
-// DELETE /v1/connect/intentions/{id}
+// DELETE /v1/connect/intentions/{id}: the caller's token is judged again
+// on the intention the store deletes (intentionWritePre).
 func (s *Server) intentionDeleteID(w http.ResponseWriter, r *http.Request) {
-	if err := s.d.Intentions.DeleteByIDCtx(r.Context(), r.PathValue("id")); err != nil {
+	if err := s.d.Intentions.DeleteByIDCtx(r.Context(), r.PathValue("id"), intentionWritePre(r)); err != nil {
 		s.failFor(w, r, err)
 		return
 	}
 	s.writeJSON(w, r, s.d.Intentions.Index(), true)
+}
+
+// intentionWritePre is the precondition of a write by ID with ACLs: the
+// caller's token must allow intention write on the stored intention's
+// destination. The store judges it on the state the write changes, not on
+// this agent's copy, which may not hold the intention yet (the rule,
+// intentionByID, lets an ID it does not know through to answer 404).
+// Without ACLs it is nil.
+func intentionWritePre(r *http.Request) intention.Precondition {
+	id, ok := r.Context().Value(identityKey{}).(identity)
+	if !ok {
+		return nil
+	}
+	return func(stored intention.Intention) error {
+		if !id.authz.AllowIntentionWrite(stored.DestinationName) {
+			return acl.ErrPermissionDenied
+		}
+		return nil
+	}
 }

@@ -133,8 +133,8 @@ func (w *serverWriter) Delete(ctx context.Context, src, dst string) (Intention, 
 	return w.call(ctx, func() (Intention, error) { return Intention{}, w.srv.Delete(src, dst) })
 }
 
-func (w *serverWriter) DeleteByID(ctx context.Context, id string) (Intention, uint64, error) {
-	return w.call(ctx, func() (Intention, error) { return Intention{}, w.srv.DeleteByID(id) })
+func (w *serverWriter) DeleteByID(ctx context.Context, id string, pre Precondition) (Intention, uint64, error) {
+	return w.call(ctx, func() (Intention, error) { return Intention{}, w.srv.DeleteByIDCtx(ctx, id, pre) })
 }
 
 // feed copies srv's state into mirror from a goroutine, delay after each
@@ -272,7 +272,7 @@ func (w stuckWriter) Upsert(_ context.Context, in Intention, _ bool) (Intention,
 func (w stuckWriter) Delete(context.Context, string, string) (Intention, uint64, error) {
 	return Intention{}, 1000, w.err
 }
-func (w stuckWriter) DeleteByID(context.Context, string) (Intention, uint64, error) {
+func (w stuckWriter) DeleteByID(context.Context, string, Precondition) (Intention, uint64, error) {
 	return Intention{}, 1000, w.err
 }
 

@@ -35,11 +35,22 @@ type State struct {
 // the input is invalid, the error must satisfy errors.Is with ErrExists,
 // ErrNotFound or ErrInvalid respectively (the HTTP API maps them to status
 // codes). Mirror stores return Writer errors unchanged.
+//
+// A write by ID takes a Precondition, which the Writer must judge on the
+// state the write changes (inside its compare-and-swap), not on a copy
+// that may lag. A Writer that forwards to the servers does not send pre:
+// the servers judge the caller's ACL token, which ctx carries, by the
+// same rule on their own state.
 type Writer interface {
 	Upsert(ctx context.Context, in Intention, replace bool) (Intention, uint64, error)
 	Delete(ctx context.Context, src, dst string) (Intention, uint64, error)
-	DeleteByID(ctx context.Context, id string) (Intention, uint64, error)
+	DeleteByID(ctx context.Context, id string, pre Precondition) (Intention, uint64, error)
 }
+
+// Precondition judges the stored intention that a write by ID is about to
+// change; its error fails the write, unchanged, and nothing is written.
+// nil allows every write.
+type Precondition func(stored Intention) error
 
 // Upsert creates the intention for (SourceName, DestinationName), or
 // replaces its action and description when it exists and replace is set
@@ -84,13 +95,29 @@ func (st State) Delete(src, dst string) (State, Intention, error) {
 	return st.remove(i)
 }
 
-// DeleteByID removes the intention with id; ErrNotFound if none.
-func (st State) DeleteByID(id string) (State, Intention, error) {
-	i := st.find(func(x *Intention) bool { return x.ID == id })
-	if i < 0 {
-		return st, Intention{}, fmt.Errorf("%w: ID %q", ErrNotFound, id)
+// DeleteByID removes the intention with id if pre allows it; ErrNotFound
+// if none (before pre is asked).
+func (st State) DeleteByID(id string, pre Precondition) (State, Intention, error) {
+	i, err := st.findID(id, pre)
+	if err != nil {
+		return st, Intention{}, err
 	}
 	return st.remove(i)
+}
+
+// findID returns the position of the intention with id once pre allowed
+// it; ErrNotFound if none.
+func (st State) findID(id string, pre Precondition) (int, error) {
+	i := st.find(func(x *Intention) bool { return x.ID == id })
+	if i < 0 {
+		return -1, fmt.Errorf("%w: ID %q", ErrNotFound, id)
+	}
+	if pre != nil {
+		if err := pre(st.Intentions[i]); err != nil {
+			return -1, err
+		}
+	}
+	return i, nil
 }
 
 // remove drops the intention at i; the rest stays in evaluation order.

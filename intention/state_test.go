@@ -134,7 +134,7 @@ func TestStateDelete(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(removed, web) || next.Index != 12 || !reflect.DeepEqual(next.Intentions, []Intention{api}) {
 		t.Fatalf("Delete = %+v, %+v, %v", next, removed, err)
 	}
-	next, removed, err = st.DeleteByID(api.ID)
+	next, removed, err = st.DeleteByID(api.ID, nil)
 	if err != nil || !reflect.DeepEqual(removed, api) || next.Index != 12 || !reflect.DeepEqual(next.Intentions, []Intention{web}) {
 		t.Fatalf("DeleteByID = %+v, %+v, %v", next, removed, err)
 	}
@@ -144,8 +144,19 @@ func TestStateDelete(t *testing.T) {
 	if got, _, err := st.Delete("db", "web"); !errors.Is(err, ErrNotFound) || err.Error() != "intention not found: db => web" || !reflect.DeepEqual(got, before) {
 		t.Fatalf("Delete(unknown) = %+v, %v", got, err)
 	}
-	if got, _, err := st.DeleteByID("nope"); !errors.Is(err, ErrNotFound) || err.Error() != `intention not found: ID "nope"` || !reflect.DeepEqual(got, before) {
+	if got, _, err := st.DeleteByID("nope", nil); !errors.Is(err, ErrNotFound) || err.Error() != `intention not found: ID "nope"` || !reflect.DeepEqual(got, before) {
 		t.Fatalf("DeleteByID(unknown) = %+v, %v", got, err)
+	}
+	// The precondition sees the stored intention; its refusal is returned
+	// unchanged and deletes nothing. An unknown ID is not judged.
+	errRefused := errors.New("refused")
+	var judged Intention
+	refuse := func(stored Intention) error { judged = stored; return errRefused }
+	if got, _, err := st.DeleteByID(api.ID, refuse); err != errRefused || !reflect.DeepEqual(judged, api) || !reflect.DeepEqual(got, before) {
+		t.Fatalf("DeleteByID(refused) = %+v, %v after judging %+v", got, err, judged)
+	}
+	if _, _, err := st.DeleteByID("nope", refuse); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("DeleteByID(unknown, refuse) = %v", err)
 	}
 	// The Store reports the same errors.
 	s := newStore(t, "", false)

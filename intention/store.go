@@ -172,18 +172,22 @@ func (s *Store) DeleteCtx(ctx context.Context, src, dst string) error {
 
 // DeleteByID removes the intention with id; ErrNotFound if none.
 func (s *Store) DeleteByID(id string) error {
-	return s.DeleteByIDCtx(context.Background(), id)
+	return s.DeleteByIDCtx(context.Background(), id, nil)
 }
 
-// DeleteByIDCtx is DeleteByID on behalf of ctx's caller (see UpsertCtx).
-func (s *Store) DeleteByIDCtx(ctx context.Context, id string) error {
+// DeleteByIDCtx is DeleteByID on behalf of ctx's caller (see UpsertCtx),
+// made only if pre allows the stored intention: pre is judged on the
+// state the delete changes (by the Writer on a mirror), so that a mirror
+// that has not seen the intention yet cannot let the delete through
+// unjudged.
+func (s *Store) DeleteByIDCtx(ctx context.Context, id string, pre Precondition) error {
 	if s.writer != nil {
 		_, err := s.mirrorWrite(ctx, func(ctx context.Context) (Intention, uint64, error) {
-			return s.writer.DeleteByID(ctx, id)
+			return s.writer.DeleteByID(ctx, id, pre)
 		})
 		return err
 	}
-	return s.delete(func(st State) (State, Intention, error) { return st.DeleteByID(id) })
+	return s.delete(func(st State) (State, Intention, error) { return st.DeleteByID(id, pre) })
 }
 
 func (s *Store) delete(op func(State) (State, Intention, error)) error {

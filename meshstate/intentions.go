@@ -37,9 +37,11 @@ func (w intentionWriter) Delete(ctx context.Context, src, dst string) (intention
 	})
 }
 
-func (w intentionWriter) DeleteByID(ctx context.Context, id string) (intention.Intention, uint64, error) {
+// DeleteByID judges pre on the state it read, in the same
+// compare-and-swap as the delete.
+func (w intentionWriter) DeleteByID(ctx context.Context, id string, pre intention.Precondition) (intention.Intention, uint64, error) {
 	return w.s.updateIntentions(ctx, "delete intention", func(st intention.State) (intention.State, intention.Intention, error) {
-		return st.DeleteByID(id)
+		return st.DeleteByID(id, pre)
 	})
 }
 

@@ -37,7 +37,7 @@ func TestIntentionsWriter(t *testing.T) {
 	if _, _, err := w.Delete(ctx, "api", "db"); !errors.Is(err, intention.ErrNotFound) {
 		t.Fatalf("Delete of an unknown pair = %v, want ErrNotFound", err)
 	}
-	if _, _, err := w.DeleteByID(ctx, "nope"); !errors.Is(err, intention.ErrNotFound) {
+	if _, _, err := w.DeleteByID(ctx, "nope", nil); !errors.Is(err, intention.ErrNotFound) {
 		t.Fatalf("DeleteByID of an unknown ID = %v, want ErrNotFound", err)
 	}
 	if _, _, err := w.Upsert(ctx, intention.Intention{SourceName: "*", DestinationName: "db", Action: "allow"}, false); err != nil {
@@ -47,7 +47,21 @@ func TestIntentionsWriter(t *testing.T) {
 	if err != nil || !found || st.Index != 4 || len(st.Intentions) != 2 {
 		t.Fatalf("LoadIntentions = %+v, %v, %v", st, found, err)
 	}
-	gone, idx, err := w.DeleteByID(ctx, ix.ID)
+	// The precondition is judged on the stored intention; a refusal
+	// deletes nothing.
+	errRefused := errors.New("refused")
+	if _, _, err := w.DeleteByID(ctx, ix.ID, func(stored intention.Intention) error {
+		if stored.DestinationName != "db" {
+			t.Errorf("precondition judged %+v", stored)
+		}
+		return errRefused
+	}); !errors.Is(err, errRefused) {
+		t.Fatalf("refused DeleteByID = %v", err)
+	}
+	if st, _, _ := s.LoadIntentions(ctx); st.Index != 4 {
+		t.Fatalf("refused DeleteByID wrote: %+v", st)
+	}
+	gone, idx, err := w.DeleteByID(ctx, ix.ID, nil)
 	if err != nil || idx != 5 || gone.ID != ix.ID {
 		t.Fatalf("DeleteByID = %+v, %d, %v", gone, idx, err)
 	}

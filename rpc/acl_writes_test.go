@@ -67,7 +67,7 @@ func TestMeshWritesNeedTheCallersToken(t *testing.T) {
 	}
 	// By ID the stored intention's destination decides: web's token may
 	// neither delete it nor move it onto web.
-	if _, _, err := iw.DeleteByID(as(t, "web-ix"), saved.ID); !errors.Is(err, acl.ErrPermissionDenied) {
+	if _, _, err := iw.DeleteByID(as(t, "web-ix"), saved.ID, nil); !errors.Is(err, acl.ErrPermissionDenied) {
 		t.Errorf("delete db's intention by ID with web's token: %v", err)
 	}
 	moved := saved

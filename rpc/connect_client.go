@@ -78,7 +78,9 @@ func (w connectIntentions) Delete(ctx context.Context, src, dst string) (intenti
 	return w.call(ctx, "delete intention", connectIntentionRequest{Op: intentionOpDelete, Source: src, Destination: dst})
 }
 
-func (w connectIntentions) DeleteByID(ctx context.Context, id string) (intention.Intention, uint64, error) {
+// DeleteByID does not send pre: the servers judge the caller's token
+// (from ctx) on their state (intentionAllowed).
+func (w connectIntentions) DeleteByID(ctx context.Context, id string, _ intention.Precondition) (intention.Intention, uint64, error) {
 	return w.call(ctx, "delete intention", connectIntentionRequest{Op: intentionOpDeleteByID, ID: id})
 }
 

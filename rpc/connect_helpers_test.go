@@ -236,8 +236,8 @@ func (w fakeIntentions) Delete(_ context.Context, src, dst string) (intention.In
 	return w.write(func(st intention.State) (intention.State, intention.Intention, error) { return st.Delete(src, dst) })
 }
 
-func (w fakeIntentions) DeleteByID(_ context.Context, id string) (intention.Intention, uint64, error) {
-	return w.write(func(st intention.State) (intention.State, intention.Intention, error) { return st.DeleteByID(id) })
+func (w fakeIntentions) DeleteByID(_ context.Context, id string, pre intention.Precondition) (intention.Intention, uint64, error) {
+	return w.write(func(st intention.State) (intention.State, intention.Intention, error) { return st.DeleteByID(id, pre) })
 }
 
 // startConnectServer serves b and cb on ln (127.0.0.1:0 when nil) with

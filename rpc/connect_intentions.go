@@ -46,7 +46,7 @@ func (s *Server) handleConnectIntentions(w http.ResponseWriter, r *http.Request)
 	case req.Op == intentionOpDelete && req.Source != "" && req.Destination != "":
 		out.Intention, out.Index, err = iw.Delete(ctx, req.Source, req.Destination)
 	case req.Op == intentionOpDeleteByID && req.ID != "":
-		out.Intention, out.Index, err = iw.DeleteByID(ctx, req.ID)
+		out.Intention, out.Index, err = iw.DeleteByID(ctx, req.ID, nil)
 	case req.Op == intentionOpUpsert:
 		malfo = "upsert needs an Intention"
 	case req.Op == intentionOpDelete:

@@ -204,9 +204,9 @@ func TestConnectIntentions(t *testing.T) {
 	wantNot(t, "invalid action", err, intention.ErrExists, intention.ErrNotFound)
 	_, _, err = w.Delete(ctx, "web", "nope")
 	wantErr(t, "delete of an absent pair", err, intention.ErrNotFound)
-	_, _, err = w.DeleteByID(ctx, "no-such-id")
+	_, _, err = w.DeleteByID(ctx, "no-such-id", nil)
 	wantErr(t, "delete of an absent ID", err, intention.ErrNotFound)
-	if del, idx, err := w.DeleteByID(ctx, got.ID); err != nil || del.ID != got.ID || idx != 4 {
+	if del, idx, err := w.DeleteByID(ctx, got.ID, nil); err != nil || del.ID != got.ID || idx != 4 {
 		t.Fatalf("DeleteByID = %+v, %d, %v", del, idx, err)
 	}
 	_, _, err = w.Delete(ctx, "web", "db")
