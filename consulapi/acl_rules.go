@@ -53,6 +53,7 @@ var consulRules = map[string]rule{
 	"GET /v1/connect/intentions/check":    {allow: intentionQuery(false)},
 	"GET /v1/connect/intentions/match":    {view: (*Server).intentionMatch},
 	"GET /v1/connect/intentions/{id}":     {allow: intentionByID(false)},
+	"PUT /v1/connect/intentions/{id}":     {allow: allowIntentionUpdate},
 	"DELETE /v1/connect/intentions/{id}":  {allow: intentionByID(true)},
 
 	"GET /v1/connect/ca/roots":             {open: true},
@@ -113,6 +114,20 @@ func allowIntentionCreate(_ *Server, a authorizer, r *http.Request) (bool, error
 		return false, err
 	}
 	return a.AllowIntentionWrite(body.DestinationName), nil
+}
+
+// allowIntentionUpdate requires intention write on the new intention's
+// destination and, as intentionByID, on the stored one's (judged again by
+// the store on the intention it updates: intentionWritePre).
+func allowIntentionUpdate(s *Server, a authorizer, r *http.Request) (bool, error) {
+	var body intentionBody
+	if err := peekBody(r, &body); err != nil {
+		return false, err
+	}
+	if !a.AllowIntentionWrite(body.DestinationName) {
+		return false, nil
+	}
+	return intentionByID(true)(s, a, r)
 }
 
 // intentionQuery requires intention read (or write) on ?destination=.

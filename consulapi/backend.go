@@ -45,6 +45,7 @@ type Intentions interface {
 	UpsertCtx(ctx context.Context, in intention.Intention, replace bool) (intention.Intention, error)
 	DeleteCtx(ctx context.Context, src, dst string) error
 	DeleteByIDCtx(ctx context.Context, id string, pre intention.Precondition) error
+	UpdateByIDCtx(ctx context.Context, id string, in intention.Intention, pre intention.Precondition) (intention.Intention, error)
 	Get(src, dst string) (intention.Intention, error)
 	GetByID(id string) (intention.Intention, error)
 	List() []intention.Intention

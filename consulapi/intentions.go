@@ -273,6 +273,35 @@ func (s *Server) intentionGetID(w http.ResponseWriter, r *http.Request) {
 	s.writeIntention(w, r, index, in, err)
 }
 
+// PUT /v1/connect/intentions/{id} (legacy update): {"ID": ...}, as
+// Consul answers. The path's ID names the intention (an ID in the body is
+// ignored, as Consul ignores it); its source, action and description may
+// change, its destination may not (400), and a source whose pair another
+// intention holds is 409. As in Consul's legacy API, permissions cannot be
+// set here. The caller's token is judged again on the stored intention by
+// the store (intentionWritePre).
+func (s *Server) intentionUpdateID(w http.ResponseWriter, r *http.Request) {
+	var body intentionBody
+	if err := decodeBody(r, &body); err != nil {
+		s.failFor(w, r, err)
+		return
+	}
+	if len(body.Permissions) > 0 {
+		s.failFor(w, r, badRequest("Permissions must not be set when using the legacy APIs"))
+		return
+	}
+	in, err := body.toIntention()
+	if err == nil {
+		in.ID = r.PathValue("id")
+		in, err = s.d.Intentions.UpdateByIDCtx(r.Context(), in.ID, in, intentionWritePre(r))
+	}
+	if err != nil {
+		s.failFor(w, r, err)
+		return
+	}
+	s.writeJSON(w, r, in.ModifyIndex, struct{ ID string }{in.ID})
+}
+
 // DELETE /v1/connect/intentions/{id}: the caller's token is judged again
 // on the intention the store deletes (intentionWritePre).
 func (s *Server) intentionDeleteID(w http.ResponseWriter, r *http.Request) {

@@ -131,6 +131,7 @@ func (s *Server) routes() {
 		"GET /v1/connect/intentions/check":     s.intentionCheck,
 		"GET /v1/connect/intentions/match":     s.intentionMatch,
 		"GET /v1/connect/intentions/{id}":      s.intentionGetID,
+		"PUT /v1/connect/intentions/{id}":      s.intentionUpdateID,
 		"DELETE /v1/connect/intentions/{id}":   s.intentionDeleteID,
 		"GET /v1/connect/ca/roots":             s.caRoots,
 		"GET /v1/connect/ca/configuration":     s.caConfigGet,

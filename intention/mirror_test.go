@@ -137,6 +137,10 @@ func (w *serverWriter) DeleteByID(ctx context.Context, id string, pre Preconditi
 	return w.call(ctx, func() (Intention, error) { return Intention{}, w.srv.DeleteByIDCtx(ctx, id, pre) })
 }
 
+func (w *serverWriter) UpdateByID(ctx context.Context, id string, in Intention, pre Precondition) (Intention, uint64, error) {
+	return w.call(ctx, func() (Intention, error) { return w.srv.UpdateByIDCtx(ctx, id, in, pre) })
+}
+
 // feed copies srv's state into mirror from a goroutine, delay after each
 // change, as the cluster's watch would.
 func feed(t *testing.T, srv, mirror *Store, delay time.Duration) {
@@ -274,6 +278,10 @@ func (w stuckWriter) Delete(context.Context, string, string) (Intention, uint64,
 }
 func (w stuckWriter) DeleteByID(context.Context, string, Precondition) (Intention, uint64, error) {
 	return Intention{}, 1000, w.err
+}
+func (w stuckWriter) UpdateByID(_ context.Context, id string, in Intention, _ Precondition) (Intention, uint64, error) {
+	in.ID = id
+	return in, 1000, w.err
 }
 
 func TestMirrorWaitIsBounded(t *testing.T) {

@@ -45,6 +45,7 @@ type Writer interface {
 	Upsert(ctx context.Context, in Intention, replace bool) (Intention, uint64, error)
 	Delete(ctx context.Context, src, dst string) (Intention, uint64, error)
 	DeleteByID(ctx context.Context, id string, pre Precondition) (Intention, uint64, error)
+	UpdateByID(ctx context.Context, id string, in Intention, pre Precondition) (Intention, uint64, error)
 }
 
 // Precondition judges the stored intention that a write by ID is about to
@@ -80,6 +81,42 @@ func (st State) Upsert(in Intention, replace bool, now time.Time) (State, Intent
 	} else {
 		ix.ID, ix.CreatedAt, ix.CreateIndex = uuid.NewString(), now, index
 	}
+	list := st.without(i, 1)
+	list = append(list, ix)
+	sortValues(list)
+	return State{Index: index, Intentions: list}, ix, nil
+}
+
+// UpdateByID replaces the intention with id by in, if pre allows the
+// stored one (Consul's legacy update): the source, action, description and
+// permissions may change, the destination may not (ErrInvalid), and a
+// source whose pair another intention holds is ErrExists. The ID and
+// creation stamps are kept; an ID in `in` must be id or empty. ErrNotFound
+// if there is no intention with id (before pre is asked).
+func (st State) UpdateByID(id string, in Intention, now time.Time, pre Precondition) (State, Intention, error) {
+	i, err := st.findID(id, pre)
+	if err != nil {
+		return st, Intention{}, err
+	}
+	ix, err := normalize(in)
+	if err != nil {
+		return st, Intention{}, err
+	}
+	old := st.Intentions[i]
+	switch {
+	case ix.ID != "" && ix.ID != id:
+		return st, Intention{}, fmt.Errorf("%w: ID %q in the body differs from the updated intention's %q", ErrInvalid, ix.ID, id)
+	case ix.DestinationNS != old.DestinationNS || ix.DestinationName != old.DestinationName:
+		return st, Intention{}, fmt.Errorf("%w: the destination of an intention cannot change (%s => %s is stored, not => %s)", ErrInvalid, old.SourceName, old.DestinationName, ix.DestinationName)
+	}
+	if j := st.find(func(x *Intention) bool {
+		return x.ID != id && x.SourceName == ix.SourceName && x.DestinationName == ix.DestinationName
+	}); j >= 0 {
+		return st, Intention{}, fmt.Errorf("%w: %s => %s", ErrExists, ix.SourceName, ix.DestinationName)
+	}
+	index := st.nextIndex()
+	ix.ID, ix.CreatedAt, ix.CreateIndex = old.ID, old.CreatedAt, old.CreateIndex
+	ix.UpdatedAt, ix.ModifyIndex = now, index
 	list := st.without(i, 1)
 	list = append(list, ix)
 	sortValues(list)

@@ -286,3 +286,42 @@ func TestLoadDir(t *testing.T) {
 		}
 	})
 }
+
+func TestStateUpdateByID(t *testing.T) {
+	st, web := mustUpsert(t, State{Index: 9}, ixn("web", "db", "allow"), false, t0)
+	st, _ = mustUpsert(t, st, ixn("api", "db", "deny"), false, t0)
+	before := deepCopy(st)
+	t1 := t0.Add(time.Hour)
+
+	in := ixn("*", "db", "DENY")
+	in.Description = "nobody"
+	next, up, err := st.UpdateByID(web.ID, in, t1, nil)
+	if err != nil || up.ID != web.ID || up.SourceName != "*" || up.Action != ActionDeny || up.Precedence != 8 ||
+		!up.CreatedAt.Equal(t0) || up.CreateIndex != web.CreateIndex || !up.UpdatedAt.Equal(t1) || up.ModifyIndex != 12 || next.Index != 12 {
+		t.Fatalf("UpdateByID = %+v, %+v, %v", next, up, err)
+	}
+	if len(next.Intentions) != 2 || next.Intentions[1].ID != web.ID {
+		t.Fatalf("UpdateByID state = %+v, want the wildcard source last", next.Intentions)
+	}
+	errRefused := errors.New("refused")
+	for _, c := range []struct {
+		name string
+		id   string
+		in   Intention
+		pre  Precondition
+		want error
+	}{
+		{"unknown ID", "nope", in, nil, ErrNotFound},
+		{"destination change", web.ID, ixn("web", "cache", "allow"), nil, ErrInvalid},
+		{"pair taken", web.ID, ixn("api", "db", "allow"), nil, ErrExists},
+		{"other ID in body", web.ID, Intention{ID: "x", SourceName: "web", DestinationName: "db", Action: "allow"}, nil, ErrInvalid},
+		{"refused", web.ID, in, func(Intention) error { return errRefused }, errRefused},
+	} {
+		if got, _, err := st.UpdateByID(c.id, c.in, t1, c.pre); !errors.Is(err, c.want) || !reflect.DeepEqual(got, before) {
+			t.Errorf("%s: UpdateByID = %v, want %v and the state unchanged", c.name, err, c.want)
+		}
+	}
+	if !reflect.DeepEqual(st, before) {
+		t.Fatalf("receiver changed by UpdateByID: %+v", st)
+	}
+}

@@ -154,6 +154,24 @@ func (s *Store) UpsertCtx(ctx context.Context, in Intention, replace bool) (Inte
 	return ix, nil
 }
 
+// UpdateByIDCtx replaces the intention with id by in, as State.UpdateByID
+// does, on behalf of ctx's caller (see UpsertCtx), if pre allows the
+// stored intention; pre is judged on the state the update changes, as
+// DeleteByIDCtx judges it.
+func (s *Store) UpdateByIDCtx(ctx context.Context, id string, in Intention, pre Precondition) (Intention, error) {
+	if s.writer != nil {
+		return s.mirrorWrite(ctx, func(ctx context.Context) (Intention, uint64, error) {
+			return s.writer.UpdateByID(ctx, id, in, pre)
+		})
+	}
+	ix, err := s.write(func(st State) (State, Intention, error) { return st.UpdateByID(id, in, s.now(), pre) })
+	if err != nil {
+		return Intention{}, err
+	}
+	s.logger.Info("intention updated", "source", ix.SourceName, "destination", ix.DestinationName, "action", ix.Action, "intention_id", ix.ID)
+	return ix, nil
+}
+
 // Delete removes the intention for (src, dst); ErrNotFound if none.
 func (s *Store) Delete(src, dst string) error {
 	return s.DeleteCtx(context.Background(), src, dst)

@@ -45,6 +45,14 @@ func (w intentionWriter) DeleteByID(ctx context.Context, id string, pre intentio
 	})
 }
 
+// UpdateByID judges pre on the state it read, in the same
+// compare-and-swap as the update.
+func (w intentionWriter) UpdateByID(ctx context.Context, id string, in intention.Intention, pre intention.Precondition) (intention.Intention, uint64, error) {
+	return w.s.updateIntentions(ctx, "update intention", func(st intention.State) (intention.State, intention.Intention, error) {
+		return st.UpdateByID(id, in, w.s.now(), pre)
+	})
+}
+
 // updateIntentions runs op on the stored state and stores its result if
 // nobody wrote the key meanwhile; otherwise it runs op again on the newer
 // state.

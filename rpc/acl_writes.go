@@ -59,11 +59,13 @@ func (s *Server) callerAllowed(w http.ResponseWriter, r *http.Request, nodeID, w
 
 // intentionAllowed is the connect API's rule for an intention write:
 // intention write on its destination — for a write naming an existing
-// intention by ID, on that intention's destination too.
+// intention by ID, on that intention's destination too. An intention's
+// destination never changes (State.UpdateByID refuses it) and IDs are not
+// reused, so the destination read here is the one the write changes.
 func intentionAllowed(ctx context.Context, cb ConnectBackend, req connectIntentionRequest) (func(*acl.ACL) bool, error) {
 	var dests []string
 	switch req.Op {
-	case intentionOpUpsert:
+	case intentionOpUpsert, intentionOpUpdateByID:
 		if req.Intention != nil {
 			dests = append(dests, req.Intention.DestinationName)
 		}

@@ -75,7 +75,18 @@ func TestMeshWritesNeedTheCallersToken(t *testing.T) {
 	if _, _, err := iw.Upsert(as(t, "web-ix"), moved, true); !errors.Is(err, acl.ErrPermissionDenied) {
 		t.Errorf("move db's intention onto web with web's token: %v", err)
 	}
-	if _, _, err := iw.Delete(as(t, "db-ix"), "web", "db"); err != nil {
+	if _, _, err := iw.UpdateByID(as(t, "web-ix"), saved.ID, moved, nil); !errors.Is(err, acl.ErrPermissionDenied) {
+		t.Errorf("update db's intention by ID onto web with web's token: %v", err)
+	}
+	if _, _, err := iw.UpdateByID(as(t, "web-ix"), saved.ID, saved, nil); !errors.Is(err, acl.ErrPermissionDenied) {
+		t.Errorf("update db's intention by ID with web's token: %v", err)
+	}
+	renamed := saved
+	renamed.SourceName, renamed.Action = "api", intention.ActionDeny
+	if up, _, err := iw.UpdateByID(as(t, "db-ix"), saved.ID, renamed, nil); err != nil || up.ID != saved.ID || up.SourceName != "api" {
+		t.Errorf("update db's intention by ID with intention write on db: %+v, %v", up, err)
+	}
+	if _, _, err := iw.Delete(as(t, "db-ix"), "api", "db"); err != nil {
 		t.Errorf("delete web->db with intention write on db: %v", err)
 	}
 

@@ -63,6 +63,7 @@ const (
 	intentionOpUpsert     = "upsert"
 	intentionOpDelete     = "delete"
 	intentionOpDeleteByID = "delete-by-id"
+	intentionOpUpdateByID = "update-by-id"
 )
 
 // maxAllocIDLen bounds an allocation ID in a path.

@@ -84,6 +84,12 @@ func (w connectIntentions) DeleteByID(ctx context.Context, id string, _ intentio
 	return w.call(ctx, "delete intention", connectIntentionRequest{Op: intentionOpDeleteByID, ID: id})
 }
 
+// UpdateByID does not send pre: the servers judge the caller's token
+// (from ctx) on their state (intentionAllowed).
+func (w connectIntentions) UpdateByID(ctx context.Context, id string, in intention.Intention, _ intention.Precondition) (intention.Intention, uint64, error) {
+	return w.call(ctx, "update intention", connectIntentionRequest{Op: intentionOpUpdateByID, ID: id, Intention: &in})
+}
+
 func (w connectIntentions) call(ctx context.Context, what string, req connectIntentionRequest) (intention.Intention, uint64, error) {
 	var out connectIntentionResponse
 	if err := w.c.connectCall(ctx, what, http.MethodPost, pathConnectIntentions, req, &out); err != nil {

@@ -240,6 +240,12 @@ func (w fakeIntentions) DeleteByID(_ context.Context, id string, pre intention.P
 	return w.write(func(st intention.State) (intention.State, intention.Intention, error) { return st.DeleteByID(id, pre) })
 }
 
+func (w fakeIntentions) UpdateByID(_ context.Context, id string, in intention.Intention, pre intention.Precondition) (intention.Intention, uint64, error) {
+	return w.write(func(st intention.State) (intention.State, intention.Intention, error) {
+		return st.UpdateByID(id, in, time.Now(), pre)
+	})
+}
+
 // startConnectServer serves b and cb on ln (127.0.0.1:0 when nil) with
 // the feed's keepalive shortened; the server is closed at the end.
 func startConnectServer(t *testing.T, b Backend, cb ConnectBackend, srvTLS, dial *tls.Config, ln net.Listener) (*Server, string) {

@@ -47,8 +47,12 @@ func (s *Server) handleConnectIntentions(w http.ResponseWriter, r *http.Request)
 		out.Intention, out.Index, err = iw.Delete(ctx, req.Source, req.Destination)
 	case req.Op == intentionOpDeleteByID && req.ID != "":
 		out.Intention, out.Index, err = iw.DeleteByID(ctx, req.ID, nil)
+	case req.Op == intentionOpUpdateByID && req.ID != "" && req.Intention != nil:
+		out.Intention, out.Index, err = iw.UpdateByID(ctx, req.ID, *req.Intention, nil)
 	case req.Op == intentionOpUpsert:
 		malfo = "upsert needs an Intention"
+	case req.Op == intentionOpUpdateByID:
+		malfo = "update-by-id needs an ID and an Intention"
 	case req.Op == intentionOpDelete:
 		malfo = "delete needs Source and Destination"
 	case req.Op == intentionOpDeleteByID:

@@ -199,6 +199,11 @@ func TestConnectIntentions(t *testing.T) {
 	if upd, idx, err := w.Upsert(ctx, in, true); err != nil || upd.ID != got.ID || upd.Action != intention.ActionDeny || idx != 3 {
 		t.Fatalf("Upsert(replace) = %+v, %d, %v", upd, idx, err)
 	}
+	moved := intention.Intention{SourceName: "web", DestinationName: "cache", Action: intention.ActionDeny}
+	_, _, err = w.UpdateByID(ctx, got.ID, moved, nil)
+	wantErr(t, "update by ID onto another destination", err, intention.ErrInvalid)
+	_, _, err = w.UpdateByID(ctx, "no-such-id", in, nil)
+	wantErr(t, "update of an absent ID", err, intention.ErrNotFound)
 	_, _, err = w.Upsert(ctx, intention.Intention{SourceName: "web", DestinationName: "db", Action: "maybe"}, true)
 	wantErr(t, "invalid action", err, intention.ErrInvalid)
 	wantNot(t, "invalid action", err, intention.ErrExists, intention.ErrNotFound)
