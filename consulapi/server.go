@@ -21,6 +21,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
@@ -37,11 +38,14 @@ import (
 	"github.com/meshlet/meshlet/internal/httpsrv"
 )
 
-// Blocking query limits (Consul's).
+// Blocking query limits (Consul's). A query waits up to a
+// jitterFraction of its wait longer, at random, so that watchers that
+// started together do not all wake together.
 const (
-	defaultWait = 5 * time.Minute
-	maxWait     = 10 * time.Minute
-	maxBody     = 1 << 20
+	defaultWait    = 5 * time.Minute
+	maxWait        = 10 * time.Minute
+	jitterFraction = 16
+	maxBody        = 1 << 20
 )
 
 // Deps is what the API serves.
@@ -83,6 +87,9 @@ type Server struct {
 	// resolved ACL into what enforcement asks (a seam for tests).
 	aclRes  ACLResolver
 	authzOf func(*acl.ACL, *acl.Token) authorizer
+	// randN returns a random number in [0, n), n > 0: the source of the
+	// blocking queries' jitter (a seam for tests).
+	randN func(n int64) int64
 }
 
 // NewServer builds the routes.
@@ -100,7 +107,7 @@ func NewServer(d Deps, logger hclog.Logger, opts ...Option) *Server {
 		d.NodeAddress = "127.0.0.1"
 	}
 	d = configDeps(d)
-	s := &Server{d: d, logger: logger.Named("consulapi"), mux: http.NewServeMux()}
+	s := &Server{d: d, logger: logger.Named("consulapi"), mux: http.NewServeMux(), randN: rand.Int64N}
 	for _, o := range opts {
 		o(s)
 	}
@@ -235,9 +242,8 @@ func decodeBody(r *http.Request, v any) error {
 
 // block implements Consul's blocking queries: with ?index=N (N > 0) it
 // waits until the index answered (current(), at least 1) moves off N (up,
-// or back: see below), the ?wait= duration (default 5m, at most 10m)
-// passes, the client goes away or the server closes. subscribe registers
-// a change callback.
+// or back: see below), the wait passes (blockWait), the client goes away
+// or the server closes. subscribe registers a change callback.
 func (s *Server) block(r *http.Request, current func() uint64, subscribe func(func()) (cancel func())) error {
 	q := r.URL.Query()
 	raw := q.Get("index")
@@ -248,12 +254,9 @@ func (s *Server) block(r *http.Request, current func() uint64, subscribe func(fu
 	if err != nil {
 		return badRequest("invalid index %q", raw)
 	}
-	wait := defaultWait
-	if w := q.Get("wait"); w != "" {
-		if wait, err = time.ParseDuration(w); err != nil || wait < 0 {
-			return badRequest("invalid wait %q", w)
-		}
-		wait = min(wait, maxWait)
+	wait, err := s.blockWait(q.Get("wait"))
+	if err != nil {
+		return err
 	}
 	// index=0 is no blocking query in Consul: the client has seen no
 	// index yet (an empty store's own index may be 0). An index ahead of
@@ -287,4 +290,25 @@ func (s *Server) block(r *http.Request, current func() uint64, subscribe func(fu
 		}
 	}
 	return nil
+}
+
+// blockWait is a blocking query's wait: ?wait= (raw), at most 10m; absent,
+// zero or negative, the default 5m (as Consul: wait=0 is no request to
+// answer at once). A random jitter below a sixteenth of it is added, as
+// Consul adds it, so that watchers do not wake together.
+func (s *Server) blockWait(raw string) (time.Duration, error) {
+	wait := defaultWait
+	if raw != "" {
+		w, err := time.ParseDuration(raw)
+		if err != nil {
+			return 0, badRequest("invalid wait %q", raw)
+		}
+		if w > 0 {
+			wait = min(w, maxWait)
+		}
+	}
+	if n := int64(wait / jitterFraction); n > 0 {
+		wait += time.Duration(s.randN(n))
+	}
+	return wait, nil
 }
