@@ -67,6 +67,7 @@ type h1conn struct {
 	proto       string                      // X-Forwarded-Proto
 	peer        *authzPeer                  // HTTP ext_authz identity, computed on first use
 	h2srv       atomic.Pointer[http.Server] // set while serving HTTP/2
+	h2Idle      time.Duration               // the HTTP/2 streams' idle timeout
 	rctx        reqContext                  // the HTTP/1.1 requests' context
 	// scratch is reused by the requests readRequest parses itself, exch
 	// by the upstream exchanges of every request.

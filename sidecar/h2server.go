@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -41,13 +42,18 @@ func (h *h1conn) isH2Preface() bool {
 }
 
 // bufConn reads through the connection's buffered reader (which holds the
-// preface already peeked).
+// preface already peeked) and writes through a stallWriter: a connection
+// whose writes make no progress for the stream idle timeout fails them,
+// and the HTTP/2 server then closes it (its streams could not even be
+// reset, the RST_STREAM frames queued behind the stuck write).
 type bufConn struct {
 	net.Conn
 	r *bufio.Reader
+	w *stallWriter
 }
 
-func (c *bufConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+func (c *bufConn) Read(p []byte) (int, error)  { return c.r.Read(p) }
+func (c *bufConn) Write(p []byte) (int, error) { return c.w.Write(p) }
 
 // serveH2 serves an HTTP/2 connection: every stream is routed and proxied
 // like an HTTP/1.1 request, on its own goroutine (net/http's HTTP/2
@@ -58,16 +64,21 @@ func (h *h1conn) serveH2() {
 	if hc := h.c.state.cfg.chain.http; hc.authz != nil {
 		h.authzPeerInfo(hc.authz.includePeerCert) // before streams share h
 	}
-	ln := &oneConnListener{c: &bufConn{Conn: h.c, r: h.br}, done: make(chan struct{})}
+	ln := &oneConnListener{c: &bufConn{Conn: h.c, r: h.br, w: &h.sw}, done: make(chan struct{})}
 	connDone := make(chan struct{})
 	var protos http.Protocols
 	protos.SetUnencryptedHTTP2(true)
+	h.h2Idle = streamIdle()
 	srv := &http.Server{
 		Handler:     http.HandlerFunc(h.serveStream),
 		Protocols:   &protos,
 		IdleTimeout: h1IdleTimeout,
-		BaseContext: func(net.Listener) context.Context { return h.l.ctx },
-		ErrorLog:    log.New(io.Discard, "", 0),
+		// Every stream opens with a write deadline the stream idle
+		// timeout ahead (HTTP/2 arms it per stream), pushed out as the
+		// stream makes progress (see streamIdler).
+		WriteTimeout: h.h2Idle,
+		BaseContext:  func(net.Listener) context.Context { return h.l.ctx },
+		ErrorLog:     log.New(io.Discard, "", 0),
 		ConnState: func(_ net.Conn, s http.ConnState) {
 			if s == http.StateClosed || s == http.StateHijacked {
 				ln.Close()
@@ -114,6 +125,7 @@ func (l *oneConnListener) Addr() net.Addr { return l.c.LocalAddr() }
 // serveStream is one HTTP/2 request: ext_authz, route, cluster, proxy.
 func (h *h1conn) serveStream(w http.ResponseWriter, req *http.Request) {
 	l, st := h.l, h.c.state.httpStats
+	idler := newStreamIdler(w, h.h2Idle)
 	st.rqTotal.Add(1)
 	hc := h.c.state.cfg.chain.http
 	if hasFragment(req) {
@@ -164,6 +176,8 @@ func (h *h1conn) serveStream(w http.ResponseWriter, req *http.Request) {
 		// A stream that ended with its headers (GET) has no body: the
 		// request stays replayable for retries.
 		out.Body = http.NoBody
+	} else {
+		out.Body = &idleBody{ReadCloser: out.Body, idler: idler}
 	}
 	lbc := h.lbContext(out, rt, cl)
 	h.outbound(out, rt, nil) // streams run concurrently: no shared value storage
@@ -194,12 +208,12 @@ func (h *h1conn) serveStream(w http.ResponseWriter, req *http.Request) {
 	if lbc.setCookie != "" {
 		resp.Header.Add("Set-Cookie", lbc.setCookie)
 	}
-	h.h2Relay(w, resp)
+	h.h2Relay(w, resp, idler)
 }
 
 // h2Relay streams an upstream response to an HTTP/2 stream: head, body
 // (flushed as it arrives, for gRPC streams) and trailers.
-func (h *h1conn) h2Relay(w http.ResponseWriter, resp *http.Response) {
+func (h *h1conn) h2Relay(w http.ResponseWriter, resp *http.Response, idler *streamIdler) {
 	h.c.state.httpStats.rqClass[statusClass(resp.StatusCode)].Add(1)
 	removeHopHeaders(resp.Header)
 	dst := w.Header()
@@ -209,14 +223,16 @@ func (h *h1conn) h2Relay(w http.ResponseWriter, resp *http.Response) {
 	if resp.ContentLength < 0 {
 		dst.Del("Content-Length")
 	}
+	idler.touch() // the upstream's answer is progress too
 	w.WriteHeader(resp.StatusCode)
-	rc := http.NewResponseController(w)
+	rc := idler.rc
 	bp := copyBuffers.Get().(*[]byte)
 	defer copyBuffers.Put(bp)
 	buf := *bp
 	for {
 		n, err := resp.Body.Read(buf)
 		if n > 0 {
+			idler.touch()
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				return
 			}
@@ -249,4 +265,50 @@ func (h *h1conn) h2Reply(w http.ResponseWriter, code int, hdr http.Header, body 
 	}
 	w.WriteHeader(code)
 	_, _ = io.WriteString(w, body)
+}
+
+// streamIdler resets an HTTP/2 stream that makes no progress for the
+// stream idle timeout, as Envoy's stream_idle_timeout does: the write
+// deadline the server armed when the stream opened (WriteTimeout) is
+// pushed out as request body or response bytes pass, at most every fifth
+// of the timeout (each push is a message to the connection's serve loop).
+// A stream reset by its deadline fails its handler's writes and cancels
+// its request, which releases the upstream exchange: a client that stops
+// reading (never opens its flow-control window) cannot hold it forever.
+type streamIdler struct {
+	rc    *http.ResponseController
+	idle  time.Duration
+	armed atomic.Int64 // when the deadline was last set, in Unix nanoseconds
+}
+
+func newStreamIdler(w http.ResponseWriter, idle time.Duration) *streamIdler {
+	s := &streamIdler{rc: http.NewResponseController(w), idle: idle}
+	s.armed.Store(time.Now().UnixNano())
+	return s
+}
+
+// touch records progress; the request body's reader and the response's
+// writer may call it at once.
+func (s *streamIdler) touch() {
+	now := time.Now()
+	last := s.armed.Load()
+	if now.UnixNano()-last <= int64(s.idle/5) || !s.armed.CompareAndSwap(last, now.UnixNano()) {
+		return
+	}
+	_ = s.rc.SetWriteDeadline(now.Add(s.idle))
+}
+
+// idleBody is an HTTP/2 request body whose reads count as the stream's
+// progress (a client streaming its request keeps the stream alive).
+type idleBody struct {
+	io.ReadCloser
+	idler *streamIdler
+}
+
+func (b *idleBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if n > 0 {
+		b.idler.touch()
+	}
+	return n, err
 }
