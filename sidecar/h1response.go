@@ -1,12 +1,15 @@
 package sidecar
 
 import (
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httputil"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -173,17 +176,91 @@ func (h *h1conn) relayUpgrade(req *http.Request, resp *http.Response, asked stri
 	if h.bw.Flush() != nil {
 		return
 	}
-	_ = h.c.Conn.SetWriteDeadline(time.Time{}) // the relay writes on its own terms
+	ri := &upgradeIdle{idle: streamIdle(), conns: [2]deadliner{h.c.Conn}}
+	if d, ok := up.(deadliner); ok {
+		ri.conns[1] = d
+	}
+	ri.progress() // arms both connections' deadlines
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		_, _ = io.Copy(up, h.br) // bytes the client sent after the head, then the socket
+		ri.copy(up, h.br) // bytes the client sent after the head, then the socket
 		up.Close()
 		h.c.Conn.Close()
 	}()
-	_, _ = io.Copy(h.c.Conn, up)
+	ri.copy(h.c.Conn, up)
 	up.Close()
 	h.c.Conn.Close()
 	wg.Wait()
+}
+
+type deadliner interface{ SetDeadline(time.Time) error }
+
+// upgradeIdle ends an upgraded connection's relay after the stream idle
+// timeout without a byte read in either direction, as Envoy's
+// stream_idle_timeout does for upgraded streams: both connections'
+// deadlines (reads and writes) are pushed out as bytes arrive from either
+// side, at most every fifth of the timeout, so a read blocked on a quiet
+// side that times out while the other side still talks goes on (reads
+// are retried; a write that times out ends the relay, a TLS connection's
+// writes cannot be retried). A peer that stops reading holds the relay
+// for the timeout at most.
+type upgradeIdle struct {
+	idle  time.Duration
+	conns [2]deadliner // downstream, upstream (nil: no deadline)
+	last  atomic.Int64 // the last bytes read, in Unix nanoseconds
+	armed atomic.Int64 // when the deadlines were last pushed out
+}
+
+// progress records bytes read and pushes the deadlines out if they were
+// last pushed more than a fifth of the timeout ago.
+func (r *upgradeIdle) progress() {
+	now := time.Now().UnixNano()
+	r.last.Store(now)
+	if a := r.armed.Load(); now-a > int64(r.idle/5) && r.armed.CompareAndSwap(a, now) {
+		r.setDeadlines(time.Unix(0, now).Add(r.idle))
+	}
+}
+
+func (r *upgradeIdle) setDeadlines(t time.Time) {
+	for _, c := range r.conns {
+		if c != nil {
+			_ = c.SetDeadline(t)
+		}
+	}
+}
+
+// resume reports whether a read that ended with err may go on: it timed
+// out while the other direction read bytes within the timeout (the
+// deadlines are then set the timeout after those bytes).
+func (r *upgradeIdle) resume(err error) bool {
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		return false
+	}
+	until := time.Unix(0, r.last.Load()).Add(r.idle)
+	if !time.Now().Before(until) {
+		return false
+	}
+	r.setDeadlines(until)
+	return true
+}
+
+// copy relays src to dst until either fails or src ends or idles out.
+func (r *upgradeIdle) copy(dst io.Writer, src io.Reader) {
+	bp := copyBuffers.Get().(*[]byte)
+	defer copyBuffers.Put(bp)
+	buf := *bp
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			r.progress()
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil && !r.resume(err) {
+			return
+		}
+	}
 }

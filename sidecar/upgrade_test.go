@@ -1,12 +1,15 @@
 package sidecar
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
@@ -130,5 +133,66 @@ func TestDecodeUpgradeConfigs(t *testing.T) {
 	}
 	if upgradeAllowed(nil, nil, "websocket") {
 		t.Error("an HCM without upgrade_configs allows websocket")
+	}
+}
+
+// An upgraded connection on which nobody sends anything for the stream
+// idle timeout is closed at both ends, as Envoy's stream_idle_timeout
+// does; bytes in either direction keep it open (here, the client alone
+// talks for several timeouts).
+func TestHTTPMeshUpgradeIdleClosed(t *testing.T) {
+	shortenStreamIdle(t, 300*time.Millisecond)
+	appDone := make(chan error, 1)
+	m := newHTTPMesh(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, brw, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+		brw.Flush()
+		_ = conn.SetReadDeadline(time.Now().Add(waitTimeout))
+		for {
+			line, err := brw.ReadString('\n')
+			if err != nil {
+				appDone <- err
+				return
+			}
+			if strings.HasPrefix(line, "echo") { // only these are answered
+				brw.WriteString(line)
+				brw.Flush()
+			}
+		}
+	}))
+	c, br := rawConn(t, m)
+	fmt.Fprintf(c, "GET /ws HTTP/1.1\r\nHost: api\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade response = %v, %v", resp, err)
+	}
+	echo := func(br *bufio.Reader, msg string) {
+		t.Helper()
+		fmt.Fprintf(c, "%s\n", msg)
+		if line, err := br.ReadString('\n'); err != nil || line != msg+"\n" {
+			t.Fatalf("echo of %q = %q, %v", msg, line, err)
+		}
+	}
+	echo(br, "echo 1")
+	for i := 0; i < 12; i++ { // 1.2 s of one-way traffic: four timeouts
+		time.Sleep(100 * time.Millisecond)
+		fmt.Fprintf(c, "x\n")
+	}
+	echo(br, "echo 2")
+	start := time.Now()
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := br.ReadByte(); err != io.EOF && !isConnReset(err) {
+		t.Fatalf("idle upgraded connection still open at the client after %s: %v", time.Since(start), err)
+	}
+	select {
+	case err := <-appDone:
+		if err != io.EOF && !isConnReset(err) {
+			t.Fatalf("idle upgraded connection at the app ended with %v, want closed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("idle upgraded connection still open at the app")
 	}
 }

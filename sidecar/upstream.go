@@ -391,6 +391,9 @@ func (u *upgradedConn) Read(p []byte) (int, error)  { return u.pc.br.Read(p) }
 func (u *upgradedConn) Write(p []byte) (int, error) { return u.pc.conn.Write(p) }
 func (u *upgradedConn) Close() error                { return u.pc.conn.Close() }
 
+// SetDeadline sets the connection's read and write deadlines.
+func (u *upgradedConn) SetDeadline(t time.Time) error { return u.pc.conn.SetDeadline(t) }
+
 func (t *h1Transport) popIdle(addr string) *upstreamConn {
 	t.mu.Lock()
 	defer t.mu.Unlock()
