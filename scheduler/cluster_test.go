@@ -289,6 +289,42 @@ func TestSpread(t *testing.T) {
 	}
 }
 
+// A node missing a spread's attribute scores -1 for that spread, as in
+// Nomad's SpreadIterator: with or without targets, the nodes that have
+// the attribute are preferred, even the one listed after it.
+func TestSpreadNodeMissingAttribute(t *testing.T) {
+	nodes := []*structs.Node{cnode("n1", "dc1", 4000, 8192), cnode("n2", "dc1", 4000, 8192, withMeta("rack", "r1")),
+		cnode("n3", "dc1", 4000, 8192, withMeta("rack", "r2"))}
+	spread := func(targets ...*structs.SpreadTarget) func(*structs.Job) {
+		return func(j *structs.Job) {
+			j.Spreads = []*structs.Spread{{Attribute: "${meta.rack}", SpreadTarget: targets}}
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		job  *structs.Job
+	}{
+		{"targets", job("a", 2, spread(&structs.SpreadTarget{Value: "r1", Percent: 50}, &structs.SpreadTarget{Value: "r2", Percent: 50}))},
+		{"even spread", job("a", 2, spread())},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := newTest(t, 20000, 32000).Process(tc.job, nil, nodes, Options{})
+			if err != nil || len(p.Failures) != 0 {
+				t.Fatalf("%v %s", err, failureOf(p))
+			}
+			if got := perNode(p.Place); got != "n2=1,n3=1" {
+				t.Errorf("per node %s, want n2=1,n3=1 (n1 has no meta.rack)", got)
+			}
+		})
+	}
+	// With no room elsewhere the node is still feasible: spread ranks, it
+	// does not filter.
+	p, err := newTest(t, 20000, 32000).Process(job("a", 4, spread()), nil, nodes[:1], Options{})
+	if err != nil || perNode(p.Place) != "n1=4" {
+		t.Fatalf("only n1 (no meta.rack): placed %q, %v %s; want n1=4", perNode(p.Place), err, failureOf(p))
+	}
+}
+
 // A rescheduled allocation avoids the node it failed on when another one
 // can take it.
 func TestRescheduleAvoidsFailedNode(t *testing.T) {
