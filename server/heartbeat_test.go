@@ -208,8 +208,9 @@ func TestNodeDownHookAfterStatusStored(t *testing.T) {
 func TestStoppedAllocsOnDownNodeAreLost(t *testing.T) {
 	ctx := context.Background()
 	st := openStore(t)
-	cfg := fastHeartbeats
-	cfg.AllocGCThreshold = time.Millisecond
+	clock := &fakeClock{t: time.Unix(1_000_000, 0)}
+	cfg := fastHeartbeats // the heartbeat timers run on the real clock
+	cfg.Now, cfg.AllocGCThreshold, cfg.GCInterval = clock.Now, time.Hour, 100*time.Hour
 	s := startServer(t, st, cfg) // node-1 never heartbeats
 	for _, id := range []string{"web", "api"} {
 		if _, err := s.RegisterJob(ctx, testJob(id, "raw_exec", 1)); err != nil {
@@ -232,7 +233,15 @@ func TestStoppedAllocsOnDownNodeAreLost(t *testing.T) {
 	if job, err := s.Job(ctx, "web"); err != nil || job.Status != structs.JobStatusDead {
 		t.Fatalf("stopped job on a down node: %+v, %v; want dead", job, err)
 	}
-	time.Sleep(5 * time.Millisecond) // past AllocGCThreshold
+	// The purged job's allocation goes at once; the stopped job's waits
+	// for AllocGCThreshold.
+	if err := s.GC(); err != nil {
+		t.Fatal(err)
+	}
+	if all, _ := st.Allocs(); len(all) != 1 || all[0].JobID != "web" {
+		t.Fatalf("before AllocGCThreshold, GC left %d allocations (%v), want only web's", len(all), allocIDs(t, st))
+	}
+	clock.Advance(time.Hour)
 	if err := s.GC(); err != nil {
 		t.Fatal(err)
 	}
