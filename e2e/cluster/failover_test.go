@@ -124,13 +124,7 @@ func checkReturn(t *testing.T, c *cluster, via, returned *agent, job string, cou
 		return true, ""
 	})
 	figure(t, "client_restart_old_tasks_stopped_seconds", took)
-	// Let the returning client report what it restored before counting.
-	time.Sleep(2 * time.Second)
-	returned.checkAlive()
-	all, err := c.allocs(via, job)
-	if err != nil {
-		t.Fatal(err)
-	}
+	all = waitReported(t, c, via, returned, job, old)
 	names := map[string]bool{}
 	runningAny := 0
 	for _, a := range all {
@@ -149,6 +143,38 @@ func checkReturn(t *testing.T, c *cluster, via, returned *agent, job string, cou
 	if runningAny != count || len(names) != count {
 		t.Errorf("job %s: %d allocations report running under %d names, want %d: %s", job, runningAny, len(names), count, describe(all))
 	}
+}
+
+// waitReported waits until the returning client has reported each old
+// allocation it restored: the servers marked them lost, and only that
+// client changes their client status, to the terminal one its runner
+// ends with (its last report of them). A duplicate would show up as
+// running before then, and counting earlier could miss it.
+func waitReported(t *testing.T, c *cluster, via, returned *agent, job string, old []string) []*nomadapi.AllocationListStub {
+	t.Helper()
+	var all []*nomadapi.AllocationListStub
+	took := poll(t, 30*time.Second, "the returning client to report its old allocations", func() (bool, string) {
+		via.checkAlive()
+		returned.checkAlive()
+		var err error
+		if all, err = c.allocs(via, job); err != nil {
+			return false, err.Error()
+		}
+		byID := index(all)
+		for _, id := range old {
+			a := byID[id]
+			if a == nil {
+				return false, "old allocation " + id + " is gone: " + describe(all)
+			}
+			// "lost" is the servers' word, not the client's.
+			if a.ClientStatus != "complete" && a.ClientStatus != "failed" {
+				return false, "old allocation " + id + " not reported terminal by its client: " + describe(all)
+			}
+		}
+		return true, ""
+	})
+	t.Logf("the returning client reported its old allocations after %s: %s", took.Round(time.Millisecond), describe(all))
+	return all
 }
 
 func index(allocs []*nomadapi.AllocationListStub) map[string]*nomadapi.AllocationListStub {
