@@ -55,14 +55,20 @@ func TestOneServerThreeClients(t *testing.T) {
 	} else {
 		t.Logf("distinct4's failed placement: %s", failed)
 	}
-	// Stays at three: the blocked fourth allocation has no node to go to.
-	time.Sleep(2 * time.Second)
+	// Stays at three: the blocked fourth allocation has no node to go to,
+	// even when the scheduler looks again with the three running (the
+	// same job registered again is evaluated anew).
+	again := c.RegisterJob(s1, sleepJob("distinct4", 4, true))
+	if ev := c.WaitEval(s1, again); !strings.Contains(failedConstraints(ev), "distinct_hosts") {
+		t.Errorf("evaluation %s of distinct4 with three running (status %s): failed placements %q do not name distinct_hosts",
+			again, ev.Status, failedConstraints(ev))
+	}
 	all, err := c.allocs(s1, "distinct4")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := len(running(all)); n != 3 {
-		t.Errorf("job distinct4: %d running allocations 2s later, want 3: %s", n, describe(all))
+	if n := len(running(all)); n != 3 || len(all) != 3 {
+		t.Errorf("job distinct4: %d allocations, %d running, after a second evaluation; want 3 running and no other: %s", len(all), n, describe(all))
 	}
 	out, err := c.CLI(s1, "job", "status", "distinct4")
 	if err != nil || !strings.Contains(out, "distinct_hosts") {
