@@ -5,7 +5,11 @@
 package traffic
 
 import (
+	"encoding/json"
 	"fmt"
+	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -98,24 +102,42 @@ func TestCanaryRoutingSplitAndRetries(t *testing.T) {
 		t.Fatalf("split v1=%d v2=%d; want 90/10 within ±3%%", v1, v2)
 	}
 
-	// Promote v2 while requests flow: none fails, and a second after the
-	// write every request reaches v2.
+	// Promote v2 while requests flow: none fails, and once service-a's
+	// sidecar holds the promoted route every request reaches v2.
+	before := upstreamRequests(t, a, svcA.ID)
 	var wg sync.WaitGroup
 	var during map[string]int
+	flowing := make(chan struct{})
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		r := a.Exec(svcA.ID, "service-a", a.Bin, "demo-app", "get", "-timeout", "5s", "-n", "300", "-every", "10ms", upstream+"/")
+		defer close(flowing)
+		r := a.Exec(svcA.ID, "service-a", a.Bin, "demo-app", "get", "-timeout", "5s", "-n", "500", "-every", "10ms", upstream+"/")
 		during = map[string]int{}
 		for _, line := range strings.Split(strings.TrimSpace(r.Stdout), "\n") {
 			during[line]++
 		}
 	}()
-	time.Sleep(time.Second)
+	a.Eventually(30*time.Second, "requests flowing through service-a's upstream", func() bool {
+		return upstreamRequests(t, a, svcA.ID) >= before+20
+	})
+	if c := catchAllClusters(t, a, svcA.ID); !slices.ContainsFunc(c, isSubset("v1")) {
+		t.Fatalf("before the promotion, service-a's sidecar routes / to %v; want a v1 split", c)
+	}
+	written := time.Now()
 	a.MustCLI("config", "write", "../../config/canary/05-service-b-promote.json")
-	time.Sleep(time.Second)
+	a.Eventually(30*time.Second, "service-a's sidecar to route / to v2 alone", func() bool {
+		c := catchAllClusters(t, a, svcA.ID)
+		return len(c) > 0 && !slices.ContainsFunc(c, func(name string) bool { return !isSubset("v2")(name) })
+	})
+	t.Logf("the promotion reached service-a's sidecar %s after the write", time.Since(written).Round(time.Millisecond))
+	select {
+	case <-flowing:
+		t.Fatal("the requests sent during the promotion ended before the sidecar had it: nothing was sent across the change")
+	default:
+	}
 	if c := tally(t, a, svcA.ID, "/", 100); c["200 v2"] != 100 {
-		t.Fatalf("1 s after promoting v2, 100 requests = %v; want all v2", c)
+		t.Fatalf("with the promoted route in service-a's sidecar, 100 requests = %v; want all v2", c)
 	}
 	wg.Wait()
 	if bad := failures(during); bad != 0 {
@@ -174,4 +196,89 @@ func TestL7Intentions(t *testing.T) {
 	if r := a.CLI("intention", "check", "-path", "/public", "service-a", "service-b"); r.Code != 0 || !strings.Contains(r.Stdout, "Allowed") {
 		t.Fatalf("intention check -path /public: exit %d: %q %q", r.Code, r.Stdout, r.Stderr)
 	}
+}
+
+// adminGet fetches path from service-a's sidecar admin listener, inside
+// its allocation.
+func adminGet(t *testing.T, a *framework.Agent, allocID, path string) string {
+	t.Helper()
+	r := a.Exec(allocID, "service-a", a.Bin, "demo-app", "get", "-timeout", "5s", "http://127.0.0.2:19001"+path)
+	if r.Code != 0 {
+		t.Fatalf("sidecar admin %s: exit %d: %s", path, r.Code, r.Stderr)
+	}
+	return r.Stdout
+}
+
+// upstreamRequests sums the requests service-a's sidecar took on its
+// upstream listeners (http.upstream.*.downstream_rq_total).
+func upstreamRequests(t *testing.T, a *framework.Agent, allocID string) int {
+	t.Helper()
+	total := 0
+	for _, line := range strings.Split(adminGet(t, a, allocID, "/stats?filter="+url.QueryEscape(`^http\.upstream\..*\.downstream_rq_total$`)), "\n") {
+		_, v, ok := strings.Cut(line, ": ")
+		if n, err := strconv.Atoi(strings.TrimSpace(v)); ok && err == nil {
+			total += n
+		}
+	}
+	return total
+}
+
+// isSubset matches the clusters of a service-b subset.
+func isSubset(subset string) func(string) bool {
+	return func(cluster string) bool { return strings.HasPrefix(cluster, subset+".service-b.") }
+}
+
+// catchAllClusters returns the clusters that the catch-all routes (prefix
+// "/", no header match: the router's own and the default one after it) of
+// service-a's sidecar send to, as its config_dump shows the route
+// configuration it holds.
+func catchAllClusters(t *testing.T, a *framework.Agent, allocID string) []string {
+	t.Helper()
+	var dump struct {
+		Configs []struct {
+			Type    string `json:"@type"`
+			Dynamic []struct {
+				RouteConfig struct {
+					VirtualHosts []struct {
+						Routes []struct {
+							Match struct {
+								Prefix  string            `json:"prefix"`
+								Headers []json.RawMessage `json:"headers"`
+							} `json:"match"`
+							Route struct {
+								Cluster  string `json:"cluster"`
+								Weighted struct {
+									Clusters []struct {
+										Name string `json:"name"`
+									} `json:"clusters"`
+								} `json:"weighted_clusters"`
+							} `json:"route"`
+						} `json:"routes"`
+					} `json:"virtual_hosts"`
+				} `json:"route_config"`
+			} `json:"dynamic_route_configs"`
+		} `json:"configs"`
+	}
+	if err := json.Unmarshal([]byte(adminGet(t, a, allocID, "/config_dump")), &dump); err != nil {
+		t.Fatalf("config_dump of service-a's sidecar: %v", err)
+	}
+	var out []string
+	for _, c := range dump.Configs {
+		for _, d := range c.Dynamic {
+			for _, vh := range d.RouteConfig.VirtualHosts {
+				for _, r := range vh.Routes {
+					if r.Match.Prefix != "/" || len(r.Match.Headers) > 0 {
+						continue
+					}
+					if r.Route.Cluster != "" {
+						out = append(out, r.Route.Cluster)
+					}
+					for _, w := range r.Route.Weighted.Clusters {
+						out = append(out, w.Name)
+					}
+				}
+			}
+		}
+	}
+	return out
 }
