@@ -35,15 +35,20 @@ func TestMeshSurvivesControlPlaneFaults(t *testing.T) {
 
 	t.Run("agent SIGKILL and restart", func(t *testing.T) {
 		webProcs, dbProcs := procsIn(t, webNS), procsIn(t, dbNS)
-		tr := startTraffic(webNS, upstream, 5*time.Millisecond, 10000, 60*time.Second)
-		time.Sleep(2 * time.Second)
+		streams := adsReconnects(t, webNS, dbNS)
+		tr := startTraffic(webNS, upstream, 5*time.Millisecond, 10000, 90*time.Second)
+		waitRequests(t, tr, 200, "before the crash")
 		a.Kill()
-		time.Sleep(2 * time.Second)
+		// With the agent dead the mesh keeps serving (judged below): a
+		// few hundred requests (about 2 s) go through before the restart.
+		waitRequests(t, tr, 400, "with the agent dead")
 		restarting := time.Now()
 		a.Restart()
 		restarted := time.Now()
-		// Past the sidecars' reconnect backoff (at most 5 s).
-		time.Sleep(6 * time.Second)
+		// The sidecars are back on the new agent's streams (past their
+		// reconnect backoff), then the load runs on a while.
+		waitReconnected(t, a, streams)
+		waitRequests(t, tr, 400, "after the sidecars reconnected")
 		ok, failed, _ := tr.Stop()
 		t.Logf("agent crash: %d requests ok, %d failed", ok, failed)
 		figure(t, "crash_requests", float64(ok+failed))
@@ -63,17 +68,22 @@ func TestMeshSurvivesControlPlaneFaults(t *testing.T) {
 
 	t.Run("control plane away", func(t *testing.T) {
 		away := outage()
-		tr := startTraffic(webNS, upstream, 5*time.Millisecond, int((away+time.Minute)/(5*time.Millisecond)), away+time.Minute)
-		time.Sleep(time.Second)
+		streams := adsReconnects(t, webNS, dbNS)
+		tr := startTraffic(webNS, upstream, 5*time.Millisecond, int((away+2*time.Minute)/(5*time.Millisecond)), away+2*time.Minute)
+		waitRequests(t, tr, 200, "before the agent stops")
+		okBefore, failedBefore := tr.Counts()
 		a.Interrupt()
 		// Sidecars keep serving with their last configuration and their
-		// last authorization decision (fail-static).
+		// last authorization decision (fail-static) for the whole outage:
+		// its length is the figure under test (MESHLET_FAULTS_OUTAGE).
 		time.Sleep(away)
 		okAway, failedAway := tr.Counts()
+		okAway, failedAway = okAway-okBefore, failedAway-failedBefore
 		restarting := time.Now()
 		a.Restart()
 		restarted := time.Now()
-		time.Sleep(6 * time.Second)
+		waitReconnected(t, a, streams)
+		waitRequests(t, tr, 400, "after the sidecars reconnected")
 		ok, failed, _ := tr.Stop()
 		t.Logf("control plane away for %s: %d requests ok (%d while away), %d failed", away, ok, okAway, failed)
 		figure(t, "outage_seconds", away.Seconds())

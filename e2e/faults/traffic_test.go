@@ -2,9 +2,12 @@ package faults
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -15,6 +18,8 @@ import (
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
+
+	"github.com/meshlet/meshlet/e2e/framework"
 )
 
 // netnsPath is where meshlet bind-mounts an allocation's namespace.
@@ -170,4 +175,90 @@ func sidecarPID(t *testing.T, path string) int {
 	}
 	t.Fatalf("no built-in proxy process in %s (processes: %v)", path, procsIn(t, path))
 	return 0
+}
+
+// waitRequests waits until tr has sent n more requests (answered or
+// failed) than when called.
+func waitRequests(t *testing.T, tr *traffic, n int, what string) {
+	t.Helper()
+	ok, failed := tr.Counts()
+	from := ok + failed
+	deadline := time.Now().Add(60 * time.Second)
+	for ok+failed < from+n {
+		select {
+		case <-tr.done:
+			t.Fatalf("the load ended after %d of %d requests %s", ok+failed-from, n, what)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after 60s waiting for %d requests %s (%d sent)", n, what, ok+failed-from)
+		}
+		time.Sleep(20 * time.Millisecond)
+		ok, failed = tr.Counts()
+	}
+}
+
+// sidecarAdmin is the built-in proxy's admin listener inside an
+// allocation with one sidecar.
+const sidecarAdmin = "127.0.0.2:19001"
+
+// adsStats reads, from the admin listener of the sidecar in the namespace
+// at path, whether its ADS stream is up (control_plane.connected_state)
+// and how many times it ended (control_plane.reconnects).
+func adsStats(path string) (connected bool, reconnects int64, err error) {
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
+		DialContext: func(_ context.Context, _, addr string) (net.Conn, error) { return dialIn(path, addr, 2*time.Second) }}}
+	resp, err := c.Get("http://" + sidecarAdmin + "/stats?filter=" + url.QueryEscape(`^control_plane\.(connected_state|reconnects)$`))
+	if err != nil {
+		return false, 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return false, 0, err
+	}
+	stats := map[string]int64{}
+	for _, line := range strings.Split(string(b), "\n") {
+		name, v, _ := strings.Cut(line, ": ")
+		if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil {
+			stats[name] = n
+		}
+	}
+	if _, ok := stats["control_plane.reconnects"]; !ok {
+		return false, 0, fmt.Errorf("no control_plane stats in %q", b)
+	}
+	return stats["control_plane.connected_state"] == 1, stats["control_plane.reconnects"], nil
+}
+
+// adsReconnects returns the reconnect count of the sidecar in each
+// namespace, for waitReconnected.
+func adsReconnects(t *testing.T, paths ...string) map[string]int64 {
+	t.Helper()
+	out := map[string]int64{}
+	for _, p := range paths {
+		_, n, err := adsStats(p)
+		if err != nil {
+			t.Fatalf("sidecar stats in %s: %v", p, err)
+		}
+		out[p] = n
+	}
+	return out
+}
+
+// waitReconnected waits until each sidecar's ADS stream ended since
+// before (adsReconnects) and a new one is up: the sidecars are back on
+// the agent's control plane.
+func waitReconnected(t *testing.T, a *framework.Agent, before map[string]int64) {
+	t.Helper()
+	start := time.Now()
+	a.Eventually(60*time.Second, "the sidecars' ADS streams to reconnect", func() bool {
+		for p, n := range before {
+			up, now, err := adsStats(p)
+			if err != nil || !up || now <= n {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("sidecars reconnected %s after the agent was ready", time.Since(start).Round(time.Millisecond))
 }
