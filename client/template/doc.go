@@ -25,8 +25,11 @@
 // A template's first render blocks the task's start (as in Nomad) while a
 // service it reads has no healthy instance; the task records a "Template"
 // event naming what it waits for ("Missing: health.service(db|passing)").
-// Once rendered, an empty service renders as empty. Re-renders honour the
-// template's wait (min: quiet time after a change; max: the longest a
+// Once rendered, an empty service renders as empty. A catalog change
+// schedules only the templates whose last render read a changed service
+// (any change, while a template has not rendered or its last render
+// failed), as consul-template follows each template's own dependencies;
+// files are polled. Re-renders honour the template's wait (min: quiet time after a change; max: the longest a
 // change is held) and splay (a random delay before the change_mode
 // acts); a file is written only when its content changes. Destinations
 // resolve inside the task directory or the allocation's shared alloc
@@ -40,5 +43,5 @@
 // A Hook belongs to one task runner: Prestart runs once on the runner's
 // goroutine, then one watcher goroutine owns the templates' state until
 // Stop. Env may be called from any goroutine; mu guards the rendered
-// environment only.
+// environment only, chMu the catalog changes the watcher has not taken.
 package template

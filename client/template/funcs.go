@@ -73,7 +73,8 @@ type NomadService struct {
 }
 
 // renderCtx is what one render reads; it records what the template waits
-// for (missing) and whether it read files (which are polled).
+// for (missing), the services it read (whose changes re-render it) and
+// whether it read files (which are polled).
 type renderCtx struct {
 	cat Catalog
 	env map[string]string
@@ -87,6 +88,18 @@ type renderCtx struct {
 	strict   bool
 	missing  []string
 	usesFile bool
+	// readSvcs: the service names read; readAll: the list of every
+	// service was read (`services`), which any change can alter.
+	readSvcs map[string]bool
+	readAll  bool
+}
+
+// readService records that the render read service name.
+func (r *renderCtx) readService(name string) {
+	if r.readSvcs == nil {
+		r.readSvcs = map[string]bool{}
+	}
+	r.readSvcs[name] = true
 }
 
 func (r *renderCtx) funcs() template.FuncMap {
@@ -160,6 +173,7 @@ func (r *renderCtx) service(query string, filters ...string) ([]*HealthService, 
 	if name == "" {
 		return nil, fmt.Errorf("service: invalid service %q", query)
 	}
+	r.readService(name)
 	want, err := statusFilter(filters)
 	if err != nil {
 		return nil, err
@@ -242,6 +256,7 @@ func (r *renderCtx) services() ([]*CatalogSnippet, error) {
 	if r.cat == nil {
 		return nil, fmt.Errorf("services: %w", ErrNoCatalog)
 	}
+	r.readAll = true
 	all := r.cat.Services()
 	out := make([]*CatalogSnippet, 0, len(all))
 	for name, tags := range all {
@@ -261,6 +276,7 @@ func (r *renderCtx) nomadService(args ...string) ([]*NomadService, error) {
 		return nil, fmt.Errorf("nomadService: %w", ErrNoCatalog)
 	}
 	tag, name := parseService(args[0])
+	r.readService(name)
 	out := []*NomadService{}
 	for _, inst := range r.cat.Service(name) {
 		if inst.Kind != catalog.KindTypical || (tag != "" && !slices.Contains(inst.Tags, tag)) {

@@ -66,8 +66,14 @@ type Hook struct {
 	// watching: the watcher goroutine runs (set before it starts, read
 	// by Stop on the runner's goroutine).
 	watching bool
-	changes  chan struct{}
+	changes  chan struct{} // wakes the watcher after a catalog change
 	unsub    func()
+
+	// chMu guards what the catalog changed since the watcher last looked:
+	// the services named (changedAll: a change that named none).
+	chMu       sync.Mutex
+	changed    map[string]bool
+	changedAll bool
 
 	mu  sync.Mutex
 	env map[int]map[string]string // env vars by template index
@@ -148,7 +154,7 @@ func (h *Hook) Prestart(ctx context.Context, req taskrunner.TaskHookRequest) err
 		h.tmpls = append(h.tmpls, t)
 	}
 	if h.cfg.Catalog != nil {
-		h.unsub = h.cfg.Catalog.Subscribe(func(catalog.Change) { h.notify() })
+		h.unsub = h.cfg.Catalog.Subscribe(h.notify)
 	}
 	if req.Restored {
 		h.loadEnvFiles()
@@ -164,11 +170,34 @@ func (h *Hook) Prestart(ctx context.Context, req taskrunner.TaskHookRequest) err
 	return nil
 }
 
-func (h *Hook) notify() {
+// notify records a catalog change and wakes the watcher; it runs on the
+// catalog's goroutine and must not block.
+func (h *Hook) notify(ch catalog.Change) {
+	h.chMu.Lock()
+	if len(ch.Services) == 0 {
+		h.changedAll = true
+	}
+	for _, s := range ch.Services {
+		if h.changed == nil {
+			h.changed = map[string]bool{}
+		}
+		h.changed[s] = true
+	}
+	h.chMu.Unlock()
 	select {
 	case h.changes <- struct{}{}:
 	default:
 	}
+}
+
+// takeChanges returns and forgets what the catalog changed since the last
+// call.
+func (h *Hook) takeChanges() (changed map[string]bool, all bool) {
+	h.chMu.Lock()
+	defer h.chMu.Unlock()
+	changed, all = h.changed, h.changedAll
+	h.changed, h.changedAll = nil, false
+	return changed, all
 }
 
 // firstRender renders until every template is written, waiting for
@@ -205,9 +234,14 @@ func (h *Hook) renderOne(t *tmpl) (bool, error) {
 		nodeName: h.cfg.NodeName, strict: !t.rendered}
 	out, err := t.render(rc)
 	if err != nil {
+		t.reads, t.readsAll = nil, false
 		return false, err
 	}
 	t.usesFile = rc.usesFile
+	t.reads, t.readsAll = rc.readSvcs, rc.readAll
+	if t.reads == nil {
+		t.reads = map[string]bool{}
+	}
 	if len(rc.missing) > 0 {
 		if m := strings.Join(rc.missing, ", "); m != t.lastMissing {
 			t.lastMissing = m

@@ -50,6 +50,11 @@ type tmpl struct {
 	rendered bool
 	// usesFile: the last render read a file (polled for changes).
 	usesFile bool
+	// reads are the services the last successful render read, readsAll
+	// whether it read the list of every service; nil reads: not known
+	// (no render yet, or the last one failed before reading everything).
+	reads    map[string]bool
+	readsAll bool
 	// lastMissing and lastErr are what was last reported, to report
 	// changes only.
 	lastMissing string

@@ -45,6 +45,9 @@ func (h *Hook) watch(restored bool) {
 			pending[t] = dirty{first: at, last: at}
 		}
 	}
+	// Changes during the first render may have been taken for one that
+	// still waited for data, after others had rendered: look at them all.
+	h.markChanged(pending)
 	poll := time.NewTicker(h.cfg.FilePoll)
 	defer poll.Stop()
 	timer := time.NewTimer(time.Hour)
@@ -55,7 +58,7 @@ func (h *Hook) watch(restored bool) {
 		case <-h.stopCh:
 			return
 		case <-h.changes:
-			h.markAll(pending, func(*tmpl) bool { return true })
+			h.markChanged(pending)
 		case <-poll.C:
 			// A poll is a check, not a change: it schedules the templates
 			// that read files (or still wait for data) unless they are
@@ -70,6 +73,34 @@ func (h *Hook) watch(restored bool) {
 			}
 		}
 	}
+}
+
+// markChanged schedules the templates a catalog change can affect. Only
+// those are deferred: as consul-template's quiescence counts the changes
+// of a template's own dependencies, changes elsewhere in the cluster do
+// not push a template's render back towards its wait.max.
+func (h *Hook) markChanged(pending map[*tmpl]dirty) {
+	changed, all := h.takeChanges()
+	if !all && len(changed) == 0 {
+		return
+	}
+	h.markAll(pending, func(t *tmpl) bool { return t.affectedBy(changed, all) })
+}
+
+// affectedBy reports whether a change to the changed services (all: to
+// services not named) can change t's output. Until t has rendered, and
+// after a failed render (which may have stopped before reading all it
+// reads), any change can.
+func (t *tmpl) affectedBy(changed map[string]bool, all bool) bool {
+	if all || t.readsAll || !t.rendered || t.reads == nil {
+		return true
+	}
+	for s := range t.reads {
+		if changed[s] {
+			return true
+		}
+	}
+	return false
 }
 
 func (h *Hook) markAll(pending map[*tmpl]dirty, keep func(*tmpl) bool) {
