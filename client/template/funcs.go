@@ -297,7 +297,9 @@ func (r *renderCtx) nomadService(args ...string) ([]*NomadService, error) {
 }
 
 // file is `file "path"`: a file of the task directory (the sandbox Nomad
-// applies), read without following symbolic links.
+// applies), read without following symbolic links. A missing file is an
+// error, as consul-template's file dependency reports it (Nomad fails the
+// task's first render on it; a later re-render keeps the last file).
 func (r *renderCtx) file(p string) (string, error) {
 	r.usesFile = true
 	b, err := readInDir(r.taskDir, p)

@@ -351,3 +351,21 @@ func TestFileTemplateFailureAndRecovery(t *testing.T) {
 		return read(t, out) == "cfg=two" && len(r) == 1
 	})
 }
+
+// A file `file` reads that does not exist fails the first render, as in
+// Nomad: consul-template's file dependency reports the missing file as an
+// error, which is not retried and fails the task ("Template failed").
+func TestFileMissingAtFirstRenderFails(t *testing.T) {
+	tm := fastTmpl("restart")
+	tm.EmbeddedTmpl = sp(`cfg={{ file "local/absent.txt" }}`)
+	f := newFixture(t, tm)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := f.hook.Prestart(ctx, taskrunner.TaskHookRequest{})
+	if !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), "absent.txt") {
+		t.Fatalf("Prestart: %v, want a not-exist error naming absent.txt", err)
+	}
+	if _, err := os.Stat(filepath.Join(f.dirs.TaskDir, "local", "api.txt")); !os.IsNotExist(err) {
+		t.Errorf("destination written after a failed first render: %v", err)
+	}
+}
