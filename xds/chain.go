@@ -148,18 +148,16 @@ func (b builder) translate(ch *configentry.Chain, own string, up catalog.Upstrea
 // identities of the target and of its failover targets, and the spec of
 // its load assignment (failover targets as lower priorities).
 //
-// A target in another datacenter with mesh gateway mode local or remote
-// is reached through the gateways: the cluster keeps its name (the SNI the
-// gateways route by) and mTLS to the target's identity, and its endpoints
-// are the gateways (claKey.gateway). Failover targets in other
-// datacenters follow the same mode (addSNIMatches).
+// A target in another datacenter whose mesh gateway mode (the upstream's
+// override gwMode, else its own: targetMeshGatewayMode) is local or
+// remote is reached through the gateways: the cluster keeps its name (the
+// SNI the gateways route by) and mTLS to the target's identity, and its
+// endpoints are the gateways (claKey.gateway). Failover targets are
+// reached by their own modes (addSNIMatches).
 func (b builder) targetCluster(ch *configentry.Chain, t *configentry.Target, own string, prot protocol, ut upstreamTimeout, gwMode string) (*cluster.Cluster, claKey, endpointSpec, error) {
-	first := sourceOf(t, b.dc)
+	first := b.gatewaySource(sourceOf(t, b.dc), b.targetMeshGatewayMode(gwMode, t))
 	key := claKey{service: first.service, dc: first.dc, subset: t.Subset}
 	primarySNI := subsetClusterName(t.Subset, first.service, first.dc, b.trustDomain)
-	if b.viaMeshGateway(gwMode, first.dc) {
-		key.gateway, first.gateway = gwMode, gwMode
-	}
 	spec := endpointSpec{sources: []endpointSource{first}}
 	ids := []string{SpiffeID(b.trustDomain, first.dc, first.service)}
 	seen := map[string]bool{ids[0]: true}
@@ -168,11 +166,9 @@ func (b builder) targetCluster(ch *configentry.Chain, t *configentry.Target, own
 		if ft == nil {
 			return nil, key, spec, fmt.Errorf("%w: target %q fails over to unknown target %q", ErrInvalidChain, t.ID, fid)
 		}
-		src := sourceOf(ft, b.dc)
-		if b.viaMeshGateway(gwMode, src.dc) {
-			// Like the primary: through the gateways, with the target's
-			// own SNI, in a load assignment of its own for this mode.
-			src.gateway, key.gateway = gwMode, gwMode
+		src := b.gatewaySource(sourceOf(ft, b.dc), b.targetMeshGatewayMode(gwMode, ft))
+		if src.gateway != "" {
+			// Through the gateways, with the target's own SNI.
 			if sni := subsetClusterName(ft.Subset, src.service, src.dc, b.trustDomain); sni != primarySNI {
 				src.tlsMatch = sni
 			}
@@ -183,6 +179,7 @@ func (b builder) targetCluster(ch *configentry.Chain, t *configentry.Target, own
 			ids = append(ids, id)
 		}
 	}
+	key.gateway = claGatewayKey(spec.sources, b.dc)
 	c, err := meshCluster(subsetClusterName(key.subset, key.service, key.dc, b.trustDomain), own, ids, ut.ms, prot)
 	if err != nil {
 		return nil, key, spec, err

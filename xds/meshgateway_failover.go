@@ -16,7 +16,8 @@ import (
 const transportSocketMatchKey = "envoy.transport_socket_match"
 
 // Failover through mesh gateways (Consul's behaviour: a failover target
-// in another datacenter follows the upstream's mesh gateway mode). The
+// in another datacenter follows its own mesh gateway mode, which is the
+// upstream's when that is set: targetMeshGatewayMode). The
 // gateways route by SNI, so such a target's endpoints (the gateways) must
 // be dialed with the target's own SNI, not the primary's: the cluster gets
 // a transport_socket_matches entry per such SNI (the cluster's TLS with

@@ -1,6 +1,8 @@
 package xds
 
 import (
+	"strings"
+
 	consul "github.com/hashicorp/consul/api"
 
 	"github.com/meshlet/meshlet/catalog"
@@ -17,12 +19,15 @@ const (
 	meshGatewayRemote = string(consul.MeshGatewayModeRemote)
 )
 
-// meshGatewayMode is the mode of own's upstream up, the first set of, as
-// Consul resolves it: the upstream's own mesh_gateway block; own's
-// service-defaults UpstreamConfig (the override naming the upstream, then
-// the defaults); own's service-defaults MeshGateway; the destination's
-// service-defaults MeshGateway; proxy-defaults' MeshGateway. "none" is a
-// choice like the others (it stops the search); "" is none.
+// meshGatewayMode is the mode own's upstream up imposes on every target
+// of its chain (Consul's OverrideMeshGateway), the first set of: the
+// upstream's own mesh_gateway block; own's service-defaults
+// UpstreamConfig (the override naming the upstream, then the defaults);
+// own's service-defaults MeshGateway; proxy-defaults' MeshGateway (Consul
+// resolves proxy-defaults into the proxy's and each upstream's own mode,
+// so it overrides targets too). "none" is a choice like the others (it
+// stops the search); "" is none: each target then takes its own
+// (targetMeshGatewayMode).
 func (b builder) meshGatewayMode(own string, up catalog.Upstream) string {
 	modes := []string{up.MeshGatewayMode}
 	if sd := b.serviceDefaults(own); sd != nil {
@@ -38,18 +43,73 @@ func (b builder) meshGatewayMode(own string, up catalog.Upstream) string {
 		}
 		modes = append(modes, string(sd.MeshGateway.Mode))
 	}
-	if sd := b.serviceDefaults(up.DestinationName); sd != nil {
-		modes = append(modes, string(sd.MeshGateway.Mode))
-	}
-	if pd, ok := b.entries().Get(configentry.ProxyDefaults, configentry.GlobalName).(*consul.ProxyConfigEntry); ok {
-		modes = append(modes, string(pd.MeshGateway.Mode))
-	}
+	modes = append(modes, b.proxyDefaultsMeshGatewayMode())
 	for _, m := range modes {
 		if m != "" {
 			return m
 		}
 	}
 	return ""
+}
+
+// targetMeshGatewayMode is the mode of one target of a chain, as Consul's
+// chain compiler sets it per target (so a redirect or a failover to
+// another service follows that service's mode): the upstream's override
+// when set, else the target service's own service-defaults MeshGateway,
+// else proxy-defaults'.
+func (b builder) targetMeshGatewayMode(override string, t *configentry.Target) string {
+	if override != "" {
+		return override
+	}
+	if sd := b.serviceDefaults(t.Service); sd != nil && sd.MeshGateway.Mode != "" {
+		return string(sd.MeshGateway.Mode)
+	}
+	return b.proxyDefaultsMeshGatewayMode()
+}
+
+func (b builder) proxyDefaultsMeshGatewayMode() string {
+	if pd, ok := b.entries().Get(configentry.ProxyDefaults, configentry.GlobalName).(*consul.ProxyConfigEntry); ok {
+		return string(pd.MeshGateway.Mode)
+	}
+	return ""
+}
+
+// gatewaySource routes src (the endpoints of a target in mode) through
+// the mesh gateways when the mode and its datacenter call for it.
+func (b builder) gatewaySource(src endpointSource, mode string) endpointSource {
+	if b.viaMeshGateway(mode, src.dc) {
+		src.gateway = mode
+	}
+	return src
+}
+
+// claGatewayKey is claKey.gateway for a load assignment of sources: ""
+// when none goes through mesh gateways; the mode when every source in
+// another datacenter goes through gateways of that one mode; else each
+// such source's way in order (its mode, "none" when dialed directly),
+// joined by "+": targets of one chain may differ in mode, and the same
+// target reached with other modes must name another load assignment.
+func claGatewayKey(sources []endpointSource, localDC string) string {
+	var ways []string
+	uniform := true
+	for _, s := range sources {
+		if s.dc == localDC {
+			continue
+		}
+		w := s.gateway
+		if w == "" {
+			w = meshGatewayNone
+		}
+		uniform = uniform && (len(ways) == 0 || w == ways[0])
+		ways = append(ways, w)
+	}
+	switch {
+	case len(ways) == 0 || uniform && ways[0] == meshGatewayNone:
+		return ""
+	case uniform:
+		return ways[0]
+	}
+	return strings.Join(ways, "+")
 }
 
 // viaMeshGateway reports whether a target in targetDC is reached through

@@ -204,9 +204,10 @@ func TestUpstreamMeshGatewayCluster(t *testing.T) {
 	}
 }
 
-// The mode comes from the upstream, else the caller's service-defaults
-// (upstream override, upstream defaults, its own MeshGateway), else the
-// destination's service-defaults, else proxy-defaults.
+// The upstream's override mode comes from the upstream, else the caller's
+// service-defaults (upstream override, upstream defaults, its own
+// MeshGateway), else proxy-defaults; the destination's service-defaults
+// only set its own target's mode (targetMeshGatewayMode).
 func TestMeshGatewayModePrecedence(t *testing.T) {
 	pd := &consul.ProxyConfigEntry{Kind: consul.ProxyDefaults, Name: configentry.GlobalName, MeshGateway: consul.MeshGatewayConfig{Mode: "remote"}}
 	webSD := func(own, def, over string) *consul.ServiceConfigEntry {
@@ -228,7 +229,8 @@ func TestMeshGatewayModePrecedence(t *testing.T) {
 		{"proxy-defaults", "", []configentry.Entry{pd}, "remote"},
 		{"upstream beats proxy-defaults", "local", []configentry.Entry{pd}, "local"},
 		{"upstream none beats proxy-defaults", "none", []configentry.Entry{pd}, "none"},
-		{"destination defaults beat proxy-defaults", "", []configentry.Entry{pd, apiSD}, "none"},
+		{"proxy-defaults beat the destination's defaults (those are its target's own)", "", []configentry.Entry{pd, apiSD}, "remote"},
+		{"the destination's defaults are no override", "", []configentry.Entry{apiSD}, ""},
 		{"caller's defaults beat the destination's", "", []configentry.Entry{pd, apiSD, webSD("local", "", "")}, "local"},
 		{"upstream defaults beat the caller's own", "", []configentry.Entry{pd, webSD("local", "remote", "")}, "remote"},
 		{"override beats upstream defaults", "", []configentry.Entry{pd, webSD("local", "remote", "none")}, "none"},
