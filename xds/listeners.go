@@ -94,7 +94,7 @@ func httpManager(statPrefix, routeName, clusterName string, domains []string, pr
 // agent (ext_authz, fail closed) whether the peer may connect, then proxies
 // to local_app; for HTTP it also asks about every request (httpExtAuthz).
 func publicListener(port int, service string, prot protocol, rqTimeout *durationpb.Duration) (*listener.Listener, error) {
-	fc, err := publicChain(service, prot, rqTimeout, LocalAppCluster)
+	fc, err := publicChain(service, prot, inboundRoute{timeout: rqTimeout}, LocalAppCluster)
 	if err != nil {
 		return nil, err
 	}
@@ -106,10 +106,19 @@ func publicListener(port int, service string, prot protocol, rqTimeout *duration
 	}, nil
 }
 
+// inboundRoute is what an inbound HTTP route's action carries besides its
+// cluster: a request timeout (nil: Envoy's default) and hash policies (a
+// terminating gateway's ring_hash or maglev linked service).
+type inboundRoute struct {
+	timeout *durationpb.Duration
+	hash    []*route.RouteAction_HashPolicy
+}
+
 // publicChain is an inbound filter chain: mTLS presenting service's leaf
 // (so ext_authz sees service as the destination), the authorization
-// filter, then tcp_proxy or an HTTP connection manager to clusterName.
-func publicChain(service string, prot protocol, rqTimeout *durationpb.Duration, clusterName string) (*listener.FilterChain, error) {
+// filter, then tcp_proxy or an HTTP connection manager to clusterName
+// (its route as rt says).
+func publicChain(service string, prot protocol, rt inboundRoute, clusterName string) (*listener.FilterChain, error) {
 	authz, err := networkFilter(extAuthzFilter, &extauthz.ExtAuthz{
 		StatPrefix:             "connect_authz",
 		GrpcService:            &core.GrpcService{TargetSpecifier: &core.GrpcService_EnvoyGrpc_{EnvoyGrpc: &core.GrpcService_EnvoyGrpc{ClusterName: LocalAgentCluster}}},
@@ -130,9 +139,8 @@ func publicChain(service string, prot protocol, rqTimeout *durationpb.Duration, 
 		if err != nil {
 			return nil, err
 		}
-		if rqTimeout != nil {
-			m.GetRouteConfig().GetVirtualHosts()[0].GetRoutes()[0].GetRoute().Timeout = rqTimeout
-		}
+		action := m.GetRouteConfig().GetVirtualHosts()[0].GetRoutes()[0].GetRoute()
+		action.Timeout, action.HashPolicy = rt.timeout, rt.hash
 		// L7 intentions match the path the app will see: RFC 3986
 		// normalization (Consul's default on inbound listeners) and
 		// merged slashes, so /./admin, /x/../admin, /%61dmin and //admin

@@ -14,6 +14,7 @@ import (
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	consul "github.com/hashicorp/consul/api"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/meshlet/meshlet/catalog"
 	"github.com/meshlet/meshlet/configentry"
@@ -98,6 +99,9 @@ func (b builder) terminatingGateway(inst catalog.ServiceInstance) (*proxyResourc
 // then those of each of its resolver subsets: a mesh client that targets
 // a subset sends the subset's SNI (<subset>.<svc>.default.<dc>...), and
 // Consul's terminating gateways route it to the instances in the subset.
+// An HTTP service's route (each subset's too) carries its resolver's
+// RequestTimeout and, for ring_hash or maglev, its hash policies, as
+// Consul's terminating gateway routes do (its routers play no part).
 func (b builder) linkedService(ls consul.LinkedService, timeoutMS int, dnsType cluster.Cluster_DiscoveryType) ([]*listener.FilterChain, []*cluster.Cluster, error) {
 	prot, err := b.serviceProtocol(nil, ls.Name)
 	if err != nil {
@@ -111,12 +115,19 @@ func (b builder) linkedService(ls consul.LinkedService, timeoutMS int, dnsType c
 	if r != nil {
 		maps.Copy(subsets, r.Subsets)
 	}
+	var rt inboundRoute
+	if r != nil {
+		if r.RequestTimeout > 0 {
+			rt.timeout = durationpb.New(r.RequestTimeout)
+		}
+		rt.hash = hashPolicies(r.LoadBalancer)
+	}
 	var chains []*listener.FilterChain
 	var clusters []*cluster.Cluster
 	for _, name := range sortedKeys(subsets) { // "" (the service) first
 		sub := subsets[name]
 		sni := subsetClusterName(name, ls.Name, b.dc, b.trustDomain)
-		fc, err := publicChain(ls.Name, prot, nil, sni)
+		fc, err := publicChain(ls.Name, prot, rt, sni)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -62,7 +62,7 @@ func TestHTTPManagersAllowWebsocket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fc, err := publicChain("api", protoHTTP, nil, ClusterName("api", "dc1", testTD))
+	fc, err := publicChain("api", protoHTTP, inboundRoute{}, ClusterName("api", "dc1", testTD))
 	if err != nil {
 		t.Fatal(err)
 	}
