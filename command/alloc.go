@@ -200,7 +200,7 @@ func writeAllocStatus(w io.Writer, a *nomadapi.Allocation, now time.Time, proxyM
 	writeKV(w, append(kv, rescheduleKV(a, eligible, now)...))
 	writeAllocAddresses(w, a)
 	if a.NetworkStatus != nil && a.NetworkStatus.Address != "" {
-		fmt.Fprintf(w, "\nAllocation Address: %s\n", a.NetworkStatus.Address)
+		fmt.Fprintf(w, "\nAllocation Address: %s\n", escapeUnprintable(a.NetworkStatus.Address))
 	}
 	tg := allocTaskGroup(a)
 	for _, name := range orderedTasks(a, tg) {
@@ -356,13 +356,13 @@ func writeTaskStatus(w io.Writer, name string, ts *nomadapi.TaskState, t *nomada
 	fmt.Fprintf(w, "\nTask %q%s is %q\n", name, lifecycleLabel(t), state)
 	if t != nil && strings.HasPrefix(t.Kind, connect.KindPrefix) {
 		if p := sidecarProxy(t, ts, proxyMode); p != "" {
-			fmt.Fprintf(w, "Sidecar Proxy: %s\n", p)
+			fmt.Fprintf(w, "Sidecar Proxy: %s\n", escapeUnprintable(p))
 		}
 	}
 	if gw, label := gatewayLabel(t); gw != "" {
-		fmt.Fprintf(w, "%s: %s", label, gw)
+		fmt.Fprintf(w, "%s: %s", label, escapeUnprintable(gw))
 		if p := sidecarProxy(t, ts, proxyMode); p != "" {
-			fmt.Fprintf(w, " (%s)", p)
+			fmt.Fprintf(w, " (%s)", escapeUnprintable(p))
 		}
 		fmt.Fprintln(w)
 	}

@@ -262,7 +262,7 @@ func runIntentionCheck(e *env, c *command, args []string) int {
 		verdict = "Denied"
 	}
 	if isHTTP := *method != "" || *path != "" || len(headers) > 0; isHTTP && out.Reason != "" {
-		fmt.Fprintf(e.stdout, "%s: %s\n", verdict, out.Reason)
+		fmt.Fprintf(e.stdout, "%s: %s\n", verdict, escapeUnprintable(out.Reason))
 	} else {
 		fmt.Fprintln(e.stdout, verdict)
 	}

@@ -119,7 +119,10 @@ func runJobRun(e *env, c *command, args []string) int {
 		return e.errorf("failed to register job %q: %s", job.ID, describe(err, addr.Addr))
 	}
 	if resp.Warnings != "" && parsed.warnings == 0 { // local warnings were printed already
-		fmt.Fprintf(e.stderr, "Job Warnings:\n%s\n", resp.Warnings)
+		fmt.Fprintln(e.stderr, "Job Warnings:")
+		for _, l := range strings.Split(strings.TrimRight(resp.Warnings, "\n"), "\n") {
+			fmt.Fprintln(e.stderr, escapeUnprintable(l))
+		}
 	}
 	if *detach {
 		fmt.Fprintf(e.stdout, "Job registration successful\nEvaluation ID: %s\n", resp.EvalID)

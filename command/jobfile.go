@@ -47,7 +47,7 @@ func parseJobFile(path string, opts *jobspecs.ParseOptions, w io.Writer) parsedJ
 	o.Validate = jobspecs.Unbounded()
 	job, diags := jobspecs.ParseFile(path, &o)
 	for _, d := range diags {
-		fmt.Fprintln(w, d.String())
+		fmt.Fprintln(w, escapeUnprintable(d.String()))
 	}
 	res := parsedJob{job: job, errors: len(diags.Errs()), warnings: len(diags.Warnings())}
 	if res.errors == 0 && job == nil {

@@ -244,7 +244,7 @@ func runNodeDrain(e *env, c *command, args []string) int {
 		if m.Level == nomadapi.MonitorMsgLevelError {
 			return e.errorf("%s", m)
 		}
-		fmt.Fprintf(e.stdout, "%s: %s\n", drainTime(time.Now()), m)
+		fmt.Fprintf(e.stdout, "%s: %s\n", drainTime(time.Now()), escapeUnprintable(m.String()))
 	}
 	return exitOK
 }

@@ -252,7 +252,7 @@ func writeIndented(w io.Writer, text string) {
 
 // errorf prints "Error: ..." on one line and returns 1.
 func (e *env) errorf(format string, args ...any) int {
-	fmt.Fprintf(e.stderr, "Error: %s\n", oneLine(fmt.Sprintf(format, args...)))
+	fmt.Fprintf(e.stderr, "Error: %s\n", escapeUnprintable(oneLine(fmt.Sprintf(format, args...))))
 	return exitError
 }
 
