@@ -350,3 +350,22 @@ func TestCheckRestartMergeJSON(t *testing.T) {
 		t.Errorf("the service-level block stays after merging: %+v", s.CheckRestart)
 	}
 }
+
+// TestVersionConstraintsWithoutHCL: the servers refuse an invalid version
+// or semver constraint value at submit, as Nomad does.
+func TestVersionConstraintsWithoutHCL(t *testing.T) {
+	job := &structs.Job{ID: "j", Name: "j",
+		Constraints: []*structs.Constraint{{LTarget: "${attr.kernel.version}", Operand: "semver", RTarget: "~> 1.2"}},
+		TaskGroups: []*structs.TaskGroup{{
+			Name:  "g",
+			Tasks: []*structs.Task{{Name: "t", Driver: "exec", Config: map[string]any{"command": "x"}}},
+		}}}
+	_, err := Validate(job)
+	if want := `constraint[0]: Invalid constraint value; Operator "semver" needs a valid value`; err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("err = %v, want %q", err, want)
+	}
+	job.Constraints[0].RTarget = ">= 1.2.0"
+	if _, err := Validate(job); err != nil {
+		t.Errorf("a valid semver constraint rejected: %v", err)
+	}
+}

@@ -112,6 +112,11 @@ func (d *decoder) constraints(c content, p path) []*structs.Constraint {
 			if cc.has(op) {
 				con.Operand = op
 				d.setStr(cc, cp, op, &con.RTarget)
+				// Findings on the value point at the shorthand.
+				if r, ok := d.ranges[cp.attr(op).key]; ok {
+					d.rec(cp.attr("value"), r)
+				}
+				d.failed[cp.attr("value").key] = d.failed[cp.attr(op).key]
 			}
 		}
 		if cc.has("distinct_property") {

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/meshlet/meshlet/connect"
+	"github.com/meshlet/meshlet/internal/versioncheck"
 	"github.com/meshlet/meshlet/structs"
 )
 
@@ -339,6 +340,13 @@ func checkConstraints(cs []*structs.Constraint, p path, report reporter) {
 		if c.LTarget == "" && c.Operand != "distinct_hosts" {
 			report(SeverityError, cp.attr("attribute"), "Missing constraint attribute",
 				fmt.Sprintf("Operator %q needs an attribute, e.g. attribute = \"${attr.kernel.name}\".", c.Operand))
+		}
+		// A value that interpolates is resolved, then checked, per node.
+		if !strings.Contains(c.RTarget, "${") {
+			if err := versioncheck.Validate(c.Operand, c.RTarget); err != nil {
+				report(SeverityError, cp.attr("value"), "Invalid constraint value",
+					fmt.Sprintf("Operator %q needs a valid value: %v.", c.Operand, err))
+			}
 		}
 	}
 }

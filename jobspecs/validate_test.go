@@ -199,6 +199,13 @@ service {
 			`t.hcl:5:14: error: Invalid constraint operator; Operator "~" is not valid; use one of =, ==, is, !=, not, >, >=, <, <=, distinct_hosts, distinct_property, regexp, set_contains, set_contains_all, set_contains_any, version, semver, is_set, is_not_set.`,
 			`t.hcl:8:1: error: Missing constraint attribute; Operator ">" needs an attribute, e.g. attribute = "${attr.kernel.name}".`,
 		}},
+		{"version constraint values", "constraint {\n  attribute = \"${attr.kernel.version}\"\n  operator = \"version\"\n  value = \">= five\"\n}\n" +
+			"constraint {\n  attribute = \"${attr.kernel.version}\"\n  semver = \"~> 1.2\"\n}\n" +
+			"constraint {\n  attribute = \"${attr.kernel.version}\"\n  semver = \">= 1.2.0, < 2.0.0\"\n}\n" +
+			"constraint {\n  attribute = \"${attr.kernel.version}\"\n  version = \"${meta.min}\"\n}\n" + okTask, []string{
+			`t.hcl:6:11: error: Invalid constraint value; Operator "version" needs a valid value: invalid version constraint: malformed constraint: >= five.`,
+			`t.hcl:10:12: error: Invalid constraint value; Operator "semver" needs a valid value: invalid version constraint: "~> 1.2": malformed version: ~> 1.2.`,
+		}},
 		{"resources and logs", "task \"t\" {\n  driver = \"exec\"\n  resources {\n    cpu = 100\n    cores = 1\n    memory = 5\n  }\n  logs { max_files = 0 }\n  config { command = \"x\" }\n}", []string{
 			`t.hcl:7:13: error: Conflicting cpu and cores; Set either cpu (MHz) or cores, not both.`,
 			`t.hcl:8:14: error: Invalid memory; memory 5 MB must be at least 10.`,

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/meshlet/meshlet/internal/versioncheck"
 	"github.com/meshlet/meshlet/structs"
 )
 
@@ -149,13 +150,9 @@ func checkConstraint(c *structs.Constraint, n *structs.Node) string {
 		ok = lok && setContainsAny(l, r)
 	case "<", "<=", ">", ">=":
 		ok = lok && checkOrder(c.Operand, l, r)
-	case "version", "semver":
-		check := checkVersion
-		if c.Operand == "semver" {
-			check = checkSemver
-		}
+	case versioncheck.OpVersion, versioncheck.OpSemver:
 		var err error
-		if ok, err = check(l, r); err != nil {
+		if ok, err = versioncheck.Check(c.Operand, l, r); err != nil {
 			return fmt.Sprintf("constraint %s %s %q is invalid: %v", c.LTarget, c.Operand, r, err)
 		}
 		ok = ok && lok

@@ -1,4 +1,7 @@
-package scheduler
+// Package versioncheck evaluates the values of Nomad's "version" and
+// "semver" constraint operators. The scheduler checks node attributes
+// against them; jobspecs validates them at submit. It holds no state.
+package versioncheck
 
 import (
 	"errors"
@@ -8,9 +11,39 @@ import (
 	"github.com/hashicorp/go-version"
 )
 
-// ErrInvalidVersionConstraint is returned when the value of a version or
-// semver constraint does not parse.
-var ErrInvalidVersionConstraint = errors.New("invalid version constraint")
+// ErrInvalid is returned when the value of a version or semver constraint
+// does not parse.
+var ErrInvalid = errors.New("invalid version constraint")
+
+// Operators of the constraints this package evaluates.
+const (
+	OpVersion = "version"
+	OpSemver  = "semver"
+)
+
+// Check reports whether the attribute value have satisfies the constraint
+// want of operator op (OpVersion or OpSemver).
+func Check(op, have, want string) (bool, error) {
+	if op == OpSemver {
+		return checkSemver(have, want)
+	}
+	return checkVersion(have, want)
+}
+
+// Validate returns an error wrapping ErrInvalid when want is not a valid
+// value for operator op; other operators are not checked.
+func Validate(op, want string) error {
+	switch op {
+	case OpVersion:
+		if _, err := version.NewConstraint(want); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+	case OpSemver:
+		_, err := parseSemver(want)
+		return err
+	}
+	return nil
+}
 
 // checkVersion reports whether the attribute value have satisfies want as
 // Nomad's "version" operator: want is a comma-separated list of go-version
@@ -23,7 +56,7 @@ var ErrInvalidVersionConstraint = errors.New("invalid version constraint")
 func checkVersion(have, want string) (bool, error) {
 	cs, err := version.NewConstraint(want)
 	if err != nil {
-		return false, fmt.Errorf("%w: %w", ErrInvalidVersionConstraint, err)
+		return false, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	v, err := version.NewVersion(have)
 	if err != nil {
@@ -58,7 +91,7 @@ func parseSemver(want string) ([]semverConstraint, error) {
 		}
 		v, err := version.NewSemver(s)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %q: %w", ErrInvalidVersionConstraint, strings.TrimSpace(part), err)
+			return nil, fmt.Errorf("%w: %q: %w", ErrInvalid, strings.TrimSpace(part), err)
 		}
 		out = append(out, semverConstraint{op: op, v: v})
 	}
