@@ -305,12 +305,12 @@ type fileReserved struct {
 }
 
 type fileConnect struct {
-	DefaultIntentionPolicy *string `hcl:"default_intention_policy"`
-	LeafTTL                *string `hcl:"leaf_ttl"`
-	MaxAPILeaves           *int    `hcl:"max_api_leaves"`
-	LeafIdleTTL            *string `hcl:"leaf_idle_ttl"`
-	SidecarDriver          *string `hcl:"sidecar_driver"`
-	SidecarImage           *string `hcl:"sidecar_image"`
+	DefaultIntentionPolicy *string        `hcl:"default_intention_policy"`
+	LeafTTL                *hcl.Attribute `hcl:"leaf_ttl"`
+	MaxAPILeaves           *int           `hcl:"max_api_leaves"`
+	LeafIdleTTL            *hcl.Attribute `hcl:"leaf_idle_ttl"`
+	SidecarDriver          *string        `hcl:"sidecar_driver"`
+	SidecarImage           *string        `hcl:"sidecar_image"`
 }
 
 type filePorts struct {
@@ -332,10 +332,10 @@ type fileClient struct {
 	Options             map[string]string `hcl:"options,optional"`
 	Meta                map[string]string `hcl:"meta,optional"`
 	Reserved            *fileReserved     `hcl:"reserved,block"`
-	GCInterval          *string           `hcl:"gc_interval"`
+	GCInterval          *hcl.Attribute    `hcl:"gc_interval"`
 	GCMaxAllocs         *int              `hcl:"gc_max_allocs"`
-	GCAllocTTL          *string           `hcl:"gc_alloc_ttl"`
-	MaxKillTimeout      *string           `hcl:"max_kill_timeout"`
+	GCAllocTTL          *hcl.Attribute    `hcl:"gc_alloc_ttl"`
+	MaxKillTimeout      *hcl.Attribute    `hcl:"max_kill_timeout"`
 	GCDiskUsage         *float64          `hcl:"gc_disk_usage_threshold"`
 	Enabled             *bool             `hcl:"enabled"`
 	Servers             []string          `hcl:"servers,optional"`
@@ -413,16 +413,16 @@ func parseConfig(filename string, src []byte) (*Config, error) {
 	if err := applyPlugins(filename, fc.Plugins, c); err != nil {
 		return nil, err
 	}
-	if err := fc.Client.apply(filename, &c.Client); err != nil {
+	if err := fc.Client.apply(&c.Client); err != nil {
 		return nil, err
 	}
-	if err := fc.Server.apply(filename, &c.Server); err != nil {
+	if err := fc.Server.apply(&c.Server); err != nil {
 		return nil, err
 	}
-	if err := fc.applyCluster(filename, &c.Cluster); err != nil {
+	if err := fc.applyCluster(&c.Cluster); err != nil {
 		return nil, err
 	}
-	if err := fc.ACL.apply(filename, &c.ACL); err != nil {
+	if err := fc.ACL.apply(&c.ACL); err != nil {
 		return nil, err
 	}
 	if h := fc.HTTPAPI; h != nil {
@@ -433,7 +433,7 @@ func parseConfig(filename string, src []byte) (*Config, error) {
 		set(&c.Connect.MaxAPILeaves, cn.MaxAPILeaves)
 		set(&c.Connect.SidecarDriver, cn.SidecarDriver)
 		set(&c.Connect.SidecarImage, cn.SidecarImage)
-		if err := setDurations(filename, "connect", durationField{"leaf_ttl", cn.LeafTTL, &c.Connect.LeafTTL},
+		if err := setDurations("connect", durationField{"leaf_ttl", cn.LeafTTL, &c.Connect.LeafTTL},
 			durationField{"leaf_idle_ttl", cn.LeafIdleTTL, &c.Connect.LeafIdleTTL}); err != nil {
 			return nil, err
 		}

@@ -1,6 +1,10 @@
 package agent
 
-import "time"
+import (
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+)
 
 // DefaultACLTokenTTL is acl.token_ttl's default, as Nomad's.
 const DefaultACLTokenTTL = 30 * time.Second
@@ -23,17 +27,17 @@ type ACLConfig struct {
 }
 
 type fileACL struct {
-	Enabled  *bool   `hcl:"enabled"`
-	TokenTTL *string `hcl:"token_ttl"`
+	Enabled  *bool          `hcl:"enabled"`
+	TokenTTL *hcl.Attribute `hcl:"token_ttl"`
 }
 
 // apply copies the file's acl block over c.
-func (fa *fileACL) apply(filename string, c *ACLConfig) error {
+func (fa *fileACL) apply(c *ACLConfig) error {
 	if fa == nil {
 		return nil
 	}
 	set(&c.Enabled, fa.Enabled)
-	return setDurations(filename, "acl", durationField{"token_ttl", fa.TokenTTL, &c.TokenTTL})
+	return setDurations("acl", durationField{"token_ttl", fa.TokenTTL, &c.TokenTTL})
 }
 
 func (c *ACLConfig) problems() []string {

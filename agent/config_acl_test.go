@@ -24,7 +24,7 @@ func TestParseConfigACL(t *testing.T) {
 		{name: "wrong type has a position", src: "data_dir = \"/x\"\nacl {\n  enabled = \"maybe\"\n}\n",
 			wantErr: "agent.hcl:3:14: Unsuitable value type"},
 		{name: "bad duration", src: "data_dir = \"/x\"\nacl {\n  token_ttl = \"soon\"\n}\n",
-			wantErr: `agent.hcl: invalid agent configuration: acl.token_ttl: time: invalid duration "soon"`},
+			wantErr: `invalid agent configuration: agent.hcl:3:15: Invalid duration; acl.token_ttl: time: invalid duration "soon"`},
 		{name: "negative duration", src: "data_dir = \"/x\"\nacl { token_ttl = \"-1s\" }\n",
 			wantErr: "acl.token_ttl must not be negative"},
 		{name: "two blocks", src: "data_dir = \"/x\"\nacl {}\nacl {}\n", wantErr: "agent.hcl:3:1: Duplicate acl block"},

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hashicorp/hcl/v2"
+
 	"github.com/meshlet/meshlet/jobspecs"
 	"github.com/meshlet/meshlet/structs"
 )
@@ -33,20 +35,20 @@ type fileServer struct {
 	JobTrackedVersions *int            `hcl:"job_tracked_versions"`
 	JobMaxCount        *int            `hcl:"job_max_count"`
 	JobMaxSize         *int            `hcl:"job_max_size"`
-	EvalGCThreshold    *string         `hcl:"eval_gc_threshold"`
-	AllocGCThreshold   *string         `hcl:"alloc_gc_threshold"`
-	NodeGCThreshold    *string         `hcl:"node_gc_threshold"`
-	GCInterval         *string         `hcl:"gc_interval"`
+	EvalGCThreshold    *hcl.Attribute  `hcl:"eval_gc_threshold"`
+	AllocGCThreshold   *hcl.Attribute  `hcl:"alloc_gc_threshold"`
+	NodeGCThreshold    *hcl.Attribute  `hcl:"node_gc_threshold"`
+	GCInterval         *hcl.Attribute  `hcl:"gc_interval"`
 	Etcd               *fileEtcd       `hcl:"etcd,block"`
 	Enabled            *bool           `hcl:"enabled"`
 	BootstrapExpect    *int            `hcl:"bootstrap_expect"`
 	ServerJoin         *fileServerJoin `hcl:"server_join,block"`
-	MinHeartbeatTTL    *string         `hcl:"min_heartbeat_ttl"`
-	HeartbeatGrace     *string         `hcl:"heartbeat_grace"`
+	MinHeartbeatTTL    *hcl.Attribute  `hcl:"min_heartbeat_ttl"`
+	HeartbeatGrace     *hcl.Attribute  `hcl:"heartbeat_grace"`
 }
 
 // apply copies the file's server block over c.
-func (fs *fileServer) apply(filename string, c *ServerConfig) error {
+func (fs *fileServer) apply(c *ServerConfig) error {
 	if fs == nil {
 		return nil
 	}
@@ -54,7 +56,7 @@ func (fs *fileServer) apply(filename string, c *ServerConfig) error {
 	set(&c.JobMaxCount, fs.JobMaxCount)
 	set(&c.JobMaxSize, fs.JobMaxSize)
 	fs.Etcd.apply(&c.Etcd)
-	return setDurations(filename, "server",
+	return setDurations("server",
 		durationField{"eval_gc_threshold", fs.EvalGCThreshold, &c.EvalGCThreshold},
 		durationField{"alloc_gc_threshold", fs.AllocGCThreshold, &c.AllocGCThreshold},
 		durationField{"node_gc_threshold", fs.NodeGCThreshold, &c.NodeGCThreshold},
@@ -62,7 +64,7 @@ func (fs *fileServer) apply(filename string, c *ServerConfig) error {
 }
 
 // apply copies the file's client block over c.
-func (cl *fileClient) apply(filename string, c *ClientConfig) error {
+func (cl *fileClient) apply(c *ClientConfig) error {
 	if cl == nil {
 		return nil
 	}
@@ -87,7 +89,7 @@ func (cl *fileClient) apply(filename string, c *ClientConfig) error {
 	if err := applyChrootEnv(cl.ChrootEnv, c); err != nil {
 		return err
 	}
-	return setDurations(filename, "client",
+	return setDurations("client",
 		durationField{"gc_interval", cl.GCInterval, &c.GCInterval},
 		durationField{"gc_alloc_ttl", cl.GCAllocTTL, &c.GCAllocTTL},
 		durationField{"max_kill_timeout", cl.MaxKillTimeout, &c.MaxKillTimeout})
@@ -96,20 +98,25 @@ func (cl *fileClient) apply(filename string, c *ClientConfig) error {
 // durationField is a Go duration string of a config block and where it goes.
 type durationField struct {
 	key string
-	src *string
+	src *hcl.Attribute
 	dst *time.Duration
 }
 
-// setDurations parses the set fields of block; a bad one is a one-line
-// error naming the file and the key.
-func setDurations(filename, block string, fields ...durationField) error {
+// setDurations parses the set fields of block; a bad one is an error at
+// the value's file:line:col naming the key.
+func setDurations(block string, fields ...durationField) error {
 	for _, d := range fields {
-		if d.src == nil {
+		var s *string
+		if diags := decodeAttr(d.src, &s); diags.HasErrors() {
+			return diagError(diags)
+		}
+		if s == nil {
 			continue
 		}
-		v, err := time.ParseDuration(*d.src)
+		v, err := time.ParseDuration(*s)
 		if err != nil {
-			return fmt.Errorf("%s: invalid agent configuration: %s.%s: %w", filename, block, d.key, err)
+			return diagError(attrDiag(d.src, "Invalid duration", fmt.Sprintf(
+				"%s.%s: %v; use a Go duration such as \"30s\", \"5m\" or \"1h\"", block, d.key, err)))
 		}
 		*d.dst = v
 	}

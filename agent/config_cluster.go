@@ -118,14 +118,14 @@ func (c *Config) clustered() bool {
 
 // applyCluster copies the roles and join settings of the server and
 // client blocks over c.
-func (fc *fileConfig) applyCluster(filename string, c *ClusterConfig) error {
+func (fc *fileConfig) applyCluster(c *ClusterConfig) error {
 	if fs := fc.Server; fs != nil {
 		set(&c.Server, fs.Enabled)
 		set(&c.BootstrapExpect, fs.BootstrapExpect)
 		if fs.ServerJoin != nil {
 			c.RetryJoin = fs.ServerJoin.RetryJoin
 		}
-		if err := setDurations(filename, "server",
+		if err := setDurations("server",
 			durationField{"min_heartbeat_ttl", fs.MinHeartbeatTTL, &c.MinHeartbeatTTL},
 			durationField{"heartbeat_grace", fs.HeartbeatGrace, &c.HeartbeatGrace}); err != nil {
 			return err

@@ -103,8 +103,20 @@ http_api {
 			}},
 		{name: "negative max kill timeout", src: "data_dir = \"/x\"\nclient {\n max_kill_timeout = \"-1s\"\n}\n",
 			wantErr: "max_kill_timeout and gc_max_allocs must not be negative"},
-		{name: "bad gc interval", src: "data_dir = \"/x\"\nclient {\n gc_interval = \"soon\"\n}\n",
-			wantErr: `client.gc_interval: time: invalid duration "soon"`},
+		{name: "bad gc interval", src: "data_dir = \"/x\"\nclient {\n gc_interval = \"5 minutes\"\n}\n",
+			wantErr: `agent.hcl:3:16: Invalid duration; client.gc_interval: time: unknown unit " minutes" in duration "5 minutes"`},
+		{name: "duration not a string", src: "data_dir = \"/x\"\nclient {\n gc_alloc_ttl = [1]\n}\n",
+			wantErr: `agent.hcl:3:17: Unsuitable value type`},
+		{name: "bad connect duration", src: "data_dir = \"/x\"\nconnect {\n leaf_ttl = \"72\"\n}\n",
+			wantErr: `agent.hcl:3:13: Invalid duration; connect.leaf_ttl: time: missing unit in duration "72"`},
+		{name: "bad heartbeat duration", src: "data_dir = \"/x\"\nserver {\n heartbeat_grace = \"10x\"\n}\n",
+			wantErr: `agent.hcl:3:20: Invalid duration; server.heartbeat_grace: time: unknown unit "x" in duration "10x"`},
+		{name: "null duration is unset", src: "data_dir = \"/x\"\nclient {\n gc_interval = null\n}\n",
+			check: func(t *testing.T, c *Config) {
+				if c.Client.GCInterval != DefaultConfig().Client.GCInterval {
+					t.Errorf("gc_interval = %v", c.Client.GCInterval)
+				}
+			}},
 		{name: "negative gc", src: "data_dir = \"/x\"\nclient {\n gc_max_allocs = -1\n}\n",
 			wantErr: "gc_max_allocs must not be negative"},
 		{name: "gc disk threshold not a percentage", src: "data_dir = \"/x\"\nclient {\n gc_disk_usage_threshold = 120\n}\n",
@@ -118,7 +130,7 @@ http_api {
 				}
 			}},
 		{name: "bad server duration", src: "data_dir = \"/x\"\nserver {\n eval_gc_threshold = \"soon\"\n}\n",
-			wantErr: `server.eval_gc_threshold: time: invalid duration "soon"`},
+			wantErr: `agent.hcl:3:22: Invalid duration; server.eval_gc_threshold: time: invalid duration "soon"`},
 		{name: "negative versions", src: "data_dir = \"/x\"\nserver {\n job_tracked_versions = -2\n}\n",
 			wantErr: "server.job_tracked_versions must not be negative"},
 		{name: "connect leaf bounds", src: "data_dir = \"/x\"\nconnect {\n max_api_leaves = 16\n leaf_idle_ttl = \"2h\"\n}\n",
