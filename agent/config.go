@@ -360,17 +360,25 @@ func LoadConfigFile(path string) (*Config, error) {
 // a file may leave data_dir to -data-dir); they must call Validate.
 // Syntax, unknown keys and malformed values are still errors.
 func ReadConfigFile(path string) (*Config, error) {
+	return ReadConfigFileOver(path, DefaultConfig())
+}
+
+// ReadConfigFileOver is ReadConfigFile with the file applied over base
+// instead of the defaults: the agent command's -dev reads its file over
+// DevConfig, as Nomad merges its files over its dev config, so the file's
+// log_level (when it sets one) wins over dev mode's debug.
+func ReadConfigFileOver(path string, base *Config) (*Config, error) {
 	src, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("failed to read agent config: %w", err)
 	}
-	return parseConfig(path, src)
+	return parseConfig(path, src, base)
 }
 
 // ParseConfig parses HCL agent configuration src (filename names it in
 // diagnostics) over the defaults and validates it.
 func ParseConfig(filename string, src []byte) (*Config, error) {
-	c, err := parseConfig(filename, src)
+	c, err := parseConfig(filename, src, DefaultConfig())
 	if err != nil {
 		return nil, err
 	}
@@ -380,8 +388,9 @@ func ParseConfig(filename string, src []byte) (*Config, error) {
 	return c, nil
 }
 
-// parseConfig decodes src over the defaults without validating the result.
-func parseConfig(filename string, src []byte) (*Config, error) {
+// parseConfig decodes src over c (the defaults, or dev mode's) without
+// validating the result.
+func parseConfig(filename string, src []byte, c *Config) (*Config, error) {
 	f, diags := hclparse.NewParser().ParseHCL(src, filename)
 	if diags.HasErrors() {
 		return nil, diagError(diags)
@@ -390,7 +399,6 @@ func parseConfig(filename string, src []byte) (*Config, error) {
 	if diags := gohcl.DecodeBody(f.Body, nil, &fc); diags.HasErrors() {
 		return nil, diagError(diags)
 	}
-	c := DefaultConfig()
 	set(&c.DataDir, fc.DataDir)
 	set(&c.BindAddr, fc.BindAddr)
 	set(&c.Datacenter, fc.Datacenter)

@@ -110,7 +110,11 @@ func agentConfig(fs *flag.FlagSet, f agentFlags) (*agent.Config, error) {
 	var cfg *agent.Config
 	switch {
 	case f.config != "":
-		c, err := agent.ReadConfigFile(f.config) // validated once the flags are applied
+		base := agent.DefaultConfig()
+		if f.dev { // as in Nomad, the file applies over dev mode's config (debug logs)
+			base = agent.DevConfig()
+		}
+		c, err := agent.ReadConfigFileOver(f.config, base) // validated once the flags are applied
 		if err != nil {
 			return nil, fmt.Errorf("failed to load agent config: %w", err)
 		}

@@ -62,3 +62,38 @@ func TestAgentConfigGivenTwice(t *testing.T) {
 		t.Errorf("the error does not say why: %q", r.stderr)
 	}
 }
+
+// TestAgentDevLogLevel: -dev means debug logs, with or without a config
+// file, unless the file sets log_level or -log-level is given (Nomad reads
+// its files over its dev config, then its flags).
+func TestAgentDevLogLevel(t *testing.T) {
+	plain := writeFile(t, "agent.hcl", "datacenter = \"east\"\n")
+	quiet := writeFile(t, "quiet.hcl", "datacenter = \"east\"\nlog_level = \"info\"\n")
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-dev"}, "debug"},
+		{[]string{"-dev", "-config", plain}, "debug"},
+		{[]string{"-config", plain, "-dev"}, "debug"},
+		{[]string{"-dev", "-config", quiet}, "info"},
+		{[]string{"-dev", "-config", plain, "-log-level", "WARN"}, "warn"},
+		{[]string{"-config", plain, "-data-dir", t.TempDir()}, "info"},
+	}
+	for _, tc := range tests {
+		fs := newFlags(commands["agent"])
+		var f agentFlags
+		f.define(fs)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := agentConfig(fs, f)
+		if err != nil {
+			t.Errorf("%v: %v", tc.args, err)
+			continue
+		}
+		if cfg.LogLevel != tc.want {
+			t.Errorf("%v: log level %q, want %q", tc.args, cfg.LogLevel, tc.want)
+		}
+	}
+}
