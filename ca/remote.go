@@ -190,7 +190,17 @@ func (m *Manager) checkSigned(sc SignedCert, pub *ecdsa.PublicKey, id string) (*
 	for _, c := range chain[1:] {
 		inter.AddCert(c)
 	}
-	opts := x509.VerifyOptions{Roots: pool, Intermediates: inter, CurrentTime: m.now(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}
+	// A leaf that starts later than this node's now was signed by a server
+	// whose clock is ahead by more than NotBefore's backdating: peers with
+	// the servers' time accept it, so its chain is checked as of its start
+	// instead of refusing every leaf. An expired one is still refused.
+	at := m.now()
+	if at.Before(leaf.NotBefore) {
+		m.logger.Warn("signed leaf certificate starts in the future: this node's clock is behind the servers'",
+			"spiffe_id", id, "behind", leaf.NotBefore.Sub(at).Round(time.Second).String())
+		at = leaf.NotBefore
+	}
+	opts := x509.VerifyOptions{Roots: pool, Intermediates: inter, CurrentTime: at, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}
 	if _, err := leaf.Verify(opts); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUntrusted, err)
 	}

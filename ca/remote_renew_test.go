@@ -113,3 +113,34 @@ func cachedLeaf(m *Manager, service string) *Leaf {
 	}
 	return nil
 }
+
+// TestRemoteLeafWithClockBehindServers: a client whose clock is behind
+// the servers' by more than the one-minute backdating of NotBefore still
+// gets its leaves (peers with the servers' time accept them), instead of
+// refusing each one as not yet valid and never having a leaf. A leaf
+// that has already expired by the client's clock is still refused.
+func TestRemoteLeafWithClockBehindServers(t *testing.T) {
+	ctx := context.Background()
+	server := newTestManager(t, Config{LeafTTL: time.Hour})
+	remote := newTestManager(t, Config{Signer: signerFunc(server.SignCSR)})
+	if err := remote.SetRoots(server.Roots()); err != nil {
+		t.Fatal(err)
+	}
+	remote.now = func() time.Time { return time.Now().Add(-5 * time.Minute) }
+	l, err := remote.Leaf(ctx, "web")
+	if err != nil {
+		t.Fatalf("Leaf with the client's clock 5 minutes behind: %v", err)
+	}
+	if _, err := server.VerifyPeer([][]byte{parseLeafChain(t, l)[0].Raw}); err != nil {
+		t.Fatalf("the leaf does not verify at the servers' time: %v", err)
+	}
+
+	ahead := newTestManager(t, Config{Signer: signerFunc(server.SignCSR)})
+	if err := ahead.SetRoots(server.Roots()); err != nil {
+		t.Fatal(err)
+	}
+	ahead.now = func() time.Time { return time.Now().Add(2 * time.Hour) }
+	if _, err := ahead.Leaf(ctx, "web"); !errors.Is(err, ErrUntrusted) {
+		t.Fatalf("Leaf already expired by the client's clock = %v, want ErrUntrusted", err)
+	}
+}
