@@ -14,8 +14,8 @@
 //     storage end up with the one root the first of them stored, and a
 //     rotation or prune based on a stale state fails with ErrStateConflict
 //     (the manager then reloads). Reload picks up another server's changes
-//     and re-issues the cached leaves when the roots changed. SignCSR signs
-//     client agents' CSRs.
+//     and re-issues the cached leaves when the active root changed.
+//     SignCSR signs client agents' CSRs.
 //   - Dir (a single node): Storage over a directory (NewDirStorage), with
 //     the root keys in 0600 files. The state file carries a SHA-256 and a
 //     marker file (ca.initialized): a lost or corrupt ca-state.json stops

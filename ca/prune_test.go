@@ -99,3 +99,69 @@ func TestFailedPruneRetried(t *testing.T) {
 		t.Fatalf("backoff %s, retry timer %v after the success", wait, retry)
 	}
 }
+
+// TestPruneKeepsCurrentLeaves: dropping the old root once every leaf was
+// re-issued under the new one re-issues nothing (as Consul re-issues a
+// leaf only when the active root changed), on this server, on a server
+// that reloads the pruned state and on a client agent that gets the
+// pruned roots: a prune is not a second fleet-wide re-issue.
+func TestPruneKeepsCurrentLeaves(t *testing.T) {
+	ctx := context.Background()
+	st := &casStorage{}
+	lim := &countingLimiter{}
+	m := newTestManager(t, Config{Storage: st, LeafTTL: time.Hour, RootOverlap: 300 * time.Millisecond, Limiter: lim})
+	other := newTestManager(t, Config{Storage: st, LeafTTL: time.Hour, RootOverlap: time.Hour})
+	client := newTestManager(t, Config{Signer: signerFunc(other.SignCSR)})
+	if err := client.SetRoots(m.Roots()); err != nil {
+		t.Fatal(err)
+	}
+	for _, svc := range []string{"web", "db"} {
+		mustLeaf(t, m, svc)
+		mustLeaf(t, other, svc)
+		mustLeaf(t, client, svc)
+	}
+	if err := m.Rotate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.SetRoots(m.Roots()); err != nil {
+		t.Fatal(err)
+	}
+	newSigner := activeSigner(m)
+	reissued := func(mgr *Manager) bool {
+		for _, svc := range []string{"web", "db"} {
+			if l := cachedLeaf(mgr, svc); l == nil || signerOf(t, l) != newSigner {
+				return false
+			}
+		}
+		return true
+	}
+	testutil.WaitFor(t, 10*time.Second, "leaves re-issued under the new root", func() bool {
+		return reissued(m) && reissued(other) && reissued(client)
+	})
+	before := map[*Manager][2]string{}
+	for _, mgr := range []*Manager{m, other, client} {
+		before[mgr] = [2]string{cachedLeaf(mgr, "web").SerialNumber, cachedLeaf(mgr, "db").SerialNumber}
+	}
+	testutil.WaitFor(t, 10*time.Second, "old root dropped", func() bool { return len(m.Roots().Roots) == 1 })
+	if err := other.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.SetRoots(m.Roots()); err != nil {
+		t.Fatal(err)
+	}
+	if len(other.Roots().Roots) != 1 || len(client.Roots().Roots) != 1 {
+		t.Fatal("the pruned roots did not reach the other server and the client")
+	}
+	time.Sleep(300 * time.Millisecond)
+	for mgr, serials := range before {
+		if got := [2]string{cachedLeaf(mgr, "web").SerialNumber, cachedLeaf(mgr, "db").SerialNumber}; got != serials {
+			t.Errorf("leaves re-issued after the prune (serials %v, were %v)", got, serials)
+		}
+	}
+	if n := lim.calls.Load(); n != 4 {
+		t.Errorf("%d signings on the pruning server, want 4 (2 leaves, 2 re-issued at rotation)", n)
+	}
+}

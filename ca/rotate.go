@@ -89,10 +89,21 @@ func (m *Manager) entriesLocked() []*leafEntry {
 	return out
 }
 
-// rootsChanged tells subscribers and kicks every leaf's renewal.
+// rootsChanged tells subscribers and kicks the renewal of every leaf not
+// signed by the active root (or not issued yet). A leaf of the active
+// root is kept: a prune only dropped roots it does not chain to.
 func (m *Manager) rootsChanged(entries []*leafEntry) {
 	m.emit(Event{Kind: EventRootsChanged})
+	m.mu.RLock()
+	active := m.activeLocked()
+	stale := entries[:0:0]
 	for _, e := range entries {
+		if e.leaf == nil || active == nil || e.rootID != active.ID {
+			stale = append(stale, e)
+		}
+	}
+	m.mu.RUnlock()
+	for _, e := range stale {
 		select {
 		case e.kick <- struct{}{}:
 		default:

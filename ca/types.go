@@ -48,7 +48,7 @@ type EventKind int
 // Event kinds.
 const (
 	// EventRootsChanged: the trusted roots or the active root changed; every
-	// leaf is about to be re-issued.
+	// leaf not signed by the active root is about to be re-issued.
 	EventRootsChanged EventKind = iota + 1
 	// EventLeafRenewed: Service's leaf was (re-)issued.
 	EventLeafRenewed
