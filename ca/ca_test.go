@@ -381,3 +381,24 @@ func counterValue(t *testing.T, c prometheus.Counter) float64 {
 	}
 	return d.GetCounter().GetValue()
 }
+
+// TestRenewalAfterSuspend: the renewal timers run on the monotonic
+// clock, which stands still while the host is suspended (a laptop, a
+// paused VM); on resume the wall clock is past the renewal point (or past
+// the leaf's end) while the timer still waits. The renewal loop re-checks
+// the wall clock at least every maxRenewSleep, so the leaf is renewed
+// soon after the resume, not hours later.
+func TestRenewalAfterSuspend(t *testing.T) {
+	m := newTestManager(t, Config{LeafTTL: time.Hour})
+	m.randFloat = func() float64 { return 0 } // renew at 36 min
+	m.maxRenewSleep = 50 * time.Millisecond
+	var slept atomic.Int64
+	m.now = func() time.Time { return time.Now().Round(0).Add(time.Duration(slept.Load())) }
+	first := mustLeaf(t, m, "web")
+	time.Sleep(100 * time.Millisecond) // the renewal loop is waiting
+	slept.Store(int64(50 * time.Minute))
+	testutil.WaitFor(t, 5*time.Second, "renewal after the resume", func() bool {
+		l := cachedLeaf(m, "web")
+		return l != nil && l.SerialNumber != first.SerialNumber
+	})
+}

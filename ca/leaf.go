@@ -11,6 +11,12 @@ import (
 	"time"
 )
 
+// maxRenewSleep bounds one wait of a renewal loop. Timers run on the
+// monotonic clock, which stands still while the host is suspended (a
+// laptop, a paused VM): on resume the loop re-checks the wall clock, the
+// one leaves' validity is measured in, within this long.
+const maxRenewSleep = 5 * time.Minute
+
 // leafEntry is one service's cached leaf and its renewal goroutine.
 type leafEntry struct {
 	service string
@@ -208,7 +214,7 @@ func (m *Manager) nextRenewal(e *leafEntry) (wait time.Duration, ok bool) {
 		m.mu.Unlock()
 		return 0, false
 	}
-	now := m.now()
+	now := m.now().Round(0) // the wall clock: see maxRenewSleep
 	if e.holds == 0 && !now.Before(e.lastUsed.Add(m.cfg.LeafIdleTTL)) {
 		m.removeLocked(e)
 		m.mu.Unlock()
@@ -243,7 +249,7 @@ func (m *Manager) renewLoop(e *leafEntry) {
 			return
 		}
 		if wait > 0 {
-			t := time.NewTimer(wait)
+			t := time.NewTimer(min(wait, m.maxRenewSleep))
 			select {
 			case <-m.ctx.Done():
 				t.Stop()

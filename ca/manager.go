@@ -167,6 +167,7 @@ type Manager struct {
 	randFloat        func() float64
 	pruneRetryMin    time.Duration // first backoff of a failed prune
 	remoteStaleRetry time.Duration // see remoteStaleRetry
+	maxRenewSleep    time.Duration // see maxRenewSleep
 }
 
 // New loads the CA from its storage (cfg.Dir or cfg.Storage) or creates it
@@ -194,6 +195,7 @@ func New(cfg Config, logger hclog.Logger, reg prometheus.Registerer) (*Manager, 
 		randFloat:        rand.Float64,
 		pruneRetryMin:    pruneRetryMin,
 		remoteStaleRetry: remoteStaleRetry,
+		maxRenewSleep:    maxRenewSleep,
 	}
 	if m.limiter == nil {
 		m.limiter = NewTokenBucket(cfg.SignRate, int(cfg.SignRate))
