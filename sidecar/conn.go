@@ -276,6 +276,11 @@ func copyBuffered(dst, src net.Conn, clock *idleClock) (written int64, err error
 		rb.pool = &tlsCopyBuffers
 	}
 	defer rb.release()
+	if clock != nil {
+		// The small buffer's first read looks at the clock too: a relay
+		// that never moves a byte idles out as well.
+		_ = src.SetReadDeadline(clock.deadline())
+	}
 	var armed time.Time
 	for {
 		buf := rb.get()

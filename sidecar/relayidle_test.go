@@ -85,3 +85,26 @@ func TestTCPProxyIdleTimeoutOverTLS(t *testing.T) {
 		return statValue(t, m.web, "tcp.upstream.db.idle_timeout") == 1
 	})
 }
+
+// A relay that never moved a byte either way idles out too (Envoy's
+// idle timer starts with the connection): over the buffered TLS path, a
+// client that connects and stays silent to a silent server is closed.
+func TestTCPProxyIdleTimeoutWithoutTraffic(t *testing.T) {
+	const idle = 300 * time.Millisecond
+	m := newMesh(t, meshOptions{greetless: true})
+	res := maps.Clone(m.webResources())
+	res[typeListener] = []types.Resource{upstreamListener("db", m.webPort, tcpProxyFilterIdle(t, "upstream.db", sniFor("db"), idle))}
+	waitAccepted(t, m.web, typeListener, m.cp.set(m.web.cfg.ProxyID, res))
+	c := dialLine(t, m.webAddr())
+	start := time.Now()
+	_ = c.SetReadDeadline(time.Now().Add(10 * idle))
+	if _, err := c.r.ReadByte(); err != io.EOF {
+		t.Fatalf("read after %s of silence = %v, want EOF (the idle relay closed)", time.Since(start), err)
+	}
+	if took := time.Since(start); took < idle || took > 4*idle {
+		t.Fatalf("the idle relay closed %s after it opened, want between %s and %s", took, idle, 4*idle)
+	}
+	testutil.WaitFor(t, waitTimeout, "tcp.upstream.db.idle_timeout at 1", func() bool {
+		return statValue(t, m.web, "tcp.upstream.db.idle_timeout") == 1
+	})
+}
