@@ -19,6 +19,10 @@ import (
 // threshold (max_connections, max_pending_requests, max_requests).
 const defaultCircuitLimit = 1024
 
+// defaultMaxRetries is Envoy's default max_retries: retries in flight to
+// a cluster at once.
+const defaultMaxRetries = 3
+
 // ErrOverflow: a cluster's circuit breaker is open (too many connections,
 // pending or active requests). HTTP answers 503 with x-envoy-overloaded.
 var ErrOverflow = errors.New("upstream overflow")
@@ -32,12 +36,17 @@ type thresholds struct {
 	maxConns    int64 // open connections to the cluster
 	maxPending  int64 // requests waiting for a connection
 	maxRequests int64 // requests in flight
+	maxRetries  int64 // retries in flight
 }
 
+// defaultThresholds are Envoy's limits for a cluster that sets none.
+var defaultThresholds = thresholds{defaultCircuitLimit, defaultCircuitLimit, defaultCircuitLimit, defaultMaxRetries}
+
 // decodeCircuitBreakers reads the DEFAULT priority thresholds; unset
-// values (and a cluster without circuit_breakers) are Envoy's 1024.
+// values (and a cluster without circuit_breakers) are Envoy's defaults
+// (1024, and 3 for max_retries).
 func decodeCircuitBreakers(cb *clusterv3.CircuitBreakers) thresholds {
-	t := thresholds{defaultCircuitLimit, defaultCircuitLimit, defaultCircuitLimit}
+	t := defaultThresholds
 	for _, th := range cb.GetThresholds() {
 		if th.GetPriority() != corev3.RoutingPriority_DEFAULT {
 			continue // no route asks for HIGH priority
@@ -50,6 +59,9 @@ func decodeCircuitBreakers(cb *clusterv3.CircuitBreakers) thresholds {
 		}
 		if v := th.GetMaxRequests(); v != nil {
 			t.maxRequests = int64(v.GetValue())
+		}
+		if v := th.GetMaxRetries(); v != nil {
+			t.maxRetries = int64(v.GetValue())
 		}
 	}
 	return t
@@ -67,10 +79,12 @@ type circuit struct {
 	wake    chan struct{} // closed when a connection is released or pooled
 
 	requests atomic.Int64
+	retries  atomic.Int64
 
-	cxOverflow, rqPendingOverflow *atomic.Uint64
-	rqActive, rqPendingActive     *atomic.Int64
-	cxOpen, rqOpen, rqPendingOpen *atomic.Int64 // Envoy's circuit_breakers.default.*_open gauges
+	cxOverflow, rqPendingOverflow, rqRetryOverflow *atomic.Uint64
+	rqActive, rqPendingActive                      *atomic.Int64
+	// Envoy's circuit_breakers.default.*_open gauges.
+	cxOpen, rqOpen, rqPendingOpen, rqRetryOpen *atomic.Int64
 }
 
 func newCircuit(reg *statsRegistry, name string) *circuit {
@@ -78,13 +92,15 @@ func newCircuit(reg *statsRegistry, name string) *circuit {
 	c := &circuit{
 		cxOverflow:        reg.counter(p + "upstream_cx_overflow"),
 		rqPendingOverflow: reg.counter(p + "upstream_rq_pending_overflow"),
+		rqRetryOverflow:   reg.counter(p + "upstream_rq_retry_overflow"),
 		rqActive:          reg.gauge(p + "upstream_rq_active"),
 		rqPendingActive:   reg.gauge(p + "upstream_rq_pending_active"),
 		cxOpen:            reg.gauge(p + "circuit_breakers.default.cx_open"),
 		rqOpen:            reg.gauge(p + "circuit_breakers.default.rq_open"),
 		rqPendingOpen:     reg.gauge(p + "circuit_breakers.default.rq_pending_open"),
+		rqRetryOpen:       reg.gauge(p + "circuit_breakers.default.rq_retry_open"),
 	}
-	c.setLimits(thresholds{defaultCircuitLimit, defaultCircuitLimit, defaultCircuitLimit})
+	c.setLimits(defaultThresholds)
 	return c
 }
 
@@ -195,6 +211,30 @@ func (c *circuit) releaseRequest() {
 	n := c.requests.Add(-1)
 	c.rqActive.Store(n)
 	boolGauge(c.rqOpen, n >= c.limits.Load().maxRequests)
+}
+
+// acquireRetry counts a retry about to be scheduled; false (an overflow:
+// the failed attempt's answer stands) when max_retries are in flight.
+func (c *circuit) acquireRetry() bool {
+	limit := c.limits.Load().maxRetries
+	for {
+		n := c.retries.Load()
+		if n >= limit {
+			c.rqRetryOverflow.Add(1)
+			boolGauge(c.rqRetryOpen, true)
+			return false
+		}
+		if c.retries.CompareAndSwap(n, n+1) {
+			boolGauge(c.rqRetryOpen, n+1 >= limit)
+			return true
+		}
+	}
+}
+
+// releaseRetry uncounts a retry whose attempt is over.
+func (c *circuit) releaseRetry() {
+	n := c.retries.Add(-1)
+	boolGauge(c.rqRetryOpen, n >= c.limits.Load().maxRetries)
 }
 
 // overflowError says which limit was hit; it wraps ErrOverflow.

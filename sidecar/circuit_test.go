@@ -17,7 +17,7 @@ func TestDecodeCircuitBreakersAndOutlierDetection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.circuit != (thresholds{1024, 1024, 1024}) || cfg.outlier != nil {
+	if cfg.circuit != (thresholds{1024, 1024, 1024, 3}) || cfg.outlier != nil {
 		t.Errorf("defaults: circuit %+v outlier %+v", cfg.circuit, cfg.outlier)
 	}
 	c.CircuitBreakers = &clusterv3.CircuitBreakers{Thresholds: []*clusterv3.CircuitBreakers_Thresholds{
@@ -28,8 +28,8 @@ func TestDecodeCircuitBreakersAndOutlierDetection(t *testing.T) {
 	if cfg, err = decodeCluster(c); err != nil {
 		t.Fatal(err)
 	}
-	if cfg.circuit != (thresholds{maxConns: 7, maxPending: 1024, maxRequests: 9}) {
-		t.Errorf("circuit = %+v (HIGH priority ignored, unset = 1024)", cfg.circuit)
+	if cfg.circuit != (thresholds{maxConns: 7, maxPending: 1024, maxRequests: 9, maxRetries: 3}) {
+		t.Errorf("circuit = %+v (HIGH priority ignored, unset = 1024, max_retries 3)", cfg.circuit)
 	}
 	want := outlierConfig{consecutive5xx: 5, interval: 10 * time.Second, baseEjectionTime: time.Second,
 		maxEjectionTime: 300 * time.Second, maxEjectionPercent: 100, enforcing5xx: 100}

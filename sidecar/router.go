@@ -164,16 +164,32 @@ func (h *h1conn) proxy(req *http.Request, rt *route, ch *clusterHeaders, cl *clu
 // num_retries more when the retry policy's conditions hold, each after a
 // jittered back-off and on another endpoint when there is one. A request
 // that may have reached the upstream is retried only if it is replayable.
+// A retry holds one of the cluster's max_retries slots from its back-off
+// to its attempt's answer; with none free the failed answer stands.
 func sendWithRetries(req *http.Request, rp *retryPolicy, cl *cluster, lbc lbContext, xs *exchScratch) (*http.Response, error) {
 	var tried triedHosts
+	retrying := false
+	defer func() {
+		if retrying {
+			cl.cb.releaseRetry()
+		}
+	}()
 	for attempt := 0; ; attempt++ {
 		resp, err := tryOnce(req, rp, cl, lbc, &tried, xs)
+		if retrying {
+			cl.cb.releaseRetry()
+			retrying = false
+		}
 		if attempt > 0 && err == nil && resp.StatusCode < 500 {
 			cl.stats.rqRetrySuccess.Add(1)
 		}
 		if rp == nil || attempt >= rp.numRetries || req.Context().Err() != nil || !shouldRetry(req, rp, resp, err) {
 			return resp, err
 		}
+		if !cl.cb.acquireRetry() {
+			return resp, err
+		}
+		retrying = true
 		if resp != nil {
 			// Read a little of the failed answer so its connection can be
 			// reused; a long one is simply closed.
