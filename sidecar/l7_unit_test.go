@@ -315,6 +315,28 @@ func TestLeastRequestAndRetryHostSelection(t *testing.T) {
 	}
 }
 
+// round_robin with a failover priority (a second healthy group) still
+// takes turns over every host of the first: each pick advances the
+// rotation once, whatever the number of groups.
+func TestRoundRobinWithFailoverPriority(t *testing.T) {
+	c, st := lbCluster(lbRoundRobin, 4)
+	var p1 []*host
+	for i := 0; i < 2; i++ {
+		p1 = append(p1, &host{ep: endpoint{addr: fmt.Sprintf("10.0.1.%d:443", i+1), weight: 1, healthy: true, priority: 1}, stats: &hostStats{}})
+	}
+	st.hosts = append(st.hosts, p1...)
+	st.healthy = append(st.healthy, p1)
+	picks := map[string]int{}
+	for i := 0; i < 40; i++ {
+		picks[c.candidates(st, lbContext{}, nil)[0].ep.addr]++
+	}
+	for _, h := range st.healthy[0] {
+		if n := picks[h.ep.addr]; n != 10 {
+			t.Fatalf("priority 0 host %s picked first %d of 40 times, want 10: %v", h.ep.addr, n, picks)
+		}
+	}
+}
+
 func addrsOf(hs []*host) string {
 	var out []string
 	for _, h := range hs {

@@ -105,12 +105,18 @@ func (c *cluster) candidatesInto(out []*host, st *clusterState, lbc lbContext, e
 	}
 	now := time.Now()
 	ejected := c.anyEjected(st, now)
+	// One turn of the round robin per pick, whatever the number of
+	// groups it spans.
+	var turn uint64
+	if st.cfg.lb == lbRoundRobin {
+		turn = c.rr.Add(1) - 1
+	}
 	for gi, g := range groups {
 		var ring hashRing
 		if gi < len(rings) {
 			ring = rings[gi]
 		}
-		start := c.pickStart(st.cfg, g, ring, lbc)
+		start := c.pickStart(st.cfg, g, ring, lbc, turn)
 		for i := range g {
 			out = append(out, g[(start+i)%len(g)])
 			if len(out) == maxConnectAttempts && len(exclude) == 0 && !ejected {
@@ -138,8 +144,9 @@ func boolInt(b bool) int {
 	return 0
 }
 
-// pickStart picks the first host of a group under the cluster's policy.
-func (c *cluster) pickStart(cfg *clusterConfig, g []*host, ring hashRing, lbc lbContext) int {
+// pickStart picks the first host of a group under the cluster's policy;
+// turn is the pick's round robin position.
+func (c *cluster) pickStart(cfg *clusterConfig, g []*host, ring hashRing, lbc lbContext, turn uint64) int {
 	n := len(g)
 	switch lb := cfg.lb; {
 	case n == 1:
@@ -158,7 +165,7 @@ func (c *cluster) pickStart(cfg *clusterConfig, g []*host, ring hashRing, lbc lb
 		}
 		return best
 	}
-	return int((c.rr.Add(1) - 1) % uint64(n))
+	return int(turn % uint64(n))
 }
 
 // hostLoad is a host's active requests (HTTP) plus connections (TCP).
