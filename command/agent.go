@@ -4,7 +4,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/meshlet/meshlet/agent"
@@ -15,7 +18,9 @@ func init() {
 		name: "agent", args: "[options]", synopsis: "Run the meshlet agent (server, client and mesh control plane)",
 		help: `Runs the agent in the foreground until SIGINT or SIGTERM. On shutdown the
 agent stops its API and runners but leaves tasks running, like Nomad: the
-next agent on the same data dir recovers them.
+next agent on the same data dir recovers them. A second SIGINT or SIGTERM
+during the shutdown exits at once. SIGHUP reloads the log level from the
+configuration (TLS certificates are re-read when their files change).
 
 One of -dev, -config or -data-dir is required. -dev uses a temporary data
 dir (unless -data-dir) and debug logs. Flags override the config file.
@@ -91,14 +96,64 @@ func runAgent(e *env, c *command, args []string) int {
 	if w := cfg.ACLWarning(); w != "" {
 		logger.Warn(w)
 	}
+	// SIGHUP (a closed terminal, an operator's reload) would kill the
+	// agent without a shutdown; from here on it reloads instead.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	if err := a.Start(); err != nil {
 		return e.errorf("failed to start agent: %v", err)
 	}
 	writeBanner(e.stdout, a)
-	<-e.ctx.Done()
+	for waiting := true; waiting; {
+		select {
+		case <-hup:
+			reloadAgent(fs, f, logger)
+		case <-e.ctx.Done():
+			waiting = false
+		}
+	}
+	return shutdownAgent(e, a)
+}
+
+// reloadAgent handles SIGHUP as Nomad does: it reads the configuration
+// again and applies its log level; the TLS certificate and key are re-read
+// by the listeners when their files change; other settings need a restart.
+func reloadAgent(fs *flag.FlagSet, f agentFlags, logger hclog.Logger) {
+	cfg, err := agentConfig(fs, f)
+	if err != nil {
+		logger.Error("failed to reload the agent configuration; keeping the running one", "error", err)
+		return
+	}
+	level := hclog.LevelFromString(cfg.LogLevel)
+	if level == hclog.NoLevel {
+		logger.Error("failed to reload the agent configuration; keeping the running one",
+			"error", fmt.Sprintf("invalid log level %q", cfg.LogLevel))
+		return
+	}
+	logger.SetLevel(level)
+	logger.Info("reloaded the agent configuration: only the log level applies until a restart", "log_level", cfg.LogLevel)
+}
+
+// shutdownAgent stops the agent after the first SIGINT or SIGTERM. A
+// second one exits at once (exit 1), as in Nomad, without waiting for the
+// shutdown (requests in flight, alloc runners) to finish.
+func shutdownAgent(e *env, a *agent.Agent) int {
 	fmt.Fprintln(e.stdout, "==> Caught signal, shutting down (tasks keep running)")
-	if err := a.Shutdown(); err != nil {
-		return e.errorf("failed to shut down agent cleanly: %v", err)
+	// Registered after the first signal was delivered: only a new one
+	// arrives here.
+	again := make(chan os.Signal, 1)
+	signal.Notify(again, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(again)
+	done := make(chan error, 1)
+	go func() { done <- a.Shutdown() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return e.errorf("failed to shut down agent cleanly: %v", err)
+		}
+	case sig := <-again:
+		return e.errorf("caught a second signal (%v) during shutdown: exiting without a clean shutdown", sig)
 	}
 	fmt.Fprintln(e.stdout, "==> Agent stopped")
 	return exitOK

@@ -198,6 +198,7 @@ StartLimitIntervalSec=0
 ExecStart=${MESHLET_BIN} agent -config ${CONF_DIR}/agent.hcl
 KillMode=process
 KillSignal=SIGINT
+ExecReload=/bin/kill -HUP \$MAINPID
 Restart=on-failure
 RestartSec=2
 
