@@ -19,7 +19,7 @@ func init() {
 		help: `Runs the agent in the foreground until SIGINT or SIGTERM. On shutdown the
 agent stops its API and runners but leaves tasks running, like Nomad: the
 next agent on the same data dir recovers them. A second SIGINT or SIGTERM
-during the shutdown exits at once. SIGHUP reloads the log level from the
+during the start-up or the shutdown exits at once. SIGHUP reloads the log level from the
 configuration (TLS certificates are re-read when their files change).
 
 One of -dev, -config or -data-dir is required. -dev uses a temporary data
@@ -101,8 +101,25 @@ func runAgent(e *env, c *command, args []string) int {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	if err := a.Start(); err != nil {
-		return e.errorf("failed to start agent: %v", err)
+	started := make(chan error, 1)
+	go func() { started <- a.Start() }()
+	select {
+	case err := <-started:
+		if err != nil {
+			return e.errorf("failed to start agent: %v", err)
+		}
+	case <-e.ctx.Done():
+		// Start can wait a minute for servers or etcd: the signal stops
+		// the agent once it has started, a second one exits at once.
+		fmt.Fprintln(e.stdout, "==> Caught signal during start-up, stopping once started (signal again to exit at once)")
+		sig, err := orSecondSignal(func() error { return <-started })
+		if sig != nil {
+			return e.errorf("caught a second signal (%v) during start-up: exiting without a clean shutdown", sig)
+		}
+		if err != nil {
+			return e.errorf("failed to start agent: %v", err)
+		}
+		return shutdownAgent(e, a)
 	}
 	writeBanner(e.stdout, a)
 	for waiting := true; waiting; {
@@ -140,23 +157,34 @@ func reloadAgent(fs *flag.FlagSet, f agentFlags, logger hclog.Logger) {
 // shutdown (requests in flight, alloc runners) to finish.
 func shutdownAgent(e *env, a *agent.Agent) int {
 	fmt.Fprintln(e.stdout, "==> Caught signal, shutting down (tasks keep running)")
+	sig, err := orSecondSignal(a.Shutdown)
+	switch {
+	case sig != nil:
+		return e.errorf("caught a second signal (%v) during shutdown: exiting without a clean shutdown", sig)
+	case err != nil:
+		return e.errorf("failed to shut down agent cleanly: %v", err)
+	}
+	fmt.Fprintln(e.stdout, "==> Agent stopped")
+	return exitOK
+}
+
+// orSecondSignal runs fn, called once a first SIGINT or SIGTERM was
+// delivered: it returns the next such signal if one comes before fn
+// returns, else fn's error (fn then goes on in the background).
+func orSecondSignal(fn func() error) (os.Signal, error) {
 	// Registered after the first signal was delivered: only a new one
 	// arrives here.
 	again := make(chan os.Signal, 1)
 	signal.Notify(again, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(again)
 	done := make(chan error, 1)
-	go func() { done <- a.Shutdown() }()
+	go func() { done <- fn() }()
 	select {
 	case err := <-done:
-		if err != nil {
-			return e.errorf("failed to shut down agent cleanly: %v", err)
-		}
+		return nil, err
 	case sig := <-again:
-		return e.errorf("caught a second signal (%v) during shutdown: exiting without a clean shutdown", sig)
+		return sig, nil
 	}
-	fmt.Fprintln(e.stdout, "==> Agent stopped")
-	return exitOK
 }
 
 // agentConfig builds the configuration: the file (or dev or default

@@ -32,8 +32,23 @@ func startAgentProcess(t *testing.T, extra string) (*agentProcess, string) {
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "agent.hcl")
 	writeAgentConfig(t, cfg, filepath.Join(dir, "data"), extra)
+	p := spawnAgent(t, "-config", cfg)
+	addrRE := regexp.MustCompile(`HTTP API\s+= http://(127\.0\.0\.1:\d+)`)
+	testutil.WaitFor(t, hangGuard, "the agent banner", func() bool {
+		if p.exited() {
+			t.Fatalf("agent exited early:\n%s%s", p.stdout, p.stderr)
+		}
+		return addrRE.MatchString(p.stdout.String())
+	})
+	p.httpAddr = addrRE.FindStringSubmatch(p.stdout.String())[1]
+	return p, cfg
+}
+
+// spawnAgent runs `meshlet agent args...` in a process of its own.
+func spawnAgent(t *testing.T, args ...string) *agentProcess {
+	t.Helper()
 	p := &agentProcess{stdout: &testutil.SyncBuffer{}, stderr: &testutil.SyncBuffer{}, done: make(chan error, 1)}
-	p.cmd = exec.Command(os.Args[0], "agent", "-config", cfg)
+	p.cmd = exec.Command(os.Args[0], append([]string{"agent"}, args...)...)
 	p.cmd.Env = append(os.Environ(), runCLIEnv+"=1")
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
 	if err := p.cmd.Start(); err != nil {
@@ -44,15 +59,7 @@ func startAgentProcess(t *testing.T, extra string) (*agentProcess, string) {
 		_ = p.cmd.Process.Kill()
 		<-p.done
 	})
-	addrRE := regexp.MustCompile(`HTTP API\s+= http://(127\.0\.0\.1:\d+)`)
-	testutil.WaitFor(t, hangGuard, "the agent banner", func() bool {
-		if p.exited() {
-			t.Fatalf("agent exited early:\n%s%s", p.stdout, p.stderr)
-		}
-		return addrRE.MatchString(p.stdout.String())
-	})
-	p.httpAddr = addrRE.FindStringSubmatch(p.stdout.String())[1]
-	return p, cfg
+	return p
 }
 
 func writeAgentConfig(t *testing.T, path, dataDir, extra string) {
@@ -166,5 +173,35 @@ func TestAgentSecondSignalForcesExit(t *testing.T) {
 	p.signal(t, syscall.SIGTERM)
 	if code := p.wait(t, 3*time.Second); code != 1 || !strings.Contains(p.stderr.String(), "second signal") {
 		t.Fatalf("agent exit %d after a second signal:\n%s%s", code, p.stdout, p.stderr)
+	}
+}
+
+// A signal while the agent starts (a client agent waiting for servers that
+// do not answer) is not lost: the agent says it stops once started, and a
+// second signal exits at once.
+func TestAgentSignalDuringStartUp(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := ln.Addr().String()
+	ln.Close() // nothing answers there
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "agent.hcl")
+	writeAgentConfig(t, cfg, filepath.Join(dir, "data"), `log_level = "info"`)
+	p := spawnAgent(t, "-config", cfg, "-client", "-servers", down)
+	testutil.WaitFor(t, hangGuard, "the agent waiting for its servers", func() bool {
+		return strings.Contains(p.stderr.String(), "waiting for the cluster's CA roots")
+	})
+	p.signal(t, syscall.SIGINT)
+	testutil.WaitFor(t, hangGuard, "the start-up signal noted", func() bool {
+		if p.exited() {
+			t.Fatalf("agent exited on the first signal during start-up:\n%s%s", p.stdout, p.stderr)
+		}
+		return strings.Contains(p.stdout.String(), "Caught signal during start-up")
+	})
+	p.signal(t, syscall.SIGINT)
+	if code := p.wait(t, 3*time.Second); code != 1 || !strings.Contains(p.stderr.String(), "second signal") {
+		t.Fatalf("agent exit %d after a second signal during start-up:\n%s%s", code, p.stdout, p.stderr)
 	}
 }
