@@ -94,6 +94,8 @@ var nomadRules = map[string]rule{
 	"GET /v1/job/{id}/summary":            ruleReadJob,
 	"GET /v1/job/{id}/evaluations":        ruleReadJob,
 	"GET /v1/job/{id}/versions":           ruleReadJob,
+	"GET /v1/job/{id}/deployment":         ruleReadJob,
+	"GET /v1/job/{id}/deployments":        ruleReadJob,
 	"GET /v1/allocations":                 ruleReadJob,
 	"GET /v1/allocation/{id}":             ruleReadJob,
 	"GET /v1/evaluation/{id}":             ruleReadJob,

@@ -26,6 +26,8 @@ func (s *Server) jobRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/job/{id}/summary", s.read(s.jobSummary))
 	mux.HandleFunc("GET /v1/job/{id}/evaluations", s.read(s.jobEvaluations))
 	mux.HandleFunc("GET /v1/job/{id}/versions", s.read(s.jobVersions))
+	mux.HandleFunc("GET /v1/job/{id}/deployment", s.read(s.jobLatestDeployment))
+	mux.HandleFunc("GET /v1/job/{id}/deployments", s.read(s.jobDeployments))
 }
 
 func (s *Server) listJobs(r *http.Request) (any, error) {
@@ -131,6 +133,25 @@ func (s *Server) getJob(r *http.Request) (any, error) {
 		return nil, fmt.Errorf("failed to get job: %w", err)
 	}
 	return job, nil
+}
+
+// jobLatestDeployment serves GET /v1/job/:id/deployment: meshlet makes no
+// deployments, so a job has none (null, Nomad's answer for a job never
+// deployed); `nomad job status` asks for it and fails on a 404.
+func (s *Server) jobLatestDeployment(r *http.Request) (any, error) {
+	if _, err := s.getJob(r); err != nil {
+		return nil, err
+	}
+	return nil, nil
+}
+
+// jobDeployments serves GET /v1/job/:id/deployments: none (see
+// jobLatestDeployment).
+func (s *Server) jobDeployments(r *http.Request) (any, error) {
+	if _, err := s.getJob(r); err != nil {
+		return nil, err
+	}
+	return []struct{}{}, nil
 }
 
 func (s *Server) stopJob(r *http.Request) (any, uint64, error) {
