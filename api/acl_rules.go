@@ -98,6 +98,7 @@ var nomadRules = map[string]rule{
 	"GET /v1/job/{id}/deployments":        ruleReadJob,
 	"GET /v1/allocations":                 ruleReadJob,
 	"GET /v1/allocation/{id}":             ruleReadJob,
+	"GET /v1/evaluations":                 ruleReadJob,
 	"GET /v1/evaluation/{id}":             ruleReadJob,
 	"GET /v1/evaluation/{id}/allocations": ruleReadJob,
 

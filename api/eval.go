@@ -1,10 +1,14 @@
 package api
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 )
@@ -72,6 +76,7 @@ type EvaluationBackend interface {
 }
 
 func (s *Server) evalRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /v1/evaluations", s.read(s.listEvaluations))
 	mux.HandleFunc("GET /v1/evaluation/{id}", s.read(s.getEvaluation))
 	mux.HandleFunc("GET /v1/evaluation/{id}/allocations", s.read(s.evalAllocations))
 }
@@ -110,6 +115,51 @@ func (s *Server) evalAllocations(r *http.Request) (any, error) {
 		}
 	}
 	return out, nil
+}
+
+// listEvaluations serves GET /v1/evaluations: the evaluations of every
+// job (those of purged jobs are gone with them), sorted by ID, narrowed by
+// ?prefix=, ?filter_job_id= and ?filter_eval_status= as in Nomad.
+func (s *Server) listEvaluations(r *http.Request) (any, error) {
+	q := r.URL.Query()
+	prefix, status := q.Get("prefix"), q.Get("filter_eval_status")
+	jobIDs := []string{q.Get("filter_job_id")}
+	if jobIDs[0] == "" {
+		jobs, err := s.b.ListJobs(r.Context())
+		if err != nil {
+			return nil, fmt.Errorf("failed to list jobs: %w", err)
+		}
+		jobIDs = jobIDs[:0]
+		for _, j := range jobs {
+			jobIDs = append(jobIDs, j.ID)
+		}
+	}
+	out := []*Evaluation{}
+	for _, id := range jobIDs {
+		evs, err := s.evaluationsOf(r.Context(), id)
+		if errors.Is(err, ErrNotFound) {
+			continue // gone since listed, or no such job
+		}
+		if err != nil {
+			return nil, fmt.Errorf("failed to list job evaluations: %w", err)
+		}
+		for _, ev := range evs {
+			if strings.HasPrefix(ev.ID, prefix) && (status == "" || ev.Status == status) {
+				out = append(out, ev)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b *Evaluation) int { return cmp.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+// evaluationsOf lists a job's evaluations, oldest first: the backend's
+// when it records them, else the memo's.
+func (s *Server) evaluationsOf(ctx context.Context, jobID string) ([]*Evaluation, error) {
+	if eb, ok := s.b.(EvaluationBackend); ok {
+		return eb.JobEvaluations(ctx, jobID)
+	}
+	return s.evals.forJob(jobID), nil
 }
 
 func (s *Server) jobEvaluations(r *http.Request) (any, error) {
