@@ -130,7 +130,17 @@ func (s *Server) getNode(r *http.Request) (any, error) {
 	}
 	out := n.Sanitize()
 	out.SchedulingEligibility = eligibility(n)
-	return out, nil
+	return &nodeInfo{Node: out, NodePool: defaultNodePool}, nil
+}
+
+// defaultNodePool is the node pool of every node: meshlet has Nomad's
+// built-in one only.
+const defaultNodePool = "default"
+
+// nodeInfo is a node as GET /v1/node/:id serves it, in its pool.
+type nodeInfo struct {
+	*structs.Node
+	NodePool string
 }
 
 func (s *Server) nodeAllocations(r *http.Request) (any, error) {

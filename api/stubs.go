@@ -257,7 +257,7 @@ func newNodeListStub(n *structs.Node, version string) *NodeListStub {
 		Attributes:            n.Attributes,
 		Datacenter:            n.Datacenter,
 		Name:                  n.Name,
-		NodePool:              "default",
+		NodePool:              defaultNodePool,
 		Version:               version,
 		Drain:                 n.Draining(),
 		SchedulingEligibility: eligibility(n),
