@@ -138,7 +138,7 @@ func (e *env) runSidecarEnvoy(o *sidecarOptions, drop privDrop) int {
 		}
 	}
 	fmt.Fprintf(e.stdout, "==> sidecar for %s: Envoy (%s)\n", o.service, o.envoyBinary)
-	argv := append(append([]string{o.envoyBinary}, connect.EnvoyArgs(configPath)...), o.envoyArgs...)
+	argv := append([]string{o.envoyBinary}, connect.EnvoyArgs(configPath, o.envoyArgs...)...)
 	return e.errorf("failed to exec envoy: %v", execve(o.envoyBinary, argv))
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // Sidecar modes (agent config `sidecar`).
@@ -48,7 +49,37 @@ func ResolveSidecarMode(configured, envoyBinary string) (string, error) {
 const ProxyConcurrency = 1
 
 // EnvoyArgs are the arguments the sidecar task gives Envoy, as Nomad's
-// default sidecar task does.
-func EnvoyArgs(bootstrapPath string) []string {
-	return []string{"-c", bootstrapPath, "-l", "info", "--concurrency", strconv.Itoa(ProxyConcurrency), "--disable-hot-restart"}
+// default sidecar task does, followed by extra (a task's envoy_args).
+// Envoy refuses an option given twice ("Argument already set!"; -l and
+// --log-level are one option), so a default that extra sets itself is left
+// out: envoy_args = ["-l", "debug"] or ["--concurrency", "2"] replace the
+// default log level or concurrency.
+func EnvoyArgs(bootstrapPath string, extra ...string) []string {
+	args := []string{"-c", bootstrapPath}
+	for _, d := range []struct {
+		flags []string
+		args  []string
+	}{
+		{[]string{"-l", "--log-level"}, []string{"-l", "info"}},
+		{[]string{"--concurrency"}, []string{"--concurrency", strconv.Itoa(ProxyConcurrency)}},
+		{[]string{"--disable-hot-restart"}, []string{"--disable-hot-restart"}},
+	} {
+		if !setsOption(extra, d.flags) {
+			args = append(args, d.args...)
+		}
+	}
+	return append(args, extra...)
+}
+
+// setsOption reports whether args give one of flags, alone or with its
+// value in the same argument ("-l debug"), as Envoy's parser accepts.
+func setsOption(args, flags []string) bool {
+	for _, a := range args {
+		for _, f := range flags {
+			if a == f || strings.HasPrefix(a, f+" ") {
+				return true
+			}
+		}
+	}
+	return false
 }

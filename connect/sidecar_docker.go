@@ -107,10 +107,11 @@ func (o Options) dockerConfig() map[string]any {
 
 // DockerSidecarConfig is a docker sidecar task's config: image run with
 // Nomad's Envoy arguments for the bootstrap at bootstrapPath (the
-// container's path), then extra.
+// container's path), then extra (which replaces a default it repeats, see
+// EnvoyArgs).
 func DockerSidecarConfig(image, bootstrapPath string, extra []string) map[string]any {
 	args := []any{}
-	for _, a := range append(EnvoyArgs(bootstrapPath), extra...) {
+	for _, a := range EnvoyArgs(bootstrapPath, extra...) {
 		args = append(args, a)
 	}
 	return map[string]any{"image": image, "args": args}

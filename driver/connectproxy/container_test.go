@@ -102,7 +102,7 @@ func TestContainerRuntime(t *testing.T) {
 	dt.WaitLog(t, cfg, "ENVOY_UID=")
 	out := dt.Log(t, cfg, "stdout")
 	for _, want := range []string{
-		"args: -c " + connect.RuntimeBootstrapPath + " -l info --concurrency 1 --disable-hot-restart --log-level debug",
+		"args: -c " + connect.RuntimeBootstrapPath + " --concurrency 1 --disable-hot-restart --log-level debug",
 		cfg.Config["proxy_id"].(string), connect.ContainerSocketPath(), nsLink(t, cfg.NetNSPath), "ENVOY_UID=0",
 	} {
 		if !strings.Contains(out, want) {
