@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -32,9 +33,30 @@ func FindBinary(explicit string) (string, error) {
 
 // Args returns Envoy's command line for a bootstrap at configPath, followed
 // by the caller's pass-through args (as `consul connect envoy -- ARGS`).
+// Hot restart is disabled unless the pass-through args configure it or
+// disable it themselves (Envoy refuses an option given twice).
 func Args(configPath string, passthrough []string) []string {
-	args := []string{"--config-path", configPath, "--disable-hot-restart"}
+	args := []string{"--config-path", configPath}
+	if !touchesHotRestart(passthrough) {
+		args = append(args, "--disable-hot-restart")
+	}
 	return append(args, passthrough...)
+}
+
+// hotRestartFlags are Envoy's options about hot restart.
+var hotRestartFlags = []string{"--disable-hot-restart", "--restart-epoch", "--hot-restart-version", "--drain-time-s", "--parent-shutdown-time-s"}
+
+// touchesHotRestart reports whether args give one of hotRestartFlags,
+// alone or with its value in the same argument.
+func touchesHotRestart(args []string) bool {
+	for _, a := range args {
+		for _, f := range hotRestartFlags {
+			if a == f || strings.HasPrefix(a, f+" ") || strings.HasPrefix(a, f+"=") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Exec replaces the current process with Envoy. The bootstrap is handed
