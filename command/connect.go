@@ -4,9 +4,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 
 	"github.com/hashicorp/go-hclog"
@@ -74,10 +76,14 @@ type proxyTarget struct {
 }
 
 // resolveProxy finds the proxy by -proxy-id or -sidecar-for through the
-// Consul-shaped API.
+// Consul-shaped API. As in Consul, the two flags are exclusive, and a
+// -sidecar-for that several proxies serve is an error naming their IDs.
 func resolveProxy(addr *apiTarget, proxyID, sidecarFor string) (*proxyTarget, error) {
-	if proxyID == "" && sidecarFor == "" {
+	switch {
+	case proxyID == "" && sidecarFor == "":
 		return nil, errors.New("one of -proxy-id or -sidecar-for is required")
+	case proxyID != "" && sidecarFor != "":
+		return nil, errors.New("-proxy-id and -sidecar-for are mutually exclusive")
 	}
 	client, err := consulClient(addr)
 	if err != nil {
@@ -90,7 +96,8 @@ func resolveProxy(addr *apiTarget, proxyID, sidecarFor string) (*proxyTarget, er
 		}
 		return nil, fmt.Errorf("failed to list services at %s (is the agent running? set MESHLET_CONNECT_ADDR): %w", addr.Addr, err)
 	}
-	for name := range names {
+	var found []*proxyTarget
+	for _, name := range slices.Sorted(maps.Keys(names)) {
 		if !strings.HasSuffix(name, connect.ProxySuffix) {
 			continue
 		}
@@ -103,10 +110,24 @@ func resolveProxy(addr *apiTarget, proxyID, sidecarFor string) (*proxyTarget, er
 			if p == nil || (proxyID != "" && e.ServiceID != proxyID) || (sidecarFor != "" && p.DestinationServiceID != sidecarFor) {
 				continue
 			}
-			return &proxyTarget{ID: e.ServiceID, Service: p.DestinationServiceName, Config: p.Config}, nil
+			if proxyID != "" {
+				return &proxyTarget{ID: e.ServiceID, Service: p.DestinationServiceName, Config: p.Config}, nil
+			}
+			found = append(found, &proxyTarget{ID: e.ServiceID, Service: p.DestinationServiceName, Config: p.Config})
 		}
 	}
-	if proxyID != "" {
+	switch {
+	case len(found) == 1:
+		return found[0], nil
+	case len(found) > 1:
+		ids := make([]string, len(found))
+		for i, f := range found {
+			ids[i] = f.ID
+		}
+		slices.Sort(ids)
+		return nil, fmt.Errorf("more than one sidecar proxy is registered for service ID %q: start with -proxy-id and one of %s",
+			sidecarFor, strings.Join(ids, ", "))
+	case proxyID != "":
 		return nil, fmt.Errorf("no sidecar proxy with ID %q is registered", proxyID)
 	}
 	return nil, fmt.Errorf("no sidecar proxy is registered for service ID %q", sidecarFor)
