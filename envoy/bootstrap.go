@@ -187,9 +187,13 @@ func localAgentCluster(grpcAddr string) (*clusterv3.Cluster, error) {
 }
 
 func dynamicResources(cfg BootstrapConfig) *bootstrapv3.Bootstrap_DynamicResources {
+	// LDS and CDS wait for their first response however long it takes (as
+	// Consul's bootstrap): with Envoy's default 15 s, a sidecar whose control
+	// plane is slow to answer finishes initializing empty and reports ready.
 	ads := &corev3.ConfigSource{
 		ResourceApiVersion:    corev3.ApiVersion_V3,
 		ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}},
+		InitialFetchTimeout:   durationpb.New(0),
 	}
 	apiType := corev3.ApiConfigSource_DELTA_GRPC
 	if cfg.SotW {

@@ -117,3 +117,17 @@ func TestFindBinary(t *testing.T) {
 		t.Fatalf("FindBinary with empty PATH = %v", err)
 	}
 }
+
+// TestBootstrapWaitsForFirstConfig: as Consul's bootstrap, LDS and CDS
+// wait for their first response however long the control plane takes
+// (initial_fetch_timeout 0s): with Envoy's default of 15 s a sidecar that
+// starts while meshlet is slow to answer (an agent restart, a server
+// election) finishes initializing with no listeners and reports ready.
+func TestBootstrapWaitsForFirstConfig(t *testing.T) {
+	b := parse(t, BootstrapConfig{ProxyID: "web-sidecar-proxy", GRPCAddr: "unix:///alloc/run/meshlet_grpc.sock"})
+	for name, src := range map[string]*corev3.ConfigSource{"lds": b.DynamicResources.LdsConfig, "cds": b.DynamicResources.CdsConfig} {
+		if ift := src.GetInitialFetchTimeout(); ift == nil || ift.AsDuration() != 0 {
+			t.Errorf("%s initial_fetch_timeout = %v, want 0s (wait indefinitely)", name, ift)
+		}
+	}
+}
