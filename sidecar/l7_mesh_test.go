@@ -422,6 +422,12 @@ func TestL7RingHashGeneratedCookie(t *testing.T) {
 	m := newL7Mesh(t, []l7BackendSpec{{cluster: api, handler: versionApp("a", 0)}, {cluster: api, handler: versionApp("b", 0)}}, rc, l7Options{})
 	v := m.setWeb(rc, func(c *clusterv3.Cluster) { c.LbPolicy = clusterv3.Cluster_MAGLEV })
 	waitAccepted(t, m.web, typeCluster, v)
+	// Accepted is recorded just before the runtime swaps the cluster in
+	// (and a changed cluster warms first): wait until maglev is in use.
+	testutil.WaitFor(t, waitTimeout, "the maglev cluster in use", func() bool {
+		_, _, h, err := m.get(&http.Client{Timeout: waitTimeout}, "/")
+		return err == nil && h.Get("Set-Cookie") != ""
+	})
 	seen := map[string]bool{}
 	for c := 0; c < 20; c++ {
 		jar, _ := cookiejar.New(nil)
