@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -214,11 +215,21 @@ func TestConfigEntriesFeedRegistry(t *testing.T) {
 	default:
 		t.Fatal("subscribers were not notified")
 	}
-	onMu.Lock()
-	if n := len(onIndexes); n < 3 || onIndexes[n-1] != idx {
-		t.Fatalf("OnConfig saw indexes %v; want the reset, the write and the delete (last %d)", onIndexes, idx)
+	// OnConfig runs just after the registry is replaced: wait for it, and
+	// never fail holding onMu (the feed's next OnConfig would block the
+	// cleanup's wait for it).
+	seenIndexes := func() []uint64 {
+		onMu.Lock()
+		defer onMu.Unlock()
+		return slices.Clone(onIndexes)
 	}
-	onMu.Unlock()
+	testutil.WaitFor(t, 5*time.Second, "OnConfig for the delete", func() bool {
+		got := seenIndexes()
+		return len(got) > 0 && got[len(got)-1] == idx
+	})
+	if got := seenIndexes(); len(got) < 3 {
+		t.Fatalf("OnConfig saw indexes %v; want the reset, the write and the delete (last %d)", got, idx)
+	}
 
 	// A restarted server: a new client and store over the same state.
 	s2 := openTest(t, newClient(t), prefix)
