@@ -149,7 +149,9 @@ func (m *Manager) issueIn(service, dc string, pub crypto.PublicKey, dns []string
 
 // leafTemplate is the certificate a leaf of service gets: its SPIFFE ID as
 // the only URI SAN, a DNS SAN when the name is a DNS label, valid for
-// LeafTTL (at most until the root expires).
+// LeafTTL (at most until the root expires). Like Consul's leaves it
+// carries a critical Basic Constraints extension with CA false, so no
+// verifier, whatever its key-usage handling, can take it as an issuer.
 func (m *Manager) leafTemplate(service, trustDomain, dc string, now, rootNotAfter time.Time) (*x509.Certificate, error) {
 	serial, err := randomSerial()
 	if err != nil {
@@ -171,6 +173,9 @@ func (m *Manager) leafTemplate(service, trustDomain, dc string, now, rootNotAfte
 		NotAfter:     notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyAgreement,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+
+		BasicConstraintsValid: true,
+		IsCA:                  false,
 	}
 	if lower := strings.ToLower(service); dnsLabelRE.MatchString(lower) {
 		tmpl.DNSNames = []string{lower + ".svc.default." + trustDomain}
