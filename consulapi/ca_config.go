@@ -25,11 +25,13 @@ import (
 //     Config may not carry PrivateKey or RootCert (meshlet makes its own
 //     root keys). EVERY accepted PUT rotates the root: a new root key,
 //     cross-signed by the old root, as Consul's built-in provider does when
-//     its configuration changes. The other Config fields are checked (a
-//     duration must parse) but not applied: the leaf TTL is the signing
-//     servers' connect.leaf_ttl, fixed when their CA starts. Fields
-//     differing from what GET answers are named in a warning in the
-//     agent's log.
+//     its configuration changes. Config may hold only what GET answers,
+//     with the values GET answers: the leaf TTL is the signing servers'
+//     connect.leaf_ttl, fixed when their CA starts (it is not in the
+//     cluster's CA state, and the root overlap derives from it), and the
+//     only key type is ec P-256. Another value, or another Consul field
+//     (RotationPeriod, RootCertTTL...), is a 400 naming the field and what
+//     is supported, and rotates nothing: no value is accepted and ignored.
 //
 // The LeafCertTTL GET reports is the TTL leaves are actually signed with
 // (ca.Manager.LeafTTL: on a client agent the servers', as seen on the
@@ -106,8 +108,7 @@ func (s *Server) caConfigSet(w http.ResponseWriter, r *http.Request) {
 		s.failFor(w, r, err)
 		return
 	}
-	ignored, err := checkCAConfig(in, s.currentCAConfig(r.Context()))
-	if err != nil {
+	if err := checkCAConfig(in, s.currentCAConfig(r.Context())); err != nil {
 		s.failFor(w, r, err)
 		return
 	}
@@ -131,9 +132,6 @@ func (s *Server) caConfigSet(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.logger.Info("rotated the CA root through the connect API", "previous_root_id", prev)
-	if len(ignored) > 0 {
-		s.logger.Warn("CA configuration fields accepted but not applied (only a root rotation is)", "fields", ignored)
-	}
 	setIndex(w, configIndex(s.d.CA.Roots()))
 	w.WriteHeader(http.StatusOK)
 }
@@ -161,38 +159,57 @@ func rotateRetrying(ctx context.Context, rotate func(context.Context) error) err
 	return err
 }
 
-// checkCAConfig refuses what meshlet cannot do and returns the Config
-// fields that differ from cur (accepted, not applied).
-func checkCAConfig(in, cur caConfig) ([]string, error) {
+// checkCAConfig refuses what meshlet cannot apply: another provider, a
+// State, a root key or certificate, and in Config any field GET does not
+// answer or a value other than the one it answers (cur).
+func checkCAConfig(in, cur caConfig) error {
 	if in.Provider != caProvider {
-		return nil, badRequest("CA provider %q is not supported: meshlet's built-in CA is provider %q", in.Provider, caProvider)
+		return badRequest("CA provider %q is not supported: meshlet's built-in CA is provider %q", in.Provider, caProvider)
 	}
 	if len(in.State) > 0 {
-		return nil, badRequest("State is read-only and must not be set")
+		return badRequest("State is read-only and must not be set")
 	}
-	var ignored []string
-	for k, v := range in.Config {
-		switch {
-		case k == "PrivateKey" || k == "RootCert":
-			if s, ok := v.(string); !ok || s != "" {
-				return nil, badRequest("Config.%s is not supported: meshlet's CA generates its own root keys", k)
-			}
-			continue
-		case caDurationKeys[k]:
-			d, err := configDuration(v)
-			if err != nil {
-				return nil, badRequest("Config.%s: %v", k, err)
-			}
-			if cs, ok := cur.Config[k].(string); ok && cs == d.String() {
-				continue
-			}
-		case fmt.Sprint(v) == fmt.Sprint(cur.Config[k]):
-			continue
+	keys := make([]string, 0, len(in.Config))
+	for k := range in.Config {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys) // the same field is named first every time
+	for _, k := range keys {
+		if err := checkCAConfigField(k, in.Config[k], cur); err != nil {
+			return err
 		}
-		ignored = append(ignored, k)
 	}
-	sort.Strings(ignored)
-	return ignored, nil
+	return nil
+}
+
+// checkCAConfigField checks Config field k of a PUT against cur.
+func checkCAConfigField(k string, v any, cur caConfig) error {
+	switch {
+	case k == "PrivateKey" || k == "RootCert":
+		if s, ok := v.(string); !ok || s != "" {
+			return badRequest("Config.%s is not supported: meshlet's CA generates its own root keys", k)
+		}
+		return nil
+	case caDurationKeys[k]:
+		d, err := configDuration(v)
+		if err != nil {
+			return badRequest("Config.%s: %v", k, err)
+		}
+		if k != "LeafCertTTL" {
+			break
+		}
+		if d.String() != fmt.Sprint(cur.Config[k]) {
+			return badRequest("Config.LeafCertTTL %s cannot be set through the API: leaves are signed for the servers' connect.leaf_ttl (%v); change it there", d, cur.Config[k])
+		}
+		return nil
+	case k == "PrivateKeyType" || k == "PrivateKeyBits":
+		if fmt.Sprint(v) != fmt.Sprint(cur.Config[k]) {
+			return badRequest("Config.%s %v is not supported: meshlet's CA supports only PrivateKeyType %q with PrivateKeyBits %v (ECDSA P-256)",
+				k, v, cur.Config["PrivateKeyType"], cur.Config["PrivateKeyBits"])
+		}
+		return nil
+	}
+	return badRequest("Config.%s is not supported: meshlet's CA takes only LeafCertTTL, PrivateKeyType and PrivateKeyBits, as get-config shows them", k)
 }
 
 // configDuration reads a duration as Consul's mapstructure decoding does:
