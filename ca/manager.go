@@ -148,6 +148,7 @@ type Manager struct {
 	trustDomain string       // "" in remote mode before the first SetRoots
 	stored      *StoredState // last loaded or saved; nil in remote mode
 	index       uint64
+	rootsIndex  uint64    // index at the last change of roots (Roots.Index)
 	roots       []*rootCA // oldest first; exactly one is Active (none in remote mode before SetRoots)
 	pool        *x509.CertPool
 	leaves      map[string]*leafEntry
@@ -280,7 +281,7 @@ func (m *Manager) spiffeID(trustDomain, service string) string {
 func (m *Manager) Roots() Roots {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	out := Roots{TrustDomain: m.trustDomain, Roots: make([]Root, 0, len(m.roots))}
+	out := Roots{TrustDomain: m.trustDomain, Roots: make([]Root, 0, len(m.roots)), Index: m.rootsIndex}
 	for _, r := range m.roots {
 		root := r.Root
 		root.IntermediateCertsPEM = append([]string(nil), r.IntermediateCertsPEM...)

@@ -64,7 +64,9 @@ func (m *Manager) SetRoots(r Roots) error {
 	m.roots, m.trustDomain, m.clusterID = roots, r.TrustDomain, clusterID
 	var entries []*leafEntry
 	if changed {
-		m.index++
+		// The servers' indexes (the roots' ModifyIndex) stay below it.
+		m.index = max(m.index, maxModifyIndex(roots)) + 1
+		m.rootsIndex = m.index
 		m.rebuildPoolLocked()
 		entries = m.entriesLocked()
 	}
@@ -74,6 +76,15 @@ func (m *Manager) SetRoots(r Roots) error {
 		m.rootsChanged(entries)
 	}
 	return nil
+}
+
+// maxModifyIndex is the highest ModifyIndex of roots.
+func maxModifyIndex(roots []*rootCA) uint64 {
+	var idx uint64
+	for _, r := range roots {
+		idx = max(idx, r.ModifyIndex)
+	}
+	return idx
 }
 
 // parseRemoteRoots checks r and parses its roots (without keys).

@@ -142,6 +142,7 @@ func (m *Manager) apply(st *StoredState, roots []*rootCA) (changed bool, entries
 	m.clusterID, m.trustDomain = st.ClusterID, TrustDomainOf(st.ClusterID)
 	if changed {
 		m.index = max(m.index+1, st.Index)
+		m.rootsIndex = m.index
 		m.rebuildPoolLocked()
 		m.schedulePruneLocked()
 		entries = m.entriesLocked()

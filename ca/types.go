@@ -8,6 +8,13 @@ type Roots struct {
 	ActiveRootID string
 	TrustDomain  string
 	Roots        []Root
+	// Index is this CA's index (Manager.Index) at the last change of the
+	// set of roots or of the active root, at least every root's
+	// ModifyIndex: it rises when a root is dropped, although no remaining
+	// root's ModifyIndex does when the dropped root signed none of their
+	// cross-signed certificates. 0 where not tracked (roots received from
+	// elsewhere than a Manager).
+	Index uint64 `json:",omitempty"`
 }
 
 // Root is one CA root. During a rotation several roots are trusted at once

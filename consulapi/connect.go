@@ -54,9 +54,11 @@ func (s *Server) caWait(r *http.Request, current func() uint64) error {
 	})
 }
 
-// rootsIndex is the highest ModifyIndex among the roots.
+// rootsIndex is the roots' index: the CA's index at the last change of
+// the root set (it rises when a root is dropped, which need not touch any
+// remaining root), at least the highest ModifyIndex among the roots.
 func rootsIndex(rs ca.Roots) uint64 {
-	var idx uint64
+	idx := rs.Index
 	for _, r := range rs.Roots {
 		idx = max(idx, r.ModifyIndex)
 	}
