@@ -42,11 +42,13 @@ built-in provider does when its configuration changes. Both roots stay
 trusted until every leaf was re-issued under the new root and one leaf TTL
 has passed, so connections keep working during the rotation.
 
-Provider must be "consul". Config may not carry PrivateKey or RootCert
-(meshlet generates its own root keys); its other fields are checked but not
-applied (the leaf TTL is the servers' connect.leaf_ttl) and the agent logs
-which ones differ. The command returns once the servers stored the new
-root; a client agent's own roots follow within moments.`,
+Provider must be "consul". Config may carry only what get-config shows,
+with the same values (LeafCertTTL, PrivateKeyType "ec", PrivateKeyBits
+256; the leaf TTL is the servers' connect.leaf_ttl), and no PrivateKey or
+RootCert (meshlet generates its own root keys): anything else is refused
+with a one-line error and rotates nothing. The command returns once the
+servers stored the new root; a client agent's own roots follow within
+moments.`,
 			example: "$ meshlet connect ca get-config > ca.json\n$ meshlet connect ca set-config -config-file ca.json",
 			run:     runConnectCASetConfig,
 		},
