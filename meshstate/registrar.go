@@ -82,6 +82,7 @@ type Registrar struct {
 	desired   map[string][]catalog.ServiceInstance // by alloc ID
 	dirty     map[string]bool
 	written   map[string]written // by alloc ID, after a successful PutAlloc
+	inflight  map[string]string  // alloc ID -> fingerprint of the write under way (absentFP: a delete)
 	refused   map[string]refusal // alloc ID -> what the servers refused, and when
 	recompare bool               // the servers' copy changed: compare before the next sync
 	started   bool
@@ -103,7 +104,7 @@ func NewRegistrar(cfg RegistrarConfig) *Registrar {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Registrar{cfg: cfg, log: cfg.Logger.Named("mesh_registrar"), desired: map[string][]catalog.ServiceInstance{},
-		dirty: map[string]bool{}, written: map[string]written{}, refused: map[string]refusal{},
+		dirty: map[string]bool{}, written: map[string]written{}, inflight: map[string]string{}, refused: map[string]refusal{},
 		kick: make(chan struct{}, 1), ctx: ctx, cancel: cancel, done: make(chan struct{})}
 	if cfg.Mirror != nil {
 		cfg.Mirror.OnOwnChange(r.ownChanged)
@@ -141,9 +142,13 @@ func (r *Registrar) Register(inst catalog.ServiceInstance) {
 }
 
 // needsWriteLocked reports whether registrations of allocID with
-// fingerprint fp differ, in more than check output, from what was last
-// written (or, before any write, from what the servers hold).
+// fingerprint fp differ, in more than check output, from what the write
+// under way for it leaves on the servers or, with none, from what was
+// last written (or, before any write, from what the servers hold).
 func (r *Registrar) needsWriteLocked(allocID, fp string) bool {
+	if f, ok := r.inflight[allocID]; ok {
+		return f != fp
+	}
 	w, ok := r.lastWrittenLocked(allocID)
 	return !ok || w.fp != fp
 }
@@ -368,6 +373,10 @@ func (r *Registrar) syncDirty() (failed int) {
 		insts, ok := r.desired[id]
 		insts = append([]catalog.ServiceInstance(nil), insts...)
 		delete(r.dirty, id)
+		r.inflight[id] = absentFP
+		if ok {
+			r.inflight[id] = Fingerprint(insts)
+		}
 		r.mu.Unlock()
 		ctx, cancel := context.WithTimeout(r.ctx, syncCallTimeout)
 		var err error
@@ -389,6 +398,7 @@ func (r *Registrar) syncDirty() (failed int) {
 func (r *Registrar) synced(id string, put bool, insts []catalog.ServiceInstance, err error) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	delete(r.inflight, id)
 	fp := absentFP
 	if put {
 		fp = Fingerprint(insts)
