@@ -20,9 +20,16 @@ import (
 // rpc, with the caller's token) on a client agent, so that they persist
 // and reach every agent's catalog through the mesh state feed. To delete,
 // inst also carries the service's Name when this agent knows it.
+//
+// DeleteExternal's pre, when non-nil, judges the instances the delete is
+// about to remove on the state the delete changes (inside its
+// compare-and-swap), not on this agent's copy, which may not hold them
+// yet; its error fails the delete, unchanged. A writer that forwards to a
+// server does not send pre: the server judges the caller's token, which
+// ctx carries, on its own state.
 type CatalogWriter interface {
 	PutExternal(ctx context.Context, inst catalog.ServiceInstance) error
-	DeleteExternal(ctx context.Context, inst catalog.ServiceInstance) error
+	DeleteExternal(ctx context.Context, inst catalog.ServiceInstance, pre func(stored []catalog.ServiceInstance) error) error
 }
 
 // ErrCatalogWriteUnsupported: this agent cannot store catalog
@@ -59,7 +66,7 @@ func (s *Server) catalogRegister(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := acl.ContextWithSecret(r.Context(), requestSecret(r))
-	if err := s.writeExternal(ctx, inst, false); err != nil {
+	if err := s.putExternal(ctx, inst); err != nil {
 		s.failFor(w, r, err)
 		return
 	}
@@ -92,7 +99,7 @@ func (s *Server) catalogDeregister(w http.ResponseWriter, r *http.Request) {
 		inst.Name = old.Name
 	}
 	ctx := acl.ContextWithSecret(r.Context(), requestSecret(r))
-	if err := s.writeExternal(ctx, inst, true); err != nil {
+	if err := s.deleteExternal(ctx, inst, externalDeletePre(r)); err != nil {
 		s.failFor(w, r, err)
 		return
 	}
@@ -162,30 +169,64 @@ func (s *Server) externalInstance(b registerBody) (catalog.ServiceInstance, erro
 	}, nil
 }
 
-// writeExternal stores (or removes) an external instance: through the
-// CatalogWriter, else into a lone control plane's catalog.
-func (s *Server) writeExternal(ctx context.Context, inst catalog.ServiceInstance, remove bool) error {
+// putExternal stores an external instance: through the CatalogWriter,
+// else into a lone control plane's catalog.
+func (s *Server) putExternal(ctx context.Context, inst catalog.ServiceInstance) error {
 	if s.d.CatalogWriter != nil {
-		if remove {
-			return s.d.CatalogWriter.DeleteExternal(ctx, inst)
-		}
 		return s.d.CatalogWriter.PutExternal(ctx, inst)
 	}
 	c, ok := s.d.Catalog.(*catalog.Catalog)
 	if !ok {
 		return ErrCatalogWriteUnsupported
 	}
-	if !remove {
-		if cur, ok := c.Get(inst.ID); ok && cur.NodeID != inst.NodeID {
-			return idTaken(inst.ID, cur)
-		}
-		c.Register(inst)
-		return nil
+	if cur, ok := c.Get(inst.ID); ok && cur.NodeID != inst.NodeID {
+		return idTaken(inst.ID, cur)
+	}
+	c.Register(inst)
+	return nil
+}
+
+// deleteExternal removes an external instance, if pre allows the one
+// removed: through the CatalogWriter, else from a lone control plane's
+// catalog.
+func (s *Server) deleteExternal(ctx context.Context, inst catalog.ServiceInstance, pre func([]catalog.ServiceInstance) error) error {
+	if s.d.CatalogWriter != nil {
+		return s.d.CatalogWriter.DeleteExternal(ctx, inst, pre)
+	}
+	c, ok := s.d.Catalog.(*catalog.Catalog)
+	if !ok {
+		return ErrCatalogWriteUnsupported
 	}
 	if old, ok := c.Get(inst.ID); ok && old.NodeID == inst.NodeID {
+		if pre != nil {
+			if err := pre([]catalog.ServiceInstance{old}); err != nil {
+				return err
+			}
+		}
 		c.DeregisterAlloc(old.AllocID)
 	}
 	return nil
+}
+
+// externalDeletePre is the precondition of a catalog deregistration with
+// ACLs: the caller's token must allow service write on every service the
+// store removes. The store judges it on the registration it deletes, not
+// on this agent's copy, which may not hold it yet (the rule,
+// allowCatalogDeregister, lets an ID this copy does not know through with
+// node write alone). Without ACLs it is nil.
+func externalDeletePre(r *http.Request) func([]catalog.ServiceInstance) error {
+	id, ok := r.Context().Value(identityKey{}).(identity)
+	if !ok {
+		return nil
+	}
+	return func(stored []catalog.ServiceInstance) error {
+		for _, in := range stored {
+			if !id.authz.AllowServiceWrite(in.Name) {
+				return acl.ErrPermissionDenied
+			}
+		}
+		return nil
+	}
 }
 
 // allowCatalogRegister is Consul's rule (vetRegisterWithACL): node write,
@@ -213,7 +254,8 @@ func allowCatalogRegister(s *Server, a authorizer, r *http.Request) (bool, error
 }
 
 // allowCatalogDeregister: node write, and service write on the service
-// the instance belongs to (when it is known).
+// the instance belongs to (when it is known here; the store judges it
+// again on what it deletes, externalDeletePre).
 func allowCatalogDeregister(s *Server, a authorizer, r *http.Request) (bool, error) {
 	var body struct{ Node, ServiceID string }
 	if err := peekBody(r, &body); err != nil {

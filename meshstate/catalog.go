@@ -241,12 +241,60 @@ func (s *Store) externalIDOwner(ctx context.Context, id, key string) (owner stri
 	return owner, resp.Header.Revision, cur, nil
 }
 
-// DeleteExternal removes what PutExternal stored for inst's allocation.
-func (s *Store) DeleteExternal(ctx context.Context, inst catalog.ServiceInstance) error {
+// DeleteExternal removes what PutExternal stored for inst's allocation;
+// none stored is not an error. A non-nil pre judges the instances about
+// to be removed (none when the stored value cannot be decoded) in the same
+// compare-and-swap as the delete: its error fails the delete, unchanged,
+// and nothing is removed. pre is not called when nothing is stored.
+func (s *Store) DeleteExternal(ctx context.Context, inst catalog.ServiceInstance, pre func(stored []catalog.ServiceInstance) error) error {
 	if err := checkExternal(inst); err != nil {
 		return err
 	}
-	return s.DeleteAlloc(ctx, inst.NodeID, inst.AllocID)
+	if pre == nil {
+		return s.DeleteAlloc(ctx, inst.NodeID, inst.AllocID)
+	}
+	if err := checkAllocIDs(inst.NodeID, inst.AllocID); err != nil {
+		return err
+	}
+	if err := s.writable("deregister services"); err != nil {
+		return err
+	}
+	key := s.allocKey(inst.NodeID, inst.AllocID)
+	for try := 0; try < maxWriteTries; try++ {
+		if !retryWait(ctx, try) {
+			return fmt.Errorf("failed to deregister %s: %w", inst.ID, ctx.Err())
+		}
+		ok, err := s.deleteJudged(ctx, key, pre)
+		if err != nil || ok {
+			return err
+		}
+	}
+	return fmt.Errorf("failed to deregister %s: %w after %d tries", inst.ID, ErrConflict, maxWriteTries)
+}
+
+// deleteJudged deletes key if pre allows what it holds and nobody wrote
+// it since it was read; false when somebody did.
+func (s *Store) deleteJudged(ctx context.Context, key string, pre func([]catalog.ServiceInstance) error) (bool, error) {
+	ctx, cancel := s.callCtx(ctx)
+	defer cancel()
+	resp, err := s.c.Get(ctx, key)
+	if err != nil {
+		return false, fmt.Errorf("failed to read the external registration %s: %w", key, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return true, nil
+	}
+	kv := resp.Kvs[0]
+	insts, _ := decodeInstances(kv.Value)
+	if err := pre(insts); err != nil {
+		return false, err
+	}
+	t, err := s.c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).
+		Then(clientv3.OpDelete(key)).Commit()
+	if err != nil {
+		return false, fmt.Errorf("failed to delete the external registration %s: %w", key, err)
+	}
+	return t.Succeeded, nil
 }
 
 func checkExternal(inst catalog.ServiceInstance) error {

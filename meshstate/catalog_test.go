@@ -228,10 +228,10 @@ func TestPutExternalKeepsOthersIDs(t *testing.T) {
 	if err := s.PutAlloc(ctx, old.NodeID, old.AllocID, []catalog.ServiceInstance{old}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.DeleteExternal(ctx, old); err != nil {
+	if err := s.DeleteExternal(ctx, old, nil); err != nil {
 		t.Fatalf("DeleteExternal of a _nomad- ID stored before the rule: %v", err)
 	}
-	if err := s.DeleteExternal(ctx, ext("a", "legacy")); err != nil {
+	if err := s.DeleteExternal(ctx, ext("a", "legacy"), nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.PutExternal(ctx, ext("b", "legacy")); err != nil {

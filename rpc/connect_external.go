@@ -36,8 +36,10 @@ func (e ExternalCatalog) PutExternal(ctx context.Context, inst catalog.ServiceIn
 }
 
 // DeleteExternal removes inst's allocation (inst.Name, when set, is the
-// service the caller's token must have service write on).
-func (e ExternalCatalog) DeleteExternal(ctx context.Context, inst catalog.ServiceInstance) error {
+// service the caller's token must have service write on). pre is not
+// sent: the server judges the caller's token, which ctx carries, on the
+// registration it deletes.
+func (e ExternalCatalog) DeleteExternal(ctx context.Context, inst catalog.ServiceInstance, _ func([]catalog.ServiceInstance) error) error {
 	return e.c.connectCall(ctx, "deregister service "+inst.ID+" outside the mesh", http.MethodPost, pathConnectExternal,
 		connectExternalRequest{Instance: inst, Delete: true}, nil)
 }

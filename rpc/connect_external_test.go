@@ -44,7 +44,7 @@ func TestConnectExternal(t *testing.T) {
 	if err := ext.PutExternal(ctxT(t, 5*time.Second), proxy); !errors.Is(err, ErrBadRequest) {
 		t.Errorf("PutExternal of a proxy: %v", err)
 	}
-	if err := ext.DeleteExternal(ctxT(t, 5*time.Second), inst); err != nil {
+	if err := ext.DeleteExternal(ctxT(t, 5*time.Second), inst, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := m.f.reg(inst.NodeID, inst.AllocID); ok {
@@ -63,7 +63,7 @@ func TestConnectExternal(t *testing.T) {
 	}
 	unnamed := inst
 	unnamed.Name = ""
-	if err := ext.DeleteExternal(as(t, "node-db"), unnamed); !errors.Is(err, acl.ErrPermissionDenied) {
+	if err := ext.DeleteExternal(as(t, "node-db"), unnamed, nil); !errors.Is(err, acl.ErrPermissionDenied) {
 		t.Errorf("DeleteExternal of an unnamed service without management: %v", err)
 	}
 	// Write on another service does not reach db's registration, whatever
@@ -74,7 +74,7 @@ func TestConnectExternal(t *testing.T) {
 	}
 	posing := inst
 	posing.Name = "foo"
-	if err := ext.DeleteExternal(as(t, "node-foo"), posing); !errors.Is(err, acl.ErrPermissionDenied) {
+	if err := ext.DeleteExternal(as(t, "node-foo"), posing, nil); !errors.Is(err, acl.ErrPermissionDenied) {
 		t.Errorf("DeleteExternal of db's registration sent as foo: %v", err)
 	}
 	if err := ext.PutExternal(as(t, "node-foo"), posing); !errors.Is(err, acl.ErrPermissionDenied) {
@@ -83,7 +83,7 @@ func TestConnectExternal(t *testing.T) {
 	if got, ok := m.f.reg(inst.NodeID, inst.AllocID); !ok || len(got) != 1 || got[0].Name != "db" {
 		t.Errorf("db's registration after the refused writes = %+v, %v", got, ok)
 	}
-	if err := ext.DeleteExternal(as(t, "node-db"), inst); err != nil {
+	if err := ext.DeleteExternal(as(t, "node-db"), inst, nil); err != nil {
 		t.Errorf("DeleteExternal with node and service write: %v", err)
 	}
 }
