@@ -101,8 +101,11 @@ func TestTCPProxyIdleTimeoutWithoutTraffic(t *testing.T) {
 	if _, err := c.r.ReadByte(); err != io.EOF {
 		t.Fatalf("read after %s of silence = %v, want EOF (the idle relay closed)", time.Since(start), err)
 	}
-	if took := time.Since(start); took < idle || took > 4*idle {
-		t.Fatalf("the idle relay closed %s after it opened, want between %s and %s", took, idle, 4*idle)
+	// The proxy's idle clock starts at its accept, a moment before start:
+	// the lower bound only shows the relay was not closed at once (the
+	// read deadline bounds the other side).
+	if took := time.Since(start); took < idle/2 {
+		t.Fatalf("the idle relay closed %s after it opened, before its %s idle timeout", took, idle)
 	}
 	testutil.WaitFor(t, waitTimeout, "tcp.upstream.db.idle_timeout at 1", func() bool {
 		return statValue(t, m.web, "tcp.upstream.db.idle_timeout") == 1
