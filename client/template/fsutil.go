@@ -22,7 +22,7 @@ var (
 	ErrEscapes = errors.New("path escapes the task's sandbox")
 	// ErrNotRegular is returned for a file read that is not a regular
 	// file (a FIFO or a device the task made would block or never end).
-	ErrNotRegular = errors.New("not a regular file")
+	ErrNotRegular = nofollow.ErrNotRegular
 	// ErrTooLarge is returned for a render over maxRenderBytes.
 	ErrTooLarge = errors.New("template output is over the size limit")
 )
@@ -51,7 +51,7 @@ func readInDir(dir, p string) ([]byte, error) {
 		return nil, err
 	}
 	defer d.Close()
-	f, err := openRegular(int(d.Fd()), base)
+	f, err := nofollow.OpenRegular(d, base, unix.O_RDONLY)
 	if err != nil {
 		return nil, fmt.Errorf("failed to open %s: %w", p, err)
 	}
@@ -93,7 +93,7 @@ func writeIfChanged(s fileSpec, data []byte) (bool, error) {
 	}
 	defer d.Close()
 	dfd := int(d.Fd())
-	if old, err := readAt(dfd, base); err == nil && bytes.Equal(old, data) {
+	if old, err := readAt(d, base); err == nil && bytes.Equal(old, data) {
 		return false, nil
 	}
 	var suffix [6]byte
@@ -127,32 +127,11 @@ func writeIfChanged(s fileSpec, data []byte) (bool, error) {
 	return true, nil
 }
 
-func readAt(dfd int, base string) ([]byte, error) {
-	f, err := openRegular(dfd, base)
+func readAt(dir *os.File, base string) ([]byte, error) {
+	f, err := nofollow.OpenRegular(dir, base, unix.O_RDONLY)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
 	return io.ReadAll(io.LimitReader(f, maxRenderBytes+1))
-}
-
-// openRegular opens base in the directory dfd for reading, without
-// following a link and without blocking: the task may have put a FIFO
-// there, whose open (or read) would hang the caller. Anything but a
-// regular file is refused with ErrNotRegular.
-func openRegular(dfd int, base string) (*os.File, error) {
-	fd, err := unix.Openat(dfd, base, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, err
-	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		_ = unix.Close(fd)
-		return nil, err
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		_ = unix.Close(fd)
-		return nil, fmt.Errorf("%s: %w", base, ErrNotRegular)
-	}
-	return os.NewFile(uintptr(fd), base), nil
 }

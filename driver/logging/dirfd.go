@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/meshlet/meshlet/internal/nofollow"
 	"golang.org/x/sys/unix"
 )
 
@@ -20,52 +21,11 @@ import (
 
 // ErrNotRegular is returned when something other than a regular file (a
 // symlink, a FIFO, a directory...) sits at a log file's name.
-var ErrNotRegular = errors.New("not a regular file")
+var ErrNotRegular = nofollow.ErrNotRegular
 
-// openRegular opens name in dir with flags (O_RDONLY, or O_WRONLY|O_APPEND
-// with or without O_CREAT) and returns it only if it is a regular file. A
-// symlink, FIFO, socket, device or directory at name yields ErrNotRegular,
-// and is never opened for real: name is first opened as a path only
-// (O_PATH, which runs no driver's open and never blocks), checked, and
-// that very inode reopened; a missing file is created with O_EXCL, so it
-// is the new regular file or nothing.
+// openRegular opens a log file: see nofollow.OpenRegular.
 func openRegular(dir *os.File, name string, flags int) (*os.File, error) {
-	path := dir.Name() + "/" + name
-	for try := 0; ; try++ {
-		pfd, err := unix.Openat(int(dir.Fd()), name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if errors.Is(err, unix.ENOENT) && flags&unix.O_CREAT != 0 {
-			fd, cerr := unix.Openat(int(dir.Fd()), name, flags|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_NOCTTY|unix.O_CLOEXEC, 0o644)
-			if errors.Is(cerr, unix.EEXIST) && try < 3 {
-				continue // planted meanwhile: look again
-			}
-			if cerr != nil {
-				return nil, &os.PathError{Op: "create", Path: path, Err: cerr}
-			}
-			return os.NewFile(uintptr(fd), path), nil
-		}
-		if err != nil {
-			return nil, &os.PathError{Op: "open", Path: path, Err: err}
-		}
-		return reopenRegular(pfd, path, flags&^unix.O_CREAT)
-	}
-}
-
-// reopenRegular opens, with flags, the inode that the O_PATH descriptor
-// pfd (closed here) refers to, if it is a regular file.
-func reopenRegular(pfd int, path string, flags int) (*os.File, error) {
-	defer unix.Close(pfd)
-	var st unix.Stat_t
-	if err := unix.Fstat(pfd, &st); err != nil {
-		return nil, fmt.Errorf("failed to stat log %s: %w", path, err)
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return nil, fmt.Errorf("failed to open log %s: %w", path, ErrNotRegular)
-	}
-	fd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(pfd), flags|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: path, Err: err}
-	}
-	return os.NewFile(uintptr(fd), path), nil
+	return nofollow.OpenRegular(dir, name, flags)
 }
 
 // removeAt removes name from dir without following it: a file, a symlink, a
